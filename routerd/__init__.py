@@ -1,0 +1,3 @@
+"""routerd: a Twisted cluster router for local AI inference backends."""
+
+__version__ = "0.1.0"

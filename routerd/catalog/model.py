@@ -1,0 +1,82 @@
+"""A local model config (one ``.kcpps`` file) as routerd understands it (contract §3)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import attrs
+
+# Which backend runtime serves a request: llama-server (text, embeddings,
+# multimodal), sd-server (image) or whisper-server (speech-to-text).
+RuntimeKind = Literal["text", "image", "stt"]
+RUNTIME_KINDS: tuple[RuntimeKind, ...] = ("text", "image", "stt")
+
+
+@attrs.frozen
+class Capabilities:
+    llm: bool = False
+    image: bool = False
+    embeddings: bool = False
+    multimodal: bool = False
+    stt: bool = False
+    tts: bool = False
+    context: int = 0  # 0 = the config states no context window
+
+    def serves(self, kind: RuntimeKind) -> bool:
+        if kind == "text":
+            return self.llm or self.embeddings or self.multimodal
+        if kind == "image":
+            return self.image
+        return self.stt
+
+
+@attrs.frozen
+class ModelConfig:
+    """One valid local model config.
+
+    Paths are absolute.  ``model_hash`` is empty until the catalog has hashed
+    the weight files (off the reactor thread).
+    """
+
+    local_id: str
+    filename: str
+    path: str
+    backend_mode: str
+    capabilities: Capabilities
+    config_hash: str
+    text_model: str | None = None
+    mmproj: str | None = None
+    embeddings_model: str | None = None
+    sd_model: str | None = None
+    whisper_model: str | None = None
+    tts_model: str | None = None
+    context_size: int | None = None
+    parallel: int | None = None
+    vllm_max_model_length: int | None = None
+    vllm_max_sequences: int | None = None
+    extra_args: tuple[str, ...] = ()
+    image_id: str | None = None
+    model_hash: str = ""
+    options: Mapping[str, Any] = attrs.field(factory=dict, eq=False, hash=False)
+
+    def weight_files(self) -> dict[str, str]:
+        """``field -> path`` of every referenced weight file (for ``model_hash``)."""
+        fields = {
+            "model": self.text_model,
+            "mmproj": self.mmproj,
+            "embeddingsmodel": self.embeddings_model,
+            "sdmodel": self.sd_model,
+            "whispermodel": self.whisper_model,
+            "ttsmodel": self.tts_model,
+        }
+        return {k: v for k, v in fields.items() if v}
+
+
+@attrs.frozen
+class InvalidConfig:
+    """A ``.kcpps`` file that did not parse; listed with its reason, never fatal."""
+
+    filename: str
+    path: str
+    reason: str

@@ -1,0 +1,112 @@
+"""The routerd configuration as typed, immutable attrs classes (contract §2).
+
+Every duration is held in seconds (float).  Paths are absolute once loaded
+(relative paths resolve against the YAML file's directory).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from routerd.lending.settings import LendingSettings
+
+ROLES = ("standalone", "master", "slave")
+BACKEND_MODES = ("llama_sdcpp", "kobold", "vllm")
+
+
+@attrs.frozen
+class ServerConfig:
+    bind: str = "127.0.0.1:8080"
+    allowed_cidrs: tuple[str, ...] = (
+        "127.0.0.0/8",
+        "::1/128",
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+    )
+
+    @property
+    def host(self) -> str:
+        return self.bind.rsplit(":", 1)[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        return int(self.bind.rsplit(":", 1)[1])
+
+
+@attrs.frozen
+class AuthConfig:
+    inference_keys: tuple[str, ...] = ()
+    admin_keys: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class ModelsConfig:
+    config_dir: str = "./models"
+    startup_model: str = ""
+    shared_dir: str = ""
+    file_roots: tuple[str, ...] = ()
+    concurrent_asset_transfers: int = 2
+
+
+@attrs.frozen
+class BackendConfig:
+    mode: str = "llama_sdcpp"
+
+
+@attrs.frozen
+class BinaryConfig:
+    """How to start one backend program.
+
+    ``command`` is the argv prefix: a plain ``binary_path`` string becomes a
+    one-element tuple; a YAML list (``[routerd-sim, llama-server]``) is kept
+    as given so a simulator or wrapper can stand in for the real binary.
+    """
+
+    command: tuple[str, ...] = ()
+    extra_args: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class ClusterConfig:
+    role: str = "standalone"
+    node_id: str = "local"
+    token: str = ""
+    master_url: str = ""
+    public_url: str = ""
+    slave_urls: tuple[str, ...] = ()
+    store_dir: str = "./routerd-data"
+    sync_interval: float = 60.0
+    health_interval: float = 15.0
+    control_timeout: float = 30.0
+    lending: LendingSettings = attrs.Factory(LendingSettings)
+
+
+@attrs.frozen
+class LimitsConfig:
+    max_body_mb: float = 64.0
+    replay_buffer_mb: float = 512.0
+
+    @property
+    def max_body_bytes(self) -> int:
+        return int(self.max_body_mb * 1024 * 1024)
+
+    @property
+    def replay_buffer_bytes(self) -> int:
+        return int(self.replay_buffer_mb * 1024 * 1024)
+
+
+@attrs.frozen
+class Config:
+    server: ServerConfig = attrs.Factory(ServerConfig)
+    auth: AuthConfig = attrs.Factory(AuthConfig)
+    models: ModelsConfig = attrs.Factory(ModelsConfig)
+    backend: BackendConfig = attrs.Factory(BackendConfig)
+    llama: BinaryConfig = attrs.Factory(BinaryConfig)
+    sdcpp: BinaryConfig = attrs.Factory(BinaryConfig)
+    whispercpp: BinaryConfig = attrs.Factory(BinaryConfig)
+    kobold: BinaryConfig = attrs.Factory(BinaryConfig)
+    vllm: BinaryConfig = attrs.Factory(BinaryConfig)
+    cluster: ClusterConfig = attrs.Factory(ClusterConfig)
+    limits: LimitsConfig = attrs.Factory(LimitsConfig)
+    source: str = "<embedded default>"

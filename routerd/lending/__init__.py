@@ -1,0 +1,1 @@
+"""routerd.lending."""
