@@ -1,0 +1,320 @@
+"""The router database facade: what the rest of routerd calls.
+
+Every call returns a ``Deferred``; the SQL runs through a ``DBRunner`` (a
+dedicated thread in production, synchronously in unit tests).  Sample writes
+are fire-and-forget for the request path: a failing write is logged and the
+returned ``Deferred`` still fires ``None``.  Reads and admin writes (links,
+settings) report failures through their ``Deferred``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from routerd.store import links as links_sql
+from routerd.store import settings as settings_sql
+from routerd.store.links import Lane, LinkRow
+from routerd.store.migrations import convert_legacy_groups, migrate
+from routerd.store.runner import MEMORY, DBRunner, ReactorForRunner, SyncRunner, ThreadRunner
+from routerd.store.samples import OK, RUNTIMES, SECTIONS, LoadSample, RequestSample
+
+T = TypeVar("T")
+
+#: The database file inside ``cluster.store_dir``.
+DB_FILENAME = "routerd.sqlite"
+
+
+class Clock(Protocol):
+    def seconds(self) -> float: ...
+
+
+class StoreReactor(ReactorForRunner, Clock, Protocol):
+    """A reactor as ``Store.open`` needs it: threads, triggers and time."""
+
+
+class _WallClock:
+    def seconds(self) -> float:
+        return time.time()
+
+
+def db_path(store_dir: str) -> str:
+    """``<store_dir>/routerd.sqlite``."""
+    return os.path.join(store_dir, DB_FILENAME)
+
+
+def _prepare(conn: sqlite3.Connection) -> None:
+    migrate(conn)
+    convert_legacy_groups(conn)
+
+
+_REQUEST_COLUMNS = (
+    "model_id, section, work, duration_ms, status, finished_at, http_status, request_bytes, node_id"
+)
+_LOAD_COLUMNS = "config_filename, model_id, runtime, duration_ms, status, finished_at, reason"
+
+
+def _request_row(sample: RequestSample) -> tuple[object, ...]:
+    return (
+        sample.model_id,
+        sample.section,
+        json.dumps(list(sample.work)),
+        float(sample.duration_ms),
+        sample.status,
+        int(sample.finished_at_ms),
+        int(sample.http_status),
+        int(sample.request_bytes),
+        sample.node_id,
+    )
+
+
+def _request_sample(row: tuple[Any, ...]) -> RequestSample:
+    model_id, section, work, duration_ms, status, finished_at, http_status, request_bytes, node_id = row
+    decoded = json.loads(str(work)) if work else []
+    return RequestSample(
+        model_id=str(model_id),
+        section=str(section),
+        work=tuple(float(v) for v in decoded),
+        duration_ms=float(duration_ms),
+        status=str(status),
+        finished_at_ms=int(finished_at),
+        http_status=int(http_status),
+        request_bytes=int(request_bytes),
+        node_id=str(node_id),
+    )
+
+
+def _load_sample(row: tuple[Any, ...]) -> LoadSample:
+    config_filename, model_id, runtime, duration_ms, status, finished_at, reason = row
+    return LoadSample(
+        config_filename=str(config_filename),
+        model_id=str(model_id),
+        runtime=str(runtime),
+        duration_ms=float(duration_ms),
+        status=str(status),
+        finished_at_ms=int(finished_at),
+        reason=str(reason),
+    )
+
+
+class Store:
+    """The router database: samples now; links, settings and more for lending."""
+
+    log = Logger()
+
+    def __init__(self, runner: DBRunner, clock: Clock | None = None) -> None:
+        self._runner = runner
+        self._clock: Clock = clock if clock is not None else _WallClock()
+
+    @property
+    def runner(self) -> DBRunner:
+        return self._runner
+
+    # --- opening and closing -------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str, reactor: StoreReactor, clock: Clock | None = None) -> Deferred[Store]:
+        """Open (creating its directory) and migrate the database file at ``path``, off the reactor.
+
+        Fails with ``SchemaTooNewError`` for a database written by a newer
+        routerd (after releasing the worker thread).  ``clock`` defaults to the
+        reactor.
+        """
+        return Deferred.fromCoroutine(cls._open(path, reactor, clock))
+
+    @classmethod
+    async def _open(cls, path: str, reactor: StoreReactor, clock: Clock | None) -> Store:
+        runner = ThreadRunner(path, reactor)
+        try:
+            await runner.run(_prepare, transaction=False)
+        except BaseException:
+            await runner.close()
+            raise
+        return cls(runner, clock if clock is not None else reactor)
+
+    @classmethod
+    def open_sync(cls, path: str = MEMORY, clock: Clock | None = None) -> Store:
+        """Open and migrate synchronously (tests, tools); ``":memory:"`` by default."""
+        runner = SyncRunner(path)
+        result: list[Failure] = []
+        runner.run(_prepare, transaction=False).addErrback(result.append)
+        if result:
+            runner.close()
+            result[0].raiseException()
+        return cls(runner, clock)
+
+    def close(self) -> Deferred[None]:
+        return self._runner.close()
+
+    def now_ms(self) -> int:
+        return int(self._clock.seconds() * 1000)
+
+    # --- fire-and-forget writes ----------------------------------------------------------------
+
+    def _write(self, what: str, fn: Callable[[sqlite3.Connection], T], default: T) -> Deferred[T]:
+        """Run a write whose failure must not reach the caller: log it, fire ``default``."""
+        try:
+            d = self._runner.run(fn)
+        except Exception:
+            d = fail()
+
+        def logged(failure: Failure) -> T:
+            self.log.failure("router database write failed: {what}", failure, what=what)
+            return default
+
+        d.addErrback(logged)
+        return d
+
+    def record_request_sample(self, sample: RequestSample) -> Deferred[None]:
+        """Store one finished request; never fails (a failure is logged)."""
+        if sample.section not in SECTIONS:
+            self.log.warn(
+                "request sample for {model_id} dropped: unknown section {section!r}",
+                model_id=sample.model_id,
+                section=sample.section,
+            )
+            return succeed(None)
+        row = _request_row(sample)
+
+        def insert(conn: sqlite3.Connection) -> None:
+            conn.execute(f"INSERT INTO request_samples ({_REQUEST_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", row)
+
+        return self._write("request sample", insert, None)
+
+    def record_load_sample(self, sample: LoadSample) -> Deferred[None]:
+        """Store one finished model load; never fails (a failure is logged)."""
+        if sample.runtime not in RUNTIMES:
+            self.log.warn(
+                "load sample for {config_filename} dropped: unknown runtime {runtime!r}",
+                config_filename=sample.config_filename,
+                runtime=sample.runtime,
+            )
+            return succeed(None)
+        row = (
+            sample.config_filename,
+            sample.model_id,
+            sample.runtime,
+            float(sample.duration_ms),
+            sample.status,
+            int(sample.finished_at_ms),
+            sample.reason,
+        )
+
+        def insert(conn: sqlite3.Connection) -> None:
+            conn.execute(f"INSERT INTO load_samples ({_LOAD_COLUMNS}) VALUES (?,?,?,?,?,?,?)", row)
+
+        return self._write("load sample", insert, None)
+
+    def prune_samples(self, before_ms: int) -> Deferred[int]:
+        """Delete request and load samples finished before ``before_ms``; fires the rows removed.
+
+        Never fails: on error it logs and fires 0.
+        """
+
+        def prune(conn: sqlite3.Connection) -> int:
+            removed = conn.execute("DELETE FROM request_samples WHERE finished_at < ?", (before_ms,)).rowcount
+            removed += conn.execute("DELETE FROM load_samples WHERE finished_at < ?", (before_ms,)).rowcount
+            return int(removed)
+
+        return self._write("sample pruning", prune, 0)
+
+    # --- sample queries ------------------------------------------------------------------------
+
+    def request_samples(
+        self, model_id: str | None, section: str, since_ms: int, status: str | None = OK
+    ) -> Deferred[list[RequestSample]]:
+        """Requests of ``model_id`` (None: every model) in ``section`` finished at or after
+        ``since_ms`` with ``status`` (None: any), oldest first."""
+        sql = f"SELECT {_REQUEST_COLUMNS} FROM request_samples WHERE section = ? AND finished_at >= ?"
+        args: list[object] = [section, since_ms]
+        if model_id is not None:
+            sql += " AND model_id = ?"
+            args.append(model_id)
+        if status is not None:
+            sql += " AND status = ?"
+            args.append(status)
+        sql += " ORDER BY finished_at, id"
+
+        def query(conn: sqlite3.Connection) -> list[RequestSample]:
+            return [_request_sample(row) for row in conn.execute(sql, args)]
+
+        return self._runner.run(query)
+
+    def load_samples(
+        self, since_ms: int, config_filename: str | None = None, status: str | None = OK
+    ) -> Deferred[list[LoadSample]]:
+        """Loads finished at or after ``since_ms`` (of one config; with ``status``, None: any),
+        oldest first."""
+        sql = f"SELECT {_LOAD_COLUMNS} FROM load_samples WHERE finished_at >= ?"
+        args: list[object] = [since_ms]
+        if config_filename is not None:
+            sql += " AND config_filename = ?"
+            args.append(config_filename)
+        if status is not None:
+            sql += " AND status = ?"
+            args.append(status)
+        sql += " ORDER BY finished_at, id"
+
+        def query(conn: sqlite3.Connection) -> list[LoadSample]:
+            return [_load_sample(row) for row in conn.execute(sql, args)]
+
+        return self._runner.run(query)
+
+    def load_summary(self, since_ms: int) -> Deferred[dict[str, tuple[float, int]]]:
+        """Config filename → (mean duration ms, count) of successful loads since ``since_ms``."""
+
+        def query(conn: sqlite3.Connection) -> dict[str, tuple[float, int]]:
+            rows = conn.execute(
+                "SELECT config_filename, AVG(duration_ms), COUNT(*) FROM load_samples"
+                " WHERE finished_at >= ? AND status = ? AND config_filename != ''"
+                " GROUP BY config_filename ORDER BY config_filename",
+                (since_ms, OK),
+            )
+            return {str(name): (float(mean), int(count)) for name, mean, count in rows}
+
+        return self._runner.run(query)
+
+    # --- routing links (admin writes: failures reach the caller) -------------------------------
+
+    def links(self, lane: Lane) -> Deferred[list[LinkRow]]:
+        """Every link of ``lane``, ordered by owner node, owner model, helper node, helper model."""
+        return self._runner.run(lambda conn: links_sql.list_links(conn, lane))
+
+    def replace_links(self, lane: Lane, rows: Sequence[LinkRow]) -> Deferred[None]:
+        """Make ``rows`` the complete link set of ``lane`` (a slave installing the master's push)."""
+        return self._runner.run(lambda conn: links_sql.replace_links(conn, lane, rows))
+
+    def replace_anchor_links(
+        self, lane: Lane, node_id: str, model_id: str, rows: Sequence[LinkRow]
+    ) -> Deferred[None]:
+        """Replace every link touching the anchor (either direction) with ``rows``."""
+        return self._runner.run(
+            lambda conn: links_sql.replace_anchor_links(conn, lane, node_id, model_id, rows)
+        )
+
+    def delete_anchor_links(self, lane: Lane, node_id: str, model_id: str) -> Deferred[int]:
+        """Remove every link touching the anchor; fires the number removed."""
+        return self._runner.run(lambda conn: links_sql.delete_anchor_links(conn, lane, node_id, model_id))
+
+    # --- lending setting overrides (values are already normalised by routerd.lending.settings) --
+
+    def setting_overrides(self) -> Deferred[dict[str, str]]:
+        """Key → stored override value."""
+        return self._runner.run(settings_sql.get_overrides)
+
+    def set_setting_overrides(self, values: Mapping[str, str]) -> Deferred[None]:
+        """Store every value of the batch, or none of them."""
+        now = self.now_ms()
+        return self._runner.run(lambda conn: settings_sql.set_overrides(conn, values, now))
+
+    def delete_setting_overrides(self, key: str | None = None) -> Deferred[int]:
+        """Clear one override (or all with ``key=None``); fires the number removed."""
+        return self._runner.run(lambda conn: settings_sql.delete_overrides(conn, key))

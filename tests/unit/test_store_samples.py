@@ -1,0 +1,189 @@
+"""Request and load samples: round trip, window queries, load summary, pruning, failing writes."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from typing import TypeVar
+
+from hypothesis import given
+from hypothesis import strategies as st
+from twisted.internet.defer import Deferred
+from twisted.logger import capturedLogs
+from twisted.python.failure import Failure
+
+from routerd.store.samples import SECTIONS, LoadSample, RequestSample
+from routerd.store.store import Store
+
+T = TypeVar("T")
+
+
+def fired(d: Deferred[T]) -> T:
+    """The result of an already-fired Deferred (SyncRunner never leaves one pending)."""
+    results: list[T | Failure] = []
+    d.addBoth(results.append)
+    assert results, "Deferred has not fired"
+    result = results[0]
+    if isinstance(result, Failure):
+        result.raiseException()
+    return result
+
+
+def req(
+    model: str = "llama",
+    at: int = 1000,
+    *,
+    section: str = "llm",
+    work: tuple[float, ...] = (10.0, 20.0),
+    ms: float = 250.0,
+    status: str = "ok",
+) -> RequestSample:
+    return RequestSample(model, section, work, ms, status, at)
+
+
+def load(config: str = "llama.kcpps", at: int = 1000, ms: float = 3000.0, status: str = "ok") -> LoadSample:
+    return LoadSample(config, "llama", "text", ms, status, at)
+
+
+def test_request_sample_round_trips_every_field() -> None:
+    store = Store.open_sync()
+    sample = RequestSample(
+        model_id="sd",
+        section="image",
+        work=(20 * 512 * 512 * 2,),
+        duration_ms=1234.5,
+        status="ok",
+        finished_at_ms=1_700_000_000_123,
+        http_status=200,
+        request_bytes=321,
+        node_id="node-a",
+    )
+    assert fired(store.record_request_sample(sample)) is None
+    assert fired(store.request_samples("sd", "image", 0)) == [sample]
+
+
+def test_request_sample_work_list_is_stored_as_a_tuple_of_floats() -> None:
+    sample = RequestSample("m", "llm", [3, 4], 1.0, "ok", 1)
+    assert sample.work == (3.0, 4.0)
+    store = Store.open_sync()
+    fired(store.record_request_sample(sample))
+    stored = fired(store.request_samples("m", "llm", 0))
+    assert stored[0].work == (3.0, 4.0)
+    raw = fired(store.runner.run(lambda c: c.execute("SELECT work FROM request_samples").fetchone()))
+    assert raw == ("[3.0, 4.0]",)
+
+
+@given(
+    st.sampled_from(SECTIONS),
+    st.lists(st.floats(allow_nan=False, allow_infinity=False, width=64), max_size=4),
+    st.floats(min_value=0, max_value=1e9),
+    st.integers(min_value=0, max_value=2**62),
+    st.text(max_size=20),
+)
+def test_any_request_sample_round_trips(
+    section: str, work: list[float], ms: float, at: int, model: str
+) -> None:
+    store = Store.open_sync()
+    sample = RequestSample(model, section, tuple(work), ms, "ok", at)
+    fired(store.record_request_sample(sample))
+    assert fired(store.request_samples(model, section, at)) == [sample]
+
+
+def test_load_sample_round_trips_every_field() -> None:
+    store = Store.open_sync()
+    sample = LoadSample("flux.kcpps", "flux", "image", 8000.0, "load_failed", 42, reason="backend exited")
+    fired(store.record_load_sample(sample))
+    assert fired(store.load_samples(0, status=None)) == [sample]
+    assert fired(store.load_samples(0)) == []
+
+
+def test_request_window_honours_since_ms_inclusively_model_section_and_status() -> None:
+    store = Store.open_sync()
+    for sample in (
+        req(at=999),
+        req(at=1000),
+        req(at=2000),
+        req(at=1500, status="backend_error"),
+        req("other", at=1500),
+        req(at=1500, section="embeddings"),
+    ):
+        fired(store.record_request_sample(sample))
+    got = fired(store.request_samples("llama", "llm", 1000))
+    assert [(s.finished_at_ms, s.status) for s in got] == [(1000, "ok"), (2000, "ok")]
+    errors = fired(store.request_samples("llama", "llm", 1000, status="backend_error"))
+    assert [s.finished_at_ms for s in errors] == [1500]
+    every_status = fired(store.request_samples("llama", "llm", 1000, status=None))
+    assert [s.finished_at_ms for s in every_status] == [1000, 1500, 2000]
+    every_model = fired(store.request_samples(None, "llm", 1000))
+    assert sorted(s.model_id for s in every_model) == ["llama", "llama", "other"]
+
+
+def test_load_window_honours_since_ms_config_and_status() -> None:
+    store = Store.open_sync()
+    for sample in (load(at=10), load(at=20), load("sd.kcpps", at=30), load(at=40, status="timeout")):
+        fired(store.record_load_sample(sample))
+    assert [s.finished_at_ms for s in fired(store.load_samples(20))] == [20, 30]
+    assert [s.finished_at_ms for s in fired(store.load_samples(0, "llama.kcpps"))] == [10, 20]
+    assert [s.status for s in fired(store.load_samples(0, "llama.kcpps", status=None))] == [
+        "ok",
+        "ok",
+        "timeout",
+    ]
+
+
+def test_load_summary_is_the_mean_and_count_of_successful_loads_per_config_in_the_window() -> None:
+    store = Store.open_sync()
+    for sample in (
+        load("llama.kcpps", at=5, ms=99999.0),  # before the window
+        load("llama.kcpps", at=10, ms=1000.0),
+        load("llama.kcpps", at=11, ms=2000.0),
+        load("llama.kcpps", at=12, ms=9000.0, status="crashed"),  # failures do not count
+        load("sd.kcpps", at=13, ms=500.0),
+        load("", at=14, ms=700.0),  # no config file name: not attributable
+    ):
+        fired(store.record_load_sample(sample))
+    summary = fired(store.load_summary(10))
+    assert summary.keys() == {"llama.kcpps", "sd.kcpps"}
+    mean, count = summary["llama.kcpps"]
+    assert math.isclose(mean, 1500.0) and count == 2
+    assert summary["sd.kcpps"] == (500.0, 1)
+    assert fired(store.load_summary(100)) == {}
+
+
+def test_prune_removes_samples_finished_before_the_cutoff_only() -> None:
+    store = Store.open_sync()
+    for at in (1, 2, 3):
+        fired(store.record_request_sample(req(at=at)))
+        fired(store.record_load_sample(load(at=at)))
+    assert fired(store.prune_samples(3)) == 4
+    assert [s.finished_at_ms for s in fired(store.request_samples("llama", "llm", 0))] == [3]
+    assert [s.finished_at_ms for s in fired(store.load_samples(0))] == [3]
+
+
+def test_failing_write_is_logged_and_fires_none_instead_of_raising() -> None:
+    store = Store.open_sync()
+    fired(store.runner.run(lambda c: c.execute("DROP TABLE request_samples")))
+    with capturedLogs() as events:
+        result = fired(store.record_request_sample(req()))
+    assert result is None
+    failures = [e for e in events if "log_failure" in e]
+    assert len(failures) == 1
+    assert failures[0]["what"] == "request sample"
+    assert failures[0]["log_failure"].check(sqlite3.OperationalError)
+
+
+def test_writes_after_close_are_logged_not_raised() -> None:
+    store = Store.open_sync()
+    fired(store.close())
+    with capturedLogs() as events:
+        assert fired(store.record_load_sample(load())) is None
+        assert fired(store.prune_samples(10)) == 0
+    assert [e["what"] for e in events if "log_failure" in e] == ["load sample", "sample pruning"]
+
+
+def test_sample_with_unknown_section_is_dropped_with_a_warning() -> None:
+    store = Store.open_sync()
+    with capturedLogs() as events:
+        assert fired(store.record_request_sample(req(section="video"))) is None
+    assert any(e.get("section") == "video" for e in events)
+    assert fired(store.request_samples(None, "video", 0, status=None)) == []
