@@ -1,0 +1,412 @@
+"""Load and validate a routerd YAML config (contract §2).
+
+``load_config`` collects *every* problem before failing, so an operator fixes
+a config in one pass; each message names the key and the reason.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Callable, Mapping
+from importlib import resources
+from typing import Any
+from urllib.parse import urlsplit
+
+import attrs
+import yaml
+
+from routerd.config.durations import DurationError, parse_duration
+from routerd.config.schema import (
+    BACKEND_MODES,
+    ROLES,
+    AuthConfig,
+    BackendConfig,
+    BinaryConfig,
+    ClusterConfig,
+    Config,
+    LimitsConfig,
+    ModelsConfig,
+    ServerConfig,
+)
+from routerd.lending.settings import SETTINGS, LendingSettings, SettingError, normalise
+
+PLACEHOLDER_TOKENS = ("change-me", "changeme", "replace-me", "replace_me")
+MIN_TOKEN_LENGTH = 16
+TOKEN_ENV = "ROUTERD_CLUSTER_TOKEN"
+TOKEN_FILE_ENV = "ROUTERD_CLUSTER_TOKEN_FILE"
+
+_BINARY_SECTIONS = ("llama", "sdcpp", "whispercpp", "kobold", "vllm")
+_SECTIONS = ("server", "auth", "models", "backend", *_BINARY_SECTIONS, "cluster", "limits")
+
+
+class ConfigError(Exception):
+    """A config that does not validate; ``errors`` lists every problem."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("; ".join(errors))
+        self.errors = list(errors)
+
+
+class _Errors:
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def add(self, key: str, reason: str) -> None:
+        self.items.append(f"{key}: {reason}")
+
+
+def embedded_default_path() -> str:
+    """Path of the embedded default config shipped inside the package."""
+    return str(resources.files("routerd.defaults").joinpath("default.yaml"))
+
+
+def load_config(
+    path: str | None = None,
+    env: Mapping[str, str] | None = None,
+    read_file: Callable[[str], str] | None = None,
+) -> Config:
+    """Read, parse and validate the config at ``path`` (embedded default if None)."""
+    env = os.environ if env is None else env
+    source = path or embedded_default_path()
+    reader = read_file or _read_text
+    try:
+        text = reader(source)
+    except OSError as exc:
+        raise ConfigError([f"config: cannot read {source}: {exc.strerror or exc}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"config: {source} is not valid YAML: {exc}"]) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError([f"config: {source} must hold a mapping of sections"])
+    # Relative paths resolve against the config file's directory; the embedded
+    # default finds its models in the package but keeps its store in ./routerd-data.
+    base_dir = os.path.dirname(os.path.abspath(source))
+    return parse_config(data, base_dir=base_dir, env=env, source=source, embedded=path is None)
+
+
+def _read_text(path: str) -> str:
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def parse_config(
+    data: Mapping[str, Any],
+    base_dir: str,
+    env: Mapping[str, str],
+    source: str = "<memory>",
+    embedded: bool = False,
+) -> Config:
+    """Validate a parsed YAML mapping into a ``Config`` or raise ``ConfigError``."""
+    errs = _Errors()
+    for section in data:
+        if section not in _SECTIONS:
+            errs.add(str(section), "unknown section")
+    sections = {name: _section(data, name, errs) for name in _SECTIONS}
+    reader = _Reader(errs, base_dir)
+
+    s = sections["server"]
+    server = ServerConfig(
+        bind=reader.string(s, "server", "bind", ServerConfig().bind),
+        allowed_cidrs=reader.str_list(s, "server", "allowed_cidrs", ServerConfig().allowed_cidrs),
+    )
+    reader.unknown(s, "server", ("bind", "allowed_cidrs"))
+    _check_bind(server.bind, errs)
+    for cidr in server.allowed_cidrs:
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            errs.add("server.allowed_cidrs", f"invalid network {cidr!r}")
+
+    a = sections["auth"]
+    auth = AuthConfig(
+        inference_keys=reader.str_list(a, "auth", "inference_keys", ()),
+        admin_keys=reader.str_list(a, "auth", "admin_keys", ()),
+    )
+    reader.unknown(a, "auth", ("inference_keys", "admin_keys"))
+
+    m = sections["models"]
+    models = ModelsConfig(
+        config_dir=reader.path(m, "models", "config_dir", ModelsConfig().config_dir),
+        startup_model=reader.string(m, "models", "startup_model", ""),
+        shared_dir=reader.path(m, "models", "shared_dir", ""),
+        file_roots=tuple(reader.path_value(p) for p in reader.str_list(m, "models", "file_roots", ())),
+        concurrent_asset_transfers=reader.integer(m, "models", "concurrent_asset_transfers", 2, 1, 64),
+    )
+    reader.unknown(m, "models", ("config_dir", "startup_model", "shared_dir", "file_roots",
+                                 "concurrent_asset_transfers"))
+    if "" in models.file_roots:
+        errs.add("models.file_roots", "cannot contain empty paths")
+    if not os.path.isdir(models.config_dir):
+        errs.add("models.config_dir", f"directory {models.config_dir} does not exist")
+
+    b = sections["backend"]
+    backend = BackendConfig(mode=reader.string(b, "backend", "mode", "llama_sdcpp").strip())
+    reader.unknown(b, "backend", ("mode",))
+    if backend.mode not in BACKEND_MODES:
+        errs.add("backend.mode", "must be llama_sdcpp, kobold, or vllm")
+    elif backend.mode != "llama_sdcpp":
+        errs.add("backend.mode", f"{backend.mode!r} is not supported by this build yet (use llama_sdcpp)")
+
+    binaries = {name: reader.binary(sections[name], name) for name in _BINARY_SECTIONS}
+
+    c = sections["cluster"]
+    token = reader.string(c, "cluster", "token", "")
+    token = _token_from_env(env, token, errs)
+    cluster = ClusterConfig(
+        role=reader.string(c, "cluster", "role", "standalone").strip(),
+        node_id=reader.string(c, "cluster", "node_id", "local").strip(),
+        token=token.strip(),
+        master_url=reader.string(c, "cluster", "master_url", "").strip(),
+        public_url=reader.string(c, "cluster", "public_url", "").strip(),
+        slave_urls=tuple(u.strip() for u in reader.str_list(c, "cluster", "slave_urls", ())),
+        store_dir=reader.path(c, "cluster", "store_dir", "./routerd-data",
+                              base=os.getcwd() if embedded else None),
+        sync_interval=reader.duration(c, "cluster", "sync_interval", 60.0),
+        health_interval=reader.duration(c, "cluster", "health_interval", 15.0),
+        control_timeout=reader.duration(c, "cluster", "control_timeout", 30.0),
+        lending=_lending(c, errs),
+    )
+    reader.unknown(c, "cluster", ("role", "node_id", "token", "master_url", "public_url", "slave_urls",
+                                  "store_dir", "sync_interval", "health_interval", "control_timeout",
+                                  *(spec.key for spec in SETTINGS)))
+    _check_cluster(cluster, auth, errs)
+
+    lim = sections["limits"]
+    limits = LimitsConfig(
+        max_body_mb=reader.number(lim, "limits", "max_body_mb", 64.0),
+        replay_buffer_mb=reader.number(lim, "limits", "replay_buffer_mb", 512.0),
+    )
+    reader.unknown(lim, "limits", ("max_body_mb", "replay_buffer_mb"))
+
+    if not _is_loopback_bind(server.bind) and not (auth.inference_keys or auth.admin_keys):
+        errs.add("server.bind", f"{server.bind} is not a loopback address; configure auth.inference_keys "
+                                "or auth.admin_keys before exposing routerd")
+    _check_keys(auth, cluster, errs)
+
+    if errs.items:
+        raise ConfigError(errs.items)
+    return Config(server=server, auth=auth, models=models, backend=backend, cluster=cluster,
+                  limits=limits, source=source, **binaries)
+
+
+def _section(data: Mapping[str, Any], name: str, errs: _Errors) -> Mapping[str, Any]:
+    value = data.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        errs.add(name, "must be a mapping of keys")
+        return {}
+    return value
+
+
+@attrs.define
+class _Reader:
+    errs: _Errors
+    base_dir: str
+
+    def unknown(self, section: Mapping[str, Any], name: str, known: tuple[str, ...]) -> None:
+        for key in section:
+            if key not in known:
+                self.errs.add(f"{name}.{key}", "unknown key")
+
+    def string(self, section: Mapping[str, Any], name: str, key: str, default: str) -> str:
+        value = section.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            self.errs.add(f"{name}.{key}", f"must be a string, got {type(value).__name__}")
+            return default
+        return value
+
+    def str_list(self, section: Mapping[str, Any], name: str, key: str,
+                 default: tuple[str, ...]) -> tuple[str, ...]:
+        value = section.get(key)
+        if value is None:
+            return default
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            self.errs.add(f"{name}.{key}", "must be a list of strings")
+            return default
+        return tuple(value)
+
+    def integer(self, section: Mapping[str, Any], name: str, key: str, default: int,
+                lo: int, hi: int) -> int:
+        value = section.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.errs.add(f"{name}.{key}", f"must be a whole number, got {value!r}")
+            return default
+        if not lo <= value <= hi:
+            self.errs.add(f"{name}.{key}", f"must be between {lo} and {hi}, got {value}")
+            return default
+        return value
+
+    def number(self, section: Mapping[str, Any], name: str, key: str, default: float) -> float:
+        value = section.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.errs.add(f"{name}.{key}", f"must be a number, got {value!r}")
+            return default
+        if value <= 0:
+            self.errs.add(f"{name}.{key}", f"must be positive, got {value}")
+            return default
+        return float(value)
+
+    def duration(self, section: Mapping[str, Any], name: str, key: str, default: float) -> float:
+        if key not in section:
+            return default
+        try:
+            seconds = parse_duration(section[key])
+        except DurationError as exc:
+            self.errs.add(f"{name}.{key}", str(exc))
+            return default
+        if seconds <= 0:
+            self.errs.add(f"{name}.{key}", "must be positive")
+            return default
+        return seconds
+
+    def path_value(self, value: str, base: str | None = None) -> str:
+        if not value:
+            return ""
+        value = os.path.expanduser(value)
+        return os.path.normpath(os.path.join(base or self.base_dir, value))
+
+    def path(self, section: Mapping[str, Any], name: str, key: str, default: str,
+             base: str | None = None) -> str:
+        return self.path_value(self.string(section, name, key, default), base)
+
+    def binary(self, section: Mapping[str, Any], name: str) -> BinaryConfig:
+        self.unknown(section, name, ("binary_path", "extra_args"))
+        raw = section.get("binary_path")
+        command: tuple[str, ...] = ()
+        if raw is None or raw == "":
+            command = ()
+        elif isinstance(raw, str):
+            command = (self._command_path(raw),)
+        elif isinstance(raw, list) and raw and all(isinstance(v, str) and v for v in raw):
+            command = (self._command_path(raw[0]), *raw[1:])
+        else:
+            self.errs.add(f"{name}.binary_path", "must be a path or a non-empty list of strings")
+        extra = self.str_list(section, name, "extra_args", ())
+        return BinaryConfig(command=command, extra_args=extra)
+
+    def _command_path(self, value: str) -> str:
+        # A bare program name is looked up on PATH at start; a relative path
+        # with a directory part resolves against the config file.
+        if os.sep in value or value.startswith("."):
+            return self.path_value(value)
+        return value
+
+
+def _lending(section: Mapping[str, Any], errs: _Errors) -> LendingSettings:
+    texts: dict[str, str] = {}
+    for spec in SETTINGS:
+        if spec.key not in section:
+            continue
+        try:
+            texts[spec.key] = normalise(spec.key, section[spec.key])
+        except SettingError as exc:
+            errs.add(f"cluster.{spec.key}", str(exc).removeprefix(f"{spec.key}: "))
+    return LendingSettings.from_texts(texts)
+
+
+def _token_from_env(env: Mapping[str, str], token: str, errs: _Errors) -> str:
+    direct = env.get(TOKEN_ENV, "")
+    file_name = env.get(TOKEN_FILE_ENV, "")
+    if direct and file_name:
+        errs.add("cluster.token", f"set only one of {TOKEN_ENV} and {TOKEN_FILE_ENV}")
+        return token
+    if direct:
+        return direct.strip()
+    if file_name:
+        try:
+            with open(file_name, encoding="utf-8") as fh:
+                value = fh.read().strip()
+        except OSError as exc:
+            errs.add("cluster.token", f"{TOKEN_FILE_ENV} {file_name}: {exc.strerror or exc}")
+            return token
+        if not value or "\n" in value:
+            errs.add("cluster.token", f"{TOKEN_FILE_ENV} {file_name} must hold one non-empty token")
+            return token
+        return value
+    return token
+
+
+def _check_bind(bind: str, errs: _Errors) -> None:
+    host, sep, port = bind.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        errs.add("server.bind", f"must be host:port, got {bind!r}")
+
+
+def _is_loopback_bind(bind: str) -> bool:
+    host = bind.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _valid_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and not parts.username
+
+
+def _check_cluster(cluster: ClusterConfig, auth: AuthConfig, errs: _Errors) -> None:
+    if cluster.role not in ROLES:
+        errs.add("cluster.role", "must be standalone, master, or slave")
+        return
+    if not cluster.node_id:
+        errs.add("cluster.node_id", "is required")
+    if cluster.role != "standalone":
+        token = cluster.token
+        if not token:
+            errs.add("cluster.token", f"is required when cluster.role is {cluster.role} "
+                                      f"(or set {TOKEN_ENV} / {TOKEN_FILE_ENV})")
+        elif token.lower() in PLACEHOLDER_TOKENS:
+            errs.add("cluster.token", "contains a known placeholder; generate a real secret")
+        elif len(token) < MIN_TOKEN_LENGTH:
+            errs.add("cluster.token", f"must be at least {MIN_TOKEN_LENGTH} characters")
+    if cluster.role == "slave":
+        if not cluster.master_url:
+            errs.add("cluster.master_url", "is required when cluster.role is slave")
+        if not cluster.public_url:
+            errs.add("cluster.public_url", "is required when cluster.role is slave")
+    for key in ("master_url", "public_url"):
+        value = getattr(cluster, key)
+        if value and not _valid_url(value):
+            errs.add(f"cluster.{key}", f"is not a valid http(s) URL: {value!r}")
+    seen: set[str] = set()
+    for url in cluster.slave_urls:
+        if not _valid_url(url):
+            errs.add("cluster.slave_urls", f"contains invalid URL {url!r}")
+            continue
+        norm = url.rstrip("/").lower()
+        if norm in seen:
+            errs.add("cluster.slave_urls", f"lists {url!r} twice")
+        seen.add(norm)
+
+
+def _check_keys(auth: AuthConfig, cluster: ClusterConfig, errs: _Errors) -> None:
+    for name, keys in (("auth.inference_keys", auth.inference_keys), ("auth.admin_keys", auth.admin_keys)):
+        for key in keys:
+            if not key.strip():
+                errs.add(name, "cannot contain empty keys")
+            elif key.strip().lower() in PLACEHOLDER_TOKENS:
+                errs.add(name, "contains a known placeholder; generate a real secret")
+    inference = set(auth.inference_keys)
+    admin = set(auth.admin_keys)
+    if inference & admin:
+        errs.add("auth", "credentials cannot be reused across inference_keys and admin_keys")
+    if cluster.token and cluster.token in inference:
+        errs.add("cluster.token", "credentials cannot be reused across cluster.token and auth.inference_keys")
+    if cluster.token and cluster.token in admin:
+        errs.add("cluster.token", "credentials cannot be reused across cluster.token and auth.admin_keys")
