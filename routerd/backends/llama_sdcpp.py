@@ -1,0 +1,94 @@
+"""The ``llama_sdcpp`` family: llama-server, sd-server and whisper-server as
+three lazily started processes, one per runtime kind (reference cluster.md §7.1).
+
+This module knows the family's command lines and which probe tells each
+process is ready; :mod:`routerd.backends.runtimes` wires them into slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from routerd.backends.readiness import Probe, probe_image, probe_stt, probe_text
+from routerd.catalog.model import ModelConfig, RuntimeKind
+
+HOST = "127.0.0.1"
+
+#: ``argv_builder(command, binary_extra_args, model, port) -> argv``.
+ArgvBuilder = Callable[[Sequence[str], Sequence[str], ModelConfig, int], list[str]]
+
+
+def primary_kind(model: ModelConfig) -> RuntimeKind | None:
+    """The runtime a config's own ``extra_args`` belong to: text when it names
+    text or embeddings weights, else image, else stt.  A combined config's
+    ``extra_args`` are llama-server flags; handing them to sd-server or
+    whisper-server as well would break those."""
+    if model.text_model or model.embeddings_model:
+        return "text"
+    if model.sd_model:
+        return "image"
+    if model.whisper_model:
+        return "stt"
+    return None
+
+
+def _model_extra(model: ModelConfig, kind: RuntimeKind) -> list[str]:
+    return list(model.extra_args) if primary_kind(model) == kind else []
+
+
+def text_argv(cmd: Sequence[str], extra: Sequence[str], model: ModelConfig, port: int) -> list[str]:
+    """llama-server for text, embeddings and multimodal."""
+    argv = [*cmd, "--host", HOST, "--port", str(port)]
+    if model.text_model:
+        argv += ["-m", model.text_model]
+    elif model.embeddings_model:
+        argv += ["-m", model.embeddings_model, "--embeddings"]
+    else:
+        raise ValueError(f"model {model.local_id!r} names no text or embeddings weights")
+    if model.context_size:
+        argv += ["--ctx-size", str(model.context_size)]
+    if model.parallel:
+        argv += ["--parallel", str(model.parallel)]
+    if model.mmproj:
+        argv += ["--mmproj", model.mmproj]
+    if model.text_model and (model.capabilities.embeddings or model.embeddings_model):
+        argv.append("--embeddings")
+    return [*argv, *_model_extra(model, "text"), *extra]
+
+
+def image_argv(cmd: Sequence[str], extra: Sequence[str], model: ModelConfig, port: int) -> list[str]:
+    """sd-server."""
+    if not model.sd_model:
+        raise ValueError(f"model {model.local_id!r} names no image weights")
+    argv = [*cmd, "--listen-ip", HOST, "--listen-port", str(port), "-m", model.sd_model]
+    return [*argv, *_model_extra(model, "image"), *extra]
+
+
+def stt_argv(cmd: Sequence[str], extra: Sequence[str], model: ModelConfig, port: int) -> list[str]:
+    """whisper-server."""
+    if not model.whisper_model:
+        raise ValueError(f"model {model.local_id!r} names no whisper weights")
+    argv = [*cmd, "--host", HOST, "--port", str(port), "-m", model.whisper_model]
+    return [*argv, *_model_extra(model, "stt"), *extra]
+
+
+@attrs.frozen
+class RuntimeSpec:
+    """How one runtime kind of the family is started and probed."""
+
+    kind: RuntimeKind
+    #: ``Config`` attribute holding the :class:`~routerd.config.schema.BinaryConfig`.
+    section: str
+    #: Label for log lines and error reasons.
+    process_name: str
+    argv: ArgvBuilder
+    probe: Probe
+
+
+SPECS: dict[RuntimeKind, RuntimeSpec] = {
+    "text": RuntimeSpec("text", "llama", "llama-server", text_argv, probe_text),
+    "image": RuntimeSpec("image", "sdcpp", "sd-server", image_argv, probe_image),
+    "stt": RuntimeSpec("stt", "whispercpp", "whisper-server", stt_argv, probe_stt),
+}
