@@ -1,0 +1,100 @@
+"""How one client request is put to a ``llama_sdcpp`` backend (pure).
+
+``plan_backend_call`` turns (route, parsed request) into the backend path,
+body and the way its answer is converted back for the client, so the HTTP
+code only performs what the plan says.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import attrs
+
+from routerd.api.errors import HTTPError
+from routerd.routing.adapters import kobold, ollama, whisper
+from routerd.routing.classify import Route
+from routerd.routing.multipart import Part, build_form, make_boundary, parse_form
+
+ResponseMode = Literal["openai", "ollama_chat", "ollama_generate", "ollama_embed", "kobold", "whisper"]
+
+SECTIONS: Mapping[str, str] = {
+    "chat": "llm", "completion": "llm", "ollama_chat": "llm", "ollama_generate": "llm",
+    "kobold_generate": "llm", "kobold_generate_stream": "llm", "llama_completion": "llm",
+    "embeddings": "embeddings", "ollama_embed": "embeddings",
+    "image": "image", "sd_txt2img": "image", "sd_img2img": "image",
+    "stt": "stt", "kobold_transcribe": "stt", "tts": "tts",
+}
+
+# Which capability a route needs from the model it names.
+NEEDS: Mapping[str, str] = {
+    "llm": "llm", "embeddings": "embeddings", "image": "image", "stt": "stt", "tts": "tts",
+}
+
+
+@attrs.frozen
+class BackendPlan:
+    path: str
+    body: bytes
+    content_type: str
+    mode: ResponseMode
+    stream: bool
+    response_format: str = "json"
+
+
+def _json(body: Mapping[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def plan_backend_call(route: Route, path: str, parsed: Mapping[str, Any] | None, raw: bytes,
+                      content_type: str, local_id: str, stream: bool) -> BackendPlan:
+    """Plan the backend request for a route whose model resolved to ``local_id``."""
+    kind = route.kind
+    if kind == "tts":
+        raise HTTPError(501, "audio route is not supported by the selected split backend config",
+                        "unsupported_backend", "unsupported_backend")
+    if kind in ("kobold_generate_stream", "kobold_transcribe"):
+        raise HTTPError(501, f"{path} is not supported by the llama_sdcpp backend family",
+                        "unsupported_backend", "unsupported_backend")
+    if kind == "stt":
+        return _plan_stt(path, raw, content_type)
+    assert parsed is not None
+    body = dict(parsed)
+    if kind in ("chat", "completion", "embeddings", "llama_completion"):
+        body["model"] = local_id
+        return BackendPlan(path, _json(body), "application/json", "openai", stream)
+    if kind in ("image", "sd_txt2img", "sd_img2img"):
+        return BackendPlan(path, raw, "application/json", "openai", False)
+    if kind == "ollama_chat":
+        backend_path, out = ollama.ollama_chat_to_openai(body)
+        out["model"] = local_id
+        return BackendPlan(backend_path, _json(out), "application/json", "ollama_chat", stream)
+    if kind == "ollama_generate":
+        backend_path, out = ollama.ollama_generate_to_openai(body)
+        out["model"] = local_id
+        mode: ResponseMode = "ollama_chat" if backend_path.endswith("/chat/completions") else "ollama_generate"
+        return BackendPlan(backend_path, _json(out), "application/json", mode, stream)
+    if kind == "ollama_embed":
+        backend_path, out = ollama.ollama_embed_to_openai(body)
+        out["model"] = local_id
+        return BackendPlan(backend_path, _json(out), "application/json", "ollama_embed", False)
+    if kind == "kobold_generate":
+        backend_path, out = kobold.kobold_generate_to_llama(body)
+        return BackendPlan(backend_path, _json(out), "application/json", "kobold", False)
+    raise HTTPError(404, f"route {path} is not served by this node", "not_found", "not_found")
+
+
+def _plan_stt(path: str, raw: bytes, content_type: str) -> BackendPlan:
+    parts = parse_form(raw, content_type)
+    fields = [(p.name, p.filename, p.content_type, p.data) for p in parts]
+    translate = path.endswith("/translations")
+    adapted = whisper.openai_transcription_to_whisper(fields, translate=translate)
+    fmt = "json"
+    for name, _filename, _ctype, data in adapted:
+        if name == "response_format":
+            fmt = data.decode("utf-8", "replace").strip() or "json"
+    boundary = make_boundary().decode("ascii")
+    body = build_form([Part(name=n, filename=f, content_type=c, data=d) for n, f, c, d in adapted], boundary)
+    return BackendPlan("/inference", body, f"multipart/form-data; boundary={boundary}", "whisper", False, fmt)

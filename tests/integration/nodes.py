@@ -1,0 +1,81 @@
+"""Build real routerd nodes on 127.0.0.1 ephemeral ports with simulator backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+from twisted.internet import reactor
+
+from routerd.config.load import parse_config
+from routerd.config.schema import Config
+from routerd.node import Node
+from routerd.tap import NodeService
+
+SIM = [sys.executable, "-m", "routerd.sim"]
+
+# A fast text model: 1 ms per prompt word, 5 ms per generated token.
+FAST_TEXT = {"kind": "text", "load_ms": 40, "prompt_tokens_per_s": 1000, "gen_tokens_per_s": 200,
+             "context": 4096}
+
+
+def write_models(root: Path, models: Mapping[str, Mapping[str, Any]],
+                 weights: Mapping[str, Mapping[str, Any]]) -> Path:
+    """Write ``<root>/models/<id>.kcpps`` and ``<root>/weights/<name>.sim.json``."""
+    model_dir = root / "models"
+    weight_dir = root / "weights"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    weight_dir.mkdir(parents=True, exist_ok=True)
+    for name, spec in weights.items():
+        body = {"weights": name, **spec}
+        (weight_dir / f"{name}.sim.json").write_text(json.dumps(body))
+    for model_id, kcpps in models.items():
+        (model_dir / f"{model_id}.kcpps").write_text(json.dumps(kcpps))
+    return model_dir
+
+
+def node_config(root: Path, extra: Mapping[str, Any] | None = None,
+                env: Mapping[str, str] | None = None) -> Config:
+    data: dict[str, Any] = {
+        "server": {"bind": "127.0.0.1:0"},
+        "models": {"config_dir": str(root / "models")},
+        "backend": {"mode": "llama_sdcpp"},
+        "llama": {"binary_path": [*SIM, "llama-server"]},
+        "sdcpp": {"binary_path": [*SIM, "sd-server"]},
+        "whispercpp": {"binary_path": [*SIM, "whisper-server"]},
+        "cluster": {"store_dir": str(root / "store")},
+    }
+    for section, values in (extra or {}).items():
+        data.setdefault(section, {})
+        data[section] = {**data[section], **values}
+    return parse_config(data, base_dir=str(root), env=env or {})
+
+
+@attrs.define
+class RunningNode:
+    node: Node
+    service: NodeService
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.service.port.getHost().port}"
+
+    async def stop(self) -> None:
+        await self.service.stopService()
+
+
+async def start_node(config: Config) -> RunningNode:
+    node = Node(config, reactor)
+    service = NodeService(node, reactor)
+    service.startService()
+    await service.ready
+    return RunningNode(node, service)
+
+
+def sim_env() -> dict[str, str]:
+    return dict(os.environ)
