@@ -1,1 +1,8 @@
-"""routerd.sim."""
+"""routerd.sim: the inference simulator behind ``routerd-sim FAMILY [flags]``.
+
+A stand-in for llama-server, sd-server and whisper-server in tests and on the demo node. Helpers
+other modules import: ``routerd.sim.weights.write_weights`` (weight files),
+``routerd.sim.wav.make_wav`` / ``wav_duration`` (WAV clips), ``routerd.sim.multipart``
+(form bodies) and ``routerd.sim.harness.SimHarness`` (a simulated backend driven in-process).
+This package module imports nothing heavy, so ``routerd.sim.wav`` stays cheap to import.
+"""

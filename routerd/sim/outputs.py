@@ -1,0 +1,98 @@
+"""Deterministic answers: the same (weights label, input) always gives the same output."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+import struct
+import zlib
+
+__all__ = [
+    "WORDS",
+    "digest",
+    "embedding_vector",
+    "generate_tokens",
+    "png_b64",
+    "png_image",
+    "transcript",
+]
+
+WORDS: tuple[str, ...] = (
+    "amber", "basalt", "cobalt", "delta", "ember", "fjord", "glacier", "harbor",
+    "indigo", "juniper", "kestrel", "lantern", "meadow", "nebula", "orchard", "pebble",
+    "quartz", "river", "saffron", "timber", "umbra", "valley", "willow", "xenon",
+    "yarrow", "zephyr", "anchor", "beacon", "cedar", "dune", "echo", "falcon",
+    "granite", "heron", "island", "jasper", "kelp", "lumen", "maple", "nickel",
+    "opal", "prairie", "quill", "raven", "summit", "tundra", "updraft", "vortex",
+    "walnut", "yonder", "zenith", "aurora", "bramble", "canyon", "drift", "estuary",
+    "fern", "grove", "hollow", "ivory", "jetty", "knoll", "ledger", "mosaic",
+)
+
+
+def digest(label: str, *parts: str | bytes) -> bytes:
+    """sha256 over the weights label and the input parts, unambiguously separated."""
+    h = hashlib.sha256()
+    for part in (label, *parts):
+        raw = part.encode("utf-8") if isinstance(part, str) else part
+        h.update(struct.pack(">Q", len(raw)))
+        h.update(raw)
+    return h.digest()
+
+
+def _stream(seed: bytes, index: int) -> bytes:
+    return hashlib.sha256(seed + struct.pack(">Q", index)).digest()
+
+
+def generate_tokens(label: str, prompt: str, count: int) -> list[str]:
+    """``count`` tokens of generated text; joined they form the answer ("w1 w2 w3")."""
+    seed = digest(label, "text", prompt)
+    tokens: list[str] = []
+    for i in range(count):
+        word = WORDS[int.from_bytes(_stream(seed, i)[:4], "big") % len(WORDS)]
+        tokens.append(word if i == 0 else " " + word)
+    return tokens
+
+
+def embedding_vector(label: str, text: str, dim: int) -> list[float]:
+    """A unit vector of ``dim`` floats derived from sha256(label, text)."""
+    seed = digest(label, "embedding", text)
+    values = []
+    for i in range(dim):
+        raw = int.from_bytes(_stream(seed, i)[:8], "big")
+        values.append(raw / float(1 << 63) - 1.0)  # in [-1, 1)
+    norm = math.sqrt(sum(v * v for v in values))
+    if norm == 0.0:
+        return [1.0] + [0.0] * (dim - 1)
+    return [v / norm for v in values]
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    crc = zlib.crc32(kind + data) & 0xFFFFFFFF
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+
+def png_image(label: str, prompt: str, index: int = 0, size: int = 8) -> bytes:
+    """A small solid-colour RGB PNG whose colour comes from sha256(label, prompt, index)."""
+    colour = digest(label, "image", prompt, str(index))[:3]
+    row = b"\x00" + colour * size  # filter byte 0, then RGB pixels
+    raw = row * size
+    header = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _png_chunk(b"IHDR", header)
+        + _png_chunk(b"IDAT", zlib.compress(raw))
+        + _png_chunk(b"IEND", b"")
+    )
+
+
+def png_b64(label: str, prompt: str, index: int = 0) -> str:
+    return base64.b64encode(png_image(label, prompt, index)).decode("ascii")
+
+
+def transcript(label: str, audio: bytes, duration: float) -> str:
+    """Text for an audio clip: about 2.5 words a second, chosen by sha256(label, audio)."""
+    count = max(1, round(duration * 2.5))
+    audio_id = hashlib.sha256(audio).hexdigest()
+    words = "".join(generate_tokens(label, f"stt:{audio_id}:{duration:.3f}", count))
+    return words[:1].upper() + words[1:] + "."

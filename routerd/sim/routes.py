@@ -1,0 +1,78 @@
+"""Route wiring shared by every family: guarded endpoints, ``/sim/control`` and 404s."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from klein import Klein
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
+from twisted.web.server import Request
+from werkzeug.exceptions import MethodNotAllowed, NotFound
+
+from routerd.sim.control import ControlError, apply_control, snapshot
+from routerd.sim.runtime import Handler, LoadingReply, SimRuntime
+from routerd.sim.web import BadRequest, read_json, send_json
+
+__all__ = ["add_control_routes", "add_error_pages", "add_route"]
+
+
+def add_route(
+    app: Klein,
+    runtime: SimRuntime,
+    path: str,
+    methods: Sequence[str],
+    handler: Handler,
+    *,
+    work: bool,
+    loading_reply: LoadingReply | None,
+) -> None:
+    """Serve ``handler`` at ``path`` behind the runtime's exit/hang/loading guards."""
+
+    def endpoint(request: Request) -> Deferred[bytes | None] | bytes:
+        return runtime.serve(request, handler, work=work, loading_reply=loading_reply)
+
+    app.route(path, methods=list(methods), endpoint=f"{','.join(methods)} {path}")(endpoint)
+
+
+def add_control_routes(app: Klein, runtime: SimRuntime) -> None:
+    """``GET``/``POST /sim/control``: always answered, even while loading or hanging."""
+
+    def state() -> dict[str, object]:
+        return {
+            **snapshot(runtime.knobs, runtime.counters),
+            "family": runtime.family,
+            "weights": runtime.weights.label,
+            "model_path": runtime.weights_path,
+            "loading": runtime.loading,
+            "time_scale": runtime.time_scale,
+            "total_slots": runtime.total_slots,
+        }
+
+    @app.route("/sim/control", methods=["GET"], endpoint="sim-control-get")
+    def get_control(request: Request) -> bytes:
+        return send_json(request, 200, state())
+
+    @app.route("/sim/control", methods=["POST"], endpoint="sim-control-post")
+    def post_control(request: Request) -> bytes:
+        try:
+            apply_control(runtime.knobs, read_json(request))
+        except (BadRequest, ControlError) as exc:
+            return send_json(request, 400, {"error": {"code": 400, "message": str(exc),
+                                                      "type": "invalid_request_error"}})
+        SimRuntime.log.info("control changed: {knobs}", knobs=runtime.knobs)
+        if runtime.knobs.crash_after == 0:
+            runtime.clock.callLater(0.0, runtime.check_crash)
+        return send_json(request, 200, state())
+
+
+def add_error_pages(app: Klein, body: Callable[[int, str], object]) -> None:
+    """Answer unknown paths and methods with the family's JSON error shape."""
+
+    @app.handle_errors(NotFound)
+    def not_found(request: Request, failure: Failure) -> bytes:
+        return send_json(request, 404, body(404, "File Not Found"))
+
+    @app.handle_errors(MethodNotAllowed)
+    def not_allowed(request: Request, failure: Failure) -> bytes:
+        return send_json(request, 405, body(405, "Method Not Allowed"))

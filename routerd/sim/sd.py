@@ -1,0 +1,198 @@
+"""A stand-in for stable-diffusion.cpp's ``sd-server`` (A1111-style and OpenAI image routes)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import attrs
+from klein import Klein
+from twisted.web.server import Request
+
+from routerd.sim.flags import Flag
+from routerd.sim.outputs import png_b64
+from routerd.sim.routes import add_control_routes, add_error_pages, add_route
+from routerd.sim.runtime import SimRuntime
+from routerd.sim.timing import DEFAULT_IMAGE_SIZE, DEFAULT_STEPS, image_seconds
+from routerd.sim.web import BadRequest, HttpError, openai_error, read_json, send_json
+from routerd.sim.weights import weights_display_name
+
+__all__ = ["FLAGS", "ImageJob", "SdOptions", "build_app", "options_from_args"]
+
+FLAGS: tuple[Flag, ...] = (
+    Flag(("-l", "--listen-ip", "--host"), "host", str, "127.0.0.1", "address to listen on", "HOST"),
+    Flag(("--listen-port", "--port"), "port", int, 1234, "port to listen on", "PORT"),
+    Flag(("-m", "--model"), "model", str, None, "model weights (*.sim.json)", "PATH"),
+    Flag(("--diffusion-model",), "diffusion_model", str, None,
+         "standalone diffusion model weights, used when -m is not given", "PATH"),
+)
+
+MAX_SIDE = 8192
+MAX_COUNT = 64
+MAX_STEPS = 1000
+
+
+@attrs.frozen
+class SdOptions:
+    model_path: str
+
+    @property
+    def model_name(self) -> str:
+        return weights_display_name(self.model_path)
+
+
+def validate_args(ns: argparse.Namespace) -> str | None:
+    if ns.model is None:
+        ns.model = ns.diffusion_model
+    return None
+
+
+def options_from_args(ns: argparse.Namespace) -> SdOptions:
+    return SdOptions(model_path=ns.model)
+
+
+@attrs.frozen
+class ImageJob:
+    prompt: str
+    negative_prompt: str
+    steps: int
+    width: int
+    height: int
+    count: int
+    seed: int
+
+    def hash_input(self) -> str:
+        return json.dumps(attrs.asdict(self), sort_keys=True)
+
+
+def _bad(message: str) -> HttpError:
+    return HttpError(400, openai_error(400, message, "invalid_request_error"))
+
+
+def _int_field(body: dict[str, object], name: str, default: int, low: int, high: int) -> int:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise _bad(f"'{name}' must be an integer")
+    if not low <= int(value) <= high:
+        raise _bad(f"'{name}' must be between {low} and {high}")
+    return int(value)
+
+
+def _str_field(body: dict[str, object], name: str, required: bool = False) -> str:
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise _bad(f"'{name}' is required")
+        return ""
+    if not isinstance(value, str):
+        raise _bad(f"'{name}' must be a string")
+    return value
+
+
+def parse_size(size: object) -> tuple[int, int]:
+    """``"WxH"`` to (width, height)."""
+    if size is None:
+        return DEFAULT_IMAGE_SIZE
+    if isinstance(size, str):
+        width, sep, height = size.lower().partition("x")
+        if sep and width.isdigit() and height.isdigit():
+            w, h = int(width), int(height)
+            if 0 < w <= MAX_SIDE and 0 < h <= MAX_SIDE:
+                return w, h
+    raise _bad("'size' must look like '512x512'")
+
+
+class SdServer:
+    def __init__(self, runtime: SimRuntime, options: SdOptions) -> None:
+        self.rt = runtime
+        self.opts = options
+
+    def _body(self, request: Request) -> dict[str, object]:
+        try:
+            return read_json(request)
+        except BadRequest as exc:
+            raise _bad(str(exc)) from None
+
+    async def _render(self, job: ImageJob) -> list[str]:
+        async with self.rt.slot():
+            await self.rt.work(
+                image_seconds(self.rt.weights, job.steps, job.width, job.height, job.count)
+            )
+        return [png_b64(self.rt.weights.label, job.hash_input(), i) for i in range(job.count)]
+
+    async def health(self, request: Request) -> bytes:
+        return send_json(request, 200, {"status": "ok"})
+
+    async def sd_models(self, request: Request) -> bytes:
+        name = self.opts.model_name
+        return send_json(request, 200, [
+            {"title": name, "model_name": name, "filename": self.opts.model_path, "hash": None,
+             "sha256": None, "config": None},
+        ])
+
+    async def txt2img(self, request: Request) -> bytes:
+        body = self._body(request)
+        job = ImageJob(
+            prompt=_str_field(body, "prompt"),
+            negative_prompt=_str_field(body, "negative_prompt"),
+            steps=_int_field(body, "steps", DEFAULT_STEPS, 1, MAX_STEPS),
+            width=_int_field(body, "width", DEFAULT_IMAGE_SIZE[0], 1, MAX_SIDE),
+            height=_int_field(body, "height", DEFAULT_IMAGE_SIZE[1], 1, MAX_SIDE),
+            count=_int_field(body, "batch_size", 1, 1, MAX_COUNT),
+            seed=_int_field(body, "seed", -1, -1, 2**63 - 1),
+        )
+        images = await self._render(job)
+        parameters = {**body, **attrs.asdict(job)}
+        parameters["batch_size"] = parameters.pop("count")
+        info = {
+            "prompt": job.prompt, "all_prompts": [job.prompt] * job.count,
+            "negative_prompt": job.negative_prompt, "seed": job.seed, "steps": job.steps,
+            "width": job.width, "height": job.height, "sd_model_name": self.opts.model_name,
+            "weights": self.rt.weights.label,
+        }
+        return send_json(request, 200, {"images": images, "parameters": parameters,
+                                        "info": json.dumps(info)})
+
+    async def generations(self, request: Request) -> bytes:
+        body = self._body(request)
+        width, height = parse_size(body.get("size"))
+        response_format = body.get("response_format", "b64_json")
+        if response_format not in (None, "b64_json"):
+            raise _bad("only response_format 'b64_json' is supported")
+        job = ImageJob(
+            prompt=_str_field(body, "prompt", required=True),
+            negative_prompt=_str_field(body, "negative_prompt"),
+            steps=_int_field(body, "steps", DEFAULT_STEPS, 1, MAX_STEPS),
+            width=width,
+            height=height,
+            count=_int_field(body, "n", 1, 1, MAX_COUNT),
+            seed=_int_field(body, "seed", -1, -1, 2**63 - 1),
+        )
+        images = await self._render(job)
+        return send_json(request, 200, {
+            "created": int(self.rt.now()),
+            "data": [{"b64_json": image} for image in images],
+            "output_format": "png",
+        })
+
+
+def _loading(request: Request) -> bytes:
+    return send_json(request, 503, openai_error(503, "Loading model", "unavailable_error"))
+
+
+def build_app(runtime: SimRuntime, options: SdOptions) -> Klein:
+    server = SdServer(runtime, options)
+    app = Klein()
+    add_control_routes(app, runtime)
+    add_route(app, runtime, "/health", ["GET"], server.health, work=False, loading_reply=_loading)
+    add_route(app, runtime, "/sdapi/v1/sd-models", ["GET"], server.sd_models, work=False,
+              loading_reply=_loading)
+    add_route(app, runtime, "/sdapi/v1/txt2img", ["POST"], server.txt2img, work=True,
+              loading_reply=_loading)
+    add_route(app, runtime, "/v1/images/generations", ["POST"], server.generations, work=True,
+              loading_reply=_loading)
+    add_error_pages(app, lambda code, message: openai_error(
+        code, message, "not_found_error" if code == 404 else "invalid_request_error"))
+    return app
