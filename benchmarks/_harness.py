@@ -15,11 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from twisted.internet import defer, reactor
-from twisted.web.client import Agent, HTTPConnectionPool
-
 import treq
 from treq.client import HTTPClient
+from twisted.internet import defer, reactor
+from twisted.web.client import Agent, HTTPConnectionPool
 
 SIM = [sys.executable, "-m", "routerd.sim"]
 TWISTD = str(Path(sys.executable).parent / "twistd")
@@ -122,7 +121,7 @@ async def first_chunk_latency(http: HTTPClient, url: str, body: dict[str, Any], 
         response = await http.post(url, json=body, unbuffered=True)
         first: list[float] = []
 
-        def got(data: bytes, first: list[float] = first) -> None:
+        def got(data: bytes, first: list[float] = first, start: float = start) -> None:
             if not first:
                 first.append(time.perf_counter() - start)
 

@@ -20,8 +20,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import (  # noqa: E402
-    NodeProcess, client, cpu_seconds, first_chunk_latency, free_port, median, ms, pct, run, run_load,
-    tempdir, write_node)
+    NodeProcess,
+    client,
+    cpu_seconds,
+    first_chunk_latency,
+    free_port,
+    median,
+    ms,
+    pct,
+    run,
+    run_load,
+    tempdir,
+    write_node,
+)
 
 ZERO = {"kind": "text", "load_ms": 0, "prompt_tokens_per_s": 1e9, "gen_tokens_per_s": 1e9, "context": 4096}
 BODY = {"model": "zero", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4}
@@ -38,7 +49,8 @@ def main() -> None:
     node = NodeProcess(cfg, port)
     try:
         node.wait_ready()
-        req = urllib.request.Request(node.url + "/router/v1/load", data=json.dumps({"model": "zero"}).encode())
+        req = urllib.request.Request(node.url + "/router/v1/load",
+                                     data=json.dumps({"model": "zero"}).encode())
         urllib.request.urlopen(req, timeout=60).read()
         state = json.loads(urllib.request.urlopen(node.url + "/router/v1/state").read())
         backend_port = [r for r in state["runtimes"] if r["kind"] == "text"][0]["port"]

@@ -11,13 +11,11 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from treq.client import HTTPClient
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 from twisted.web.client import Agent, HTTPConnectionPool
-
-import treq
-from treq.client import HTTPClient
 
 from routerd import __version__
 from routerd.api.app import PROTOCOL_VERSION, build_app
@@ -54,12 +52,12 @@ class Node:
         self._pool = HTTPConnectionPool(reactor, persistent=True)
         self._pool.maxPersistentPerHost = 64
         self._pool.retryAutomatically = False
-        self.http = http if http is not None else HTTPClient(Agent(reactor, pool=self._pool,
-                                                                   connectTimeout=10))
+        self.agent = Agent(reactor, pool=self._pool, connectTimeout=10)
+        self.http = http if http is not None else HTTPClient(self.agent)
         self.runtimes = Runtimes(reactor, config, self.http, launcher=launcher, on_load=self._on_load,
                                  port_allocator=port_allocator)
         self.inference = LocalInference(node_id=self.node_id, clock=reactor, catalog=lambda: self.catalog,
-                                        runtimes=self.runtimes, http=self.http, samples=self,
+                                        runtimes=self.runtimes, agent=self.agent, samples=self,
                                         metrics=self.metrics)
         self.app = build_app(self)
         self.policy = AuthPolicy.build(config.auth.inference_keys, config.auth.admin_keys,

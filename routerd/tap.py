@@ -8,7 +8,7 @@ from typing import Any
 
 from twisted.application import service
 from twisted.internet import defer
-from twisted.logger import Logger, jsonFileLogObserver, globalLogPublisher
+from twisted.logger import Logger, globalLogPublisher, jsonFileLogObserver
 from twisted.python import usage
 
 from routerd.catalog.catalog import CatalogError
@@ -39,7 +39,7 @@ class NodeService(service.Service):
         self.ready: defer.Deferred[None] = defer.Deferred()
 
     def startService(self) -> None:
-        super().startService()
+        super().startService()  # type: ignore[no-untyped-call]
         defer.ensureDeferred(self._start()).addErrback(self._failed)
 
     async def _start(self) -> None:
@@ -49,7 +49,7 @@ class NodeService(service.Service):
         server = self.node.config.server
         endpoint_type = TCP6ServerEndpoint if ":" in server.host else TCP4ServerEndpoint
         endpoint = endpoint_type(self.reactor, server.port, interface=server.host)
-        self.port = await endpoint.listen(self.node.site())
+        self.port = await endpoint.listen(self.node.site())  # type: ignore[no-untyped-call]
         address = self.port.getHost()
         log.info("routerd node {node_id} ({role}) listening on http://{host}:{port}",
                  node_id=self.node.node_id, role=self.node.config.cluster.role,
@@ -71,7 +71,7 @@ class NodeService(service.Service):
         await self.node.stop()
 
     def stopService(self) -> defer.Deferred[None]:
-        super().stopService()
+        super().stopService()  # type: ignore[no-untyped-call]
         return defer.ensureDeferred(self._stop())
 
 
@@ -113,5 +113,5 @@ def makeService(options: Options) -> service.MultiService:
     node = Node(config, reactor)
     svc = NodeService(node, reactor, exit_on_failure=True)
     svc.ready.addErrback(lambda _failure: None)  # already logged by _failed
-    svc.setServiceParent(top)
+    svc.setServiceParent(top)  # type: ignore[no-untyped-call]
     return top

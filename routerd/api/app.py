@@ -29,7 +29,7 @@ def _json(request: IRequest, payload: Any, status: int = 200) -> bytes:
 
 
 def _fail(request: IRequest, err: HTTPError) -> bytes:
-    path = request.path.decode("utf-8", "replace")  # type: ignore[attr-defined]
+    path = request.path.decode("utf-8", "replace")
     request.setResponseCode(err.status)
     request.setHeader(b"content-type", b"application/json")
     return error_body(style_for_path(path), err.message, err.type, err.code)
@@ -110,15 +110,16 @@ def build_app(node: Node) -> Klein:
 
     @app.route("/sdapi/v1/sd-models", methods=["GET"])
     def sd_models(request: IRequest) -> bytes:
-        out = [{"title": m.image_id, "model_name": m.image_id, "filename": m.filename, "hash": m.model_hash[:10]}
+        out = [{"title": m.image_id, "model_name": m.image_id, "filename": m.filename,
+                "hash": m.model_hash[:10]}
                for m in node.catalog.models if m.capabilities.image and m.image_id]
         return _json(request, out)
 
     # -- inference ------------------------------------------------------------
 
     def inference(request: IRequest) -> Any:
-        path = request.path.decode("utf-8", "replace")  # type: ignore[attr-defined]
-        route = classify(request.method.decode(), path)  # type: ignore[attr-defined]
+        path = request.path.decode("utf-8", "replace")
+        route = classify(request.method.decode(), path)
         if route is None:
             request.setHeader(b"allow", b"POST")
             return _fail(request, HTTPError(405, f"method not allowed on {path}", "method_not_allowed",
@@ -173,7 +174,7 @@ def build_app(node: Node) -> Klein:
     def not_found(request: IRequest, failure: Any) -> bytes:
         from werkzeug.exceptions import MethodNotAllowed, NotFound
 
-        path = request.path.decode("utf-8", "replace")  # type: ignore[attr-defined]
+        path = request.path.decode("utf-8", "replace")
         if failure.check(NotFound):
             return _fail(request, HTTPError(404, f"endpoint not found: {path}", "not_found", "not_found"))
         if failure.check(MethodNotAllowed):

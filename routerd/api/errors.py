@@ -43,7 +43,7 @@ def error_body(style: ErrorStyle, message: str, type_: str, code: str) -> bytes:
 def send_error(request: IRequest, err: HTTPError, style: ErrorStyle | None = None) -> bytes:
     """Set status and headers for ``err`` and return the body to write."""
     if style is None:
-        style = style_for_path(request.path.decode("utf-8", "replace"))  # type: ignore[attr-defined]
+        style = style_for_path(request.path.decode("utf-8", "replace"))
     request.setResponseCode(err.status)
     request.setHeader(b"content-type", b"application/json")
     return error_body(style, err.message, err.type, err.code)

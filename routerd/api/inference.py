@@ -18,7 +18,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import attrs
 from twisted.internet.defer import CancelledError, Deferred
@@ -28,7 +28,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.client import ResponseDone
 from twisted.web.http import PotentialDataLoss
-from twisted.web.iweb import IRequest
+from twisted.web.http_headers import Headers
+from twisted.web.iweb import IAgent, IRequest
 
 from routerd.api.errors import HTTPError, error_body
 from routerd.backends.errors import BackendMissing, LoadFailed
@@ -37,6 +38,7 @@ from routerd.catalog.model import ModelConfig
 from routerd.metrics import NodeMetrics
 from routerd.routing import work
 from routerd.routing.adapters import AdapterError, kobold, ollama, whisper
+from routerd.routing.body import BytesProducer
 from routerd.routing.classify import Route, wants_stream
 from routerd.routing.multipart import MultipartError, parse_form
 from routerd.routing.plan import NEEDS, SECTIONS, BackendPlan, plan_backend_call
@@ -48,6 +50,7 @@ from routerd.store.samples import RequestSample
 log = Logger()
 
 TAIL_KEEP = 8192
+_DONE = Failure(ResponseDone())
 
 
 class RuntimeLease(Protocol):
@@ -102,7 +105,7 @@ class _Relay(TxProtocol):
         if out and not self.done.called:
             self.request.write(out)
 
-    def connectionLost(self, reason: Failure = ResponseDone()) -> None:  # type: ignore[assignment]
+    def connectionLost(self, reason: Failure = _DONE) -> None:
         if self.done.called:
             return
         if reason.check(ResponseDone, PotentialDataLoss):
@@ -122,12 +125,14 @@ class LocalInference:
     """Serves inference requests with this node's own backend runtimes."""
 
     def __init__(self, *, node_id: str, clock: IReactorTime, catalog: Callable[[], Catalog],
-                 runtimes: RuntimePool, http: Any, samples: SampleSink, metrics: NodeMetrics) -> None:
+                 runtimes: RuntimePool, agent: IAgent, samples: SampleSink, metrics: NodeMetrics) -> None:
         self.node_id = node_id
         self.clock = clock
         self.catalog = catalog
         self.runtimes = runtimes
-        self.http = http
+        # The backend is a loopback child process: a plain pooled Agent (no
+        # cookies, redirects or URL re-parsing) keeps the proxy cheap.
+        self.agent = agent
         self.samples = samples
         self.metrics = metrics
         self.active: dict[str, ActiveRequest] = {}
@@ -208,9 +213,10 @@ class LocalInference:
                 raise HTTPError(400, "model is required")
             model = self._default_model(catalog, route, need)
         else:
-            model = catalog.resolve(name)
-            if model is None:
+            found = catalog.resolve(name)
+            if found is None:
                 raise HTTPError(404, f"model {name!r} was not found", "not_found", "model_not_found")
+            model = found
             if not getattr(model.capabilities, need):
                 raise HTTPError(404, f"model {name!r} does not serve {need} requests",
                                 "not_found", "model_not_found")
@@ -235,9 +241,9 @@ class LocalInference:
 
     async def _proxy(self, request: IRequest, base_url: str, plan: BackendPlan, public_id: str,
                      outcome: _Outcome) -> bytes:
-        response = await self.http.request(
-            "POST", base_url + plan.path, data=plan.body,
-            headers={b"content-type": [plan.content_type.encode()]}, unbuffered=True)
+        response = await self.agent.request(
+            b"POST", (base_url + plan.path).encode(),
+            Headers({b"content-type": [plan.content_type.encode()]}), BytesProducer(plan.body))
         code = int(response.code)
         outcome.http_status = code
         outcome.status = "ok" if 200 <= code < 300 else f"http_{code}"
@@ -253,7 +259,7 @@ class LocalInference:
     async def _stream(self, request: IRequest, response: Any, plan: BackendPlan, public_id: str,
                       ctype: str, outcome: _Outcome) -> bytes:
         if plan.mode in ("ollama_chat", "ollama_generate"):
-            mode = "chat" if plan.mode == "ollama_chat" else "generate"
+            mode: Literal["chat", "generate"] = "chat" if plan.mode == "ollama_chat" else "generate"
             converter: Any = ollama.SSEToNDJSON(mode, public_id, self.clock.seconds)
             request.setHeader(b"content-type", b"application/x-ndjson")
             request.setHeader(b"x-content-type-options", b"nosniff")
@@ -412,11 +418,12 @@ def _response_header(response: Any, name: bytes) -> str:
 
 def _query(request: IRequest) -> dict[str, list[str]]:
     args = getattr(request, "args", {}) or {}
-    return {k.decode("utf-8", "replace"): [v.decode("utf-8", "replace") for v in vs] for k, vs in args.items()}
+    return {k.decode("utf-8", "replace"): [v.decode("utf-8", "replace") for v in vs]
+            for k, vs in args.items()}
 
 
 def _headers(request: IRequest) -> dict[str, str]:
     out: dict[str, str] = {}
-    for name, values in request.requestHeaders.getAllRawHeaders():  # type: ignore[attr-defined]
+    for name, values in request.requestHeaders.getAllRawHeaders():
         out[name.decode("latin-1").lower()] = values[0].decode("latin-1")
     return out

@@ -43,24 +43,32 @@ class LimitedRequest(server.Request):
     too_large = False
     _received = 0
 
+    def __init__(self, channel: Any, queued: Any = None) -> None:
+        # routerd reads request bodies itself (bounded, replayable): twisted's
+        # form parsing would parse every multipart upload a second time.
+        if queued is None:
+            super().__init__(channel, parsePOSTFormSubmission=False)  # type: ignore[no-untyped-call]
+        else:
+            super().__init__(channel, queued, parsePOSTFormSubmission=False)  # type: ignore[no-untyped-call]
+
     def gotLength(self, length: int | None) -> None:
-        limit = getattr(self.channel.site, "max_body_bytes", None)  # type: ignore[union-attr]
+        limit = getattr(getattr(self.channel, "site", None), "max_body_bytes", None)
         if limit is not None and length is not None and length > limit:
             self.too_large = True
-            self.content = _Discard()  # type: ignore[assignment]
+            self.content = _Discard()
             return
-        super().gotLength(length)
+        super().gotLength(length)  # type: ignore[no-untyped-call]
 
     def handleContentChunk(self, data: bytes) -> None:
         if self.too_large:
             return
-        limit = getattr(self.channel.site, "max_body_bytes", None)  # type: ignore[union-attr]
+        limit = getattr(getattr(self.channel, "site", None), "max_body_bytes", None)
         self._received += len(data)
         if limit is not None and self._received > limit:
             self.too_large = True
-            self.content = _Discard()  # type: ignore[assignment]
+            self.content = _Discard()
             return
-        super().handleContentChunk(data)
+        super().handleContentChunk(data)  # type: ignore[no-untyped-call]
 
 
 class GuardResource(resource.Resource):
@@ -69,12 +77,12 @@ class GuardResource(resource.Resource):
     isLeaf = True
 
     def __init__(self, inner: resource.IResource, policy: AuthPolicy, max_body_bytes: int) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.inner = inner
         self.policy = policy
         self.max_body_bytes = max_body_bytes
 
-    def render(self, request: Request) -> bytes | int:  # type: ignore[override]
+    def render(self, request: Request) -> bytes | int:
         path = request.path.decode("utf-8", "replace")
         style = style_for_path(path)
         try:
@@ -98,10 +106,10 @@ def _client_host(request: Request) -> str:
 
 
 class NodeSite(server.Site):
-    requestFactory = LimitedRequest
+    requestFactory = LimitedRequest  # type: ignore[assignment]
 
     def __init__(self, root: resource.IResource, max_body_bytes: int) -> None:
-        super().__init__(root)
+        super().__init__(root)  # type: ignore[no-untyped-call]
         self.max_body_bytes = max_body_bytes
         self.displayTracebacks = False
 

@@ -63,6 +63,8 @@ def plan_backend_call(route: Route, path: str, parsed: Mapping[str, Any] | None,
     assert parsed is not None
     body = dict(parsed)
     if kind in ("chat", "completion", "embeddings", "llama_completion"):
+        if parsed.get("model") == local_id:
+            return BackendPlan(path, raw, "application/json", "openai", stream)
         body["model"] = local_id
         return BackendPlan(path, _json(body), "application/json", "openai", stream)
     if kind in ("image", "sd_txt2img", "sd_img2img"):
@@ -74,7 +76,8 @@ def plan_backend_call(route: Route, path: str, parsed: Mapping[str, Any] | None,
     if kind == "ollama_generate":
         backend_path, out = ollama.ollama_generate_to_openai(body)
         out["model"] = local_id
-        mode: ResponseMode = "ollama_chat" if backend_path.endswith("/chat/completions") else "ollama_generate"
+        chat = backend_path.endswith("/chat/completions")
+        mode: ResponseMode = "ollama_chat" if chat else "ollama_generate"
         return BackendPlan(backend_path, _json(out), "application/json", mode, stream)
     if kind == "ollama_embed":
         backend_path, out = ollama.ollama_embed_to_openai(body)

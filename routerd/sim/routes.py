@@ -69,10 +69,10 @@ def add_control_routes(app: Klein, runtime: SimRuntime) -> None:
 def add_error_pages(app: Klein, body: Callable[[int, str], object]) -> None:
     """Answer unknown paths and methods with the family's JSON error shape."""
 
-    @app.handle_errors(NotFound)
+    @app.handle_errors(NotFound)  # type: ignore[arg-type]
     def not_found(request: Request, failure: Failure) -> bytes:
         return send_json(request, 404, body(404, "File Not Found"))
 
-    @app.handle_errors(MethodNotAllowed)
+    @app.handle_errors(MethodNotAllowed)  # type: ignore[arg-type]
     def not_allowed(request: Request, failure: Failure) -> bytes:
         return send_json(request, 405, body(405, "Method Not Allowed"))

@@ -113,6 +113,10 @@ class Store:
     def __init__(self, runner: DBRunner, clock: Clock | None = None) -> None:
         self._runner = runner
         self._clock: Clock = clock if clock is not None else _WallClock()
+        # Group commit for request samples: while one batch is being written,
+        # later samples collect here and go down in one transaction.
+        self._pending: list[tuple[tuple[object, ...], Deferred[None]]] = []
+        self._writing = False
 
     @property
     def runner(self) -> DBRunner:
@@ -174,7 +178,12 @@ class Store:
         return d
 
     def record_request_sample(self, sample: RequestSample) -> Deferred[None]:
-        """Store one finished request; never fails (a failure is logged)."""
+        """Store one finished request; never fails (a failure is logged).
+
+        Samples are group-committed: when a write is already under way the
+        sample joins the next batch, so a busy node does one transaction (and
+        one thread hand-off) per batch rather than per request.
+        """
         if sample.section not in SECTIONS:
             self.log.warn(
                 "request sample for {model_id} dropped: unknown section {section!r}",
@@ -182,12 +191,36 @@ class Store:
                 section=sample.section,
             )
             return succeed(None)
-        row = _request_row(sample)
+        done: Deferred[None] = Deferred()
+        self._pending.append((_request_row(sample), done))
+        if not self._writing:
+            self._flush_samples()
+        return done
+
+    def _flush_samples(self) -> None:
+        """Submit every pending request sample as one write job."""
+        if not self._pending:
+            self._writing = False
+            return
+        batch, self._pending = self._pending, []
+        rows = [row for row, _ in batch]
+        self._writing = True
 
         def insert(conn: sqlite3.Connection) -> None:
-            conn.execute(f"INSERT INTO request_samples ({_REQUEST_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", row)
+            conn.executemany(
+                f"INSERT INTO request_samples ({_REQUEST_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", rows)
 
-        return self._write("request sample", insert, None)
+        def written(_: object) -> None:
+            for _row, d in batch:
+                d.callback(None)
+            self._flush_samples()
+
+        self._write("request sample", insert, None).addCallback(written)
+
+    def _submit_pending(self) -> None:
+        """Queue pending samples ahead of a read so the read sees them (the runner is FIFO)."""
+        if self._pending:
+            self._flush_samples()
 
     def record_load_sample(self, sample: LoadSample) -> Deferred[None]:
         """Store one finished model load; never fails (a failure is logged)."""
@@ -246,6 +279,7 @@ class Store:
         def query(conn: sqlite3.Connection) -> list[RequestSample]:
             return [_request_sample(row) for row in conn.execute(sql, args)]
 
+        self._submit_pending()
         return self._runner.run(query)
 
     def load_samples(

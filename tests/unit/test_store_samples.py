@@ -187,3 +187,36 @@ def test_sample_with_unknown_section_is_dropped_with_a_warning() -> None:
         assert fired(store.record_request_sample(req(section="video"))) is None
     assert any(e.get("section") == "video" for e in events)
     assert fired(store.request_samples(None, "video", 0, status=None)) == []
+
+
+def test_samples_arriving_during_a_write_are_group_committed_in_one_batch() -> None:
+    from twisted.internet.defer import Deferred as D
+
+    class HeldRunner:
+        """Runs nothing until released, so a write stays in flight."""
+
+        def __init__(self, inner: object) -> None:
+            self.inner = inner
+            self.jobs: list[tuple[object, D[object]]] = []
+
+        def run(self, fn, *, transaction=True):  # type: ignore[no-untyped-def]
+            d: D[object] = D()
+            self.jobs.append((fn, d))
+            return d
+
+        def release(self) -> None:
+            fn, d = self.jobs.pop(0)
+            self.inner.run(fn).chainDeferred(d)  # type: ignore[attr-defined]
+
+    base = Store.open_sync()
+    held = HeldRunner(base.runner)
+    store = Store(held, base._clock)  # type: ignore[arg-type]
+    first = store.record_request_sample(req())
+    later = [store.record_request_sample(req()) for _ in range(5)]
+    assert len(held.jobs) == 1  # the five later samples wait for the first write
+    held.release()
+    assert fired(first) is None
+    assert len(held.jobs) == 1  # ...and then go down together
+    held.release()
+    assert all(fired(d) is None for d in later)
+    assert len(fired(base.request_samples(None, "llm", 0))) == 6
