@@ -1,0 +1,133 @@
+"""Cluster URL normalisation (cluster reference §1.6, §3.4 item 5).
+
+Every node URL the cluster compares, stores or allow-lists goes through :func:`normalise_url`
+first, so ``HTTP://SLAVE:80/`` and ``http://slave`` are the same node:
+
+* the scheme must be ``http`` or ``https``;
+* there must be a host and no ``user:password@`` part;
+* scheme and host are lower-cased, the scheme's default port is dropped;
+* trailing ``/`` are removed from the path; query and fragment are dropped.
+
+Anything else raises :class:`URLError` with a reason.  :func:`is_under` answers whether a full
+target URL (path and query allowed) sits below a normalised base URL, which is what the cluster
+client's allow-list and redirect checks need.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from urllib.parse import urlsplit
+
+import attrs
+
+__all__ = ["URLError", "TargetParts", "is_under", "normalise_url", "split_target"]
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_HOST_NAME = re.compile(r"^[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?$")
+_DOT_SEGMENTS = {".", "..", "%2e", "%2e%2e", ".%2e", "%2e."}
+
+
+class URLError(ValueError):
+    """A URL that cannot name a cluster node; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@attrs.frozen
+class TargetParts:
+    """A checked absolute URL: ``origin`` is ``scheme://host[:port]`` in normal form."""
+
+    origin: str
+    path: str
+    query: str
+
+    @property
+    def base(self) -> str:
+        """The normalised form of the URL (what :func:`normalise_url` returns)."""
+        return self.origin + self.path.rstrip("/")
+
+
+def split_target(url: str) -> TargetParts:
+    """Check ``url`` like :func:`normalise_url` but keep its path and query as given."""
+    if not isinstance(url, str):
+        raise URLError("URL must be a string")
+    text = url.strip()
+    if not text:
+        raise URLError("URL is empty")
+    if any(ch.isspace() or ord(ch) < 0x20 or ch == "\\" for ch in text):
+        raise URLError(f"URL {url!r} contains whitespace, control characters or backslashes")
+    try:
+        parts = urlsplit(text)
+    except ValueError as exc:
+        raise URLError(f"URL {url!r} is malformed: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS:
+        raise URLError(f"URL {url!r} must use http or https")
+    netloc = parts.netloc
+    if not netloc:
+        raise URLError(f"URL {url!r} has no host")
+    if "@" in netloc:
+        raise URLError(f"URL {url!r} must not contain user information")
+    host = _host(netloc, url)
+    try:
+        port = parts.port
+    except ValueError:
+        raise URLError(f"URL {url!r} has an invalid port") from None
+    origin = f"{scheme}://{host}"
+    if port is not None and port != _DEFAULT_PORTS[scheme]:
+        origin += f":{port}"
+    return TargetParts(origin=origin, path=parts.path, query=parts.query)
+
+
+def _host(netloc: str, url: str) -> str:
+    if netloc.startswith("["):
+        end = netloc.find("]")
+        if end < 0:
+            raise URLError(f"URL {url!r} has an unterminated IPv6 address")
+        literal = netloc[1:end]
+        try:
+            address = ipaddress.IPv6Address(literal.split("%", 1)[0])
+        except ValueError:
+            raise URLError(f"URL {url!r} has an invalid IPv6 address") from None
+        rest = netloc[end + 1:]
+        if rest and not rest.startswith(":"):
+            raise URLError(f"URL {url!r} has an invalid host")
+        return f"[{address.compressed}]"
+    host = netloc.rpartition(":")[0] if ":" in netloc else netloc
+    host = host.lower()
+    if not host:
+        raise URLError(f"URL {url!r} has no host")
+    if not _HOST_NAME.match(host) or ".." in host:
+        raise URLError(f"URL {url!r} has an invalid host")
+    return host
+
+
+def normalise_url(url: str) -> str:
+    """The normal form of a node base URL, e.g. ``HTTP://Slave:80/x/`` -> ``http://slave/x``."""
+    return split_target(url).base
+
+
+def _has_dot_segment(path: str) -> bool:
+    return any(segment.lower() in _DOT_SEGMENTS for segment in path.split("/"))
+
+
+def is_under(base: str, target: str) -> bool:
+    """Whether ``target`` shares ``base``'s scheme, host and port and sits under its path.
+
+    ``base`` may be given in any form :func:`normalise_url` accepts.  A target whose path holds
+    ``.`` or ``..`` segments is never under anything (the server would resolve them away).
+    Unparseable URLs are not under anything.
+    """
+    try:
+        allowed = split_target(base)
+        wanted = split_target(target)
+    except URLError:
+        return False
+    if allowed.origin != wanted.origin or _has_dot_segment(wanted.path):
+        return False
+    prefix = allowed.path.rstrip("/")
+    path = wanted.path
+    return not prefix or path == prefix or path.startswith(prefix + "/")

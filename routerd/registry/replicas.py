@@ -1,0 +1,156 @@
+"""Replica choice and reservation (cluster reference §6.3).
+
+A *replica* is one non-disabled record that serves a public ID on a lane.  For each request:
+
+1. the first **local** replica that is available, whose lane is ready (``local_ready``) and whose
+   busy count is 0;
+2. else the **available remote** replicas, round-robin (one counter per public ID; per public
+   image ID on the image lane), taken modulo the current remote count; remote busy counts are not
+   considered;
+3. else a **local** replica that is available and ready even though it is busy;
+4. else :class:`NoReplica` (502).
+
+The chosen replica is reserved (``busy[node:local:lane] += 1``) before anything loads or is
+forwarded; :meth:`Reservation.release` gives it back exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from routerd.catalog.model import RuntimeKind
+from routerd.cluster.wire import ModelRecord, StatusError
+
+__all__ = [
+    "BusyCounts",
+    "LocalReady",
+    "NoReplica",
+    "Reservation",
+    "RoundRobin",
+    "busy_key",
+    "choose_replica",
+    "fits_context",
+    "replica_order",
+]
+
+# Whether the local runtime for ``kind`` can take a request for ``record`` now (it is live, or
+# it will load/switch).  Injected; remote records are judged by node health instead.
+LocalReady = Callable[[RuntimeKind, ModelRecord], bool]
+
+
+class NoReplica(StatusError):
+    """No replica can serve the request: 502 ``backend_error``."""
+
+    def __init__(self, public_id: str, lane: RuntimeKind) -> None:
+        what = "image model" if lane == "image" else "model"
+        reason = f'{what} "{public_id}" has no available replicas'
+        super().__init__(502, reason, "backend_error", "backend_error")
+        self.public_id = public_id
+        self.lane = lane
+
+
+def busy_key(record: ModelRecord, lane: RuntimeKind) -> str:
+    return f"{record.node_id}:{record.local_id}:{lane}"
+
+
+def replica_order(record: ModelRecord) -> str:
+    return f"{record.node_id}:{record.local_id}"
+
+
+def fits_context(context: int, needed: int) -> bool:
+    """Whether a model with ``context`` tokens (0 = unstated) can take ``needed`` (0 = unsized).
+
+    A stated window fits anything up to its size; an unstated one fits only an unsized request.
+    """
+    if needed <= 0:
+        return True
+    return context > 0 and needed <= context
+
+
+@attrs.define
+class BusyCounts:
+    """In-flight requests per ``node:local:lane``."""
+
+    _counts: dict[str, int] = attrs.field(factory=dict)
+
+    def count(self, record: ModelRecord, lane: RuntimeKind) -> int:
+        return self._counts.get(busy_key(record, lane), 0)
+
+    def reserve(self, record: ModelRecord, lane: RuntimeKind, *, local: bool) -> Reservation:
+        key = busy_key(record, lane)
+        self._counts[key] = self._counts.get(key, 0) + 1
+        return Reservation(record=record, lane=lane, local=local, counts=self)
+
+    def _release(self, key: str) -> None:
+        left = self._counts.get(key, 0) - 1
+        if left > 0:
+            self._counts[key] = left
+        else:
+            self._counts.pop(key, None)
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(self._counts)
+
+
+@attrs.define(eq=False)
+class Reservation:
+    """One reserved replica; :meth:`release` is idempotent."""
+
+    record: ModelRecord
+    lane: RuntimeKind
+    local: bool
+    counts: BusyCounts = attrs.field(repr=False)
+    released: bool = False
+
+    @property
+    def key(self) -> str:
+        return busy_key(self.record, self.lane)
+
+    def release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        self.counts._release(self.key)
+
+
+@attrs.define
+class RoundRobin:
+    """One rotation counter per key."""
+
+    _counters: dict[str, int] = attrs.field(factory=dict)
+
+    def take(self, key: str) -> int:
+        value = self._counters.get(key, 0)
+        self._counters[key] = value + 1
+        return value
+
+
+def choose_replica(
+    replicas: Sequence[ModelRecord],
+    *,
+    name: str,
+    lane: RuntimeKind,
+    own_node_id: str,
+    busy: BusyCounts,
+    local_ready: LocalReady,
+    rotation: RoundRobin,
+) -> ModelRecord:
+    """The replica a request for ``name`` on ``lane`` goes to (not yet reserved).
+
+    ``replicas`` are the candidates already filtered to ``name`` and ``lane``; disabled and
+    unavailable ones are skipped here.  Raises :class:`NoReplica`.
+    """
+    ordered = sorted((r for r in replicas if not r.disabled), key=replica_order)
+    local = [r for r in ordered if r.node_id == own_node_id and r.available
+             and local_ready(lane, r)]
+    for record in local:
+        if busy.count(record, lane) == 0:
+            return record
+    remote = [r for r in ordered if r.node_id != own_node_id and r.available]
+    if remote:
+        return remote[rotation.take(f"{lane}:{name}") % len(remote)]
+    if local:
+        return local[0]
+    raise NoReplica(name, lane)

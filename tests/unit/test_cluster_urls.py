@@ -1,0 +1,102 @@
+"""normalise_url / is_under: one spelling per node URL (reference §1.6, §3.4 item 5, scenario 13)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from routerd.cluster.urls import URLError, is_under, normalise_url, split_target
+
+
+@pytest.mark.parametrize("given_url, expected", [
+    ("HTTP://SLAVE:80/", "http://slave"),
+    ("http://slave", "http://slave"),
+    ("  http://slave/  ", "http://slave"),
+    ("https://Node.Example:443/", "https://node.example"),
+    ("https://node:8443", "https://node:8443"),
+    ("http://node:443", "http://node:443"),
+    ("http://node:8080/Router/", "http://node:8080/Router"),
+    ("http://node/a//", "http://node/a"),
+    ("http://node/x?token=1#frag", "http://node/x"),
+    ("http://10.0.0.5:8080/", "http://10.0.0.5:8080"),
+    ("http://[::1]:8080/", "http://[::1]:8080"),
+    ("http://[0:0:0:0:0:0:0:1]/", "http://[::1]"),
+    ("http://node:/", "http://node"),
+])
+def test_normalised_form(given_url: str, expected: str) -> None:
+    assert normalise_url(given_url) == expected
+
+
+def test_scheme_host_and_default_port_spellings_are_one_url() -> None:
+    assert normalise_url("HTTP://SLAVE:80/") == normalise_url("http://slave")
+
+
+@pytest.mark.parametrize("bad, words", [
+    ("", "empty"),
+    ("   ", "empty"),
+    ("ftp://node", "http or https"),
+    ("node:8080", "http or https"),
+    ("//node", "http or https"),
+    ("http://", "no host"),
+    ("http:///path", "no host"),
+    ("http://user:pw@node", "user information"),
+    ("http://user@node", "user information"),
+    ("http://node:99999", "invalid port"),
+    ("http://node:abc", "invalid port"),
+    ("http://no de", "whitespace"),
+    ("http://node\\x", "backslash"),
+    ("http://bad..host", "invalid host"),
+    ("http://-bad", "invalid host"),
+    ("http://[::1", "IPv6"),
+    ("http://[zz::1]/", "IPv6"),
+])
+def test_invalid_urls_raise_with_a_reason(bad: str, words: str) -> None:
+    with pytest.raises(URLError) as caught:
+        normalise_url(bad)
+    assert words in caught.value.reason
+
+
+def test_non_string_is_refused() -> None:
+    with pytest.raises(URLError):
+        normalise_url(None)  # type: ignore[arg-type]
+
+
+def test_split_target_keeps_path_and_query() -> None:
+    parts = split_target("HTTPS://Node:443/a/b/?x=1#f")
+    assert (parts.origin, parts.path, parts.query, parts.base) == (
+        "https://node", "/a/b/", "x=1", "https://node/a/b")
+
+
+@pytest.mark.parametrize("base, target, under", [
+    ("http://node", "http://node/router/v1/node/models", True),
+    ("http://node", "HTTP://NODE:80/x?y=1", True),
+    ("http://node/base", "http://node/base", True),
+    ("http://node/base", "http://node/base/x", True),
+    ("http://node/base", "http://node/basement", False),
+    ("http://node/base", "http://node/", False),
+    ("http://node", "https://node/x", False),
+    ("http://node", "http://node:8080/x", False),
+    ("http://node", "http://other/x", False),
+    ("http://node/base", "http://node/base/../admin", False),
+    ("http://node/base", "http://node/base/%2E%2E/admin", False),
+    ("http://node", "http://user@node/x", False),
+    ("not a url", "http://node/x", False),
+])
+def test_is_under(base: str, target: str, under: bool) -> None:
+    assert is_under(base, target) is under
+
+
+@given(host=st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True),
+       port=st.one_of(st.none(), st.integers(1, 65535)),
+       path=st.from_regex(r"(/[a-z0-9]{1,8}){0,3}/?", fullmatch=True),
+       upper=st.booleans())
+def test_normalising_is_idempotent_and_case_blind(host: str, port: int | None, path: str,
+                                                  upper: bool) -> None:
+    netloc = host.upper() if upper else host
+    url = f"{'HTTP' if upper else 'http'}://{netloc}{'' if port is None else f':{port}'}{path}"
+    once = normalise_url(url)
+    assert normalise_url(once) == once
+    assert once == normalise_url(url.lower())
+    assert not once.endswith("/")
+    assert is_under(once, url)
