@@ -1,0 +1,129 @@
+"""Time one lease plan over a large cluster and print the figure (target: at most 10 ms).
+
+Shape: 32 nodes; every node owns 16 image models with waiting work, each linked to 4 helper models on
+other nodes: 512 owners and 2048 owner/helper evaluations in one plan, every one priced (owner and
+helper fits, load costs, a displaced config to restore) and written as a plan row; claims, grants and
+skips all occur.  A second line times the lighter reading of the same shape (16 owners in the whole
+cluster, 64 evaluations).
+
+    .venv/bin/python benchmarks/plan_bench.py [--nodes 32] [--owners 16] [--helpers 4] [--repeat 200]
+
+The figure judged against the target is the best of ``--repeat`` runs (the one least disturbed by
+other load on the machine); the median is printed beside it.  Exit status 1 when over the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from routerd.lending.links import LinkSet  # noqa: E402
+from routerd.lending.planner import FactKey, ModelFacts, plan  # noqa: E402
+from routerd.lending.settings import LendingSettings  # noqa: E402
+from routerd.lending.types import (  # noqa: E402
+    Costs,
+    Endpoint,
+    LaneStatus,
+    Link,
+    LoadCost,
+    ModelCost,
+    NodeStatus,
+    QueueStat,
+)
+
+TARGET_MS = 10.0
+
+
+def build(
+    nodes: int, owners: int, helpers: int, owner_nodes: int | None = None
+) -> tuple[LinkSet, dict[str, NodeStatus], dict[FactKey, ModelFacts]]:
+    """Every node serves ``owners`` models; those on the first ``owner_nodes`` nodes (default: all)
+    have waiting work and lend to ``helpers`` models on other nodes."""
+    owner_nodes = nodes if owner_nodes is None else owner_nodes
+    node_ids = [f"node{n:02d}" for n in range(nodes)]
+    links: list[Link] = []
+    facts: dict[FactKey, ModelFacts] = {}
+    statuses: dict[str, NodeStatus] = {}
+    for n, node_id in enumerate(node_ids):
+        queue: list[QueueStat] = []
+        models: list[ModelCost] = []
+        loads: list[LoadCost] = [LoadCost("resident.kcpps", 12_000.0 + 100 * n, 5)]
+        for m in range(owners):
+            model_id = f"m{m:02d}"
+            config = f"{model_id}.kcpps"
+            facts[("image", node_id, model_id)] = ModelFacts(config)
+            pending = 1 + (n * 7 + m * 3) % 23
+            work = 5_000_000.0 * (1 + m % 3)
+            models.append(ModelCost(model_id, "image", 400.0 + 10 * n, (0.0015 + 0.0001 * (m % 5),), 40))
+            loads.append(LoadCost(config, 15_000.0 + 500 * (m % 7), 3))
+            if n >= owner_nodes:
+                continue
+            queue.append(
+                QueueStat(model_id, pending, (pending * work,), 0, pending + 2, ((pending + 2) * work,))
+            )
+            for h in range(helpers):
+                helper_node = node_ids[(n + 1 + h * 3 + m) % nodes]
+                if helper_node == node_id:
+                    helper_node = node_ids[(n + nodes // 2) % nodes]
+                helper_model = f"m{(m + h + 1) % owners:02d}"
+                links.append(
+                    Link(Endpoint(node_id, model_id), Endpoint(helper_node, helper_model), True, h % 2 == 0)
+                )
+        statuses[node_id] = NodeStatus(
+            node_id,
+            backend_mode="llama_sdcpp",
+            idle_for_ms=(n * 9_000) % 200_000,
+            lanes={
+                "image": LaneStatus(n % 5 != 0, "resident.kcpps" if n % 2 else "m00.kcpps", tuple(queue)),
+                "text": LaneStatus(True, "", ()),
+            },
+            costs=Costs(models=tuple(models), loads=tuple(loads)),
+        )
+    return LinkSet.build("image", links), statuses, facts
+
+
+def time_plan(
+    nodes: int, owners: int, helpers: int, repeat: int, owner_nodes: int | None = None
+) -> tuple[int, int, float, float]:
+    """``(evaluations, leases, best_ms, median_ms)`` of one plan over the given shape."""
+    link_set, statuses, facts = build(nodes, owners, helpers, owner_nodes)
+    settings = LendingSettings()
+    result = plan("tick", 1_000_000, [link_set], statuses, settings, facts)  # warm-up
+    times: list[float] = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        plan("tick", 1_000_000, [link_set], statuses, settings, facts)
+        times.append((time.perf_counter() - start) * 1000.0)
+    return len(result.rows), len(result.leases), min(times), statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Time one lease plan over a large cluster.")
+    parser.add_argument("--nodes", type=int, default=32)
+    parser.add_argument("--owners", type=int, default=16, help="owner models per node")
+    parser.add_argument("--helpers", type=int, default=4, help="helpers linked to each owner")
+    parser.add_argument("--repeat", type=int, default=200)
+    args = parser.parse_args(argv)
+
+    evaluations, leases, best, median = time_plan(args.nodes, args.owners, args.helpers, args.repeat)
+    print(
+        f"plan, {args.nodes} nodes x {args.owners} owners/node x {args.helpers} helpers/owner "
+        f"({evaluations} evaluations, {leases} leases): {best:.2f} ms best, {median:.2f} ms median "
+        f"of {args.repeat} (target <= {TARGET_MS:.0f} ms)"
+    )
+    few = min(args.owners, args.nodes)
+    light = time_plan(args.nodes, 1, args.helpers, args.repeat, owner_nodes=few)
+    print(
+        f"plan, {args.nodes} nodes, {few} owners in all x {args.helpers} helpers/owner "
+        f"({light[0]} evaluations, {light[1]} leases): {light[2]:.2f} ms best, {light[3]:.2f} ms median"
+    )
+    return 0 if best <= TARGET_MS else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

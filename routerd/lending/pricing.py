@@ -1,0 +1,260 @@
+"""Cost fits a node makes of its own measured requests and loads (lending reference §5, §6).
+
+Pure functions: samples in, coefficients out.  Fitting is CPU work (statsmodels), so the node runs
+:func:`fit_node` off the reactor thread and publishes the resulting :class:`Costs` in its status;
+the master only reads coefficients and calls :func:`predict` / :func:`predict_queue`.
+
+Rules:
+
+* A request sample counts when it succeeded, took a positive time and every work term is positive.
+* A model is priced once it has ``scheduling_min_samples`` (at least 2) such samples.
+* Spread test per work term: its coefficient of variation is at least 5 %
+  (``n·Σx² − (Σx)² ≥ (0.05·Σx)²``).  Every term without spread → a *uniform* estimate (mean duration,
+  valid only within ±10 % per term of the mean work); some terms with spread and some without →
+  unpriced; every term with spread → least squares ``duration = base + Σ slope_i·work_i``, unpriced
+  when a slope is negative or not finite, or the terms are collinear; a negative base becomes 0.
+* Loads: the mean duration of every successful load per config file, whether or not a generation
+  followed it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import statsmodels.api as sm
+
+from routerd.lending.settings import LendingSettings
+from routerd.lending.types import Costs, LoadCost, ModelCost, TokenProfile
+from routerd.store.samples import OK, LoadSample, RequestSample
+
+#: Sections that are priced, with the number of work terms their samples carry.
+PRICED_SECTIONS: dict[str, int] = {"llm": 2, "image": 1}
+#: Coefficient of variation below which a work term counts as having no spread.
+SPREAD_FLOOR = 0.05
+#: A uniform fit prices work within this fraction of its mean work, per term.
+UNIFORM_TOLERANCE = 0.10
+#: Token profile: plausible mean bytes per prompt token, and the conservative margin in σ.
+MIN_BYTES_PER_TOKEN = 0.5
+MAX_BYTES_PER_TOKEN = 64.0
+PROFILE_SIGMAS = 2.0
+#: The lowest ``min_samples`` any fit accepts.
+MIN_SAMPLES_FLOOR = 2
+
+
+def usable(sample: RequestSample, terms: int | None = None) -> bool:
+    """Whether a request sample may feed a cost fit (successful, timed, positive work)."""
+    if sample.status != OK or not sample.duration_ms > 0 or not sample.work:
+        return False
+    if terms is not None and len(sample.work) != terms:
+        return False
+    return all(w > 0 and math.isfinite(w) for w in sample.work) and math.isfinite(sample.duration_ms)
+
+
+def has_spread(values: Sequence[float]) -> bool:
+    """The spread test of one work term: ``n·Σx² − (Σx)² ≥ (0.05·Σx)²`` with ``Σx > 0``."""
+    n = len(values)
+    total = math.fsum(values)
+    if total <= 0:
+        return False
+    squares = math.fsum(v * v for v in values)
+    return n * squares - total * total >= (SPREAD_FLOOR * total) ** 2
+
+
+def fit_model(samples: Sequence[RequestSample], min_samples: int) -> ModelCost | None:
+    """Fit one (model, section) from its samples, or None when it stays unpriced.
+
+    All samples must share model and section (the first one names the fit); samples that are
+    unusable or whose term count differs from the section's (or from the first sample's, for an
+    unpriced section) are ignored.
+    """
+    if not samples:
+        return None
+    model_id, section = samples[0].model_id, samples[0].section
+    terms = PRICED_SECTIONS.get(section, len(samples[0].work))
+    rows = [s for s in samples if usable(s, terms)]
+    if terms <= 0 or len(rows) < max(min_samples, MIN_SAMPLES_FLOOR):
+        return None
+    work = np.array([s.work for s in rows], dtype=float)
+    duration = np.array([s.duration_ms for s in rows], dtype=float)
+    spread = [has_spread(work[:, i].tolist()) for i in range(terms)]
+    if not any(spread):
+        return ModelCost(
+            model_id=model_id,
+            section=section,
+            base_ms=float(duration.mean()),
+            slopes_ms=(0.0,) * terms,
+            samples=len(rows),
+            uniform_work=tuple(float(m) for m in work.mean(axis=0)),
+        )
+    if not all(spread):
+        return None
+    fitted = _least_squares(work, duration)
+    if fitted is None:
+        return None
+    base, slopes = fitted
+    return ModelCost(
+        model_id=model_id, section=section, base_ms=max(base, 0.0), slopes_ms=slopes, samples=len(rows)
+    )
+
+
+def _least_squares(work: np.ndarray, duration: np.ndarray) -> tuple[float, tuple[float, ...]] | None:
+    """OLS of ``duration`` on a constant and each work column, or None (collinear, negative slope)."""
+    scale = work.mean(axis=0)  # columns scaled to ~1 so wide ranges (pixels vs ms) stay well conditioned
+    design = sm.add_constant(work / scale, has_constant="add")
+    if np.linalg.matrix_rank(design) < design.shape[1]:
+        return None
+    result = sm.OLS(duration, design).fit()
+    params = np.asarray(result.params, dtype=float)
+    if not np.all(np.isfinite(params)):
+        return None
+    slopes = params[1:] / scale
+    if np.any(slopes < 0):
+        return None
+    return float(params[0]), tuple(float(s) for s in slopes)
+
+
+def _within_uniform(cost: ModelCost, work: Sequence[float]) -> bool:
+    assert cost.uniform_work is not None
+    return all(
+        abs(w - mean) <= UNIFORM_TOLERANCE * mean for w, mean in zip(work, cost.uniform_work, strict=True)
+    )
+
+
+def predict(cost: ModelCost | None, work: Sequence[float]) -> float | None:
+    """Predicted duration (ms) of one job of ``work``, or None when the fit cannot price it."""
+    if cost is None or len(work) != len(cost.slopes_ms):
+        return None
+    if cost.uniform_work is not None:
+        if len(cost.uniform_work) != len(work) or not _within_uniform(cost, work):
+            return None
+        return cost.base_ms
+    return cost.base_ms + math.fsum(s * max(w, 0.0) for s, w in zip(cost.slopes_ms, work, strict=True))
+
+
+def predict_queue(cost: ModelCost | None, count: int, total_work: Sequence[float]) -> float | None:
+    """Predicted time (ms) to run ``count`` jobs whose work terms sum to ``total_work``.
+
+    A uniform fit prices the queue from its mean work (``count × base`` when the mean is in range).
+    """
+    if cost is None:
+        return None
+    if count <= 0:
+        return 0.0
+    if len(total_work) != len(cost.slopes_ms):
+        return None
+    if cost.uniform_work is not None:
+        mean = [w / count for w in total_work]
+        if len(cost.uniform_work) != len(mean) or not _within_uniform(cost, mean):
+            return None
+        return count * cost.base_ms
+    return count * cost.base_ms + math.fsum(
+        s * max(w, 0.0) for s, w in zip(cost.slopes_ms, total_work, strict=True)
+    )
+
+
+def fit_loads(samples: Iterable[LoadSample]) -> list[LoadCost]:
+    """Mean duration of every successful load per config file (sorted by file name)."""
+    per_file: dict[str, list[float]] = defaultdict(list)
+    for sample in samples:
+        if sample.status == OK and sample.config_filename and sample.duration_ms > 0:
+            per_file[sample.config_filename].append(float(sample.duration_ms))
+    return [
+        LoadCost(config_filename=name, load_ms=math.fsum(values) / len(values), samples=len(values))
+        for name, values in sorted(per_file.items())
+    ]
+
+
+def fit_token_profile(samples: Sequence[RequestSample], min_samples: int) -> TokenProfile | None:
+    """A text model's token profile from its ``llm`` samples that carry a request size.
+
+    ``conservative_bytes_per_token`` = mean − 2σ of body bytes per prompt token (at least 0.5; the
+    mean must be 0.5…64); ``reserved_output_tokens`` = ⌈mean + 2σ⌉ of output tokens.
+    """
+    rows = [s for s in samples if s.section == "llm" and usable(s, 2) and s.request_bytes > 0]
+    if not rows or len(rows) < max(min_samples, MIN_SAMPLES_FLOOR):
+        return None
+    ratios = [s.request_bytes / s.work[0] for s in rows]
+    mean_ratio = statistics.fmean(ratios)
+    if not MIN_BYTES_PER_TOKEN <= mean_ratio <= MAX_BYTES_PER_TOKEN:
+        return None
+    outputs = [s.work[1] for s in rows]
+    conservative = max(mean_ratio - PROFILE_SIGMAS * statistics.stdev(ratios), MIN_BYTES_PER_TOKEN)
+    reserved = statistics.fmean(outputs) + PROFILE_SIGMAS * statistics.stdev(outputs)
+    return TokenProfile(
+        model_id=rows[0].model_id,
+        conservative_bytes_per_token=conservative,
+        reserved_output_tokens=math.ceil(reserved - 1e-9),
+        samples=len(rows),
+    )
+
+
+def fit_node(
+    request_samples: Iterable[RequestSample],
+    load_samples: Iterable[LoadSample],
+    settings: LendingSettings,
+    now_ms: int | None = None,
+) -> Costs:
+    """Every cost a node publishes: one fit per priced (model, section), loads, token profiles.
+
+    With ``now_ms`` only samples that finished inside ``scheduling_sample_window`` count (callers
+    that already queried by window may leave it out).
+    """
+    since = None if now_ms is None else now_ms - int(settings.scheduling_sample_window * 1000)
+    groups: dict[tuple[str, str], list[RequestSample]] = defaultdict(list)
+    for sample in request_samples:
+        if sample.section in PRICED_SECTIONS and (since is None or sample.finished_at_ms >= since):
+            groups[(sample.model_id, sample.section)].append(sample)
+    models: list[ModelCost] = []
+    tokens: list[TokenProfile] = []
+    for key in sorted(groups):
+        fitted = fit_model(groups[key], settings.scheduling_min_samples)
+        if fitted is not None:
+            models.append(fitted)
+        if key[1] == "llm":
+            profile = fit_token_profile(groups[key], settings.scheduling_min_samples)
+            if profile is not None:
+                tokens.append(profile)
+    loads = fit_loads(s for s in load_samples if since is None or s.finished_at_ms >= since)
+    return Costs(models=tuple(models), loads=tuple(loads), tokens=tuple(tokens))
+
+
+# -- text size estimates (spec "LLM lending", reference §6) -------------------------------------------
+
+
+def estimate_text(
+    profile: TokenProfile | None, body_bytes: int, client_limit: int | None, context_reserve: int
+) -> tuple[tuple[float, float], int] | None:
+    """``((prompt_tokens, output_tokens), required_context)`` of a text request, or None (unsized).
+
+    Prompt tokens = ⌈body bytes / conservative ratio⌉.  The answer's share is the client's limit
+    when it states one, else the larger of the measured reserve and ``context_reserve`` (the floor
+    applies only when the client states no limit, as the spec says).
+    """
+    if profile is None or body_bytes <= 0 or profile.conservative_bytes_per_token <= 0:
+        return None
+    prompt = math.ceil(body_bytes / profile.conservative_bytes_per_token)
+    if client_limit is not None and client_limit > 0:
+        output = client_limit
+    else:
+        output = max(profile.reserved_output_tokens, context_reserve)
+    return (float(prompt), float(output)), prompt + output
+
+
+__all__ = [
+    "PRICED_SECTIONS",
+    "SPREAD_FLOOR",
+    "UNIFORM_TOLERANCE",
+    "estimate_text",
+    "fit_loads",
+    "fit_model",
+    "fit_node",
+    "fit_token_profile",
+    "has_spread",
+    "predict",
+    "predict_queue",
+    "usable",
+]

@@ -1,0 +1,448 @@
+"""The router queue of one lane on one node (spec "What is lent", reference §3.1, §7).
+
+A pure object: the caller feeds it arrivals, completions, returns and cancellations with a clock
+value, and performs the :class:`Effects` it answers (start the admitted requests, hand borrowed
+requests back with 409).  No Twisted, no timers.
+
+Entries are *native* (this node's own clients) or *borrowed* (lent to this node by another owner).
+Only enrolled models (an owner or a helper in some link of the lane) are queued.
+
+* At most ``depth`` entries of the lane are admitted to the backend at once; the rest wait here, in
+  arrival order.  The depth counts the lane, not each model: the lane's runtime serves one model at
+  a time, and a helper's own request must wait behind the borrowed jobs already admitted.
+* Only waiting native entries of an *owner* model that are not streaming and have not come back from
+  a helper can be withdrawn for lending (oldest first).  A lent entry stays here in state ``lent``
+  until it finishes or comes back; a returned entry goes back to the head of the queue keeping its
+  first arrival time and is never lent again.
+* A native arrival hands back every waiting borrowed entry; a borrowed arrival is handed back at once
+  while the lane holds any native work (or the caller says the node is busy with its own work).
+* An optional hold check may keep the head waiting for a faster helper, only for the second slot:
+  when something of the same model, and nothing else, is already admitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Literal
+
+import attrs
+
+from routerd.lending.types import HeldRequest, Lane, QueueStat
+
+EntryState = Literal["pending", "admitted", "lent"]
+ReturnReason = Literal["helper_busy_on_arrival", "own_work_arrived"]
+
+
+class QueueError(ValueError):
+    """A call that does not fit the queue's state (unknown id, model not enrolled, duplicate id)."""
+
+
+@attrs.define
+class Entry:
+    """One queued request (mutable; owned by the queue — read it, do not change it)."""
+
+    request_id: str
+    model_id: str
+    arrived_ms: int
+    seq: int
+    work: tuple[float, ...] = ()
+    context: int = 0
+    streaming: bool = False
+    borrowed: bool = False
+    state: EntryState = "pending"
+    returned: bool = False  # came back from a helper: never lent again, never held
+    holding: bool = False  # the hold check is keeping it back right now
+    admitted_ms: int | None = None
+    lent_ms: int | None = None
+    helper_node_id: str | None = None
+    helper_model_id: str | None = None
+    borrowed_ahead: int = 0  # borrowed entries admitted when this native entry arrived
+
+
+@attrs.frozen
+class BorrowedReturn:
+    """A borrowed request to answer with 409 ``offload_returned``."""
+
+    request_id: str
+    reason: ReturnReason
+
+
+@attrs.frozen
+class Effects:
+    """What the caller must do now: start ``admit`` (in order), hand back ``returned``."""
+
+    admit: tuple[str, ...] = ()
+    returned: tuple[BorrowedReturn, ...] = ()
+
+    def __add__(self, other: Effects) -> Effects:
+        return Effects(self.admit + other.admit, self.returned + other.returned)
+
+
+@attrs.frozen
+class HoldQuery:
+    """What a hold check sees: the waiting head and the owner's pipeline.
+
+    ``generating_since_ms`` = the earliest admission among the admitted entries, moved forward to
+    the last completion of the model's own work.
+    """
+
+    entry: Entry
+    in_flight: int
+    generating_since_ms: int
+    now_ms: int
+
+
+HoldCheck = Callable[[HoldQuery], bool]
+
+
+class LaneQueue:
+    """The router queue of one lane on one node."""
+
+    def __init__(
+        self,
+        lane: Lane,
+        depth: int,
+        enrolled: Collection[str] = (),
+        owners: Collection[str] = (),
+        hold: HoldCheck | None = None,
+    ) -> None:
+        self.lane: Lane = lane
+        self._depth = max(int(depth), 1)
+        self._enrolled: frozenset[str] = frozenset()
+        self._owners: frozenset[str] = frozenset()
+        self.set_enrolled(enrolled, owners)
+        self.hold = hold
+        self._pending: list[Entry] = []
+        self._admitted: list[Entry] = []
+        self._lent: list[Entry] = []
+        self._by_id: dict[str, Entry] = {}
+        self._seq = 0
+        self._last_own_completion: dict[str, int] = {}
+
+    # -- configuration ------------------------------------------------------------------------------
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    def set_depth(self, depth: int, now_ms: int) -> Effects:
+        """Apply a new ``scheduling_backend_depth`` at once (a lower depth recalls nothing)."""
+        self._depth = max(int(depth), 1)
+        return self.pump(now_ms)
+
+    def set_enrolled(self, enrolled: Collection[str], owners: Collection[str] = ()) -> None:
+        """Replace the enrolled models (owners ∪ helpers) and the owners among them.
+
+        Entries already queued stay until they finish; only new arrivals are checked.
+        """
+        self._owners = frozenset(owners)
+        self._enrolled = frozenset(enrolled) | self._owners
+
+    def is_enrolled(self, model_id: str) -> bool:
+        return model_id in self._enrolled
+
+    def is_owner(self, model_id: str) -> bool:
+        return model_id in self._owners
+
+    # -- arrivals -----------------------------------------------------------------------------------
+
+    def _new_entry(
+        self,
+        request_id: str,
+        model_id: str,
+        now_ms: int,
+        work: Sequence[float],
+        context: int,
+        streaming: bool,
+        borrowed: bool,
+    ) -> Entry:
+        if request_id in self._by_id:
+            raise QueueError(f"request {request_id} is already queued")
+        if model_id not in self._enrolled:
+            raise QueueError(f"model {model_id} is not enrolled in the {self.lane} lane")
+        self._seq += 1
+        entry = Entry(
+            request_id=request_id,
+            model_id=model_id,
+            arrived_ms=now_ms,
+            seq=self._seq,
+            work=tuple(float(w) for w in work),
+            context=max(int(context), 0),
+            streaming=streaming,
+            borrowed=borrowed,
+        )
+        self._by_id[request_id] = entry
+        return entry
+
+    def arrive(
+        self,
+        request_id: str,
+        model_id: str,
+        now_ms: int,
+        *,
+        work: Sequence[float] = (),
+        context: int = 0,
+        streaming: bool = False,
+    ) -> Effects:
+        """A native request for an enrolled model: queue it, hand back every waiting borrowed entry,
+        and admit what fits."""
+        entry = self._new_entry(request_id, model_id, now_ms, work, context, streaming, False)
+        entry.borrowed_ahead = sum(1 for e in self._admitted if e.borrowed)
+        handed_back = [e for e in self._pending if e.borrowed]
+        for e in handed_back:
+            self._forget(e)
+        self._pending = [e for e in self._pending if not e.borrowed]
+        self._pending.append(entry)
+        returned = tuple(BorrowedReturn(e.request_id, "own_work_arrived") for e in handed_back)
+        return Effects(returned=returned) + self.pump(now_ms)
+
+    def arrive_borrowed(
+        self,
+        request_id: str,
+        model_id: str,
+        now_ms: int,
+        *,
+        node_busy: bool = False,
+        work: Sequence[float] = (),
+        context: int = 0,
+    ) -> Effects:
+        """A borrowed request: handed straight back while this node has own work (``node_busy`` or
+        native work in this lane), else queued behind everything like any entry."""
+        if node_busy or not self.accepting_borrowed():
+            if request_id in self._by_id:
+                raise QueueError(f"request {request_id} is already queued")
+            return Effects(returned=(BorrowedReturn(request_id, "helper_busy_on_arrival"),))
+        if model_id not in self._enrolled:
+            return Effects(returned=(BorrowedReturn(request_id, "helper_busy_on_arrival"),))
+        entry = self._new_entry(request_id, model_id, now_ms, work, context, False, True)
+        self._pending.append(entry)
+        return self.pump(now_ms)
+
+    def accepting_borrowed(self) -> bool:
+        """No native work waiting or admitted in this lane (the node-wide idle test is the caller's)."""
+        return not any(not e.borrowed for e in self._pending) and not any(
+            not e.borrowed for e in self._admitted
+        )
+
+    # -- admission ----------------------------------------------------------------------------------
+
+    def pump(self, now_ms: int) -> Effects:
+        """Admit waiting entries while the backend has room (re-run after a lease or setting change,
+        or when a hold may have lapsed)."""
+        admitted: list[str] = []
+        for e in self._pending:
+            e.holding = False
+        while self._pending and len(self._admitted) < self._depth:
+            head = self._pending[0]
+            if self._holds(head, now_ms):
+                head.holding = True
+                break
+            self._pending.pop(0)
+            head.state = "admitted"
+            head.admitted_ms = now_ms
+            self._admitted.append(head)
+            admitted.append(head.request_id)
+        return Effects(admit=tuple(admitted))
+
+    def _holds(self, head: Entry, now_ms: int) -> bool:
+        if self.hold is None or head.borrowed or head.streaming or head.returned:
+            return False
+        if not self._admitted or any(e.borrowed or e.model_id != head.model_id for e in self._admitted):
+            return False
+        since = min(e.admitted_ms if e.admitted_ms is not None else now_ms for e in self._admitted)
+        since = max(since, self._last_own_completion.get(head.model_id, since))
+        return self.hold(HoldQuery(head, len(self._admitted), since, now_ms))
+
+    # -- lending ------------------------------------------------------------------------------------
+
+    def withdraw_for_lending(
+        self,
+        model_id: str,
+        n: int,
+        now_ms: int,
+        helper_node_id: str,
+        helper_model_id: str,
+        max_context: int | None = None,
+    ) -> list[str]:
+        """Mark up to ``n`` waiting entries of owner model ``model_id`` as lent, oldest first.
+
+        Never takes admitted, borrowed, streaming or returned entries, nor one whose required
+        context exceeds ``max_context`` (the owner runs that one itself).  A helper-only model
+        never lends.
+        """
+        if n <= 0 or model_id not in self._owners:
+            return []
+        taken: list[Entry] = []
+        for e in sorted(self._pending, key=lambda e: (e.arrived_ms, e.seq)):
+            if len(taken) >= n:
+                break
+            if e.model_id != model_id or e.borrowed or e.streaming or e.returned:
+                continue
+            if max_context is not None and e.context > 0 and e.context > max_context:
+                continue
+            taken.append(e)
+        ids = {e.request_id for e in taken}
+        self._pending = [e for e in self._pending if e.request_id not in ids]
+        for e in taken:
+            e.state = "lent"
+            e.holding = False
+            e.lent_ms = now_ms
+            e.helper_node_id = helper_node_id
+            e.helper_model_id = helper_model_id
+            self._lent.append(e)
+        return [e.request_id for e in taken]
+
+    def returned(self, request_id: str, now_ms: int) -> Effects:
+        """A lent request came back (409, failure or cut-off): back to the head, first arrival kept."""
+        entry = self._get(request_id)
+        if entry.state != "lent":
+            raise QueueError(f"request {request_id} is not lent")
+        self._lent.remove(entry)
+        entry.state = "pending"
+        entry.returned = True
+        entry.lent_ms = None
+        entry.helper_node_id = entry.helper_model_id = None
+        self._pending.insert(0, entry)
+        return self.pump(now_ms)
+
+    # -- endings ------------------------------------------------------------------------------------
+
+    def finished(self, request_id: str, now_ms: int) -> Effects:
+        """An admitted request finished in the backend, or a lent one was answered by its helper."""
+        entry = self._get(request_id)
+        if entry.state == "pending":
+            raise QueueError(f"request {request_id} has not started")
+        if entry.state == "admitted" and not entry.borrowed:
+            self._last_own_completion[entry.model_id] = now_ms
+        self._forget(entry)
+        return self.pump(now_ms)
+
+    def cancel(self, request_id: str, now_ms: int) -> Effects:
+        """The client went away: drop the entry in whatever state it is (unknown ids are ignored)."""
+        entry = self._by_id.get(request_id)
+        if entry is None:
+            return Effects()
+        self._forget(entry)
+        return self.pump(now_ms)
+
+    def _forget(self, entry: Entry) -> None:
+        del self._by_id[entry.request_id]
+        for bucket in (self._pending, self._admitted, self._lent):
+            if entry in bucket:
+                bucket.remove(entry)
+                return
+
+    def _get(self, request_id: str) -> Entry:
+        try:
+            return self._by_id[request_id]
+        except KeyError:
+            raise QueueError(f"unknown request {request_id}") from None
+
+    # -- views --------------------------------------------------------------------------------------
+
+    def entry(self, request_id: str) -> Entry | None:
+        return self._by_id.get(request_id)
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._by_id
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def pending(self) -> list[Entry]:
+        """Waiting entries in admission order."""
+        return list(self._pending)
+
+    def admitted(self) -> list[Entry]:
+        return list(self._admitted)
+
+    def lent(self, model_id: str | None = None) -> list[Entry]:
+        """Lent entries in lending order."""
+        return [e for e in self._lent if model_id is None or e.model_id == model_id]
+
+    def lent_count(self, model_id: str) -> int:
+        return sum(1 for e in self._lent if e.model_id == model_id)
+
+    def has_work(self, model_id: str) -> bool:
+        """Native work waiting or lent out: whether queue events of this model are worth sending."""
+        return any(e.model_id == model_id and not e.borrowed for e in self._pending) or any(
+            e.model_id == model_id for e in self._lent
+        )
+
+    def stats(self, model_ids: Iterable[str] | None = None) -> list[QueueStat]:
+        """Native work per model (borrowed and lent entries excluded), sorted by model id.
+
+        Without ``model_ids`` every model with native work waiting or admitted is listed.
+        """
+        wanted = None if model_ids is None else set(model_ids)
+        width = 2 if self.lane == "text" else 1
+        acc: dict[str, list[Entry]] = {}
+        admitted: dict[str, list[Entry]] = {}
+        for e in self._pending:
+            if not e.borrowed:
+                acc.setdefault(e.model_id, []).append(e)
+        for e in self._admitted:
+            if not e.borrowed:
+                admitted.setdefault(e.model_id, []).append(e)
+        models = set(acc) | set(admitted) if wanted is None else wanted
+        out: list[QueueStat] = []
+        for model_id in sorted(models):
+            pending = acc.get(model_id, [])
+            backlog = pending + admitted.get(model_id, [])
+            out.append(
+                QueueStat(
+                    model_id=model_id,
+                    pending_count=len(pending),
+                    pending_work=_sum_work(pending, width),
+                    pending_context=sum(e.context for e in pending),
+                    backlog_count=len(backlog),
+                    backlog_work=_sum_work(backlog, width),
+                )
+            )
+        return out
+
+    def held_listing(self, now_ms: int) -> list[HeldRequest]:
+        """The Nodes page listing: waiting native entries (``queued``/``held``) and lent ones."""
+        out = [
+            HeldRequest(
+                request_id=e.request_id,
+                lane=self.lane,
+                model_id=e.model_id,
+                state="held" if e.holding else "queued",
+                waiting_ms=max(now_ms - e.arrived_ms, 0),
+            )
+            for e in self._pending
+            if not e.borrowed
+        ]
+        out.extend(
+            HeldRequest(
+                request_id=e.request_id,
+                lane=self.lane,
+                model_id=e.model_id,
+                state="lent",
+                waiting_ms=max(now_ms - e.arrived_ms, 0),
+                helper_node_id=e.helper_node_id,
+                helper_model_id=e.helper_model_id,
+            )
+            for e in self._lent
+        )
+        return out
+
+
+def _sum_work(entries: Sequence[Entry], width: int) -> tuple[float, ...]:
+    total = [0.0] * width
+    for e in entries:
+        for i, w in enumerate(e.work[:width]):
+            total[i] += w
+    return tuple(total)
+
+
+__all__ = [
+    "BorrowedReturn",
+    "Effects",
+    "Entry",
+    "HoldCheck",
+    "HoldQuery",
+    "LaneQueue",
+    "QueueError",
+]
