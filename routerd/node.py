@@ -1,15 +1,17 @@
 """One routerd node: builds and wires its object graph (architecture principle 4).
 
-``Node`` owns the catalog, store, backend runtimes, metrics and HTTP app.
-Several nodes can live in one reactor on different ports; that is how
+``Node`` owns the catalog, store, backend runtimes, metrics, HTTP app and —
+by role — the master's registry and health poller or the slave's registration
+loop.  Several nodes can live in one reactor on different ports; that is how
 integration tests build clusters cheaply.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from treq.client import HTTPClient
 from twisted.internet.defer import Deferred, succeed
@@ -18,8 +20,9 @@ from twisted.logger import Logger
 from twisted.web.client import Agent, HTTPConnectionPool
 
 from routerd import __version__
-from routerd.api.app import PROTOCOL_VERSION, build_app
+from routerd.api.app import build_app
 from routerd.api.errors import HTTPError
+from routerd.api.front import InferenceFront
 from routerd.api.inference import LocalInference
 from routerd.api.site import GuardResource, NodeSite
 from routerd.backends.errors import BackendMissing, LoadFailed
@@ -28,9 +31,22 @@ from routerd.catalog.catalog import Catalog
 from routerd.catalog.hashing import FileHashCache
 from routerd.catalog.model import RUNTIME_KINDS, Capabilities, ModelConfig, RuntimeKind
 from routerd.cluster.auth import AuthPolicy
+from routerd.cluster.client import AllowList, NodeClient
+from routerd.cluster.master import MasterAgent
+from routerd.cluster.slave import RegistrationRefused, SlaveAgent
+from routerd.cluster.wire import (
+    PROTOCOL_VERSION,
+    ModelRecord,
+    Snapshot,
+    record_from_config,
+    record_to_json,
+)
 from routerd.config.schema import Config
 from routerd.metrics import NodeMetrics
+from routerd.registry.identity import MemoryPublicIdStore
+from routerd.registry.registry import Registry
 from routerd.routing.adapters.ollama import ListedModel
+from routerd.routing.forward import Forwarder
 from routerd.store.samples import LoadSample, RequestSample
 from routerd.store.store import Store
 
@@ -42,6 +58,7 @@ class Node:
                  port_allocator: Callable[[], int] | None = None) -> None:
         self.config = config
         self.reactor = reactor
+        self.role = config.cluster.role
         self.node_id = config.cluster.node_id
         self.metrics = NodeMetrics()
         self.catalog = Catalog.scan(config.models.config_dir, config.backend.mode)
@@ -53,52 +70,101 @@ class Node:
         self._pool.maxPersistentPerHost = 64
         self._pool.retryAutomatically = False
         self.agent = Agent(reactor, pool=self._pool, connectTimeout=10)
-        self.http = http if http is not None else HTTPClient(self.agent)
+        # treq for node-to-node calls and readiness probes (cookies/redirects handled by NodeClient)
+        self.http = cast(Any, http if http is not None else HTTPClient(self.agent))
         self.runtimes = Runtimes(reactor, config, self.http, launcher=launcher, on_load=self._on_load,
                                  port_allocator=port_allocator)
-        self.inference = LocalInference(node_id=self.node_id, clock=reactor, catalog=lambda: self.catalog,
-                                        runtimes=self.runtimes, agent=self.agent, samples=self,
-                                        metrics=self.metrics)
+        self.local = LocalInference(node_id=self.node_id, clock=reactor, runtimes=self.runtimes,
+                                    agent=self.agent, samples=self)
+        self.master: MasterAgent | None = None
+        self.slave: SlaveAgent | None = None
+        self.on_fatal: Callable[[BaseException], None] = lambda _exc: None
+        cluster = config.cluster
+        forwarder = None
+        if self.role == "master":
+            routing_allowed = AllowList()
+            probe_allowed = AllowList(cluster.slave_urls)
+            client = NodeClient(self.http, cluster.token, probe_allowed, cluster.control_timeout, reactor)
+            self._public_ids = MemoryPublicIdStore(on_assign=self._save_public_id)
+            registry = Registry(self.node_id, cluster.public_url, self._public_ids,
+                                local_ready=self._local_ready)
+            self.master = MasterAgent(node_id=self.node_id, slave_urls=cluster.slave_urls,
+                                      registry=registry, client=client, routing_allowed=routing_allowed,
+                                      clock=reactor, health_interval=cluster.health_interval,
+                                      local_status=self.runtime_status)
+            forwarder = Forwarder(self.agent, cluster.token, routing_allowed)
+        elif self.role == "slave":
+            allowed = AllowList([cluster.master_url, cluster.public_url])
+            client = NodeClient(self.http, cluster.token, allowed, cluster.control_timeout, reactor)
+            self.slave = SlaveAgent(master_url=cluster.master_url, client=client,
+                                    snapshot=self.snapshot_wire, clock=reactor,
+                                    sync_interval=cluster.sync_interval, on_terminal=self._fatal)
+        self.front = InferenceFront(node_id=self.node_id, clock=reactor, catalog=lambda: self.catalog,
+                                    local=self.local, metrics=self.metrics, master=self.master,
+                                    forwarder=forwarder, loaded_config=self.runtimes.loaded_config)
         self.app = build_app(self)
         self.policy = AuthPolicy.build(config.auth.inference_keys, config.auth.admin_keys,
-                                       config.cluster.token, config.server.allowed_cidrs)
+                                       cluster.token, config.server.allowed_cidrs)
         self.started_at = reactor.seconds()
+        self.own_work_at = reactor.seconds()
 
     # -- lifecycle ------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the store, hash the catalog, preload the startup model."""
+        """Open the store, hash the catalog, poll slaves (master), preload the startup model."""
         store_dir = self.config.cluster.store_dir
         self.store = await Store.open(os.path.join(store_dir, "routerd.sqlite"), self.reactor)
         cache = FileHashCache(os.path.join(store_dir, "hash-cache.json"))
         self.catalog = await self.catalog.hashed(cache, deferToThread)
+        if self.master is not None:
+            self._public_ids.seed(await self.store.public_ids())
+            self.master.registry.update_local(self.local_records())
+            await self.master.start()
         startup = self.config.models.startup_model
         if startup:
             await self.load_model(startup)
 
+    async def after_listening(self) -> None:
+        """Steps that need the listener open: a slave registers with its master."""
+        if self.slave is not None:
+            await self.slave.start()
+
     async def stop(self) -> None:
+        if self.master is not None:
+            self.master.stop()
+        if self.slave is not None:
+            self.slave.stop()
         await self.runtimes.stop()
         if self.store is not None:
             await self.store.close()
         await self._pool.closeCachedConnections()
 
+    def _fatal(self, exc: RegistrationRefused) -> None:
+        self.log.critical("{reason}; stopping", reason=str(exc))
+        self.on_fatal(exc)
+
     def site(self) -> NodeSite:
         limit = self.config.limits.max_body_bytes
         return NodeSite(GuardResource(self.app.resource(), self.policy, limit), limit)
 
-    # -- samples --------------------------------------------------------------
+    # -- samples and public IDs -----------------------------------------------
 
     def record_request_sample(self, sample: RequestSample) -> Deferred[None]:
+        self.own_work_at = self.reactor.seconds()
         if self.store is None:
             return succeed(None)
         return self.store.record_request_sample(sample)
+
+    def _save_public_id(self, identity: str, base: str, public_id: str) -> None:
+        if self.store is not None:
+            self.store.save_public_id(identity, base, public_id)
 
     def _on_load(self, event: LoadEvent) -> None:
         status = "ok" if event.ok else "failed"
         self.metrics.loads.labels(event.model_id, event.kind, status).inc()
         if event.ok:
             self.metrics.load_duration.labels(event.model_id, event.kind).observe(event.duration_ms / 1000)
-            self.log.info("loaded {model} on the {runtime} runtime in {duration_ms:.0f} ms",
+            self.log.info("loaded {model} on the {runtime} runtime in {duration_ms} ms",
                           model=event.model_id, runtime=event.kind, duration_ms=event.duration_ms)
         else:
             self.log.warn("loading {model} on the {runtime} runtime failed: {reason}",
@@ -117,8 +183,35 @@ class Node:
             raise HTTPError(404, f"model {name!r} was not found", "not_found", "model_not_found")
         return model
 
-    async def load_model(self, name: str) -> dict[str, Any]:
-        model = self._model(name)
+    def _remote_record(self, name: str) -> ModelRecord | None:
+        """The record a master would forward a management call for, or None for local."""
+        if self.master is None:
+            return None
+        records = [r for r in self.master.registry.records()
+                   if name in (r.public_id, r.public_image_id) and not r.disabled]
+        if not records:
+            raise HTTPError(404, f"model {name!r} was not found", "not_found", "model_not_found")
+        local = [r for r in records if r.node_id == self.node_id]
+        if local:
+            return None
+        available = [r for r in records if r.available]
+        if not available:
+            raise HTTPError(502, f"model {name!r} has no available replicas", "backend_error",
+                            "backend_error")
+        return available[0]
+
+    async def load_model(self, name: str, *, site: bool = False) -> dict[str, Any]:
+        remote = self._remote_record(name) if site else None
+        if remote is not None:
+            assert self.master is not None
+            await self.master.client.load(remote.node_url, remote.local_id)
+            return {"ok": True, "model": name, "node_id": remote.node_id}
+        local_name = name
+        if site and self.master is not None:
+            for r in self.master.registry.records():
+                if r.node_id == self.node_id and name in (r.public_id, r.public_image_id):
+                    local_name = r.local_id
+        model = self._model(local_name)
         try:
             await self.runtimes.load(model)
         except LoadFailed as exc:
@@ -126,13 +219,19 @@ class Node:
                             "backend_error", "load_failed") from None
         except BackendMissing as exc:
             raise HTTPError(502, str(exc), "backend_error", "backend_missing") from None
-        return {"ok": True, "model": model.local_id, "node_id": self.node_id}
+        return {"ok": True, "model": name, "node_id": self.node_id}
 
-    async def unload_model(self, name: Any, target: Any) -> dict[str, Any]:
+    async def unload_model(self, name: Any, target: Any, *, site: bool = False) -> dict[str, Any]:
         if name is not None and not isinstance(name, str):
             raise HTTPError(400, "model must be a string")
         if target is not None and target not in ("text", "image", "stt", "all", "embeddings"):
             raise HTTPError(400, "target must be one of text, image, stt, embeddings, all")
+        if name and site:
+            remote = self._remote_record(name)
+            if remote is not None:
+                assert self.master is not None
+                await self.master.client.unload(remote.node_url, remote.local_id, target)
+                return {"ok": True, "model": name, "node_id": remote.node_id}
         kinds: list[RuntimeKind]
         if name:
             model = self._model(name)
@@ -145,77 +244,135 @@ class Node:
             await self.runtimes.unload(kind)
         return {"ok": True, "unloaded": kinds, "node_id": self.node_id}
 
-    # -- documents ------------------------------------------------------------
+    # -- records and documents -----------------------------------------------
+
+    def _local_ready(self, kind: RuntimeKind, record: ModelRecord) -> bool:
+        model = self.catalog.get(record.local_id)
+        return model is not None and self.runtimes.ready(kind, model)
 
     def _loaded(self, model: ModelConfig) -> bool:
         return any(self.runtimes.loaded_config(k) == model.filename for k in RUNTIME_KINDS
                    if model.capabilities.serves(k))
 
+    def local_records(self) -> list[ModelRecord]:
+        url = self.config.cluster.public_url
+        return [record_from_config(m, node_id=self.node_id, node_url=url, loaded=self._loaded(m))
+                for m in self.catalog.models]
+
+    def records(self) -> list[ModelRecord]:
+        """The models this node lists: the merged registry on a master, else its own."""
+        if self.master is not None:
+            return [self._with_loaded(r) for r in self.master.registry.records()]
+        return self.local_records()
+
+    def _with_loaded(self, record: ModelRecord) -> ModelRecord:
+        if record.node_id != self.node_id:
+            return record
+        model = self.catalog.get(record.local_id)
+        loaded = model is not None and self._loaded(model)
+        return record if record.loaded == loaded else _evolve(record, loaded=loaded)
+
     def listing(self, keep: Callable[[Capabilities], bool]) -> list[ListedModel]:
         out = []
-        for model in self.catalog.models:
-            caps = model.capabilities
-            if not keep(caps):
+        seen: set[str] = set()
+        loaded_ids = {r.public_id for r in self.records() if r.loaded and r.available}
+        for record in self.records():
+            caps = record.capabilities
+            if not keep(caps) or record.disabled or not record.available or record.public_id in seen:
                 continue
+            seen.add(record.public_id)
             words = tuple(w for w in ("llm", "multimodal", "embeddings", "image", "stt", "tts")
                           if getattr(caps, w))
-            try:
-                mtime = os.path.getmtime(model.path)
-            except OSError:
-                mtime = 0.0
             out.append(ListedModel(
-                name=model.local_id, model_hash=model.model_hash, size=_size(model),
-                modified_at=_iso(mtime), capabilities=words, context=caps.context,
-                loaded=self._loaded(model)))
+                name=record.public_id, model_hash=record.model_hash, size=self._size(record),
+                modified_at=self._modified(record), capabilities=words, context=caps.context,
+                loaded=record.public_id in loaded_ids))
         return out
 
-    def record(self, model: ModelConfig) -> dict[str, Any]:
-        caps = model.capabilities
-        return {
-            "public_id": model.local_id, "local_id": model.local_id, "image_id": model.image_id,
-            "public_image_id": model.image_id, "filename": model.filename,
-            "node_id": self.node_id, "node_url": self.config.cluster.public_url,
-            "source": "local", "backend_mode": model.backend_mode,
-            "config_hash": model.config_hash, "model_hash": model.model_hash,
-            "capabilities": {"llm": caps.llm, "image": caps.image, "embeddings": caps.embeddings,
-                             "multimodal": caps.multimodal, "stt": caps.stt, "tts": caps.tts,
-                             "context": caps.context},
-            "available": True, "loaded": self._loaded(model), "disabled": False,
-        }
+    def image_listing(self) -> list[dict[str, Any]]:
+        out = []
+        seen: set[str] = set()
+        for record in self.records():
+            image_id = record.public_image_id
+            if not record.capabilities.image or not image_id or image_id in seen or record.disabled:
+                continue
+            seen.add(image_id)
+            out.append({"title": image_id, "model_name": image_id, "filename": record.filename,
+                        "hash": record.model_hash[:10]})
+        return out
+
+    def _size(self, record: ModelRecord) -> int:
+        model = self.catalog.get(record.local_id) if record.node_id == self.node_id else None
+        total = 0
+        for path in (model.weight_files().values() if model is not None else ()):
+            try:
+                total += os.path.getsize(path)
+            except OSError:
+                pass
+        return total
+
+    def _modified(self, record: ModelRecord) -> str:
+        model = self.catalog.get(record.local_id) if record.node_id == self.node_id else None
+        try:
+            mtime = os.path.getmtime(model.path) if model is not None else self.started_at
+        except OSError:
+            mtime = 0.0
+        return datetime.datetime.fromtimestamp(mtime, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def models_document(self) -> dict[str, Any]:
         return {
             "node_id": self.node_id,
-            "models": [self.record(m) for m in self.catalog.models],
+            "models": [record_to_json(r) for r in self.records()],
             "invalid": [{"filename": b.filename, "reason": b.reason} for b in self.catalog.invalid],
         }
 
+    def snapshot_wire(self) -> Snapshot:
+        return Snapshot(node_id=self.node_id, node_url=self.config.cluster.public_url,
+                        build_version=__version__, protocol_version=PROTOCOL_VERSION,
+                        models=tuple(self.local_records()))
+
     def snapshot(self) -> dict[str, Any]:
-        return {"node_id": self.node_id, "node_url": self.config.cluster.public_url,
-                "build_version": __version__, "protocol_version": PROTOCOL_VERSION,
-                "models": [self.record(m) for m in self.catalog.models]}
+        from routerd.cluster.wire import snapshot_to_json
+
+        return snapshot_to_json(self.snapshot_wire())
 
     def state_document(self) -> dict[str, Any]:
         now_ms = int(self.reactor.seconds() * 1000)
         return {
             "node_id": self.node_id,
             "runtimes": [s.to_json() for s in self.runtimes.status()],
-            "active_requests": [a.to_json(now_ms) for a in self.inference.active.values()],
+            "active_requests": [a.to_json(now_ms) for a in self.local.active.values()],
             "held_requests": [],
         }
 
+    def runtime_status(self) -> dict[str, Any]:
+        statuses = self.runtimes.status()
+        stt = self.runtimes.loaded_config("stt")
+        now = self.reactor.seconds()
+        return {
+            "node_id": self.node_id,
+            "build_version": __version__,
+            "backend_mode": self.config.backend.mode,
+            "active_requests": sum(s.users for s in statuses),
+            "queued_requests": sum(s.waiters for s in statuses),
+            "active_stt_config": stt,
+            "idle_for_ms": int(max(0.0, now - self.own_work_at) * 1000) if not self.local.active else 0,
+            "settings_fingerprint": self.config.cluster.lending.fingerprint(),
+            "lanes": {},
+            "costs": {"models": [], "loads": [], "tokens": []},
+        }
 
-def _size(model: ModelConfig) -> int:
-    total = 0
-    for path in model.weight_files().values():
-        try:
-            total += os.path.getsize(path)
-        except OSError:
-            pass
-    return total
+    def inventory(self) -> dict[str, Any]:
+        assert self.master is not None
+        nodes = [{"node_id": self.node_id, "node_url": self.config.cluster.public_url, "role": "master",
+                  "healthy": True, "build_version": __version__}]
+        for info in self.master.registry.nodes():
+            nodes.append({"node_id": info.node_id, "node_url": info.node_url, "role": "slave",
+                          "healthy": info.healthy, "build_version": info.build_version})
+        return {"nodes": nodes, "models": [record_to_json(r) for r in self.records()], "recipes": []}
 
 
-def _iso(ts: float) -> str:
-    import datetime
+def _evolve(record: ModelRecord, **changes: Any) -> ModelRecord:
+    import attrs
 
-    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return attrs.evolve(record, **changes)

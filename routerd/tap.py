@@ -54,11 +54,19 @@ class NodeService(service.Service):
         log.info("routerd node {node_id} ({role}) listening on http://{host}:{port}",
                  node_id=self.node.node_id, role=self.node.config.cluster.role,
                  host=address.host, port=address.port)
+        self.node.on_fatal = self._fatal
+        await self.node.after_listening()
         self.ready.callback(None)
+
+    def _fatal(self, exc: BaseException) -> None:
+        from twisted.python.failure import Failure
+
+        self._failed(Failure(exc))
 
     def _failed(self, failure: Any) -> None:
         log.failure("routerd failed to start", failure=failure)
-        self.ready.errback(failure)
+        if not self.ready.called:
+            self.ready.errback(failure)
         if self.exit_on_failure and self.reactor.running:
             # A failed start (e.g. the startup model does not load) must not
             # leave a silent process behind: stop, exiting with status 1.

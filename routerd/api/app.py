@@ -1,4 +1,4 @@
-"""The Klein app of one node: client API (contract §5), admin and node routes (§6–7)."""
+"""The Klein app of one node: client API (contract §5), node API (§6), site and admin API (§7)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,16 @@ from twisted.web.iweb import IRequest
 
 from routerd import __version__
 from routerd.api.errors import HTTPError, error_body, style_for_path
+from routerd.cluster.wire import PROTOCOL_VERSION, StatusError
 from routerd.routing.adapters import ollama
 from routerd.routing.classify import INFERENCE_PATHS, classify
+from routerd.routing.forward import INFERENCE_PREFIX
 from routerd.routing.selector import SelectorError, parse_json_object
 
 if TYPE_CHECKING:
     from routerd.node import Node
 
-PROTOCOL_VERSION = 2
+__all__ = ["PROTOCOL_VERSION", "build_app"]
 
 
 def _json(request: IRequest, payload: Any, status: int = 200) -> bytes:
@@ -28,7 +30,7 @@ def _json(request: IRequest, payload: Any, status: int = 200) -> bytes:
     return json.dumps(payload).encode()
 
 
-def _fail(request: IRequest, err: HTTPError) -> bytes:
+def _fail(request: IRequest, err: StatusError) -> bytes:
     path = request.path.decode("utf-8", "replace")
     request.setResponseCode(err.status)
     request.setHeader(b"content-type", b"application/json")
@@ -45,20 +47,25 @@ def _body_json(request: IRequest) -> dict[str, Any]:
         raise HTTPError(400, str(exc)) from None
 
 
+def _arg(request: IRequest, name: str) -> str | None:
+    values = getattr(request, "args", {}).get(name.encode())
+    return values[0].decode("utf-8", "replace") if values else None
+
+
 def build_app(node: Node) -> Klein:
     app = Klein()
 
     def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Turn ``HTTPError`` raised by a handler (sync or async) into its envelope."""
+        """Turn a ``StatusError`` raised by a handler (sync or async) into its envelope."""
 
         def wrapper(request: IRequest, *args: Any, **kwargs: Any) -> Any:
             def on_error(failure: Any) -> bytes:
-                failure.trap(HTTPError)
+                failure.trap(StatusError)
                 return _fail(request, failure.value)
 
             try:
                 result = fn(request, *args, **kwargs)
-            except HTTPError as err:
+            except StatusError as err:
                 return _fail(request, err)
             if hasattr(result, "__await__"):
                 return ensureDeferred(result).addErrback(on_error)
@@ -67,18 +74,22 @@ def build_app(node: Node) -> Klein:
         wrapper.__name__ = fn.__name__
         return wrapper
 
+    def master_only() -> None:
+        if node.master is None:
+            raise HTTPError(404, "site routes are served by the master only", "not_found", "not_found")
+
     # -- health and metrics ---------------------------------------------------
 
     @app.route("/health", methods=["GET"])
     def health(request: IRequest) -> bytes:
-        return _json(request, {"status": "ok", "node_id": node.node_id, "role": node.config.cluster.role})
+        return _json(request, {"status": "ok", "node_id": node.node_id, "role": node.role})
 
     @app.route("/metrics", methods=["GET"])
     def metrics(request: IRequest) -> bytes:
         request.setHeader(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
         return node.metrics.render()
 
-    # -- listings (contract §5) -----------------------------------------------
+    # -- listings (contract §5): public IDs only --------------------------------
 
     @app.route("/v1/models", methods=["GET"])
     def v1_models(request: IRequest) -> bytes:
@@ -110,10 +121,7 @@ def build_app(node: Node) -> Klein:
 
     @app.route("/sdapi/v1/sd-models", methods=["GET"])
     def sd_models(request: IRequest) -> bytes:
-        out = [{"title": m.image_id, "model_name": m.image_id, "filename": m.filename,
-                "hash": m.model_hash[:10]}
-               for m in node.catalog.models if m.capabilities.image and m.image_id]
-        return _json(request, out)
+        return _json(request, node.image_listing())
 
     # -- inference ------------------------------------------------------------
 
@@ -125,13 +133,59 @@ def build_app(node: Node) -> Klein:
             return _fail(request, HTTPError(405, f"method not allowed on {path}", "method_not_allowed",
                                             "method_not_allowed"))
         body = request.content.read() if request.content is not None else b""
-        return ensureDeferred(node.inference.handle(request, route, path, body))
+        return ensureDeferred(node.front.handle(request, route, path, body))
 
     for inference_path in sorted(INFERENCE_PATHS):
         app.route(inference_path, methods=["POST", "GET", "PUT", "DELETE", "PATCH"],
                   endpoint="inference:" + inference_path)(inference)
 
-    # -- admin (contract §7: /router/v1/load, unload, models, version) --------
+    @app.route(INFERENCE_PREFIX + "/", branch=True, methods=["POST"])
+    def node_inference(request: IRequest) -> Any:
+        """Forwarded inference from the master (cluster token checked by the guard)."""
+        full = request.path.decode("utf-8", "replace")
+        path = full[len(INFERENCE_PREFIX):]
+        route = classify("POST", path) if path.startswith("/") and not path.startswith(("//", "/\\")) \
+            else None
+        if route is None:
+            return _fail(request, HTTPError(404, f"{path!r} is not an inference path", "not_found",
+                                            "not_found"))
+        body = request.content.read() if request.content is not None else b""
+        return ensureDeferred(node.front.handle(request, route, path, body, cluster_call=True))
+
+    # -- node API (contract §6; cluster token) ---------------------------------
+
+    @app.route("/router/v1/node/register", methods=["POST"])
+    @guarded
+    def register(request: IRequest) -> bytes:
+        if node.master is None:
+            raise HTTPError(409, "this node is not the master", "cluster_error", "not_master")
+        return _json(request, node.master.register(_body_json(request)))
+
+    @app.route("/router/v1/node/models", methods=["GET"])
+    def node_models(request: IRequest) -> bytes:
+        return _json(request, node.snapshot())
+
+    @app.route("/router/v1/node/runtime-status", methods=["GET"])
+    def runtime_status(request: IRequest) -> bytes:
+        return _json(request, node.runtime_status())
+
+    @app.route("/router/v1/node/state", methods=["GET"])
+    @app.route("/router/v1/state", methods=["GET"])
+    def state(request: IRequest) -> bytes:
+        return _json(request, node.state_document())
+
+    @app.route("/router/v1/node/load", methods=["POST"])
+    @guarded
+    async def node_load(request: IRequest) -> bytes:
+        return _json(request, await node.load_model(_model_arg(_body_json(request))))
+
+    @app.route("/router/v1/node/unload", methods=["POST"])
+    @guarded
+    async def node_unload(request: IRequest) -> bytes:
+        body = _body_json(request)
+        return _json(request, await node.unload_model(body.get("model"), body.get("target")))
+
+    # -- admin and site API (contract §7) ---------------------------------------
 
     @app.route("/router/v1/version", methods=["GET"])
     def version(request: IRequest) -> bytes:
@@ -143,32 +197,40 @@ def build_app(node: Node) -> Klein:
         return _json(request, node.models_document())
 
     @app.route("/router/v1/load", methods=["POST"])
-    @app.route("/router/v1/node/load", methods=["POST"])
     @guarded
     async def load(request: IRequest) -> bytes:
-        body = _body_json(request)
-        name = body.get("model")
-        if not isinstance(name, str) or not name:
-            raise HTTPError(400, "model is required")
-        result = await node.load_model(name)
-        return _json(request, result)
+        return _json(request, await node.load_model(_model_arg(_body_json(request)), site=True))
 
     @app.route("/router/v1/unload", methods=["POST"])
-    @app.route("/router/v1/node/unload", methods=["POST"])
     @guarded
     async def unload(request: IRequest) -> bytes:
         body = _body_json(request)
-        result = await node.unload_model(body.get("model"), body.get("target"))
-        return _json(request, result)
+        return _json(request, await node.unload_model(body.get("model"), body.get("target"), site=True))
 
-    @app.route("/router/v1/node/state", methods=["GET"])
-    @app.route("/router/v1/state", methods=["GET"])
-    def state(request: IRequest) -> bytes:
-        return _json(request, node.state_document())
+    @app.route("/router/v1/site/inventory", methods=["GET"])
+    @guarded
+    def inventory(request: IRequest) -> bytes:
+        master_only()
+        return _json(request, node.inventory())
 
-    @app.route("/router/v1/node/models", methods=["GET"])
-    def node_models(request: IRequest) -> bytes:
-        return _json(request, node.snapshot())
+    @app.route("/router/v1/site/nodes/state", methods=["GET"])
+    @guarded
+    async def nodes_state(request: IRequest) -> bytes:
+        master_only()
+        assert node.master is not None
+        node_id = _arg(request, "node_id")
+        if not node_id:
+            raise HTTPError(400, "node_id is required")
+        if node_id == node.node_id:
+            return _json(request, node.state_document())
+        return _json(request, await node.master.node_json(node_id, "/router/v1/node/state"))
+
+    @app.route("/router/v1/site/", branch=True)
+    @guarded
+    def site_other(request: IRequest) -> bytes:
+        master_only()
+        path = request.path.decode("utf-8", "replace")
+        raise HTTPError(404, f"endpoint not found: {path}", "not_found", "not_found")
 
     @app.handle_errors(Exception)
     def not_found(request: IRequest, failure: Any) -> bytes:
@@ -186,3 +248,10 @@ def build_app(node: Node) -> Klein:
         return _fail(request, HTTPError(500, "internal error", "internal_error", "internal_error"))
 
     return app
+
+
+def _model_arg(body: dict[str, Any]) -> str:
+    name = body.get("model")
+    if not isinstance(name, str) or not name:
+        raise HTTPError(400, "model is required")
+    return name

@@ -13,19 +13,21 @@ from typing import Literal
 
 from twisted.web.iweb import IRequest
 
+from routerd.cluster.wire import StatusError
+
 ErrorStyle = Literal["openai", "ollama"]
 
 
-class HTTPError(Exception):
-    """An error with an HTTP status, a machine-readable type/code and a reason."""
+class HTTPError(StatusError):
+    """An error with an HTTP status, a machine-readable type/code and a reason.
+
+    Every ``StatusError`` (the cluster and registry errors too) is answered
+    the same way by the API layer.
+    """
 
     def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
                  code: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type_
-        self.code = code or type_
+        super().__init__(status, message, type_, code or type_)
 
 
 def style_for_path(path: str) -> ErrorStyle:
@@ -40,7 +42,7 @@ def error_body(style: ErrorStyle, message: str, type_: str, code: str) -> bytes:
     return json.dumps({"error": {"message": message, "type": type_, "code": code}}).encode()
 
 
-def send_error(request: IRequest, err: HTTPError, style: ErrorStyle | None = None) -> bytes:
+def send_error(request: IRequest, err: StatusError, style: ErrorStyle | None = None) -> bytes:
     """Set status and headers for ``err`` and return the body to write."""
     if style is None:
         style = style_for_path(request.path.decode("utf-8", "replace"))

@@ -84,6 +84,11 @@ class MemoryPublicIdStore:
             self._put(identity, base, public_id)
         self.rows = ()
 
+    def seed(self, rows: Iterable[tuple[str, str, str]]) -> None:
+        """Load persisted rows (no write-through): used once the database is open."""
+        for identity, base, public_id in rows:
+            self._put(identity, base, public_id)
+
     def get(self, identity: str, base: str) -> str | None:
         return self._by_key.get((identity, base))
 

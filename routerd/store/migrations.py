@@ -154,8 +154,25 @@ CREATE TABLE public_ids (
 );
 """
 
+# v2: one identity (model hash + config hash) may be configured under two base
+# IDs, so a persisted public ID is keyed by both.
+_V2_SQL = """
+CREATE TABLE public_ids_v2 (
+    identity TEXT NOT NULL,
+    base_id TEXT NOT NULL,
+    public_id TEXT NOT NULL UNIQUE,
+    assigned_at INTEGER NOT NULL,
+    PRIMARY KEY (identity, base_id)
+);
+INSERT INTO public_ids_v2 (identity, base_id, public_id, assigned_at)
+    SELECT identity, base_id, public_id, assigned_at FROM public_ids;
+DROP TABLE public_ids;
+ALTER TABLE public_ids_v2 RENAME TO public_ids;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "samples, decision log, routing links, lending settings, guardians, public IDs", _V1_SQL),
+    Migration(2, "public IDs keyed by identity and base ID", _V2_SQL),
 )
 
 

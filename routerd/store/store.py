@@ -246,6 +246,27 @@ class Store:
 
         return self._write("load sample", insert, None)
 
+    def public_ids(self) -> Deferred[list[tuple[str, str, str]]]:
+        """Every persisted ``(identity, base_id, public_id)``."""
+
+        def query(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+            rows = conn.execute("SELECT identity, base_id, public_id FROM public_ids ORDER BY public_id")
+            return [(str(a), str(b), str(c)) for a, b, c in rows]
+
+        return self._runner.run(query)
+
+    def save_public_id(self, identity: str, base_id: str, public_id: str) -> Deferred[None]:
+        """Persist one public-ID assignment (replacing the identity's earlier one)."""
+        now = self.now_ms()
+
+        def upsert(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM public_ids WHERE public_id = ? AND NOT (identity = ? AND base_id = ?)",
+                         (public_id, identity, base_id))
+            conn.execute("INSERT OR REPLACE INTO public_ids (identity, base_id, public_id, assigned_at) "
+                         "VALUES (?, ?, ?, ?)", (identity, base_id, public_id, now))
+
+        return self._write("public id", upsert, None)
+
     def prune_samples(self, before_ms: int) -> Deferred[int]:
         """Delete request and load samples finished before ``before_ms``; fires the rows removed.
 

@@ -79,3 +79,57 @@ async def start_node(config: Config) -> RunningNode:
 
 def sim_env() -> dict[str, str]:
     return dict(os.environ)
+
+
+TOKEN = "integration-cluster-token-0123"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@attrs.define
+class ClusterPlan:
+    """Ports and configs for a master and its slaves on loopback."""
+
+    root: Path
+    master_port: int
+    slave_ports: dict[str, int]
+
+    def url(self, port: int) -> str:
+        return f"http://127.0.0.1:{port}"
+
+    @property
+    def master_url(self) -> str:
+        return self.url(self.master_port)
+
+    def slave_url(self, name: str) -> str:
+        return self.url(self.slave_ports[name])
+
+    def master_config(self, extra_cluster: Mapping[str, Any] | None = None,
+                      listed: list[str] | None = None) -> Config:
+        names = list(self.slave_ports) if listed is None else listed
+        root = self.root / "master"
+        return node_config(root, {
+            "server": {"bind": f"127.0.0.1:{self.master_port}"},
+            "cluster": {"role": "master", "node_id": "master", "token": TOKEN,
+                        "slave_urls": [self.slave_url(n) for n in names],
+                        "health_interval": "200ms", **(extra_cluster or {})},
+        })
+
+    def slave_config(self, name: str, token: str = TOKEN,
+                     extra_cluster: Mapping[str, Any] | None = None) -> Config:
+        return node_config(self.root / name, {
+            "server": {"bind": f"127.0.0.1:{self.slave_ports[name]}"},
+            "cluster": {"role": "slave", "node_id": name, "token": token,
+                        "master_url": self.master_url, "public_url": self.slave_url(name),
+                        "sync_interval": "200ms", **(extra_cluster or {})},
+        })
+
+
+def plan_cluster(root: Path, slaves: list[str]) -> ClusterPlan:
+    return ClusterPlan(root, free_port(), {name: free_port() for name in slaves})

@@ -224,15 +224,15 @@ async def test_client_disconnect_mid_stream_releases_the_slot(node: RunningNode)
     collecting = treq.collect(response, got.append)
     collecting.addErrback(lambda _f: None)
     await task.deferLater(reactor, 0.1, lambda: None)
-    assert got and node.node.inference.active
+    assert got and node.node.local.active
     # drop the client connection mid-stream (the whole answer would take 2 s)
     response.original._transport._producer.abortConnection()
     for _ in range(25):
         await task.deferLater(reactor, 0.02, lambda: None)
         users = [s.users for s in node.node.runtimes.status()]
-        if not node.node.inference.active and users == [0, 0, 0]:
+        if not node.node.local.active and users == [0, 0, 0]:
             break
-    assert node.node.inference.active == {}
+    assert node.node.local.active == {}
     assert [s.users for s in node.node.runtimes.status()] == [0, 0, 0]
     store = node.node.store
     assert store is not None

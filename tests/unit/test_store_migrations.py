@@ -55,12 +55,13 @@ def indexes(conn: sqlite3.Connection, table: str) -> set[str]:
     return {str(r[1]) for r in conn.execute(f'PRAGMA index_list("{table}")') if r[3] == "c"}
 
 
-def test_fresh_database_migrates_to_v1_with_every_table() -> None:
+def test_fresh_database_migrates_to_the_newest_version_with_every_table() -> None:
     conn = connect(":memory:")
     assert current_version(conn) == 0
-    assert migrate(conn) == len(MIGRATIONS) == 1
+    assert migrate(conn) == len(MIGRATIONS)
     assert tables(conn) == V1_TABLES
-    assert [r[0] for r in conn.execute("SELECT version FROM schema_version")] == [1]
+    versions = [r[0] for r in conn.execute("SELECT version FROM schema_version ORDER BY version")]
+    assert versions == list(range(1, len(MIGRATIONS) + 1))
 
 
 def test_v1_decision_log_has_exactly_the_contract_columns() -> None:
@@ -116,8 +117,8 @@ def test_migrate_twice_is_a_no_op(tmp_path: Path) -> None:
     )
     conn.close()
     conn = connect(path)
-    assert migrate(conn) == 1
-    assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone() == (1,)
+    assert migrate(conn) == len(MIGRATIONS)
+    assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone() == (len(MIGRATIONS),)
     assert conn.execute("SELECT value FROM offload_settings").fetchone() == ("5s",)
 
 
@@ -134,21 +135,36 @@ def test_v1_database_is_upgraded_by_an_added_step(tmp_path: Path) -> None:
     def add_backfilled_column(c: sqlite3.Connection) -> None:
         c.execute("UPDATE request_samples SET tenant = 'default'")
 
+    n = len(MIGRATIONS)
     steps = (
         *MIGRATIONS,
         Migration(
-            2,
+            n + 1,
             "tenant column",
             "ALTER TABLE request_samples ADD COLUMN tenant TEXT; "
             "CREATE INDEX request_samples_tenant ON request_samples (tenant);",
         ),
-        Migration(3, "backfill tenant", add_backfilled_column),
+        Migration(n + 2, "backfill tenant", add_backfilled_column),
     )
     conn = connect(path)
-    assert migrate(conn, steps) == 3
+    assert migrate(conn, steps) == n + 2
     assert conn.execute("SELECT model_id, tenant FROM request_samples").fetchall() == [("m", "default")]
-    assert [r[0] for r in conn.execute("SELECT version FROM schema_version ORDER BY version")] == [1, 2, 3]
-    assert migrate(conn, steps) == 3
+    versions = [r[0] for r in conn.execute("SELECT version FROM schema_version ORDER BY version")]
+    assert versions == list(range(1, n + 3))
+    assert migrate(conn, steps) == n + 2
+
+
+def test_v1_public_ids_survive_the_v2_rekeying(tmp_path: Path) -> None:
+    conn = connect(str(tmp_path / "routerd.sqlite"))
+    assert migrate(conn, MIGRATIONS[:1]) == 1
+    conn.execute("INSERT INTO public_ids VALUES ('h:c', 'llama', 'llama-2', 5)")
+    assert migrate(conn) >= 2
+    assert conn.execute("SELECT identity, base_id, public_id FROM public_ids").fetchall() == [
+        ("h:c", "llama", "llama-2")]
+    # the same identity may now hold a public ID under a second base ID
+    conn.execute("INSERT INTO public_ids VALUES ('h:c', 'alias', 'alias', 6)")
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute("INSERT INTO public_ids VALUES ('x:y', 'other', 'llama-2', 7)")
 
 
 def test_failing_step_rolls_back_alone_and_keeps_earlier_steps() -> None:
@@ -158,10 +174,10 @@ def test_failing_step_rolls_back_alone_and_keeps_earlier_steps() -> None:
         c.execute("CREATE TABLE half_done (x INTEGER)")
         raise RuntimeError("boom")
 
-    steps = (*MIGRATIONS, Migration(2, "broken", broken))
+    steps = (*MIGRATIONS, Migration(len(MIGRATIONS) + 1, "broken", broken))
     with pytest.raises(RuntimeError, match="boom"):
         migrate(conn, steps)
-    assert current_version(conn) == 1
+    assert current_version(conn) == len(MIGRATIONS)
     assert "half_done" not in tables(conn)
     assert "request_samples" in tables(conn)
 
@@ -171,9 +187,10 @@ def test_database_newer_than_the_code_is_refused_with_a_clear_error(tmp_path: Pa
     conn = connect(path)
     migrate(conn)
     conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (7, 0)")
-    with pytest.raises(SchemaTooNewError, match="version 7 is newer .*newest known: 1") as info:
+    n = len(MIGRATIONS)
+    with pytest.raises(SchemaTooNewError, match=f"version 7 is newer .*newest known: {n}") as info:
         migrate(conn)
-    assert (info.value.found, info.value.known) == (7, 1)
+    assert (info.value.found, info.value.known) == (7, n)
     conn.close()
     with pytest.raises(SchemaTooNewError):
         Store.open_sync(path)
@@ -182,7 +199,7 @@ def test_database_newer_than_the_code_is_refused_with_a_clear_error(tmp_path: Pa
 def test_misnumbered_migration_list_is_rejected() -> None:
     conn = connect(":memory:")
     with pytest.raises(MigrationError, match="numbered"):
-        migrate(conn, (*MIGRATIONS, Migration(3, "gap", "SELECT 1")))
+        migrate(conn, (*MIGRATIONS, Migration(len(MIGRATIONS) + 2, "gap", "SELECT 1")))
 
 
 def test_split_statements_respects_semicolons_inside_literals() -> None:

@@ -1,0 +1,228 @@
+"""Which model and which node serve a client inference request.
+
+Standalone nodes and slaves resolve the selector in their own catalog.  A
+master resolves the public ID in the merged registry, picks a replica (idle
+local first, then healthy remote replicas round-robin, then a busy local one),
+reserves it before anything loads, and serves it locally or forwards it.
+Selector-less transcriptions on a master go through STT scheduling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet.defer import CancelledError
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web.iweb import IRequest
+
+from routerd.api.call import Call, new_request_id
+from routerd.api.errors import HTTPError, error_body
+from routerd.api.inference import LocalInference
+from routerd.catalog.catalog import Catalog
+from routerd.catalog.model import ModelConfig
+from routerd.cluster.master import MasterAgent
+from routerd.cluster.wire import ModelRecord, StatusError
+from routerd.metrics import NodeMetrics
+from routerd.routing.classify import Route, wants_stream
+from routerd.routing.forward import Forwarder
+from routerd.routing.multipart import MultipartError
+from routerd.routing.plan import NEEDS, SECTIONS
+from routerd.routing.relay import StreamBroken, break_client_stream, header, header_map, query_args
+from routerd.routing.selector import SelectorError, parse_json_object, select_model
+
+log = Logger()
+
+
+class InferenceFront:
+    def __init__(self, *, node_id: str, clock: IReactorTime, catalog: Callable[[], Catalog],
+                 local: LocalInference, metrics: NodeMetrics, master: MasterAgent | None = None,
+                 forwarder: Forwarder | None = None, loaded_config: Callable[[Any], str | None]) -> None:
+        self.node_id = node_id
+        self.clock = clock
+        self.catalog = catalog
+        self.local = local
+        self.metrics = metrics
+        self.master = master
+        self.forwarder = forwarder
+        self.loaded_config = loaded_config
+
+    async def handle(self, request: IRequest, route: Route, path: str, body: bytes, *,
+                     cluster_call: bool = False) -> bytes:
+        """Serve one request; returns the final bytes to write (Klein finishes the request)."""
+        request_id = new_request_id()
+        if cluster_call:
+            given = header(request, b"x-routerd-request-id")
+            if given and len(given) <= 64 and given.isprintable():
+                request_id = given
+        request.setHeader(b"x-routerd-request-id", request_id.encode())
+        request.setHeader(b"x-routerd-node", self.node_id.encode())
+        call: Call | None = None
+        model_label = "-"
+        lane = route.runtime
+        self.metrics.in_flight.labels(lane).inc()
+        started = self.clock.seconds()
+        try:
+            call = self._call(request, route, path, body, request_id, started)
+            if self.master is not None and not cluster_call:
+                model_label, result = await self._routed(call)
+            else:
+                model = self._local_model(call)
+                model_label = model.local_id
+                result = await self.local.serve(call, model, self._public_id(route, model))
+            return result
+        except StatusError as err:
+            if call is not None:
+                call.outcome.status = err.code
+                call.outcome.http_status = err.status
+            return self._error(request, route, err)
+        except StreamBroken as exc:
+            if call is not None:
+                call.outcome.status = "stream_broken"
+            log.warn("answer to {request_id} broke off mid-stream: {reason}", request_id=request_id,
+                     reason=str(exc))
+            break_client_stream(request)
+            return b""
+        except CancelledError:
+            if call is not None:
+                call.outcome.status = "client_disconnected"
+                call.outcome.http_status = 499
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure still answers the client once
+            log.failure("request {request_id} failed", failure=Failure(), request_id=request_id)
+            if call is not None:
+                call.outcome.status = "internal_error"
+            return self._error(request, route, HTTPError(502, f"request failed: {exc}",
+                                                         "backend_error", "backend_error"))
+        finally:
+            self.metrics.in_flight.labels(lane).dec()
+            status = call.outcome.status if call is not None else "bad_request"
+            self.metrics.requests.labels(model_label, lane, route.kind, status).inc()
+            self.metrics.request_duration.labels(model_label, lane).observe(self.clock.seconds() - started)
+
+    # -- selection ------------------------------------------------------------
+
+    def _call(self, request: IRequest, route: Route, path: str, body: bytes, request_id: str,
+              started: float) -> Call:
+        content_type = header(request, b"content-type")
+        try:
+            result = select_model(route, body, content_type, query_args(request), header_map(request))
+            parsed = result.payload
+            if route.runtime != "stt" and parsed is None:
+                parsed = parse_json_object(body)
+        except (SelectorError, MultipartError) as exc:
+            raise HTTPError(400, str(exc)) from None
+        if result.model is None and route.model_required:
+            raise HTTPError(400, "model is required")
+        stream = wants_stream(route, parsed) if parsed is not None else False
+        return Call(request=request, route=route, path=path, body=body, content_type=content_type,
+                    parsed=parsed, stream=stream, request_id=request_id, started=started,
+                    selector=result.model)
+
+    def _need(self, route: Route) -> str:
+        return NEEDS[SECTIONS[route.kind]]
+
+    def _local_model(self, call: Call) -> ModelConfig:
+        catalog = self.catalog()
+        need = self._need(call.route)
+        name = call.selector
+        if name is None:
+            return self._default_local(catalog, call.route, need)
+        found = catalog.resolve(name)
+        if found is None:
+            raise HTTPError(404, f"model {name!r} was not found", "not_found", "model_not_found")
+        if not getattr(found.capabilities, need):
+            raise HTTPError(404, f"model {name!r} does not serve {need} requests", "not_found",
+                            "model_not_found")
+        return found
+
+    def _default_local(self, catalog: Catalog, route: Route, need: str) -> ModelConfig:
+        capable = [m for m in catalog.models if getattr(m.capabilities, need)]
+        if not capable:
+            raise HTTPError(503, f"no model on this node serves {need} requests",
+                            "backend_error", "no_capable_model")
+        loaded = self.loaded_config(route.runtime)
+        for model in capable:
+            if model.filename == loaded:
+                return model
+        return capable[0]
+
+    @staticmethod
+    def _public_id(route: Route, model: ModelConfig) -> str:
+        if route.runtime == "image" and model.image_id:
+            return model.image_id
+        return model.local_id
+
+    # -- the master's routing ---------------------------------------------------
+
+    async def _routed(self, call: Call) -> tuple[str, bytes]:
+        assert self.master is not None
+        registry = self.master.registry
+        route = call.route
+        need = self._need(route)
+        name = call.selector
+        if name is None:
+            if route.runtime == "stt":
+                record = await self.master.choose_stt()  # NoSTT is a 503 StatusError
+                reservation = registry.reserve(record, "stt")
+                name = record.public_id
+            else:
+                name = self._default_public(route, need)
+                reservation = registry.acquire(name, route.runtime)
+        else:
+            self._check_known(name, route, need)
+            reservation = registry.acquire(name, route.runtime)  # NoReplica is a 502 StatusError
+        try:
+            record = reservation.record
+            if reservation.local:
+                model = self.catalog().get(record.local_id)
+                if model is None:
+                    raise HTTPError(404, f"model {name!r} was not found", "not_found", "model_not_found")
+                return record.public_id, await self.local.serve(call, model, name)
+            assert self.forwarder is not None
+            return record.public_id, await self.forwarder.forward(call, record, name)
+        finally:
+            reservation.release()
+
+    def _records_named(self, name: str) -> list[ModelRecord]:
+        assert self.master is not None
+        return [r for r in self.master.registry.records()
+                if (r.public_id == name or r.public_image_id == name) and not r.disabled]
+
+    def _check_known(self, name: str, route: Route, need: str) -> None:
+        records = self._records_named(name)
+        if not records:
+            raise HTTPError(404, f"model {name!r} was not found", "not_found", "model_not_found")
+        if not any(getattr(r.capabilities, need) for r in records):
+            raise HTTPError(404, f"model {name!r} does not serve {need} requests", "not_found",
+                            "model_not_found")
+
+    def _default_public(self, route: Route, need: str) -> str:
+        assert self.master is not None
+        loaded = self.loaded_config(route.runtime)
+        capable = [r for r in self.master.registry.records()
+                   if getattr(r.capabilities, need) and r.available and not r.disabled]
+        if not capable:
+            raise HTTPError(503, f"no model in the cluster serves {need} requests",
+                            "backend_error", "no_capable_model")
+        for record in capable:
+            if record.node_id == self.node_id and record.filename == loaded:
+                break
+        else:
+            record = capable[0]
+        if route.runtime == "image" and record.public_image_id:
+            return record.public_image_id
+        return record.public_id
+
+    # -- errors -------------------------------------------------------------------
+
+    def _error(self, request: IRequest, route: Route, err: StatusError) -> bytes:
+        if getattr(request, "startedWriting", False):
+            log.warn("error after the answer started: {message}", message=err.message)
+            break_client_stream(request)
+            return b""
+        request.setResponseCode(err.status)
+        request.setHeader(b"content-type", b"application/json")
+        return error_body(route.error_style, err.message, err.type, err.code)

@@ -1,0 +1,178 @@
+"""The master's cluster duties: registration, health polling, the merged registry.
+
+Every slave listed in ``cluster.slave_urls`` is polled (``GET
+/router/v1/node/models``) at startup and every ``health_interval``, with
+bounded concurrency; a failed poll marks that node unhealthy (its models stay
+listed but unavailable) until a later poll or registration succeeds.  Nodes are
+never forgotten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet import defer, task
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from routerd.cluster.client import AllowList, ClusterError, NodeClient
+from routerd.cluster.urls import URLError, normalise_url
+from routerd.cluster.wire import (
+    PROTOCOL_VERSION,
+    ModelRecord,
+    RuntimeStatus,
+    Snapshot,
+    StatusError,
+    parse_snapshot,
+    parse_status,
+)
+from routerd.registry.registry import Registry
+from routerd.routing.stt import RoundRobinCounter, choose_stt
+
+log = Logger()
+
+POLL_CONCURRENCY = 4
+STATUS_CONCURRENCY = 8
+STATUS_DEADLINE_S = 5.0
+
+
+class NotListed(StatusError):
+    def __init__(self, url: str) -> None:
+        super().__init__(403, f'node url "{url}" is not configured in cluster.slave_urls',
+                         "cluster_error", "not_configured")
+
+
+class MasterAgent:
+    def __init__(self, *, node_id: str, slave_urls: tuple[str, ...], registry: Registry,
+                 client: NodeClient, routing_allowed: AllowList, clock: IReactorTime,
+                 health_interval: float, local_status: Callable[[], dict[str, Any]]) -> None:
+        self.node_id = node_id
+        self.slave_urls = tuple(normalise_url(u) for u in slave_urls)
+        self.registry = registry
+        self.client = client
+        self.routing_allowed = routing_allowed
+        self.clock = clock
+        self.health_interval = health_interval
+        self.local_status = local_status
+        self.stt_counter = RoundRobinCounter()
+        self._loop: task.LoopingCall | None = None
+        self._polling: defer.Deferred[None] | None = None
+
+    # -- health polling -------------------------------------------------------
+
+    def start(self) -> defer.Deferred[None]:
+        """One poll of every slave (awaited at startup), then one every health_interval."""
+        first = self.poll_all()
+
+        def schedule(_: object) -> None:
+            self._loop = task.LoopingCall(self._tick)
+            self._loop.clock = self.clock
+            self._loop.start(self.health_interval, now=False)
+
+        return first.addCallback(schedule)
+
+    def stop(self) -> None:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        if self._polling is not None:
+            self._polling.cancel()
+
+    def _tick(self) -> defer.Deferred[None] | None:
+        if self._polling is not None:
+            return None  # a slow cycle is still running: never stack polls
+        return self.poll_all()
+
+    def poll_all(self) -> defer.Deferred[None]:
+        self._polling = defer.ensureDeferred(self._poll_all())
+
+        def done(result: object) -> object:
+            self._polling = None
+            return result
+
+        return self._polling.addBoth(done)
+
+    async def _poll_all(self) -> None:
+        semaphore = defer.DeferredSemaphore(POLL_CONCURRENCY)
+        fetches = [semaphore.run(self.client.models, url) for url in self.slave_urls]
+        results = await defer.DeferredList(fetches, consumeErrors=True)
+        # Apply in configuration order, so when two URLs claim one node_id the
+        # first configured one wins.
+        for url, (ok, value) in zip(self.slave_urls, results, strict=True):
+            if ok:
+                try:
+                    self._accept(value, url, "poll")
+                except StatusError:
+                    pass  # logged, and the node marked unhealthy
+            else:
+                if self.registry.mark_unhealthy(url):
+                    log.warn("health poll of {url} failed: {reason}", url=url, reason=str(value))
+
+    def _accept(self, snapshot: Snapshot, url: str, how: str) -> None:
+        try:
+            self.registry.update_node(snapshot, url)
+        except StatusError as exc:
+            self.registry.mark_unhealthy(url)
+            log.error("{how} from {url} refused: {reason}", how=how, url=url, reason=exc.message)
+            raise
+        self.routing_allowed.add(url)
+
+    # -- registration ---------------------------------------------------------
+
+    def register(self, body: Any) -> dict[str, Any]:
+        """Handle ``POST /router/v1/node/register``; raises ``StatusError`` subclasses."""
+        snapshot = parse_snapshot(body)
+        try:
+            url = normalise_url(snapshot.node_url)
+        except URLError as exc:
+            raise StatusError(400, f"node_url is invalid: {exc.reason}", "cluster_error",
+                              "invalid_node_url") from None
+        if url not in self.slave_urls:
+            log.warn("registration of {node_id} from unlisted {url} refused", node_id=snapshot.node_id,
+                     url=url)
+            raise NotListed(url)
+        self._accept(snapshot, url, "registration")
+        log.info("node {node_id} registered from {url}", node_id=snapshot.node_id, url=url)
+        return {"ok": True, "protocol_version": PROTOCOL_VERSION,
+                "minimum_protocol_version": PROTOCOL_VERSION}
+
+    # -- runtime status and STT -----------------------------------------------
+
+    async def statuses(self) -> dict[str, RuntimeStatus]:
+        """Runtime status of this node and of every healthy remote node that answers."""
+        out: dict[str, RuntimeStatus] = {}
+        try:
+            own = parse_status(self.local_status())
+            out[own.node_id] = own
+        except StatusError:
+            log.failure("own runtime status does not parse")
+        nodes = [n for n in self.registry.nodes() if n.healthy]
+        semaphore = defer.DeferredSemaphore(STATUS_CONCURRENCY)
+        fetches = [semaphore.run(self.client.get_json, n.node_url, "/router/v1/node/runtime-status",
+                                 timeout=STATUS_DEADLINE_S) for n in nodes]
+        results = await defer.DeferredList(fetches, consumeErrors=True)
+        for node, (ok, value) in zip(nodes, results, strict=True):
+            if not ok:
+                continue  # a node without runtime status stays usable for explicit requests only
+            try:
+                status = parse_status(value)
+            except StatusError:
+                continue
+            if status.node_id == node.node_id:
+                out[status.node_id] = status
+        return out
+
+    async def choose_stt(self) -> ModelRecord:
+        statuses = await self.statuses()
+        return choose_stt(self.registry.records(), statuses, self.node_id, self.stt_counter)
+
+    async def node_json(self, node_id: str, path: str) -> Any:
+        """GET a node API document from a remote node (for the site API)."""
+        node = self.registry.node(node_id)
+        if node is None:
+            raise StatusError(404, f"node {node_id!r} is not known", "not_found", "node_not_found")
+        try:
+            return await self.client.get_json(node.node_url, path)
+        except ClusterError as exc:
+            raise StatusError(502, f"node {node_id!r} did not answer: {exc}", "backend_error",
+                              "node_unreachable") from None

@@ -1,0 +1,83 @@
+"""A slave's registration loop: register the local snapshot with the master at
+startup and every ``sync_interval``.
+
+A transient failure (master down, timeout, 5xx) is logged and retried on the
+next tick; an identity clash (409 ``duplicate_node``) or an incompatible master
+is terminal: the slave stops with a clear error rather than serve under an
+identity the cluster refuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from twisted.internet import defer, task
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from routerd.cluster.client import ClusterError, IncompatibleMaster, NodeClient, RemoteError
+from routerd.cluster.wire import Snapshot
+
+log = Logger()
+
+
+class RegistrationRefused(Exception):
+    """The master refused this node for good (duplicate identity or protocol)."""
+
+
+def is_terminal(exc: BaseException) -> bool:
+    if isinstance(exc, IncompatibleMaster):
+        return True
+    return isinstance(exc, RemoteError) and (exc.is_duplicate_node or exc.is_incompatible_protocol)
+
+
+class SlaveAgent:
+    def __init__(self, *, master_url: str, client: NodeClient, snapshot: Callable[[], Snapshot],
+                 clock: IReactorTime, sync_interval: float,
+                 on_terminal: Callable[[RegistrationRefused], None]) -> None:
+        self.master_url = master_url
+        self.client = client
+        self.snapshot = snapshot
+        self.clock = clock
+        self.sync_interval = sync_interval
+        self.on_terminal = on_terminal
+        self.registered = False
+        self._loop: task.LoopingCall | None = None
+
+    async def start(self) -> None:
+        """Register once (a terminal refusal raises), then keep re-registering."""
+        await self.register_once()
+        self._loop = task.LoopingCall(self._tick)
+        self._loop.clock = self.clock
+        self._loop.start(self.sync_interval, now=False)
+
+    def stop(self) -> None:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+
+    async def register_once(self) -> bool:
+        try:
+            await self.client.register(self.master_url, self.snapshot())
+        except ClusterError as exc:
+            if is_terminal(exc):
+                raise RegistrationRefused(f"master {self.master_url} refused this node: {exc}") from exc
+            self.registered = False
+            log.warn("registration with {master} failed, retrying in {interval}s: {reason}",
+                     master=self.master_url, interval=self.sync_interval, reason=str(exc))
+            return False
+        if not self.registered:
+            log.info("registered with master {master}", master=self.master_url)
+        self.registered = True
+        return True
+
+    def _tick(self) -> defer.Deferred[None]:
+        def terminal(failure: object) -> None:
+            from twisted.python.failure import Failure
+
+            assert isinstance(failure, Failure)
+            failure.trap(RegistrationRefused)
+            self.stop()
+            self.on_terminal(failure.value)  # type: ignore[arg-type]
+
+        d = defer.ensureDeferred(self.register_once())
+        return d.addCallback(lambda _ok: None).addErrback(terminal)
