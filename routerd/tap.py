@@ -9,6 +9,7 @@ from typing import Any
 from twisted.application import service
 from twisted.internet import defer
 from twisted.logger import Logger, globalLogPublisher, jsonFileLogObserver
+from twisted.protocols.policies import WrappingFactory
 from twisted.python import usage
 
 from routerd.catalog.catalog import CatalogError
@@ -36,6 +37,7 @@ class NodeService(service.Service):
         self.reactor = reactor
         self.exit_on_failure = exit_on_failure
         self.port: Any = None
+        self.connections: WrappingFactory | None = None
         self.ready: defer.Deferred[None] = defer.Deferred()
 
     def startService(self) -> None:
@@ -49,7 +51,9 @@ class NodeService(service.Service):
         server = self.node.config.server
         endpoint_type = TCP6ServerEndpoint if ":" in server.host else TCP4ServerEndpoint
         endpoint = endpoint_type(self.reactor, server.port, interface=server.host)
-        self.port = await endpoint.listen(self.node.site())  # type: ignore[no-untyped-call]
+        # WrappingFactory tracks open connections so a stop can drop them.
+        self.connections = WrappingFactory(self.node.site())
+        self.port = await endpoint.listen(self.connections)  # type: ignore[no-untyped-call]
         address = self.port.getHost()
         log.info("routerd node {node_id} ({role}) listening on http://{host}:{port}",
                  node_id=self.node.node_id, role=self.node.config.cluster.role,
@@ -74,8 +78,14 @@ class NodeService(service.Service):
             self.reactor.stop()
 
     async def _stop(self) -> None:
-        if self.port is not None:
-            await self.port.stopListening()
+        port, self.port = self.port, None
+        if port is not None:
+            stopping = port.stopListening()
+            if stopping is not None:
+                await stopping
+            # Open keep-alive connections would otherwise go on being served.
+            for connection in list(self.connections.protocols if self.connections else ()):
+                connection.transport.abortConnection()
         await self.node.stop()
 
     def stopService(self) -> defer.Deferred[None]:

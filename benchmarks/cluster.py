@@ -1,0 +1,293 @@
+"""Cluster costs: a forwarded request against a local one, and one health-poll cycle over 100 slaves.
+
+(a) Forwarding.  A master and one slave run as ``twistd`` processes, each with its own zero-delay
+simulator model (``local-zero`` on the master, ``remote-zero`` on the slave).  In the same run it
+drives non-streaming chats at 1 and 16 concurrent clients to the master for each model: a local
+request goes client → master → master's backend, a forwarded one client → master → slave → slave's
+backend.  It prints requests/s, p50/p99 latency, the latency forwarding adds, and the master's own
+CPU milliseconds per request (from /proc of the master process only; the slave and backends are
+not counted).  Target: <= 1 ms master CPU per forwarded request.
+
+(b) Health polling.  A helper process opens N (100) tiny HTTP listeners on loopback that answer
+``GET /router/v1/node/models`` with a valid snapshot of three models (one identical on every node,
+so the registry merges 100 replicas), optionally after ``--poll-delay-ms`` milliseconds.  This
+process builds a master ``Node`` whose ``cluster.slave_urls`` lists them and times
+``node.master.poll_all()``: the first cycle (every node new) and the following steady cycles, wall
+time and this process's CPU.  Target: one cycle within 1 s.  The master polls at most
+``POLL_CONCURRENCY`` slaves at once, so a cycle takes about N / POLL_CONCURRENCY round trips; the
+delayed rows show how that scales with slow slaves.
+
+Run: .venv/bin/python benchmarks/cluster.py [--requests N] [--slaves 100] [--poll-delay-ms 0,10,40]
+     [--only forward|poll]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _harness import (  # noqa: E402
+    NodeProcess,
+    client,
+    cpu_seconds,
+    free_port,
+    ms,
+    pct,
+    run,
+    run_load,
+    tempdir,
+    write_node,
+)
+
+TOKEN = "benchmark-cluster-token-0123456789"
+ZERO = {"kind": "text", "load_ms": 0, "prompt_tokens_per_s": 1e9, "gen_tokens_per_s": 1e9, "context": 4096}
+CPU_TARGET_MS = 1.0
+POLL_TARGET_S = 1.0
+
+
+def chat(model: str) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4}
+
+
+def post(url: str, body: Any) -> Any:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as response:
+        return json.loads(response.read())
+
+
+def wait_healthy(master: str, node_id: str, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            inventory = json.loads(urllib.request.urlopen(master + "/router/v1/site/inventory").read())
+            if any(n["node_id"] == node_id and n["healthy"] for n in inventory["nodes"]):
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{node_id} never became healthy on {master}")
+
+
+# -- (a) forwarded against local -----------------------------------------------------------------
+
+
+async def forwarding(requests: int) -> None:
+    root = tempdir()
+    master_port, slave_port = free_port(), free_port()
+    master_url, slave_url = f"http://127.0.0.1:{master_port}", f"http://127.0.0.1:{slave_port}"
+    spec = {"contextsize": 4096, "parallel": 64}
+    master_cfg = write_node(root / "master", master_port,
+                            {"local-zero": {"model": "../weights/local-zero.sim.json", **spec}},
+                            {"local-zero": ZERO},
+                            {"role": "master", "node_id": "master", "token": TOKEN,
+                             "slave_urls": [slave_url]})
+    slave_cfg = write_node(root / "slave", slave_port,
+                           {"remote-zero": {"model": "../weights/remote-zero.sim.json", **spec}},
+                           {"remote-zero": ZERO},
+                           {"role": "slave", "node_id": "slave", "token": TOKEN, "master_url": master_url,
+                            "public_url": slave_url})
+    master = NodeProcess(master_cfg, master_port)
+    slave: NodeProcess | None = None
+    try:
+        master.wait_ready()
+        slave = NodeProcess(slave_cfg, slave_port)
+        slave.wait_ready()
+        wait_healthy(master.url, "slave")
+        for model in ("local-zero", "remote-zero"):
+            post(master.url + "/router/v1/load", {"model": model})
+        url = master.url + "/v1/chat/completions"
+        http = client()
+        await run_load(http, url, chat("local-zero"), 8, 300)  # warm both paths
+        await run_load(http, url, chat("remote-zero"), 8, 300)
+        print(f"(a) forwarded vs local chat, {requests} requests per row; CPU is the master process only")
+        print(f"{'clients':>7} {'path':>9} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
+              f"{'+p50 ms':>8} {'+p99 ms':>8} {'master CPU ms/req':>18}")
+        worst = 0.0
+        for conc in (1, 16):
+            rows: dict[str, tuple[float, list[float], float]] = {}
+            for path, model in (("local", "local-zero"), ("forwarded", "remote-zero")):
+                cpu0 = cpu_seconds(master.proc.pid)
+                elapsed, latencies = await run_load(http, url, chat(model), conc, requests)
+                rows[path] = (elapsed, latencies, (cpu_seconds(master.proc.pid) - cpu0) / requests)
+            _, local_lat, _ = rows["local"]
+            for path, (elapsed, latencies, cpu) in rows.items():
+                if path == "forwarded":
+                    added = (f"{ms(pct(latencies, .5) - pct(local_lat, .5))} "
+                             f"{ms(pct(latencies, .99) - pct(local_lat, .99))}")
+                    worst = max(worst, cpu)
+                else:
+                    added = f"{'':>7} {'':>8}"
+                print(f"{conc:>7} {path:>9} {requests / elapsed:8.0f} {ms(pct(latencies, .5))} "
+                      f"{ms(pct(latencies, .99))} {added} {cpu * 1000:18.3f}")
+        verdict = "met" if worst * 1000 <= CPU_TARGET_MS else "MISSED"
+        print(f"target: <= {CPU_TARGET_MS:.1f} ms master CPU per forwarded request; "
+              f"worst {worst * 1000:.3f} ms ({verdict})")
+    finally:
+        if slave is not None:
+            slave.stop()
+        master.stop()
+
+
+# -- (b) one health-poll cycle over many slaves --------------------------------------------------
+
+
+def fake_snapshot(index: int, url: str) -> dict[str, Any]:
+    def record(local_id: str, filename: str, config_hash: str, model_hash: str,
+               **caps: Any) -> dict[str, Any]:
+        return {"local_id": local_id, "public_id": local_id, "filename": filename, "node_id": f"fake-{index}",
+                "node_url": url, "backend_mode": "llama_sdcpp", "config_hash": config_hash,
+                "model_hash": model_hash, "capabilities": caps, "available": True, "loaded": False,
+                "disabled": False}
+
+    return {"node_id": f"fake-{index}", "node_url": url, "build_version": "x", "protocol_version": 2,
+            "models": [
+                record("chat-shared", "chat-shared.kcpps", "c" * 64, "m" * 64, llm=True, context=4096),
+                record(f"own-{index}", f"own-{index}.kcpps", f"{index:064x}", f"{index + 7:064x}", llm=True,
+                       context=2048),
+                record("whisper", "whisper.kcpps", "w" * 64, "v" * 64, stt=True),
+            ]}
+
+
+def serve_fake_nodes(count: int, delay_ms: float) -> None:
+    """Helper process: ``count`` listeners; prints their ports as one JSON line, runs until stdin closes."""
+    from twisted.internet import reactor as _reactor
+    from twisted.internet import stdio
+    from twisted.internet.protocol import Protocol
+    from twisted.web import resource, server
+
+    reactor: Any = _reactor
+
+    class Models(resource.Resource):
+        isLeaf = True
+
+        def __init__(self, body: bytes) -> None:
+            super().__init__()  # type: ignore[no-untyped-call]
+            self.body = body
+
+        def render_GET(self, request: Any) -> Any:  # noqa: N802 - twisted.web's name
+            request.setHeader(b"content-type", b"application/json")
+            if request.path != b"/router/v1/node/models":
+                request.setResponseCode(404)
+                return b"{}"
+            if delay_ms <= 0:
+                return self.body
+
+            def finish() -> None:
+                request.write(self.body)
+                request.finish()
+
+            reactor.callLater(delay_ms / 1000, finish)
+            return server.NOT_DONE_YET
+
+    ports = []
+    for index in range(count):
+        models = Models(b"")
+        listener = reactor.listenTCP(0, server.Site(models), interface="127.0.0.1")
+        port = listener.getHost().port
+        models.body = json.dumps(fake_snapshot(index, f"http://127.0.0.1:{port}")).encode()
+        ports.append(port)
+
+    class Stdin(Protocol):
+        def connectionLost(self, reason: Any = None) -> None:  # noqa: N802 - Twisted's name
+            reactor.stop()
+
+    stdio.StandardIO(Stdin())
+    print(json.dumps(ports), flush=True)
+    reactor.run()
+
+
+async def polling(slaves: int, delays: list[float], cycles: int) -> None:
+    from twisted.internet import defer, reactor
+
+    from routerd.cluster.master import POLL_CONCURRENCY
+    from routerd.config.load import parse_config
+    from routerd.node import Node
+
+    root = tempdir()
+    (root / "models").mkdir()
+    print(f"(b) one health-poll cycle over {slaves} slaves (fake nodes in a separate process, "
+          f"POLL_CONCURRENCY = {POLL_CONCURRENCY}); CPU is the polling process")
+    print(f"{'slave delay ms':>14} {'first cycle ms':>15} {'steady p50 ms':>14} {'steady max ms':>14} "
+          f"{'CPU ms/cycle':>13} {'healthy':>8}  target <= {POLL_TARGET_S * 1000:.0f} ms")
+    results: list[tuple[float, float]] = []
+    for delay in delays:
+        helper = subprocess.Popen([sys.executable, __file__, "--serve-fake-nodes", str(slaves),
+                                   "--delay-ms", str(delay)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            assert helper.stdout is not None
+            ports = json.loads(helper.stdout.readline())
+            urls = [f"http://127.0.0.1:{p}" for p in ports]
+            config = parse_config({
+                "server": {"bind": "127.0.0.1:0"},
+                "models": {"config_dir": str(root / "models")},
+                "cluster": {"role": "master", "node_id": "master", "token": TOKEN, "slave_urls": urls,
+                            "store_dir": str(root / "store")},
+            }, base_dir=str(root), env={})
+            node = Node(config, reactor)
+            assert node.master is not None
+            walls: list[float] = []
+            cpus: list[float] = []
+            for _ in range(cycles):
+                cpu0, start = time.process_time(), time.perf_counter()
+                await node.master.poll_all()
+                walls.append(time.perf_counter() - start)
+                cpus.append(time.process_time() - cpu0)
+            healthy = sum(1 for n in node.master.registry.nodes() if n.healthy)
+            steady = walls[1:] or walls
+            results.append((delay, max(walls)))
+            print(f"{delay:14.0f} {walls[0] * 1000:15.1f} {statistics.median(steady) * 1000:14.1f} "
+                  f"{max(steady) * 1000:14.1f} {statistics.median(cpus) * 1000:13.1f} "
+                  f"{healthy:>5}/{slaves}")
+            await defer.ensureDeferred(node.stop())
+        finally:
+            if helper.stdin is not None:
+                helper.stdin.close()
+            helper.wait(10)
+    for delay, worst in results:
+        verdict = "met" if worst <= POLL_TARGET_S else "MISSED"
+        print(f"target: one {slaves}-slave cycle within {POLL_TARGET_S:.0f} s at {delay:.0f} ms per slave: "
+              f"worst {worst * 1000:.0f} ms ({verdict})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=2000, help="requests per row of (a)")
+    parser.add_argument("--slaves", type=int, default=100, help="fake slaves polled in (b)")
+    parser.add_argument("--cycles", type=int, default=6, help="poll cycles per row of (b)")
+    parser.add_argument("--poll-delay-ms", default="0,10,40",
+                        help="comma-separated answer delays of the fake slaves in (b)")
+    parser.add_argument("--only", choices=("forward", "poll"), default=None)
+    parser.add_argument("--serve-fake-nodes", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--delay-ms", type=float, default=0.0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_fake_nodes:
+        serve_fake_nodes(args.serve_fake_nodes, args.delay_ms)
+        return
+    delays = [float(x) for x in args.poll_delay_ms.split(",") if x.strip()]
+
+    async def both() -> None:
+        if args.only in (None, "forward"):
+            await forwarding(args.requests)
+        if args.only is None:
+            print()
+        if args.only in (None, "poll"):
+            await polling(args.slaves, delays, args.cycles)
+
+    run(both)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()

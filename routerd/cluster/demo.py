@@ -1,0 +1,507 @@
+"""``routerd-cluster``: a master and two slaves on this machine, as real ``twistd`` processes.
+
+It reads the example configs (``master.yaml`` or ``routing-only-master.yaml``,
+``slave-a.yaml``, ``slave-b.yaml``) from ``--config-dir``, or by default from
+``./etc/cluster`` when run in a checkout, else from the copy ``pip install``
+puts in ``<prefix>/share/routerd/cluster``.  It never edits them: it writes
+copies into a run directory with the ports moved to ``--base-port`` (+1, +2)
+and the model paths made absolute, so stores and logs land in the run
+directory too.  It starts the master, then the slaves, waits until the
+master's inventory shows every slave healthy, prints the URLs and a few curl
+examples, and on Ctrl-C / SIGTERM stops all three.  A node that fails to start
+makes it exit 1 after printing that node's last log lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import attrs
+import yaml
+
+from routerd.config.schema import ModelsConfig
+
+SLAVE_FILES = ("slave-a.yaml", "slave-b.yaml")
+MASTER_FILE = "master.yaml"
+ROUTING_ONLY_FILE = "routing-only-master.yaml"
+BINARY_SECTIONS = ("llama", "sdcpp", "whispercpp", "kobold", "vllm")
+CLEAN_EXITS = (0, -signal.SIGTERM, -signal.SIGINT)
+TAIL_LINES = 20
+STOP_TIMEOUT_S = 20.0
+
+
+class DemoError(Exception):
+    """The cluster cannot be prepared or started; the message says why."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C / SIGTERM arrived while the cluster was starting."""
+
+
+# -- configs (pure helpers) -----------------------------------------------------
+
+
+def default_config_dir(cwd: Path | None = None, prefix: str | None = None,
+                       package_root: Path | None = None) -> Path | None:
+    """The example configs: a checkout's ``etc/cluster``, else the installed copy."""
+    here = package_root or Path(__file__).resolve().parents[2]
+    candidates = [
+        (cwd or Path.cwd()) / "etc" / "cluster",  # run from a checkout
+        here / "etc" / "cluster",  # the checkout of an editable install
+        Path(prefix or sys.prefix) / "share" / "routerd" / "cluster",  # setup.cfg data_files
+    ]
+    for candidate in candidates:
+        if (candidate / MASTER_FILE).is_file():
+            return candidate
+    return None
+
+
+def bind_port(bind: str) -> int:
+    host, sep, port = bind.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise DemoError(f"server.bind must be host:port, got {bind!r}")
+    return int(port)
+
+
+def rewrite_url(url: str, ports: Mapping[int, int]) -> str:
+    """``url`` with its port replaced when ``ports`` maps it; other URLs unchanged."""
+    parts = urlsplit(url)
+    if parts.port is None or parts.port not in ports or parts.hostname is None:
+        return url
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return urlunsplit(parts._replace(netloc=f"{host}:{ports[parts.port]}"))
+
+
+def rewrite_ports(data: Mapping[str, Any], ports: Mapping[int, int]) -> dict[str, Any]:
+    """A copy of a parsed config with ``server.bind`` and every cluster URL moved by ``ports``.
+
+    ``ports`` maps an example port to the port to use (8080 → 9080 …); binds and
+    URLs on other ports are left alone.
+    """
+    out = _sections(data)
+    server = out.setdefault("server", {})
+    if "bind" in server:
+        host, _, port = str(server["bind"]).rpartition(":")
+        if port.isdigit() and int(port) in ports:
+            server["bind"] = f"{host}:{ports[int(port)]}"
+    cluster = out.get("cluster", {})
+    for key in ("master_url", "public_url"):
+        if isinstance(cluster.get(key), str):
+            cluster[key] = rewrite_url(cluster[key], ports)
+    urls = cluster.get("slave_urls")
+    if isinstance(urls, str):
+        urls = [urls]
+    if isinstance(urls, list):
+        cluster["slave_urls"] = [rewrite_url(u, ports) if isinstance(u, str) else u for u in urls]
+    return out
+
+
+def anchor_paths(data: Mapping[str, Any], source_dir: Path, store_name: str) -> dict[str, Any]:
+    """A copy of a parsed config that still works when written to another folder.
+
+    Model paths and binaries with a directory part become absolute (against
+    ``source_dir``, the way routerd resolves them); a relative
+    ``cluster.store_dir`` stays relative so the store lands next to the copy,
+    and a missing one becomes ``./routerd-data/<store_name>``.
+    """
+    out = _sections(data)
+
+    def absolute(value: str) -> str:
+        return os.path.normpath(os.path.join(source_dir, os.path.expanduser(value)))
+
+    models = out.setdefault("models", {})
+    models["config_dir"] = absolute(str(models.get("config_dir") or ModelsConfig().config_dir))
+    if models.get("shared_dir"):
+        models["shared_dir"] = absolute(str(models["shared_dir"]))
+    roots = models.get("file_roots")
+    if isinstance(roots, str):
+        roots = [roots]
+    if isinstance(roots, list):
+        models["file_roots"] = [absolute(r) if isinstance(r, str) and r else r for r in roots]
+    for name in BINARY_SECTIONS:
+        section = out.get(name)
+        if not isinstance(section, dict):
+            continue
+        command = section.get("binary_path")
+        if isinstance(command, str):
+            section["binary_path"] = _anchor_program(command, absolute)
+        elif isinstance(command, list) and command and isinstance(command[0], str):
+            section["binary_path"] = [_anchor_program(command[0], absolute), *command[1:]]
+    cluster = out.setdefault("cluster", {})
+    if not cluster.get("store_dir"):
+        cluster["store_dir"] = f"./routerd-data/{store_name}"
+    return out
+
+
+def _anchor_program(program: str, absolute: Callable[[str], str]) -> str:
+    # Same rule as the config loader: a bare name is looked up on PATH.
+    if os.sep in program or program.startswith("."):
+        return absolute(program)
+    return program
+
+
+def _sections(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A two-level copy: sections are fresh dicts, so edits never reach ``data``."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out[key] = dict(value) if isinstance(value, dict) else value
+    return out
+
+
+# -- the plan -------------------------------------------------------------------
+
+
+@attrs.define
+class NodeSpec:
+    """One node of the demo: its written config, URL and log file."""
+
+    name: str
+    node_id: str
+    role: str
+    port: int
+    config: Path
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def prepare(config_dir: Path, run_dir: Path, base_port: int, routing_only: bool) -> list[NodeSpec]:
+    """Write the master's and the slaves' configs into ``run_dir``; master first."""
+    files = [ROUTING_ONLY_FILE if routing_only else MASTER_FILE, *SLAVE_FILES]
+    parsed: list[tuple[str, dict[str, Any]]] = []
+    for file_name in files:
+        path = config_dir / file_name
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise DemoError(f"cannot read {path}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise DemoError(f"{path} is not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise DemoError(f"{path} must hold a mapping of sections")
+        parsed.append((file_name, data))
+    ports = {bind_port(str(data.get("server", {}).get("bind", ""))): base_port + index
+             for index, (_, data) in enumerate(parsed)}
+    if len(ports) != len(parsed):
+        raise DemoError(f"the configs in {config_dir} must bind three different ports")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    nodes: list[NodeSpec] = []
+    for index, (file_name, data) in enumerate(parsed):
+        stem = file_name.removesuffix(".yaml")
+        written = anchor_paths(rewrite_ports(data, ports), config_dir.resolve(), stem)
+        config = run_dir / file_name
+        config.write_text(f"# written by routerd-cluster from {config_dir / file_name}\n"
+                          + yaml.safe_dump(written, sort_keys=False), encoding="utf-8")
+        cluster = written.get("cluster", {})
+        nodes.append(NodeSpec(name=stem, node_id=str(cluster.get("node_id", "local")),
+                              role=str(cluster.get("role", "standalone")), port=base_port + index,
+                              config=config, log=run_dir / f"{stem}.log"))
+    return nodes
+
+
+def busy_ports(ports: Sequence[int]) -> list[int]:
+    """The ports of ``ports`` that something on 127.0.0.1 already listens on."""
+    busy = []
+    for port in ports:
+        with socket.socket() as probe:
+            probe.settimeout(0.5)
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                busy.append(port)
+    return busy
+
+
+# -- processes ------------------------------------------------------------------
+
+
+def twistd_command() -> list[str]:
+    """``twistd`` next to the running Python (a venv's), else on PATH, else via the module."""
+    beside = Path(sys.executable).parent / "twistd"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return [str(beside)]
+    found = shutil.which("twistd")
+    if found:
+        return [found]
+    return [sys.executable, "-c", "from twisted.scripts.twistd import run; run()"]
+
+
+@attrs.define
+class Child:
+    spec: NodeSpec
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, cwd: Path) -> None:
+        argv = [*twistd_command(), "-n", "--pidfile=", "routerd", "--config", str(self.spec.config)]
+        with open(self.spec.log, "ab") as out:
+            # Its own session: Ctrl-C reaches only this script, which stops the
+            # nodes in order; a forced kill takes the node's backends with it.
+            self.proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+
+    @property
+    def exit_code(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def tail(self, lines: int = TAIL_LINES) -> list[str]:
+        try:
+            text = self.spec.log.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return []
+        return text.splitlines()[-lines:]
+
+    def terminate(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def wait(self, deadline: float) -> bool:
+        """Wait for the exit until ``deadline`` (monotonic); kill the group after it."""
+        if self.proc is None:
+            return True
+        try:
+            self.proc.wait(max(0.0, deadline - time.monotonic()))
+            return True
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+            return False
+
+
+def get_json(url: str, timeout: float = 2.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def slaves_healthy(inventory: Any, node_ids: Sequence[str]) -> bool:
+    """True when every node in ``node_ids`` is listed healthy in a site inventory."""
+    if not isinstance(inventory, dict):
+        return False
+    healthy = {n.get("node_id") for n in inventory.get("nodes", [])
+               if isinstance(n, dict) and n.get("healthy")}
+    return all(node_id in healthy for node_id in node_ids)
+
+
+class Cluster:
+    def __init__(self, nodes: Sequence[NodeSpec], run_dir: Path, stop: threading.Event,
+                 out: Any = None) -> None:
+        self.children = [Child(spec) for spec in nodes]
+        self.run_dir = run_dir
+        self.stop = stop
+        self.out = out or sys.stdout
+
+    @property
+    def master(self) -> Child:
+        return self.children[0]
+
+    def say(self, text: str = "") -> None:
+        print(text, file=self.out, flush=True)
+
+    def _wait(self, what: str, check: Callable[[], bool], timeout: float) -> None:
+        end = time.monotonic() + timeout
+        while True:
+            for child in self.children:
+                code = child.exit_code
+                if code is not None:
+                    raise DemoError(self.failure(child, code))
+            if self.stop.is_set():
+                raise Interrupted()
+            try:
+                if check():
+                    return
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > end:
+                raise DemoError(f"{what} did not happen within {timeout:.0f}s; logs in {self.run_dir}")
+            self.stop.wait(0.1)
+
+    def failure(self, child: Child, code: int) -> str:
+        lines = "\n".join(f"  | {line}" for line in child.tail())
+        return (f"{child.spec.name} ({child.spec.config}) exited with status {code}; "
+                f"last lines of {child.spec.log}:\n{lines}")
+
+    def start(self, timeout: float) -> dict[str, Any]:
+        """Start the master, then the slaves; return the master's inventory once all are healthy."""
+        self.master.start(self.run_dir)
+        self._wait(f"{self.master.spec.name} answering on {self.master.spec.url}",
+                   lambda: get_json(self.master.spec.url + "/health") is not None, timeout)
+        for child in self.children[1:]:
+            child.start(self.run_dir)
+        slave_ids = [c.spec.node_id for c in self.children[1:]]
+        inventory: dict[str, Any] = {}
+
+        def ready() -> bool:
+            nonlocal inventory
+            inventory = get_json(self.master.spec.url + "/router/v1/site/inventory")
+            return slaves_healthy(inventory, slave_ids)
+
+        self._wait("every slave healthy in the master's inventory", ready, timeout)
+        return inventory
+
+    def watch(self) -> int:
+        """Run until Ctrl-C / SIGTERM (0) or until a node exits by itself (1)."""
+        while not self.stop.wait(0.2):
+            for child in self.children:
+                code = child.exit_code
+                if code is not None:
+                    self.say(f"routerd-cluster: {self.failure(child, code)}")
+                    return 1
+        return 0
+
+    def shutdown(self) -> bool:
+        """SIGTERM every running node (slaves first), wait, kill stragglers; True if all were clean."""
+        running = [c for c in reversed(self.children) if c.exit_code is None and c.proc is not None]
+        for child in running:
+            child.terminate()
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        clean = True
+        for child in running:
+            if not child.wait(deadline):
+                self.say(f"routerd-cluster: {child.spec.name} did not stop in time; killed")
+                clean = False
+            elif child.exit_code not in CLEAN_EXITS:
+                clean = False
+        return clean
+
+
+def describe(nodes: Sequence[NodeSpec], inventory: Mapping[str, Any], run_dir: Path) -> str:
+    """The text printed once the cluster is ready: URLs, models and curl examples."""
+    master = nodes[0].url
+    lines = [f"routerd-cluster: ready (configs, stores and logs in {run_dir})", ""]
+    for spec in nodes:
+        lines.append(f"  {spec.name:<20} {spec.role:<7} {spec.url}   log: {spec.log.name}")
+    by_model: dict[str, list[str]] = {}
+    chat: list[str] = []
+    stt: list[str] = []
+    images: list[str] = []
+    for record in inventory.get("models", []):
+        public_id = str(record.get("public_id", ""))
+        caps = record.get("capabilities", {})
+        if caps.get("image") and record.get("public_image_id"):
+            public_id = str(record["public_image_id"])
+            if public_id not in images:
+                images.append(public_id)
+        by_model.setdefault(public_id, []).append(str(record.get("node_id", "")))
+        if caps.get("llm") and not caps.get("embeddings") and public_id not in chat:
+            chat.append(public_id)
+        if caps.get("stt") and public_id not in stt:
+            stt.append(public_id)
+    lines += ["", "Models (public ID: nodes):"]
+    lines += [f"  {model:<20} {', '.join(owners)}" for model, owners in sorted(by_model.items())]
+    lines += ["", f"Clients talk to the master only ({master}). Try:",
+              f"  curl -s {master}/v1/models",
+              f"  curl -s {master}/router/v1/site/inventory"]
+    for model in chat[:3]:
+        body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hello"}],
+                           "max_tokens": 8})
+        lines.append(f"  curl -si {master}/v1/chat/completions -H 'content-type: application/json' "
+                     f"-d '{body}'   # X-Routerd-Node names the node that answered")
+    for model in images[:1]:
+        body = json.dumps({"model": model, "prompt": "a lighthouse", "size": "256x256"})
+        lines.append(f"  curl -s {master}/v1/images/generations -H 'content-type: application/json' "
+                     f"-d '{body}' | head -c 300")
+    for model in stt[:1]:
+        lines.append(f"  curl -s {master}/v1/audio/transcriptions -F file=@speech.wav -F model={model}")
+    lines += ["", "Press Ctrl-C to stop all nodes."]
+    return "\n".join(lines)
+
+
+# -- entry point ----------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="routerd-cluster",
+        description="Run a routerd master and two slaves on this machine (simulator backends).")
+    parser.add_argument("--base-port", type=int, default=8080,
+                        help="the master's port; the slaves use the next two (default 8080)")
+    parser.add_argument("--routing-only", action="store_true",
+                        help="use routing-only-master.yaml: a master that runs no models itself")
+    parser.add_argument("--config-dir", type=Path, default=None,
+                        help="folder with master.yaml, routing-only-master.yaml, slave-a.yaml, slave-b.yaml "
+                             "(default: ./etc/cluster in a checkout, else the installed examples)")
+    parser.add_argument("--run-dir", type=Path, default=None,
+                        help="where to write configs, stores and logs (default: a new temporary folder, "
+                             "removed after a clean stop)")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds to wait for each startup step (default 60)")
+    args = parser.parse_args(argv)
+    if not 1 <= args.base_port <= 65533:
+        parser.error("--base-port must be between 1 and 65533")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    config_dir: Path | None = args.config_dir or default_config_dir()
+    if config_dir is None:
+        print("routerd-cluster: no example configs found; pass --config-dir", file=sys.stderr)
+        return 2
+    ports = [args.base_port, args.base_port + 1, args.base_port + 2]
+    taken = busy_ports(ports)
+    if taken:
+        print(f"routerd-cluster: port(s) {', '.join(map(str, taken))} already in use; "
+              "pick another --base-port", file=sys.stderr)
+        return 2
+    own_run_dir = args.run_dir is None
+    run_dir: Path = (Path(tempfile.mkdtemp(prefix="routerd-cluster-")) if own_run_dir
+                     else args.run_dir.resolve())
+    try:
+        nodes = prepare(config_dir, run_dir, args.base_port, args.routing_only)
+    except DemoError as exc:
+        print(f"routerd-cluster: {exc}", file=sys.stderr)
+        return 2
+    print(f"routerd-cluster: starting {', '.join(n.name for n in nodes)} from {config_dir}", flush=True)
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    cluster = Cluster(nodes, run_dir, stop)
+    status = 0
+    try:
+        inventory = cluster.start(args.timeout)
+        cluster.say(describe(nodes, inventory, run_dir))
+        status = cluster.watch()
+    except Interrupted:
+        status = 0
+    except DemoError as exc:
+        cluster.say(f"routerd-cluster: {exc}")
+        status = 1
+    finally:
+        cluster.say("routerd-cluster: stopping")
+        clean = cluster.shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if status == 0 and not clean:
+        status = 1
+    if status == 0 and own_run_dir:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    elif status != 0:
+        cluster.say(f"routerd-cluster: logs kept in {run_dir}")
+    cluster.say("routerd-cluster: stopped")
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
