@@ -20,6 +20,7 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from routerd.store import decisions as decisions_sql
 from routerd.store import links as links_sql
 from routerd.store import settings as settings_sql
 from routerd.store.links import Lane, LinkRow
@@ -373,3 +374,38 @@ class Store:
     def delete_setting_overrides(self, key: str | None = None) -> Deferred[int]:
         """Clear one override (or all with ``key=None``); fires the number removed."""
         return self._runner.run(lambda conn: settings_sql.delete_overrides(conn, key))
+
+    # --- lending decision log (rows prepared by routerd.lending.decisions) --------------------
+
+    def insert_decisions(self, rows: Sequence[Mapping[str, Any]]) -> Deferred[None]:
+        """Insert decision rows in one transaction; a column a row leaves out is ``''`` or 0 and
+        ``recorded_at`` defaults to now (ms).
+
+        Fails (through the Deferred) with ``ValueError`` for an unknown column, or with the
+        database's error; ``DecisionLog`` logs such failures.
+        """
+        now = self.now_ms()
+        try:
+            values = [decisions_sql.row_values(row, now) for row in rows]
+        except ValueError:
+            return fail()
+        if not values:
+            return succeed(None)
+        return self._runner.run(lambda conn: decisions_sql.insert(conn, values))
+
+    def query_decisions(
+        self, *, lane: str | None = None, outcome: str | None = None, kind: str | None = None,
+        limit: int = decisions_sql.DEFAULT_LIMIT, since_ms: int | None = None,
+    ) -> Deferred[list[dict[str, Any]]]:
+        """Decision rows matching every given filter as JSON objects, newest first
+        (``recorded_at DESC, id DESC``); at most ``limit`` (capped at 5000); ``since_ms`` keeps
+        rows recorded at or after it.  Empty and zero fields are omitted, apart from ``id``,
+        ``recorded_at``, ``node_id``, ``kind``, ``outcome``, ``lane`` and ``router_version``."""
+        if limit < 1:
+            return fail(ValueError(f"limit must be at least 1, got {limit}"))
+        return self._runner.run(lambda conn: decisions_sql.query(
+            conn, lane=lane, outcome=outcome, kind=kind, limit=limit, since_ms=since_ms))
+
+    def prune_decisions(self, before_ms: int) -> Deferred[int]:
+        """Delete decision rows recorded before ``before_ms``; fires the number removed."""
+        return self._runner.run(lambda conn: decisions_sql.prune(conn, before_ms))

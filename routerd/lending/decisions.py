@@ -1,0 +1,253 @@
+"""The lending decision log writer (spec "Decision log"; contract §8).
+
+``DecisionLog.record`` checks one decision against the enumerations, stamps it
+with this node's id, the clock's time and the router version, and appends it to
+an in-memory buffer: nothing touches the database on the caller's turn of the
+reactor.  While started, a ``LoopingCall`` on the injected clock writes the
+buffer every second in one ``insert_decisions`` call and, at most once a
+minute, deletes rows older than the retention.  The buffer holds at most
+``BUFFER_CAP`` rows; beyond that the oldest are dropped and the count logged.
+Database failures are logged, never raised into callers.  An unknown kind,
+outcome, reason, trigger, lane or column is a programming error and raises
+``ValueError`` at once.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from twisted.internet import task
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from routerd import __version__
+from routerd.lending.types import LANES, OUTCOMES, REASONS, TRIGGERS, PlanRow
+from routerd.store.decisions import DEFAULT_LIMIT, INT_COLUMNS, REAL_COLUMNS, TEXT_COLUMNS
+
+log = Logger()
+
+#: Rows kept in memory between flushes; past this the oldest are dropped.
+BUFFER_CAP = 10_000
+#: Seconds between buffer flushes.
+FLUSH_INTERVAL_S = 1.0
+#: Minimum seconds between two prunes.
+PRUNE_INTERVAL_S = 60.0
+
+KINDS: tuple[str, ...] = ("plan", "dispatch", "helper")
+
+#: Outcomes each kind may record (plan rows on the master; dispatch rows on the owner, and
+#: ``relay_refused`` on the master; helper rows on the helper).
+OUTCOMES_BY_KIND: Mapping[str, frozenset[str]] = {
+    "plan": frozenset(OUTCOMES),
+    "dispatch": frozenset({"lease_updated", "lease_cleared", "lease_refused", "lent", "returned",
+                           "held_for_helper", "relay_refused", "stall_reclaimed"}),
+    "helper": frozenset({"native_waited_behind_borrowed", "borrowed_returned"}),
+}
+#: Reasons each kind may record ('' — no reason — is always allowed).
+REASONS_BY_KIND: Mapping[str, frozenset[str]] = {
+    "plan": frozenset(REASONS),
+    "dispatch": frozenset({"not_an_owner", "helper_finishes_sooner", "no_live_lease",
+                           "helper_unreachable", "forward_failed"}),
+    "helper": frozenset({"helper_busy_on_arrival", "own_work_arrived"}),
+}
+#: Triggers each kind may record ('' allowed except on plan rows).  ``grant`` marks a lease
+#: that arrived by the master's push.
+TRIGGERS_BY_KIND: Mapping[str, frozenset[str]] = {
+    "plan": frozenset(TRIGGERS),
+    "dispatch": frozenset({"", "grant", *TRIGGERS}),
+    "helper": frozenset({""}),
+}
+SERVICE_SOURCES: frozenset[str] = frozenset({"", "helper", "owner_fallback"})
+
+#: Every outcome and reason of any kind (for validating API filters).
+ALL_OUTCOMES: frozenset[str] = frozenset().union(*OUTCOMES_BY_KIND.values())
+ALL_REASONS: frozenset[str] = frozenset().union(*REASONS_BY_KIND.values())
+
+#: Columns ``record`` stamps itself; callers never pass them.
+_STAMPED = frozenset({"recorded_at", "node_id", "router_version", "kind", "outcome"})
+_TEXT_FIELDS = frozenset(TEXT_COLUMNS) - _STAMPED
+_NUMBER_FIELDS = frozenset(INT_COLUMNS + REAL_COLUMNS) - _STAMPED
+
+
+class DecisionStore(Protocol):
+    """What the log needs of the router database (``routerd.store.store.Store``)."""
+
+    def insert_decisions(self, rows: Sequence[Mapping[str, Any]]) -> Deferred[None]: ...
+
+    def query_decisions(
+        self, *, lane: str | None = None, outcome: str | None = None, kind: str | None = None,
+        limit: int = DEFAULT_LIMIT, since_ms: int | None = None,
+    ) -> Deferred[list[dict[str, Any]]]: ...
+
+    def prune_decisions(self, before_ms: int) -> Deferred[int]: ...
+
+
+def validate(kind: str, outcome: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Check one decision against the enumerations; return its columns (``''``/0 for None).
+
+    Raises ``ValueError`` naming the first bad value.
+    """
+    outcomes = OUTCOMES_BY_KIND.get(kind)
+    if outcomes is None:
+        raise ValueError(f"unknown decision kind {kind!r}")
+    if outcome not in outcomes:
+        raise ValueError(f"unknown {kind} outcome {outcome!r}")
+    row: dict[str, Any] = {"kind": kind, "outcome": outcome}
+    for name, value in fields.items():
+        if name in _TEXT_FIELDS:
+            if value is None:
+                value = ""
+            elif not isinstance(value, str):
+                raise ValueError(f"decision field {name} must be a string, got {value!r}")
+        elif name in _NUMBER_FIELDS:
+            if value is None:
+                value = 0
+            elif isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"decision field {name} must be a number, got {value!r}")
+        else:
+            raise ValueError(f"unknown decision field {name!r}")
+        row[name] = value
+    lane = row.get("lane", "")
+    if lane not in LANES:
+        raise ValueError(f"decision lane must be one of {', '.join(LANES)}, got {lane!r}")
+    reason = row.get("reason", "")
+    if reason and reason not in REASONS_BY_KIND[kind]:
+        raise ValueError(f"unknown {kind} reason {reason!r}")
+    trigger = row.get("trigger", "")
+    if trigger not in TRIGGERS_BY_KIND[kind]:
+        raise ValueError(f"unknown {kind} trigger {trigger!r}")
+    source = row.get("service_source", "")
+    if source not in SERVICE_SOURCES:
+        raise ValueError(f"unknown service_source {source!r}")
+    return row
+
+
+class DecisionLog:
+    """Buffered, batched writer of one node's ``offload_decisions`` rows."""
+
+    def __init__(self, store: DecisionStore, clock: IReactorTime, node_id: str,
+                 router_version: str = __version__, retention_s: float = 720 * 3600.0) -> None:
+        self.store = store
+        self.clock = clock
+        self.node_id = node_id
+        self.router_version = router_version
+        self.retention_s = 0.0
+        self.set_retention(retention_s)
+        self._buffer: deque[dict[str, Any]] = deque()
+        self._dropped = 0
+        self._loop: task.LoopingCall | None = None
+        self._last_prune: float | None = None
+
+    # -- recording ----------------------------------------------------------------------------
+
+    def record(self, kind: str, outcome: str, **fields: Any) -> None:
+        """Buffer one decision (see the module docstring); raises ``ValueError`` for a value
+        outside the enumerations or an unknown field."""
+        row = validate(kind, outcome, fields)
+        row["node_id"] = self.node_id
+        row["recorded_at"] = int(self.clock.seconds() * 1000)
+        row["router_version"] = self.router_version
+        if len(self._buffer) >= BUFFER_CAP:
+            self._buffer.popleft()
+            self._dropped += 1
+        self._buffer.append(row)
+
+    def record_plan_rows(self, rows: Iterable[PlanRow]) -> None:
+        """Buffer the plan rows of one decision (``kind`` plan)."""
+        for plan_row in rows:
+            columns = plan_row.columns()
+            del columns["kind"]
+            outcome = str(columns.pop("outcome"))
+            self.record("plan", outcome, **columns)
+
+    @property
+    def pending(self) -> int:
+        """Rows buffered and not yet handed to the store."""
+        return len(self._buffer)
+
+    # -- settings -----------------------------------------------------------------------------
+
+    def set_retention(self, seconds: float) -> None:
+        """Keep rows for ``seconds`` from now on (``offload_decisions_retention`` changed)."""
+        if not seconds > 0:
+            raise ValueError(f"decision retention must be positive, got {seconds!r}")
+        self.retention_s = float(seconds)
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Flush every second (and prune at most once a minute) until ``stop``."""
+        if self._loop is not None and self._loop.running:
+            return
+        self._loop = task.LoopingCall(self._tick)
+        self._loop.clock = self.clock
+        self._loop.start(FLUSH_INTERVAL_S, now=False).addErrback(self._loop_failed)
+
+    def stop(self) -> Deferred[None]:
+        """Stop the periodic flush and write what is buffered; never fails."""
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        self._loop = None
+        return self.flush()
+
+    def flush(self) -> Deferred[None]:
+        """Write every buffered row in one ``insert_decisions`` call; fires when written (or
+        when the failure has been logged).  Never fails."""
+        self._report_dropped()
+        if not self._buffer:
+            return succeed(None)
+        batch = list(self._buffer)
+        self._buffer.clear()
+        try:
+            d = self.store.insert_decisions(batch)
+        except Exception:
+            d = Deferred()
+            d.errback(Failure())
+
+        def failed(failure: Failure) -> None:
+            log.failure("writing {count} lending decision rows failed", failure, count=len(batch))
+
+        return d.addErrback(failed)
+
+    def query(self, *, lane: str | None = None, outcome: str | None = None, kind: str | None = None,
+              limit: int = DEFAULT_LIMIT, since_ms: int | None = None,
+              ) -> Deferred[list[dict[str, Any]]]:
+        """Flush, then the store's ``query_decisions`` (so recent rows are included)."""
+        return self.flush().addCallback(lambda _: self.store.query_decisions(
+            lane=lane, outcome=outcome, kind=kind, limit=limit, since_ms=since_ms))
+
+    def prune(self) -> Deferred[int]:
+        """Delete rows older than the retention now; fires the number removed (0 on failure)."""
+        self._last_prune = self.clock.seconds()
+        before_ms = int((self._last_prune - self.retention_s) * 1000)
+        try:
+            d = self.store.prune_decisions(before_ms)
+        except Exception:
+            d = Deferred()
+            d.errback(Failure())
+
+        def failed(failure: Failure) -> int:
+            log.failure("pruning lending decisions before {before_ms} failed", failure, before_ms=before_ms)
+            return 0
+
+        return d.addErrback(failed)
+
+    def _tick(self) -> Deferred[None]:
+        d = self.flush()
+        now = self.clock.seconds()
+        if self._last_prune is None or now - self._last_prune >= PRUNE_INTERVAL_S:
+            d.addCallback(lambda _: self.prune()).addCallback(lambda _: None)
+        return d
+
+    def _report_dropped(self) -> None:
+        if self._dropped:
+            log.warn("lending decision buffer full: dropped the {dropped} oldest rows",
+                     dropped=self._dropped)
+            self._dropped = 0
+
+    def _loop_failed(self, failure: Failure) -> None:
+        log.failure("lending decision flush loop stopped", failure)

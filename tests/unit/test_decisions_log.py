@@ -1,0 +1,275 @@
+"""DecisionLog: stamping, buffering, one batched write per flush, the cap, pruning, validation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+import pytest
+from twisted.internet import task
+from twisted.internet.defer import Deferred, fail
+from twisted.logger import capturedLogs
+from twisted.python.failure import Failure
+
+from routerd import __version__
+from routerd.lending import decisions as decisions_mod
+from routerd.lending.decisions import BUFFER_CAP, DecisionLog
+from routerd.lending.types import PlanRow
+from routerd.store.store import Store
+
+T = TypeVar("T")
+HOUR = 3600.0
+
+
+def fired(d: Deferred[T]) -> T:
+    results: list[T | Failure] = []
+    d.addBoth(results.append)
+    assert results, "Deferred has not fired"
+    result = results[0]
+    if isinstance(result, Failure):
+        result.raiseException()
+    return result
+
+
+class SpyStore:
+    """A real in-memory Store that counts the calls the log makes."""
+
+    def __init__(self, clock: task.Clock) -> None:
+        self.store = Store.open_sync(clock=clock)
+        self.inserts: list[int] = []
+        self.prunes: list[int] = []
+
+    def insert_decisions(self, rows: Sequence[Mapping[str, Any]]) -> Deferred[None]:
+        self.inserts.append(len(rows))
+        return self.store.insert_decisions(rows)
+
+    def query_decisions(self, **filters: Any) -> Deferred[list[dict[str, Any]]]:
+        return self.store.query_decisions(**filters)
+
+    def prune_decisions(self, before_ms: int) -> Deferred[int]:
+        self.prunes.append(before_ms)
+        return self.store.prune_decisions(before_ms)
+
+
+class BrokenStore(SpyStore):
+    def insert_decisions(self, rows: Sequence[Mapping[str, Any]]) -> Deferred[None]:
+        self.inserts.append(len(rows))
+        return fail(RuntimeError("disk full"))
+
+    def prune_decisions(self, before_ms: int) -> Deferred[int]:
+        raise RuntimeError("database is locked")
+
+
+def make(retention_s: float = 24 * HOUR, start_at: float = 1000.0,
+         store_cls: type[SpyStore] = SpyStore) -> tuple[DecisionLog, SpyStore, task.Clock]:
+    clock = task.Clock()
+    clock.advance(start_at)
+    spy = store_cls(clock)
+    return DecisionLog(spy, clock, "node-a", __version__, retention_s), spy, clock
+
+
+def lent(log: DecisionLog, **extra: Any) -> None:
+    log.record("dispatch", "lent", lane="image", owner_model_id="sd", helper_node_id="node-b",
+               helper_model_id="sd-b", slots=2, lent_out=1, wait_ms=40, **extra)
+
+
+def rows(spy: SpyStore, **filters: Any) -> list[dict[str, Any]]:
+    return fired(spy.store.query_decisions(limit=5000, **filters))
+
+
+def test_record_stamps_node_time_and_version_and_only_buffers() -> None:
+    log, spy, clock = make()
+    clock.advance(0.25)
+    lent(log)
+    assert spy.inserts == [] and log.pending == 1
+    fired(log.flush())
+    assert spy.inserts == [1] and log.pending == 0
+    (only,) = rows(spy)
+    assert only == {"id": 1, "recorded_at": 1_000_250, "node_id": "node-a", "kind": "dispatch",
+                    "outcome": "lent", "lane": "image", "owner_model_id": "sd",
+                    "helper_node_id": "node-b", "helper_model_id": "sd-b", "slots": 2, "lent_out": 1,
+                    "wait_ms": 40.0, "router_version": __version__}
+
+
+def test_the_loop_writes_each_seconds_buffer_in_one_batch() -> None:
+    log, spy, clock = make()
+    log.start()
+    for _ in range(5):
+        lent(log)
+    clock.advance(0.5)
+    assert spy.inserts == []
+    clock.advance(0.5)
+    assert spy.inserts == [5]
+    clock.advance(1.0)  # nothing buffered: no write at all
+    assert spy.inserts == [5]
+    lent(log)
+    lent(log)
+    clock.advance(1.0)
+    assert spy.inserts == [5, 2]
+    assert len(rows(spy)) == 7
+    lent(log)
+    fired(log.stop())  # stop writes what is left, and the loop is gone
+    assert spy.inserts == [5, 2, 1]
+    lent(log)
+    clock.advance(10)
+    assert spy.inserts == [5, 2, 1] and log.pending == 1
+
+
+def test_the_buffer_drops_the_oldest_rows_past_the_cap_and_logs_the_count() -> None:
+    log, spy, clock = make()
+    for i in range(BUFFER_CAP + 3):
+        log.record("dispatch", "lent", lane="text", request_id=f"r{i}")
+    assert log.pending == BUFFER_CAP
+    with capturedLogs() as events:
+        fired(log.flush())
+    assert spy.inserts == [BUFFER_CAP]
+    kept = fired(spy.store.runner.run(
+        lambda conn: [r for (r,) in conn.execute("SELECT request_id FROM offload_decisions ORDER BY id")]))
+    assert len(kept) == BUFFER_CAP
+    assert kept[0] == "r3" and kept[-1] == f"r{BUFFER_CAP + 2}"
+    dropped = [e for e in events if e.get("dropped") is not None]
+    assert len(dropped) == 1 and dropped[0]["dropped"] == 3
+    with capturedLogs() as events:
+        fired(log.flush())
+    assert not [e for e in events if e.get("dropped") is not None]
+
+
+def test_prune_runs_at_most_once_a_minute_and_removes_rows_past_the_retention() -> None:
+    log, spy, clock = make(retention_s=HOUR)
+    fired(spy.store.insert_decisions([
+        {"recorded_at": 0, "kind": "plan", "outcome": "probe", "lane": "image"},
+        {"recorded_at": 2_000_000, "kind": "plan", "outcome": "probe", "lane": "image"},
+    ]))
+    clock.advance(HOUR)  # now 4600 s: the first cut-off is 1001 s
+    log.start()
+    for _ in range(130):
+        clock.advance(1.0)
+    # ticks at +1 s, +61 s and +121 s prune; the others only flush
+    assert len(spy.prunes) == 3
+    assert spy.prunes[0] == int((4601 - HOUR) * 1000)
+    assert [r["recorded_at"] for r in rows(spy)] == [2_000_000]
+    log.set_retention(60.0)
+    for _ in range(60):
+        clock.advance(1.0)
+    assert len(spy.prunes) == 4
+    assert rows(spy) == []
+    fired(log.stop())
+
+
+def test_write_and_prune_failures_are_logged_never_raised() -> None:
+    log, spy, clock = make(store_cls=BrokenStore)
+    lent(log)
+    with capturedLogs() as events:
+        assert fired(log.flush()) is None
+        assert fired(log.prune()) == 0
+    failures = [e for e in events if e.get("log_failure") is not None]
+    assert len(failures) == 2
+    assert failures[0]["count"] == 1
+    # the loop keeps going after a failed write
+    log.start()
+    with capturedLogs():
+        lent(log)
+        clock.advance(1.0)
+        lent(log)
+        clock.advance(1.0)
+    assert spy.inserts == [1, 1, 1]
+    fired(log.stop())
+
+
+def test_record_plan_rows_uses_the_plan_row_columns() -> None:
+    log, spy, _clock = make()
+    log.record_plan_rows([
+        PlanRow(trigger="enqueued", lane="image", owner_node_id="a", owner_model_id="sd",
+                helper_node_id="b", helper_model_id="sd-b", outcome="granted", pending_count=8,
+                backlog_count=10, keep_ms=9000.0, switch_ms=2500.0, service_ms=900.0,
+                owner_job_ms=1000.0, service_source="helper", helper_idle_ms=12000, slots=2),
+        PlanRow(trigger="enqueued", lane="image", owner_node_id="a", owner_model_id="sd",
+                helper_node_id="c", helper_model_id="sd-c", outcome="skipped", reason="outranked"),
+    ])
+    fired(log.flush())
+    skipped, granted = sorted(rows(spy, kind="plan"), key=lambda r: r["outcome"], reverse=True)
+    assert granted["slots"] == 2 and granted["service_source"] == "helper"
+    assert granted["helper_idle_ms"] == 12000 and "reason" not in granted
+    assert skipped["reason"] == "outranked" and "slots" not in skipped and "service_source" not in skipped
+
+
+@pytest.mark.parametrize("kind,outcome,fields", [
+    ("audit", "lent", {"lane": "image"}),
+    ("plan", "lent", {"lane": "image", "trigger": "tick"}),
+    ("dispatch", "granted", {"lane": "image"}),
+    ("helper", "relay_refused", {"lane": "text"}),
+    ("plan", "skipped", {"lane": "image", "trigger": "tick", "reason": "not_an_owner"}),
+    ("dispatch", "relay_refused", {"lane": "image", "reason": "owner_unpriced"}),
+    ("plan", "skipped", {"lane": "image", "trigger": "whenever"}),
+    ("plan", "skipped", {"lane": "image"}),  # plan rows always name their trigger
+    ("helper", "borrowed_returned", {"lane": "text", "trigger": "tick"}),
+    ("dispatch", "lent", {"lane": "audio"}),
+    ("dispatch", "lent", {}),
+    ("plan", "granted", {"lane": "image", "trigger": "tick", "service_source": "guess"}),
+    ("dispatch", "lent", {"lane": "image", "colour": "red"}),
+    ("dispatch", "lent", {"lane": "image", "node_id": "elsewhere"}),
+    ("dispatch", "lent", {"lane": "image", "slots": "2"}),
+    ("dispatch", "lent", {"lane": "image", "slots": True}),
+    ("dispatch", "lent", {"lane": "image", "helper_node_id": 7}),
+])
+def test_values_outside_the_enumerations_raise(kind: str, outcome: str, fields: dict[str, Any]) -> None:
+    log, _spy, _clock = make()
+    with pytest.raises(ValueError):
+        log.record(kind, outcome, **fields)
+    assert log.pending == 0
+
+
+@pytest.mark.parametrize("kind,outcome,fields", [
+    ("plan", "probe", {"trigger": "probe_due", "reason": "switch_unpriced"}),
+    ("plan", "skipped", {"trigger": "tick", "reason": "helper_recently_busy"}),
+    ("plan", "skipped", {"trigger": "borrowed_completed", "reason": "restore_unpriced"}),
+    ("dispatch", "lease_updated", {"trigger": "grant", "slots": 2}),
+    ("dispatch", "lease_cleared", {"trigger": "completed", "lent_out": 1}),
+    ("dispatch", "lease_refused", {"reason": "not_an_owner"}),
+    ("dispatch", "returned", {"helper_node_id": "b"}),
+    ("dispatch", "held_for_helper", {"reason": "helper_finishes_sooner", "keep_ms": 3.5}),
+    ("dispatch", "relay_refused", {"reason": "helper_unreachable"}),
+    ("dispatch", "stall_reclaimed", {"helper_node_id": "b", "lent_out": 2}),
+    ("helper", "native_waited_behind_borrowed", {"borrowed_ahead": 2, "wait_ms": 1200}),
+    ("helper", "borrowed_returned", {"reason": "own_work_arrived", "request_id": None}),
+])
+def test_every_spec_decision_is_accepted(kind: str, outcome: str, fields: dict[str, Any]) -> None:
+    log, spy, _clock = make()
+    log.record(kind, outcome, lane="text", **fields)
+    fired(log.flush())
+    (only,) = rows(spy)
+    assert only["kind"] == kind and only["outcome"] == outcome
+
+
+def test_enumerations_cover_the_contract() -> None:
+    assert set(decisions_mod.KINDS) == {"plan", "dispatch", "helper"}
+    assert {"restore_unpriced", "helper_recently_busy"} <= decisions_mod.ALL_REASONS
+    assert {"held_for_helper", "relay_refused", "stall_reclaimed"} <= decisions_mod.ALL_OUTCOMES
+
+
+def test_retention_must_be_positive() -> None:
+    log, _spy, _clock = make()
+    with pytest.raises(ValueError):
+        log.set_retention(0)
+    with pytest.raises(ValueError):
+        make(retention_s=-1)
+
+
+def test_query_flushes_first() -> None:
+    log, spy, _clock = make()
+    lent(log)
+    lent(log, request_id="r2")
+    got = fired(log.query(lane="image", limit=1))
+    assert [r["request_id"] for r in got] == ["r2"]
+    assert spy.inserts == [2]
+
+
+def test_start_twice_keeps_one_loop() -> None:
+    log, spy, clock = make()
+    log.start()
+    log.start()
+    lent(log)
+    clock.advance(1.0)
+    assert spy.inserts == [1]
+    fired(log.stop())
+    fired(log.stop())

@@ -1,0 +1,358 @@
+"""Decision-log and summary routes (node and site API) against a fake node through StubTreq."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import attrs
+import pytest
+from klein import Klein
+from treq.testing import StubTreq
+from twisted.internet import task
+from twisted.internet.defer import Deferred, ensureDeferred, fail, succeed
+from twisted.web.iweb import IRequest
+
+from routerd import __version__
+from routerd.api.decisions_routes import FANOUT, NODE_TIMEOUT_S, add_routes
+from routerd.api.errors import error_body, style_for_path
+from routerd.cluster.client import ClusterTimeout
+from routerd.cluster.wire import StatusError
+from routerd.lending.decisions import DecisionLog
+from routerd.lending.settings import LendingSettings
+from routerd.registry.records import NodeInfo
+from routerd.store.store import Store
+
+SETTINGS = LendingSettings()
+OTHER_SETTINGS = LendingSettings(offload_probe_idle=9.0)
+
+
+def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """What ``build_app``'s wrapper does: a raised ``StatusError`` becomes its error envelope."""
+
+    def fail_with(request: IRequest, err: StatusError) -> bytes:
+        request.setResponseCode(err.status)
+        request.setHeader(b"content-type", b"application/json")
+        return error_body(style_for_path(request.path.decode()), err.message, err.type, err.code)
+
+    def wrapper(request: IRequest, *args: Any, **kwargs: Any) -> Any:
+        def on_error(failure: Any) -> bytes:
+            failure.trap(StatusError)
+            return fail_with(request, failure.value)
+
+        try:
+            result = fn(request, *args, **kwargs)
+        except StatusError as err:
+            return fail_with(request, err)
+        if hasattr(result, "__await__"):
+            return ensureDeferred(result).addErrback(on_error)
+        return result
+
+    wrapper.__name__ = fn.__name__
+    return wrapper
+
+
+# -- fakes ------------------------------------------------------------------------------------------
+
+
+@attrs.define
+class FakeLending:
+    settings: LendingSettings = SETTINGS
+    decisions: Any = None
+    held: list[dict[str, Any]] = attrs.Factory(list)
+    leases: list[dict[str, Any]] = attrs.Factory(list)
+
+    def held_requests(self) -> list[dict[str, Any]]:
+        return self.held
+
+    def live_leases(self) -> list[dict[str, Any]]:
+        return self.leases
+
+
+@attrs.define
+class BareLending:
+    """A LendingService from before ``held_requests``/``live_leases`` exist."""
+
+    settings: LendingSettings = SETTINGS
+    decisions: Any = None
+
+
+@attrs.define
+class FakeRegistry:
+    infos: list[NodeInfo] = attrs.Factory(list)
+
+    def nodes(self) -> list[NodeInfo]:
+        return sorted(self.infos, key=lambda n: n.node_id)
+
+
+@attrs.define
+class FakeClient:
+    """Answers by node URL: a JSON value, an exception, or a Deferred the test fires later."""
+
+    answers: dict[str, Any] = attrs.Factory(dict)
+    calls: list[tuple[str, str, float | None]] = attrs.Factory(list)
+
+    def get_json(self, base: str, path: str, *, timeout: float | None = None) -> Deferred[Any]:
+        self.calls.append((base, path, timeout))
+        answer = self.answers[base]
+        if isinstance(answer, Deferred):
+            return answer
+        if isinstance(answer, Exception):
+            return fail(answer)
+        return succeed(answer(path) if callable(answer) else answer)
+
+
+@attrs.define
+class FakeMaster:
+    registry: FakeRegistry = attrs.Factory(FakeRegistry)
+    client: FakeClient = attrs.Factory(FakeClient)
+
+
+@attrs.define
+class FakeNode:
+    node_id: str = "master"
+    store: Any = None
+    master: FakeMaster | None = None
+    lending: Any = attrs.Factory(FakeLending)
+
+
+def info(node_id: str, healthy: bool = True) -> NodeInfo:
+    return NodeInfo(node_id=node_id, node_url=f"http://{node_id}:8080", healthy=healthy,
+                    build_version="9.9.9", protocol_version=1)
+
+
+def with_log(node: FakeNode, clock: task.Clock) -> DecisionLog:
+    store = Store.open_sync(clock=clock)
+    node.store = store
+    node.lending.decisions = DecisionLog(store, clock, node.node_id, __version__, 3600.0)
+    return node.lending.decisions  # type: ignore[no-any-return]
+
+
+def get(node: FakeNode, path: str) -> tuple[int, Any]:
+    app = Klein()
+    add_routes(app, node, guarded)
+    client = StubTreq(app.resource())
+    out: list[Any] = []
+    client.get("http://node" + path).addCallback(
+        lambda r: out.append(r.code) or r.content()).addCallback(out.append)
+    client.flush()
+    assert len(out) == 2, out
+    return int(out[0]), json.loads(out[1])
+
+
+# -- node API --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("query", [
+    "limit=0", "limit=-1", "limit=5001", "limit=abc", "limit=1.5", "limit=%C2%B2",
+    "since_ms=-5", "since_ms=soon", "lane=audio", "kind=audit", "outcome=maybe",
+])
+@pytest.mark.parametrize("path", ["/router/v1/node/offload/decisions", "/router/v1/site/offload/decisions"])
+def test_bad_parameters_answer_400_with_a_reason(path: str, query: str) -> None:
+    node = FakeNode(master=FakeMaster())
+    code, body = get(node, f"{path}?{query}")
+    assert code == 400
+    assert body["error"]["type"] == "invalid_request_error"
+    assert query.split("=")[0] in body["error"]["message"]
+
+
+def test_node_decisions_flush_the_buffer_and_apply_the_filters() -> None:
+    clock = task.Clock()
+    node = FakeNode()
+    log = with_log(node, clock)
+    for i in range(3):
+        clock.advance(1)
+        log.record("dispatch", "lent", lane="image", request_id=f"i{i}", slots=1)
+    log.record("helper", "borrowed_returned", lane="text", reason="own_work_arrived")
+    assert log.pending == 4  # nothing written yet: the route flushes
+    code, body = get(node, "/router/v1/node/offload/decisions")
+    assert code == 200
+    assert [r["outcome"] for r in body["records"]] == ["borrowed_returned", "lent", "lent", "lent"]
+    assert body["records"][1] == {"id": 3, "recorded_at": 3000, "node_id": "master", "kind": "dispatch",
+                                  "outcome": "lent", "lane": "image", "request_id": "i2", "slots": 1,
+                                  "router_version": __version__}
+    _, body = get(node, "/router/v1/node/offload/decisions?lane=image&kind=dispatch&outcome=lent"
+                        "&limit=2&since_ms=2000&lane=text")
+    assert [r["request_id"] for r in body["records"]] == ["i2", "i1"]
+    _, body = get(node, "/router/v1/node/offload/decisions?since_ms=2500&lane=")
+    assert len(body["records"]) == 2
+
+
+def test_node_decisions_read_the_store_without_a_log_and_nothing_before_it_opens() -> None:
+    node = FakeNode()
+    assert get(node, "/router/v1/node/offload/decisions") == (200, {"records": []})
+    store = Store.open_sync()
+    store.insert_decisions([{"recorded_at": 5, "node_id": "master", "kind": "plan",
+                             "outcome": "probe", "lane": "text", "trigger": "tick"}])
+    node.store = store
+    _, body = get(node, "/router/v1/node/offload/decisions")
+    assert [r["trigger"] for r in body["records"]] == ["tick"]
+
+
+def test_node_summary_reports_build_fingerprint_and_held_requests() -> None:
+    held = [{"request_id": "r1", "lane": "image", "model_id": "sd", "state": "queued", "waiting_ms": 10}]
+    node = FakeNode(node_id="slave-a", lending=FakeLending(held=held))
+    assert get(node, "/router/v1/node/offload/summary") == (200, {
+        "node_id": "slave-a", "build_version": __version__,
+        "settings_fingerprint": SETTINGS.fingerprint(), "held_requests": held})
+    node.lending = BareLending()
+    _, body = get(node, "/router/v1/node/offload/summary")
+    assert body["held_requests"] == []
+
+
+# -- site API --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/router/v1/site/offload/decisions", "/router/v1/site/offload/summary",
+                                  "/router/v1/site/offload/decisions?limit=0"])
+def test_site_routes_answer_404_on_a_node_that_is_not_the_master(path: str) -> None:
+    code, body = get(FakeNode(master=None), path)
+    assert code == 404
+    assert body["error"]["code"] == "not_found"
+
+
+def _remote_rows(node_id: str, times: list[int]) -> Callable[[str], dict[str, Any]]:
+    def answer(path: str) -> dict[str, Any]:
+        limit = int(parse_qs(urlsplit(path).query)["limit"][0])
+        rows = [{"id": i + 1, "recorded_at": t, "node_id": node_id, "kind": "dispatch", "outcome": "lent",
+                 "lane": "image", "router_version": "0.0.9"} for i, t in enumerate(times)]
+        return {"records": sorted(rows, key=lambda r: -r["recorded_at"])[:limit]}
+
+    return answer
+
+
+def _site(clock: task.Clock) -> FakeNode:
+    master = FakeMaster(FakeRegistry([info("slave-a"), info("slave-b"), info("slave-c"),
+                                      info("slave-d", healthy=False)]))
+    node = FakeNode(master=master)
+    log = with_log(node, clock)
+    for at in (1.5, 4.5):
+        clock.advance(at - clock.seconds())
+        log.record("plan", "granted", lane="image", trigger="enqueued", slots=2)
+    master.client.answers = {
+        "http://slave-a:8080": _remote_rows("slave-a", [1000, 3000, 5000]),
+        "http://slave-b:8080": _remote_rows("", [2000, 4500]),  # rows without a node id get one
+        "http://slave-c:8080": ClusterTimeout("GET http://slave-c:8080/... timed out after 5s"),
+    }
+    return node
+
+
+def test_site_decisions_merge_every_node_newest_first_and_report_node_errors() -> None:
+    clock = task.Clock()
+    node = _site(clock)
+    code, body = get(node, "/router/v1/site/offload/decisions")
+    assert code == 200
+    merged = [(r["recorded_at"], r["node_id"]) for r in body["records"]]
+    assert merged == [(5000, "slave-a"), (4500, "master"), (4500, "slave-b"), (3000, "slave-a"),
+                      (2000, "slave-b"), (1500, "master"), (1000, "slave-a")]
+    assert body["node_errors"] == [
+        {"node_id": "slave-c", "error": "GET http://slave-c:8080/... timed out after 5s"},
+        {"node_id": "slave-d", "error": "node is unhealthy"},
+    ]
+    assert node.master is not None
+    calls = node.master.client.calls
+    assert sorted(base for base, _path, _t in calls) == [
+        "http://slave-a:8080", "http://slave-b:8080", "http://slave-c:8080"]
+    assert all(t == NODE_TIMEOUT_S for _b, _p, t in calls)
+    assert all(p == "/router/v1/node/offload/decisions?limit=500" for _b, p, _t in calls)
+
+
+def test_site_decisions_forward_the_filters_truncate_and_select_nodes() -> None:
+    clock = task.Clock()
+    node = _site(clock)
+    assert node.master is not None
+    _, body = get(node, "/router/v1/site/offload/decisions?limit=3&lane=image&outcome=lent&kind=dispatch"
+                        "&since_ms=10&node_id=slave-a&node_id=slave-b&node_id=ghost")
+    assert [(r["recorded_at"], r["node_id"]) for r in body["records"]] == [
+        (5000, "slave-a"), (4500, "slave-b"), (3000, "slave-a")]
+    assert body["node_errors"] == [{"node_id": "ghost", "error": "node is not known"}]
+    paths = {p for _b, p, _t in node.master.client.calls}
+    assert len(paths) == 1
+    query = parse_qs(urlsplit(paths.pop()).query)
+    assert query == {"lane": ["image"], "outcome": ["lent"], "kind": ["dispatch"], "limit": ["3"],
+                     "since_ms": ["10"]}
+    node.master.client.calls.clear()
+    _, body = get(node, "/router/v1/site/offload/decisions?node_id=master")
+    assert {r["node_id"] for r in body["records"]} == {"master"}
+    assert node.master.client.calls == [] and body["node_errors"] == []
+
+
+def test_site_decisions_report_a_malformed_answer() -> None:
+    node = FakeNode(master=FakeMaster(FakeRegistry([info("slave-a")])))
+    assert node.master is not None
+    node.master.client.answers = {"http://slave-a:8080": {"rows": []}}
+    _, body = get(node, "/router/v1/site/offload/decisions")
+    assert body == {"records": [], "node_errors": [{"node_id": "slave-a",
+                                                    "error": "answer has no records list"}]}
+
+
+def test_site_asks_at_most_eight_nodes_at_once() -> None:
+    names = [f"slave-{i:02d}" for i in range(FANOUT + 4)]
+    node = FakeNode(master=FakeMaster(FakeRegistry([info(n) for n in names])))
+    assert node.master is not None
+    pending = {f"http://{n}:8080": Deferred() for n in names}
+    node.master.client.answers = dict(pending)
+    app = Klein()
+    add_routes(app, node, guarded)
+    client = StubTreq(app.resource())
+    out: list[Any] = []
+    client.get("http://node/router/v1/site/offload/decisions").addCallback(
+        lambda r: out.append(r.code) or r.content()).addCallback(out.append)
+    client.flush()
+    assert len(node.master.client.calls) == FANOUT and not out
+    for i, name in enumerate(names):
+        pending[f"http://{name}:8080"].callback({"records": [
+            {"id": 1, "recorded_at": i, "node_id": name, "kind": "plan", "outcome": "probe",
+             "lane": "text", "router_version": ""}]})
+    client.flush()
+    assert len(node.master.client.calls) == len(names)
+    assert out[0] == 200
+    body = json.loads(out[1])
+    assert [r["node_id"] for r in body["records"]] == list(reversed(names))
+
+
+def test_site_summary_lists_every_node_sorted_with_sync_state_and_leases() -> None:
+    lease = {"lane": "image", "owner_node_id": "slave-a", "owner_model_id": "sd",
+             "helper_node_id": "master", "helper_model_id": "sd", "helper_slots": 2, "probe": False,
+             "ttl_ms": 30000, "expires_in_ms": 12000}
+    held = [{"request_id": "r9", "lane": "text", "model_id": "chat", "state": "lent", "waiting_ms": 5,
+             "helper_node_id": "slave-a", "helper_model_id": "chat"}]
+    master = FakeMaster(FakeRegistry([info("slave-b"), info("slave-a")]))
+    node = FakeNode(master=master, lending=FakeLending(leases=[lease]))
+    master.client.answers = {
+        "http://slave-a:8080": {"node_id": "slave-a", "build_version": "0.1.0",
+                                "settings_fingerprint": SETTINGS.fingerprint(), "held_requests": held},
+        "http://slave-b:8080": {"node_id": "slave-b", "build_version": "0.0.9",
+                                "settings_fingerprint": OTHER_SETTINGS.fingerprint(),
+                                "held_requests": None},
+    }
+    code, body = get(node, "/router/v1/site/offload/summary")
+    assert code == 200
+    assert body == {
+        "nodes": [
+            {"node_id": "master", "build_version": __version__,
+             "settings_fingerprint": SETTINGS.fingerprint(), "in_sync": True, "held_requests": []},
+            {"node_id": "slave-a", "build_version": "0.1.0", "settings_fingerprint": SETTINGS.fingerprint(),
+             "in_sync": True, "held_requests": held},
+            {"node_id": "slave-b", "build_version": "0.0.9",
+             "settings_fingerprint": OTHER_SETTINGS.fingerprint(), "in_sync": False, "held_requests": []},
+        ],
+        "leases": [lease],
+    }
+    assert {(b, p, t) for b, p, t in master.client.calls} == {
+        ("http://slave-a:8080", "/router/v1/node/offload/summary", NODE_TIMEOUT_S),
+        ("http://slave-b:8080", "/router/v1/node/offload/summary", NODE_TIMEOUT_S)}
+
+
+def test_site_summary_reports_failed_nodes_and_guards_a_bare_lending_service() -> None:
+    master = FakeMaster(FakeRegistry([info("slave-a"), info("slave-b", healthy=False)]))
+    master.client.answers = {"http://slave-a:8080": ConnectionRefusedError("connection refused")}
+    node = FakeNode(master=master, lending=BareLending())
+    code, body = get(node, "/router/v1/site/offload/summary")
+    assert code == 200
+    assert [n["node_id"] for n in body["nodes"]] == ["master"]
+    assert body["leases"] == []
+    assert [e["node_id"] for e in body["node_errors"]] == ["slave-a", "slave-b"]
+    assert "refused" in body["node_errors"][0]["error"]
