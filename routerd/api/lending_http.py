@@ -1,0 +1,137 @@
+"""What the lending routes (links, settings, push receipt) share: the node they need and JSON helpers.
+
+The routes see the node through :class:`LendingNode`, a read-only protocol that
+``routerd.node.Node`` satisfies and a small fake can too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from twisted.web.iweb import IRequest
+
+from routerd.api.errors import HTTPError
+from routerd.catalog.model import ModelConfig
+from routerd.cluster.wire import ModelRecord
+from routerd.lending.links import LinkSet
+from routerd.lending.settings import LendingSettings
+from routerd.store.store import Store
+
+#: ``build_app``'s decorator turning a raised ``StatusError`` into its error envelope.
+Guard = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+class RegistryView(Protocol):
+    def records(self) -> Sequence[ModelRecord]: ...
+
+
+class MasterView(Protocol):
+    @property
+    def registry(self) -> RegistryView: ...
+
+
+class CatalogView(Protocol):
+    def get(self, local_id: str) -> ModelConfig | None: ...
+
+
+class LendingView(Protocol):
+    """The seams of ``routerd.lending.service.LendingService`` these routes call."""
+
+    @property
+    def config_settings(self) -> LendingSettings: ...
+
+    @property
+    def settings(self) -> LendingSettings: ...
+
+    def install_links(self, image: LinkSet, text: LinkSet) -> None: ...
+
+    def apply_settings(self, settings: LendingSettings) -> None: ...
+
+    async def push(self) -> None: ...
+
+
+class LendingNode(Protocol):
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def store(self) -> Store | None: ...
+
+    @property
+    def master(self) -> MasterView | None: ...
+
+    @property
+    def catalog(self) -> CatalogView: ...
+
+    @property
+    def lending(self) -> LendingView: ...
+
+
+def json_response(request: IRequest, payload: Any, status: int = 200) -> bytes:
+    request.setResponseCode(status)
+    request.setHeader(b"content-type", b"application/json")
+    return json.dumps(payload).encode()
+
+
+def read_json_object(request: IRequest) -> dict[str, Any]:
+    """The request body as a JSON object; 400 ``invalid_request_error`` otherwise."""
+    content = request.content
+    raw = content.read() if content is not None else b""
+    if not raw.strip():
+        raise HTTPError(400, "a JSON object body is required")
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        raise HTTPError(400, "invalid JSON body: nested too deeply") from None
+    except ValueError as exc:
+        raise HTTPError(400, f"invalid JSON body: {exc}") from None
+    if not isinstance(value, dict):
+        raise HTTPError(400, "the JSON body must be an object")
+    return value
+
+
+def query_arg(request: IRequest, name: str) -> str | None:
+    """The first value of query parameter ``name``, trimmed; None when absent."""
+    values = getattr(request, "args", {}).get(name.encode())
+    return values[0].decode("utf-8", "replace").strip() if values else None
+
+
+def require_master(node: LendingNode) -> MasterView:
+    """The master agent, or 404 (site routes are closed on other nodes)."""
+    if node.master is None:
+        raise HTTPError(404, "site routes are served by the master only", "not_found", "not_found")
+    return node.master
+
+
+def want_bool(value: Any, where: str, default: bool) -> bool:
+    """A JSON boolean field (missing or null → ``default``); 400 naming ``where`` otherwise."""
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise HTTPError(400, f"{where} must be true or false")
+    return value
+
+
+def want_str(value: Any, where: str) -> str:
+    """A JSON string field, trimmed; 400 naming ``where`` when it is missing or not a string."""
+    if not isinstance(value, str):
+        raise HTTPError(400, f"{where} is required and must be a string")
+    return value.strip()
+
+
+__all__ = [
+    "CatalogView",
+    "Guard",
+    "LendingNode",
+    "LendingView",
+    "MasterView",
+    "RegistryView",
+    "json_response",
+    "query_arg",
+    "read_json_object",
+    "require_master",
+    "want_bool",
+    "want_str",
+]

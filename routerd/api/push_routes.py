@@ -1,0 +1,116 @@
+"""Receipt of the master's pushes (contract §6; cluster token enforced by the guard).
+
+* ``POST /router/v1/node/offload/links`` ``{"image": [link], "text": [link]}`` installs both lanes'
+  links (the full snapshot; a lane's list replaces that lane) → ``{"ok": true, "image": n, "text": m}``.
+* ``POST /router/v1/node/offload/settings`` ``{"values": {...}, "fingerprint"}`` runs exactly the
+  master's resolved values: keys this build does not know are dropped, the rest normalised (any
+  invalid → 400, nothing applied), keys missing from the push take their built-in defaults →
+  ``{"ok": true, "fingerprint": <applied>, "dropped": [keys]}``.
+
+A master refuses both with 409 ``is_master``: its links and settings come from its own database.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from klein import Klein
+from twisted.logger import Logger
+from twisted.web.iweb import IRequest
+
+from routerd.api.errors import HTTPError
+from routerd.api.lending_http import Guard, LendingNode, json_response, read_json_object, want_bool
+from routerd.api.settings_routes import normalise_batch
+from routerd.lending.links import LinkError, LinkSet
+from routerd.lending.settings import SPECS, LendingSettings
+from routerd.lending.types import Endpoint, Lane, Link
+
+LINKS_PATH = "/router/v1/node/offload/links"
+SETTINGS_PATH = "/router/v1/node/offload/settings"
+
+log = Logger()
+
+
+def _endpoint(value: Any, where: str) -> Endpoint:
+    if not isinstance(value, dict):
+        raise HTTPError(400, f"{where} must be an object with node_id and model_id")
+    ids: list[str] = []
+    for field in ("node_id", "model_id"):
+        text = value.get(field)
+        if not isinstance(text, str):
+            raise HTTPError(400, f"{where}.{field} is required and must be a string")
+        ids.append(text)
+    return Endpoint(ids[0], ids[1])
+
+
+def parse_link(value: Any, where: str) -> Link:
+    """One contract Link from JSON; 400 naming ``where`` when malformed."""
+    if not isinstance(value, dict):
+        raise HTTPError(400, f"{where} must be a link object")
+    return Link(
+        _endpoint(value.get("owner"), f"{where}.owner"),
+        _endpoint(value.get("helper"), f"{where}.helper"),
+        want_bool(value.get("load_if_unloaded"), f"{where}.load_if_unloaded", True),
+        want_bool(value.get("restore_after_borrow"), f"{where}.restore_after_borrow", False),
+    )
+
+
+def parse_link_set(lane: Lane, value: Any) -> LinkSet:
+    """A lane's pushed list as a validated set; 400 when malformed or invalid."""
+    if not isinstance(value, list):
+        raise HTTPError(400, f"{lane} is required and must be a list of links")
+    links = [parse_link(item, f"{lane}[{index}]") for index, item in enumerate(value)]
+    try:
+        return LinkSet.build(lane, links)
+    except LinkError as exc:
+        raise HTTPError(400, f"{lane}: {exc}") from None
+
+
+def _refuse_on_master(node: LendingNode, what: str) -> None:
+    if node.master is not None:
+        raise HTTPError(409, f"this node is the master; its {what} come from its own database",
+                        "cluster_error", "is_master")
+
+
+class PushAPI:
+    def __init__(self, node: LendingNode) -> None:
+        self.node = node
+
+    def links(self, request: IRequest) -> bytes:
+        _refuse_on_master(self.node, "links")
+        body = read_json_object(request)
+        image = parse_link_set("image", body.get("image"))
+        text = parse_link_set("text", body.get("text"))
+        self.node.lending.install_links(image, text)
+        return json_response(request, {"ok": True, "image": len(image), "text": len(text)})
+
+    def settings(self, request: IRequest) -> bytes:
+        _refuse_on_master(self.node, "settings")
+        body = read_json_object(request)
+        values = body.get("values")
+        if not isinstance(values, dict):
+            raise HTTPError(400, 'values is required: an object of {"key": value}')
+        pushed = body.get("fingerprint")
+        if pushed is not None and not isinstance(pushed, str):
+            raise HTTPError(400, "fingerprint must be a string")
+        dropped = sorted(key for key in values if key not in SPECS)
+        known = normalise_batch({k: v for k, v in values.items() if k in SPECS})
+        settings = LendingSettings.from_texts(known)
+        self.node.lending.apply_settings(settings)
+        fingerprint = settings.fingerprint()
+        if dropped:
+            log.info("lending settings from the master: dropped unknown keys {keys}", keys=dropped)
+        if pushed and pushed != fingerprint:
+            log.info("lending settings applied with fingerprint {ours}; the master's is {theirs}",
+                     ours=fingerprint, theirs=pushed)
+        return json_response(request, {"ok": True, "fingerprint": fingerprint, "dropped": dropped})
+
+
+def add_routes(app: Klein, node: LendingNode, guarded: Guard) -> None:
+    """Register the two push-receipt routes on ``app``."""
+    api = PushAPI(node)
+    app.route(LINKS_PATH, methods=["POST"], endpoint="node_offload_links")(guarded(api.links))
+    app.route(SETTINGS_PATH, methods=["POST"], endpoint="node_offload_settings")(guarded(api.settings))
+
+
+__all__ = ["LINKS_PATH", "SETTINGS_PATH", "PushAPI", "add_routes", "parse_link", "parse_link_set"]

@@ -1,0 +1,178 @@
+"""A small fake node and an in-memory HTTP client for the lending route tests.
+
+The routes run on a tiny Klein app behind ``treq.testing.StubTreq``; the store is a real in-memory
+``Store``; the master's registry returns hand-made records; the lending object records every call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import attrs
+from klein import Klein
+from treq.testing import StubTreq
+from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.python.failure import Failure
+from twisted.web.iweb import IRequest
+
+from routerd.api import links_routes, push_routes, settings_routes
+from routerd.api.errors import error_body
+from routerd.catalog.model import Capabilities, ModelConfig
+from routerd.cluster.wire import ModelRecord, StatusError
+from routerd.lending.links import LinkSet
+from routerd.lending.settings import LendingSettings
+from routerd.store.store import Store
+
+T = TypeVar("T")
+
+MASTER = "master"
+
+
+def fired(d: Deferred[T]) -> T:
+    results: list[T | Failure] = []
+    d.addBoth(results.append)
+    assert results, "Deferred has not fired"
+    result = results[0]
+    if isinstance(result, Failure):
+        result.raiseException()
+    return result
+
+
+def record(node_id: str, local_id: str, *, model_hash: str = "", llm: bool = True, context: int = 4096,
+           multimodal: bool = False, image_id: str | None = None, config_hash: str = "") -> ModelRecord:
+    caps = Capabilities(llm=llm, image=image_id is not None, multimodal=multimodal,
+                        context=context if llm else 0)
+    return ModelRecord(local_id=local_id, public_id=local_id, image_id=image_id, public_image_id=image_id,
+                       filename=f"{local_id}.kcpps", node_id=node_id, node_url=f"http://{node_id}:1",
+                       config_hash=config_hash or f"cfg-{node_id}-{local_id}", model_hash=model_hash,
+                       capabilities=caps)
+
+
+def config_of(rec: ModelRecord, **changes: Any) -> ModelConfig:
+    """The catalog config matching one of the master's own records (with ``changes``)."""
+    return ModelConfig(local_id=rec.local_id, filename=rec.filename, path=f"/models/{rec.filename}",
+                       backend_mode="llama_sdcpp", capabilities=rec.capabilities,
+                       config_hash=rec.config_hash, model_hash=rec.model_hash, **changes)
+
+
+@attrs.define
+class FakeRegistry:
+    models: list[ModelRecord] = attrs.Factory(list)
+
+    def records(self) -> Sequence[ModelRecord]:
+        return list(self.models)
+
+
+@attrs.define
+class FakeMaster:
+    registry: FakeRegistry = attrs.Factory(FakeRegistry)
+
+
+@attrs.define
+class FakeCatalog:
+    configs: dict[str, ModelConfig] = attrs.Factory(dict)
+
+    def get(self, local_id: str) -> ModelConfig | None:
+        return self.configs.get(local_id)
+
+
+@attrs.define
+class FakeLending:
+    """Records every seam call the routes make."""
+
+    config_settings: LendingSettings = attrs.Factory(LendingSettings)
+    settings: LendingSettings = attrs.Factory(LendingSettings)
+    installed: list[tuple[LinkSet, LinkSet]] = attrs.Factory(list)
+    applied: list[LendingSettings] = attrs.Factory(list)
+    pushes: int = 0
+
+    def install_links(self, image: LinkSet, text: LinkSet) -> None:
+        self.installed.append((image, text))
+
+    def apply_settings(self, settings: LendingSettings) -> None:
+        self.applied.append(settings)
+        self.settings = settings
+
+    async def push(self) -> None:
+        self.pushes += 1
+
+
+@attrs.define
+class FakeNode:
+    node_id: str = MASTER
+    store: Store | None = attrs.Factory(Store.open_sync)
+    master: FakeMaster | None = attrs.Factory(FakeMaster)
+    catalog: FakeCatalog = attrs.Factory(FakeCatalog)
+    lending: FakeLending = attrs.Factory(FakeLending)
+
+    @classmethod
+    def slave(cls) -> FakeNode:
+        return cls(node_id="slave-a", master=None)
+
+    def add(self, *records: ModelRecord) -> None:
+        assert self.master is not None
+        self.master.registry.models.extend(records)
+
+
+def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """What ``build_app``'s ``guarded`` does: a raised ``StatusError`` becomes its envelope."""
+
+    def fail(request: IRequest, err: StatusError) -> bytes:
+        request.setResponseCode(err.status)
+        request.setHeader(b"content-type", b"application/json")
+        return error_body("openai", err.message, err.type, err.code)
+
+    def wrapper(request: IRequest, *args: Any, **kwargs: Any) -> Any:
+        def on_error(failure: Failure) -> bytes:
+            failure.trap(StatusError)
+            return fail(request, failure.value)  # type: ignore[arg-type]
+
+        try:
+            result = fn(request, *args, **kwargs)
+        except StatusError as err:
+            return fail(request, err)
+        if hasattr(result, "__await__"):
+            return ensureDeferred(result).addErrback(on_error)
+        return result
+
+    return wrapper
+
+
+class Client:
+    """Synchronous JSON calls against a Klein app holding the three route sets."""
+
+    def __init__(self, node: FakeNode) -> None:
+        app = Klein()
+        links_routes.add_routes(app, node, guarded)
+        settings_routes.add_routes(app, node, guarded)
+        push_routes.add_routes(app, node, guarded)
+        self.stub: Any = StubTreq(app.resource())  # its request methods are built at run time
+
+    def call(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
+             params: dict[str, str] | None = None) -> tuple[int, Any]:
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        out: list[Any] = []
+
+        def answered(response: Any) -> Any:
+            out.append(response.code)
+            return response.content()
+
+        d = self.stub.request(method, "http://node" + path, data=data, params=params,
+                              headers={b"content-type": [b"application/json"]})
+        d.addCallback(answered).addCallback(out.append)
+        d.addErrback(out.append)
+        self.stub.flush()
+        assert len(out) == 2, out
+        content = out[1]
+        return int(out[0]), json.loads(content) if content else None
+
+    def get(self, path: str, **params: str) -> tuple[int, Any]:
+        return self.call("GET", path, params=params or None)
+
+    def post(self, path: str, body: Any = None, *, raw: bytes | None = None) -> tuple[int, Any]:
+        return self.call("POST", path, body, raw=raw)
+
+    def delete(self, path: str, **params: str) -> tuple[int, Any]:
+        return self.call("DELETE", path, params=params or None)

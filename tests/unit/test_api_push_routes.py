@@ -1,0 +1,99 @@
+"""Push receipt on a node: links and lending settings from the master."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from routerd.lending.settings import LendingSettings
+from routerd.lending.types import Endpoint, Link
+from tests.unit.lending_api_support import Client, FakeNode
+
+LINKS = "/router/v1/node/offload/links"
+SETTINGS = "/router/v1/node/offload/settings"
+
+
+def link_json(owner: str, helper: str, **flags: bool) -> dict[str, Any]:
+    on, om = owner.split("/")
+    hn, hm = helper.split("/")
+    return {"owner": {"node_id": on, "model_id": om}, "helper": {"node_id": hn, "model_id": hm}, **flags}
+
+
+def test_pushed_links_are_installed_for_both_lanes_and_counted() -> None:
+    node = FakeNode.slave()
+    code, body = Client(node).post(LINKS, {
+        "image": [link_json("master/sd-x", "slave-a/sd-x", load_if_unloaded=False)],
+        "text": [link_json("slave-a/llm", "master/llm", restore_after_borrow=True),
+                 link_json("master/llm", "slave-a/llm")]})
+    assert code == 200
+    assert body == {"ok": True, "image": 1, "text": 2}
+    [(image, text)] = node.lending.installed
+    assert image.lane == "image" and text.lane == "text"
+    assert list(image) == [Link(Endpoint("master", "sd-x"), Endpoint("slave-a", "sd-x"), False, False)]
+    assert list(text) == [Link(Endpoint("master", "llm"), Endpoint("slave-a", "llm"), True, False),
+                          Link(Endpoint("slave-a", "llm"), Endpoint("master", "llm"), True, True)]
+
+
+def test_empty_lists_clear_the_links() -> None:
+    node = FakeNode.slave()
+    code, body = Client(node).post(LINKS, {"image": [], "text": []})
+    assert code == 200 and body == {"ok": True, "image": 0, "text": 0}
+    assert [len(s) for s in node.lending.installed[0]] == [0, 0]
+
+
+@pytest.mark.parametrize("body,word", [
+    ({"image": []}, "text is required"),
+    ({"image": {}, "text": []}, "image is required and must be a list"),
+    ({"image": [], "text": [{"owner": {"node_id": "a", "model_id": "m"}}]}, "text[0].helper"),
+    ({"image": [], "text": [link_json("a/m", "b/m") | {"load_if_unloaded": "1"}]},
+     "text[0].load_if_unloaded must be true or false"),
+    ({"image": [], "text": [{"owner": {"node_id": "a", "model_id": 3}, "helper": {}}]},
+     "text[0].owner.model_id"),
+    ({"image": [link_json("a/m", "a/n")], "text": []}, "cannot lend work to a model on its own node"),
+])
+def test_malformed_link_pushes_are_refused_and_install_nothing(body: dict[str, Any], word: str) -> None:
+    node = FakeNode.slave()
+    code, answer = Client(node).post(LINKS, body)
+    assert code == 400 and word in answer["error"]["message"]
+    assert node.lending.installed == []
+
+
+def test_pushed_settings_drop_unknown_keys_and_apply_the_rest() -> None:
+    node = FakeNode.slave()
+    master = LendingSettings(scheduling_grant_ttl=45.0, offload_probe_helper_slots=3)
+    values: dict[str, Any] = {**master.texts(), "setting_from_the_future": "7"}
+    code, body = Client(node).post(SETTINGS, {"values": values, "fingerprint": "0123456789ab"})
+    assert code == 200
+    assert node.lending.applied == [master]
+    assert body == {"ok": True, "fingerprint": master.fingerprint(), "dropped": ["setting_from_the_future"]}
+
+
+def test_keys_missing_from_a_settings_push_take_their_defaults() -> None:
+    node = FakeNode.slave()
+    node.lending.settings = LendingSettings(scheduling_backend_depth=9)
+    code, body = Client(node).post(SETTINGS, {"values": {"offload_probe_idle": "2s"}})
+    assert code == 200
+    assert node.lending.applied == [LendingSettings(offload_probe_idle=2.0)]
+    assert body["fingerprint"] == LendingSettings(offload_probe_idle=2.0).fingerprint()
+
+
+@pytest.mark.parametrize("body,word", [
+    ({"values": {"offload_probe_idle": "2s", "scheduling_backend_depth": "0"}}, "scheduling_backend_depth"),
+    ({"fingerprint": "abc"}, "values is required"),
+    ({"values": {}, "fingerprint": 5}, "fingerprint must be a string"),
+])
+def test_invalid_settings_pushes_apply_nothing(body: dict[str, Any], word: str) -> None:
+    node = FakeNode.slave()
+    code, answer = Client(node).post(SETTINGS, body)
+    assert code == 400 and word in answer["error"]["message"]
+    assert node.lending.applied == []
+
+
+@pytest.mark.parametrize("path,body", [(LINKS, {"image": [], "text": []}), (SETTINGS, {"values": {}})])
+def test_a_master_refuses_pushes_because_its_own_database_is_authoritative(path: str,
+                                                                          body: dict[str, Any]) -> None:
+    node = FakeNode()
+    code, answer = Client(node).post(path, body)
+    assert code == 409 and answer["error"]["code"] == "is_master"
+    assert node.lending.installed == [] and node.lending.applied == []
