@@ -12,15 +12,19 @@ import datetime
 import os
 from collections.abc import Callable
 from typing import Any, cast
+from urllib.parse import urlencode
 
 from treq.client import HTTPClient
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet import task
+from twisted.internet.defer import Deferred, ensureDeferred, succeed
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 from twisted.web.client import Agent, HTTPConnectionPool
+from twisted.web.iweb import IRequest
 
 from routerd import __version__
 from routerd.api.app import build_app
+from routerd.api.call import Call
 from routerd.api.errors import HTTPError
 from routerd.api.front import InferenceFront
 from routerd.api.inference import LocalInference
@@ -42,11 +46,21 @@ from routerd.cluster.wire import (
     record_to_json,
 )
 from routerd.config.schema import Config
+from routerd.lending.bootstrap import load_lending_state
+from routerd.lending.coordinator import Coordinator, RelayRequest
+from routerd.lending.decisions import DecisionLog
+from routerd.lending.pricing import fit_node
+from routerd.lending.service import Borrowed, LendingService, Returned, lease_from_json, offload_returned
+from routerd.lending.settings import LendingSettings
+from routerd.lending.types import Lane, Lease, Trigger
+from routerd.lending.types import to_json as lending_json
 from routerd.metrics import NodeMetrics
 from routerd.registry.identity import MemoryPublicIdStore
 from routerd.registry.registry import Registry
 from routerd.routing.adapters.ollama import ListedModel
-from routerd.routing.forward import Forwarder
+from routerd.routing.classify import classify
+from routerd.routing.forward import CameBack, Forwarder, Outbound, Unreachable
+from routerd.routing.relay import query_args
 from routerd.store.samples import LoadSample, RequestSample
 from routerd.store.store import Store
 
@@ -76,6 +90,12 @@ class Node:
                                  port_allocator=port_allocator)
         self.local = LocalInference(node_id=self.node_id, clock=reactor, runtimes=self.runtimes,
                                     agent=self.agent, samples=self)
+        self.lending = LendingService(node_id=self.node_id, settings=config.cluster.lending, clock=reactor,
+                                      role=self.role)
+        self.lending.own_busy = self.local.own_busy
+        self.lending.active_config = lambda lane: self.runtimes.loaded_config(lane) or ""
+        self.coordinator: Coordinator | None = None
+        self._refit_loop: task.LoopingCall | None = None
         self.master: MasterAgent | None = None
         self.slave: SlaveAgent | None = None
         self.on_fatal: Callable[[BaseException], None] = lambda _exc: None
@@ -93,15 +113,27 @@ class Node:
                                       clock=reactor, health_interval=cluster.health_interval,
                                       local_status=self.runtime_status)
             forwarder = Forwarder(self.agent, cluster.token, routing_allowed)
+            self.coordinator = Coordinator(node_id=self.node_id, master=self.master, service=self.lending,
+                                           clock=reactor, forwarder=forwarder,
+                                           serve_borrowed=self._serve_borrowed)
+            self.lending.send_event = self._event_in_process
+            self.lending.send_lent = self._lend_in_process
+            self.lending.pusher = self.coordinator.push
+            self.master.on_registered = self._slave_registered
         elif self.role == "slave":
             allowed = AllowList([cluster.master_url, cluster.public_url])
             client = NodeClient(self.http, cluster.token, allowed, cluster.control_timeout, reactor)
             self.slave = SlaveAgent(master_url=cluster.master_url, client=client,
                                     snapshot=self.snapshot_wire, clock=reactor,
                                     sync_interval=cluster.sync_interval, on_terminal=self._fatal)
+            self._master_client = client
+            self._master_forwarder = Forwarder(self.agent, cluster.token, AllowList([cluster.master_url]))
+            self.lending.send_event = self._event_to_master
+            self.lending.send_lent = self._lend_via_master
         self.front = InferenceFront(node_id=self.node_id, clock=reactor, catalog=lambda: self.catalog,
                                     local=self.local, metrics=self.metrics, master=self.master,
-                                    forwarder=forwarder, loaded_config=self.runtimes.loaded_config)
+                                    forwarder=forwarder, loaded_config=self.runtimes.loaded_config,
+                                    lending=self.lending)
         self.app = build_app(self)
         self.policy = AuthPolicy.build(config.auth.inference_keys, config.auth.admin_keys,
                                        cluster.token, config.server.allowed_cidrs)
@@ -116,10 +148,24 @@ class Node:
         self.store = await Store.open(os.path.join(store_dir, "routerd.sqlite"), self.reactor)
         cache = FileHashCache(os.path.join(store_dir, "hash-cache.json"))
         self.catalog = await self.catalog.hashed(cache, deferToThread)
+        self.lending.decisions = DecisionLog(
+            self.store, self.reactor, self.node_id, __version__,
+            self.lending.settings.offload_decisions_retention)
+        self.lending.decisions.start()
+        self.lending.on_settings.append(self._settings_applied)
         if self.master is not None:
             self._public_ids.seed(await self.store.public_ids())
+            image, text, settings = await load_lending_state(self.store, self.config.cluster.lending)
+            self.lending.install_links(image, text)
+            self.lending.apply_settings(settings)
             self.master.registry.update_local(self.local_records())
             await self.master.start()
+        await self._refit()
+        self._refit_loop = task.LoopingCall(self._refit_tick)
+        self._refit_loop.clock = self.reactor
+        self._refit_loop.start(self.lending.settings.scheduling_refresh_interval, now=False)
+        if self.coordinator is not None:
+            self.coordinator.start()
         startup = self.config.models.startup_model
         if startup:
             await self.load_model(startup)
@@ -130,6 +176,12 @@ class Node:
             await self.slave.start()
 
     async def stop(self) -> None:
+        if self._refit_loop is not None and self._refit_loop.running:
+            self._refit_loop.stop()
+        if self.coordinator is not None:
+            self.coordinator.stop()
+        if self.lending.decisions is not None:
+            await self.lending.decisions.stop()
         if self.master is not None:
             self.master.stop()
         if self.slave is not None:
@@ -149,8 +201,12 @@ class Node:
 
     # -- samples and public IDs -----------------------------------------------
 
+    def finished(self, call: Call) -> None:
+        """A request left the backend; own work (not borrowed) resets the idle clock."""
+        if not call.borrowed:
+            self.own_work_at = self.reactor.seconds()
+
     def record_request_sample(self, sample: RequestSample) -> Deferred[None]:
-        self.own_work_at = self.reactor.seconds()
         if self.store is None:
             return succeed(None)
         return self.store.record_request_sample(sample)
@@ -174,6 +230,83 @@ class Node:
                 config_filename=event.config_filename, model_id=event.model_id, runtime=event.kind,
                 duration_ms=event.duration_ms, status=status,
                 finished_at_ms=int(self.reactor.seconds() * 1000), reason=event.reason))
+
+    # -- lending ----------------------------------------------------------------
+
+    async def _refit(self) -> None:
+        """Fit this node's own cost coefficients from its own samples (off the reactor thread)."""
+        if self.store is None:
+            return
+        settings = self.lending.settings
+        now_ms = int(self.reactor.seconds() * 1000)
+        since = now_ms - int(settings.scheduling_sample_window * 1000)
+        samples = []
+        for section in ("image", "llm"):
+            samples.extend(await self.store.request_samples(None, section, since))
+        loads = await self.store.load_samples(since)
+        self.lending.costs = await deferToThread(fit_node, samples, loads, settings, now_ms)
+
+    def _refit_tick(self) -> Deferred[None]:
+        d = ensureDeferred(self._refit())
+        return d.addErrback(lambda f: self.log.failure("cost refit failed", failure=f))
+
+    def _settings_applied(self, settings: LendingSettings) -> None:
+        if self.lending.decisions is not None:
+            self.lending.decisions.set_retention(settings.offload_decisions_retention)
+        if self._refit_loop is not None and self._refit_loop.running \
+                and self._refit_loop.interval != settings.scheduling_refresh_interval:
+            self._refit_loop.stop()
+            self._refit_loop.start(settings.scheduling_refresh_interval, now=False)
+        if self.coordinator is not None:
+            self.coordinator.restart_tick()
+
+    def _slave_registered(self, node_id: str) -> None:
+        if self.coordinator is not None:
+            ensureDeferred(self.coordinator.push()).addErrback(
+                lambda f: self.log.failure("push to {node_id} failed", failure=f, node_id=node_id))
+
+    async def _event_in_process(self, lane: Lane, model_id: str, trigger: Trigger) -> Lease | None:
+        assert self.coordinator is not None
+        return await self.coordinator.event(lane, self.node_id, model_id, trigger)
+
+    async def _event_to_master(self, lane: Lane, model_id: str, trigger: Trigger) -> Lease | None:
+        body = {"lane": lane, "owner_node_id": self.node_id, "model_id": model_id, "trigger": trigger}
+        answer = await self._master_client.post_json(self.config.cluster.master_url,
+                                                     "/router/v1/node/offload/event", body)
+        return lease_from_json(answer.get("lease") if isinstance(answer, dict) else None)
+
+    async def _lend_in_process(self, call: Call, lease: Lease, model_id: str) -> bytes:
+        assert self.coordinator is not None
+        relay = RelayRequest(lease.lane, self.node_id, model_id, call.path)
+        try:
+            return await self.coordinator.relay(call.request, relay, call,
+                                                rewrite_to=call.selector or model_id, returns_raise=True)
+        except CameBack as exc:
+            raise Returned(str(exc)) from None
+
+    async def _lend_via_master(self, call: Call, lease: Lease, model_id: str) -> bytes:
+        query = urlencode([(k, v) for k, vs in query_args(call.request).items() for v in vs])
+        url = self.config.cluster.master_url.rstrip("/") + "/router/v1/node/offload/request"
+        out = Outbound(url=url + (f"?{query}" if query else ""), body=call.body,
+                       content_type=call.content_type, request_id=call.request_id,
+                       headers=((b"x-routerd-offload-owner", self.node_id.encode()),
+                                (b"x-routerd-offload-owner-model", model_id.encode()),
+                                (b"x-routerd-offload-lane", lease.lane.encode()),
+                                (b"x-routerd-offload-path", call.path.encode())),
+                       rewrite_to=call.selector or model_id, returns_raise=True)
+        try:
+            _code, result = await self._master_forwarder.send(call.request, out)
+        except (CameBack, Unreachable) as exc:
+            raise Returned(str(exc)) from None
+        return result
+
+    def _serve_borrowed(self, request: IRequest, path: str, body: bytes, content_type: str,
+                        borrowed: Borrowed) -> Deferred[bytes]:
+        route = classify("POST", path)
+        if route is None:
+            raise offload_returned(f"{path} is not an inference path")
+        return ensureDeferred(self.front.handle(request, route, path, body, cluster_call=True,
+                                                borrowed=borrowed))
 
     # -- management -----------------------------------------------------------
 
@@ -357,9 +490,9 @@ class Node:
             "queued_requests": sum(s.waiters for s in statuses),
             "active_stt_config": stt,
             "idle_for_ms": int(max(0.0, now - self.own_work_at) * 1000) if not self.local.active else 0,
-            "settings_fingerprint": self.config.cluster.lending.fingerprint(),
-            "lanes": {},
-            "costs": {"models": [], "loads": [], "tokens": []},
+            "settings_fingerprint": self.lending.settings.fingerprint(),
+            "lanes": self.lending.lane_statuses(),
+            "costs": lending_json(self.lending.costs),
         }
 
     def inventory(self) -> dict[str, Any]:

@@ -11,8 +11,10 @@ from twisted.internet.defer import ensureDeferred
 from twisted.web.iweb import IRequest
 
 from routerd import __version__
+from routerd.api import decisions_routes, links_routes, offload_routes, push_routes, settings_routes
 from routerd.api.errors import HTTPError, error_body, style_for_path
 from routerd.cluster.wire import PROTOCOL_VERSION, StatusError
+from routerd.lending.service import Borrowed
 from routerd.routing.adapters import ollama
 from routerd.routing.classify import INFERENCE_PATHS, classify
 from routerd.routing.forward import INFERENCE_PREFIX
@@ -150,7 +152,13 @@ def build_app(node: Node) -> Klein:
             return _fail(request, HTTPError(404, f"{path!r} is not an inference path", "not_found",
                                             "not_found"))
         body = request.content.read() if request.content is not None else b""
-        return ensureDeferred(node.front.handle(request, route, path, body, cluster_call=True))
+        borrowed = None
+        if request.getHeader(b"x-routerd-offload") == b"1":
+            # Only the master's relay sets these; the cluster token proves it.
+            borrowed = Borrowed(load_allowed=request.getHeader(b"x-routerd-offload-load") == b"1",
+                                restore=request.getHeader(b"x-routerd-offload-restore") == b"1")
+        return ensureDeferred(node.front.handle(request, route, path, body, cluster_call=True,
+                                                borrowed=borrowed))
 
     # -- node API (contract §6; cluster token) ---------------------------------
 
@@ -231,6 +239,9 @@ def build_app(node: Node) -> Klein:
         master_only()
         path = request.path.decode("utf-8", "replace")
         raise HTTPError(404, f"endpoint not found: {path}", "not_found", "not_found")
+
+    for routes in (offload_routes, decisions_routes, links_routes, settings_routes, push_routes):
+        routes.add_routes(app, node, guarded)
 
     @app.handle_errors(Exception)
     def not_found(request: IRequest, failure: Any) -> bytes:

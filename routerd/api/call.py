@@ -37,6 +37,8 @@ class Call:
     started: float
     selector: str | None
     outcome: Outcome = attrs.Factory(Outcome)
+    borrowed: bool = False  # lent to this node by another owner
+    serving_since: float | None = None  # when the backend slot was acquired
 
 
 @attrs.define
@@ -47,8 +49,10 @@ class ActiveRequest:
     runtime: str
     started_ms: int
     state: str = "waiting"
+    borrowed: bool = False
 
     def to_json(self, now_ms: int) -> dict[str, Any]:
         return {"request_id": self.request_id, "model_id": self.model_id, "route": self.route,
                 "runtime": self.runtime, "state": self.state, "started_ms": self.started_ms,
+                "borrowed": self.borrowed,
                 "elapsed_ms": max(0, now_ms - self.started_ms)}

@@ -9,7 +9,7 @@ Selector-less transcriptions on a master go through STT scheduling.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from twisted.internet.defer import CancelledError
@@ -25,6 +25,7 @@ from routerd.catalog.catalog import Catalog
 from routerd.catalog.model import ModelConfig
 from routerd.cluster.master import MasterAgent
 from routerd.cluster.wire import ModelRecord, StatusError
+from routerd.lending.service import Borrowed, LendingService, lane_model_id, offload_returned
 from routerd.metrics import NodeMetrics
 from routerd.routing.classify import Route, wants_stream
 from routerd.routing.forward import Forwarder
@@ -39,7 +40,8 @@ log = Logger()
 class InferenceFront:
     def __init__(self, *, node_id: str, clock: IReactorTime, catalog: Callable[[], Catalog],
                  local: LocalInference, metrics: NodeMetrics, master: MasterAgent | None = None,
-                 forwarder: Forwarder | None = None, loaded_config: Callable[[Any], str | None]) -> None:
+                 forwarder: Forwarder | None = None, loaded_config: Callable[[Any], str | None],
+                 lending: LendingService | None = None) -> None:
         self.node_id = node_id
         self.clock = clock
         self.catalog = catalog
@@ -48,9 +50,10 @@ class InferenceFront:
         self.master = master
         self.forwarder = forwarder
         self.loaded_config = loaded_config
+        self.lending = lending
 
     async def handle(self, request: IRequest, route: Route, path: str, body: bytes, *,
-                     cluster_call: bool = False) -> bytes:
+                     cluster_call: bool = False, borrowed: Borrowed | None = None) -> bytes:
         """Serve one request; returns the final bytes to write (Klein finishes the request)."""
         request_id = new_request_id()
         if cluster_call:
@@ -66,12 +69,13 @@ class InferenceFront:
         started = self.clock.seconds()
         try:
             call = self._call(request, route, path, body, request_id, started)
+            call.borrowed = borrowed is not None
             if self.master is not None and not cluster_call:
                 model_label, result = await self._routed(call)
             else:
                 model = self._local_model(call)
                 model_label = model.local_id
-                result = await self.local.serve(call, model, self._public_id(route, model))
+                result = await self._serve_local(call, model, self._public_id(route, model), borrowed)
             return result
         except StatusError as err:
             if call is not None:
@@ -101,6 +105,26 @@ class InferenceFront:
             status = call.outcome.status if call is not None else "bad_request"
             self.metrics.requests.labels(model_label, lane, route.kind, status).inc()
             self.metrics.request_duration.labels(model_label, lane).observe(self.clock.seconds() - started)
+
+    async def _serve_local(self, call: Call, model: ModelConfig, public_id: str,
+                           borrowed: Borrowed | None) -> bytes:
+        """Serve on this node: straight to the backend, or through the lending queue when the
+        model is enrolled in a link, or as borrowed work."""
+        lane = call.route.lane
+        lending = self.lending
+
+        def run() -> Awaitable[bytes]:
+            return self.local.serve(call, model, public_id)
+
+        if borrowed is not None:
+            if lane is None or lending is None:
+                raise offload_returned("this route is never lent")
+            if not borrowed.load_allowed and self.loaded_config(call.route.runtime) != model.filename:
+                raise offload_returned("the linked model is not loaded and the link forbids loading it")
+            return await lending.serve(call, model, lane, run, borrowed)
+        if lane is not None and lending is not None and lending.enrolled(lane, lane_model_id(model, lane)):
+            return await lending.serve(call, model, lane, run, None)
+        return await run()
 
     # -- selection ------------------------------------------------------------
 
@@ -180,7 +204,7 @@ class InferenceFront:
                 model = self.catalog().get(record.local_id)
                 if model is None:
                     raise HTTPError(404, f"model {name!r} was not found", "not_found", "model_not_found")
-                return record.public_id, await self.local.serve(call, model, name)
+                return record.public_id, await self._serve_local(call, model, name, None)
             assert self.forwarder is not None
             return record.public_id, await self.forwarder.forward(call, record, name)
         finally:

@@ -45,6 +45,8 @@ class RuntimePool(Protocol):
 class SampleSink(Protocol):
     def record_request_sample(self, sample: RequestSample) -> Deferred[None]: ...
 
+    def finished(self, call: Call) -> None: ...
+
 
 class LocalInference:
     """Serves inference calls with this node's own backend runtimes."""
@@ -72,9 +74,9 @@ class LocalInference:
                                          model.local_id, call.stream)
             except (AdapterError, MultipartError) as exc:
                 raise HTTPError(400, str(exc)) from None
-            call.outcome.work = _request_work(call.route, call.parsed, call.body, call.content_type)
+            call.outcome.work = request_work(call.route, call.parsed, call.body, call.content_type)
             entry = ActiveRequest(call.request_id, public_id, call.path, call.route.runtime,
-                                  int(call.started * 1000))
+                                  int(call.started * 1000), borrowed=call.borrowed)
             self.active[call.request_id] = entry
             try:
                 try:
@@ -85,6 +87,7 @@ class LocalInference:
                 except BackendMissing as exc:
                     raise HTTPError(502, str(exc), "backend_error", "backend_missing") from None
                 entry.state = "running"
+                call.serving_since = self.clock.seconds()
                 try:
                     return await self._proxy(call, lease.base_url, plan, public_id)
                 finally:
@@ -184,8 +187,16 @@ class LocalInference:
         if usage is not None:
             call.outcome.work = (float(usage[0]), float(usage[1]))
 
+    def own_busy(self) -> bool:
+        """Whether any of this node's own (not borrowed) requests is in a backend."""
+        return any(not a.borrowed for a in self.active.values())
+
     def _record(self, call: Call, model: ModelConfig) -> None:
-        duration = self.clock.seconds() - call.started
+        # The service time, from the backend slot being ours to the last byte: a
+        # wait for a load (timed separately as a load sample) or in a queue is
+        # not part of what the request cost.
+        duration = self.clock.seconds() - (call.serving_since or call.started)
+        self.samples.finished(call)
         sample = RequestSample(
             model_id=model.local_id, section=SECTIONS[call.route.kind], work=call.outcome.work,
             duration_ms=duration * 1000.0, status=call.outcome.status,
@@ -194,7 +205,7 @@ class LocalInference:
         self.samples.record_request_sample(sample)
 
 
-def _request_work(route: Route, parsed: Mapping[str, Any] | None, body: bytes,
+def request_work(route: Route, parsed: Mapping[str, Any] | None, body: bytes,
                   content_type: str) -> tuple[float, ...]:
     section = SECTIONS[route.kind]
     if section == "image" and parsed is not None:

@@ -56,6 +56,7 @@ class MasterAgent:
         self.health_interval = health_interval
         self.local_status = local_status
         self.stt_counter = RoundRobinCounter()
+        self.on_registered: Callable[[str], None] = lambda _node_id: None
         self._loop: task.LoopingCall | None = None
         self._polling: defer.Deferred[None] | None = None
 
@@ -133,6 +134,7 @@ class MasterAgent:
             raise NotListed(url)
         self._accept(snapshot, url, "registration")
         log.info("node {node_id} registered from {url}", node_id=snapshot.node_id, url=url)
+        self.on_registered(snapshot.node_id)
         return {"ok": True, "protocol_version": PROTOCOL_VERSION,
                 "minimum_protocol_version": PROTOCOL_VERSION}
 

@@ -1,19 +1,20 @@
-"""Forwarding a client request from the master to the node that holds the chosen replica.
+"""Sending a client's request on to another node and streaming its answer back.
 
-The master rewrites the public model ID to the replica's local ID, sends the
-request to ``<node_url>/router/v1/node/inference<path>`` with the cluster
-token, and streams the answer back with IDs rewritten to the public value.
+Used for the master's forwarding (public ID → the replica's local ID, and
+back), for an owner lending a request through the master's relay, and for the
+relay sending it to the helper.  The answer streams chunk by chunk; model IDs
+are rewritten to the public value where the caller asks for it.
 """
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import urlencode
 
+import attrs
 from twisted.internet.error import ConnectError, DNSLookupError, TimeoutError
-from twisted.web.client import ResponseNeverReceived
+from twisted.web.client import ResponseFailed, ResponseNeverReceived
 from twisted.web.http_headers import Headers
-from twisted.web.iweb import IAgent
+from twisted.web.iweb import IAgent, IRequest
 
 from routerd.api.call import Call
 from routerd.api.errors import HTTPError
@@ -26,6 +27,30 @@ from routerd.routing.selector import replace_model
 
 INFERENCE_PREFIX = "/router/v1/node/inference"
 _PASSED_HEADERS = (b"x-routerd-node", b"x-routerd-lent-to", b"cache-control", b"x-content-type-options")
+_STREAMING_TYPES = ("text/event-stream", "application/x-ndjson", "application/ndjson")
+TRANSPORT_ERRORS = (ConnectError, DNSLookupError, TimeoutError, ResponseNeverReceived, ResponseFailed)
+
+
+class Unreachable(Exception):
+    """The other node could not be reached (nothing was written to the client)."""
+
+
+class CameBack(Exception):
+    """The other node answered 409 ``offload_returned`` (nothing was written to the client)."""
+
+
+@attrs.frozen
+class Outbound:
+    """One request to send to another node."""
+
+    url: str
+    body: bytes
+    content_type: str
+    request_id: str
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    rewrite_to: str | None = None  # public ID for answers' ``model`` fields; None leaves them
+    rewrite_errors: bool = True  # also rewrite non-2xx answers
+    returns_raise: bool = False  # a 409 offload_returned raises CameBack instead of being passed on
 
 
 class Forwarder:
@@ -34,78 +59,98 @@ class Forwarder:
         self.token = token
         self.allowed = allowed
 
+    async def send(self, request: IRequest, out: Outbound) -> tuple[int, bytes]:
+        """Send ``out`` and stream the answer into ``request``; returns (status, last bytes).
+
+        Raises ``Unreachable`` on a transport failure and ``CameBack`` on a 409
+        ``offload_returned`` when asked to, in both cases before writing anything.
+        """
+        if not self.allowed.permits(out.url):
+            raise Unreachable(f"{out.url} is not an allowed cluster target")
+        headers = Headers({
+            b"authorization": [b"Bearer " + self.token.encode()],
+            b"content-type": [out.content_type.encode() or b"application/json"],
+            b"x-routerd-request-id": [out.request_id.encode()],
+        })
+        for name, value in out.headers:
+            headers.addRawHeader(name, value)
+        try:
+            response = await self.agent.request(b"POST", out.url.encode(), headers, BytesProducer(out.body))
+        except TRANSPORT_ERRORS as exc:
+            raise Unreachable(f"{exc.__class__.__name__}: {exc}") from None
+        code = int(response.code)
+        ctype = response_header(response, b"content-type") or "application/json"
+        if code == 409 and out.returns_raise:
+            raw = await collect(response)
+            if b"offload_returned" in raw:
+                raise CameBack(raw.decode("utf-8", "replace")[:200])
+            return self._whole(request, response, code, ctype, raw, out)
+        if ctype.startswith(_STREAMING_TYPES):
+            self._head(request, response, code, ctype)
+            rewrite = out.rewrite_to is not None and (out.rewrite_errors or 200 <= code < 300)
+            if rewrite:
+                public = out.rewrite_to
+                converter = make_rewriter(ctype, lambda _old: public)
+                await relay(response, request, converter.feed, converter.flush)
+            else:
+                await relay(response, request, _same, _nothing)
+            return code, b""
+        return self._whole(request, response, code, ctype, await collect(response), out)
+
+    def _head(self, request: IRequest, response: object, code: int, ctype: str) -> None:
+        request.setResponseCode(code)
+        for name in _PASSED_HEADERS:
+            values = response.headers.getRawHeaders(name)  # type: ignore[attr-defined]
+            if values:
+                request.setHeader(name, values[0])
+        request.setHeader(b"content-type", ctype.encode())
+
+    def _whole(self, request: IRequest, response: object, code: int, ctype: str, raw: bytes,
+               out: Outbound) -> tuple[int, bytes]:
+        self._head(request, response, code, ctype)
+        rewrite = out.rewrite_to is not None and (out.rewrite_errors or 200 <= code < 300)
+        if rewrite and ctype.startswith("application/json"):
+            public = out.rewrite_to
+            raw = rewrite_json_model(raw, lambda _old: public)
+        return code, raw
+
     async def forward(self, call: Call, record: ModelRecord, public_id: str) -> bytes:
-        request = call.request
+        """The master's forwarding of a client request to the node holding ``record``."""
         base = record.node_url.rstrip("/")
-        if not base or not self.allowed.permits(base + INFERENCE_PREFIX):
-            raise HTTPError(502, f"node {record.node_id!r} is not an allowed cluster target",
-                            "backend_error", "node_not_allowed")
-        local = self._local_selector(call, record)
+        local = local_selector(call, record)
         body = call.body
         if call.selector is not None and call.selector != local:
             body = replace_model(call.route, body, call.content_type, local, old_model=call.selector)
-        query = self._query(call, local)
+        query = _query(call, local)
         url = base + INFERENCE_PREFIX + call.path + (f"?{query}" if query else "")
-        headers = Headers({
-            b"authorization": [b"Bearer " + self.token.encode()],
-            b"content-type": [call.content_type.encode() or b"application/json"],
-            b"x-routerd-request-id": [call.request_id.encode()],
-        })
+        stt = call.route.runtime == "stt"  # audio answers carry no model ID (reference §5.5)
+        out = Outbound(url=url, body=body, content_type=call.content_type, request_id=call.request_id,
+                       rewrite_to=None if stt else public_id,
+                       rewrite_errors=call.route.runtime != "image")
         try:
-            response = await self.agent.request(b"POST", url.encode(), headers, BytesProducer(body))
-        except (ConnectError, DNSLookupError, TimeoutError, ResponseNeverReceived) as exc:
-            raise HTTPError(502, f"node {record.node_id!r} is unreachable: {exc.__class__.__name__}",
-                            "backend_error", "node_unreachable") from None
-        code = int(response.code)
+            code, result = await self.send(call.request, out)
+        except Unreachable as exc:
+            raise HTTPError(502, f"node {record.node_id!r} is unreachable: {exc}", "backend_error",
+                            "node_unreachable") from None
         call.outcome.http_status = code
         call.outcome.status = "ok" if 200 <= code < 300 else f"http_{code}"
-        request.setResponseCode(code)
-        for name in _PASSED_HEADERS:
-            values = response.headers.getRawHeaders(name)
-            if values:
-                request.setHeader(name, values[0])
-        ctype = response_header(response, b"content-type") or "application/json"
-        request.setHeader(b"content-type", ctype.encode())
-        rewrite = self._rewrites(call, code)
+        return result
 
-        def mapping(_old: str) -> str:
-            return public_id
 
-        if ctype.startswith(("text/event-stream", "application/x-ndjson", "application/ndjson")):
-            converter = make_rewriter(ctype, mapping) if rewrite else None
-            if converter is None:
-                await relay(response, request, _same, _nothing)
-            else:
-                await relay(response, request, converter.feed, converter.flush)
-            return b""
-        raw = await collect(response)
-        if rewrite and ctype.startswith("application/json"):
-            return rewrite_json_model(raw, mapping)
-        return raw
+def local_selector(call: Call, record: ModelRecord) -> str:
+    if call.route.runtime == "image" and record.image_id:
+        return record.image_id
+    return record.local_id
 
-    @staticmethod
-    def _local_selector(call: Call, record: ModelRecord) -> str:
-        if call.route.runtime == "image" and record.image_id:
-            return record.image_id
-        return record.local_id
 
-    @staticmethod
-    def _rewrites(call: Call, code: int) -> bool:
-        if call.route.runtime == "stt":
-            return False  # audio answers carry no model ID (reference §5.5)
-        if call.route.runtime == "image":
-            return 200 <= code < 300
-        return True
-
-    @staticmethod
-    def _query(call: Call, local: str) -> str:
-        args = query_args(call.request)
-        if not args:
-            return ""
-        for key in ("model", "sd_model_checkpoint"):
-            if key in args:
-                args[key] = [local if v == call.selector else v for v in args[key]]
-        return urlencode([(k, v) for k, vs in args.items() for v in vs])
+def _query(call: Call, local: str) -> str:
+    args = query_args(call.request)
+    if not args:
+        return ""
+    for key in ("model", "sd_model_checkpoint"):
+        if key in args:
+            args[key] = [local if v == call.selector else v for v in args[key]]
+    return urlencode([(k, v) for k, vs in args.items() for v in vs])
 
 
 def _same(data: bytes) -> bytes:
@@ -114,6 +159,3 @@ def _same(data: bytes) -> bytes:
 
 def _nothing() -> bytes:
     return b""
-
-
-__all__ = ["Forwarder", "INFERENCE_PREFIX", "Any"]

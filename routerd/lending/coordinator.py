@@ -1,0 +1,238 @@
+"""The master's side of lending: plan on events and ticks, keep the lease book,
+push leases, links and settings, and relay lent requests to helpers.
+
+Plans are serialised (one at a time).  Each plan polls every node's runtime
+status, runs the pure planner, replaces the whole lease book with its leases,
+writes one plan row per owner/helper pair, arms the probe timer, and pushes
+leases to owners other than the one whose event it answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from twisted.internet import defer, task
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+from twisted.web.iweb import IRequest
+
+from routerd.api.call import Call
+from routerd.cluster.wire import StatusError, status_to_json
+from routerd.lending.planner import FactKey, ModelFacts, plan
+from routerd.lending.service import Borrowed, HeldLease, LendingService, offload_returned
+from routerd.lending.types import LANES, Lane, Lease, NodeStatus, Trigger, from_json, to_json
+from routerd.routing.forward import INFERENCE_PREFIX, CameBack, Forwarder, Outbound, Unreachable
+from routerd.routing.selector import replace_model
+
+if TYPE_CHECKING:
+    from routerd.cluster.master import MasterAgent
+
+log = Logger()
+
+OFFLOAD_HEADERS = (b"x-routerd-offload", b"x-routerd-offload-load", b"x-routerd-offload-restore")
+
+
+@attrs.frozen
+class RelayRequest:
+    lane: Lane
+    owner_node_id: str
+    owner_model_id: str
+    path: str
+
+
+class Coordinator:
+    def __init__(self, *, node_id: str, master: MasterAgent, service: LendingService, clock: IReactorTime,
+                 forwarder: Forwarder,
+                 serve_borrowed: Callable[[IRequest, str, bytes, str, Borrowed], defer.Deferred[bytes]]
+                 ) -> None:
+        self.node_id = node_id
+        self.master = master
+        self.service = service
+        self.clock = clock
+        self.forwarder = forwarder
+        self.serve_borrowed = serve_borrowed
+        self.book: dict[tuple[Lane, str, str], HeldLease] = {}
+        self._lock = defer.DeferredLock()
+        self._probe: IDelayedCall | None = None
+        self._tick: task.LoopingCall | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._tick = task.LoopingCall(self.tick)
+        self._tick.clock = self.clock
+        self._tick.start(self.service.settings.scheduling_refresh_interval, now=False)
+
+    def stop(self) -> None:
+        if self._tick is not None and self._tick.running:
+            self._tick.stop()
+        if self._probe is not None and self._probe.active():
+            self._probe.cancel()
+
+    def restart_tick(self) -> None:
+        """Apply a changed ``scheduling_refresh_interval``."""
+        if self._tick is not None and self._tick.running:
+            self._tick.stop()
+            self.start()
+
+    async def tick(self) -> None:
+        await self.push()
+        await self.plan("tick")
+
+    # -- planning ------------------------------------------------------------------------------
+
+    async def event(self, lane: Lane, owner_node_id: str, model_id: str, trigger: Trigger) -> Lease | None:
+        """An owner's queue event: plan now and answer with that owner's lease (or none)."""
+        return await self.plan(trigger, answer_for=(lane, owner_node_id, model_id))
+
+    async def plan(self, trigger: Trigger, answer_for: tuple[Lane, str, str] | None = None) -> Lease | None:
+        await self._lock.acquire()
+        try:
+            return await self._plan(trigger, answer_for)
+        finally:
+            self._lock.release()
+
+    async def _plan(self, trigger: Trigger, answer_for: tuple[Lane, str, str] | None) -> Lease | None:
+        statuses: dict[str, NodeStatus] = {}
+        for node_id, status in (await self.master.statuses()).items():
+            try:
+                statuses[node_id] = from_json(status_to_json(status), NodeStatus)
+            except Exception:  # noqa: BLE001 - a node with a malformed status is left out
+                log.warn("runtime status of {node_id} does not fit the lending types", node_id=node_id)
+        now = self.clock.seconds()
+        result = plan(trigger, int(now * 1000), self.service.links.values(), statuses,
+                      self.service.settings, self._facts())
+        self.book = {lease.key(): HeldLease(lease, now + lease.ttl_ms / 1000.0) for lease in result.leases}
+        if self.service.decisions is not None:
+            self.service.decisions.record_plan_rows(result.rows)
+        self._arm_probe(result.next_probe_due_ms)
+        answer: Lease | None = None
+        for lease in result.leases:
+            if lease.key() == answer_for:
+                answer = lease
+            else:
+                self._grant(lease)
+        return answer
+
+    def _facts(self) -> dict[FactKey, ModelFacts]:
+        facts: dict[FactKey, ModelFacts] = {}
+        for record in self.master.registry.records():
+            caps = record.capabilities
+            eligible = record.available and not record.disabled
+            if caps.image and record.image_id:
+                facts[("image", record.node_id, record.image_id)] = ModelFacts(
+                    record.filename, 0, eligible, caps.multimodal)
+            if caps.llm:
+                facts[("text", record.node_id, record.local_id)] = ModelFacts(
+                    record.filename, caps.context, eligible, caps.multimodal)
+        return facts
+
+    def _arm_probe(self, due_ms: int | None) -> None:
+        if self._probe is not None and self._probe.active():
+            self._probe.cancel()
+        self._probe = None
+        if due_ms is None:
+            return
+        delay = max(0.0, due_ms / 1000.0 - self.clock.seconds())
+        self._probe = self.clock.callLater(delay, self._probe_due)
+
+    def _probe_due(self) -> None:
+        self._probe = None
+        defer.ensureDeferred(self.plan("probe_due")).addErrback(
+            lambda f: log.failure("probe plan failed", failure=f))
+
+    def _grant(self, lease: Lease) -> None:
+        """Send a lease to its owner: in-process for the master's own models, else pushed."""
+        if lease.owner_node_id == self.node_id:
+            self.service.receive_lease(lease, lease.lane, lease.owner_model_id, "grant")
+            return
+        node = self.master.registry.node(lease.owner_node_id)
+        if node is None:
+            return
+        d = self.master.client.post_json(node.node_url, "/router/v1/node/offload/grant", to_json(lease))
+        d.addErrback(lambda f: log.warn("lease push to {node} failed: {reason}", node=lease.owner_node_id,
+                                        reason=f.getErrorMessage()))
+
+    def live_lease(self, key: tuple[Lane, str, str]) -> Lease | None:
+        held = self.book.get(key)
+        if held is None or held.expires_at <= self.clock.seconds():
+            return None
+        return held.lease
+
+    def live_leases(self) -> list[dict[str, Any]]:
+        now = self.clock.seconds()
+        return [{**to_json(h.lease), "expires_in_ms": int((h.expires_at - now) * 1000)}
+                for h in self.book.values() if h.expires_at > now]
+
+    # -- pushes ----------------------------------------------------------------------------------
+
+    async def push(self) -> None:
+        """Push the links and the resolved settings to every healthy slave."""
+        links = {lane: [to_json(link) for link in self.service.links[lane].links] for lane in LANES}
+        settings = {"values": self.service.settings.texts(),
+                    "fingerprint": self.service.settings.fingerprint()}
+        sends = []
+        for node in self.master.registry.nodes():
+            if not node.healthy:
+                continue
+            sends.append(self.master.client.post_json(node.node_url, "/router/v1/node/offload/links", links))
+            sends.append(self.master.client.post_json(node.node_url, "/router/v1/node/offload/settings",
+                                                      settings))
+        for ok, value in await defer.DeferredList(sends, consumeErrors=True):
+            if not ok:
+                log.warn("lending push failed: {reason}", reason=value.getErrorMessage())
+
+    # -- the relay ---------------------------------------------------------------------------------
+
+    def _refused(self, relay: RelayRequest, reason: str, lease: Lease | None = None) -> None:
+        if self.service.decisions is None:
+            return
+        fields: dict[str, Any] = {"lane": relay.lane, "owner_node_id": relay.owner_node_id,
+                                  "owner_model_id": relay.owner_model_id, "reason": reason}
+        if lease is not None:
+            fields.update(helper_node_id=lease.helper_node_id, helper_model_id=lease.helper_model_id)
+        self.service.decisions.record("dispatch", "relay_refused", **fields)
+
+    async def relay(self, request: IRequest, relay: RelayRequest, call: Call, *,
+                    rewrite_to: str | None, returns_raise: bool) -> bytes:
+        """Send a lent request to the helper its live lease names.
+
+        ``request`` receives the helper's answer: the owner's client when the master
+        itself owns the request (then ``rewrite_to`` is the public ID and a 409 raises
+        ``CameBack``), or the owner's relay call (answer passed on unchanged).
+        """
+        lease = self.live_lease((relay.lane, relay.owner_node_id, relay.owner_model_id))
+        if lease is None:
+            self._refused(relay, "no_live_lease")
+            raise CameBack("no live lease")
+        body = replace_model(call.route, call.body, call.content_type, lease.helper_model_id)
+        borrowed = Borrowed(load_allowed=lease.load_helper_model, restore=lease.restore_helper_model)
+        lent_to = f"{lease.helper_node_id}/{lease.helper_model_id}".encode()
+        if lease.helper_node_id == self.node_id:
+            request.setHeader(b"x-routerd-lent-to", lent_to)
+            return await self.serve_borrowed(request, relay.path, body, call.content_type, borrowed)
+        helper = self.master.registry.node(lease.helper_node_id)
+        if helper is None or not helper.node_url:
+            self._refused(relay, "helper_unreachable", lease)
+            raise CameBack("helper unreachable")
+        headers = [(b"x-routerd-offload", b"1")]
+        if borrowed.load_allowed:
+            headers.append((b"x-routerd-offload-load", b"1"))
+        if borrowed.restore:
+            headers.append((b"x-routerd-offload-restore", b"1"))
+        out = Outbound(url=helper.node_url.rstrip("/") + INFERENCE_PREFIX + relay.path, body=body,
+                       content_type=call.content_type, request_id=call.request_id, headers=tuple(headers),
+                       rewrite_to=rewrite_to, returns_raise=returns_raise)
+        request.setHeader(b"x-routerd-lent-to", lent_to)
+        try:
+            _code, result = await self.forwarder.send(request, out)
+        except Unreachable:
+            self._refused(relay, "forward_failed", lease)
+            raise CameBack("forward failed") from None
+        return result
+
+
+def returned_error(exc: CameBack) -> StatusError:
+    return offload_returned(str(exc))

@@ -1,0 +1,374 @@
+"""One node's backlog lending, wired to Twisted (architecture "Lending's loop").
+
+``LendingService`` holds the node's link sets (pushed by the master, or stored
+on the master), the effective lending settings, one ``LaneQueue`` per lane, the
+owner's leases and the node's fitted costs.  The pure decisions live in
+``lending.queue``, ``lending.planner`` and ``lending.pricing``; this module
+performs their effects: it parks a request until the queue admits or lends
+it, reports queue events to the master, lends on the master's answers, and
+takes or hands back borrowed work.
+
+Custody never moves: a lent request keeps its client connection here, and
+whatever comes back (409 ``offload_returned``, a failed relay) is re-queued at
+the head and served by this node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+import attrs
+from twisted.internet import defer
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from routerd.api.call import Call
+from routerd.api.errors import HTTPError
+from routerd.api.inference import request_work
+from routerd.catalog.model import ModelConfig
+from routerd.lending.links import LinkSet
+from routerd.lending.pricing import estimate_text
+from routerd.lending.queue import Effects, LaneQueue
+from routerd.lending.settings import LendingSettings
+from routerd.lending.types import LANES, Costs, Lane, LaneStatus, Lease, Trigger, from_json, to_json
+
+log = Logger()
+
+OFFLOAD_RETURNED = "offload_returned"
+
+
+class Returned(Exception):
+    """A lent request came back (409 ``offload_returned``, or the relay failed)."""
+
+
+def offload_returned(message: str = "borrowed request handed back to its owner") -> HTTPError:
+    return HTTPError(409, message, OFFLOAD_RETURNED, OFFLOAD_RETURNED)
+
+
+@attrs.frozen
+class Borrowed:
+    """What the master's relay said about a borrowed request."""
+
+    load_allowed: bool
+    restore: bool
+
+
+@attrs.frozen
+class Ticket:
+    kind: Literal["admit", "lend", "returned"]
+    lease: Lease | None = None
+    reason: str = ""
+
+
+@attrs.define
+class HeldLease:
+    lease: Lease
+    expires_at: float
+
+
+def lane_model_id(model: ModelConfig, lane: Lane) -> str:
+    """Links name image models by image ID and text models by local ID."""
+    if lane == "image":
+        return model.image_id or model.local_id
+    return model.local_id
+
+
+# What an owner does with a lent request: the node-specific sender (HTTP to the
+# master's relay, or in-process on the master).
+LendSender = Callable[[Call, Lease, str], Awaitable[bytes]]
+EventSender = Callable[[Lane, str, Trigger], Awaitable[Lease | None]]
+
+
+class LendingService:
+    def __init__(self, *, node_id: str, settings: LendingSettings, clock: IReactorTime | None = None,
+                 role: str = "standalone") -> None:
+        self.node_id = node_id
+        self.role = role
+        self.clock = clock
+        self.config_settings = settings
+        self.settings = settings
+        self.links: dict[Lane, LinkSet] = {lane: LinkSet.build(lane, ()) for lane in LANES}
+        self.queues: dict[Lane, LaneQueue] = {
+            lane: LaneQueue(lane, settings.scheduling_backend_depth) for lane in LANES}
+        self.leases: dict[tuple[Lane, str], HeldLease] = {}
+        self.costs = Costs()
+        self.decisions: Any = None  # a DecisionLog once the store is open
+        self.send_event: EventSender | None = None
+        self.send_lent: LendSender | None = None
+        self.own_busy: Callable[[], bool] = lambda: False
+        self.active_config: Callable[[Lane], str] = lambda _lane: ""
+        self.on_settings: list[Callable[[LendingSettings], None]] = []
+        self.pusher: Callable[[], Awaitable[None]] | None = None
+        self._waiters: dict[str, Deferred[Ticket]] = {}
+        self._events: dict[tuple[Lane, str], _Coalescer] = {}
+
+    # -- configuration (site APIs and the master's pushes) ------------------------------------
+
+    def install_links(self, image: LinkSet, text: LinkSet) -> None:
+        """Replace both lanes' links; effective for the next request."""
+        self.links = {"image": image, "text": text}
+        for lane in LANES:
+            link_set = self.links[lane]
+            self.queues[lane].set_enrolled(link_set.enrolled(self.node_id),
+                                           link_set.owned_models(self.node_id))
+
+    def apply_settings(self, settings: LendingSettings) -> None:
+        """Run with these effective settings from now on (no restart)."""
+        self.settings = settings
+        for lane in LANES:
+            self._apply(lane, self.queues[lane].set_depth(settings.scheduling_backend_depth, self._now_ms()))
+        for hook in self.on_settings:
+            hook(settings)
+
+    async def push(self) -> None:
+        """On the master: push links and settings to every slave (set by the coordinator)."""
+        if self.pusher is not None:
+            await self.pusher()
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def enrolled(self, lane: Lane | None, model_id: str) -> bool:
+        return lane is not None and self.queues[lane].is_enrolled(model_id)
+
+    def lane_statuses(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for lane in LANES:
+            queue = self.queues[lane]
+            status = LaneStatus(accepting_borrowed=queue.accepting_borrowed() and not self.own_busy(),
+                                active_config=self.active_config(lane) or "",
+                                queue=tuple(queue.stats()))
+            out[lane] = to_json(status)
+        return out
+
+    def held_requests(self) -> list[dict[str, Any]]:
+        now = self._now_ms()
+        return [to_json(h) for lane in LANES for h in self.queues[lane].held_listing(now)]
+
+    def live_lease(self, lane: Lane, model_id: str) -> Lease | None:
+        held = self.leases.get((lane, model_id))
+        if held is None or held.expires_at <= self._now():
+            return None
+        return held.lease
+
+    # -- the request path ----------------------------------------------------------------------
+
+    async def serve(self, call: Call, model: ModelConfig, lane: Lane,
+                    run_local: Callable[[], Awaitable[bytes]],
+                    borrowed: Borrowed | None) -> bytes:
+        """Queue an enrolled model's request in the router and serve, lend or hand it back."""
+        queue = self.queues[lane]
+        model_id = lane_model_id(model, lane)
+        rid = call.request_id
+        work, context = self.work_hint(call, model, lane)
+        waiter = self._park(rid)
+        if borrowed is not None:
+            effects = queue.arrive_borrowed(rid, model_id, self._now_ms(), node_busy=self.own_busy(),
+                                            work=work, context=context)
+        else:
+            effects = queue.arrive(rid, model_id, self._now_ms(), work=work, context=context,
+                                   streaming=call.stream)
+        self._apply(lane, effects)
+        owner = borrowed is None and queue.is_owner(model_id)
+        if owner:
+            self.report(lane, model_id, "enqueued")
+        try:
+            while True:
+                ticket = await waiter
+                if ticket.kind == "returned":
+                    self._helper_row("borrowed_returned", lane, call, ticket.reason)
+                    raise offload_returned()
+                if ticket.kind == "admit":
+                    try:
+                        return await run_local()
+                    finally:
+                        self._apply(lane, queue.finished(rid, self._now_ms()))
+                        if owner:
+                            self.report(lane, model_id, "completed")
+                assert ticket.lease is not None and self.send_lent is not None
+                try:
+                    result = await self.send_lent(call, ticket.lease, model_id)
+                except Returned as exc:
+                    log.info("lent request {request_id} came back: {reason}", request_id=rid, reason=str(exc))
+                    self._dispatch_row("returned", lane, model_id, ticket.lease, request_id=rid)
+                    waiter = self._park(rid)
+                    self._apply(lane, queue.returned(rid, self._now_ms()))
+                    self.report(lane, model_id, "borrowed_completed")
+                    continue
+                self._apply(lane, queue.finished(rid, self._now_ms()))
+                self.report(lane, model_id, "borrowed_completed")
+                return result
+        except CancelledError:
+            self._apply(lane, queue.cancel(rid, self._now_ms()))
+            raise
+        finally:
+            self._waiters.pop(rid, None)
+
+    def work_hint(self, call: Call, model: ModelConfig, lane: Lane) -> tuple[tuple[float, ...], int]:
+        """The work terms (and, for text, the context) the queue and the planner price a request by.
+
+        Image: steps × width × height × count from the body.  Text: estimated from
+        the body size and this model's measured bytes-per-token profile; a model
+        with no profile yet has no estimate (it is only probed).
+        """
+        if lane == "image":
+            return request_work(call.route, call.parsed, call.body, call.content_type), 0
+        limit = None
+        if call.parsed is not None:
+            for key in ("max_tokens", "max_completion_tokens", "n_predict", "max_length"):
+                value = call.parsed.get(key)
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    limit = value
+                    break
+        estimate = estimate_text(self.costs.token_profile(model.local_id), len(call.body), limit,
+                                 self.settings.scheduling_context_reserve)
+        if estimate is None:
+            return (), 0
+        return estimate
+
+    def _park(self, rid: str) -> Deferred[Ticket]:
+        d: Deferred[Ticket] = Deferred()
+        self._waiters[rid] = d
+        return d
+
+    def _wake(self, rid: str, ticket: Ticket) -> None:
+        d = self._waiters.pop(rid, None)
+        if d is not None and not d.called:
+            d.callback(ticket)
+
+    def _apply(self, lane: Lane, effects: Effects) -> None:
+        for rid in effects.admit:
+            self._wake(rid, Ticket("admit"))
+        for back in effects.returned:
+            self._wake(back.request_id, Ticket("returned", reason=back.reason))
+
+    # -- events and leases (owner) ---------------------------------------------------------------
+
+    def report(self, lane: Lane, model_id: str, trigger: Trigger) -> None:
+        """Tell the master about a queue event of an owned model (coalesced per model)."""
+        if self.send_event is None or not self.queues[lane].is_owner(model_id):
+            return
+        key = (lane, model_id)
+        coalescer = self._events.get(key)
+        if coalescer is None:
+            coalescer = self._events[key] = _Coalescer(self, lane, model_id)
+        coalescer.fire(trigger)
+
+    def receive_lease(self, lease: Lease | None, lane: Lane, model_id: str, trigger: str) -> None:
+        """The master's answer (or a pushed grant): lend up to its slots, or clear the lease."""
+        queue = self.queues[lane]
+        if lease is None:
+            if self.leases.pop((lane, model_id), None) is not None:
+                self._dispatch_row("lease_cleared", lane, model_id, None, trigger=trigger)
+                self._apply(lane, queue.pump(self._now_ms()))
+            return
+        if lease.owner_node_id != self.node_id or not queue.is_owner(lease.owner_model_id):
+            self.leases.pop((lane, lease.owner_model_id), None)
+            self._dispatch_row("lease_refused", lane, lease.owner_model_id, lease, reason="not_an_owner",
+                               trigger=trigger)
+            self._apply(lane, queue.pump(self._now_ms()))
+            return
+        # Timed on the owner's own clock, so clock skew cannot end it early.
+        self.leases[(lane, model_id)] = HeldLease(lease, self._now() + lease.ttl_ms / 1000.0)
+        self._dispatch_row("lease_updated", lane, model_id, lease, trigger=trigger)
+        self._lend(lane, model_id)
+
+    def _lend(self, lane: Lane, model_id: str) -> None:
+        lease = self.live_lease(lane, model_id)
+        if lease is None:
+            return
+        queue = self.queues[lane]
+        room = lease.slots() - queue.lent_count(model_id)
+        if room <= 0:
+            return
+        for rid in queue.withdraw_for_lending(model_id, room, self._now_ms(), lease.helper_node_id,
+                                              lease.helper_model_id):
+            entry = queue.entry(rid)
+            wait = self._now_ms() - entry.arrived_ms if entry is not None else 0
+            self._dispatch_row("lent", lane, model_id, lease, request_id=rid, wait_ms=wait)
+            self._wake(rid, Ticket("lend", lease))
+
+    # -- decision rows -----------------------------------------------------------------------------
+
+    def _dispatch_row(self, outcome: str, lane: Lane, model_id: str, lease: Lease | None, *,
+                      reason: str = "", trigger: str = "", request_id: str = "", wait_ms: int = 0) -> None:
+        if self.decisions is None:
+            return
+        fields: dict[str, Any] = {"lane": lane, "owner_node_id": self.node_id, "owner_model_id": model_id,
+                                  "lent_out": self.queues[lane].lent_count(model_id)}
+        if lease is not None:
+            fields.update(helper_node_id=lease.helper_node_id, helper_model_id=lease.helper_model_id,
+                          slots=lease.slots())
+        if reason:
+            fields["reason"] = reason
+        if trigger:
+            fields["trigger"] = trigger
+        if request_id:
+            fields["request_id"] = request_id
+        if wait_ms:
+            fields["wait_ms"] = wait_ms
+        self.decisions.record("dispatch", outcome, **fields)
+
+    def _helper_row(self, outcome: str, lane: Lane, call: Call, reason: str) -> None:
+        if self.decisions is not None:
+            self.decisions.record("helper", outcome, lane=lane, reason=reason, request_id=call.request_id)
+
+    # -- time ----------------------------------------------------------------------------------------
+
+    def _now(self) -> float:
+        return self.clock.seconds() if self.clock is not None else 0.0
+
+    def _now_ms(self) -> int:
+        return int(self._now() * 1000)
+
+
+class _Coalescer:
+    """Per (lane, model): at most one decision in flight and one queued behind it (latest wins)."""
+
+    def __init__(self, service: LendingService, lane: Lane, model_id: str) -> None:
+        self.service = service
+        self.lane = lane
+        self.model_id = model_id
+        self.in_flight = False
+        self.queued: Trigger | None = None
+
+    def fire(self, trigger: Trigger) -> None:
+        if self.in_flight:
+            self.queued = trigger
+            return
+        self._run(trigger)
+
+    def _run(self, trigger: Trigger) -> None:
+        sender = self.service.send_event
+        if sender is None:
+            return
+        self.in_flight = True
+
+        def answered(lease: Lease | None) -> None:
+            self.service.receive_lease(lease, self.lane, self.model_id, trigger)
+
+        def failed(failure: Any) -> None:
+            log.warn("queue event for {model} not delivered: {reason}", model=self.model_id,
+                     reason=failure.getErrorMessage())
+
+        def next_one(_: object) -> None:
+            self.in_flight = False
+            follow, self.queued = self.queued, None
+            if follow is not None:
+                self._run(follow)
+
+        d = defer.ensureDeferred(_call(sender, self.lane, self.model_id, trigger))
+        d.addCallbacks(answered, failed).addBoth(next_one)
+
+
+async def _call(sender: EventSender, lane: Lane, model_id: str, trigger: Trigger) -> Lease | None:
+    return await sender(lane, model_id, trigger)
+
+
+def lease_from_json(data: Any) -> Lease | None:
+    if data is None:
+        return None
+    return from_json(data, Lease)
+
+
