@@ -239,6 +239,12 @@ class LendingService:
 
     def _apply(self, lane: Lane, effects: Effects) -> None:
         for rid in effects.admit:
+            entry = self.queues[lane].entry(rid)
+            if entry is not None and not entry.borrowed and entry.borrowed_ahead and self.decisions is not None:
+                # this node's own request waited behind borrowed work: say how long
+                self.decisions.record("helper", "native_waited_behind_borrowed", lane=lane,
+                                      request_id=rid, borrowed_ahead=entry.borrowed_ahead,
+                                      wait_ms=self._now_ms() - entry.arrived_ms)
             self._wake(rid, Ticket("admit"))
         for back in effects.returned:
             self._wake(back.request_id, Ticket("returned", reason=back.reason))

@@ -18,6 +18,7 @@ from twisted.internet import defer, reactor, task
 
 from tests.integration.nodes import (
     FAST_TEXT,
+    TOKEN,
     ClusterPlan,
     RunningNode,
     plan_cluster,
@@ -174,3 +175,22 @@ async def test_a_helper_that_dies_with_lent_work_hands_it_back_to_the_owner(trio
     assert len(codes) == 8
     assert codes.count(200) >= 6
     assert trio.owner.node.lending.queues["text"].lent("alpha") == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_borrowed_request_needing_a_forbidden_load_is_handed_back_unloaded(trio: Trio) -> None:
+    await _warm_and_link(trio)
+    helper = trio.helper.node
+    await helper.runtimes.unload("all")
+    headers = {"authorization": f"Bearer {TOKEN}", "x-routerd-offload": "1"}
+    response = await treq.post(trio.helper.url + "/router/v1/node/inference/v1/chat/completions",
+                               json=chat("beta"), headers=headers)
+    body = json.loads(await response.content())
+    assert response.code == 409
+    assert body["error"]["code"] == "offload_returned"
+    assert helper.runtimes.loaded_config("text") is None  # nothing was loaded
+    # with the load flag the same borrowed request is served
+    headers["x-routerd-offload-load"] = "1"
+    response = await treq.post(trio.helper.url + "/router/v1/node/inference/v1/chat/completions",
+                               json=chat("beta"), headers=headers)
+    assert response.code == 200

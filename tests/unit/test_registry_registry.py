@@ -389,3 +389,13 @@ def test_find_by_local_id_or_filename() -> None:
     assert reg.find("master", local_id="llm") is not None
     assert reg.find("master", filename="llm.kcpps") is not None
     assert reg.find("master", filename="nope.kcpps") is None
+
+
+def test_an_unchanged_refresh_recomputes_nothing() -> None:
+    reg = registry([rec("shared")])
+    reg.update_node(snap("slave-a", rec("shared")), "http://slave-a")
+    revision = reg.revision
+    reg.update_node(snap("slave-a", rec("shared")), "http://slave-a")
+    assert reg.revision == revision
+    reg.update_node(snap("slave-a", rec("shared"), rec("other")), "http://slave-a")
+    assert reg.revision == revision + 1
