@@ -18,6 +18,7 @@ from routerd.lending.service import Borrowed
 from routerd.routing.adapters import ollama
 from routerd.routing.classify import INFERENCE_PATHS, classify
 from routerd.routing.forward import INFERENCE_PREFIX
+from routerd.routing.relay import header
 from routerd.routing.selector import SelectorError, parse_json_object
 
 if TYPE_CHECKING:
@@ -156,7 +157,9 @@ def build_app(node: Node) -> Klein:
         if request.getHeader(b"x-routerd-offload") == b"1":
             # Only the master's relay sets these; the cluster token proves it.
             borrowed = Borrowed(load_allowed=request.getHeader(b"x-routerd-offload-load") == b"1",
-                                restore=request.getHeader(b"x-routerd-offload-restore") == b"1")
+                                restore=request.getHeader(b"x-routerd-offload-restore") == b"1",
+                                owner_node_id=header(request, b"x-routerd-offload-owner"),
+                                owner_model_id=header(request, b"x-routerd-offload-owner-model"))
         return ensureDeferred(node.front.handle(request, route, path, body, cluster_call=True,
                                                 borrowed=borrowed))
 

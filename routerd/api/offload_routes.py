@@ -69,6 +69,10 @@ def add_routes(app: Klein, node: Node, guarded: Callable[..., Any]) -> None:
         node.lending.receive_lease(lease, lease.lane, lease.owner_model_id, "grant")
         return _reply(request, to_json(lease))
 
+    @app.route("/router/v1/node/offload/borrowed", methods=["GET"])
+    def offload_borrowed(request: IRequest) -> bytes:
+        return _reply(request, {"borrowed": node.lending.borrowed_requests()})
+
     @app.route("/router/v1/node/offload/request", methods=["POST"])
     def offload_request(request: IRequest) -> Any:
         """The master's relay: pass an owner's lent request to the helper its live lease names."""

@@ -208,7 +208,8 @@ class Coordinator:
             self._refused(relay, "no_live_lease")
             raise CameBack("no live lease")
         body = replace_model(call.route, call.body, call.content_type, lease.helper_model_id)
-        borrowed = Borrowed(load_allowed=lease.load_helper_model, restore=lease.restore_helper_model)
+        borrowed = Borrowed(load_allowed=lease.load_helper_model, restore=lease.restore_helper_model,
+                            owner_node_id=relay.owner_node_id, owner_model_id=relay.owner_model_id)
         lent_to = f"{lease.helper_node_id}/{lease.helper_model_id}".encode()
         if lease.helper_node_id == self.node_id:
             request.setHeader(b"x-routerd-lent-to", lent_to)
@@ -217,7 +218,9 @@ class Coordinator:
         if helper is None or not helper.node_url:
             self._refused(relay, "helper_unreachable", lease)
             raise CameBack("helper unreachable")
-        headers = [(b"x-routerd-offload", b"1")]
+        headers = [(b"x-routerd-offload", b"1"),
+                   (b"x-routerd-offload-owner", relay.owner_node_id.encode()),
+                   (b"x-routerd-offload-owner-model", relay.owner_model_id.encode())]
         if borrowed.load_allowed:
             headers.append((b"x-routerd-offload-load", b"1"))
         if borrowed.restore:

@@ -53,6 +53,8 @@ class Borrowed:
 
     load_allowed: bool
     restore: bool
+    owner_node_id: str = ""
+    owner_model_id: str = ""
 
 
 @attrs.frozen
@@ -102,6 +104,7 @@ class LendingService:
         self.on_settings: list[Callable[[LendingSettings], None]] = []
         self.pusher: Callable[[], Awaitable[None]] | None = None
         self._waiters: dict[str, Deferred[Ticket]] = {}
+        self._borrowed: dict[str, tuple[Lane, Borrowed, int]] = {}  # request id → owner, start ms
         self._events: dict[tuple[Lane, str], _Coalescer] = {}
 
     # -- configuration (site APIs and the master's pushes) ------------------------------------
@@ -146,6 +149,16 @@ class LendingService:
         now = self._now_ms()
         return [to_json(h) for lane in LANES for h in self.queues[lane].held_listing(now)]
 
+    def borrowed_requests(self) -> list[dict[str, Any]]:
+        """Borrowed work on this node (``GET /router/v1/node/offload/borrowed``)."""
+        out = []
+        for rid, (lane, info, started) in self._borrowed.items():
+            entry = self.queues[lane].entry(rid)
+            state = "running" if entry is not None and entry.state == "admitted" else "queued"
+            out.append({"request_id": rid, "lane": lane, "owner_node_id": info.owner_node_id,
+                        "owner_model_id": info.owner_model_id, "started_ms": started, "state": state})
+        return out
+
     def live_lease(self, lane: Lane, model_id: str) -> Lease | None:
         held = self.leases.get((lane, model_id))
         if held is None or held.expires_at <= self._now():
@@ -164,6 +177,7 @@ class LendingService:
         work, context = self.work_hint(call, model, lane)
         waiter = self._park(rid)
         if borrowed is not None:
+            self._borrowed[rid] = (lane, borrowed, self._now_ms())
             effects = queue.arrive_borrowed(rid, model_id, self._now_ms(), node_busy=self.own_busy(),
                                             work=work, context=context)
         else:
@@ -204,6 +218,7 @@ class LendingService:
             raise
         finally:
             self._waiters.pop(rid, None)
+            self._borrowed.pop(rid, None)
 
     def work_hint(self, call: Call, model: ModelConfig, lane: Lane) -> tuple[tuple[float, ...], int]:
         """The work terms (and, for text, the context) the queue and the planner price a request by.
@@ -240,7 +255,8 @@ class LendingService:
     def _apply(self, lane: Lane, effects: Effects) -> None:
         for rid in effects.admit:
             entry = self.queues[lane].entry(rid)
-            if entry is not None and not entry.borrowed and entry.borrowed_ahead and self.decisions is not None:
+            waited = entry is not None and not entry.borrowed and entry.borrowed_ahead > 0
+            if waited and entry is not None and self.decisions is not None:
                 # this node's own request waited behind borrowed work: say how long
                 self.decisions.record("helper", "native_waited_behind_borrowed", lane=lane,
                                       request_id=rid, borrowed_ahead=entry.borrowed_ahead,

@@ -194,3 +194,25 @@ async def test_a_borrowed_request_needing_a_forbidden_load_is_handed_back_unload
     response = await treq.post(trio.helper.url + "/router/v1/node/inference/v1/chat/completions",
                                json=chat("beta"), headers=headers)
     assert response.code == 200
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_helper_lists_the_borrowed_work_it_holds(trio: Trio) -> None:
+    await _warm_and_link(trio)
+    seen: list[dict[str, Any]] = []
+
+    async def watch() -> None:
+        for _ in range(40):
+            response = await treq.get(trio.helper.url + "/router/v1/node/offload/borrowed",
+                                      headers={"authorization": f"Bearer {TOKEN}"})
+            seen.extend((await response.json())["borrowed"])
+            await task.deferLater(reactor, 0.02, lambda: None)
+
+    watching = defer.Deferred.fromCoroutine(watch())
+    await defer.gatherResults([defer.Deferred.fromCoroutine(_chat(trio.master.url, "alpha"))
+                               for _ in range(10)])
+    await watching
+    assert seen, "borrowed work was listed while the burst ran"
+    owners = {(b["owner_node_id"], b["owner_model_id"], b["lane"]) for b in seen}
+    assert owners == {("owner", "alpha", "text")}
+    assert trio.helper.node.lending.borrowed_requests() == []
