@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar, cast
@@ -143,6 +144,12 @@ class SyncRunner:
         return succeed(None)
 
 
+class _DaemonThread(threading.Thread):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.daemon = True
+
+
 class ThreadRunner:
     """One worker thread, one connection opened in it; every call runs there in order.
 
@@ -156,6 +163,9 @@ class ThreadRunner:
         self.path = path
         self._reactor = reactor
         self._pool = ThreadPool(1, 1, name="routerd-store")
+        # A daemon worker: close() (or reactor shutdown) stops it cleanly; if neither
+        # ever runs, it must not keep the process alive after everything else ended.
+        self._pool.threadFactory = _DaemonThread
         self._conn: sqlite3.Connection | None = None  # touched only on the worker thread
         self._open_error: BaseException | None = None  # idem
         self._closing: Deferred[None] | None = None
