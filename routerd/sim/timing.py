@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from routerd.jsonvalues import json_int
 from routerd.sim.weights import Weights
 
 __all__ = [
@@ -27,14 +28,6 @@ def count_tokens(text: str) -> int:
     return len(text.split())
 
 
-def _as_count(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
 
 
 def requested_max_tokens(body: Mapping[str, object], default: int = DEFAULT_MAX_TOKENS) -> int:
@@ -50,7 +43,7 @@ def requested_max_tokens(body: Mapping[str, object], default: int = DEFAULT_MAX_
     if isinstance(options, Mapping):
         candidates.append(options.get("num_predict"))
     for candidate in candidates:
-        count = _as_count(candidate)
+        count = json_int(candidate)
         if count is not None and count >= 0:
             return count
     return default

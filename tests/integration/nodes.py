@@ -133,3 +133,14 @@ class ClusterPlan:
 
 def plan_cluster(root: Path, slaves: list[str]) -> ClusterPlan:
     return ClusterPlan(root, free_port(), {name: free_port() for name in slaves})
+
+
+async def wait_until(predicate: Any, timeout: float = 5.0) -> None:
+    """Poll ``predicate`` every 50 ms until it holds; fail after ``timeout`` seconds."""
+    from twisted.internet import task
+
+    for _ in range(int(timeout / 0.05)):
+        if predicate():
+            return
+        await task.deferLater(reactor, 0.05, lambda: None)
+    raise AssertionError("condition not reached in time")

@@ -21,6 +21,7 @@ from tests.integration.nodes import (
     RunningNode,
     plan_cluster,
     start_node,
+    wait_until,
     write_models,
 )
 
@@ -51,12 +52,6 @@ class Cluster:
         await self.master.stop()
 
 
-async def _wait(predicate: Any, timeout: float = 5.0) -> None:
-    for _ in range(int(timeout / 0.05)):
-        if predicate():
-            return
-        await task.deferLater(reactor, 0.05, lambda: None)
-    raise AssertionError("condition not reached in time")
 
 
 @pytest_twisted.async_yield_fixture
@@ -66,7 +61,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     master = await start_node(plan.master_config())
     slaves = {name: await start_node(plan.slave_config(name)) for name in ("slave-a", "slave-b")}
     registry = master.node.master.registry  # type: ignore[union-attr]
-    await _wait(lambda: len([n for n in registry.nodes() if n.healthy]) == 2)
+    await wait_until(lambda: len([n for n in registry.nodes() if n.healthy]) == 2)
     running = Cluster(plan, master, slaves)
     yield running
     await running.stop()
@@ -182,7 +177,7 @@ async def test_unlisted_slave_and_wrong_token_are_refused(cluster: Cluster) -> N
 async def test_a_dead_slave_makes_its_models_unavailable_until_it_returns(cluster: Cluster) -> None:
     registry = cluster.master.node.master.registry  # type: ignore[union-attr]
     await cluster.slaves["slave-a"].stop()
-    await _wait(lambda: not registry.node("slave-a").healthy)  # type: ignore[union-attr]
+    await wait_until(lambda: not registry.node("slave-a").healthy)  # type: ignore[union-attr]
     code, payload, _ = await post(cluster.master.url + "/v1/chat/completions", chat("alpha"))
     assert code == 502 and "no available replicas" in payload["error"]["message"]
     # the cluster keeps serving from the other replicas
@@ -193,7 +188,7 @@ async def test_a_dead_slave_makes_its_models_unavailable_until_it_returns(cluste
     alpha = [m for m in inventory["models"] if m["local_id"] == "alpha"]
     assert alpha and alpha[0]["available"] is False
     cluster.slaves["slave-a"] = await start_node(cluster.plan.slave_config("slave-a"))
-    await _wait(lambda: registry.node("slave-a").healthy)  # type: ignore[union-attr]
+    await wait_until(lambda: registry.node("slave-a").healthy)  # type: ignore[union-attr]
     code, payload, _ = await post(cluster.master.url + "/v1/chat/completions", chat("alpha"))
     assert code == 200, payload
 
@@ -257,9 +252,9 @@ async def test_a_public_id_suffix_survives_a_master_restart_without_moving(tmp_p
     master = await start_node(plan.master_config())
     slave_b = await start_node(plan.slave_config("slave-b"))
     registry = master.node.master.registry  # type: ignore[union-attr]
-    await _wait(lambda: registry.node("slave-b") is not None)
+    await wait_until(lambda: registry.node("slave-b") is not None)
     slave_c = await start_node(plan.slave_config("slave-c"))
-    await _wait(lambda: registry.node("slave-c") is not None)
+    await wait_until(lambda: registry.node("slave-c") is not None)
     ids = {r.node_id: r.public_id for r in registry.records()}
     assert ids == {"master": "shared", "slave-b": "shared-2", "slave-c": "shared-3"}
     await slave_b.stop()
@@ -269,7 +264,7 @@ async def test_a_public_id_suffix_survives_a_master_restart_without_moving(tmp_p
     master = await start_node(plan.master_config())
     slave_c = await start_node(plan.slave_config("slave-c"))
     registry = master.node.master.registry  # type: ignore[union-attr]
-    await _wait(lambda: registry.node("slave-c") is not None)
+    await wait_until(lambda: registry.node("slave-c") is not None)
     assert {r.node_id: r.public_id for r in registry.records()} == {"master": "shared", "slave-c": "shared-3"}
     code, payload, _ = await post(master.url + "/v1/chat/completions", chat("shared-3"))
     assert code == 200 and payload["model"] == "shared-3"
@@ -288,7 +283,7 @@ async def test_a_routing_only_master_starts_no_backend_and_routes_everything_to_
     slave = await start_node(plan.slave_config("slave-a"))
     try:
         registry = master.node.master.registry  # type: ignore[union-attr]
-        await _wait(lambda: registry.node("slave-a") is not None)
+        await wait_until(lambda: registry.node("slave-a") is not None)
         code, payload, response = await post(master.url + "/v1/chat/completions", chat("alpha"))
         assert code == 200 and response.headers.getRawHeaders(b"x-routerd-node") == [b"slave-a"]
         response = await treq.post(master.url + "/v1/audio/transcriptions",

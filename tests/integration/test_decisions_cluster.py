@@ -17,7 +17,15 @@ from routerd.config.schema import Config
 from routerd.lending.decisions import DecisionLog
 from routerd.node import Node
 from routerd.tap import NodeService
-from tests.integration.nodes import FAST_TEXT, TOKEN, ClusterPlan, RunningNode, plan_cluster, write_models
+from tests.integration.nodes import (
+    FAST_TEXT,
+    TOKEN,
+    ClusterPlan,
+    RunningNode,
+    plan_cluster,
+    wait_until,
+    write_models,
+)
 from tests.unit.test_decisions_routes import guarded
 
 
@@ -43,12 +51,6 @@ async def _stop(running: RunningNode) -> None:
     await running.stop()
 
 
-async def _wait(predicate: Any, timeout: float = 5.0) -> None:
-    for _ in range(int(timeout / 0.05)):
-        if predicate():
-            return
-        await task.deferLater(reactor, 0.05, lambda: None)
-    raise AssertionError("condition not reached in time")
 
 
 @attrs.define
@@ -67,7 +69,7 @@ async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
     master = await _start(plan.master_config())
     slave = await _start(plan.slave_config("slave-a"))
     registry = master.node.master.registry  # type: ignore[union-attr]
-    await _wait(lambda: [n.node_id for n in registry.nodes() if n.healthy] == ["slave-a"])
+    await wait_until(lambda: [n.node_id for n in registry.nodes() if n.healthy] == ["slave-a"])
     running = Pair(plan, master, slave)
     yield running
     if running.slave is not None:

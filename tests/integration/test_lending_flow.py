@@ -23,6 +23,7 @@ from tests.integration.nodes import (
     RunningNode,
     plan_cluster,
     start_node,
+    wait_until,
     write_models,
 )
 
@@ -39,12 +40,6 @@ class Trio:
     helper: RunningNode
 
 
-async def _wait(predicate: Any, timeout: float = 5.0) -> None:
-    for _ in range(int(timeout / 0.05)):
-        if predicate():
-            return
-        await task.deferLater(reactor, 0.05, lambda: None)
-    raise AssertionError("condition not reached in time")
 
 
 @pytest_twisted.async_yield_fixture
@@ -59,7 +54,7 @@ async def trio(tmp_path: Path) -> AsyncIterator[Trio]:
     owner = await start_node(plan.slave_config("owner", extra_cluster=LENDING))
     helper = await start_node(plan.slave_config("helper", extra_cluster=LENDING))
     registry = master.node.master.registry  # type: ignore[union-attr]
-    await _wait(lambda: len([n for n in registry.nodes() if n.healthy]) == 2)
+    await wait_until(lambda: len([n for n in registry.nodes() if n.healthy]) == 2)
     running = Trio(plan, master, owner, helper)
     yield running
     await running.helper.stop()
@@ -90,7 +85,7 @@ async def _warm_and_link(trio: Trio) -> None:
         "lends_to": [{"node_id": "helper", "model_id": "beta", "load_if_unloaded": True}],
         "acknowledge_different_weights": True})
     assert response.code == 200, await response.content()
-    await _wait(lambda: trio.owner.node.lending.queues["text"].is_owner("alpha")
+    await wait_until(lambda: trio.owner.node.lending.queues["text"].is_owner("alpha")
                 and trio.helper.node.lending.queues["text"].is_enrolled("beta"))
 
 
@@ -166,7 +161,7 @@ async def test_owners_keep_serving_their_own_queue_when_the_master_is_down(trio:
 async def test_a_helper_that_dies_with_lent_work_hands_it_back_to_the_owner(trio: Trio) -> None:
     await _warm_and_link(trio)
     burst = [defer.Deferred.fromCoroutine(_chat(trio.master.url, "alpha")) for _ in range(8)]
-    await _wait(lambda: trio.owner.node.lending.queues["text"].lent_count("alpha") > 0, timeout=3)
+    await wait_until(lambda: trio.owner.node.lending.queues["text"].lent_count("alpha") > 0, timeout=3)
     await trio.helper.node.runtimes.stop()  # the helper's backend goes away with lent work in it
     results = await defer.gatherResults(burst)
     codes = [code for code, _, _ in results]

@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import pytest_twisted
 import treq
-from twisted.internet import reactor, task
+from twisted.internet import reactor
 
 from routerd.api import links_routes, push_routes, settings_routes
 from routerd.config.schema import Config
@@ -24,7 +24,15 @@ from routerd.lending.types import Endpoint, Link
 from routerd.node import Node
 from routerd.store.links import LinkRow
 from routerd.tap import NodeService
-from tests.integration.nodes import FAST_TEXT, TOKEN, ClusterPlan, RunningNode, plan_cluster, write_models
+from tests.integration.nodes import (
+    FAST_TEXT,
+    TOKEN,
+    ClusterPlan,
+    RunningNode,
+    plan_cluster,
+    wait_until,
+    write_models,
+)
 from tests.unit.lending_api_support import guarded
 
 TEXT_GROUPS = "/router/v1/site/text-routing-groups"
@@ -50,12 +58,6 @@ async def _start(config: Config) -> RunningNode:
     return RunningNode(node, service)
 
 
-async def _wait(predicate: Any, timeout: float = 5.0) -> None:
-    for _ in range(int(timeout / 0.05)):
-        if predicate():
-            return
-        await task.deferLater(reactor, 0.05, lambda: None)
-    raise AssertionError("condition not reached in time")
 
 
 @attrs.define
@@ -74,7 +76,7 @@ async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
     master = await _start(plan.master_config())
     slave = await _start(plan.slave_config("slave-a"))
     registry = master.node.master.registry  # type: ignore[union-attr]
-    await _wait(lambda: registry.find("slave-a", local_id="chat") is not None)
+    await wait_until(lambda: registry.find("slave-a", local_id="chat") is not None)
     running = Pair(plan, master, slave)
     yield running
     await slave.stop()
@@ -138,5 +140,6 @@ async def test_links_and_settings_posted_to_the_master_reach_the_slave(pair: Pai
     code, _ = await _call("POST", pair.master.url + SETTINGS, {"values": {"scheduling_grant_ttl": "45s"}})
     assert code == 200
     slave = pair.slave.node
-    await _wait(lambda: list(slave.lending.links["text"]) == [LINK], timeout=3.0)
-    await _wait(lambda: slave.lending.settings == LendingSettings(scheduling_grant_ttl=45.0), timeout=3.0)
+    await wait_until(lambda: list(slave.lending.links["text"]) == [LINK], timeout=3.0)
+    wanted = LendingSettings(scheduling_grant_ttl=45.0)
+    await wait_until(lambda: slave.lending.settings == wanted, timeout=3.0)

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import attrs
 from klein import Klein
 from treq.testing import StubTreq
-from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.internet.defer import ensureDeferred
 from twisted.python.failure import Failure
 from twisted.web.iweb import IRequest
 
@@ -30,14 +30,6 @@ T = TypeVar("T")
 MASTER = "master"
 
 
-def fired(d: Deferred[T]) -> T:
-    results: list[T | Failure] = []
-    d.addBoth(results.append)
-    assert results, "Deferred has not fired"
-    result = results[0]
-    if isinstance(result, Failure):
-        result.raiseException()
-    return result
 
 
 def record(node_id: str, local_id: str, *, model_hash: str = "", llm: bool = True, context: int = 4096,

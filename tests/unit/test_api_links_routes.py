@@ -9,7 +9,8 @@ import pytest
 from routerd.catalog.eligibility import MULTIMODAL_MISMATCH, NO_CONTEXT
 from routerd.lending.types import Endpoint, Link
 from routerd.store.links import LinkRow
-from tests.unit.lending_api_support import Client, FakeNode, config_of, fired, record
+from tests.support import fired
+from tests.unit.lending_api_support import Client, FakeNode, config_of, record
 
 TEXT = "/router/v1/site/text-routing-groups"
 IMAGE = "/router/v1/site/routing-groups"

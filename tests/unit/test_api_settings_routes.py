@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from routerd.lending.settings import SETTINGS, LendingSettings
-from tests.unit.lending_api_support import Client, FakeNode, fired
+from tests.support import fired
+from tests.unit.lending_api_support import Client, FakeNode
 
 PATH = "/router/v1/site/offload/settings"
 

@@ -9,26 +9,18 @@ import pytest
 from twisted.internet import task
 from twisted.internet.defer import Deferred, fail
 from twisted.logger import capturedLogs
-from twisted.python.failure import Failure
 
 from routerd import __version__
 from routerd.lending import decisions as decisions_mod
 from routerd.lending.decisions import BUFFER_CAP, DecisionLog
 from routerd.lending.types import PlanRow
 from routerd.store.store import Store
+from tests.support import fired
 
 T = TypeVar("T")
 HOUR = 3600.0
 
 
-def fired(d: Deferred[T]) -> T:
-    results: list[T | Failure] = []
-    d.addBoth(results.append)
-    assert results, "Deferred has not fired"
-    result = results[0]
-    if isinstance(result, Failure):
-        result.raiseException()
-    return result
 
 
 class SpyStore:

@@ -5,23 +5,14 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 import pytest
-from twisted.internet.defer import Deferred
-from twisted.python.failure import Failure
 
 from routerd.store.decisions import COLUMNS, MAX_LIMIT
 from routerd.store.store import Store
+from tests.support import fired
 
 T = TypeVar("T")
 
 
-def fired(d: Deferred[T]) -> T:
-    results: list[T | Failure] = []
-    d.addBoth(results.append)
-    assert results, "Deferred has not fired"
-    result = results[0]
-    if isinstance(result, Failure):
-        result.raiseException()
-    return result
 
 
 class FixedClock:

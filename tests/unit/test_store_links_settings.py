@@ -5,24 +5,15 @@ from __future__ import annotations
 from typing import TypeVar
 
 import pytest
-from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
-from twisted.python.failure import Failure
 
 from routerd.store.links import LinkRow, SameNodeLinkError
 from routerd.store.store import Store
+from tests.support import fired
 
 T = TypeVar("T")
 
 
-def fired(d: Deferred[T]) -> T:
-    results: list[T | Failure] = []
-    d.addBoth(results.append)
-    assert results, "Deferred has not fired"
-    result = results[0]
-    if isinstance(result, Failure):
-        result.raiseException()
-    return result
 
 
 def link(owner: str, helper: str, *, load: bool = True, restore: bool = False) -> LinkRow:

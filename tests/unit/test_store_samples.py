@@ -8,25 +8,15 @@ from typing import TypeVar
 
 from hypothesis import given
 from hypothesis import strategies as st
-from twisted.internet.defer import Deferred
 from twisted.logger import capturedLogs
-from twisted.python.failure import Failure
 
 from routerd.store.samples import SECTIONS, LoadSample, RequestSample
 from routerd.store.store import Store
+from tests.support import fired
 
 T = TypeVar("T")
 
 
-def fired(d: Deferred[T]) -> T:
-    """The result of an already-fired Deferred (SyncRunner never leaves one pending)."""
-    results: list[T | Failure] = []
-    d.addBoth(results.append)
-    assert results, "Deferred has not fired"
-    result = results[0]
-    if isinstance(result, Failure):
-        result.raiseException()
-    return result
 
 
 def req(

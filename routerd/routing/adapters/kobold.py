@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from routerd.jsonvalues import json_int
 from routerd.routing.adapters import AdapterError, JSONObject
 
 COMPLETION_PATH = "/completion"
@@ -40,14 +41,6 @@ _INT_FIELDS: dict[str, str] = {
 }
 
 
-def _int(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
 
 
 def kobold_generate_to_llama(body: Mapping[str, Any]) -> tuple[str, JSONObject]:
@@ -75,7 +68,7 @@ def kobold_generate_to_llama(body: Mapping[str, Any]) -> tuple[str, JSONObject]:
         out["model"] = model
     out["prompt"] = (memory or "") + prompt
     max_length = body.get("max_length")
-    n_predict = DEFAULT_MAX_LENGTH if max_length is None else _int(max_length)
+    n_predict = DEFAULT_MAX_LENGTH if max_length is None else json_int(max_length)
     if n_predict is None:
         raise AdapterError("max_length must be an integer")
     out["n_predict"] = n_predict
@@ -90,7 +83,7 @@ def kobold_generate_to_llama(body: Mapping[str, Any]) -> tuple[str, JSONObject]:
         value = body.get(key)
         if value is None:
             continue
-        n = _int(value)
+        n = json_int(value)
         if n is None:
             raise AdapterError(f"{key} must be an integer")
         out[target] = n
@@ -127,8 +120,8 @@ def llama_completion_to_kobold(resp: Mapping[str, Any]) -> JSONObject:
         "finish_reason": _finish_reason(resp),
         "logprobs": None,
     }
-    prompt_n = _int(resp.get("tokens_evaluated"))
-    completion_n = _int(resp.get("tokens_predicted"))
+    prompt_n = json_int(resp.get("tokens_evaluated"))
+    completion_n = json_int(resp.get("tokens_predicted"))
     if prompt_n is not None:
         result["prompt_tokens"] = prompt_n
     if completion_n is not None:

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import attrs
 
+from routerd.jsonvalues import json_int
 from routerd.routing.adapters import AdapterError, JSONObject
 
 CHAT_PATH = "/v1/chat/completions"
@@ -55,15 +56,6 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _as_int(value: object) -> int | None:
-    """A JSON integer (or integral float) as int, else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
 
 
 def _require_object(body: object) -> Mapping[str, Any]:
@@ -169,7 +161,7 @@ def _apply_options(body: Mapping[str, Any], out: JSONObject) -> None:
         if value is None:
             continue
         if key == "num_predict":
-            n = _as_int(value)
+            n = json_int(value)
             if n is None:
                 raise AdapterError("option num_predict must be an integer")
             if n > 0:  # -1 (infinite) and -2 (fill context) mean "no limit"
@@ -181,7 +173,7 @@ def _apply_options(body: Mapping[str, Any], out: JSONObject) -> None:
                 raise AdapterError(f"option {key} must be a number")
             out[_FLOAT_OPTIONS[key]] = value
         elif key in _INT_OPTIONS:
-            n = _as_int(value)
+            n = json_int(value)
             if n is None:
                 raise AdapterError(f"option {key} must be an integer")
             out[_INT_OPTIONS[key]] = n
@@ -329,7 +321,7 @@ def ollama_embed_to_openai(body: Mapping[str, Any]) -> tuple[str, JSONObject]:
     out: JSONObject = {"model": model, "input": inp}
     dimensions = body.get("dimensions")
     if dimensions is not None:
-        n = _as_int(dimensions)
+        n = json_int(dimensions)
         if n is None or n <= 0:
             raise AdapterError("dimensions must be a positive integer")
         out["dimensions"] = n
@@ -388,13 +380,13 @@ def _counts(usage: object, timings: object) -> tuple[int, int]:
     """(prompt tokens, generated tokens) from ``usage``, else llama-server ``timings``."""
     prompt = completion = None
     if isinstance(usage, Mapping):
-        prompt = _as_int(usage.get("prompt_tokens"))
-        completion = _as_int(usage.get("completion_tokens"))
+        prompt = json_int(usage.get("prompt_tokens"))
+        completion = json_int(usage.get("completion_tokens"))
     if isinstance(timings, Mapping):
         if prompt is None:
-            prompt = _as_int(timings.get("prompt_n"))
+            prompt = json_int(timings.get("prompt_n"))
         if completion is None:
-            completion = _as_int(timings.get("predicted_n"))
+            completion = json_int(timings.get("predicted_n"))
     return prompt or 0, completion or 0
 
 
@@ -506,7 +498,7 @@ def openai_embeddings_to_ollama_embed(
     """A ``/v1/embeddings`` answer -> an Ollama ``/api/embed`` answer (input order kept)."""
     data = resp.get("data")
     items = [d for d in data if isinstance(d, Mapping)] if isinstance(data, list) else []
-    items.sort(key=lambda d: _as_int(d.get("index")) or 0)
+    items.sort(key=lambda d: json_int(d.get("index")) or 0)
     embeddings = [list(d["embedding"]) for d in items if isinstance(d.get("embedding"), list)]
     prompt_n, _ = _counts(resp.get("usage"), None)
     out: JSONObject = {"model": model, "embeddings": embeddings}
@@ -775,7 +767,7 @@ class SSEToNDJSON:
         for n, call in enumerate(calls):
             if not isinstance(call, Mapping):
                 continue
-            index = _as_int(call.get("index"))
+            index = json_int(call.get("index"))
             slot = self._tool_calls.setdefault(n if index is None else index, {"name": "", "arguments": ""})
             function = call.get("function")
             if isinstance(function, Mapping):

@@ -1,0 +1,436 @@
+"""Backlog lending makespans on the simulator, against no lending and an offline optimum (issue 4).
+
+Each scenario starts a fresh cluster in this process (one reactor): a master with no models, an
+owner slave serving ``alpha`` and a helper slave serving ``bravo`` (and, when the scenario needs the
+helper unloaded, a second model ``delta`` of its own), each with real simulator backend processes,
+in a temporary directory.  Then:
+
+1. Warm-up, one request at a time through the master: ``alpha`` x5, ``bravo`` x5 and, for an
+   unloaded helper, ``delta`` x1 last (so ``delta`` is what the helper holds, and both its configs
+   have a measured load).  Every request is identical (same prompt, same ``max_tokens``), so the
+   fits are *uniform* fits; ``scheduling_min_samples`` is 3 (five samples rather than three keep one
+   slow first request on a busy machine from skewing a mean of three).  Then ``node._refit()`` on
+   owner and helper.
+2. **Without lending**: a burst of N identical requests for ``alpha`` sent at once to the master,
+   no link (the owner's model is not enrolled: plain routing).  Makespan = first request sent →
+   last answer received.
+3. The link ``owner/alpha → helper/bravo`` (``load_if_unloaded`` on, ``restore_after_borrow`` off)
+   is made with ``POST /router/v1/site/text-routing-groups`` on the master, with
+   ``acknowledge_different_weights``; the bench waits until it is pushed.  For an unloaded helper
+   it also waits until the helper has been idle from its own work for its switch + restore time,
+   so the cost rule, not ``helper_recently_busy``, decides.
+4. **With lending**: the same burst again.
+
+**Offline optimum.**  Two machines, N identical jobs all present at time 0, no preemption, no
+transfer or decision latency.  The owner is loaded and runs jobs one at a time, J ms each; the
+first ``scheduling_backend_depth`` (2) jobs are in its backend and never move, so at most N - 2 go
+to the helper.  The helper runs jobs one at a time, S ms each, after a one-off switch of L ms when
+its linked model is not loaded (0 when it is).  Reloading the model the helper displaced happens
+after its last job and is not on the critical path, so it is left out.  With identical jobs each
+machine's finish depends only on how many jobs it gets, so
+
+    optimum = min over k = 0 .. N-2 of max((N - k) * J, L + k * S if k > 0 else 0)
+
+is exact for this model (k* = the jobs the helper gets).  J and S are the median backend service
+times of the owner's and the helper's warm-up requests (the quantity the cost fits estimate; the
+median ignores a cold first request), L the helper's measured load of ``bravo``'s config, which
+includes starting the simulator process and is therefore longer than the weights' ``load_ms``.
+With depth 2 the owner's backend never idles, so its throughput is 1/J; the bench prints
+without-lending / (N x J) as a check of that.  Also printed: the optimum from the nominal weights,
+and the fits the master priced with.
+
+Time is compressed: a job takes 40-120 ms, loads 0.1-2.5 s plus process start.  Probes are kept
+short (``offload_probe_idle`` 500 ms; 6 s for a helper that must switch models).
+
+Targets: with lending <= 1.15 x optimum in (a)-(c); <= 1.05 x without lending in (d).  The plan
+micro-benchmark (``benchmarks/plan_bench.py``) runs at the end.  A missed target prints MISSED;
+the exit status is 0 either way.
+
+Run: .venv/bin/python benchmarks/lending.py [--only a,b,c,d] [--plan-repeat 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+from treq.client import HTTPClient
+from twisted.internet import defer, reactor, task
+from twisted.web.client import Agent, HTTPConnectionPool
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import plan_bench  # noqa: E402
+from _harness import run  # noqa: E402
+
+from tests.integration.nodes import ClusterPlan, RunningNode, plan_cluster, start_node, write_models  # noqa: E402
+
+#: Generated tokens per request; with ``prompt_tokens_per_s`` this high the job time is
+#: ``GEN_TOKENS / gen_tokens_per_s``.
+GEN_TOKENS = 20
+PROMPT = ("please write a short story about a lighthouse keeper who finds a message in a bottle "
+          "and decides to answer it by sending one of his own across the cold grey northern sea")
+DEPTH = 2
+WARM_UP = 5
+LENDING = {"scheduling_min_samples": 3, "offload_probe_idle": "500ms", "scheduling_refresh_interval": "10m"}
+OPTIMUM_TARGET = 1.15
+WITHOUT_TARGET = 1.05
+
+
+def text_weights(job_ms: float, load_ms: float) -> dict[str, Any]:
+    """Simulator weights for a text model whose job (``GEN_TOKENS`` tokens) takes ``job_ms``."""
+    return {"kind": "text", "load_ms": load_ms, "prompt_tokens_per_s": 1e6,
+            "gen_tokens_per_s": GEN_TOKENS * 1000.0 / job_ms, "context": 4096}
+
+
+@attrs.frozen
+class Scenario:
+    key: str
+    title: str
+    jobs: int
+    owner_job_ms: float
+    helper_job_ms: float
+    helper_load_ms: float
+    helper_unloaded: bool
+    target: Literal["optimum", "without"]
+
+
+SCENARIOS = (
+    Scenario("a", "40 jobs, equal helper, loaded", 40, 80, 80, 100, False, "optimum"),
+    Scenario("b", "40 jobs, 2x faster helper, must load", 40, 80, 40, 400, True, "optimum"),
+    Scenario("c", "40 jobs, 1.5x slower helper, loaded", 40, 80, 120, 100, False, "optimum"),
+    Scenario("d", "3 jobs, equal helper, 2.5 s load", 3, 80, 80, 2500, True, "without"),
+)
+
+
+@attrs.frozen
+class Optimum:
+    makespan_ms: float
+    helper_jobs: int
+
+
+def optimum(jobs: int, owner_ms: float, helper_ms: float, switch_ms: float, pinned: int = DEPTH) -> Optimum:
+    """The offline optimum of the two-machine model in the module docstring."""
+    best = Optimum(jobs * owner_ms, 0)
+    for k in range(1, max(jobs - pinned, 0) + 1):
+        span = max((jobs - k) * owner_ms, switch_ms + k * helper_ms)
+        if span < best.makespan_ms:
+            best = Optimum(span, k)
+    return best
+
+
+@attrs.define
+class Result:
+    scenario: Scenario
+    owner_ms: float = 0.0  # J: median measured service time
+    helper_ms: float = 0.0  # S
+    load_ms: float = 0.0  # L (0 when the helper is loaded)
+    owner_fit_ms: float = 0.0  # what the master priced with
+    helper_fit_ms: float = 0.0
+    restore_ms: float = 0.0
+    without_ms: float = 0.0
+    with_ms: float = 0.0
+    lent: int = 0
+    best: Optimum = Optimum(0.0, 0)
+    nominal: Optimum = Optimum(0.0, 0)
+    plan_outcomes: Counter[str] = attrs.Factory(Counter)
+    dispatch_outcomes: Counter[str] = attrs.Factory(Counter)
+    helper_outcomes: Counter[str] = attrs.Factory(Counter)
+    first_grant: dict[str, Any] = attrs.Factory(dict)
+    error: str = ""
+
+    @property
+    def ratio_optimum(self) -> float:
+        return self.with_ms / self.best.makespan_ms
+
+    @property
+    def ratio_without(self) -> float:
+        return self.with_ms / self.without_ms
+
+    @property
+    def met(self) -> bool:
+        if self.scenario.target == "optimum":
+            return self.ratio_optimum <= OPTIMUM_TARGET
+        return self.ratio_without <= WITHOUT_TARGET
+
+
+def chat(model: str) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": GEN_TOKENS}
+
+
+async def sleep(seconds: float) -> None:
+    await task.deferLater(reactor, seconds, lambda: None)
+
+
+async def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise RuntimeError(f"timed out waiting for {what}")
+        await sleep(0.02)
+
+
+class Cluster:
+    """One scenario's master, owner and helper, started fresh in a temporary directory."""
+
+    def __init__(self, scenario: Scenario, http: HTTPClient) -> None:
+        self.scenario = scenario
+        self.http = http
+        self.root = Path(tempfile.mkdtemp(prefix=f"routerd-lending-{scenario.key}-"))
+        self.plan: ClusterPlan = plan_cluster(self.root, ["owner", "helper"])
+        self.nodes: list[RunningNode] = []
+
+    async def start(self) -> None:
+        s = self.scenario
+        (self.plan.root / "master" / "models").mkdir(parents=True)
+        write_models(self.plan.root / "owner", {"alpha": kcpps("alpha")},
+                     {"alpha": text_weights(s.owner_job_ms, 100)})
+        helper_models = {"bravo": kcpps("bravo")}
+        helper_weights = {"bravo": text_weights(s.helper_job_ms, s.helper_load_ms)}
+        if s.helper_unloaded:
+            helper_models["delta"] = kcpps("delta")
+            helper_weights["delta"] = text_weights(s.helper_job_ms, 200)
+        write_models(self.plan.root / "helper", helper_models, helper_weights)
+        self.nodes.append(await start_node(self.plan.master_config(LENDING)))
+        self.nodes.append(await start_node(self.plan.slave_config("owner", extra_cluster=LENDING)))
+        self.nodes.append(await start_node(self.plan.slave_config("helper", extra_cluster=LENDING)))
+        registry = self.master.node.master.registry  # type: ignore[union-attr]
+        await wait_for(lambda: len([n for n in registry.nodes() if n.healthy]) == 2, "slaves healthy")
+
+    @property
+    def master(self) -> RunningNode:
+        return self.nodes[0]
+
+    @property
+    def owner(self) -> RunningNode:
+        return self.nodes[1]
+
+    @property
+    def helper(self) -> RunningNode:
+        return self.nodes[2]
+
+    async def stop(self) -> None:
+        for node in reversed(self.nodes):
+            try:
+                await node.stop()
+            except Exception as exc:  # noqa: BLE001 - stop the others anyway
+                print(f"  (stopping a node failed: {exc})")
+        self.nodes.clear()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    async def chat(self, model: str) -> tuple[int, bool]:
+        """One chat through the master: (status, whether it was lent)."""
+        response = await self.http.post(self.master.url + "/v1/chat/completions", json=chat(model))
+        await response.content()
+        return response.code, bool(response.headers.getRawHeaders(b"x-routerd-lent-to"))
+
+    async def burst(self, jobs: int) -> tuple[float, int]:
+        """``jobs`` chats for ``alpha`` at once: (makespan ms, how many were lent)."""
+        start = time.perf_counter()
+        answers = await defer.gatherResults(
+            [defer.Deferred.fromCoroutine(self.chat("alpha")) for _ in range(jobs)], consumeErrors=True)
+        elapsed = (time.perf_counter() - start) * 1000.0
+        codes = [code for code, _ in answers]
+        if codes != [200] * jobs:
+            raise RuntimeError(f"burst answered {Counter(codes)}")
+        return elapsed, sum(lent for _, lent in answers)
+
+    async def warm_up(self) -> None:
+        models = ["alpha", "bravo"] + (["delta"] if self.scenario.helper_unloaded else [])
+        for model in models:
+            for _ in range(1 if model == "delta" else WARM_UP):
+                code, _ = await self.chat(model)
+                if code != 200:
+                    raise RuntimeError(f"warm-up {model} answered {code}")
+        for node in (self.owner, self.helper):
+            await node.node._refit()
+
+    async def link(self) -> None:
+        response = await self.http.post(self.master.url + "/router/v1/site/text-routing-groups", json={
+            "anchor": {"node_id": "owner", "model_id": "alpha"},
+            "lends_to": [{"node_id": "helper", "model_id": "bravo", "load_if_unloaded": True}],
+            "acknowledge_different_weights": True})
+        body = await response.content()
+        if response.code != 200:
+            raise RuntimeError(f"link refused: {response.code} {body!r}")
+        owner_queue = self.owner.node.lending.queues["text"]
+        helper_queue = self.helper.node.lending.queues["text"]
+        await wait_for(lambda: owner_queue.is_owner("alpha") and helper_queue.is_enrolled("bravo"),
+                       "the link pushed to owner and helper")
+
+    def helper_idle_ms(self) -> float:
+        status = self.helper.node.runtime_status()
+        return float(status["idle_for_ms"])
+
+
+def kcpps(name: str) -> dict[str, Any]:
+    return {"model": f"../weights/{name}.sim.json", "contextsize": 4096}
+
+
+def fitted(costs: Any, model_id: str) -> float:
+    for cost in costs.models:
+        if cost.model_id == model_id and cost.section == "llm":
+            return float(cost.base_ms)
+    raise RuntimeError(f"no cost fit for {model_id} after the warm-up")
+
+
+async def median_service(node: RunningNode, model_id: str) -> float:
+    """Median backend service time (ms) of a model's warm-up requests on its node."""
+    store = node.node.store
+    assert store is not None
+    samples = await store.request_samples(model_id, "llm", 0)
+    if not samples:
+        raise RuntimeError(f"no request samples for {model_id}")
+    return statistics.median(sample.duration_ms for sample in samples)
+
+
+def load_cost(costs: Any, config: str) -> float:
+    for load in costs.loads:
+        if load.config_filename == config:
+            return float(load.load_ms)
+    raise RuntimeError(f"no load cost for {config} after the warm-up")
+
+
+async def run_scenario(scenario: Scenario, http: HTTPClient) -> Result:
+    result = Result(scenario)
+    cluster = Cluster(scenario, http)
+    try:
+        await cluster.start()
+        await cluster.warm_up()
+        owner_costs = cluster.owner.node.lending.costs
+        helper_costs = cluster.helper.node.lending.costs
+        result.owner_fit_ms = fitted(owner_costs, "alpha")
+        result.helper_fit_ms = fitted(helper_costs, "bravo")
+        result.owner_ms = await median_service(cluster.owner, "alpha")
+        result.helper_ms = await median_service(cluster.helper, "bravo")
+        switch = load_cost(helper_costs, "bravo.kcpps")
+        restore = load_cost(helper_costs, "delta.kcpps") if scenario.helper_unloaded else 0.0
+        result.load_ms = switch if scenario.helper_unloaded else 0.0
+        result.restore_ms = restore
+        result.best = optimum(scenario.jobs, result.owner_ms, result.helper_ms, result.load_ms)
+        result.nominal = optimum(scenario.jobs, scenario.owner_job_ms, scenario.helper_job_ms,
+                                 scenario.helper_load_ms if scenario.helper_unloaded else 0.0)
+
+        result.without_ms, _ = await cluster.burst(scenario.jobs)
+
+        await cluster.link()
+        if scenario.helper_unloaded:
+            quiet = switch + restore + 200.0
+            await wait_for(lambda: cluster.helper_idle_ms() >= quiet, "the helper to be idle", 30.0)
+        since_ms = int(reactor.seconds() * 1000)
+        result.with_ms, result.lent = await cluster.burst(scenario.jobs)
+
+        plans = await cluster.master.node.lending.decisions.query(kind="plan", limit=5000, since_ms=since_ms)
+        for row in plans:
+            result.plan_outcomes[f"{row['outcome']}/{row.get('reason') or '-'}"] += 1
+        granted = [row for row in plans if row["outcome"] == "granted"]
+        if granted:
+            result.first_grant = granted[-1]  # newest first: the last is the earliest
+        dispatch = await cluster.owner.node.lending.decisions.query(kind="dispatch", limit=5000,
+                                                                    since_ms=since_ms)
+        result.dispatch_outcomes.update(row["outcome"] for row in dispatch)
+        helper_rows = await cluster.helper.node.lending.decisions.query(kind="helper", limit=5000,
+                                                                        since_ms=since_ms)
+        result.helper_outcomes.update(row["outcome"] for row in helper_rows)
+    except Exception as exc:  # noqa: BLE001 - report and go on with the next scenario
+        result.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        await cluster.stop()
+    return result
+
+
+def counts(counter: Mapping[str, int]) -> str:
+    return ", ".join(f"{key} {n}" for key, n in sorted(counter.items(), key=lambda kv: -kv[1])) or "none"
+
+
+def report(results: list[Result]) -> None:
+    print()
+    print(f"{'scenario':<44} {'J ms':>6} {'S ms':>6} {'L ms':>6} {'without':>8} {'with':>8} {'optimum':>8} "
+          f"{'k*':>3} {'lent':>4} {'with/opt':>8} {'with/w/o':>8}  target")
+    for r in results:
+        s = r.scenario
+        label = f"({s.key}) {s.title}"
+        if r.error:
+            print(f"{label:<44} ERROR {r.error}")
+            continue
+        if s.target == "optimum":
+            target = f"with/opt <= {OPTIMUM_TARGET:.2f}"
+        else:
+            target = f"with/w/o <= {WITHOUT_TARGET:.2f}"
+        print(f"{label:<44} {r.owner_ms:6.1f} {r.helper_ms:6.1f} {r.load_ms:6.0f} {r.without_ms:8.0f} "
+              f"{r.with_ms:8.0f} {r.best.makespan_ms:8.0f} {r.best.helper_jobs:3d} {r.lent:4d} "
+              f"{r.ratio_optimum:8.2f} {r.ratio_without:8.2f}  {target}: {'met' if r.met else 'MISSED'}")
+    print()
+    print("J, S: owner's and helper's measured ms per job (median); L: helper's measured switch")
+    print("(0 when loaded); k*: jobs the helper gets in the optimum; lent: jobs actually lent; ms.")
+    for r in results:
+        if r.error:
+            continue
+        s = r.scenario
+        nominal_load = s.helper_load_ms if s.helper_unloaded else 0
+        print(f"({s.key}) nominal J {s.owner_job_ms:.0f} S {s.helper_job_ms:.0f} L {nominal_load:.0f} -> "
+              f"optimum {r.nominal.makespan_ms:.0f} (k* {r.nominal.helper_jobs}); "
+              f"without / (N x J) = {r.without_ms / (s.jobs * r.owner_ms):.2f}")
+        print(f"    fits priced with: owner {r.owner_fit_ms:.1f} ms/job, "
+              f"helper {r.helper_fit_ms:.1f} ms/job, switch {r.load_ms:.0f}, restore {r.restore_ms:.0f}")
+        print(f"    plan rows: {counts(r.plan_outcomes)}")
+        print(f"    owner dispatch rows: {counts(r.dispatch_outcomes)}")
+        print(f"    helper rows: {counts(r.helper_outcomes)}")
+        if r.first_grant:
+            g = r.first_grant
+            print(f"    first grant: keep {g.get('keep_ms', 0):.0f} switch {g.get('switch_ms', 0):.0f} "
+                  f"restore {g.get('restore_ms', 0):.0f} service {g.get('service_ms', 0):.1f} "
+                  f"owner job {g.get('owner_job_ms', 0):.1f} ({g.get('service_source', '-')}) "
+                  f"slots {g.get('slots', 0)}")
+
+
+async def scenarios(keys: set[str]) -> list[Result]:
+    pool = HTTPConnectionPool(reactor, persistent=True)
+    pool.maxPersistentPerHost = 128
+    http = HTTPClient(Agent(reactor, pool=pool))
+    results: list[Result] = []
+    try:
+        for scenario in SCENARIOS:
+            if scenario.key not in keys:
+                continue
+            print(f"running ({scenario.key}) {scenario.title} ...", flush=True)
+            started = time.perf_counter()
+            results.append(await run_scenario(scenario, http))
+            print(f"  done in {time.perf_counter() - started:.1f} s", flush=True)
+    finally:
+        await pool.closeCachedConnections()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--only", default="a,b,c,d", help="comma-separated scenario keys")
+    parser.add_argument("--plan-repeat", type=int, default=200, help="repeats of the plan micro-benchmark")
+    args = parser.parse_args()
+    keys = {k.strip() for k in args.only.split(",") if k.strip()}
+    results: list[Result] = []
+
+    async def go() -> None:
+        results.extend(await scenarios(keys))
+
+    run(go)
+    report(results)
+    print()
+    print("plan micro-benchmark (benchmarks/plan_bench.py):")
+    if plan_bench.main(["--repeat", str(args.plan_repeat)]) != 0:
+        print(f"plan: target <= {plan_bench.TARGET_MS:.0f} ms MISSED")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
