@@ -211,3 +211,39 @@ async def test_the_helper_lists_the_borrowed_work_it_holds(trio: Trio) -> None:
     owners = {(b["owner_node_id"], b["owner_model_id"], b["lane"]) for b in seen}
     assert owners == {("owner", "alpha", "text")}
     assert trio.helper.node.lending.borrowed_requests() == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_when_the_master_is_the_helper_it_serves_lent_work_in_process(tmp_path: Path) -> None:
+    plan = plan_cluster(tmp_path, ["owner"])
+    write_models(plan.root / "master", {"gamma": {"model": "../weights/gamma.sim.json", "contextsize": 4096}},
+                 {"gamma": JOB})
+    write_models(plan.root / "owner", {"alpha": {"model": "../weights/alpha.sim.json", "contextsize": 4096}},
+                 {"alpha": JOB})
+    master = await start_node(plan.master_config(LENDING))  # the master has no public_url at all
+    owner = await start_node(plan.slave_config("owner", extra_cluster=LENDING))
+    try:
+        registry = master.node.master.registry  # type: ignore[union-attr]
+        await wait_until(lambda: registry.node("owner") is not None)
+        for model in ("alpha", "gamma"):
+            for _ in range(3):
+                code, _, _ = await _chat(master.url, model)
+                assert code == 200
+        await owner.node._refit()
+        await master.node._refit()
+        response = await treq.post(master.url + "/router/v1/site/text-routing-groups", json={
+            "anchor": {"node_id": "owner", "model_id": "alpha"},
+            "lends_to": [{"node_id": "master", "model_id": "gamma"}],
+            "acknowledge_different_weights": True})
+        assert response.code == 200, await response.content()
+        await wait_until(lambda: owner.node.lending.queues["text"].is_owner("alpha"))
+        results = await defer.gatherResults(
+            [defer.Deferred.fromCoroutine(_chat(master.url, "alpha")) for _ in range(8)])
+        assert all(code == 200 for code, _, _ in results)
+        lent = [r for _, _, r in results if r.headers.getRawHeaders(b"x-routerd-lent-to")]
+        assert lent and all(r.headers.getRawHeaders(b"x-routerd-lent-to") == [b"master/gamma"] for r in lent)
+        assert all(r.headers.getRawHeaders(b"x-routerd-node") == [b"master"] for r in lent)
+        assert all(payload["model"] == "alpha" for _, payload, _ in results)
+    finally:
+        await owner.stop()
+        await master.stop()

@@ -216,7 +216,8 @@ class Cluster:
             rewrite_to=None, returns_raise=False))
 
     def rows(self, kind: str | None = None, outcome: str | None = None) -> list[dict[str, Any]]:
-        return list(reversed(fired(self.log.query(kind=kind, outcome=outcome))))
+        newest_first: list[dict[str, Any]] = fired(self.log.query(kind=kind, outcome=outcome))
+        return newest_first[::-1]
 
 
 def expected_lease(owner: str, model: str, helper: str, helper_model: str, *, load: bool = True,
@@ -471,7 +472,7 @@ def test_push_sends_links_and_settings_to_every_healthy_node() -> None:
     cluster.master.registry.add_node("s3", healthy=False)
     fired(Deferred.fromCoroutine(cluster.coordinator.push()))
     links = {"image": [], "text": [to_json(A_TO_H), to_json(B_TO_K)]}
-    pushed_settings = {"values": settings.texts(), "fingerprint": settings.fingerprint()}
+    pushed_settings: dict[str, Any] = {"values": settings.texts(), "fingerprint": settings.fingerprint()}
     assert sorted(cluster.master.client.to("/router/v1/node/offload/links")) == [
         ("http://s1:1", links), ("http://s2:1", links), ("http://s4:1", links)]
     assert sorted(cluster.master.client.to("/router/v1/node/offload/settings")) == [

@@ -169,7 +169,8 @@ class Node:
 
     def rows(self, outcome: str | None = None) -> list[dict[str, Any]]:
         """Decision rows written so far, oldest first."""
-        return list(reversed(fired(self.log.query(outcome=outcome))))
+        newest_first: list[dict[str, Any]] = fired(self.log.query(outcome=outcome))
+        return newest_first[::-1]
 
     def answered(self, rid: str) -> bytes | Failure:
         got = self.answers[rid]
