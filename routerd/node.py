@@ -475,7 +475,7 @@ class Node:
             "node_id": self.node_id,
             "runtimes": [s.to_json() for s in self.runtimes.status()],
             "active_requests": [a.to_json(now_ms) for a in self.local.active.values()],
-            "held_requests": [],
+            "held_requests": self.lending.held_requests(),
         }
 
     def runtime_status(self) -> dict[str, Any]:
@@ -488,7 +488,7 @@ class Node:
             "backend_mode": self.config.backend.mode,
             "active_requests": sum(s.users for s in statuses),
             "queued_requests": sum(s.waiters for s in statuses),
-            "active_stt_config": stt,
+            "active_stt_config": stt or "",
             "idle_for_ms": int(max(0.0, now - self.own_work_at) * 1000) if not self.local.active else 0,
             "settings_fingerprint": self.lending.settings.fingerprint(),
             "lanes": self.lending.lane_statuses(),

@@ -18,4 +18,4 @@ def fired(d: Deferred[T]) -> T:
     result = results[0]
     if isinstance(result, Failure):
         result.raiseException()
-    return result  # type: ignore[return-value]
+    return result

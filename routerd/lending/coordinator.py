@@ -78,8 +78,13 @@ class Coordinator:
             self.start()
 
     async def tick(self) -> None:
-        await self.push()
-        await self.plan("tick")
+        """The fallback refresh: push links and settings, then plan.  A failure is logged and
+        never stops the next tick."""
+        try:
+            await self.push()
+            await self.plan("tick")
+        except Exception:  # noqa: BLE001 - the loop must survive any one bad cycle
+            log.failure("lending refresh tick failed")
 
     # -- planning ------------------------------------------------------------------------------
 
@@ -98,7 +103,9 @@ class Coordinator:
         statuses: dict[str, NodeStatus] = {}
         for node_id, status in (await self.master.statuses()).items():
             try:
-                statuses[node_id] = from_json(status_to_json(status), NodeStatus)
+                doc = status_to_json(status)
+                doc["active_stt_config"] = doc.get("active_stt_config") or ""
+                statuses[node_id] = from_json(doc, NodeStatus)
             except Exception:  # noqa: BLE001 - a node with a malformed status is left out
                 log.warn("runtime status of {node_id} does not fit the lending types", node_id=node_id)
         now = self.clock.seconds()

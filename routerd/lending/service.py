@@ -210,6 +210,14 @@ class LendingService:
                     self._apply(lane, queue.returned(rid, self._now_ms()))
                     self.report(lane, model_id, "borrowed_completed")
                     continue
+                except CancelledError:
+                    raise
+                except Exception:
+                    # The answer broke off after it started (it cannot be re-run): the
+                    # request is over, and its lease slot must not stay taken.
+                    self._apply(lane, queue.finished(rid, self._now_ms()))
+                    self.report(lane, model_id, "borrowed_completed")
+                    raise
                 self._apply(lane, queue.finished(rid, self._now_ms()))
                 self.report(lane, model_id, "borrowed_completed")
                 return result

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import attrs
-import pytest
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
@@ -130,9 +129,13 @@ class FakeMaster:
     status: dict[str, RuntimeStatus] = attrs.Factory(dict)
     polls: int = 0
     gate: Deferred[None] | None = None  # when set, statuses() waits for it
+    failures: int = 0  # the next this many polls raise
 
     async def statuses(self) -> dict[str, RuntimeStatus]:
         self.polls += 1
+        if self.failures > 0:
+            self.failures -= 1
+            raise RuntimeError("own runtime status failed")
         if self.gate is not None:
             await self.gate
         return dict(self.status)
@@ -523,12 +526,21 @@ def test_a_kobold_helper_with_no_speech_config_is_priced_with_its_restore() -> N
     assert row["outcome"] == "granted" and row["restore_ms"] == 3000.0
 
 
-@pytest.mark.xfail(strict=True, reason="Coordinator._plan turns a null active_stt_config into the "
-                                       "string 'None', which the planner then treats as a displaced "
-                                       "config with no load time (restore_unpriced)")
 def test_a_kobold_helper_reporting_a_null_speech_config_is_priced_the_same() -> None:
     cluster = kobold_cluster(None)  # what a node with no STT model loaded reports
     lease = cluster.event("text", "s1", "A")
     (row,) = cluster.rows(kind="plan")
     assert row.get("reason") != "restore_unpriced"
     assert lease is not None and row["outcome"] == "granted" and row["restore_ms"] == 3000.0
+
+
+def test_a_failing_tick_does_not_stop_the_refresh_tick() -> None:
+    cluster = Cluster(settings=LendingSettings(scheduling_refresh_interval=10.0))
+    cluster.standard_statuses()
+    cluster.master.failures = 1
+    cluster.coordinator.start()
+    cluster.clock.advance(10)  # the first tick's plan fails
+    assert cluster.master.polls == 1
+    cluster.clock.advance(10)  # the next tick must still run
+    assert cluster.master.polls == 2
+    cluster.coordinator.stop()

@@ -348,8 +348,6 @@ def test_a_request_returned_at_once_by_the_sender_goes_back_and_runs_locally() -
     assert len(node.queue) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="a send_lent failure other than Returned leaves the entry "
-                                       "'lent' in the queue forever (serve only handles Returned)")
 def test_a_lent_request_whose_sender_fails_unexpectedly_does_not_stay_lent() -> None:
     node = Node(depth=2)
     node.serve_many(3)  # r2 held
