@@ -489,7 +489,8 @@ class Node:
             "active_requests": sum(s.users for s in statuses),
             "queued_requests": sum(s.waiters for s in statuses),
             "active_stt_config": stt or "",
-            "idle_for_ms": int(max(0.0, now - self.own_work_at) * 1000) if not self.local.active else 0,
+            # borrowed work does not count as busy (spec "Probes")
+            "idle_for_ms": int(max(0.0, now - self.own_work_at) * 1000) if not self.local.own_busy() else 0,
             "settings_fingerprint": self.lending.settings.fingerprint(),
             "lanes": self.lending.lane_statuses(),
             "costs": lending_json(self.lending.costs),
