@@ -12,45 +12,16 @@ import treq
 from twisted.internet import reactor, task
 
 from routerd import __version__
-from routerd.api.decisions_routes import SITE_DECISIONS, add_routes
-from routerd.config.schema import Config
-from routerd.lending.decisions import DecisionLog
-from routerd.node import Node
-from routerd.tap import NodeService
 from tests.integration.nodes import (
     FAST_TEXT,
     TOKEN,
     ClusterPlan,
     RunningNode,
     plan_cluster,
+    start_node,
     wait_until,
     write_models,
 )
-from tests.unit.test_decisions_routes import guarded
-
-
-async def _start(config: Config) -> RunningNode:
-    """``nodes.start_node``, plus the decision routes and log where the node does not have them yet."""
-    node = Node(config, reactor)
-    if not any(rule.rule == SITE_DECISIONS for rule in node.app.url_map.iter_rules()):
-        add_routes(node.app, node, guarded)
-    service = NodeService(node, reactor)
-    service.startService()
-    await service.ready
-    if node.lending.decisions is None:
-        assert node.store is not None
-        log = DecisionLog(node.store, reactor, node.node_id, __version__,
-                          node.lending.settings.offload_decisions_retention)
-        log.start()
-        node.lending.decisions = log
-    return RunningNode(node, service)
-
-
-async def _stop(running: RunningNode) -> None:
-    await running.node.lending.decisions.stop()
-    await running.stop()
-
-
 
 
 @attrs.define
@@ -66,15 +37,15 @@ async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
     for name in ("master", "slave-a"):
         write_models(plan.root / name, {"chat": {"model": "../weights/chat.sim.json", "contextsize": 4096}},
                      {"chat": FAST_TEXT})
-    master = await _start(plan.master_config())
-    slave = await _start(plan.slave_config("slave-a"))
+    master = await start_node(plan.master_config())
+    slave = await start_node(plan.slave_config("slave-a"))
     registry = master.node.master.registry  # type: ignore[union-attr]
     await wait_until(lambda: [n.node_id for n in registry.nodes() if n.healthy] == ["slave-a"])
     running = Pair(plan, master, slave)
     yield running
     if running.slave is not None:
-        await _stop(running.slave)
-    await _stop(running.master)
+        await running.slave.stop()
+    await running.master.stop()
 
 
 async def _get(url: str, **kwargs: Any) -> tuple[int, Any]:
@@ -135,10 +106,7 @@ async def test_site_decisions_merge_both_nodes_newest_first_and_report_a_stopped
     assert code == 404
 
     slave, pair.slave = pair.slave, None
-    await _stop(slave)
-    # A stopped in-process node still answers on keep-alive connections the master's pool holds
-    # (its listener is closed, its connections are not); drop them as a process exit would.
-    await pair.master.node._pool.closeCachedConnections()
+    await slave.stop()  # a stopped node also drops the keep-alive connections the master holds
     code, body = await _get(pair.master.url + "/router/v1/site/offload/decisions")
     assert code == 200
     assert [r["outcome"] for r in body["records"]] == ["borrowed_returned", "granted"]

@@ -15,48 +15,27 @@ from typing import Any
 import attrs
 import pytest_twisted
 import treq
-from twisted.internet import reactor
 
-from routerd.api import links_routes, push_routes, settings_routes
-from routerd.config.schema import Config
+from routerd.api import push_routes
 from routerd.lending.settings import LendingSettings
 from routerd.lending.types import Endpoint, Link
-from routerd.node import Node
 from routerd.store.links import LinkRow
-from routerd.tap import NodeService
 from tests.integration.nodes import (
     FAST_TEXT,
     TOKEN,
     ClusterPlan,
     RunningNode,
     plan_cluster,
+    start_node,
     wait_until,
     write_models,
 )
-from tests.unit.lending_api_support import guarded
 
 TEXT_GROUPS = "/router/v1/site/text-routing-groups"
 SETTINGS = "/router/v1/site/offload/settings"
 LINK = Link(Endpoint("master", "chat"), Endpoint("slave-a", "chat"), True, True)
 EDIT = {"anchor": {"node_id": "master", "model_id": "chat"},
         "lends_to": [{"node_id": "slave-a", "model_id": "chat", "restore_after_borrow": True}]}
-
-
-async def _start(config: Config) -> RunningNode:
-    """``nodes.start_node``, plus this part's routes where ``build_app`` does not register them yet."""
-    node = Node(config, reactor)
-    rules = {rule.rule for rule in node.app.url_map.iter_rules()}
-    if TEXT_GROUPS not in rules:
-        links_routes.add_routes(node.app, node, guarded)
-    if SETTINGS not in rules:
-        settings_routes.add_routes(node.app, node, guarded)
-    if push_routes.LINKS_PATH not in rules:
-        push_routes.add_routes(node.app, node, guarded)
-    service = NodeService(node, reactor)
-    service.startService()
-    await service.ready
-    return RunningNode(node, service)
-
 
 
 
@@ -73,8 +52,8 @@ async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
     for name in ("master", "slave-a"):
         write_models(plan.root / name, {"chat": {"model": "../weights/chat.sim.json", "contextsize": 4096}},
                      {"chat": FAST_TEXT})
-    master = await _start(plan.master_config())
-    slave = await _start(plan.slave_config("slave-a"))
+    master = await start_node(plan.master_config())
+    slave = await start_node(plan.slave_config("slave-a"))
     registry = master.node.master.registry  # type: ignore[union-attr]
     await wait_until(lambda: registry.find("slave-a", local_id="chat") is not None)
     running = Pair(plan, master, slave)
