@@ -160,10 +160,11 @@ class Node:
             self.lending.apply_settings(settings)
             self.master.registry.update_local(self.local_records())
             await self.master.start()
-        await self._refit()
+        # The first fit runs now but is not awaited: a large sample window must not
+        # hold the listener back (until it lands, this node's models are unpriced).
         self._refit_loop = task.LoopingCall(self._refit_tick)
         self._refit_loop.clock = self.reactor
-        self._refit_loop.start(self.lending.settings.scheduling_refresh_interval, now=False)
+        self._refit_loop.start(self.lending.settings.scheduling_refresh_interval, now=True)
         if self.coordinator is not None:
             self.coordinator.start()
         startup = self.config.models.startup_model
