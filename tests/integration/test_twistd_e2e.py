@@ -120,7 +120,9 @@ def _config(tmp_path: Path, port: int, startup: str) -> Path:
 def test_startup_model_is_loaded_before_the_listener_opens(tmp_path: Path) -> None:
     port = _free_port()
     cfg = _config(tmp_path, port, "warm")
-    proc = subprocess.Popen([TWISTD, "-n", "--pidfile=", "routerd", "--config", str(cfg)], cwd=tmp_path,
+    json_log = tmp_path / "events.jsonl"
+    proc = subprocess.Popen([TWISTD, "-n", "--pidfile=", "routerd", "--config", str(cfg),
+                             "--json-log", str(json_log)], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         _wait_http(f"http://127.0.0.1:{port}/health", proc)
@@ -129,6 +131,10 @@ def test_startup_model_is_loaded_before_the_listener_opens(tmp_path: Path) -> No
         assert text["state"] == "ready" and text["model_id"] == "warm"
     finally:
         _stop(proc)
+    # --json-log writes one JSON event per line, with the keyword fields of each log call
+    events = [json.loads(line) for line in json_log.read_text().splitlines() if line.strip()]
+    loaded = [e for e in events if e.get("log_format", "").startswith("loaded {model}")]
+    assert loaded and loaded[0]["model"] == "warm" and loaded[0]["runtime"] == "text"
 
 
 def test_a_startup_model_that_fails_to_load_stops_the_node_with_status_1(tmp_path: Path) -> None:
