@@ -144,3 +144,31 @@ async def wait_until(predicate: Any, timeout: float = 5.0) -> None:
             return
         await task.deferLater(reactor, 0.05, lambda: None)
     raise AssertionError("condition not reached in time")
+
+
+@attrs.define
+class Pair:
+    """A master and one slave (``slave-a``), each with a text model ``chat``."""
+
+    plan: ClusterPlan
+    master: RunningNode
+    slave: RunningNode | None  # None once a test has stopped it
+
+    async def stop(self) -> None:
+        if self.slave is not None:
+            await self.slave.stop()
+        await self.master.stop()
+
+
+async def start_pair(root: Path) -> Pair:
+    """Start the pair and wait until the master has accepted the slave's ``chat`` model."""
+    plan = plan_cluster(root, ["slave-a"])
+    for name in ("master", "slave-a"):
+        write_models(plan.root / name, {"chat": {"model": "../weights/chat.sim.json", "contextsize": 4096}},
+                     {"chat": FAST_TEXT})
+    master = await start_node(plan.master_config())
+    slave = await start_node(plan.slave_config("slave-a"))
+    registry = master.node.master.registry  # type: ignore[union-attr]
+    await wait_until(lambda: registry.find("slave-a", local_id="chat") is not None
+                     and all(n.healthy for n in registry.nodes()))
+    return Pair(plan, master, slave)

@@ -6,47 +6,23 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest_twisted
 import treq
 from twisted.internet import reactor, task
 
 from routerd import __version__
 from tests.integration.nodes import (
-    FAST_TEXT,
     TOKEN,
-    ClusterPlan,
-    RunningNode,
-    plan_cluster,
-    start_node,
-    wait_until,
-    write_models,
+    Pair,
+    start_pair,
 )
-
-
-@attrs.define
-class Pair:
-    plan: ClusterPlan
-    master: RunningNode
-    slave: RunningNode | None
 
 
 @pytest_twisted.async_yield_fixture
 async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
-    plan = plan_cluster(tmp_path, ["slave-a"])
-    for name in ("master", "slave-a"):
-        write_models(plan.root / name, {"chat": {"model": "../weights/chat.sim.json", "contextsize": 4096}},
-                     {"chat": FAST_TEXT})
-    master = await start_node(plan.master_config())
-    slave = await start_node(plan.slave_config("slave-a"))
-    registry = master.node.master.registry  # type: ignore[union-attr]
-    await wait_until(lambda: [n.node_id for n in registry.nodes() if n.healthy] == ["slave-a"])
-    running = Pair(plan, master, slave)
+    running = await start_pair(tmp_path)
     yield running
-    if running.slave is not None:
-        await running.slave.stop()
-    await running.master.stop()
-
+    await running.stop()
 
 async def _get(url: str, **kwargs: Any) -> tuple[int, Any]:
     response = await treq.get(url, **kwargs)

@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest_twisted
 import treq
 
@@ -21,14 +20,10 @@ from routerd.lending.settings import LendingSettings
 from routerd.lending.types import Endpoint, Link
 from routerd.store.links import LinkRow
 from tests.integration.nodes import (
-    FAST_TEXT,
     TOKEN,
-    ClusterPlan,
-    RunningNode,
-    plan_cluster,
-    start_node,
+    Pair,
+    start_pair,
     wait_until,
-    write_models,
 )
 
 TEXT_GROUPS = "/router/v1/site/text-routing-groups"
@@ -39,28 +34,13 @@ EDIT = {"anchor": {"node_id": "master", "model_id": "chat"},
 
 
 
-@attrs.define
-class Pair:
-    plan: ClusterPlan
-    master: RunningNode
-    slave: RunningNode
 
 
 @pytest_twisted.async_yield_fixture
 async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
-    plan = plan_cluster(tmp_path, ["slave-a"])
-    for name in ("master", "slave-a"):
-        write_models(plan.root / name, {"chat": {"model": "../weights/chat.sim.json", "contextsize": 4096}},
-                     {"chat": FAST_TEXT})
-    master = await start_node(plan.master_config())
-    slave = await start_node(plan.slave_config("slave-a"))
-    registry = master.node.master.registry  # type: ignore[union-attr]
-    await wait_until(lambda: registry.find("slave-a", local_id="chat") is not None)
-    running = Pair(plan, master, slave)
+    running = await start_pair(tmp_path)
     yield running
-    await slave.stop()
-    await master.stop()
-
+    await running.stop()
 
 async def _call(method: str, url: str, body: Any = None, *, token: str | None = None) -> tuple[int, Any]:
     headers: dict[bytes | str, bytes | str] = {"content-type": "application/json"}
