@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -13,13 +12,13 @@ from twisted.web.iweb import IRequest
 from routerd import __version__
 from routerd.api import decisions_routes, links_routes, offload_routes, push_routes, settings_routes
 from routerd.api.errors import HTTPError, error_body, style_for_path
+from routerd.api.jsonio import json_response, read_json
 from routerd.cluster.wire import PROTOCOL_VERSION, StatusError
 from routerd.lending.service import Borrowed
 from routerd.routing.adapters import ollama
 from routerd.routing.classify import INFERENCE_PATHS, classify
 from routerd.routing.forward import INFERENCE_PREFIX
 from routerd.routing.relay import header
-from routerd.routing.selector import SelectorError, parse_json_object
 
 if TYPE_CHECKING:
     from routerd.node import Node
@@ -27,10 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["PROTOCOL_VERSION", "build_app"]
 
 
-def _json(request: IRequest, payload: Any, status: int = 200) -> bytes:
-    request.setResponseCode(status)
-    request.setHeader(b"content-type", b"application/json")
-    return json.dumps(payload).encode()
 
 
 def _fail(request: IRequest, err: StatusError) -> bytes:
@@ -40,14 +35,6 @@ def _fail(request: IRequest, err: StatusError) -> bytes:
     return error_body(style_for_path(path), err.message, err.type, err.code)
 
 
-def _body_json(request: IRequest) -> dict[str, Any]:
-    raw = request.content.read() if request.content is not None else b""
-    if not raw.strip():
-        return {}
-    try:
-        return parse_json_object(raw)
-    except SelectorError as exc:
-        raise HTTPError(400, str(exc)) from None
 
 
 def _arg(request: IRequest, name: str) -> str | None:
@@ -85,7 +72,7 @@ def build_app(node: Node) -> Klein:
 
     @app.route("/health", methods=["GET"])
     def health(request: IRequest) -> bytes:
-        return _json(request, {"status": "ok", "node_id": node.node_id, "role": node.role})
+        return json_response(request, {"status": "ok", "node_id": node.node_id, "role": node.role})
 
     @app.route("/metrics", methods=["GET"])
     def metrics(request: IRequest) -> bytes:
@@ -96,35 +83,35 @@ def build_app(node: Node) -> Klein:
 
     @app.route("/v1/models", methods=["GET"])
     def v1_models(request: IRequest) -> bytes:
-        return _json(request, ollama.openai_models(node.listing(lambda c: c.llm or c.embeddings)))
+        return json_response(request, ollama.openai_models(node.listing(lambda c: c.llm or c.embeddings)))
 
     @app.route("/api/tags", methods=["GET"])
     def api_tags(request: IRequest) -> bytes:
-        return _json(request, ollama.ollama_tags(node.listing(lambda c: c.llm or c.embeddings)))
+        return json_response(request, ollama.ollama_tags(node.listing(lambda c: c.llm or c.embeddings)))
 
     @app.route("/api/ps", methods=["GET"])
     def api_ps(request: IRequest) -> bytes:
-        return _json(request, ollama.ollama_ps(node.listing(lambda c: c.llm or c.embeddings)))
+        return json_response(request, ollama.ollama_ps(node.listing(lambda c: c.llm or c.embeddings)))
 
     @app.route("/api/version", methods=["GET"])
     def api_version(request: IRequest) -> bytes:
-        return _json(request, {"version": __version__})
+        return json_response(request, {"version": __version__})
 
     @app.route("/api/show", methods=["POST"])
     @guarded
     def api_show(request: IRequest) -> bytes:
-        body = _body_json(request)
+        body = read_json(request, optional=True)
         name = body.get("model", body.get("name"))
         if not isinstance(name, str) or not name:
             raise HTTPError(400, "model is required")
         entries = [e for e in node.listing(lambda c: True) if e.name == name]
         if not entries:
             raise HTTPError(404, f"model '{name}' not found", "not_found", "model_not_found")
-        return _json(request, ollama.ollama_show(entries[0]))
+        return json_response(request, ollama.ollama_show(entries[0]))
 
     @app.route("/sdapi/v1/sd-models", methods=["GET"])
     def sd_models(request: IRequest) -> bytes:
-        return _json(request, node.image_listing())
+        return json_response(request, node.image_listing())
 
     # -- inference ------------------------------------------------------------
 
@@ -170,59 +157,61 @@ def build_app(node: Node) -> Klein:
     def register(request: IRequest) -> bytes:
         if node.master is None:
             raise HTTPError(409, "this node is not the master", "cluster_error", "not_master")
-        return _json(request, node.master.register(_body_json(request)))
+        return json_response(request, node.master.register(read_json(request, optional=True)))
 
     @app.route("/router/v1/node/models", methods=["GET"])
     def node_models(request: IRequest) -> bytes:
-        return _json(request, node.snapshot())
+        return json_response(request, node.snapshot())
 
     @app.route("/router/v1/node/runtime-status", methods=["GET"])
     def runtime_status(request: IRequest) -> bytes:
-        return _json(request, node.runtime_status())
+        return json_response(request, node.runtime_status())
 
     @app.route("/router/v1/node/state", methods=["GET"])
     @app.route("/router/v1/state", methods=["GET"])
     def state(request: IRequest) -> bytes:
-        return _json(request, node.state_document())
+        return json_response(request, node.state_document())
 
     @app.route("/router/v1/node/load", methods=["POST"])
     @guarded
     async def node_load(request: IRequest) -> bytes:
-        return _json(request, await node.load_model(_model_arg(_body_json(request))))
+        return json_response(request, await node.load_model(_model_arg(read_json(request, optional=True))))
 
     @app.route("/router/v1/node/unload", methods=["POST"])
     @guarded
     async def node_unload(request: IRequest) -> bytes:
-        body = _body_json(request)
-        return _json(request, await node.unload_model(body.get("model"), body.get("target")))
+        body = read_json(request, optional=True)
+        return json_response(request, await node.unload_model(body.get("model"), body.get("target")))
 
     # -- admin and site API (contract §7) ---------------------------------------
 
     @app.route("/router/v1/version", methods=["GET"])
     def version(request: IRequest) -> bytes:
-        return _json(request, {"version": __version__, "protocol_version": PROTOCOL_VERSION,
+        return json_response(request, {"version": __version__, "protocol_version": PROTOCOL_VERSION,
                                "minimum_protocol_version": PROTOCOL_VERSION})
 
     @app.route("/router/v1/models", methods=["GET"])
     def router_models(request: IRequest) -> bytes:
-        return _json(request, node.models_document())
+        return json_response(request, node.models_document())
 
     @app.route("/router/v1/load", methods=["POST"])
     @guarded
     async def load(request: IRequest) -> bytes:
-        return _json(request, await node.load_model(_model_arg(_body_json(request)), site=True))
+        name = _model_arg(read_json(request, optional=True))
+        return json_response(request, await node.load_model(name, site=True))
 
     @app.route("/router/v1/unload", methods=["POST"])
     @guarded
     async def unload(request: IRequest) -> bytes:
-        body = _body_json(request)
-        return _json(request, await node.unload_model(body.get("model"), body.get("target"), site=True))
+        body = read_json(request, optional=True)
+        result = await node.unload_model(body.get("model"), body.get("target"), site=True)
+        return json_response(request, result)
 
     @app.route("/router/v1/site/inventory", methods=["GET"])
     @guarded
     def inventory(request: IRequest) -> bytes:
         master_only()
-        return _json(request, node.inventory())
+        return json_response(request, node.inventory())
 
     @app.route("/router/v1/site/nodes/state", methods=["GET"])
     @guarded
@@ -233,8 +222,8 @@ def build_app(node: Node) -> Klein:
         if not node_id:
             raise HTTPError(400, "node_id is required")
         if node_id == node.node_id:
-            return _json(request, node.state_document())
-        return _json(request, await node.master.node_json(node_id, "/router/v1/node/state"))
+            return json_response(request, node.state_document())
+        return json_response(request, await node.master.node_json(node_id, "/router/v1/node/state"))
 
     @app.route("/router/v1/site/", branch=True)
     @guarded

@@ -20,7 +20,6 @@ Remote nodes are asked at most ``FANOUT`` at a time, each within ``NODE_TIMEOUT_
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -34,6 +33,7 @@ from twisted.web.iweb import IRequest
 
 from routerd import __version__
 from routerd.api.errors import HTTPError
+from routerd.api.jsonio import json_response
 from routerd.lending.decisions import ALL_OUTCOMES, KINDS
 from routerd.lending.types import LANES
 from routerd.registry.records import NodeInfo
@@ -178,10 +178,6 @@ def parse_query(request: IRequest, default_limit: int) -> DecisionQuery:
 # -- documents -------------------------------------------------------------------------------------
 
 
-def _json(request: IRequest, payload: Any, status: int = 200) -> bytes:
-    request.setResponseCode(status)
-    request.setHeader(b"content-type", b"application/json")
-    return json.dumps(payload).encode()
 
 
 def _master(node: DecisionsNode) -> _Master:
@@ -326,12 +322,12 @@ def add_routes(app: Klein, node: DecisionsNode, guarded: Callable[..., Any]) -> 
     @guarded
     async def node_offload_decisions(request: IRequest) -> bytes:
         query = parse_query(request, DEFAULT_LIMIT)
-        return _json(request, {"records": await local_decisions(node, query)})
+        return json_response(request, {"records": await local_decisions(node, query)})
 
     @app.route(NODE_SUMMARY, methods=["GET"])
     @guarded
     def node_offload_summary(request: IRequest) -> bytes:
-        return _json(request, local_summary(node))
+        return json_response(request, local_summary(node))
 
     @app.route(SITE_DECISIONS, methods=["GET"])
     @guarded
@@ -339,9 +335,9 @@ def add_routes(app: Klein, node: DecisionsNode, guarded: Callable[..., Any]) -> 
         _master(node)
         query = parse_query(request, SITE_DEFAULT_LIMIT)
         wanted = [v.strip() for v in _args(request, "node_id") if v.strip()]
-        return _json(request, await site_decisions(node, query, wanted or None))
+        return json_response(request, await site_decisions(node, query, wanted or None))
 
     @app.route(SITE_SUMMARY, methods=["GET"])
     @guarded
     async def site_offload_summary(request: IRequest) -> bytes:
-        return _json(request, await site_summary(node))
+        return json_response(request, await site_summary(node))

@@ -6,7 +6,6 @@ The routes see the node through :class:`LendingNode`, a read-only protocol that
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -69,27 +68,8 @@ class LendingNode(Protocol):
     def lending(self) -> LendingView: ...
 
 
-def json_response(request: IRequest, payload: Any, status: int = 200) -> bytes:
-    request.setResponseCode(status)
-    request.setHeader(b"content-type", b"application/json")
-    return json.dumps(payload).encode()
 
 
-def read_json_object(request: IRequest) -> dict[str, Any]:
-    """The request body as a JSON object; 400 ``invalid_request_error`` otherwise."""
-    content = request.content
-    raw = content.read() if content is not None else b""
-    if not raw.strip():
-        raise HTTPError(400, "a JSON object body is required")
-    try:
-        value = json.loads(raw)
-    except RecursionError:
-        raise HTTPError(400, "invalid JSON body: nested too deeply") from None
-    except ValueError as exc:
-        raise HTTPError(400, f"invalid JSON body: {exc}") from None
-    if not isinstance(value, dict):
-        raise HTTPError(400, "the JSON body must be an object")
-    return value
 
 
 def query_arg(request: IRequest, name: str) -> str | None:
@@ -128,9 +108,7 @@ __all__ = [
     "LendingView",
     "MasterView",
     "RegistryView",
-    "json_response",
     "query_arg",
-    "read_json_object",
     "require_master",
     "want_bool",
     "want_str",

@@ -29,13 +29,12 @@ from klein import Klein
 from twisted.web.iweb import IRequest
 
 from routerd.api.errors import HTTPError
+from routerd.api.jsonio import json_response, read_json
 from routerd.api.lending_http import (
     CatalogView,
     Guard,
     LendingNode,
-    json_response,
     query_arg,
-    read_json_object,
     require_master,
     want_bool,
     want_str,
@@ -313,7 +312,7 @@ class LinksAPI:
 
     async def post(self, request: IRequest) -> bytes:
         store = self._store()
-        edit = parse_edit(read_json_object(request))
+        edit = parse_edit(read_json(request))
         current = await self._links(store, self.lane)
         self._models().validate(edit, current)
         try:

@@ -12,6 +12,7 @@ from twisted.web.iweb import IRequest
 
 from routerd.api.call import Call, new_request_id
 from routerd.api.errors import HTTPError, error_body
+from routerd.api.jsonio import json_response, read_json
 from routerd.lending.coordinator import RelayRequest
 from routerd.lending.service import offload_returned
 from routerd.lending.types import LANES, TRIGGERS, Lease, from_json, to_json
@@ -24,19 +25,8 @@ if TYPE_CHECKING:
     from routerd.node import Node
 
 
-def _json_body(request: IRequest) -> dict[str, Any]:
-    raw = request.content.read() if request.content is not None else b""
-    try:
-        return parse_json_object(raw)
-    except SelectorError as exc:
-        raise HTTPError(400, str(exc)) from None
 
 
-def _reply(request: IRequest, payload: Any) -> bytes:
-    import json
-
-    request.setHeader(b"content-type", b"application/json")
-    return json.dumps(payload).encode()
 
 
 def add_routes(app: Klein, node: Node, guarded: Callable[..., Any]) -> None:
@@ -45,7 +35,7 @@ def add_routes(app: Klein, node: Node, guarded: Callable[..., Any]) -> None:
     async def offload_event(request: IRequest) -> bytes:
         if node.coordinator is None:
             raise HTTPError(409, "this node is not the master", "cluster_error", "not_master")
-        body = _json_body(request)
+        body = read_json(request)
         lane, owner, model, trigger = (body.get(k) for k in ("lane", "owner_node_id", "model_id", "trigger"))
         if lane not in LANES:
             raise HTTPError(400, "lane must be image or text")
@@ -54,12 +44,12 @@ def add_routes(app: Klein, node: Node, guarded: Callable[..., Any]) -> None:
         if trigger not in TRIGGERS:
             raise HTTPError(400, f"trigger must be one of {', '.join(TRIGGERS)}")
         lease = await node.coordinator.event(lane, owner.strip(), model.strip(), trigger)
-        return _reply(request, {"lease": to_json(lease) if lease is not None else None})
+        return json_response(request, {"lease": to_json(lease) if lease is not None else None})
 
     @app.route("/router/v1/node/offload/grant", methods=["POST"])
     @guarded
     def offload_grant(request: IRequest) -> bytes:
-        body = _json_body(request)
+        body = read_json(request)
         try:
             lease = from_json(body, Lease)
         except Exception as exc:  # noqa: BLE001 - cattrs reports structure errors in several types
@@ -67,11 +57,11 @@ def add_routes(app: Klein, node: Node, guarded: Callable[..., Any]) -> None:
         if not (lease.owner_model_id and lease.helper_node_id and lease.helper_model_id):
             raise HTTPError(400, "a lease needs owner_model_id, helper_node_id and helper_model_id")
         node.lending.receive_lease(lease, lease.lane, lease.owner_model_id, "grant")
-        return _reply(request, to_json(lease))
+        return json_response(request, to_json(lease))
 
     @app.route("/router/v1/node/offload/borrowed", methods=["GET"])
     def offload_borrowed(request: IRequest) -> bytes:
-        return _reply(request, {"borrowed": node.lending.borrowed_requests()})
+        return json_response(request, {"borrowed": node.lending.borrowed_requests()})
 
     @app.route("/router/v1/node/offload/request", methods=["POST"])
     def offload_request(request: IRequest) -> Any:

@@ -19,7 +19,8 @@ from twisted.logger import Logger
 from twisted.web.iweb import IRequest
 
 from routerd.api.errors import HTTPError
-from routerd.api.lending_http import Guard, LendingNode, json_response, read_json_object, want_bool
+from routerd.api.jsonio import json_response, read_json
+from routerd.api.lending_http import Guard, LendingNode, want_bool
 from routerd.api.settings_routes import normalise_batch
 from routerd.lending.links import LinkError, LinkSet
 from routerd.lending.settings import SPECS, LendingSettings
@@ -78,7 +79,7 @@ class PushAPI:
 
     def links(self, request: IRequest) -> bytes:
         _refuse_on_master(self.node, "links")
-        body = read_json_object(request)
+        body = read_json(request)
         image = parse_link_set("image", body.get("image"))
         text = parse_link_set("text", body.get("text"))
         self.node.lending.install_links(image, text)
@@ -86,7 +87,7 @@ class PushAPI:
 
     def settings(self, request: IRequest) -> bytes:
         _refuse_on_master(self.node, "settings")
-        body = read_json_object(request)
+        body = read_json(request)
         values = body.get("values")
         if not isinstance(values, dict):
             raise HTTPError(400, 'values is required: an object of {"key": value}')

@@ -23,14 +23,8 @@ from klein import Klein
 from twisted.web.iweb import IRequest
 
 from routerd.api.errors import HTTPError
-from routerd.api.lending_http import (
-    Guard,
-    LendingNode,
-    json_response,
-    query_arg,
-    read_json_object,
-    require_master,
-)
+from routerd.api.jsonio import json_response, read_json
+from routerd.api.lending_http import Guard, LendingNode, query_arg, require_master
 from routerd.lending.layering import effective
 from routerd.lending.settings import SPECS, SettingError, normalise
 from routerd.store.store import Store
@@ -85,7 +79,7 @@ class SettingsAPI:
     async def post(self, request: IRequest) -> bytes:
         require_master(self.node)
         store = self._writable_store()
-        body = read_json_object(request)
+        body = read_json(request)
         values = body.get("values")
         if not isinstance(values, dict):
             raise HTTPError(400, 'values is required: an object of {"key": value}')
