@@ -69,7 +69,9 @@ class Node:
     log = Logger()
 
     def __init__(self, config: Config, reactor: Any, *, launcher: Any = None, http: Any = None,
-                 port_allocator: Callable[[], int] | None = None) -> None:
+                 agent: Any = None, port_allocator: Callable[[], int] | None = None,
+                 open_store: Callable[[str], Any] | None = None,
+                 run_in_thread: Callable[..., Any] = deferToThread) -> None:
         self.config = config
         self.reactor = reactor
         self.role = config.cluster.role
@@ -83,7 +85,10 @@ class Node:
         self._pool = HTTPConnectionPool(reactor, persistent=True)
         self._pool.maxPersistentPerHost = 64
         self._pool.retryAutomatically = False
-        self.agent = Agent(reactor, pool=self._pool, connectTimeout=10)
+        self.agent = agent if agent is not None else Agent(reactor, pool=self._pool, connectTimeout=10)
+        # Tests inject an in-memory store and a synchronous "thread" (no threads in unit tests).
+        self._open_store = open_store or (lambda path: Store.open(path, reactor))
+        self._run_in_thread = run_in_thread
         # treq for node-to-node calls and readiness probes (cookies/redirects handled by NodeClient)
         self.http = cast(Any, http if http is not None else HTTPClient(self.agent))
         self.runtimes = Runtimes(reactor, config, self.http, launcher=launcher, on_load=self._on_load,
@@ -145,9 +150,9 @@ class Node:
     async def start(self) -> None:
         """Open the store, hash the catalog, poll slaves (master), preload the startup model."""
         store_dir = self.config.cluster.store_dir
-        self.store = await Store.open(os.path.join(store_dir, "routerd.sqlite"), self.reactor)
+        self.store = await self._open_store(os.path.join(store_dir, "routerd.sqlite"))
         cache = FileHashCache(os.path.join(store_dir, "hash-cache.json"))
-        self.catalog = await self.catalog.hashed(cache, deferToThread)
+        self.catalog = await self.catalog.hashed(cache, self._run_in_thread)
         self.lending.decisions = DecisionLog(
             self.store, self.reactor, self.node_id, __version__,
             self.lending.settings.offload_decisions_retention)
@@ -245,7 +250,7 @@ class Node:
         for section in ("image", "llm"):
             samples.extend(await self.store.request_samples(None, section, since))
         loads = await self.store.load_samples(since)
-        self.lending.costs = await deferToThread(fit_node, samples, loads, settings, now_ms)
+        self.lending.costs = await self._run_in_thread(fit_node, samples, loads, settings, now_ms)
 
     def _refit_tick(self) -> Deferred[None]:
         d = ensureDeferred(self._refit())
