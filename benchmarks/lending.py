@@ -86,8 +86,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _harness import run  # noqa: E402
 
 from routerd.lending.planner import UNLOADED_PROBE_FACTOR  # noqa: E402
-from routerd.lending.types import Costs  # noqa: E402
 from routerd.store.store import Store  # noqa: E402
+from routerd.wire.lending import Costs  # noqa: E402
 from tests.integration.nodes import (  # noqa: E402
     ClusterPlan,
     RunningNode,

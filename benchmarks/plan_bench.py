@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from routerd.config.lending import LendingSettings  # noqa: E402
 from routerd.lending.links import LinkSet  # noqa: E402
 from routerd.lending.planner import FactKey, ModelFacts, plan  # noqa: E402
-from routerd.lending.settings import LendingSettings  # noqa: E402
-from routerd.lending.types import (  # noqa: E402
+from routerd.wire.lending import (  # noqa: E402
     Costs,
     Endpoint,
     LaneStatus,

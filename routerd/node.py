@@ -24,8 +24,6 @@ from twisted.web.iweb import IRequest
 
 from routerd import __version__
 from routerd.api.app import build_app
-from routerd.api.call import Call
-from routerd.api.errors import HTTPError
 from routerd.api.front import InferenceFront
 from routerd.api.inference import LocalInference
 from routerd.api.site import GuardResource, NodeSite
@@ -38,31 +36,33 @@ from routerd.cluster.auth import AuthPolicy
 from routerd.cluster.client import AllowList, NodeClient
 from routerd.cluster.master import MasterAgent
 from routerd.cluster.slave import RegistrationRefused, SlaveAgent
-from routerd.cluster.wire import (
+from routerd.config.lending import LendingSettings
+from routerd.config.schema import Config
+from routerd.errors import HTTPError
+from routerd.lending.bootstrap import load_lending_state
+from routerd.lending.coordinator import Coordinator, RelayRequest
+from routerd.lending.decisions import DecisionLog
+from routerd.lending.pricing import fit_node
+from routerd.lending.service import Borrowed, LendingService, Returned, lease_from_json, offload_returned
+from routerd.metrics import NodeMetrics
+from routerd.registry.identity import MemoryPublicIdStore
+from routerd.registry.registry import Registry
+from routerd.routing.adapters.ollama import ListedModel
+from routerd.routing.call import Call
+from routerd.routing.classify import classify
+from routerd.routing.forward import CameBack, Forwarder, Outbound, Unreachable
+from routerd.routing.relay import query_args
+from routerd.store.samples import LoadSample, RequestSample
+from routerd.store.store import Store
+from routerd.wire.lending import Lane, Lease, Trigger
+from routerd.wire.lending import to_json as lending_json
+from routerd.wire.records import (
     PROTOCOL_VERSION,
     ModelRecord,
     Snapshot,
     record_from_config,
     record_to_json,
 )
-from routerd.config.schema import Config
-from routerd.lending.bootstrap import load_lending_state
-from routerd.lending.coordinator import Coordinator, RelayRequest
-from routerd.lending.decisions import DecisionLog
-from routerd.lending.pricing import fit_node
-from routerd.lending.service import Borrowed, LendingService, Returned, lease_from_json, offload_returned
-from routerd.lending.settings import LendingSettings
-from routerd.lending.types import Lane, Lease, Trigger
-from routerd.lending.types import to_json as lending_json
-from routerd.metrics import NodeMetrics
-from routerd.registry.identity import MemoryPublicIdStore
-from routerd.registry.registry import Registry
-from routerd.routing.adapters.ollama import ListedModel
-from routerd.routing.classify import classify
-from routerd.routing.forward import CameBack, Forwarder, Outbound, Unreachable
-from routerd.routing.relay import query_args
-from routerd.store.samples import LoadSample, RequestSample
-from routerd.store.store import Store
 
 
 class Node:
@@ -471,7 +471,7 @@ class Node:
                         models=tuple(self.local_records()))
 
     def snapshot(self) -> dict[str, Any]:
-        from routerd.cluster.wire import snapshot_to_json
+        from routerd.wire.records import snapshot_to_json
 
         return snapshot_to_json(self.snapshot_wire())
 

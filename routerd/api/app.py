@@ -11,14 +11,14 @@ from twisted.web.iweb import IRequest
 
 from routerd import __version__
 from routerd.api import decisions_routes, links_routes, offload_routes, push_routes, settings_routes
-from routerd.api.errors import HTTPError, error_body, style_for_path
 from routerd.api.jsonio import json_response, read_json
-from routerd.cluster.wire import PROTOCOL_VERSION, StatusError
+from routerd.errors import HTTPError, StatusError, error_body, style_for_path
 from routerd.lending.service import Borrowed
 from routerd.routing.adapters import ollama
 from routerd.routing.classify import INFERENCE_PATHS, classify
 from routerd.routing.forward import INFERENCE_PREFIX
 from routerd.routing.relay import header
+from routerd.wire.records import PROTOCOL_VERSION
 
 if TYPE_CHECKING:
     from routerd.node import Node

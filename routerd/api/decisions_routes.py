@@ -32,12 +32,12 @@ from twisted.python.failure import Failure
 from twisted.web.iweb import IRequest
 
 from routerd import __version__
-from routerd.api.errors import HTTPError
 from routerd.api.jsonio import json_response
+from routerd.errors import HTTPError
 from routerd.lending.decisions import ALL_OUTCOMES, KINDS
-from routerd.lending.types import LANES
 from routerd.registry.records import NodeInfo
 from routerd.store.decisions import DEFAULT_LIMIT, MAX_LIMIT
+from routerd.wire.lending import LANES
 
 #: Remote nodes asked at once, and how long each may take.
 FANOUT = 8

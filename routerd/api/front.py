@@ -18,21 +18,21 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.iweb import IRequest
 
-from routerd.api.call import Call, new_request_id
-from routerd.api.errors import HTTPError, error_body
 from routerd.api.inference import LocalInference
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.model import ModelConfig
 from routerd.cluster.master import MasterAgent
-from routerd.cluster.wire import ModelRecord, StatusError
+from routerd.errors import HTTPError, StatusError, error_body
 from routerd.lending.service import Borrowed, LendingService, lane_model_id, offload_returned
 from routerd.metrics import NodeMetrics
+from routerd.routing.call import Call, new_request_id
 from routerd.routing.classify import Route, wants_stream
 from routerd.routing.forward import Forwarder
 from routerd.routing.multipart import MultipartError
 from routerd.routing.plan import NEEDS, SECTIONS
 from routerd.routing.relay import StreamBroken, break_client_stream, header, header_map, query_args
 from routerd.routing.selector import SelectorError, parse_json_object, select_model
+from routerd.wire.records import ModelRecord
 
 log = Logger()
 

@@ -19,20 +19,17 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent, IRequest
 
-from routerd.api.call import ActiveRequest, Call
-from routerd.api.errors import HTTPError
 from routerd.backends.errors import BackendMissing, LoadFailed
 from routerd.catalog.model import ModelConfig
-from routerd.cluster.wire import StatusError
+from routerd.errors import HTTPError, StatusError
 from routerd.routing import work
 from routerd.routing.adapters import AdapterError, kobold, ollama, whisper
 from routerd.routing.body import BytesProducer
-from routerd.routing.classify import Route
-from routerd.routing.multipart import MultipartError, parse_form
+from routerd.routing.call import ActiveRequest, Call
+from routerd.routing.multipart import MultipartError
 from routerd.routing.plan import SECTIONS, BackendPlan, plan_backend_call
 from routerd.routing.relay import StreamBroken, collect, relay, response_header
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
-from routerd.sim.wav import wav_duration
 from routerd.store.samples import RequestSample
 
 
@@ -74,7 +71,7 @@ class LocalInference:
                                          model.local_id, call.stream)
             except (AdapterError, MultipartError) as exc:
                 raise HTTPError(400, str(exc)) from None
-            call.outcome.work = request_work(call.route, call.parsed, call.body, call.content_type)
+            call.outcome.work = work.request_work(call.route, call.parsed, call.body, call.content_type)
             entry = ActiveRequest(call.request_id, public_id, call.path, call.route.runtime,
                                   int(call.started * 1000), borrowed=call.borrowed)
             self.active[call.request_id] = entry
@@ -203,31 +200,6 @@ class LocalInference:
             finished_at_ms=self.now_ms(), http_status=call.outcome.http_status,
             request_bytes=len(call.body), node_id=self.node_id)
         self.samples.record_request_sample(sample)
-
-
-def request_work(route: Route, parsed: Mapping[str, Any] | None, body: bytes,
-                  content_type: str) -> tuple[float, ...]:
-    section = SECTIONS[route.kind]
-    if section == "image" and parsed is not None:
-        return work.image_work("sdapi" if route.family == "sdapi" else "openai", parsed)
-    if section == "stt":
-        return (_audio_seconds(body, content_type),)
-    return ()
-
-
-def _audio_seconds(body: bytes, content_type: str) -> float:
-    """Seconds of audio in the uploaded WAV (0 when it is not a readable WAV)."""
-    try:
-        parts = parse_form(body, content_type)
-    except MultipartError:
-        return 0.0
-    for part in parts:
-        if part.name == "file":
-            try:
-                return wav_duration(part.data)
-            except ValueError:
-                return 0.0
-    return 0.0
 
 
 def _loads(raw: bytes) -> dict[str, Any]:

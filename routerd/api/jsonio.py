@@ -7,7 +7,7 @@ from typing import Any
 
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import HTTPError
+from routerd.errors import HTTPError
 from routerd.routing.selector import SelectorError, parse_json_object
 
 

@@ -11,12 +11,12 @@ from typing import Any, Protocol
 
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import HTTPError
 from routerd.catalog.model import ModelConfig
-from routerd.cluster.wire import ModelRecord
+from routerd.config.lending import LendingSettings
+from routerd.errors import HTTPError
 from routerd.lending.links import LinkSet
-from routerd.lending.settings import LendingSettings
 from routerd.store.store import Store
+from routerd.wire.records import ModelRecord
 
 #: ``build_app``'s decorator turning a raised ``StatusError`` into its error envelope.
 Guard = Callable[[Callable[..., Any]], Callable[..., Any]]

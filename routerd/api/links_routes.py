@@ -28,7 +28,6 @@ import attrs
 from klein import Klein
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import HTTPError
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.lending_http import (
     CatalogView,
@@ -41,11 +40,12 @@ from routerd.api.lending_http import (
 )
 from routerd.catalog.eligibility import MULTIMODAL_MISMATCH, text_ineligibility
 from routerd.catalog.model import ModelConfig
-from routerd.cluster.wire import ModelRecord
+from routerd.errors import HTTPError
 from routerd.lending.links import LinkError, LinkSet, Peer
-from routerd.lending.types import LANES, Endpoint, Lane, Link, to_json
 from routerd.store.links import LinkRow
 from routerd.store.store import Store
+from routerd.wire.lending import LANES, Endpoint, Lane, Link, to_json
+from routerd.wire.records import ModelRecord
 
 LANE_PATHS: dict[Lane, str] = {
     "image": "/router/v1/site/routing-groups",

@@ -10,16 +10,16 @@ from klein import Klein
 from twisted.internet.defer import ensureDeferred
 from twisted.web.iweb import IRequest
 
-from routerd.api.call import Call, new_request_id
-from routerd.api.errors import HTTPError, error_body
 from routerd.api.jsonio import json_response, read_json
+from routerd.errors import HTTPError, error_body
 from routerd.lending.coordinator import RelayRequest
 from routerd.lending.service import offload_returned
-from routerd.lending.types import LANES, TRIGGERS, Lease, from_json, to_json
+from routerd.routing.call import Call, new_request_id
 from routerd.routing.classify import classify
 from routerd.routing.forward import CameBack
 from routerd.routing.relay import header
 from routerd.routing.selector import SelectorError, parse_json_object
+from routerd.wire.lending import LANES, TRIGGERS, Lease, from_json, to_json
 
 if TYPE_CHECKING:
     from routerd.node import Node

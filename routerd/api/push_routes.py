@@ -18,13 +18,13 @@ from klein import Klein
 from twisted.logger import Logger
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import HTTPError
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.lending_http import Guard, LendingNode, want_bool
 from routerd.api.settings_routes import normalise_batch
+from routerd.config.lending import SPECS, LendingSettings
+from routerd.errors import HTTPError
 from routerd.lending.links import LinkError, LinkSet
-from routerd.lending.settings import SPECS, LendingSettings
-from routerd.lending.types import Endpoint, Lane, Link
+from routerd.wire.lending import Endpoint, Lane, Link
 
 LINKS_PATH = "/router/v1/node/offload/links"
 SETTINGS_PATH = "/router/v1/node/offload/settings"

@@ -22,11 +22,11 @@ from typing import Any
 from klein import Klein
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import HTTPError
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.lending_http import Guard, LendingNode, query_arg, require_master
+from routerd.config.lending import SPECS, SettingError, normalise
+from routerd.errors import HTTPError
 from routerd.lending.layering import effective
-from routerd.lending.settings import SPECS, SettingError, normalise
 from routerd.store.store import Store
 
 PATH = "/router/v1/site/offload/settings"

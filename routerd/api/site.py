@@ -8,8 +8,8 @@ from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.web import resource, server
 from twisted.web.http import Request
 
-from routerd.api.errors import HTTPError, error_body, style_for_path
 from routerd.cluster.auth import AuthPolicy
+from routerd.errors import HTTPError, error_body, style_for_path
 
 # Paths anyone on an allowed network may read without a key.
 OPEN_PATHS = frozenset({"/health", "/metrics"})

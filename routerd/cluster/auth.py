@@ -15,7 +15,7 @@ from typing import Literal
 
 import attrs
 
-from routerd.api.errors import HTTPError
+from routerd.errors import HTTPError
 
 RouteClass = Literal["cluster", "admin", "inference"]
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network

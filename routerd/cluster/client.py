@@ -34,7 +34,7 @@ from twisted.web.client import ResponseDone
 from twisted.web.http import PotentialDataLoss
 
 from routerd.cluster.urls import URLError, is_under, normalise_url, split_target
-from routerd.cluster.wire import (
+from routerd.wire.records import (
     MINIMUM_PROTOCOL_VERSION,
     RuntimeStatus,
     Snapshot,

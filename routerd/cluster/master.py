@@ -18,17 +18,17 @@ from twisted.logger import Logger
 
 from routerd.cluster.client import AllowList, ClusterError, NodeClient
 from routerd.cluster.urls import URLError, normalise_url
-from routerd.cluster.wire import (
+from routerd.errors import StatusError
+from routerd.registry.registry import Registry
+from routerd.routing.stt import RoundRobinCounter, choose_stt
+from routerd.wire.records import (
     PROTOCOL_VERSION,
     ModelRecord,
     RuntimeStatus,
     Snapshot,
-    StatusError,
     parse_snapshot,
     parse_status,
 )
-from routerd.registry.registry import Registry
-from routerd.routing.stt import RoundRobinCounter, choose_stt
 
 log = Logger()
 

@@ -16,7 +16,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from routerd.cluster.client import ClusterError, IncompatibleMaster, NodeClient, RemoteError
-from routerd.cluster.wire import Snapshot
+from routerd.wire.records import Snapshot
 
 log = Logger()
 

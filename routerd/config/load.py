@@ -17,6 +17,7 @@ import attrs
 import yaml
 
 from routerd.config.durations import DurationError, parse_duration
+from routerd.config.lending import SETTINGS, LendingSettings, SettingError, normalise
 from routerd.config.schema import (
     BACKEND_MODES,
     ROLES,
@@ -29,7 +30,6 @@ from routerd.config.schema import (
     ModelsConfig,
     ServerConfig,
 )
-from routerd.lending.settings import SETTINGS, LendingSettings, SettingError, normalise
 
 PLACEHOLDER_TOKENS = ("change-me", "changeme", "replace-me", "replace_me")
 MIN_TOKEN_LENGTH = 16

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import attrs
 
-from routerd.lending.settings import LendingSettings
+from routerd.config.lending import LendingSettings
 
 ROLES = ("standalone", "master", "slave")
 BACKEND_MODES = ("llama_sdcpp", "kobold", "vllm")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from twisted.logger import Logger
 
+from routerd.config.lending import LendingSettings
 from routerd.lending.layering import effective
 from routerd.lending.links import LinkSet
-from routerd.lending.settings import LendingSettings
 from routerd.store.store import Store
 
 log = Logger()

@@ -18,13 +18,14 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.web.iweb import IRequest
 
-from routerd.api.call import Call
-from routerd.cluster.wire import StatusError, status_to_json
+from routerd.errors import StatusError
 from routerd.lending.planner import FactKey, ModelFacts, plan
 from routerd.lending.service import Borrowed, HeldLease, LendingService, offload_returned
-from routerd.lending.types import LANES, Lane, Lease, NodeStatus, Trigger, from_json, to_json
+from routerd.routing.call import Call
 from routerd.routing.forward import INFERENCE_PREFIX, CameBack, Forwarder, Outbound, Unreachable
 from routerd.routing.selector import replace_model
+from routerd.wire.lending import LANES, Lane, Lease, NodeStatus, Trigger, from_json, to_json
+from routerd.wire.records import status_to_json
 
 if TYPE_CHECKING:
     from routerd.cluster.master import MasterAgent

@@ -25,8 +25,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from routerd import __version__
-from routerd.lending.types import LANES, OUTCOMES, REASONS, TRIGGERS, PlanRow
 from routerd.store.decisions import DEFAULT_LIMIT, INT_COLUMNS, REAL_COLUMNS, TEXT_COLUMNS
+from routerd.wire.lending import LANES, OUTCOMES, REASONS, TRIGGERS, PlanRow
 
 log = Logger()
 

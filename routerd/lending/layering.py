@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal, NotRequired, TypedDict
 
-from routerd.lending.settings import SETTINGS, Kind, LendingSettings, SettingError, normalise
+from routerd.config.lending import SETTINGS, Kind, LendingSettings, SettingError, normalise
 
 Source = Literal["default", "config", "db"]
 

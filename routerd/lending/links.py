@@ -16,7 +16,7 @@ from typing import Protocol
 
 import attrs
 
-from routerd.lending.types import Endpoint, Lane, Link
+from routerd.wire.lending import Endpoint, Lane, Link
 
 
 class LinkError(ValueError):

@@ -33,10 +33,10 @@ from collections.abc import Collection, Iterable, Mapping
 
 import attrs
 
+from routerd.config.lending import LendingSettings
 from routerd.lending.links import LinkSet
 from routerd.lending.pricing import predict, predict_queue
-from routerd.lending.settings import LendingSettings
-from routerd.lending.types import (
+from routerd.wire.lending import (
     LANE_SECTION,
     LANES,
     Endpoint,

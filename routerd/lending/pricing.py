@@ -27,9 +27,9 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import statsmodels.api as sm
 
-from routerd.lending.settings import LendingSettings
-from routerd.lending.types import Costs, LoadCost, ModelCost, TokenProfile
+from routerd.config.lending import LendingSettings
 from routerd.store.samples import OK, LoadSample, RequestSample
+from routerd.wire.lending import Costs, LoadCost, ModelCost, TokenProfile
 
 #: Sections that are priced, with the number of work terms their samples carry.
 PRICED_SECTIONS: dict[str, int] = {"llm": 2, "image": 1}

@@ -27,7 +27,7 @@ from typing import Literal
 
 import attrs
 
-from routerd.lending.types import HeldRequest, Lane, QueueStat
+from routerd.wire.lending import HeldRequest, Lane, QueueStat
 
 EntryState = Literal["pending", "admitted", "lent"]
 ReturnReason = Literal["helper_busy_on_arrival", "own_work_arrived"]

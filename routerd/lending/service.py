@@ -24,15 +24,15 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from routerd.api.call import Call
-from routerd.api.errors import HTTPError
-from routerd.api.inference import request_work
 from routerd.catalog.model import ModelConfig
+from routerd.config.lending import LendingSettings
+from routerd.errors import HTTPError
 from routerd.lending.links import LinkSet
 from routerd.lending.pricing import estimate_text
 from routerd.lending.queue import Effects, LaneQueue
-from routerd.lending.settings import LendingSettings
-from routerd.lending.types import LANES, Costs, Lane, LaneStatus, Lease, Trigger, from_json, to_json
+from routerd.routing.call import Call
+from routerd.routing.work import request_work
+from routerd.wire.lending import LANES, Costs, Lane, LaneStatus, Lease, Trigger, from_json, to_json
 
 log = Logger()
 

@@ -31,7 +31,7 @@ from typing import Protocol
 
 import attrs
 
-from routerd.cluster.wire import ModelRecord
+from routerd.wire.records import ModelRecord
 
 __all__ = [
     "MemoryPublicIdStore",

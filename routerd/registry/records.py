@@ -1,6 +1,6 @@
 """Registry data: the nodes a master knows and the errors of node registration.
 
-The model record itself is the wire type :class:`routerd.cluster.wire.ModelRecord`; it is
+The model record itself is the wire type :class:`routerd.wire.records.ModelRecord`; it is
 re-exported here so registry users need one import.
 """
 
@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import attrs
 
-from routerd.cluster.wire import MINIMUM_PROTOCOL_VERSION, ModelRecord, Snapshot, StatusError
+from routerd.errors import StatusError
+from routerd.wire.records import MINIMUM_PROTOCOL_VERSION, ModelRecord, Snapshot
 
 __all__ = [
     "DuplicateNode",

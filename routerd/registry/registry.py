@@ -17,7 +17,6 @@ import attrs
 
 from routerd.catalog.model import RuntimeKind
 from routerd.cluster.urls import URLError, normalise_url
-from routerd.cluster.wire import MINIMUM_PROTOCOL_VERSION, ModelRecord, Snapshot
 from routerd.registry.identity import PublicIdStore, assign_public_ids
 from routerd.registry.records import (
     DuplicateNode,
@@ -36,6 +35,7 @@ from routerd.registry.replicas import (
     fits_context,
     replica_order,
 )
+from routerd.wire.records import MINIMUM_PROTOCOL_VERSION, ModelRecord, Snapshot
 
 __all__ = ["Registry"]
 

@@ -21,7 +21,8 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from routerd.catalog.model import RuntimeKind
-from routerd.cluster.wire import ModelRecord, StatusError
+from routerd.errors import StatusError
+from routerd.wire.records import ModelRecord
 
 __all__ = [
     "BusyCounts",

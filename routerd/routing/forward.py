@@ -16,14 +16,14 @@ from twisted.web.client import ResponseFailed, ResponseNeverReceived
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent, IRequest
 
-from routerd.api.call import Call
-from routerd.api.errors import HTTPError
 from routerd.cluster.client import AllowList
-from routerd.cluster.wire import ModelRecord
+from routerd.errors import HTTPError
 from routerd.routing.body import BytesProducer
+from routerd.routing.call import Call
 from routerd.routing.relay import collect, query_args, relay, response_header
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
 from routerd.routing.selector import replace_model
+from routerd.wire.records import ModelRecord
 
 INFERENCE_PREFIX = "/router/v1/node/inference"
 _PASSED_HEADERS = (b"x-routerd-node", b"x-routerd-lent-to", b"cache-control", b"x-content-type-options")

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import attrs
 
-from routerd.api.errors import HTTPError
+from routerd.errors import HTTPError
 from routerd.routing.adapters import kobold, ollama, whisper
 from routerd.routing.classify import Route
 from routerd.routing.multipart import Part, build_form, make_boundary, parse_form

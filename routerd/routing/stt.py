@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 
-from routerd.cluster.wire import ModelRecord, RuntimeStatus, StatusError
+from routerd.errors import StatusError
+from routerd.wire.records import ModelRecord, RuntimeStatus
 
 __all__ = ["NoSTT", "RoundRobinCounter", "choose_stt", "stt_candidates"]
 

@@ -12,6 +12,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from routerd.routing.audio import wav_duration
+from routerd.routing.classify import Route
+from routerd.routing.multipart import MultipartError, parse_form
+from routerd.routing.plan import SECTIONS
+
 _SIZE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*$")
 _USAGE = re.compile(rb'"usage"\s*:\s*(\{[^{}]*\})')
 
@@ -77,3 +82,28 @@ def usage_from_tail(tail: bytes) -> tuple[int, int] | None:
                 if isinstance(data, dict):
                     return usage_from_json(data)
     return found
+
+
+def request_work(route: Route, parsed: Mapping[str, Any] | None, body: bytes,
+                  content_type: str) -> tuple[float, ...]:
+    section = SECTIONS[route.kind]
+    if section == "image" and parsed is not None:
+        return image_work("sdapi" if route.family == "sdapi" else "openai", parsed)
+    if section == "stt":
+        return (_audio_seconds(body, content_type),)
+    return ()
+
+
+def _audio_seconds(body: bytes, content_type: str) -> float:
+    """Seconds of audio in the uploaded WAV (0 when it is not a readable WAV)."""
+    try:
+        parts = parse_form(body, content_type)
+    except MultipartError:
+        return 0.0
+    for part in parts:
+        if part.name == "file":
+            try:
+                return wav_duration(part.data)
+            except ValueError:
+                return 0.0
+    return 0.0

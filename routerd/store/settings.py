@@ -1,6 +1,6 @@
 """Lending setting overrides (``offload_settings``): plain CRUD over a connection.
 
-Values arrive already normalised (``routerd.lending.settings.normalise``); a
+Values arrive already normalised (``routerd.config.lending.normalise``); a
 batch is stored whole or not at all.
 """
 

@@ -360,7 +360,7 @@ class Store:
         """Remove every link touching the anchor; fires the number removed."""
         return self._runner.run(lambda conn: links_sql.delete_anchor_links(conn, lane, node_id, model_id))
 
-    # --- lending setting overrides (values are already normalised by routerd.lending.settings) --
+    # --- lending setting overrides (values are already normalised by routerd.config.lending) --
 
     def setting_overrides(self) -> Deferred[dict[str, str]]:
         """Key → stored override value."""

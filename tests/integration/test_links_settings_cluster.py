@@ -16,9 +16,9 @@ import pytest_twisted
 import treq
 
 from routerd.api import push_routes
-from routerd.lending.settings import LendingSettings
-from routerd.lending.types import Endpoint, Link
+from routerd.config.lending import LendingSettings
 from routerd.store.links import LinkRow
+from routerd.wire.lending import Endpoint, Link
 from tests.integration.nodes import (
     TOKEN,
     Pair,

@@ -18,12 +18,12 @@ from twisted.python.failure import Failure
 from twisted.web.iweb import IRequest
 
 from routerd.api import links_routes, push_routes, settings_routes
-from routerd.api.errors import error_body
 from routerd.catalog.model import Capabilities, ModelConfig
-from routerd.cluster.wire import ModelRecord, StatusError
+from routerd.config.lending import LendingSettings
+from routerd.errors import StatusError, error_body
 from routerd.lending.links import LinkSet
-from routerd.lending.settings import LendingSettings
 from routerd.store.store import Store
+from routerd.wire.records import ModelRecord
 
 T = TypeVar("T")
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from routerd.catalog.eligibility import MULTIMODAL_MISMATCH, NO_CONTEXT
-from routerd.lending.types import Endpoint, Link
 from routerd.store.links import LinkRow
+from routerd.wire.lending import Endpoint, Link
 from tests.support import fired
 from tests.unit.lending_api_support import Client, FakeNode, config_of, record
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from routerd.lending.settings import LendingSettings
-from routerd.lending.types import Endpoint, Link
+from routerd.config.lending import LendingSettings
+from routerd.wire.lending import Endpoint, Link
 from tests.unit.lending_api_support import Client, FakeNode
 
 LINKS = "/router/v1/node/offload/links"

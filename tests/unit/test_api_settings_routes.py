@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from routerd.lending.settings import SETTINGS, LendingSettings
+from routerd.config.lending import SETTINGS, LendingSettings
 from tests.support import fired
 from tests.unit.lending_api_support import Client, FakeNode
 

@@ -8,9 +8,9 @@ import pytest
 from treq.testing import StubTreq
 from twisted.web.resource import Resource
 
-from routerd.api.errors import HTTPError
 from routerd.api.site import GuardResource
 from routerd.cluster.auth import AuthPolicy, bearer, route_class
+from routerd.errors import HTTPError
 
 TOKEN = "cluster-token-0123456789"
 LOOPBACK = ("127.0.0.0/8",)

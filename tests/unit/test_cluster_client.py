@@ -33,7 +33,7 @@ from routerd.cluster.client import (
     TooManyRedirects,
 )
 from routerd.cluster.urls import URLError
-from routerd.cluster.wire import ModelRecord, RuntimeStatus, Snapshot, WireError
+from routerd.wire.records import ModelRecord, RuntimeStatus, Snapshot, WireError
 
 TOKEN = "cluster-secret-0123456789"
 
@@ -420,7 +420,7 @@ def test_runtime_status_is_parsed(node: FakeNode, clock: Clock) -> None:
 
 def test_malformed_node_document_is_a_wire_error(node: FakeNode, clock: Clock) -> None:
     client = make_client(node, clock)
-    from routerd.cluster.wire import parse_status
+    from routerd.wire.records import parse_status
     d = client.get_json("http://slave-a", "/router/v1/node/bad-status").addCallback(parse_status)
     failure(d, WireError)
 

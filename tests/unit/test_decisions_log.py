@@ -13,8 +13,8 @@ from twisted.logger import capturedLogs
 from routerd import __version__
 from routerd.lending import decisions as decisions_mod
 from routerd.lending.decisions import BUFFER_CAP, DecisionLog
-from routerd.lending.types import PlanRow
 from routerd.store.store import Store
+from routerd.wire.lending import PlanRow
 from tests.support import fired
 
 T = TypeVar("T")

@@ -17,11 +17,10 @@ from twisted.web.iweb import IRequest
 
 from routerd import __version__
 from routerd.api.decisions_routes import FANOUT, NODE_TIMEOUT_S, add_routes
-from routerd.api.errors import error_body, style_for_path
 from routerd.cluster.client import ClusterTimeout
-from routerd.cluster.wire import StatusError
+from routerd.config.lending import LendingSettings
+from routerd.errors import StatusError, error_body, style_for_path
 from routerd.lending.decisions import DecisionLog
-from routerd.lending.settings import LendingSettings
 from routerd.registry.records import NodeInfo
 from routerd.store.store import Store
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest_twisted
 
+from routerd.config.lending import LendingSettings
 from routerd.lending.bootstrap import load_lending_state
-from routerd.lending.settings import LendingSettings
-from routerd.lending.types import Endpoint, Link
 from routerd.store.links import LinkRow
 from routerd.store.store import Store
+from routerd.wire.lending import Endpoint, Link
 
 
 @pytest_twisted.ensureDeferred

@@ -16,19 +16,19 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
-from routerd.api.call import Call
 from routerd.catalog.model import Capabilities
-from routerd.cluster.wire import ModelRecord, RuntimeStatus
+from routerd.config.lending import LendingSettings
 from routerd.lending.coordinator import Coordinator, RelayRequest
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.links import LinkSet
 from routerd.lending.service import Borrowed, LendingService
-from routerd.lending.settings import LendingSettings
-from routerd.lending.types import Endpoint, Lane, Lease, Link, Trigger, to_json
 from routerd.registry.records import NodeInfo
+from routerd.routing.call import Call
 from routerd.routing.classify import classify
 from routerd.routing.forward import INFERENCE_PREFIX, CameBack, Outbound, Unreachable
 from routerd.store.store import Store
+from routerd.wire.lending import Endpoint, Lane, Lease, Link, Trigger, to_json
+from routerd.wire.records import ModelRecord, RuntimeStatus
 from tests.support import fired
 
 MASTER = "master"

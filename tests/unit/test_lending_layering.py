@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from routerd.config.lending import SETTINGS, LendingSettings
 from routerd.lending.layering import effective
-from routerd.lending.settings import SETTINGS, LendingSettings
 
 
 def entry(entries: list[dict[str, object]], key: str) -> dict[str, object]:

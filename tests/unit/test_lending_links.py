@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from routerd.lending.links import LinkError, LinkSet, Peer
-from routerd.lending.types import Endpoint, Link
 from routerd.store.links import LinkRow
+from routerd.wire.lending import Endpoint, Link
 
 
 def link(owner: str, helper: str, load: bool = True, restore: bool = False) -> Link:

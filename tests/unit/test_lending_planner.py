@@ -7,11 +7,11 @@ from collections.abc import Mapping, Sequence
 import attrs
 import pytest
 
+from routerd.config.lending import LendingSettings
 from routerd.lending.links import LinkSet
 from routerd.lending.planner import ModelFacts, PlanResult, displaced_configs, plan
 from routerd.lending.queue import LaneQueue
-from routerd.lending.settings import LendingSettings
-from routerd.lending.types import (
+from routerd.wire.lending import (
     Costs,
     Endpoint,
     Lane,

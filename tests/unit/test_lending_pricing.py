@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from routerd.config.lending import LendingSettings
 from routerd.lending.pricing import (
     estimate_text,
     fit_loads,
@@ -18,9 +19,8 @@ from routerd.lending.pricing import (
     predict,
     predict_queue,
 )
-from routerd.lending.settings import LendingSettings
-from routerd.lending.types import ModelCost, TokenProfile
 from routerd.store.samples import LoadSample, RequestSample
+from routerd.wire.lending import ModelCost, TokenProfile
 
 
 def image(

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from routerd.lending.queue import BorrowedReturn, Effects, HoldQuery, LaneQueue, QueueError
-from routerd.lending.types import HeldRequest, QueueStat
+from routerd.wire.lending import HeldRequest, QueueStat
 
 
 def image_queue(depth: int = 2, **kw: object) -> LaneQueue:

@@ -18,16 +18,16 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
-from routerd.api.call import Call
-from routerd.api.errors import HTTPError
 from routerd.catalog.model import Capabilities, ModelConfig
+from routerd.config.lending import LendingSettings
+from routerd.errors import HTTPError
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.links import LinkSet
 from routerd.lending.service import OFFLOAD_RETURNED, Borrowed, LendingService, Returned
-from routerd.lending.settings import LendingSettings
-from routerd.lending.types import Endpoint, Lane, Lease, Link, Trigger
+from routerd.routing.call import Call
 from routerd.routing.classify import Route, classify
 from routerd.store.store import Store
+from routerd.wire.lending import Endpoint, Lane, Lease, Link, Trigger
 from tests.support import fired
 
 OWNER = "owner"

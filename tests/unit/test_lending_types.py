@@ -10,7 +10,7 @@ from cattrs.errors import ClassValidationError
 from hypothesis import given
 from hypothesis import strategies as st
 
-from routerd.lending.types import (
+from routerd.wire.lending import (
     OUTCOMES,
     REASONS,
     TRIGGERS,

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from routerd.cluster.wire import ModelRecord
 from routerd.registry.identity import (
     MemoryPublicIdStore,
     PublicIdTaken,
     assign_public_ids,
     public_image_id,
 )
+from routerd.wire.records import ModelRecord
 
 MASTER = "master"
 

@@ -10,11 +10,11 @@ from collections.abc import Iterable
 import pytest
 
 from routerd.catalog.model import Capabilities, RuntimeKind
-from routerd.cluster.wire import ModelRecord, Snapshot
 from routerd.registry.identity import MemoryPublicIdStore
 from routerd.registry.records import DuplicateNode, IncompatibleProtocol, InvalidNode
 from routerd.registry.registry import Registry
 from routerd.registry.replicas import NoReplica
+from routerd.wire.records import ModelRecord, Snapshot
 
 MASTER_URL = "http://master:8080"
 LLM = Capabilities(llm=True, context=4096)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from routerd.catalog.model import Capabilities, RuntimeKind
-from routerd.cluster.wire import ModelRecord
 from routerd.registry.replicas import (
     BusyCounts,
     NoReplica,
@@ -14,6 +13,7 @@ from routerd.registry.replicas import (
     choose_replica,
     fits_context,
 )
+from routerd.wire.records import ModelRecord
 
 ME = "master"
 

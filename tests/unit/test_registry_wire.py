@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from routerd.catalog.model import Capabilities, ModelConfig
-from routerd.cluster.wire import (
+from routerd.wire.records import (
     PROTOCOL_VERSION,
     ModelRecord,
     RuntimeStatus,

@@ -6,7 +6,8 @@ import struct
 
 import pytest
 
-from routerd.sim.wav import make_wav, parse_wav, wav_duration
+from routerd.routing.audio import parse_wav, wav_duration
+from routerd.sim.wav import make_wav
 
 
 def _wav(fmt: bytes, chunks: list[tuple[bytes, bytes]]) -> bytes:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from routerd.catalog.model import Capabilities
-from routerd.cluster.wire import ModelRecord, RuntimeStatus
 from routerd.routing.stt import NoSTT, RoundRobinCounter, choose_stt, stt_candidates
+from routerd.wire.records import ModelRecord, RuntimeStatus
 
 STT = Capabilities(stt=True)
 ME = "master"

@@ -17,6 +17,7 @@ from cattrs.errors import IterableValidationNote
 from cattrs.preconf.json import make_converter
 
 from routerd.catalog.model import Capabilities, ModelConfig
+from routerd.errors import StatusError
 
 __all__ = [
     "MINIMUM_PROTOCOL_VERSION",
@@ -24,7 +25,6 @@ __all__ = [
     "ModelRecord",
     "RuntimeStatus",
     "Snapshot",
-    "StatusError",
     "WireError",
     "converter",
     "parse_record",
@@ -39,22 +39,6 @@ __all__ = [
 # The node protocol this build speaks, and the oldest peer it accepts (cluster reference §3.1).
 PROTOCOL_VERSION = 2
 MINIMUM_PROTOCOL_VERSION = 2
-
-
-class StatusError(Exception):
-    """An error the API answers with ``status`` and an error envelope (``type``, ``code``).
-
-    Shaped like ``routerd.api.errors.HTTPError`` (same attribute names) so the API layer can
-    convert it in one place; ``reason`` is the human-readable message.
-    """
-
-    def __init__(self, status: int, reason: str, type_: str, code: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-        self.message = reason
-        self.type = type_
-        self.code = code
 
 
 class WireError(StatusError):

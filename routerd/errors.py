@@ -1,0 +1,54 @@
+"""Errors with an HTTP status, and their envelopes per path family (contract §4).
+
+Every layer raises :class:`StatusError` (or a subclass) for a failure a caller must see; the HTTP
+edge answers it in one place (``routerd.errors.answer``).  OpenAI-style paths answer
+``{"error": {"message", "type", "code"}}``; Ollama paths (``/api/*`` apart from Kobold's
+``/api/v1`` and ``/api/extra``) answer ``{"error": "..."}``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+ErrorStyle = Literal["openai", "ollama"]
+
+
+class StatusError(Exception):
+    """An error the API answers with ``status`` and an error envelope (``type``, ``code``).
+
+    The HTTP edge answers every one the same way; ``reason`` (also ``message``) is the
+    human-readable text.
+    """
+
+    def __init__(self, status: int, reason: str, type_: str, code: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.message = reason
+        self.type = type_
+        self.code = code
+
+
+class HTTPError(StatusError):
+    """An error with an HTTP status, a machine-readable type/code and a reason.
+
+    Every ``StatusError`` (the cluster and registry errors too) is answered
+    the same way by the API layer.
+    """
+
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
+                 code: str | None = None) -> None:
+        super().__init__(status, message, type_, code or type_)
+
+
+def style_for_path(path: str) -> ErrorStyle:
+    if path.startswith("/api/") and not path.startswith(("/api/v1/", "/api/extra/")):
+        return "ollama"
+    return "openai"
+
+
+def error_body(style: ErrorStyle, message: str, type_: str, code: str) -> bytes:
+    if style == "ollama":
+        return json.dumps({"error": message}).encode()
+    return json.dumps({"error": {"message": message, "type": type_, "code": code}}).encode()
