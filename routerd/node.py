@@ -1,68 +1,61 @@
 """One routerd node: builds and wires its object graph (architecture principle 4).
 
-``Node`` owns the catalog, store, backend runtimes, metrics, HTTP app and —
-by role — the master's registry and health poller or the slave's registration
-loop.  Several nodes can live in one reactor on different ports; that is how
-integration tests build clusters cheaply.
+``Node`` owns the catalog, store, backend runtimes, metrics, lending and — by role — the master's
+registry, health poller and lending coordinator or the slave's registration loop.  It decides
+nothing itself: the request path is ``serve.front``, documents are ``serve.documents``, model
+loads ``serve.admin``, lending ``lending.service`` with its ``lending.transport``.  Everything that
+runs on a timer or must be stopped is a child of ``services``, whose order is the stop order.
+Several nodes can live in one reactor on different ports; that is how integration tests build
+clusters cheaply.  The HTTP edge (``routerd.api``) is built on top of a node, never the reverse.
 """
 
 from __future__ import annotations
 
-import datetime
 import os
 from collections.abc import Callable
 from typing import Any, cast
-from urllib.parse import urlencode
 
 from treq.client import HTTPClient
-from twisted.internet import task
-from twisted.internet.defer import Deferred, ensureDeferred, succeed
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 from twisted.web.client import Agent, HTTPConnectionPool
-from twisted.web.iweb import IRequest
 
 from routerd import __version__
-from routerd.api.app import build_app
-from routerd.api.front import InferenceFront
-from routerd.api.inference import LocalInference
-from routerd.api.site import GuardResource, NodeSite
-from routerd.backends.errors import BackendMissing, LoadFailed
 from routerd.backends.runtimes import LoadEvent, Runtimes
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.hashing import FileHashCache
-from routerd.catalog.model import RUNTIME_KINDS, Capabilities, ModelConfig, RuntimeKind
+from routerd.catalog.model import Capabilities
 from routerd.cluster.auth import AuthPolicy
-from routerd.cluster.client import AllowList, NodeClient
+from routerd.cluster.client import NodeClient
 from routerd.cluster.master import MasterAgent
 from routerd.cluster.slave import RegistrationRefused, SlaveAgent
 from routerd.config.lending import LendingSettings
 from routerd.config.schema import Config
-from routerd.errors import HTTPError
 from routerd.lending.bootstrap import load_lending_state
-from routerd.lending.coordinator import Coordinator, RelayRequest
+from routerd.lending.coordinator import Coordinator
 from routerd.lending.decisions import DecisionLog
+from routerd.lending.offload import Borrowed, offload_returned
 from routerd.lending.pricing import fit_node
-from routerd.lending.service import Borrowed, LendingService, Returned, lease_from_json, offload_returned
+from routerd.lending.service import LendingService
+from routerd.lending.transport import InProcess, LendingTransport, NoMaster, ViaMaster
 from routerd.metrics import NodeMetrics
 from routerd.registry.identity import MemoryPublicIdStore
 from routerd.registry.registry import Registry
 from routerd.routing.adapters.ollama import ListedModel
-from routerd.routing.call import Call
+from routerd.routing.call import Call, Incoming, Reply
 from routerd.routing.classify import classify
-from routerd.routing.forward import CameBack, Forwarder, Outbound, Unreachable
-from routerd.routing.relay import query_args
+from routerd.routing.forward import Forwarder
+from routerd.serve import documents
+from routerd.serve.admin import ModelAdmin
+from routerd.serve.front import InferenceFront
+from routerd.serve.local import LocalInference
+from routerd.services import HookService, IntervalService, OrderedServices
 from routerd.store.samples import LoadSample, RequestSample
 from routerd.store.store import Store
-from routerd.wire.lending import Lane, Lease, Trigger
+from routerd.urls import AllowList
 from routerd.wire.lending import to_json as lending_json
-from routerd.wire.records import (
-    PROTOCOL_VERSION,
-    ModelRecord,
-    Snapshot,
-    record_from_config,
-    record_to_json,
-)
+from routerd.wire.records import ModelRecord, Snapshot, snapshot_to_json
 
 
 class Node:
@@ -72,10 +65,12 @@ class Node:
                  agent: Any = None, port_allocator: Callable[[], int] | None = None,
                  open_store: Callable[[str], Any] | None = None,
                  run_in_thread: Callable[..., Any] = deferToThread) -> None:
+        cluster = config.cluster
         self.config = config
         self.reactor = reactor
-        self.role = config.cluster.role
-        self.node_id = config.cluster.node_id
+        self.role = cluster.role
+        self.node_id = cluster.node_id
+        self.public_url = cluster.public_url
         self.metrics = NodeMetrics()
         self.catalog = Catalog.scan(config.models.config_dir, config.backend.mode)
         for bad in self.catalog.invalid:
@@ -86,30 +81,29 @@ class Node:
         self._pool.maxPersistentPerHost = 64
         self._pool.retryAutomatically = False
         self.agent = agent if agent is not None else Agent(reactor, pool=self._pool, connectTimeout=10)
+        # treq for node-to-node calls and readiness probes (cookies/redirects handled by NodeClient)
+        self.http = cast(Any, http if http is not None else HTTPClient(self.agent))
         # Tests inject an in-memory store and a synchronous "thread" (no threads in unit tests).
         self._open_store = open_store or (lambda path: Store.open(path, reactor))
         self._run_in_thread = run_in_thread
-        # treq for node-to-node calls and readiness probes (cookies/redirects handled by NodeClient)
-        self.http = cast(Any, http if http is not None else HTTPClient(self.agent))
+        self.started_at = reactor.seconds()
+        self.own_work_at = reactor.seconds()
         self.runtimes = Runtimes(reactor, config, self.http, launcher=launcher, on_load=self._on_load,
                                  port_allocator=port_allocator)
         self.local = LocalInference(node_id=self.node_id, clock=reactor, runtimes=self.runtimes,
                                     agent=self.agent, samples=self)
-        self.lending = LendingService(node_id=self.node_id, settings=config.cluster.lending, clock=reactor,
-                                      role=self.role)
-        self.lending.own_busy = self.local.own_busy
-        self.lending.active_config = lambda lane: self.runtimes.loaded_config(lane) or ""
-        self.coordinator: Coordinator | None = None
-        self._refit_loop: task.LoopingCall | None = None
+        self.decisions = DecisionLog(None, reactor, self.node_id, __version__,
+                                     cluster.lending.offload_decisions_retention)
         self.master: MasterAgent | None = None
         self.slave: SlaveAgent | None = None
+        self.coordinator: Coordinator | None = None
         self.on_fatal: Callable[[BaseException], None] = lambda _exc: None
-        cluster = config.cluster
-        forwarder = None
+        forwarder: Forwarder | None = None
+        transport: LendingTransport = NoMaster()
         if self.role == "master":
             routing_allowed = AllowList()
-            probe_allowed = AllowList(cluster.slave_urls)
-            client = NodeClient(self.http, cluster.token, probe_allowed, cluster.control_timeout, reactor)
+            client = NodeClient(self.http, cluster.token, AllowList(cluster.slave_urls),
+                                cluster.control_timeout, reactor)
             self._public_ids = MemoryPublicIdStore(on_assign=self._save_public_id)
             registry = Registry(self.node_id, cluster.public_url, self._public_ids,
                                 local_ready=self._local_ready)
@@ -118,92 +112,87 @@ class Node:
                                       clock=reactor, health_interval=cluster.health_interval,
                                       local_status=self.runtime_status)
             forwarder = Forwarder(self.agent, cluster.token, routing_allowed)
-            self.coordinator = Coordinator(node_id=self.node_id, master=self.master, service=self.lending,
-                                           clock=reactor, forwarder=forwarder,
-                                           serve_borrowed=self._serve_borrowed)
-            self.lending.send_event = self._event_in_process
-            self.lending.send_lent = self._lend_in_process
-            self.lending.pusher = self.coordinator.push
-            self.master.on_registered = self._slave_registered
+            transport = InProcess(self.node_id, lambda: cast(Coordinator, self.coordinator))
         elif self.role == "slave":
-            allowed = AllowList([cluster.master_url, cluster.public_url])
-            client = NodeClient(self.http, cluster.token, allowed, cluster.control_timeout, reactor)
+            client = NodeClient(self.http, cluster.token, AllowList([cluster.master_url, cluster.public_url]),
+                                cluster.control_timeout, reactor)
             self.slave = SlaveAgent(master_url=cluster.master_url, client=client,
                                     snapshot=self.snapshot_wire, clock=reactor,
                                     sync_interval=cluster.sync_interval, on_terminal=self._fatal)
-            self._master_client = client
-            self._master_forwarder = Forwarder(self.agent, cluster.token, AllowList([cluster.master_url]))
-            self.lending.send_event = self._event_to_master
-            self.lending.send_lent = self._lend_via_master
+            transport = ViaMaster(self.node_id, cluster.master_url, client,
+                                  Forwarder(self.agent, cluster.token, AllowList([cluster.master_url])))
+        self.lending = LendingService(
+            node_id=self.node_id, settings=cluster.lending, clock=reactor, role=self.role,
+            transport=transport, decisions=self.decisions, own_busy=self.local.own_busy,
+            active_config=lambda lane: self.runtimes.loaded_config(lane) or "",
+            on_settings=(self._settings_applied,))
+        if self.master is not None:
+            assert forwarder is not None
+            self.coordinator = Coordinator(node_id=self.node_id, master=self.master, service=self.lending,
+                                           clock=reactor, forwarder=forwarder,
+                                           serve_borrowed=self._serve_borrowed)
+            self.master.when_registered(self._slave_registered)
         self.front = InferenceFront(node_id=self.node_id, clock=reactor, catalog=lambda: self.catalog,
                                     local=self.local, metrics=self.metrics, master=self.master,
                                     forwarder=forwarder, loaded_config=self.runtimes.loaded_config,
                                     lending=self.lending)
-        self.app = build_app(self)
+        self.admin = ModelAdmin(node_id=self.node_id, catalog=lambda: self.catalog, runtimes=self.runtimes,
+                                registry=self.master.registry if self.master is not None else None,
+                                remote=self.master.client if self.master is not None else None)
         self.policy = AuthPolicy.build(config.auth.inference_keys, config.auth.admin_keys,
                                        cluster.token, config.server.allowed_cidrs)
-        self.started_at = reactor.seconds()
-        self.own_work_at = reactor.seconds()
+        self._refit_loop = IntervalService("cost refit", self._refit,
+                                           cluster.lending.scheduling_refresh_interval, reactor, now=True)
+        # Start order top to bottom; stop order bottom to top, each after the one below it.
+        self.services = OrderedServices()  # type: ignore[no-untyped-call]
+        for child in (HookService("connection pool", on_stop=self._pool.closeCachedConnections),
+                      HookService("router database", on_stop=self._close_store),
+                      HookService("backends", on_stop=self.runtimes.stop),
+                      HookService("decision log", on_start=lambda: self.decisions.start(self.store),
+                                  on_stop=self.decisions.stop),
+                      self._refit_loop, self.master, self.coordinator):
+            if child is not None:
+                child.setServiceParent(self.services)  # type: ignore[no-untyped-call]
 
     # -- lifecycle ------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the store, hash the catalog, poll slaves (master), preload the startup model."""
+        """Open the store, hash the catalog, poll slaves (master), start the service tree and
+        preload the startup model."""
         store_dir = self.config.cluster.store_dir
         self.store = await self._open_store(os.path.join(store_dir, "routerd.sqlite"))
         cache = FileHashCache(os.path.join(store_dir, "hash-cache.json"))
         self.catalog = await self.catalog.hashed(cache, self._run_in_thread)
-        self.lending.decisions = DecisionLog(
-            self.store, self.reactor, self.node_id, __version__,
-            self.lending.settings.offload_decisions_retention)
-        self.lending.decisions.start()
-        self.lending.on_settings.append(self._settings_applied)
         if self.master is not None:
             self._public_ids.seed(await self.store.public_ids())
             image, text, settings = await load_lending_state(self.store, self.config.cluster.lending)
             self.lending.install_links(image, text)
             self.lending.apply_settings(settings)
             self.master.registry.update_local(self.local_records())
-            await self.master.start()
-        # The first fit runs now but is not awaited: a large sample window must not
-        # hold the listener back (until it lands, this node's models are unpriced).
-        self._refit_loop = task.LoopingCall(self._refit_tick)
-        self._refit_loop.clock = self.reactor
-        self._refit_loop.start(self.lending.settings.scheduling_refresh_interval, now=True)
-        if self.coordinator is not None:
-            self.coordinator.start()
+            await self.master.poll_all()
+        # The first cost fit runs now but is not awaited (the refit service's first call).
+        self.services.startService()  # type: ignore[no-untyped-call]
         startup = self.config.models.startup_model
         if startup:
-            await self.load_model(startup)
+            await self.admin.load(startup)
 
     async def after_listening(self) -> None:
         """Steps that need the listener open: a slave registers with its master."""
         if self.slave is not None:
             await self.slave.start()
+            self.slave.setServiceParent(self.services)  # type: ignore[no-untyped-call]
 
     async def stop(self) -> None:
-        if self._refit_loop is not None and self._refit_loop.running:
-            self._refit_loop.stop()
-        if self.coordinator is not None:
-            self.coordinator.stop()
-        if self.lending.decisions is not None:
-            await self.lending.decisions.stop()
-        if self.master is not None:
-            self.master.stop()
-        if self.slave is not None:
-            self.slave.stop()
-        await self.runtimes.stop()
+        if self.services.running:
+            await self.services.stopService()
+
+    async def _close_store(self) -> None:
         if self.store is not None:
             await self.store.close()
-        await self._pool.closeCachedConnections()
 
     def _fatal(self, exc: RegistrationRefused) -> None:
         self.log.critical("{reason}; stopping", reason=str(exc))
         self.on_fatal(exc)
-
-    def site(self) -> NodeSite:
-        limit = self.config.limits.max_body_bytes
-        return NodeSite(GuardResource(self.app.resource(), self.policy, limit), limit)
 
     # -- samples and public IDs -----------------------------------------------
 
@@ -250,229 +239,49 @@ class Node:
         for section in ("image", "llm"):
             samples.extend(await self.store.request_samples(None, section, since))
         loads = await self.store.load_samples(since)
-        self.lending.costs = await self._run_in_thread(fit_node, samples, loads, settings, now_ms)
-
-    def _refit_tick(self) -> Deferred[None]:
-        d = ensureDeferred(self._refit())
-        return d.addErrback(lambda f: self.log.failure("cost refit failed", failure=f))
+        self.lending.update_costs(await self._run_in_thread(fit_node, samples, loads, settings, now_ms))
 
     def _settings_applied(self, settings: LendingSettings) -> None:
-        if self.lending.decisions is not None:
-            self.lending.decisions.set_retention(settings.offload_decisions_retention)
-        if self._refit_loop is not None and self._refit_loop.running \
-                and self._refit_loop.interval != settings.scheduling_refresh_interval:
-            self._refit_loop.stop()
-            self._refit_loop.start(settings.scheduling_refresh_interval, now=False)
+        self.decisions.set_retention(settings.offload_decisions_retention)
+        self._refit_loop.set_interval(settings.scheduling_refresh_interval)
         if self.coordinator is not None:
             self.coordinator.restart_tick()
 
     def _slave_registered(self, node_id: str) -> None:
-        if self.coordinator is not None:
-            ensureDeferred(self.coordinator.push()).addErrback(
-                lambda f: self.log.failure("push to {node_id} failed", failure=f, node_id=node_id))
+        self.lending.push_soon(node_id)
 
-    async def _event_in_process(self, lane: Lane, model_id: str, trigger: Trigger) -> Lease | None:
-        assert self.coordinator is not None
-        return await self.coordinator.event(lane, self.node_id, model_id, trigger)
+    def _serve_borrowed(self, reply: Reply, incoming: Incoming, borrowed: Borrowed) -> Deferred[bytes]:
+        from twisted.internet.defer import ensureDeferred
 
-    async def _event_to_master(self, lane: Lane, model_id: str, trigger: Trigger) -> Lease | None:
-        body = {"lane": lane, "owner_node_id": self.node_id, "model_id": model_id, "trigger": trigger}
-        answer = await self._master_client.post_json(self.config.cluster.master_url,
-                                                     "/router/v1/node/offload/event", body)
-        return lease_from_json(answer.get("lease") if isinstance(answer, dict) else None)
-
-    async def _lend_in_process(self, call: Call, lease: Lease, model_id: str) -> bytes:
-        assert self.coordinator is not None
-        relay = RelayRequest(lease.lane, self.node_id, model_id, call.path)
-        try:
-            return await self.coordinator.relay(call.request, relay, call,
-                                                rewrite_to=call.selector or model_id, returns_raise=True)
-        except CameBack as exc:
-            raise Returned(str(exc)) from None
-
-    async def _lend_via_master(self, call: Call, lease: Lease, model_id: str) -> bytes:
-        query = urlencode([(k, v) for k, vs in query_args(call.request).items() for v in vs])
-        url = self.config.cluster.master_url.rstrip("/") + "/router/v1/node/offload/request"
-        out = Outbound(url=url + (f"?{query}" if query else ""), body=call.body,
-                       content_type=call.content_type, request_id=call.request_id,
-                       headers=((b"x-routerd-offload-owner", self.node_id.encode()),
-                                (b"x-routerd-offload-owner-model", model_id.encode()),
-                                (b"x-routerd-offload-lane", lease.lane.encode()),
-                                (b"x-routerd-offload-path", call.path.encode())),
-                       rewrite_to=call.selector or model_id, returns_raise=True)
-        try:
-            _code, result = await self._master_forwarder.send(call.request, out)
-        except (CameBack, Unreachable) as exc:
-            raise Returned(str(exc)) from None
-        return result
-
-    def _serve_borrowed(self, request: IRequest, path: str, body: bytes, content_type: str,
-                        borrowed: Borrowed) -> Deferred[bytes]:
-        route = classify("POST", path)
+        route = classify("POST", incoming.path)
         if route is None:
-            raise offload_returned(f"{path} is not an inference path")
-        return ensureDeferred(self.front.handle(request, route, path, body, cluster_call=True,
-                                                borrowed=borrowed))
+            raise offload_returned(f"{incoming.path} is not an inference path")
+        return ensureDeferred(self.front.handle(incoming, reply, route, cluster_call=True, borrowed=borrowed))
 
-    # -- management -----------------------------------------------------------
+    # -- records and documents (serve.documents, fed this node's state) -------------------------
 
-    def _model(self, name: str) -> ModelConfig:
-        model = self.catalog.resolve(name)
-        if model is None:
-            raise HTTPError(404, f"model {name!r} was not found", "not_found", "model_not_found")
-        return model
-
-    def _remote_record(self, name: str) -> ModelRecord | None:
-        """The record a master would forward a management call for, or None for local."""
-        if self.master is None:
-            return None
-        records = [r for r in self.master.registry.records()
-                   if name in (r.public_id, r.public_image_id) and not r.disabled]
-        if not records:
-            raise HTTPError(404, f"model {name!r} was not found", "not_found", "model_not_found")
-        local = [r for r in records if r.node_id == self.node_id]
-        if local:
-            return None
-        available = [r for r in records if r.available]
-        if not available:
-            raise HTTPError(502, f"model {name!r} has no available replicas", "backend_error",
-                            "backend_error")
-        return available[0]
-
-    async def load_model(self, name: str, *, site: bool = False) -> dict[str, Any]:
-        remote = self._remote_record(name) if site else None
-        if remote is not None:
-            assert self.master is not None
-            await self.master.client.load(remote.node_url, remote.local_id)
-            return {"ok": True, "model": name, "node_id": remote.node_id}
-        local_name = name
-        if site and self.master is not None:
-            for r in self.master.registry.records():
-                if r.node_id == self.node_id and name in (r.public_id, r.public_image_id):
-                    local_name = r.local_id
-        model = self._model(local_name)
-        try:
-            await self.runtimes.load(model)
-        except LoadFailed as exc:
-            raise HTTPError(502, f"model {model.local_id!r} failed to load: {exc}",
-                            "backend_error", "load_failed") from None
-        except BackendMissing as exc:
-            raise HTTPError(502, str(exc), "backend_error", "backend_missing") from None
-        return {"ok": True, "model": name, "node_id": self.node_id}
-
-    async def unload_model(self, name: Any, target: Any, *, site: bool = False) -> dict[str, Any]:
-        if name is not None and not isinstance(name, str):
-            raise HTTPError(400, "model must be a string")
-        if target is not None and target not in ("text", "image", "stt", "all", "embeddings"):
-            raise HTTPError(400, "target must be one of text, image, stt, embeddings, all")
-        if name and site:
-            remote = self._remote_record(name)
-            if remote is not None:
-                assert self.master is not None
-                await self.master.client.unload(remote.node_url, remote.local_id, target)
-                return {"ok": True, "model": name, "node_id": remote.node_id}
-        kinds: list[RuntimeKind]
-        if name:
-            model = self._model(name)
-            kinds = [k for k in RUNTIME_KINDS if self.runtimes.loaded_config(k) == model.filename]
-        elif target in (None, "all"):
-            kinds = list(RUNTIME_KINDS)
-        else:
-            kinds = ["text" if target == "embeddings" else target]
-        for kind in kinds:
-            await self.runtimes.unload(kind)
-        return {"ok": True, "unloaded": kinds, "node_id": self.node_id}
-
-    # -- records and documents -----------------------------------------------
-
-    def _local_ready(self, kind: RuntimeKind, record: ModelRecord) -> bool:
+    def _local_ready(self, kind: Any, record: ModelRecord) -> bool:
         model = self.catalog.get(record.local_id)
         return model is not None and self.runtimes.ready(kind, model)
 
-    def _loaded(self, model: ModelConfig) -> bool:
-        return any(self.runtimes.loaded_config(k) == model.filename for k in RUNTIME_KINDS
-                   if model.capabilities.serves(k))
-
     def local_records(self) -> list[ModelRecord]:
-        url = self.config.cluster.public_url
-        return [record_from_config(m, node_id=self.node_id, node_url=url, loaded=self._loaded(m))
-                for m in self.catalog.models]
+        return documents.local_records(self.catalog, self.node_id, self.public_url,
+                                       self.runtimes.loaded_config)
 
     def records(self) -> list[ModelRecord]:
         """The models this node lists: the merged registry on a master, else its own."""
         if self.master is not None:
-            return [self._with_loaded(r) for r in self.master.registry.records()]
+            return documents.with_local_loaded(self.master.registry.records(), self.node_id, self.catalog,
+                                               self.runtimes.loaded_config)
         return self.local_records()
 
-    def _with_loaded(self, record: ModelRecord) -> ModelRecord:
-        if record.node_id != self.node_id:
-            return record
-        model = self.catalog.get(record.local_id)
-        loaded = model is not None and self._loaded(model)
-        return record if record.loaded == loaded else _evolve(record, loaded=loaded)
-
     def listing(self, keep: Callable[[Capabilities], bool]) -> list[ListedModel]:
-        out = []
-        seen: set[str] = set()
-        loaded_ids = {r.public_id for r in self.records() if r.loaded and r.available}
-        for record in self.records():
-            caps = record.capabilities
-            if not keep(caps) or record.disabled or not record.available or record.public_id in seen:
-                continue
-            seen.add(record.public_id)
-            words = tuple(w for w in ("llm", "multimodal", "embeddings", "image", "stt", "tts")
-                          if getattr(caps, w))
-            out.append(ListedModel(
-                name=record.public_id, model_hash=record.model_hash, size=self._size(record),
-                modified_at=self._modified(record), capabilities=words, context=caps.context,
-                loaded=record.public_id in loaded_ids))
-        return out
-
-    def image_listing(self) -> list[dict[str, Any]]:
-        out = []
-        seen: set[str] = set()
-        for record in self.records():
-            image_id = record.public_image_id
-            if not record.capabilities.image or not image_id or image_id in seen or record.disabled:
-                continue
-            seen.add(image_id)
-            out.append({"title": image_id, "model_name": image_id, "filename": record.filename,
-                        "hash": record.model_hash[:10]})
-        return out
-
-    def _size(self, record: ModelRecord) -> int:
-        model = self.catalog.get(record.local_id) if record.node_id == self.node_id else None
-        total = 0
-        for path in (model.weight_files().values() if model is not None else ()):
-            try:
-                total += os.path.getsize(path)
-            except OSError:
-                pass
-        return total
-
-    def _modified(self, record: ModelRecord) -> str:
-        model = self.catalog.get(record.local_id) if record.node_id == self.node_id else None
-        try:
-            mtime = os.path.getmtime(model.path) if model is not None else self.started_at
-        except OSError:
-            mtime = 0.0
-        return datetime.datetime.fromtimestamp(mtime, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-    def models_document(self) -> dict[str, Any]:
-        return {
-            "node_id": self.node_id,
-            "models": [record_to_json(r) for r in self.records()],
-            "invalid": [{"filename": b.filename, "reason": b.reason} for b in self.catalog.invalid],
-        }
+        return documents.listing(self.records(), keep, self.catalog, self.node_id, self.started_at)
 
     def snapshot_wire(self) -> Snapshot:
-        return Snapshot(node_id=self.node_id, node_url=self.config.cluster.public_url,
-                        build_version=__version__, protocol_version=PROTOCOL_VERSION,
-                        models=tuple(self.local_records()))
+        return documents.snapshot(self.node_id, self.public_url, self.local_records())
 
     def snapshot(self) -> dict[str, Any]:
-        from routerd.wire.records import snapshot_to_json
-
         return snapshot_to_json(self.snapshot_wire())
 
     def state_document(self) -> dict[str, Any]:
@@ -486,7 +295,6 @@ class Node:
 
     def runtime_status(self) -> dict[str, Any]:
         statuses = self.runtimes.status()
-        stt = self.runtimes.loaded_config("stt")
         now = self.reactor.seconds()
         return {
             "node_id": self.node_id,
@@ -494,25 +302,10 @@ class Node:
             "backend_mode": self.config.backend.mode,
             "active_requests": sum(s.users for s in statuses),
             "queued_requests": sum(s.waiters for s in statuses),
-            "active_stt_config": stt or "",
+            "active_stt_config": self.runtimes.loaded_config("stt") or "",
             # borrowed work does not count as busy (spec "Probes")
             "idle_for_ms": int(max(0.0, now - self.own_work_at) * 1000) if not self.local.own_busy() else 0,
             "settings_fingerprint": self.lending.settings.fingerprint(),
             "lanes": self.lending.lane_statuses(),
             "costs": lending_json(self.lending.costs),
         }
-
-    def inventory(self) -> dict[str, Any]:
-        assert self.master is not None
-        nodes = [{"node_id": self.node_id, "node_url": self.config.cluster.public_url, "role": "master",
-                  "healthy": True, "build_version": __version__}]
-        for info in self.master.registry.nodes():
-            nodes.append({"node_id": info.node_id, "node_url": info.node_url, "role": "slave",
-                          "healthy": info.healthy, "build_version": info.build_version})
-        return {"nodes": nodes, "models": [record_to_json(r) for r in self.records()], "recipes": []}
-
-
-def _evolve(record: ModelRecord, **changes: Any) -> ModelRecord:
-    import attrs
-
-    return attrs.evolve(record, **changes)

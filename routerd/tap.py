@@ -12,6 +12,7 @@ from twisted.logger import Logger, globalLogPublisher, jsonFileLogObserver
 from twisted.protocols.policies import WrappingFactory
 from twisted.python import usage
 
+from routerd.api.app import build_site
 from routerd.catalog.catalog import CatalogError
 from routerd.config.load import ConfigError, load_config
 from routerd.config.schema import Config
@@ -52,7 +53,7 @@ class NodeService(service.Service):
         endpoint_type = TCP6ServerEndpoint if ":" in server.host else TCP4ServerEndpoint
         endpoint = endpoint_type(self.reactor, server.port, interface=server.host)
         # WrappingFactory tracks open connections so a stop can drop them.
-        self.connections = WrappingFactory(self.node.site())
+        self.connections = WrappingFactory(build_site(self.node))
         self.port = await endpoint.listen(self.connections)  # type: ignore[no-untyped-call]
         address = self.port.getHost()
         log.info("routerd node {node_id} ({role}) listening on http://{host}:{port}",

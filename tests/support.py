@@ -19,3 +19,29 @@ def fired(d: Deferred[T]) -> T:
     if isinstance(result, Failure):
         result.raiseException()
     return result
+
+
+class FakeReply:
+    """A :class:`routerd.routing.call.Reply` that records what it was given."""
+
+    def __init__(self) -> None:
+        self.status = 200
+        self.headers: dict[bytes, bytes] = {}
+        self.written: list[bytes] = []
+        self.aborted = False
+
+    @property
+    def started(self) -> bool:
+        return bool(self.written)
+
+    def set_status(self, code: int) -> None:
+        self.status = code
+
+    def set_header(self, name: bytes, value: bytes) -> None:
+        self.headers[name] = value
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def abort(self) -> None:
+        self.aborted = True

@@ -1,256 +1,55 @@
-"""The Klein app of one node: client API (contract §5), node API (§6), site and admin API (§7)."""
+"""The HTTP edge of one node: the client API (contract §5), the node API (§6) and the admin API
+(§7), and :func:`build_site`, which puts every API class of ``routerd.api`` in front of a node.
+
+Each API is a class with a class-level Klein app (``api_app()``), built from the collaborators it
+calls; a route parses the request, calls one collaborator and answers.  Errors are raised as
+``StatusError`` and answered by the one handler in :mod:`routerd.api.errors`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from klein import Klein
 from twisted.internet.defer import ensureDeferred
 from twisted.web.iweb import IRequest
 
 from routerd import __version__
-from routerd.api import decisions_routes, links_routes, offload_routes, push_routes, settings_routes
+from routerd.api.decisions_routes import DecisionsAPI
+from routerd.api.dispatch import Dispatch
+from routerd.api.errors import api_app, master_only, not_found
 from routerd.api.jsonio import json_response, read_json
-from routerd.errors import HTTPError, StatusError, error_body, style_for_path
-from routerd.lending.service import Borrowed
+from routerd.api.links_routes import LinksAPI
+from routerd.api.offload_routes import OffloadAPI
+from routerd.api.push_routes import PushAPI
+from routerd.api.reply import RequestReply, incoming, query_arg
+from routerd.api.settings_routes import SettingsAPI
+from routerd.api.site import GuardResource, NodeSite
+from routerd.catalog.model import Capabilities
+from routerd.errors import HTTPError
+from routerd.lending.offload import borrowed_from_headers
 from routerd.routing.adapters import ollama
 from routerd.routing.classify import INFERENCE_PATHS, classify
 from routerd.routing.forward import INFERENCE_PREFIX
-from routerd.routing.relay import header
+from routerd.serve import documents
+from routerd.serve.admin import ModelAdmin
+from routerd.serve.front import InferenceFront
 from routerd.wire.records import PROTOCOL_VERSION
 
 if TYPE_CHECKING:
+    from routerd.cluster.master import MasterAgent
     from routerd.node import Node
 
-__all__ = ["PROTOCOL_VERSION", "build_app"]
+__all__ = ["PROTOCOL_VERSION", "AdminAPI", "ClientAPI", "NodeAPI", "build_site"]
+
+Listing = Callable[[Callable[[Capabilities], bool]], list[ollama.ListedModel]]
 
 
+def _TEXT(caps: Capabilities) -> bool:
+    return caps.llm or caps.embeddings
 
 
-def _fail(request: IRequest, err: StatusError) -> bytes:
-    path = request.path.decode("utf-8", "replace")
-    request.setResponseCode(err.status)
-    request.setHeader(b"content-type", b"application/json")
-    return error_body(style_for_path(path), err.message, err.type, err.code)
-
-
-
-
-def _arg(request: IRequest, name: str) -> str | None:
-    values = getattr(request, "args", {}).get(name.encode())
-    return values[0].decode("utf-8", "replace") if values else None
-
-
-def build_app(node: Node) -> Klein:
-    app = Klein()
-
-    def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Turn a ``StatusError`` raised by a handler (sync or async) into its envelope."""
-
-        def wrapper(request: IRequest, *args: Any, **kwargs: Any) -> Any:
-            def on_error(failure: Any) -> bytes:
-                failure.trap(StatusError)
-                return _fail(request, failure.value)
-
-            try:
-                result = fn(request, *args, **kwargs)
-            except StatusError as err:
-                return _fail(request, err)
-            if hasattr(result, "__await__"):
-                return ensureDeferred(result).addErrback(on_error)
-            return result
-
-        wrapper.__name__ = fn.__name__
-        return wrapper
-
-    def master_only() -> None:
-        if node.master is None:
-            raise HTTPError(404, "site routes are served by the master only", "not_found", "not_found")
-
-    # -- health and metrics ---------------------------------------------------
-
-    @app.route("/health", methods=["GET"])
-    def health(request: IRequest) -> bytes:
-        return json_response(request, {"status": "ok", "node_id": node.node_id, "role": node.role})
-
-    @app.route("/metrics", methods=["GET"])
-    def metrics(request: IRequest) -> bytes:
-        request.setHeader(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
-        return node.metrics.render()
-
-    # -- listings (contract §5): public IDs only --------------------------------
-
-    @app.route("/v1/models", methods=["GET"])
-    def v1_models(request: IRequest) -> bytes:
-        return json_response(request, ollama.openai_models(node.listing(lambda c: c.llm or c.embeddings)))
-
-    @app.route("/api/tags", methods=["GET"])
-    def api_tags(request: IRequest) -> bytes:
-        return json_response(request, ollama.ollama_tags(node.listing(lambda c: c.llm or c.embeddings)))
-
-    @app.route("/api/ps", methods=["GET"])
-    def api_ps(request: IRequest) -> bytes:
-        return json_response(request, ollama.ollama_ps(node.listing(lambda c: c.llm or c.embeddings)))
-
-    @app.route("/api/version", methods=["GET"])
-    def api_version(request: IRequest) -> bytes:
-        return json_response(request, {"version": __version__})
-
-    @app.route("/api/show", methods=["POST"])
-    @guarded
-    def api_show(request: IRequest) -> bytes:
-        body = read_json(request, optional=True)
-        name = body.get("model", body.get("name"))
-        if not isinstance(name, str) or not name:
-            raise HTTPError(400, "model is required")
-        entries = [e for e in node.listing(lambda c: True) if e.name == name]
-        if not entries:
-            raise HTTPError(404, f"model '{name}' not found", "not_found", "model_not_found")
-        return json_response(request, ollama.ollama_show(entries[0]))
-
-    @app.route("/sdapi/v1/sd-models", methods=["GET"])
-    def sd_models(request: IRequest) -> bytes:
-        return json_response(request, node.image_listing())
-
-    # -- inference ------------------------------------------------------------
-
-    def inference(request: IRequest) -> Any:
-        path = request.path.decode("utf-8", "replace")
-        route = classify(request.method.decode(), path)
-        if route is None:
-            request.setHeader(b"allow", b"POST")
-            return _fail(request, HTTPError(405, f"method not allowed on {path}", "method_not_allowed",
-                                            "method_not_allowed"))
-        body = request.content.read() if request.content is not None else b""
-        return ensureDeferred(node.front.handle(request, route, path, body))
-
-    for inference_path in sorted(INFERENCE_PATHS):
-        app.route(inference_path, methods=["POST", "GET", "PUT", "DELETE", "PATCH"],
-                  endpoint="inference:" + inference_path)(inference)
-
-    @app.route(INFERENCE_PREFIX + "/", branch=True, methods=["POST"])
-    def node_inference(request: IRequest) -> Any:
-        """Forwarded inference from the master (cluster token checked by the guard)."""
-        full = request.path.decode("utf-8", "replace")
-        path = full[len(INFERENCE_PREFIX):]
-        route = classify("POST", path) if path.startswith("/") and not path.startswith(("//", "/\\")) \
-            else None
-        if route is None:
-            return _fail(request, HTTPError(404, f"{path!r} is not an inference path", "not_found",
-                                            "not_found"))
-        body = request.content.read() if request.content is not None else b""
-        borrowed = None
-        if request.getHeader(b"x-routerd-offload") == b"1":
-            # Only the master's relay sets these; the cluster token proves it.
-            borrowed = Borrowed(load_allowed=request.getHeader(b"x-routerd-offload-load") == b"1",
-                                restore=request.getHeader(b"x-routerd-offload-restore") == b"1",
-                                owner_node_id=header(request, b"x-routerd-offload-owner"),
-                                owner_model_id=header(request, b"x-routerd-offload-owner-model"))
-        return ensureDeferred(node.front.handle(request, route, path, body, cluster_call=True,
-                                                borrowed=borrowed))
-
-    # -- node API (contract §6; cluster token) ---------------------------------
-
-    @app.route("/router/v1/node/register", methods=["POST"])
-    @guarded
-    def register(request: IRequest) -> bytes:
-        if node.master is None:
-            raise HTTPError(409, "this node is not the master", "cluster_error", "not_master")
-        return json_response(request, node.master.register(read_json(request, optional=True)))
-
-    @app.route("/router/v1/node/models", methods=["GET"])
-    def node_models(request: IRequest) -> bytes:
-        return json_response(request, node.snapshot())
-
-    @app.route("/router/v1/node/runtime-status", methods=["GET"])
-    def runtime_status(request: IRequest) -> bytes:
-        return json_response(request, node.runtime_status())
-
-    @app.route("/router/v1/node/state", methods=["GET"])
-    @app.route("/router/v1/state", methods=["GET"])
-    def state(request: IRequest) -> bytes:
-        return json_response(request, node.state_document())
-
-    @app.route("/router/v1/node/load", methods=["POST"])
-    @guarded
-    async def node_load(request: IRequest) -> bytes:
-        return json_response(request, await node.load_model(_model_arg(read_json(request, optional=True))))
-
-    @app.route("/router/v1/node/unload", methods=["POST"])
-    @guarded
-    async def node_unload(request: IRequest) -> bytes:
-        body = read_json(request, optional=True)
-        return json_response(request, await node.unload_model(body.get("model"), body.get("target")))
-
-    # -- admin and site API (contract §7) ---------------------------------------
-
-    @app.route("/router/v1/version", methods=["GET"])
-    def version(request: IRequest) -> bytes:
-        return json_response(request, {"version": __version__, "protocol_version": PROTOCOL_VERSION,
-                               "minimum_protocol_version": PROTOCOL_VERSION})
-
-    @app.route("/router/v1/models", methods=["GET"])
-    def router_models(request: IRequest) -> bytes:
-        return json_response(request, node.models_document())
-
-    @app.route("/router/v1/load", methods=["POST"])
-    @guarded
-    async def load(request: IRequest) -> bytes:
-        name = _model_arg(read_json(request, optional=True))
-        return json_response(request, await node.load_model(name, site=True))
-
-    @app.route("/router/v1/unload", methods=["POST"])
-    @guarded
-    async def unload(request: IRequest) -> bytes:
-        body = read_json(request, optional=True)
-        result = await node.unload_model(body.get("model"), body.get("target"), site=True)
-        return json_response(request, result)
-
-    @app.route("/router/v1/site/inventory", methods=["GET"])
-    @guarded
-    def inventory(request: IRequest) -> bytes:
-        master_only()
-        return json_response(request, node.inventory())
-
-    @app.route("/router/v1/site/nodes/state", methods=["GET"])
-    @guarded
-    async def nodes_state(request: IRequest) -> bytes:
-        master_only()
-        assert node.master is not None
-        node_id = _arg(request, "node_id")
-        if not node_id:
-            raise HTTPError(400, "node_id is required")
-        if node_id == node.node_id:
-            return json_response(request, node.state_document())
-        return json_response(request, await node.master.node_json(node_id, "/router/v1/node/state"))
-
-    @app.route("/router/v1/site/", branch=True)
-    @guarded
-    def site_other(request: IRequest) -> bytes:
-        master_only()
-        path = request.path.decode("utf-8", "replace")
-        raise HTTPError(404, f"endpoint not found: {path}", "not_found", "not_found")
-
-    for routes in (offload_routes, decisions_routes, links_routes, settings_routes, push_routes):
-        routes.add_routes(app, node, guarded)
-
-    @app.handle_errors(Exception)
-    def not_found(request: IRequest, failure: Any) -> bytes:
-        from werkzeug.exceptions import MethodNotAllowed, NotFound
-
-        path = request.path.decode("utf-8", "replace")
-        if failure.check(NotFound):
-            return _fail(request, HTTPError(404, f"endpoint not found: {path}", "not_found", "not_found"))
-        if failure.check(MethodNotAllowed):
-            valid = getattr(failure.value, "valid_methods", None) or []
-            request.setHeader(b"allow", ", ".join(valid).encode())
-            return _fail(request, HTTPError(405, f"method not allowed on {path}", "method_not_allowed",
-                                            "method_not_allowed"))
-        node.log.failure("unhandled error on {path}", failure=failure, path=path)
-        return _fail(request, HTTPError(500, "internal error", "internal_error", "internal_error"))
-
-    return app
+_INFERENCE_METHODS = ["POST", "GET", "PUT", "DELETE", "PATCH"]
 
 
 def _model_arg(body: dict[str, Any]) -> str:
@@ -258,3 +57,195 @@ def _model_arg(body: dict[str, Any]) -> str:
     if not isinstance(name, str) or not name:
         raise HTTPError(400, "model is required")
     return name
+
+
+class ClientAPI:
+    """Health, metrics, model listings and inference (OpenAI, Ollama, SD-WebUI, Kobold)."""
+
+    app = api_app()
+
+    def __init__(self, *, node_id: str, role: str, front: InferenceFront, listing: Listing,
+                 image_listing: Callable[[], list[dict[str, Any]]], metrics: Callable[[], bytes]) -> None:
+        self.node_id = node_id
+        self.role = role
+        self.front = front
+        self.listing = listing
+        self.image_listing = image_listing
+        self.metrics = metrics
+
+    @app.route("/health", methods=["GET"])
+    def health(self, request: IRequest) -> bytes:
+        return json_response(request, {"status": "ok", "node_id": self.node_id, "role": self.role})
+
+    @app.route("/metrics", methods=["GET"])
+    def metrics_text(self, request: IRequest) -> bytes:
+        request.setHeader(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
+        return self.metrics()
+
+    @app.route("/v1/models", methods=["GET"])
+    def v1_models(self, request: IRequest) -> bytes:
+        return json_response(request, ollama.openai_models(self.listing(_TEXT)))
+
+    @app.route("/api/tags", methods=["GET"])
+    def api_tags(self, request: IRequest) -> bytes:
+        return json_response(request, ollama.ollama_tags(self.listing(_TEXT)))
+
+    @app.route("/api/ps", methods=["GET"])
+    def api_ps(self, request: IRequest) -> bytes:
+        return json_response(request, ollama.ollama_ps(self.listing(_TEXT)))
+
+    @app.route("/api/version", methods=["GET"])
+    def api_version(self, request: IRequest) -> bytes:
+        return json_response(request, {"version": __version__})
+
+    @app.route("/api/show", methods=["POST"])
+    def api_show(self, request: IRequest) -> bytes:
+        body = read_json(request, optional=True)
+        name = body.get("model", body.get("name"))
+        if not isinstance(name, str) or not name:
+            raise HTTPError(400, "model is required")
+        entries = [e for e in self.listing(lambda c: True) if e.name == name]
+        if not entries:
+            raise HTTPError(404, f"model '{name}' not found", "not_found", "model_not_found")
+        return json_response(request, ollama.ollama_show(entries[0]))
+
+    @app.route("/sdapi/v1/sd-models", methods=["GET"])
+    def sd_models(self, request: IRequest) -> bytes:
+        return json_response(request, self.image_listing())
+
+    def inference(self, request: IRequest) -> Any:
+        path = request.path.decode("utf-8", "replace")
+        route = classify(request.method.decode(), path)
+        if route is None:
+            request.setHeader(b"allow", b"POST")
+            raise HTTPError(405, f"method not allowed on {path}", "method_not_allowed", "method_not_allowed")
+        return ensureDeferred(self.front.handle(incoming(request, path), RequestReply(request), route))
+
+    for _path in sorted(INFERENCE_PATHS):
+        app.route(_path, methods=_INFERENCE_METHODS, endpoint="inference:" + _path)(inference)
+
+    @app.route(INFERENCE_PREFIX + "/", branch=True, methods=["POST"])
+    def node_inference(self, request: IRequest) -> Any:
+        """Forwarded inference from the master (cluster token checked by the guard); borrowed
+        work when the master's relay marked it so."""
+        path = request.path.decode("utf-8", "replace")[len(INFERENCE_PREFIX):]
+        route = classify("POST", path) if path.startswith("/") and not path.startswith(("//", "/\\")) \
+            else None
+        if route is None:
+            raise HTTPError(404, f"{path!r} is not an inference path", "not_found", "not_found")
+        facts = incoming(request, path)
+        return ensureDeferred(self.front.handle(facts, RequestReply(request), route, cluster_call=True,
+                                                borrowed=borrowed_from_headers(facts.header)))
+
+
+class NodeAPI:
+    """Node API (contract §6; cluster token): registration, documents, loads."""
+
+    app = api_app()
+
+    def __init__(self, *, node: Node, admin: ModelAdmin) -> None:
+        self.node = node
+        self.admin = admin
+
+    @app.route("/router/v1/node/register", methods=["POST"])
+    def register(self, request: IRequest) -> bytes:
+        if self.node.master is None:
+            raise HTTPError(409, "this node is not the master", "cluster_error", "not_master")
+        return json_response(request, self.node.master.register(read_json(request, optional=True)))
+
+    @app.route("/router/v1/node/models", methods=["GET"])
+    def models(self, request: IRequest) -> bytes:
+        return json_response(request, self.node.snapshot())
+
+    @app.route("/router/v1/node/runtime-status", methods=["GET"])
+    def runtime_status(self, request: IRequest) -> bytes:
+        return json_response(request, self.node.runtime_status())
+
+    @app.route("/router/v1/node/state", methods=["GET"])
+    @app.route("/router/v1/state", methods=["GET"])
+    def state(self, request: IRequest) -> bytes:
+        return json_response(request, self.node.state_document())
+
+    @app.route("/router/v1/node/load", methods=["POST"])
+    async def load(self, request: IRequest) -> bytes:
+        return json_response(request, await self.admin.load(_model_arg(read_json(request, optional=True))))
+
+    @app.route("/router/v1/node/unload", methods=["POST"])
+    async def unload(self, request: IRequest) -> bytes:
+        body = read_json(request, optional=True)
+        return json_response(request, await self.admin.unload(body.get("model"), body.get("target")))
+
+
+class AdminAPI:
+    """Admin and site API (contract §7; admin keys): version, models, loads, inventory, node state."""
+
+    app = api_app()
+
+    def __init__(self, *, node: Node, admin: ModelAdmin) -> None:
+        self.node = node
+        self.admin = admin
+
+    def _master(self) -> MasterAgent:
+        if self.node.master is None:
+            raise master_only()
+        return self.node.master
+
+    @app.route("/router/v1/version", methods=["GET"])
+    def version(self, request: IRequest) -> bytes:
+        return json_response(request, {"version": __version__, "protocol_version": PROTOCOL_VERSION,
+                                       "minimum_protocol_version": PROTOCOL_VERSION})
+
+    @app.route("/router/v1/models", methods=["GET"])
+    def models(self, request: IRequest) -> bytes:
+        return json_response(request, documents.models_document(self.node.node_id, self.node.records(),
+                                                                self.node.catalog))
+
+    @app.route("/router/v1/load", methods=["POST"])
+    async def load(self, request: IRequest) -> bytes:
+        name = _model_arg(read_json(request, optional=True))
+        return json_response(request, await self.admin.load(name, site=True))
+
+    @app.route("/router/v1/unload", methods=["POST"])
+    async def unload(self, request: IRequest) -> bytes:
+        body = read_json(request, optional=True)
+        answer = await self.admin.unload(body.get("model"), body.get("target"), site=True)
+        return json_response(request, answer)
+
+    @app.route("/router/v1/site/inventory", methods=["GET"])
+    def inventory(self, request: IRequest) -> bytes:
+        master = self._master()
+        return json_response(request, documents.inventory(self.node.node_id, self.node.public_url,
+                                                          master.registry.nodes(), self.node.records()))
+
+    @app.route("/router/v1/site/nodes/state", methods=["GET"])
+    async def nodes_state(self, request: IRequest) -> bytes:
+        master = self._master()
+        node_id = query_arg(request, "node_id")
+        if not node_id:
+            raise HTTPError(400, "node_id is required")
+        if node_id == self.node.node_id:
+            return json_response(request, self.node.state_document())
+        return json_response(request, await master.node_json(node_id, "/router/v1/node/state"))
+
+    @app.route("/router/v1/site/", branch=True)
+    def site_other(self, request: IRequest) -> bytes:
+        self._master()
+        raise not_found(request.path.decode("utf-8", "replace"))
+
+
+def build_site(node: Node) -> NodeSite:
+    """The listening site of ``node``: body limit and access guard, then every API class."""
+    apis: list[Any] = [
+        ClientAPI(node_id=node.node_id, role=node.role, front=node.front, listing=node.listing,
+                  image_listing=lambda: documents.image_listing(node.records()),
+                  metrics=node.metrics.render),
+        NodeAPI(node=node, admin=node.admin),
+        OffloadAPI(coordinator=node.coordinator, lending=node.lending),
+        PushAPI(node),
+        DecisionsAPI(node),
+        AdminAPI(node=node, admin=node.admin),
+        LinksAPI(node),
+        SettingsAPI(node),
+    ]
+    limit = node.config.limits.max_body_bytes
+    return NodeSite(GuardResource(Dispatch(apis), node.policy, limit), limit)

@@ -21,17 +21,17 @@ Remote nodes are asked at most ``FANOUT`` at a time, each within ``NODE_TIMEOUT_
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
 import attrs
-from klein import Klein
 from twisted.internet import defer
 from twisted.python.failure import Failure
 from twisted.web.iweb import IRequest
 
 from routerd import __version__
+from routerd.api.errors import api_app, master_only
 from routerd.api.jsonio import json_response
 from routerd.errors import HTTPError
 from routerd.lending.decisions import ALL_OUTCOMES, KINDS
@@ -182,7 +182,7 @@ def parse_query(request: IRequest, default_limit: int) -> DecisionQuery:
 
 def _master(node: DecisionsNode) -> _Master:
     if node.master is None:
-        raise HTTPError(404, "site routes are served by the master only", "not_found", "not_found")
+        raise master_only()
     return node.master
 
 
@@ -312,32 +312,30 @@ async def site_summary(node: DecisionsNode) -> dict[str, Any]:
 # -- routes ----------------------------------------------------------------------------------------
 
 
-def add_routes(app: Klein, node: DecisionsNode, guarded: Callable[..., Any]) -> None:
-    """Add the four decision-log and summary routes to ``app``.
+class DecisionsAPI:
+    """The four decision-log and summary routes."""
 
-    ``guarded`` is ``build_app``'s wrapper that answers a raised ``StatusError`` with its envelope.
-    """
+    app = api_app()
+
+    def __init__(self, node: DecisionsNode) -> None:
+        self.node = node
 
     @app.route(NODE_DECISIONS, methods=["GET"])
-    @guarded
-    async def node_offload_decisions(request: IRequest) -> bytes:
+    async def node_decisions(self, request: IRequest) -> bytes:
         query = parse_query(request, DEFAULT_LIMIT)
-        return json_response(request, {"records": await local_decisions(node, query)})
+        return json_response(request, {"records": await local_decisions(self.node, query)})
 
     @app.route(NODE_SUMMARY, methods=["GET"])
-    @guarded
-    def node_offload_summary(request: IRequest) -> bytes:
-        return json_response(request, local_summary(node))
+    def node_summary(self, request: IRequest) -> bytes:
+        return json_response(request, local_summary(self.node))
 
     @app.route(SITE_DECISIONS, methods=["GET"])
-    @guarded
-    async def site_offload_decisions(request: IRequest) -> bytes:
-        _master(node)
+    async def site_decisions(self, request: IRequest) -> bytes:
+        _master(self.node)
         query = parse_query(request, SITE_DEFAULT_LIMIT)
         wanted = [v.strip() for v in _args(request, "node_id") if v.strip()]
-        return json_response(request, await site_decisions(node, query, wanted or None))
+        return json_response(request, await site_decisions(self.node, query, wanted or None))
 
     @app.route(SITE_SUMMARY, methods=["GET"])
-    @guarded
-    async def site_offload_summary(request: IRequest) -> bytes:
-        return json_response(request, await site_summary(node))
+    async def site_summary(self, request: IRequest) -> bytes:
+        return json_response(request, await site_summary(self.node))

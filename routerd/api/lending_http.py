@@ -6,20 +6,16 @@ The routes see the node through :class:`LendingNode`, a read-only protocol that
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
-from twisted.web.iweb import IRequest
-
+from routerd.api.errors import master_only
 from routerd.catalog.model import ModelConfig
 from routerd.config.lending import LendingSettings
 from routerd.errors import HTTPError
 from routerd.lending.links import LinkSet
 from routerd.store.store import Store
 from routerd.wire.records import ModelRecord
-
-#: ``build_app``'s decorator turning a raised ``StatusError`` into its error envelope.
-Guard = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 class RegistryView(Protocol):
@@ -72,16 +68,10 @@ class LendingNode(Protocol):
 
 
 
-def query_arg(request: IRequest, name: str) -> str | None:
-    """The first value of query parameter ``name``, trimmed; None when absent."""
-    values = getattr(request, "args", {}).get(name.encode())
-    return values[0].decode("utf-8", "replace").strip() if values else None
-
-
 def require_master(node: LendingNode) -> MasterView:
     """The master agent, or 404 (site routes are closed on other nodes)."""
     if node.master is None:
-        raise HTTPError(404, "site routes are served by the master only", "not_found", "not_found")
+        raise master_only()
     return node.master
 
 
@@ -103,12 +93,10 @@ def want_str(value: Any, where: str) -> str:
 
 __all__ = [
     "CatalogView",
-    "Guard",
     "LendingNode",
     "LendingView",
     "MasterView",
     "RegistryView",
-    "query_arg",
     "require_master",
     "want_bool",
     "want_str",

@@ -25,26 +25,25 @@ from collections.abc import Sequence
 from typing import Any
 
 import attrs
-from klein import Klein
 from twisted.web.iweb import IRequest
 
+from routerd.api.errors import api_app
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.lending_http import (
     CatalogView,
-    Guard,
     LendingNode,
-    query_arg,
     require_master,
     want_bool,
     want_str,
 )
+from routerd.api.reply import query_arg
 from routerd.catalog.eligibility import MULTIMODAL_MISMATCH, text_ineligibility
 from routerd.catalog.model import ModelConfig
 from routerd.errors import HTTPError
 from routerd.lending.links import LinkError, LinkSet, Peer
 from routerd.store.links import LinkRow
 from routerd.store.store import Store
-from routerd.wire.lending import LANES, Endpoint, Lane, Link, to_json
+from routerd.wire.lending import LANES, Endpoint, Lane, Link, lane_model_id, to_json
 from routerd.wire.records import ModelRecord
 
 LANE_PATHS: dict[Lane, str] = {
@@ -55,13 +54,6 @@ LANE_PATHS: dict[Lane, str] = {
 ACKNOWLEDGEMENT_REQUIRED = "acknowledgement_required"
 
 _WHAT: dict[Lane, str] = {"image": "an image model", "text": "a text model"}
-
-
-def lane_model_id(lane: Lane, record: ModelRecord) -> str | None:
-    """The id ``record`` has in ``lane`` (image ID / local ID), or None if it does not serve it."""
-    if lane == "image":
-        return record.image_id if record.capabilities.image and record.image_id else None
-    return record.local_id if record.capabilities.llm else None
 
 
 @attrs.frozen
@@ -272,11 +264,12 @@ def _anchor_query(request: IRequest, required: bool) -> Endpoint | None:
 
 
 class LinksAPI:
-    """The three methods of one lane's endpoint."""
+    """The three methods of both lanes' endpoints."""
 
-    def __init__(self, node: LendingNode, lane: Lane) -> None:
+    app = api_app()
+
+    def __init__(self, node: LendingNode) -> None:
         self.node = node
-        self.lane = lane
 
     def _store(self) -> Store:
         require_master(self.node)
@@ -284,18 +277,18 @@ class LinksAPI:
             raise HTTPError(404, "routing links are not configured", "not_found", "not_found")
         return self.node.store
 
-    def _models(self) -> LaneModels:
+    def _models(self, lane: Lane) -> LaneModels:
         master = require_master(self.node)
-        return LaneModels(self.lane, master.registry.records(), self.node.node_id, self.node.catalog)
+        return LaneModels(lane, master.registry.records(), self.node.node_id, self.node.catalog)
 
     async def _links(self, store: Store, lane: Lane) -> LinkSet:
         return LinkSet.from_rows(lane, await store.links(lane))
 
-    async def _answer(self, request: IRequest, store: Store, anchor: Endpoint | None) -> bytes:
-        links = await self._links(store, self.lane)
+    async def _answer(self, request: IRequest, store: Store, lane: Lane, anchor: Endpoint | None) -> bytes:
+        links = await self._links(store, lane)
         out: dict[str, Any] = {"links": [to_json(link) for link in links]}
         if anchor is not None:
-            models = self._models()
+            models = self._models(lane)
             out["anchor"] = models.anchor_view(anchor)
             out["candidates"] = models.candidates(anchor, links)
         return json_response(request, out)
@@ -306,42 +299,57 @@ class LinksAPI:
         self.node.lending.install_links(sets["image"], sets["text"])
         await self.node.lending.push()
 
-    async def get(self, request: IRequest) -> bytes:
+    async def get(self, request: IRequest, lane: Lane) -> bytes:
         store = self._store()
-        return await self._answer(request, store, _anchor_query(request, required=False))
+        return await self._answer(request, store, lane, _anchor_query(request, required=False))
 
-    async def post(self, request: IRequest) -> bytes:
+    async def post(self, request: IRequest, lane: Lane) -> bytes:
         store = self._store()
         edit = parse_edit(read_json(request))
-        current = await self._links(store, self.lane)
-        self._models().validate(edit, current)
+        current = await self._links(store, lane)
+        self._models(lane).validate(edit, current)
         try:
             updated = current.replace_anchor(edit.anchor, edit.lends_to, edit.borrows_from)
         except LinkError as exc:
             raise HTTPError(400, str(exc)) from None
         anchor = edit.anchor
-        await store.replace_anchor_links(self.lane, anchor.node_id, anchor.model_id,
+        await store.replace_anchor_links(lane, anchor.node_id, anchor.model_id,
                                          _rows(updated.touching(anchor)))
         await self._install(store)
-        return await self._answer(request, store, anchor)
+        return await self._answer(request, store, lane, anchor)
 
-    async def delete(self, request: IRequest) -> bytes:
+    async def delete(self, request: IRequest, lane: Lane) -> bytes:
         store = self._store()
         anchor = _anchor_query(request, required=True)
         assert anchor is not None
-        removed = await store.delete_anchor_links(self.lane, anchor.node_id, anchor.model_id)
+        removed = await store.delete_anchor_links(lane, anchor.node_id, anchor.model_id)
         await self._install(store)
-        links = await self._links(store, self.lane)
+        links = await self._links(store, lane)
         return json_response(request, {"links": [to_json(link) for link in links], "removed": removed})
 
+    @app.route(LANE_PATHS["image"], methods=["GET"])
+    def get_image(self, request: IRequest) -> Any:
+        return self.get(request, "image")
 
-def add_routes(app: Klein, node: LendingNode, guarded: Guard) -> None:
-    """Register both lanes' endpoints on ``app``."""
-    for lane, path in LANE_PATHS.items():
-        api = LinksAPI(node, lane)
-        app.route(path, methods=["GET"], endpoint=f"site_links_get_{lane}")(guarded(api.get))
-        app.route(path, methods=["POST"], endpoint=f"site_links_post_{lane}")(guarded(api.post))
-        app.route(path, methods=["DELETE"], endpoint=f"site_links_delete_{lane}")(guarded(api.delete))
+    @app.route(LANE_PATHS["image"], methods=["POST"])
+    def post_image(self, request: IRequest) -> Any:
+        return self.post(request, "image")
+
+    @app.route(LANE_PATHS["image"], methods=["DELETE"])
+    def delete_image(self, request: IRequest) -> Any:
+        return self.delete(request, "image")
+
+    @app.route(LANE_PATHS["text"], methods=["GET"])
+    def get_text(self, request: IRequest) -> Any:
+        return self.get(request, "text")
+
+    @app.route(LANE_PATHS["text"], methods=["POST"])
+    def post_text(self, request: IRequest) -> Any:
+        return self.post(request, "text")
+
+    @app.route(LANE_PATHS["text"], methods=["DELETE"])
+    def delete_text(self, request: IRequest) -> Any:
+        return self.delete(request, "text")
 
 
 __all__ = [
@@ -350,7 +358,5 @@ __all__ = [
     "EditRequest",
     "LaneModels",
     "LinksAPI",
-    "add_routes",
-    "lane_model_id",
     "parse_edit",
 ]

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from klein import Klein
 from twisted.logger import Logger
 from twisted.web.iweb import IRequest
 
+from routerd.api.errors import api_app
 from routerd.api.jsonio import json_response, read_json
-from routerd.api.lending_http import Guard, LendingNode, want_bool
+from routerd.api.lending_http import LendingNode, want_bool
 from routerd.api.settings_routes import normalise_batch
 from routerd.config.lending import SPECS, LendingSettings
 from routerd.errors import HTTPError
@@ -74,9 +74,12 @@ def _refuse_on_master(node: LendingNode, what: str) -> None:
 
 
 class PushAPI:
+    app = api_app()
+
     def __init__(self, node: LendingNode) -> None:
         self.node = node
 
+    @app.route(LINKS_PATH, methods=["POST"])
     def links(self, request: IRequest) -> bytes:
         _refuse_on_master(self.node, "links")
         body = read_json(request)
@@ -85,6 +88,7 @@ class PushAPI:
         self.node.lending.install_links(image, text)
         return json_response(request, {"ok": True, "image": len(image), "text": len(text)})
 
+    @app.route(SETTINGS_PATH, methods=["POST"])
     def settings(self, request: IRequest) -> bytes:
         _refuse_on_master(self.node, "settings")
         body = read_json(request)
@@ -107,11 +111,4 @@ class PushAPI:
         return json_response(request, {"ok": True, "fingerprint": fingerprint, "dropped": dropped})
 
 
-def add_routes(app: Klein, node: LendingNode, guarded: Guard) -> None:
-    """Register the two push-receipt routes on ``app``."""
-    api = PushAPI(node)
-    app.route(LINKS_PATH, methods=["POST"], endpoint="node_offload_links")(guarded(api.links))
-    app.route(SETTINGS_PATH, methods=["POST"], endpoint="node_offload_settings")(guarded(api.settings))
-
-
-__all__ = ["LINKS_PATH", "SETTINGS_PATH", "PushAPI", "add_routes", "parse_link", "parse_link_set"]
+__all__ = ["LINKS_PATH", "SETTINGS_PATH", "PushAPI", "parse_link", "parse_link_set"]

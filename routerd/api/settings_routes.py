@@ -19,11 +19,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from klein import Klein
 from twisted.web.iweb import IRequest
 
+from routerd.api.errors import api_app
 from routerd.api.jsonio import json_response, read_json
-from routerd.api.lending_http import Guard, LendingNode, query_arg, require_master
+from routerd.api.lending_http import LendingNode, require_master
+from routerd.api.reply import query_arg
 from routerd.config.lending import SPECS, SettingError, normalise
 from routerd.errors import HTTPError
 from routerd.lending.layering import effective
@@ -51,6 +52,8 @@ def normalise_batch(values: Mapping[str, Any]) -> dict[str, str]:
 
 
 class SettingsAPI:
+    app = api_app()
+
     def __init__(self, node: LendingNode) -> None:
         self.node = node
 
@@ -72,10 +75,12 @@ class SettingsAPI:
         return json_response(request, {"entries": entries, "fingerprint": settings.fingerprint(),
                                         "editable": self.node.store is not None})
 
+    @app.route(PATH, methods=["GET"])
     async def get(self, request: IRequest) -> bytes:
         require_master(self.node)
         return await self._answer(request, apply=False)
 
+    @app.route(PATH, methods=["POST"])
     async def post(self, request: IRequest) -> bytes:
         require_master(self.node)
         store = self._writable_store()
@@ -86,6 +91,7 @@ class SettingsAPI:
         await store.set_setting_overrides(normalise_batch(values))
         return await self._answer(request, apply=True)
 
+    @app.route(PATH, methods=["DELETE"])
     async def delete(self, request: IRequest) -> bytes:
         require_master(self.node)
         store = self._writable_store()
@@ -99,12 +105,4 @@ class SettingsAPI:
         return await self._answer(request, apply=True)
 
 
-def add_routes(app: Klein, node: LendingNode, guarded: Guard) -> None:
-    """Register ``GET|POST|DELETE /router/v1/site/offload/settings`` on ``app``."""
-    api = SettingsAPI(node)
-    app.route(PATH, methods=["GET"], endpoint="site_offload_settings_get")(guarded(api.get))
-    app.route(PATH, methods=["POST"], endpoint="site_offload_settings_post")(guarded(api.post))
-    app.route(PATH, methods=["DELETE"], endpoint="site_offload_settings_delete")(guarded(api.delete))
-
-
-__all__ = ["PATH", "SettingsAPI", "add_routes", "normalise_batch"]
+__all__ = ["PATH", "SettingsAPI", "normalise_batch"]

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.web import resource, server
 from twisted.web.http import Request
+from twisted.web.iweb import IRequest
 
+from routerd.api.errors import answer_error
 from routerd.cluster.auth import AuthPolicy
-from routerd.errors import HTTPError, error_body, style_for_path
+from routerd.errors import HTTPError
 
 # Paths anyone on an allowed network may read without a key.
 OPEN_PATHS = frozenset({"/health", "/metrics"})
@@ -84,7 +86,6 @@ class GuardResource(resource.Resource):
 
     def render(self, request: Request) -> bytes | int:
         path = request.path.decode("utf-8", "replace")
-        style = style_for_path(path)
         try:
             if getattr(request, "too_large", False):
                 raise HTTPError(413, f"request body is larger than {self.max_body_bytes} bytes",
@@ -92,9 +93,7 @@ class GuardResource(resource.Resource):
             if path not in OPEN_PATHS:
                 self.policy.check(path, _client_host(request), request.getHeader(b"authorization"))
         except HTTPError as err:
-            request.setResponseCode(err.status)
-            request.setHeader(b"content-type", b"application/json")
-            return error_body(style, err.message, err.type, err.code)
+            return answer_error(cast(IRequest, request), err)
         return self.inner.render(request)  # type: ignore[no-any-return]
 
 

@@ -21,7 +21,6 @@ The HTTP client is injected ("treq-like": anything with treq's ``request`` signa
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urldefrag, urljoin
 
@@ -33,7 +32,7 @@ from twisted.python.failure import Failure
 from twisted.web.client import ResponseDone
 from twisted.web.http import PotentialDataLoss
 
-from routerd.cluster.urls import URLError, is_under, normalise_url, split_target
+from routerd.urls import AllowList, URLError, normalise_url, split_target
 from routerd.wire.records import (
     MINIMUM_PROTOCOL_VERSION,
     RuntimeStatus,
@@ -48,7 +47,6 @@ __all__ = [
     "MAX_REDIRECTS",
     "NODE_PREFIX",
     "OPERATION_TIMEOUT",
-    "AllowList",
     "ClusterError",
     "ClusterTimeout",
     "IncompatibleMaster",
@@ -153,44 +151,6 @@ def _decode_error(status: int, raw: bytes, url: str) -> RemoteError:
     if not message:
         message = raw[:500].decode("utf-8", "replace").strip() or f"HTTP {status}"
     return RemoteError(status, type_, code, message, url)
-
-
-class AllowList:
-    """The base URLs cluster calls may go to, kept in normalised form."""
-
-    def __init__(self, urls: Iterable[str] = ()) -> None:
-        self._bases: set[str] = set()
-        for url in urls:
-            self.add(url)
-
-    def add(self, url: str) -> str:
-        """Allow ``url`` (raises :class:`URLError` if it is not a valid node URL)."""
-        base = normalise_url(url)
-        self._bases.add(base)
-        return base
-
-    def remove(self, url: str) -> None:
-        try:
-            self._bases.discard(normalise_url(url))
-        except URLError:
-            pass
-
-    def contains(self, url: str) -> bool:
-        """Whether ``url`` itself is an allowed base (after normalisation)."""
-        try:
-            return normalise_url(url) in self._bases
-        except URLError:
-            return False
-
-    def __contains__(self, url: object) -> bool:
-        return isinstance(url, str) and self.contains(url)
-
-    def permits(self, target: str) -> bool:
-        """Whether the full URL ``target`` sits under one of the allowed bases."""
-        return any(is_under(base, target) for base in self._bases)
-
-    def bases(self) -> tuple[str, ...]:
-        return tuple(sorted(self._bases))
 
 
 class TreqLike(Protocol):

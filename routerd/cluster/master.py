@@ -12,15 +12,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from twisted.application.service import Service
 from twisted.internet import defer, task
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from routerd.cluster.client import AllowList, ClusterError, NodeClient
-from routerd.cluster.urls import URLError, normalise_url
+from routerd.cluster.client import ClusterError, NodeClient
 from routerd.errors import StatusError
 from routerd.registry.registry import Registry
 from routerd.routing.stt import RoundRobinCounter, choose_stt
+from routerd.urls import AllowList, URLError, normalise_url
 from routerd.wire.records import (
     PROTOCOL_VERSION,
     ModelRecord,
@@ -44,7 +45,7 @@ class NotListed(StatusError):
                          "cluster_error", "not_configured")
 
 
-class MasterAgent:
+class MasterAgent(Service):
     def __init__(self, *, node_id: str, slave_urls: tuple[str, ...], registry: Registry,
                  client: NodeClient, routing_allowed: AllowList, clock: IReactorTime,
                  health_interval: float, local_status: Callable[[], dict[str, Any]]) -> None:
@@ -57,28 +58,30 @@ class MasterAgent:
         self.health_interval = health_interval
         self.local_status = local_status
         self.stt_counter = RoundRobinCounter()
-        self.on_registered: Callable[[str], None] = lambda _node_id: None
+        self._registered: list[Callable[[str], None]] = []
         self._loop: task.LoopingCall | None = None
         self._polling: defer.Deferred[None] | None = None
 
     # -- health polling -------------------------------------------------------
 
-    def start(self) -> defer.Deferred[None]:
-        """One poll of every slave (awaited at startup), then one every health_interval."""
-        first = self.poll_all()
+    def startService(self) -> None:
+        """Poll every ``health_interval`` (the node awaits one :meth:`poll_all` before it starts
+        this service, so the first cycle happens before the listener opens)."""
+        super().startService()  # type: ignore[no-untyped-call]
+        self._loop = task.LoopingCall(self._tick)
+        self._loop.clock = self.clock
+        self._loop.start(self.health_interval, now=False)
 
-        def schedule(_: object) -> None:
-            self._loop = task.LoopingCall(self._tick)
-            self._loop.clock = self.clock
-            self._loop.start(self.health_interval, now=False)
-
-        return first.addCallback(schedule)
-
-    def stop(self) -> None:
+    def stopService(self) -> None:
+        super().stopService()  # type: ignore[no-untyped-call]
         if self._loop is not None and self._loop.running:
             self._loop.stop()
         if self._polling is not None:
             self._polling.cancel()
+
+    def when_registered(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(node_id)`` after each accepted registration."""
+        self._registered.append(callback)
 
     def _tick(self) -> defer.Deferred[None] | None:
         if self._polling is not None:
@@ -135,7 +138,8 @@ class MasterAgent:
             raise NotListed(url)
         self._accept(snapshot, url, "registration")
         log.info("node {node_id} registered from {url}", node_id=snapshot.node_id, url=url)
-        self.on_registered(snapshot.node_id)
+        for callback in self._registered:
+            callback(snapshot.node_id)
         return {"ok": True, "protocol_version": PROTOCOL_VERSION,
                 "minimum_protocol_version": PROTOCOL_VERSION}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from twisted.application.service import Service
 from twisted.internet import defer, task
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -31,7 +32,7 @@ def is_terminal(exc: BaseException) -> bool:
     return isinstance(exc, RemoteError) and (exc.is_duplicate_node or exc.is_incompatible_protocol)
 
 
-class SlaveAgent:
+class SlaveAgent(Service):
     def __init__(self, *, master_url: str, client: NodeClient, snapshot: Callable[[], Snapshot],
                  clock: IReactorTime, sync_interval: float,
                  on_terminal: Callable[[RegistrationRefused], None]) -> None:
@@ -45,11 +46,18 @@ class SlaveAgent:
         self._loop: task.LoopingCall | None = None
 
     async def start(self) -> None:
-        """Register once (a terminal refusal raises), then keep re-registering."""
+        """Register once (a terminal refusal raises); the service then keeps re-registering."""
         await self.register_once()
+
+    def startService(self) -> None:
+        super().startService()  # type: ignore[no-untyped-call]
         self._loop = task.LoopingCall(self._tick)
         self._loop.clock = self.clock
         self._loop.start(self.sync_interval, now=False)
+
+    def stopService(self) -> None:
+        super().stopService()  # type: ignore[no-untyped-call]
+        self.stop()
 
     def stop(self) -> None:
         if self._loop is not None and self._loop.running:

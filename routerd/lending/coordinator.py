@@ -12,16 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import attrs
+from twisted.application.service import Service
 from twisted.internet import defer, task
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
-from twisted.web.iweb import IRequest
 
-from routerd.errors import StatusError
+from routerd.lending.offload import Borrowed, RelayRequest, borrowed_headers
 from routerd.lending.planner import FactKey, ModelFacts, plan
-from routerd.lending.service import Borrowed, HeldLease, LendingService, offload_returned
-from routerd.routing.call import Call
+from routerd.lending.service import HeldLease, LendingService
+from routerd.routing.call import Call, Incoming, Reply
 from routerd.routing.forward import INFERENCE_PREFIX, CameBack, Forwarder, Outbound, Unreachable
 from routerd.routing.selector import replace_model
 from routerd.wire.lending import LANES, Lane, Lease, NodeStatus, Trigger, from_json, to_json
@@ -32,22 +31,14 @@ if TYPE_CHECKING:
 
 log = Logger()
 
-OFFLOAD_HEADERS = (b"x-routerd-offload", b"x-routerd-offload-load", b"x-routerd-offload-restore")
+#: Serves borrowed work on this node (the master as helper): the answer goes into the reply.
+ServeBorrowed = Callable[[Reply, Incoming, Borrowed], defer.Deferred[bytes]]
 
 
-@attrs.frozen
-class RelayRequest:
-    lane: Lane
-    owner_node_id: str
-    owner_model_id: str
-    path: str
-
-
-class Coordinator:
+class Coordinator(Service):
     def __init__(self, *, node_id: str, master: MasterAgent, service: LendingService, clock: IReactorTime,
                  forwarder: Forwarder,
-                 serve_borrowed: Callable[[IRequest, str, bytes, str, Borrowed], defer.Deferred[bytes]]
-                 ) -> None:
+                 serve_borrowed: ServeBorrowed) -> None:
         self.node_id = node_id
         self.master = master
         self.service = service
@@ -61,10 +52,22 @@ class Coordinator:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def startService(self) -> None:
+        """Plan on a tick every ``scheduling_refresh_interval`` (events plan at once)."""
+        super().startService()  # type: ignore[no-untyped-call]
+        self._start_tick()
+
+    def _start_tick(self) -> None:
         self._tick = task.LoopingCall(self.tick)
         self._tick.clock = self.clock
         self._tick.start(self.service.settings.scheduling_refresh_interval, now=False)
+
+    def stopService(self) -> None:
+        super().stopService()  # type: ignore[no-untyped-call]
+        self.stop()
+
+    def start(self) -> None:
+        self.startService()
 
     def stop(self) -> None:
         if self._tick is not None and self._tick.running:
@@ -76,7 +79,7 @@ class Coordinator:
         """Apply a changed ``scheduling_refresh_interval``."""
         if self._tick is not None and self._tick.running:
             self._tick.stop()
-            self.start()
+            self._start_tick()
 
     async def tick(self) -> None:
         """The fallback refresh: push links and settings, then plan.  A failure is logged and
@@ -203,11 +206,11 @@ class Coordinator:
             fields.update(helper_node_id=lease.helper_node_id, helper_model_id=lease.helper_model_id)
         self.service.decisions.record("dispatch", "relay_refused", **fields)
 
-    async def relay(self, request: IRequest, relay: RelayRequest, call: Call, *,
+    async def relay(self, reply: Reply, relay: RelayRequest, call: Call, *,
                     rewrite_to: str | None, returns_raise: bool) -> bytes:
         """Send a lent request to the helper its live lease names.
 
-        ``request`` receives the helper's answer: the owner's client when the master
+        ``reply`` receives the helper's answer: the owner's client when the master
         itself owns the request (then ``rewrite_to`` is the public ID and a 409 raises
         ``CameBack``), or the owner's relay call (answer passed on unchanged).
         """
@@ -220,30 +223,22 @@ class Coordinator:
                             owner_node_id=relay.owner_node_id, owner_model_id=relay.owner_model_id)
         lent_to = f"{lease.helper_node_id}/{lease.helper_model_id}".encode()
         if lease.helper_node_id == self.node_id:
-            request.setHeader(b"x-routerd-lent-to", lent_to)
-            return await self.serve_borrowed(request, relay.path, body, call.content_type, borrowed)
+            reply.set_header(b"x-routerd-lent-to", lent_to)
+            incoming = Incoming(path=relay.path, body=body, content_type=call.content_type,
+                                query=call.query, headers={"x-routerd-request-id": call.request_id})
+            return await self.serve_borrowed(reply, incoming, borrowed)
         helper = self.master.registry.node(lease.helper_node_id)
         if helper is None or not helper.node_url:
             self._refused(relay, "helper_unreachable", lease)
             raise CameBack("helper unreachable")
-        headers = [(b"x-routerd-offload", b"1"),
-                   (b"x-routerd-offload-owner", relay.owner_node_id.encode()),
-                   (b"x-routerd-offload-owner-model", relay.owner_model_id.encode())]
-        if borrowed.load_allowed:
-            headers.append((b"x-routerd-offload-load", b"1"))
-        if borrowed.restore:
-            headers.append((b"x-routerd-offload-restore", b"1"))
         out = Outbound(url=helper.node_url.rstrip("/") + INFERENCE_PREFIX + relay.path, body=body,
-                       content_type=call.content_type, request_id=call.request_id, headers=tuple(headers),
+                       content_type=call.content_type, request_id=call.request_id,
+                       headers=borrowed_headers(borrowed),
                        rewrite_to=rewrite_to, returns_raise=returns_raise)
-        request.setHeader(b"x-routerd-lent-to", lent_to)
+        reply.set_header(b"x-routerd-lent-to", lent_to)
         try:
-            _code, result = await self.forwarder.send(request, out)
+            _code, result = await self.forwarder.send(reply, out)
         except Unreachable:
             self._refused(relay, "forward_failed", lease)
             raise CameBack("forward failed") from None
         return result
-
-
-def returned_error(exc: CameBack) -> StatusError:
-    return offload_returned(str(exc))

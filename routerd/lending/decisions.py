@@ -129,7 +129,7 @@ def validate(kind: str, outcome: str, fields: Mapping[str, Any]) -> dict[str, An
 class DecisionLog:
     """Buffered, batched writer of one node's ``offload_decisions`` rows."""
 
-    def __init__(self, store: DecisionStore, clock: IReactorTime, node_id: str,
+    def __init__(self, store: DecisionStore | None, clock: IReactorTime, node_id: str,
                  router_version: str = __version__, retention_s: float = 720 * 3600.0) -> None:
         self.store = store
         self.clock = clock
@@ -179,8 +179,11 @@ class DecisionLog:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Flush every second (and prune at most once a minute) until ``stop``."""
+    def start(self, store: DecisionStore | None = None) -> None:
+        """Flush every second (and prune at most once a minute) until ``stop``; ``store`` is the
+        router database once it is open (rows recorded before wait in the buffer)."""
+        if store is not None:
+            self.store = store
         if self._loop is not None and self._loop.running:
             return
         self._loop = task.LoopingCall(self._tick)
@@ -198,7 +201,7 @@ class DecisionLog:
         """Write every buffered row in one ``insert_decisions`` call; fires when written (or
         when the failure has been logged).  Never fails."""
         self._report_dropped()
-        if not self._buffer:
+        if not self._buffer or self.store is None:
             return succeed(None)
         batch = list(self._buffer)
         self._buffer.clear()
@@ -217,13 +220,18 @@ class DecisionLog:
               limit: int = DEFAULT_LIMIT, since_ms: int | None = None,
               ) -> Deferred[list[dict[str, Any]]]:
         """Flush, then the store's ``query_decisions`` (so recent rows are included)."""
-        return self.flush().addCallback(lambda _: self.store.query_decisions(
+        store = self.store
+        if store is None:
+            return succeed([])
+        return self.flush().addCallback(lambda _: store.query_decisions(
             lane=lane, outcome=outcome, kind=kind, limit=limit, since_ms=since_ms))
 
     def prune(self) -> Deferred[int]:
         """Delete rows older than the retention now; fires the number removed (0 on failure)."""
         self._last_prune = self.clock.seconds()
         before_ms = int((self._last_prune - self.retention_s) * 1000)
+        if self.store is None:
+            return succeed(0)
         try:
             d = self.store.prune_decisions(before_ms)
         except Exception:

@@ -15,7 +15,7 @@ the head and served by this node.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal
 
 import attrs
@@ -26,36 +26,26 @@ from twisted.logger import Logger
 
 from routerd.catalog.model import ModelConfig
 from routerd.config.lending import LendingSettings
-from routerd.errors import HTTPError
+from routerd.lending.decisions import DecisionLog
 from routerd.lending.links import LinkSet
+from routerd.lending.offload import Borrowed, Returned, offload_returned
 from routerd.lending.pricing import estimate_text
 from routerd.lending.queue import Effects, LaneQueue
+from routerd.lending.transport import LendingTransport, NoMaster
 from routerd.routing.call import Call
 from routerd.routing.work import request_work
-from routerd.wire.lending import LANES, Costs, Lane, LaneStatus, Lease, Trigger, from_json, to_json
+from routerd.wire.lending import (
+    LANES,
+    Costs,
+    Lane,
+    LaneStatus,
+    Lease,
+    Trigger,
+    lane_model_id,
+    to_json,
+)
 
 log = Logger()
-
-OFFLOAD_RETURNED = "offload_returned"
-
-
-class Returned(Exception):
-    """A lent request came back (409 ``offload_returned``, or the relay failed)."""
-
-
-def offload_returned(message: str = "borrowed request handed back to its owner") -> HTTPError:
-    return HTTPError(409, message, OFFLOAD_RETURNED, OFFLOAD_RETURNED)
-
-
-@attrs.frozen
-class Borrowed:
-    """What the master's relay said about a borrowed request."""
-
-    load_allowed: bool
-    restore: bool
-    owner_node_id: str = ""
-    owner_model_id: str = ""
-
 
 @attrs.frozen
 class Ticket:
@@ -70,25 +60,20 @@ class HeldLease:
     expires_at: float
 
 
-def lane_model_id(model: ModelConfig, lane: Lane) -> str:
-    """Links name image models by image ID and text models by local ID."""
-    if lane == "image":
-        return model.image_id or model.local_id
-    return model.local_id
-
-
-# What an owner does with a lent request: the node-specific sender (HTTP to the
-# master's relay, or in-process on the master).
-LendSender = Callable[[Call, Lease, str], Awaitable[bytes]]
-EventSender = Callable[[Lane, str, Trigger], Awaitable[Lease | None]]
-
-
 class LendingService:
     def __init__(self, *, node_id: str, settings: LendingSettings, clock: IReactorTime | None = None,
-                 role: str = "standalone") -> None:
+                 role: str = "standalone", transport: LendingTransport | None = None,
+                 decisions: DecisionLog | None = None, own_busy: Callable[[], bool] = lambda: False,
+                 active_config: Callable[[Lane], str] = lambda _lane: "",
+                 on_settings: Iterable[Callable[[LendingSettings], None]] = ()) -> None:
         self.node_id = node_id
         self.role = role
         self.clock = clock
+        self.transport: LendingTransport = transport if transport is not None else NoMaster()
+        self.decisions = decisions
+        self.own_busy = own_busy
+        self.active_config = active_config
+        self.on_settings = tuple(on_settings)
         self.config_settings = settings
         self.settings = settings
         self.links: dict[Lane, LinkSet] = {lane: LinkSet.build(lane, ()) for lane in LANES}
@@ -96,13 +81,6 @@ class LendingService:
             lane: LaneQueue(lane, settings.scheduling_backend_depth) for lane in LANES}
         self.leases: dict[tuple[Lane, str], HeldLease] = {}
         self.costs = Costs()
-        self.decisions: Any = None  # a DecisionLog once the store is open
-        self.send_event: EventSender | None = None
-        self.send_lent: LendSender | None = None
-        self.own_busy: Callable[[], bool] = lambda: False
-        self.active_config: Callable[[Lane], str] = lambda _lane: ""
-        self.on_settings: list[Callable[[LendingSettings], None]] = []
-        self.pusher: Callable[[], Awaitable[None]] | None = None
         self._waiters: dict[str, Deferred[Ticket]] = {}
         self._borrowed: dict[str, tuple[Lane, Borrowed, int]] = {}  # request id → owner, start ms
         self._events: dict[tuple[Lane, str], _Coalescer] = {}
@@ -126,9 +104,17 @@ class LendingService:
             hook(settings)
 
     async def push(self) -> None:
-        """On the master: push links and settings to every slave (set by the coordinator)."""
-        if self.pusher is not None:
-            await self.pusher()
+        """Push links and settings to every slave (the master's transport; a no-op elsewhere)."""
+        await self.transport.push()
+
+    def push_soon(self, node_id: str) -> None:
+        """Push now without waiting (a slave just registered); a failure is logged."""
+        defer.ensureDeferred(self.push()).addErrback(
+            lambda f: log.failure("push to {node_id} failed", failure=f, node_id=node_id))
+
+    def update_costs(self, costs: Costs) -> None:
+        """This node's freshly fitted cost coefficients (published in its runtime status)."""
+        self.costs = costs
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -172,7 +158,7 @@ class LendingService:
                     borrowed: Borrowed | None) -> bytes:
         """Queue an enrolled model's request in the router and serve, lend or hand it back."""
         queue = self.queues[lane]
-        model_id = lane_model_id(model, lane)
+        model_id = lane_model_id(lane, model) or model.local_id
         rid = call.request_id
         work, context = self.work_hint(call, model, lane)
         waiter = self._park(rid)
@@ -200,9 +186,9 @@ class LendingService:
                         self._apply(lane, queue.finished(rid, self._now_ms()))
                         if owner:
                             self.report(lane, model_id, "completed")
-                assert ticket.lease is not None and self.send_lent is not None
+                assert ticket.lease is not None
                 try:
-                    result = await self.send_lent(call, ticket.lease, model_id)
+                    result = await self.transport.lend(call, ticket.lease, model_id)
                 except Returned as exc:
                     log.info("lent request {request_id} came back: {reason}", request_id=rid, reason=str(exc))
                     self._dispatch_row("returned", lane, model_id, ticket.lease, request_id=rid)
@@ -277,7 +263,7 @@ class LendingService:
 
     def report(self, lane: Lane, model_id: str, trigger: Trigger) -> None:
         """Tell the master about a queue event of an owned model (coalesced per model)."""
-        if self.send_event is None or not self.queues[lane].is_owner(model_id):
+        if not self.queues[lane].is_owner(model_id):
             return
         key = (lane, model_id)
         coalescer = self._events.get(key)
@@ -370,9 +356,7 @@ class _Coalescer:
         self._run(trigger)
 
     def _run(self, trigger: Trigger) -> None:
-        sender = self.service.send_event
-        if sender is None:
-            return
+        sender = self.service.transport.event
         self.in_flight = True
 
         def answered(lease: Lease | None) -> None:
@@ -392,13 +376,8 @@ class _Coalescer:
         d.addCallbacks(answered, failed).addBoth(next_one)
 
 
+EventSender = Callable[[Lane, str, Trigger], Awaitable[Lease | None]]
+
+
 async def _call(sender: EventSender, lane: Lane, model_id: str, trigger: Trigger) -> Lease | None:
     return await sender(lane, model_id, trigger)
-
-
-def lease_from_json(data: Any) -> Lease | None:
-    if data is None:
-        return None
-    return from_json(data, Lease)
-
-

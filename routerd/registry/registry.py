@@ -16,7 +16,6 @@ from collections.abc import Iterable
 import attrs
 
 from routerd.catalog.model import RuntimeKind
-from routerd.cluster.urls import URLError, normalise_url
 from routerd.registry.identity import PublicIdStore, assign_public_ids
 from routerd.registry.records import (
     DuplicateNode,
@@ -35,6 +34,7 @@ from routerd.registry.replicas import (
     fits_context,
     replica_order,
 )
+from routerd.urls import URLError, normalise_url
 from routerd.wire.records import MINIMUM_PROTOCOL_VERSION, ModelRecord, Snapshot
 
 __all__ = ["Registry"]

@@ -1,18 +1,55 @@
-"""One client inference request as it moves through a node."""
+"""One client inference request as it moves through a node, and the answer it is owed.
+
+:class:`Incoming` is what the HTTP edge read off the wire; :class:`Call` is that request once
+classified and parsed (route, body, parsed JSON, stream flag, request id, selector).  Neither holds
+the Twisted request: the answer goes out through :class:`Reply`, a small interface the edge
+implements (``routerd.api.reply``) and tests fake, so routing and lending never see ``IRequest``.
+"""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import attrs
-from twisted.web.iweb import IRequest
 
 from routerd.routing.classify import Route
 
 
 def new_request_id() -> str:
     return os.urandom(8).hex()
+
+
+class Reply(Protocol):
+    """The answer to one client request: status and headers first, then body bytes."""
+
+    @property
+    def started(self) -> bool:
+        """Whether any of the answer has gone out (status and headers can no longer change)."""
+
+    def set_status(self, code: int) -> None: ...
+
+    def set_header(self, name: bytes, value: bytes) -> None: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def abort(self) -> None:
+        """End a started answer so the client sees it incomplete (no clean end)."""
+
+
+@attrs.frozen
+class Incoming:
+    """What the HTTP edge read of a request: path, body and the headers and query routing reads."""
+
+    path: str
+    body: bytes
+    content_type: str = ""
+    query: Mapping[str, list[str]] = attrs.field(factory=dict)
+    headers: Mapping[str, str] = attrs.field(factory=dict)  # lower-case names, first values
+
+    def header(self, name: str) -> str:
+        return self.headers.get(name, "")
 
 
 @attrs.define
@@ -26,7 +63,7 @@ class Outcome:
 
 @attrs.define
 class Call:
-    request: IRequest
+    reply: Reply
     route: Route
     path: str
     body: bytes
@@ -36,6 +73,7 @@ class Call:
     request_id: str
     started: float
     selector: str | None
+    query: Mapping[str, list[str]] = attrs.field(factory=dict)
     outcome: Outcome = attrs.Factory(Outcome)
     borrowed: bool = False  # lent to this node by another owner
     serving_since: float | None = None  # when the backend slot was acquired

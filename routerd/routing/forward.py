@@ -14,15 +14,15 @@ import attrs
 from twisted.internet.error import ConnectError, DNSLookupError, TimeoutError
 from twisted.web.client import ResponseFailed, ResponseNeverReceived
 from twisted.web.http_headers import Headers
-from twisted.web.iweb import IAgent, IRequest
+from twisted.web.iweb import IAgent
 
-from routerd.cluster.client import AllowList
 from routerd.errors import HTTPError
 from routerd.routing.body import BytesProducer
-from routerd.routing.call import Call
-from routerd.routing.relay import collect, query_args, relay, response_header
+from routerd.routing.call import Call, Reply
+from routerd.routing.relay import collect, relay, response_header
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
 from routerd.routing.selector import replace_model
+from routerd.urls import AllowList
 from routerd.wire.records import ModelRecord
 
 INFERENCE_PREFIX = "/router/v1/node/inference"
@@ -59,8 +59,8 @@ class Forwarder:
         self.token = token
         self.allowed = allowed
 
-    async def send(self, request: IRequest, out: Outbound) -> tuple[int, bytes]:
-        """Send ``out`` and stream the answer into ``request``; returns (status, last bytes).
+    async def send(self, reply: Reply, out: Outbound) -> tuple[int, bytes]:
+        """Send ``out`` and stream the answer into ``reply``; returns (status, last bytes).
 
         Raises ``Unreachable`` on a transport failure and ``CameBack`` on a 409
         ``offload_returned`` when asked to, in both cases before writing anything.
@@ -84,30 +84,30 @@ class Forwarder:
             raw = await collect(response)
             if b"offload_returned" in raw:
                 raise CameBack(raw.decode("utf-8", "replace")[:200])
-            return self._whole(request, response, code, ctype, raw, out)
+            return self._whole(reply, response, code, ctype, raw, out)
         if ctype.startswith(_STREAMING_TYPES):
-            self._head(request, response, code, ctype)
+            self._head(reply, response, code, ctype)
             rewrite = out.rewrite_to is not None and (out.rewrite_errors or 200 <= code < 300)
             if rewrite:
                 public = out.rewrite_to
                 converter = make_rewriter(ctype, lambda _old: public)
-                await relay(response, request, converter.feed, converter.flush)
+                await relay(response, reply, converter.feed, converter.flush)
             else:
-                await relay(response, request, _same, _nothing)
+                await relay(response, reply, _same, _nothing)
             return code, b""
-        return self._whole(request, response, code, ctype, await collect(response), out)
+        return self._whole(reply, response, code, ctype, await collect(response), out)
 
-    def _head(self, request: IRequest, response: object, code: int, ctype: str) -> None:
-        request.setResponseCode(code)
+    def _head(self, reply: Reply, response: object, code: int, ctype: str) -> None:
+        reply.set_status(code)
         for name in _PASSED_HEADERS:
             values = response.headers.getRawHeaders(name)  # type: ignore[attr-defined]
             if values:
-                request.setHeader(name, values[0])
-        request.setHeader(b"content-type", ctype.encode())
+                reply.set_header(name, values[0])
+        reply.set_header(b"content-type", ctype.encode())
 
-    def _whole(self, request: IRequest, response: object, code: int, ctype: str, raw: bytes,
+    def _whole(self, reply: Reply, response: object, code: int, ctype: str, raw: bytes,
                out: Outbound) -> tuple[int, bytes]:
-        self._head(request, response, code, ctype)
+        self._head(reply, response, code, ctype)
         rewrite = out.rewrite_to is not None and (out.rewrite_errors or 200 <= code < 300)
         if rewrite and ctype.startswith("application/json"):
             public = out.rewrite_to
@@ -128,7 +128,7 @@ class Forwarder:
                        rewrite_to=None if stt else public_id,
                        rewrite_errors=call.route.runtime != "image")
         try:
-            code, result = await self.send(call.request, out)
+            code, result = await self.send(call.reply, out)
         except Unreachable as exc:
             raise HTTPError(502, f"node {record.node_id!r} is unreachable: {exc}", "backend_error",
                             "node_unreachable") from None
@@ -144,7 +144,7 @@ def local_selector(call: Call, record: ModelRecord) -> str:
 
 
 def _query(call: Call, local: str) -> str:
-    args = query_args(call.request)
+    args = {k: list(v) for k, v in call.query.items()}
     if not args:
         return ""
     for key in ("model", "sd_model_checkpoint"):

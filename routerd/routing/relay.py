@@ -14,7 +14,6 @@ from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
 from twisted.web.client import ResponseDone
 from twisted.web.http import PotentialDataLoss
-from twisted.web.iweb import IRequest
 
 TAIL_KEEP = 8192
 _DONE = Failure(ResponseDone())
@@ -99,31 +98,6 @@ def _empty() -> bytes:
     return b""
 
 
-def break_client_stream(request: IRequest) -> None:
-    """End a started answer so the client sees it as incomplete (no clean chunked end)."""
-    transport = getattr(getattr(request, "channel", None), "transport", None)
-    if transport is not None:
-        transport.abortConnection()
-
-
-def header(request: IRequest, name: bytes) -> str:
-    value = request.getHeader(name)
-    return value.decode("latin-1") if isinstance(value, bytes) else (value or "")
-
-
 def response_header(response: Any, name: bytes) -> str:
     values = response.headers.getRawHeaders(name)
     return str(values[0].decode("latin-1")) if values else ""
-
-
-def query_args(request: IRequest) -> dict[str, list[str]]:
-    args = getattr(request, "args", {}) or {}
-    return {k.decode("utf-8", "replace"): [v.decode("utf-8", "replace") for v in vs]
-            for k, vs in args.items()}
-
-
-def header_map(request: IRequest) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for name, values in request.requestHeaders.getAllRawHeaders():
-        out[name.decode("latin-1").lower()] = values[0].decode("latin-1")
-    return out

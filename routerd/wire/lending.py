@@ -8,7 +8,7 @@ Enumerations are ``Literal`` types so mypy and the converter both check them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, Literal, Protocol, TypeVar, get_args
 
 import attrs
 import cattrs
@@ -16,6 +16,27 @@ from cattrs.gen import make_dict_unstructure_fn
 
 Lane = Literal["image", "text"]
 LANES: tuple[Lane, ...] = ("image", "text")
+
+class _LaneServer(Protocol):
+    """A model config or record: what :func:`lane_model_id` reads."""
+
+    @property
+    def local_id(self) -> str: ...
+
+    @property
+    def image_id(self) -> str | None: ...
+
+    @property
+    def capabilities(self) -> Any: ...
+
+
+def lane_model_id(lane: Lane, model: _LaneServer) -> str | None:
+    """The ID a model has in ``lane``'s links (image lane: its image ID; text lane: its local ID),
+    or None when it does not serve the lane."""
+    if lane == "image":
+        return model.image_id if model.capabilities.image and model.image_id else None
+    return model.local_id if model.capabilities.llm else None
+
 
 #: What made the master plan (spec "Decision log", plan rows).
 Trigger = Literal["enqueued", "completed", "borrowed_completed", "probe_due", "tick"]
@@ -345,5 +366,6 @@ __all__ = [
     "TokenProfile",
     "converter",
     "from_json",
+    "lane_model_id",
     "to_json",
 ]

@@ -7,20 +7,16 @@ The routes run on a tiny Klein app behind ``treq.testing.StubTreq``; the store i
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import attrs
-from klein import Klein
 from treq.testing import StubTreq
-from twisted.internet.defer import ensureDeferred
-from twisted.python.failure import Failure
-from twisted.web.iweb import IRequest
 
 from routerd.api import links_routes, push_routes, settings_routes
+from routerd.api.dispatch import Dispatch
 from routerd.catalog.model import Capabilities, ModelConfig
 from routerd.config.lending import LendingSettings
-from routerd.errors import StatusError, error_body
 from routerd.lending.links import LinkSet
 from routerd.store.store import Store
 from routerd.wire.records import ModelRecord
@@ -108,39 +104,12 @@ class FakeNode:
         self.master.registry.models.extend(records)
 
 
-def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """What ``build_app``'s ``guarded`` does: a raised ``StatusError`` becomes its envelope."""
-
-    def fail(request: IRequest, err: StatusError) -> bytes:
-        request.setResponseCode(err.status)
-        request.setHeader(b"content-type", b"application/json")
-        return error_body("openai", err.message, err.type, err.code)
-
-    def wrapper(request: IRequest, *args: Any, **kwargs: Any) -> Any:
-        def on_error(failure: Failure) -> bytes:
-            failure.trap(StatusError)
-            return fail(request, failure.value)  # type: ignore[arg-type]
-
-        try:
-            result = fn(request, *args, **kwargs)
-        except StatusError as err:
-            return fail(request, err)
-        if hasattr(result, "__await__"):
-            return ensureDeferred(result).addErrback(on_error)
-        return result
-
-    return wrapper
-
-
 class Client:
     """Synchronous JSON calls against a Klein app holding the three route sets."""
 
     def __init__(self, node: FakeNode) -> None:
-        app = Klein()
-        links_routes.add_routes(app, node, guarded)
-        settings_routes.add_routes(app, node, guarded)
-        push_routes.add_routes(app, node, guarded)
-        self.stub: Any = StubTreq(app.resource())  # its request methods are built at run time
+        apis = [links_routes.LinksAPI(node), settings_routes.SettingsAPI(node), push_routes.PushAPI(node)]
+        self.stub: Any = StubTreq(Dispatch(apis))  # its request methods are built at run time
 
     def call(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
              params: dict[str, str] | None = None) -> tuple[int, Any]:

@@ -20,7 +20,6 @@ from twisted.web.iweb import IRequest
 
 from routerd.cluster.client import (
     MAX_JSON_BYTES,
-    AllowList,
     ClusterTimeout,
     IncompatibleMaster,
     NodeClient,
@@ -32,7 +31,7 @@ from routerd.cluster.client import (
     ResponseTooLarge,
     TooManyRedirects,
 )
-from routerd.cluster.urls import URLError
+from routerd.urls import AllowList, URLError
 from routerd.wire.records import ModelRecord, RuntimeStatus, Snapshot, WireError
 
 TOKEN = "cluster-secret-0123456789"

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from routerd.cluster.urls import URLError, is_under, normalise_url, split_target
+from routerd.urls import URLError, is_under, normalise_url, split_target
 
 
 @pytest.mark.parametrize("given_url, expected", [

@@ -9,48 +9,21 @@ from urllib.parse import parse_qs, urlsplit
 
 import attrs
 import pytest
-from klein import Klein
 from treq.testing import StubTreq
 from twisted.internet import task
-from twisted.internet.defer import Deferred, ensureDeferred, fail, succeed
-from twisted.web.iweb import IRequest
+from twisted.internet.defer import Deferred, fail, succeed
 
 from routerd import __version__
-from routerd.api.decisions_routes import FANOUT, NODE_TIMEOUT_S, add_routes
+from routerd.api.decisions_routes import FANOUT, NODE_TIMEOUT_S, DecisionsAPI
+from routerd.api.dispatch import Dispatch
 from routerd.cluster.client import ClusterTimeout
 from routerd.config.lending import LendingSettings
-from routerd.errors import StatusError, error_body, style_for_path
 from routerd.lending.decisions import DecisionLog
 from routerd.registry.records import NodeInfo
 from routerd.store.store import Store
 
 SETTINGS = LendingSettings()
 OTHER_SETTINGS = LendingSettings(offload_probe_idle=9.0)
-
-
-def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """What ``build_app``'s wrapper does: a raised ``StatusError`` becomes its error envelope."""
-
-    def fail_with(request: IRequest, err: StatusError) -> bytes:
-        request.setResponseCode(err.status)
-        request.setHeader(b"content-type", b"application/json")
-        return error_body(style_for_path(request.path.decode()), err.message, err.type, err.code)
-
-    def wrapper(request: IRequest, *args: Any, **kwargs: Any) -> Any:
-        def on_error(failure: Any) -> bytes:
-            failure.trap(StatusError)
-            return fail_with(request, failure.value)
-
-        try:
-            result = fn(request, *args, **kwargs)
-        except StatusError as err:
-            return fail_with(request, err)
-        if hasattr(result, "__await__"):
-            return ensureDeferred(result).addErrback(on_error)
-        return result
-
-    wrapper.__name__ = fn.__name__
-    return wrapper
 
 
 # -- fakes ------------------------------------------------------------------------------------------
@@ -130,9 +103,7 @@ def with_log(node: FakeNode, clock: task.Clock) -> DecisionLog:
 
 
 def get(node: FakeNode, path: str) -> tuple[int, Any]:
-    app = Klein()
-    add_routes(app, node, guarded)
-    client = StubTreq(app.resource())
+    client = StubTreq(Dispatch([DecisionsAPI(node)]))
     out: list[Any] = []
     client.get("http://node" + path).addCallback(
         lambda r: out.append(r.code) or r.content()).addCallback(out.append)
@@ -293,9 +264,7 @@ def test_site_asks_at_most_eight_nodes_at_once() -> None:
     assert node.master is not None
     pending = {f"http://{n}:8080": Deferred() for n in names}
     node.master.client.answers = dict(pending)
-    app = Klein()
-    add_routes(app, node, guarded)
-    client = StubTreq(app.resource())
+    client = StubTreq(Dispatch([DecisionsAPI(node)]))
     out: list[Any] = []
     client.get("http://node/router/v1/site/offload/decisions").addCallback(
         lambda r: out.append(r.code) or r.content()).addCallback(out.append)

@@ -18,18 +18,19 @@ from twisted.python.failure import Failure
 
 from routerd.catalog.model import Capabilities
 from routerd.config.lending import LendingSettings
-from routerd.lending.coordinator import Coordinator, RelayRequest
+from routerd.lending.coordinator import Coordinator
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.links import LinkSet
-from routerd.lending.service import Borrowed, LendingService
+from routerd.lending.offload import Borrowed, RelayRequest
+from routerd.lending.service import LendingService
 from routerd.registry.records import NodeInfo
-from routerd.routing.call import Call
+from routerd.routing.call import Call, Incoming
 from routerd.routing.classify import classify
 from routerd.routing.forward import INFERENCE_PREFIX, CameBack, Outbound, Unreachable
 from routerd.store.store import Store
 from routerd.wire.lending import Endpoint, Lane, Lease, Link, Trigger, to_json
 from routerd.wire.records import ModelRecord, RuntimeStatus
-from tests.support import fired
+from tests.support import FakeReply, fired
 
 MASTER = "master"
 START = 1000.0
@@ -153,22 +154,11 @@ class FakeForwarder:
         return 200, b"helper answer"
 
 
-class FakeRequest:
-    def __init__(self) -> None:
-        self.headers: dict[bytes, bytes] = {}
-
-    def setHeader(self, name: bytes, value: bytes) -> None:  # noqa: N802 - the IRequest name
-        self.headers[name] = value
-
-    def write(self, data: bytes) -> None:
-        raise AssertionError("the coordinator never writes to the request itself")
-
-
 def make_call(model: str = "A", request_id: str = "req-1") -> Call:
     route = classify("POST", CHAT)
     assert route is not None
     parsed = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
-    return Call(request=cast(Any, FakeRequest()), route=route, path=CHAT, body=json.dumps(parsed).encode(),
+    return Call(reply=FakeReply(), route=route, path=CHAT, body=json.dumps(parsed).encode(),
                 content_type="application/json", parsed=parsed, stream=False, request_id=request_id,
                 started=START, selector=model)
 
@@ -181,10 +171,9 @@ class Cluster:
         self.clock = Clock()
         self.clock.advance(START)
         self.master = FakeMaster()
-        self.service = LendingService(node_id=MASTER, settings=settings or LendingSettings(),
-                                      clock=self.clock, role="master")
         self.log = DecisionLog(Store.open_sync(clock=self.clock), self.clock, MASTER)
-        self.service.decisions = self.log
+        self.service = LendingService(node_id=MASTER, settings=settings or LendingSettings(),
+                                      clock=self.clock, role="master", decisions=self.log)
         self.service.install_links(LinkSet.build("image", ()), LinkSet.build("text", links))
         self.forwarder = FakeForwarder()
         self.borrowed: list[tuple[str, bytes, str, Borrowed]] = []
@@ -197,9 +186,8 @@ class Cluster:
                     self.master.registry.add_node(end.node_id)
                 self.master.registry.models.append(record(end.node_id, end.model_id))
 
-    def _serve_borrowed(self, request: Any, path: str, body: bytes, content_type: str,
-                        borrowed: Borrowed) -> Deferred[bytes]:
-        self.borrowed.append((path, body, content_type, borrowed))
+    def _serve_borrowed(self, reply: Any, incoming: Incoming, borrowed: Borrowed) -> Deferred[bytes]:
+        self.borrowed.append((incoming.path, incoming.body, incoming.content_type, borrowed))
         return succeed(b"served here")
 
     def standard_statuses(self) -> None:
@@ -212,10 +200,10 @@ class Cluster:
     def plan(self, trigger: Trigger = "tick") -> Lease | None:
         return fired(Deferred.fromCoroutine(self.coordinator.plan(trigger)))
 
-    def relay(self, owner: str = "s1", model: str = "A", request: FakeRequest | None = None,
+    def relay(self, owner: str = "s1", model: str = "A", request: FakeReply | None = None,
               ) -> Deferred[bytes]:
         return Deferred.fromCoroutine(self.coordinator.relay(
-            cast(Any, request or FakeRequest()), RelayRequest("text", owner, model, CHAT), make_call(model),
+            request or FakeReply(), RelayRequest("text", owner, model, CHAT), make_call(model),
             rewrite_to=None, returns_raise=False))
 
     def rows(self, kind: str | None = None, outcome: str | None = None) -> list[dict[str, Any]]:
@@ -428,7 +416,7 @@ def test_relay_forwards_to_the_helper_with_its_model_id_and_the_lease_flags() ->
     cluster = Cluster()
     cluster.standard_statuses()
     cluster.plan("tick")
-    request = FakeRequest()
+    request = FakeReply()
     assert fired(cluster.relay(request=request)) == b"helper answer"
     (out,) = cluster.forwarder.sent
     assert out.url == "http://s2:1" + INFERENCE_PREFIX + CHAT
@@ -457,7 +445,7 @@ def test_relay_to_the_master_itself_serves_in_process() -> None:
     cluster = Cluster(links=(link,))
     cluster.master.status = {"s1": owner_status("s1", "A"), MASTER: helper_status(MASTER, "H")}
     cluster.plan("tick")
-    request = FakeRequest()
+    request = FakeReply()
     assert fired(cluster.relay(request=request)) == b"served here"
     (path, body, content_type, borrowed), = cluster.borrowed
     assert path == CHAT and json.loads(body)["model"] == "H" and content_type == "application/json"

@@ -9,8 +9,8 @@ request's backend run, and a real ``DecisionLog`` over an in-memory store.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import attrs
 import pytest
@@ -23,12 +23,13 @@ from routerd.config.lending import LendingSettings
 from routerd.errors import HTTPError
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.links import LinkSet
-from routerd.lending.service import OFFLOAD_RETURNED, Borrowed, LendingService, Returned
+from routerd.lending.offload import OFFLOAD_RETURNED, Borrowed, Returned
+from routerd.lending.service import LendingService
 from routerd.routing.call import Call
 from routerd.routing.classify import Route, classify
 from routerd.store.store import Store
 from routerd.wire.lending import Endpoint, Lane, Lease, Link, Trigger
-from tests.support import fired
+from tests.support import FakeReply, fired
 
 OWNER = "owner"
 HELPER = "helper"
@@ -60,25 +61,11 @@ def lease(slots: int = 2, *, ttl_ms: int = 30_000, owner_node: str = OWNER, owne
                  helper_slots=slots, probe=False, ttl_ms=ttl_ms)
 
 
-class FakeRequest:
-    """The little of ``IRequest`` a call may touch here."""
-
-    def __init__(self) -> None:
-        self.headers: dict[bytes, bytes] = {}
-        self.written: list[bytes] = []
-
-    def setHeader(self, name: bytes, value: bytes) -> None:  # noqa: N802 - the IRequest name
-        self.headers[name] = value
-
-    def write(self, data: bytes) -> None:
-        self.written.append(data)
-
-
 def make_call(request_id: str, model: str = "A", *, stream: bool = False) -> Call:
     parsed: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
     if stream:
         parsed["stream"] = True
-    return Call(request=cast(Any, FakeRequest()), route=chat_route(), path=CHAT,
+    return Call(reply=FakeReply(), route=chat_route(), path=CHAT,
                 body=json.dumps(parsed).encode(), content_type="application/json", parsed=parsed,
                 stream=stream, request_id=request_id, started=START, selector=model)
 
@@ -107,11 +94,13 @@ class Node:
         self.clock.advance(START)
         self.log = DecisionLog(Store.open_sync(clock=self.clock), self.clock, node_id)
         settings = LendingSettings(scheduling_backend_depth=depth)
-        self.service = LendingService(node_id=node_id, settings=settings, clock=self.clock)
-        self.service.decisions = self.log
+        self.busy = False
+        self.settings_seen: list[LendingSettings] = []
+        self.lend_with: Callable[[Call, Lease, str], Awaitable[bytes]] = self._send_lent
+        self.service = LendingService(node_id=node_id, settings=settings, clock=self.clock, transport=self,
+                                      decisions=self.log, own_busy=lambda: self.busy,
+                                      on_settings=(self.settings_seen.append,))
         self.service.install_links(LinkSet.build("image", ()), LinkSet.build("text", links))
-        self.service.send_event = self._send_event
-        self.service.send_lent = self._send_lent
         self.events: list[Event] = []
         self.lent: list[Lent] = []
         self.local_calls: list[str] = []  # run_local invocations, in order
@@ -122,6 +111,16 @@ class Node:
     @property
     def queue(self) -> Any:
         return self.service.queues["text"]
+
+    # the LendingTransport this node's service is built with
+    async def event(self, lane: Lane, model_id: str, trigger: Trigger) -> Lease | None:
+        return await self._send_event(lane, model_id, trigger)
+
+    async def lend(self, call: Call, lent_lease: Lease, model_id: str) -> bytes:
+        return await self.lend_with(call, lent_lease, model_id)
+
+    async def push(self) -> None:
+        return None
 
     async def _send_event(self, lane: Lane, model_id: str, trigger: Trigger) -> Lease | None:
         d: Deferred[Lease | None] = Deferred()
@@ -335,7 +334,7 @@ def test_a_request_returned_at_once_by_the_sender_goes_back_and_runs_locally() -
         node.lent.append(Lent(call.request_id, lent_lease, model_id, Deferred()))
         raise Returned("no live lease")
 
-    node.service.send_lent = bounce
+    node.lend_with = bounce
     node.answer(0, lease(2))
     assert node.lent_ids() == ["r1", "r2"]
     assert sorted(e.request_id for e in node.queue.pending()) == ["r1", "r2"]
@@ -478,7 +477,7 @@ def test_borrowed_work_is_accepted_when_the_helper_is_idle() -> None:
 
 def test_borrowed_work_is_handed_back_when_the_node_is_busy_with_its_own_work() -> None:
     node = helper_node()
-    node.service.own_busy = lambda: True
+    node.busy = True
     node.serve("b0", MODEL_H, BORROWED)
     returned_409(node.answered("b0"))
     assert node.local_calls == [] and len(node.queue) == 0
@@ -597,8 +596,7 @@ def test_apply_settings_changes_the_depth_at_once() -> None:
     node = Node(depth=1)
     node.serve_many(5)
     assert node.local_calls == ["r0"]
-    seen: list[LendingSettings] = []
-    node.service.on_settings.append(seen.append)
+    seen = node.settings_seen
     raised = LendingSettings(scheduling_backend_depth=3)
     node.service.apply_settings(raised)
     assert node.local_calls == ["r0", "r1", "r2"]

@@ -16,22 +16,23 @@ from twisted.internet.defer import CancelledError
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web.iweb import IRequest
 
-from routerd.api.inference import LocalInference
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.model import ModelConfig
 from routerd.cluster.master import MasterAgent
 from routerd.errors import HTTPError, StatusError, error_body
-from routerd.lending.service import Borrowed, LendingService, lane_model_id, offload_returned
+from routerd.lending.offload import Borrowed, offload_returned
+from routerd.lending.service import LendingService
 from routerd.metrics import NodeMetrics
-from routerd.routing.call import Call, new_request_id
+from routerd.routing.call import Call, Incoming, Reply, new_request_id
 from routerd.routing.classify import Route, wants_stream
 from routerd.routing.forward import Forwarder
 from routerd.routing.multipart import MultipartError
 from routerd.routing.plan import NEEDS, SECTIONS
-from routerd.routing.relay import StreamBroken, break_client_stream, header, header_map, query_args
+from routerd.routing.relay import StreamBroken
 from routerd.routing.selector import SelectorError, parse_json_object, select_model
+from routerd.serve.local import LocalInference
+from routerd.wire.lending import lane_model_id
 from routerd.wire.records import ModelRecord
 
 log = Logger()
@@ -52,23 +53,23 @@ class InferenceFront:
         self.loaded_config = loaded_config
         self.lending = lending
 
-    async def handle(self, request: IRequest, route: Route, path: str, body: bytes, *,
+    async def handle(self, incoming: Incoming, reply: Reply, route: Route, *,
                      cluster_call: bool = False, borrowed: Borrowed | None = None) -> bytes:
-        """Serve one request; returns the final bytes to write (Klein finishes the request)."""
+        """Serve one request; returns the final bytes to write (the HTTP edge finishes the answer)."""
         request_id = new_request_id()
         if cluster_call:
-            given = header(request, b"x-routerd-request-id")
+            given = incoming.header("x-routerd-request-id")
             if given and len(given) <= 64 and given.isprintable():
                 request_id = given
-        request.setHeader(b"x-routerd-request-id", request_id.encode())
-        request.setHeader(b"x-routerd-node", self.node_id.encode())
+        reply.set_header(b"x-routerd-request-id", request_id.encode())
+        reply.set_header(b"x-routerd-node", self.node_id.encode())
         call: Call | None = None
         model_label = "-"
         lane = route.runtime
         self.metrics.in_flight.labels(lane).inc()
         started = self.clock.seconds()
         try:
-            call = self._call(request, route, path, body, request_id, started)
+            call = self._call(incoming, reply, route, request_id, started)
             call.borrowed = borrowed is not None
             if self.master is not None and not cluster_call:
                 model_label, result = await self._routed(call)
@@ -81,13 +82,13 @@ class InferenceFront:
             if call is not None:
                 call.outcome.status = err.code
                 call.outcome.http_status = err.status
-            return self._error(request, route, err)
+            return self._error(reply, route, err)
         except StreamBroken as exc:
             if call is not None:
                 call.outcome.status = "stream_broken"
             log.warn("answer to {request_id} broke off mid-stream: {reason}", request_id=request_id,
                      reason=str(exc))
-            break_client_stream(request)
+            reply.abort()
             return b""
         except CancelledError:
             if call is not None:
@@ -98,7 +99,7 @@ class InferenceFront:
             log.failure("request {request_id} failed", failure=Failure(), request_id=request_id)
             if call is not None:
                 call.outcome.status = "internal_error"
-            return self._error(request, route, HTTPError(502, f"request failed: {exc}",
+            return self._error(reply, route, HTTPError(502, f"request failed: {exc}",
                                                          "backend_error", "backend_error"))
         finally:
             self.metrics.in_flight.labels(lane).dec()
@@ -122,17 +123,19 @@ class InferenceFront:
             if not borrowed.load_allowed and self.loaded_config(call.route.runtime) != model.filename:
                 raise offload_returned("the linked model is not loaded and the link forbids loading it")
             return await lending.serve(call, model, lane, run, borrowed)
-        if lane is not None and lending is not None and lending.enrolled(lane, lane_model_id(model, lane)):
+        if lane is not None and lending is not None \
+                and lending.enrolled(lane, lane_model_id(lane, model) or model.local_id):
             return await lending.serve(call, model, lane, run, None)
         return await run()
 
     # -- selection ------------------------------------------------------------
 
-    def _call(self, request: IRequest, route: Route, path: str, body: bytes, request_id: str,
+    def _call(self, incoming: Incoming, reply: Reply, route: Route, request_id: str,
               started: float) -> Call:
-        content_type = header(request, b"content-type")
+        content_type = incoming.content_type
+        body = incoming.body
         try:
-            result = select_model(route, body, content_type, query_args(request), header_map(request))
+            result = select_model(route, body, content_type, incoming.query, incoming.headers)
             parsed = result.payload
             if route.runtime != "stt" and parsed is None:
                 parsed = parse_json_object(body)
@@ -141,9 +144,9 @@ class InferenceFront:
         if result.model is None and route.model_required:
             raise HTTPError(400, "model is required")
         stream = wants_stream(route, parsed) if parsed is not None else False
-        return Call(request=request, route=route, path=path, body=body, content_type=content_type,
+        return Call(reply=reply, route=route, path=incoming.path, body=body, content_type=content_type,
                     parsed=parsed, stream=stream, request_id=request_id, started=started,
-                    selector=result.model)
+                    selector=result.model, query=incoming.query)
 
     def _need(self, route: Route) -> str:
         return NEEDS[SECTIONS[route.kind]]
@@ -242,11 +245,11 @@ class InferenceFront:
 
     # -- errors -------------------------------------------------------------------
 
-    def _error(self, request: IRequest, route: Route, err: StatusError) -> bytes:
-        if getattr(request, "startedWriting", False):
+    def _error(self, reply: Reply, route: Route, err: StatusError) -> bytes:
+        if reply.started:
             log.warn("error after the answer started: {message}", message=err.message)
-            break_client_stream(request)
+            reply.abort()
             return b""
-        request.setResponseCode(err.status)
-        request.setHeader(b"content-type", b"application/json")
+        reply.set_status(err.status)
+        reply.set_header(b"content-type", b"application/json")
         return error_body(route.error_style, err.message, err.type, err.code)

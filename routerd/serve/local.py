@@ -4,7 +4,7 @@ The local half of "A request's path" (architecture): plan the backend call →
 acquire the runtime slot (loading or switching the config, timed) → proxy to
 the backend process, streaming the answer back with model IDs rewritten to the
 public ID → release the slot, record a sample.  Which model serves the call is
-decided before (``api.front``).
+decided before (``serve.front``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.web.http_headers import Headers
-from twisted.web.iweb import IAgent, IRequest
+from twisted.web.iweb import IAgent
 
 from routerd.backends.errors import BackendMissing, LoadFailed
 from routerd.catalog.model import ModelConfig
@@ -64,7 +64,7 @@ class LocalInference:
 
     async def serve(self, call: Call, model: ModelConfig, public_id: str) -> bytes:
         """Serve ``call`` with ``model``; returns the final bytes (the caller finishes the request)."""
-        call.request.setHeader(b"x-routerd-node", self.node_id.encode())
+        call.reply.set_header(b"x-routerd-node", self.node_id.encode())
         try:
             try:
                 plan = plan_backend_call(call.route, call.path, call.parsed, call.body, call.content_type,
@@ -106,7 +106,7 @@ class LocalInference:
             self._record(call, model)
 
     async def _proxy(self, call: Call, base_url: str, plan: BackendPlan, public_id: str) -> bytes:
-        request = call.request
+        reply = call.reply
         response = await self.agent.request(
             b"POST", (base_url + plan.path).encode(),
             Headers({b"content-type": [plan.content_type.encode()]}), BytesProducer(plan.body))
@@ -114,27 +114,27 @@ class LocalInference:
         call.outcome.http_status = code
         call.outcome.status = "ok" if 200 <= code < 300 else f"http_{code}"
         ctype = response_header(response, b"content-type") or "application/json"
-        request.setResponseCode(code)
+        reply.set_status(code)
         if ctype.startswith("text/event-stream") and 200 <= code < 300:
             return await self._stream(call, response, plan, public_id, ctype)
         raw = await collect(response)
         converted_type, converted = self._convert(call, plan, public_id, code, ctype, raw)
-        request.setHeader(b"content-type", converted_type.encode())
+        reply.set_header(b"content-type", converted_type.encode())
         return converted
 
     async def _stream(self, call: Call, response: Any, plan: BackendPlan, public_id: str,
                       ctype: str) -> bytes:
-        request = call.request
+        reply = call.reply
         if plan.mode in ("ollama_chat", "ollama_generate"):
             mode: Literal["chat", "generate"] = "chat" if plan.mode == "ollama_chat" else "generate"
             converter: Any = ollama.SSEToNDJSON(mode, public_id, self.clock.seconds)
-            request.setHeader(b"content-type", b"application/x-ndjson")
-            request.setHeader(b"x-content-type-options", b"nosniff")
+            reply.set_header(b"content-type", b"application/x-ndjson")
+            reply.set_header(b"x-content-type-options", b"nosniff")
         else:
             converter = make_rewriter(ctype, lambda _old: public_id)
-            request.setHeader(b"content-type", ctype.encode())
-            request.setHeader(b"cache-control", b"no-cache")
-        tail = await relay(response, request, converter.feed, converter.flush)
+            reply.set_header(b"content-type", ctype.encode())
+            reply.set_header(b"cache-control", b"no-cache")
+        tail = await relay(response, reply, converter.feed, converter.flush)
         usage = work.usage_from_tail(tail)
         if usage is not None:
             call.outcome.work = (float(usage[0]), float(usage[1]))
@@ -216,4 +216,4 @@ def _iso_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z"
 
 
-__all__ = ["LocalInference", "IRequest"]
+__all__ = ["LocalInference"]

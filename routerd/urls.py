@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 import attrs
 
-__all__ = ["URLError", "TargetParts", "is_under", "normalise_url", "split_target"]
+__all__ = ["AllowList", "URLError", "TargetParts", "is_under", "normalise_url", "split_target"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _HOST_NAME = re.compile(r"^[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?$")
@@ -131,3 +132,41 @@ def is_under(base: str, target: str) -> bool:
     prefix = allowed.path.rstrip("/")
     path = wanted.path
     return not prefix or path == prefix or path.startswith(prefix + "/")
+
+
+class AllowList:
+    """The base URLs cluster calls may go to, kept in normalised form."""
+
+    def __init__(self, urls: Iterable[str] = ()) -> None:
+        self._bases: set[str] = set()
+        for url in urls:
+            self.add(url)
+
+    def add(self, url: str) -> str:
+        """Allow ``url`` (raises :class:`URLError` if it is not a valid node URL)."""
+        base = normalise_url(url)
+        self._bases.add(base)
+        return base
+
+    def remove(self, url: str) -> None:
+        try:
+            self._bases.discard(normalise_url(url))
+        except URLError:
+            pass
+
+    def contains(self, url: str) -> bool:
+        """Whether ``url`` itself is an allowed base (after normalisation)."""
+        try:
+            return normalise_url(url) in self._bases
+        except URLError:
+            return False
+
+    def __contains__(self, url: object) -> bool:
+        return isinstance(url, str) and self.contains(url)
+
+    def permits(self, target: str) -> bool:
+        """Whether the full URL ``target`` sits under one of the allowed bases."""
+        return any(is_under(base, target) for base in self._bases)
+
+    def bases(self) -> tuple[str, ...]:
+        return tuple(sorted(self._bases))

@@ -1,0 +1,55 @@
+"""The one place an error becomes an HTTP answer, and the one route idiom.
+
+Every API module is a class with a class-level ``app = api_app()``: a Klein app whose only error
+handler is :func:`_handle`, so a route method just raises :class:`~routerd.errors.StatusError`
+(sync or async) and the envelope of its path family is written here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from klein import Klein
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web.iweb import IRequest
+
+from routerd.errors import ErrorStyle, HTTPError, StatusError, error_body, style_for_path
+
+log = Logger()
+
+
+def answer_error(request: IRequest, err: StatusError, style: ErrorStyle | None = None) -> bytes:
+    """Set ``err``'s status and content type on ``request`` and return its envelope."""
+    if style is None:
+        style = style_for_path(request.path.decode("utf-8", "replace"))
+    request.setResponseCode(err.status)
+    request.setHeader(b"content-type", b"application/json")
+    return error_body(style, err.message, err.type, err.code)
+
+
+def _handle(_api: Any, request: IRequest, failure: Failure) -> bytes:
+    if failure.check(StatusError):
+        return answer_error(request, failure.value)  # type: ignore[arg-type]
+    path = request.path.decode("utf-8", "replace")
+    log.failure("unhandled error on {path}", failure=failure, path=path)
+    return answer_error(request, HTTPError(500, "internal error", "internal_error", "internal_error"))
+
+
+def api_app() -> Klein:
+    """A class-level Klein for one API class, with the error handler installed."""
+    app = Klein()
+    app.handle_errors(Exception)(_handle)  # type: ignore[arg-type]
+    return app
+
+
+def not_found(path: str) -> HTTPError:
+    return HTTPError(404, f"endpoint not found: {path}", "not_found", "not_found")
+
+
+def method_not_allowed(path: str) -> HTTPError:
+    return HTTPError(405, f"method not allowed on {path}", "method_not_allowed", "method_not_allowed")
+
+
+def master_only() -> HTTPError:
+    return HTTPError(404, "site routes are served by the master only", "not_found", "not_found")

@@ -1,0 +1,69 @@
+"""The HTTP edge's side of :class:`routerd.routing.call.Reply` and :class:`~routerd.routing.call.Incoming`:
+the only place the Twisted request meets the request path."""
+
+from __future__ import annotations
+
+from twisted.web.iweb import IRequest
+
+from routerd.routing.call import Incoming
+
+
+class RequestReply:
+    """A :class:`~routerd.routing.call.Reply` writing into a Twisted request."""
+
+    __slots__ = ("_request",)
+
+    def __init__(self, request: IRequest) -> None:
+        self._request = request
+
+    @property
+    def started(self) -> bool:
+        return bool(getattr(self._request, "startedWriting", False))
+
+    def set_status(self, code: int) -> None:
+        self._request.setResponseCode(code)
+
+    def set_header(self, name: bytes, value: bytes) -> None:
+        self._request.setHeader(name, value)
+
+    def write(self, data: bytes) -> None:
+        self._request.write(data)
+
+    def abort(self) -> None:
+        transport = getattr(getattr(self._request, "channel", None), "transport", None)
+        if transport is not None:
+            transport.abortConnection()
+
+
+def header(request: IRequest, name: bytes) -> str:
+    value = request.getHeader(name)
+    return value.decode("latin-1") if isinstance(value, bytes) else (value or "")
+
+
+def query_args(request: IRequest) -> dict[str, list[str]]:
+    args = getattr(request, "args", {}) or {}
+    return {k.decode("utf-8", "replace"): [v.decode("utf-8", "replace") for v in vs]
+            for k, vs in args.items()}
+
+
+def query_arg(request: IRequest, name: str) -> str | None:
+    """The first value of query parameter ``name``, trimmed; None when absent."""
+    values = getattr(request, "args", {}).get(name.encode())
+    return values[0].decode("utf-8", "replace").strip() if values else None
+
+
+def header_map(request: IRequest) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, values in request.requestHeaders.getAllRawHeaders():
+        out[name.decode("latin-1").lower()] = values[0].decode("latin-1")
+    return out
+
+
+def read_body(request: IRequest) -> bytes:
+    return request.content.read() if request.content is not None else b""
+
+
+def incoming(request: IRequest, path: str) -> Incoming:
+    """The request's facts routing reads, with ``path`` as the inference path it names."""
+    return Incoming(path=path, body=read_body(request), content_type=header(request, b"content-type"),
+                    query=query_args(request), headers=header_map(request))

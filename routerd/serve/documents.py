@@ -1,0 +1,129 @@
+"""The documents a node answers with: model listings, its snapshot, state, runtime status and the
+master's inventory.  Pure functions of what they are given (records, catalog, runtime and lending
+status): the node wires the inputs, the HTTP edge serialises the result.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from routerd import __version__
+from routerd.catalog.catalog import Catalog
+from routerd.catalog.model import RUNTIME_KINDS, Capabilities, ModelConfig, RuntimeKind
+from routerd.registry.records import NodeInfo
+from routerd.routing.adapters.ollama import ListedModel
+from routerd.wire.records import (
+    PROTOCOL_VERSION,
+    ModelRecord,
+    Snapshot,
+    record_from_config,
+    record_to_json,
+)
+
+LoadedConfig = Callable[[RuntimeKind], str | None]
+
+
+def is_loaded(model: ModelConfig, loaded_config: LoadedConfig) -> bool:
+    return any(loaded_config(k) == model.filename for k in RUNTIME_KINDS if model.capabilities.serves(k))
+
+
+def local_records(catalog: Catalog, node_id: str, node_url: str,
+                  loaded_config: LoadedConfig) -> list[ModelRecord]:
+    return [record_from_config(m, node_id=node_id, node_url=node_url, loaded=is_loaded(m, loaded_config))
+            for m in catalog.models]
+
+
+def with_local_loaded(records: Iterable[ModelRecord], node_id: str, catalog: Catalog,
+                      loaded_config: LoadedConfig) -> list[ModelRecord]:
+    """The master's merged records with its own models' ``loaded`` read live."""
+    out = []
+    for record in records:
+        if record.node_id == node_id:
+            model = catalog.get(record.local_id)
+            loaded = model is not None and is_loaded(model, loaded_config)
+            if record.loaded != loaded:
+                record = attrs.evolve(record, loaded=loaded)
+        out.append(record)
+    return out
+
+
+def snapshot(node_id: str, node_url: str, records: Sequence[ModelRecord]) -> Snapshot:
+    return Snapshot(node_id=node_id, node_url=node_url, build_version=__version__,
+                    protocol_version=PROTOCOL_VERSION, models=tuple(records))
+
+
+def _size(model: ModelConfig | None) -> int:
+    total = 0
+    for path in (model.weight_files().values() if model is not None else ()):
+        try:
+            total += os.path.getsize(path)
+        except OSError:
+            pass
+    return total
+
+
+def _modified(model: ModelConfig | None, fallback: float) -> str:
+    try:
+        mtime = os.path.getmtime(model.path) if model is not None else fallback
+    except OSError:
+        mtime = 0.0
+    return datetime.datetime.fromtimestamp(mtime, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def listing(records: Sequence[ModelRecord], keep: Callable[[Capabilities], bool], catalog: Catalog,
+            node_id: str, started_at: float) -> list[ListedModel]:
+    """The client listings (``/v1/models``, ``/api/tags``, …): one entry per public ID."""
+    out = []
+    seen: set[str] = set()
+    loaded_ids = {r.public_id for r in records if r.loaded and r.available}
+    for record in records:
+        caps = record.capabilities
+        if not keep(caps) or record.disabled or not record.available or record.public_id in seen:
+            continue
+        seen.add(record.public_id)
+        words = tuple(w for w in ("llm", "multimodal", "embeddings", "image", "stt", "tts")
+                      if getattr(caps, w))
+        model = catalog.get(record.local_id) if record.node_id == node_id else None
+        out.append(ListedModel(
+            name=record.public_id, model_hash=record.model_hash, size=_size(model),
+            modified_at=_modified(model, started_at), capabilities=words, context=caps.context,
+            loaded=record.public_id in loaded_ids))
+    return out
+
+
+def image_listing(records: Sequence[ModelRecord]) -> list[dict[str, Any]]:
+    """``/sdapi/v1/sd-models``: one entry per public image ID."""
+    out = []
+    seen: set[str] = set()
+    for record in records:
+        image_id = record.public_image_id
+        if not record.capabilities.image or not image_id or image_id in seen or record.disabled:
+            continue
+        seen.add(image_id)
+        out.append({"title": image_id, "model_name": image_id, "filename": record.filename,
+                    "hash": record.model_hash[:10]})
+    return out
+
+
+def models_document(node_id: str, records: Sequence[ModelRecord], catalog: Catalog) -> dict[str, Any]:
+    return {
+        "node_id": node_id,
+        "models": [record_to_json(r) for r in records],
+        "invalid": [{"filename": b.filename, "reason": b.reason} for b in catalog.invalid],
+    }
+
+
+def inventory(node_id: str, node_url: str, nodes: Iterable[NodeInfo],
+              records: Sequence[ModelRecord]) -> dict[str, Any]:
+    """The master's ``/router/v1/site/inventory``."""
+    out = [{"node_id": node_id, "node_url": node_url, "role": "master", "healthy": True,
+            "build_version": __version__}]
+    for info in nodes:
+        out.append({"node_id": info.node_id, "node_url": info.node_url, "role": "slave",
+                    "healthy": info.healthy, "build_version": info.build_version})
+    return {"nodes": out, "models": [record_to_json(r) for r in records], "recipes": []}
