@@ -1,4 +1,4 @@
-"""Pure helpers of ``routerd-cluster`` (routerd/cluster/demo.py)."""
+"""Pure helpers of ``routerd-cluster`` (routerd/demo/launcher.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 
 import yaml
 
-from routerd.cluster.demo import (
+from routerd.config.load import load_config
+from routerd.demo.launcher import (
     NodeSpec,
     anchor_paths,
     default_config_dir,
@@ -18,7 +19,6 @@ from routerd.cluster.demo import (
     rewrite_url,
     slaves_healthy,
 )
-from routerd.config.load import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "etc" / "cluster"
