@@ -285,27 +285,14 @@ class Node:
         return snapshot_to_json(self.snapshot_wire())
 
     def state_document(self) -> dict[str, Any]:
-        now_ms = int(self.reactor.seconds() * 1000)
-        return {
-            "node_id": self.node_id,
-            "runtimes": [s.to_json() for s in self.runtimes.status()],
-            "active_requests": [a.to_json(now_ms) for a in self.local.active.values()],
-            "held_requests": self.lending.held_requests(),
-        }
+        return documents.state(self.node_id, int(self.reactor.seconds() * 1000), self.runtimes.status(),
+                               self.local.active.values(), self.lending.held_requests())
 
     def runtime_status(self) -> dict[str, Any]:
-        statuses = self.runtimes.status()
-        now = self.reactor.seconds()
-        return {
-            "node_id": self.node_id,
-            "build_version": __version__,
-            "backend_mode": self.config.backend.mode,
-            "active_requests": sum(s.users for s in statuses),
-            "queued_requests": sum(s.waiters for s in statuses),
-            "active_stt_config": self.runtimes.loaded_config("stt") or "",
-            # borrowed work does not count as busy (spec "Probes")
-            "idle_for_ms": int(max(0.0, now - self.own_work_at) * 1000) if not self.local.own_busy() else 0,
-            "settings_fingerprint": self.lending.settings.fingerprint(),
-            "lanes": self.lending.lane_statuses(),
-            "costs": lending_json(self.lending.costs),
-        }
+        # borrowed work does not count as busy (spec "Probes")
+        idle_s = 0.0 if self.local.own_busy() else max(0.0, self.reactor.seconds() - self.own_work_at)
+        return documents.runtime_status(
+            self.node_id, self.config.backend.mode, self.runtimes.status(),
+            self.runtimes.loaded_config("stt") or "", int(idle_s * 1000),
+            self.lending.settings.fingerprint(), self.lending.lane_statuses(),
+            lending_json(self.lending.costs))

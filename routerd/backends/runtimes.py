@@ -25,7 +25,7 @@ from routerd.backends.slot import (
     LoadEvent,
     RuntimeLease,
     RuntimeSlot,
-    RuntimeStatus,
+    SlotStatus,
 )
 from routerd.catalog.model import RUNTIME_KINDS, ModelConfig, RuntimeKind
 from routerd.config.schema import BinaryConfig, Config
@@ -36,7 +36,7 @@ __all__ = [
     "LoadFailed",
     "RuntimeClosed",
     "RuntimeLease",
-    "RuntimeStatus",
+    "SlotStatus",
     "Runtimes",
     "UnloadTarget",
 ]
@@ -131,7 +131,7 @@ class Runtimes:
             return fail(ValueError(f"unknown unload target {target!r}"))
         return _all_done(self._slots[k].unload() for k in kinds)
 
-    def status(self) -> list[RuntimeStatus]:
+    def status(self) -> list[SlotStatus]:
         return [self._slots[k].status() for k in RUNTIME_KINDS]
 
     def ready(self, kind: RuntimeKind, model: ModelConfig) -> bool:

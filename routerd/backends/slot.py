@@ -92,7 +92,7 @@ class LoadEvent:
 
 
 @attrs.frozen
-class RuntimeStatus:
+class SlotStatus:
     kind: RuntimeKind
     state: str
     model_id: str | None
@@ -304,9 +304,9 @@ class RuntimeSlot:
             _fail(w.deferred, RuntimeClosed(f"{self.name} runtime is stopped"))
         return gatherResults(stops, consumeErrors=True).addBoth(lambda _: None)
 
-    def status(self) -> RuntimeStatus:
+    def status(self) -> SlotStatus:
         process = self._process
-        return RuntimeStatus(
+        return SlotStatus(
             kind=self.kind,
             state=self._state.value,
             model_id=self._config.local_id if self._config else None,
@@ -612,7 +612,7 @@ __all__ = [
     "RuntimeClosed",
     "RuntimeLease",
     "RuntimeSlot",
-    "RuntimeStatus",
+    "SlotStatus",
     "SlotState",
     "TRANSITIONS",
     "config_key",

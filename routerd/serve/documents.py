@@ -13,10 +13,12 @@ from typing import Any
 import attrs
 
 from routerd import __version__
+from routerd.backends.slot import SlotStatus
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.model import RUNTIME_KINDS, Capabilities, ModelConfig, RuntimeKind
 from routerd.registry.records import NodeInfo
 from routerd.routing.adapters.ollama import ListedModel
+from routerd.routing.call import ActiveRequest
 from routerd.wire.records import (
     PROTOCOL_VERSION,
     ModelRecord,
@@ -127,3 +129,28 @@ def inventory(node_id: str, node_url: str, nodes: Iterable[NodeInfo],
         out.append({"node_id": info.node_id, "node_url": info.node_url, "role": "slave",
                     "healthy": info.healthy, "build_version": info.build_version})
     return {"nodes": out, "models": [record_to_json(r) for r in records], "recipes": []}
+
+
+def state(node_id: str, now_ms: int, runtimes: Iterable[SlotStatus], active: Iterable[ActiveRequest],
+          held: list[dict[str, Any]]) -> dict[str, Any]:
+    """``/router/v1/node/state``: runtimes, requests in a backend and requests the router holds."""
+    return {"node_id": node_id, "runtimes": [s.to_json() for s in runtimes],
+            "active_requests": [a.to_json(now_ms) for a in active], "held_requests": held}
+
+
+def runtime_status(node_id: str, backend_mode: str, runtimes: Sequence[SlotStatus], stt_config: str,
+                   idle_for_ms: int, fingerprint: str, lanes: dict[str, Any],
+                   costs: dict[str, Any]) -> dict[str, Any]:
+    """``/router/v1/node/runtime-status`` (contract "Status")."""
+    return {
+        "node_id": node_id,
+        "build_version": __version__,
+        "backend_mode": backend_mode,
+        "active_requests": sum(s.users for s in runtimes),
+        "queued_requests": sum(s.waiters for s in runtimes),
+        "active_stt_config": stt_config,
+        "idle_for_ms": idle_for_ms,
+        "settings_fingerprint": fingerprint,
+        "lanes": lanes,
+        "costs": costs,
+    }

@@ -27,7 +27,7 @@ from twisted.web.client import Agent, HTTPConnectionPool
 from routerd.backends.errors import LoadFailed
 from routerd.backends.process import ReactorProcessLauncher, free_port
 from routerd.backends.runtimes import Runtimes
-from routerd.backends.slot import LoadEvent, RuntimeStatus
+from routerd.backends.slot import LoadEvent, SlotStatus
 from routerd.catalog.model import Capabilities, ModelConfig
 from routerd.config.schema import BinaryConfig, Config
 
@@ -86,7 +86,7 @@ class World:
         )
         self.pids: set[int] = set()
 
-    def text(self) -> RuntimeStatus:
+    def text(self) -> SlotStatus:
         status = self.runtimes.status()[0]
         if status.pid is not None:
             self.pids.add(status.pid)
@@ -98,7 +98,7 @@ class World:
         body: dict[str, Any] = await treq.json_content(response)
         return body
 
-    async def until(self, state: str, timeout_s: float = 15.0) -> RuntimeStatus:
+    async def until(self, state: str, timeout_s: float = 15.0) -> SlotStatus:
         waited = 0.0
         while self.text().state != state:
             assert waited < timeout_s, f"text runtime still {self.text().state}, wanted {state}"
