@@ -70,10 +70,9 @@ class World:
         self.ports = PortCounter()
         self.stores: dict[str, Store] = {}
 
-    def node(self, node_id: str, models: dict[str, dict[str, Any]], *, netloc: str | None = None,
-             **sections: dict[str, Any]) -> Node:
-        """A node whose ``models`` (local ID -> weights JSON, plus ``kcpps`` extras) are served
-        at ``http://<netloc>`` (default ``<node_id>.test:8080``); ``sections`` extend its YAML."""
+    def node(self, node_id: str, models: dict[str, dict[str, Any]], **sections: dict[str, Any]) -> Node:
+        """A node with ``models`` (local ID -> weights JSON, plus ``kcpps`` extras), served at
+        ``http://<node_id>.test:8080``; ``sections`` extend its config."""
         home = self.root / node_id
         (home / "models").mkdir(parents=True)
         for local_id, spec in models.items():
@@ -95,7 +94,7 @@ class World:
         node = Node(config, self.clock, launcher=self.launcher, http=self.network.client(self.clock),
                     agent=self.network, port_allocator=self.ports, open_store=self._open_store(node_id),
                     run_in_thread=maybeDeferred)
-        self.network.serve(netloc or f"{node_id}.test:8080", node.site())
+        self.network.serve(f"{node_id}.test:8080", node.site())
         return node
 
     def _open_store(self, node_id: str) -> Any:
