@@ -70,7 +70,7 @@ class World:
         self.ports = PortCounter()
         self.stores: dict[str, Store] = {}
 
-    def node(self, node_id: str, models: dict[str, dict[str, Any]], **sections: dict[str, Any]) -> Node:
+    def node(self, node_id: str, models: dict[str, dict[str, Any]], /, **sections: dict[str, Any]) -> Node:
         """A node with ``models`` (local ID -> weights JSON, plus ``kcpps`` extras), served at
         ``http://<node_id>.test:8080``; ``sections`` extend its config."""
         home = self.root / node_id
