@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import json
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,6 +44,7 @@ class SimLauncher(FakeLauncher):
         super().__init__()
         self.clock, self.network = clock, network
         self.sims: dict[int, Any] = {}  # port -> routerd.sim.cli.SimServer
+        self.wrap: Callable[[Any], Any] = lambda resource: resource  # a test may doctor answers
 
     def spawn(self, argv: list[str], name: str, env: dict[str, str] | None = None) -> FakeProcess:
         process = super().spawn(argv, name, env)
@@ -55,7 +56,7 @@ class SimLauncher(FakeLauncher):
             self.clock.callLater(0, process.exit, exc.code, str(exc))
             return process
         self.sims[process.port] = server
-        self.network.serve(netloc, Site(server.app.resource()))
+        self.network.serve(netloc, Site(self.wrap(server.app.resource())))
         process.exited.addCallback(lambda _code: self.network.unplug(netloc))
         server.runtime.start()
         return process

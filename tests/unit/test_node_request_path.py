@@ -10,10 +10,28 @@ import json
 from pathlib import Path
 from typing import Any
 
+from twisted.web.resource import Resource
+
 from routerd.node import Node
 from tests.unit.node_fixture import TEXT, World
 
 CHAT = {"model": "chat", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4}
+
+
+class OwnName(Resource):
+    """A backend that names itself in answers, like a real llama-server reporting its weights file
+    (the simulator echoes the request's ``model``, which would hide a missing rewrite)."""
+
+    isLeaf = True
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.inner = inner
+
+    def render(self, request: Any) -> Any:
+        write = request.write
+        request.write = lambda data: write(data.replace(b'"model":"chat"', b'"model":"w.gg"'))
+        return self.inner.render(request)
 
 
 def solo(tmp_path: Path) -> tuple[World, Node]:
@@ -140,3 +158,31 @@ def test_a_streamed_request_is_sampled_with_the_usage_of_its_last_chunk(tmp_path
     samples = world.run(world.stores["solo"].request_samples("chat", "llm", 0))
 
     assert [(s.status, s.work) for s in samples] == [("ok", (2.0, 4.0))]
+
+
+def test_a_backend_naming_itself_is_rewritten_to_the_public_id_in_a_whole_answer(tmp_path: Path) -> None:
+    world, node = solo(tmp_path)
+    world.launcher.wrap = OwnName
+    response, body = world.call("POST", node, "/v1/chat/completions", json=CHAT)
+    [process] = world.launcher.spawned
+    _, direct = world.call("POST", f"127.0.0.1:{process.port}", "/v1/chat/completions", json=CHAT)
+
+    assert json.loads(direct)["model"] == "w.gg"  # what the backend itself says
+    assert response.code == 200
+    assert json.loads(body)["model"] == "chat"
+
+
+def test_a_backend_naming_itself_is_rewritten_to_the_public_id_in_every_sse_chunk(tmp_path: Path) -> None:
+    world, node = solo(tmp_path)
+    world.launcher.wrap = OwnName
+    response, body = world.call("POST", node, "/v1/chat/completions", json={**CHAT, "stream": True})
+    [process] = world.launcher.spawned
+    _, direct = world.call("POST", f"127.0.0.1:{process.port}", "/v1/chat/completions",
+                           json={**CHAT, "stream": True})
+
+    assert {c["model"] for c in sse_events(direct)[:-1]} == {"w.gg"}
+    assert response.code == 200
+    chunks = sse_events(body)
+    assert chunks[-1] == "[DONE]"
+    assert len(chunks) == 7
+    assert {c["model"] for c in chunks[:-1]} == {"chat"}
