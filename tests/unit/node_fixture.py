@@ -69,7 +69,8 @@ class World:
         self.root, self.clock, self.network = root, Clock(), MemoryNetwork()
         self.launcher = SimLauncher(self.clock, self.network)
         self.ports = PortCounter()
-        self.stores: dict[str, Store] = {}
+        self.stores: dict[str, Store] = {}  # node_id -> the store its start() opened
+        self.netlocs: dict[Node, str] = {}
 
     def node(self, node_id: str, models: dict[str, dict[str, Any]], /, **sections: dict[str, Any]) -> Node:
         """A node with ``models`` (local ID -> weights JSON, plus ``kcpps`` extras), served at
@@ -95,7 +96,8 @@ class World:
         node = Node(config, self.clock, launcher=self.launcher, http=self.network.client(self.clock),
                     agent=self.network, port_allocator=self.ports, open_store=self._open_store(node_id),
                     run_in_thread=maybeDeferred)
-        self.network.serve(f"{node_id}.test:8080", node.site())
+        self.netlocs[node] = f"{node_id}.test:8080"
+        self.network.serve(self.netlocs[node], node.site())
         return node
 
     def _open_store(self, node_id: str) -> Any:
@@ -127,7 +129,7 @@ class World:
 
     def call(self, method: str, node: Node | str, path: str, **kwargs: Any) -> tuple[Any, bytes]:
         """One client request to a node (or a ``host:port``); returns (response, whole body)."""
-        netloc = node if isinstance(node, str) else f"{node.node_id}.test:8080"
+        netloc = node if isinstance(node, str) else self.netlocs[node]
         http = self.network.client(self.clock)
         response: Any = self.run(http.request(method, f"http://{netloc}{path}", **kwargs))
         return response, self.run(response.content())

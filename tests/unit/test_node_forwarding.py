@@ -43,8 +43,9 @@ def samples(world: World, node_id: str) -> list[tuple[str, str]]:
 
 def test_the_master_polls_its_slave_on_start_and_lists_its_models_under_public_ids(tmp_path: Path) -> None:
     world, master, _slave = cluster(tmp_path)
-    assert master.master is not None
-    records = {(r.node_id, r.local_id): r.public_id for r in master.master.registry.records()}
+    response, body = world.call("GET", master, "/router/v1/models")
+    assert response.code == 200
+    records = {(r["node_id"], r["local_id"]): r["public_id"] for r in json.loads(body)["models"]}
     assert records == {("master", "chat"): "chat", ("slave", "chat"): "chat-2", ("slave", "far"): "far"}
     assert (b"GET", SLAVE_URL.encode() + b"/router/v1/node/models") in world.network.requests
 

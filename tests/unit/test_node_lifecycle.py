@@ -24,12 +24,11 @@ def runtime(world: World, node: Any, kind: str) -> dict[str, Any]:
 def test_start_opens_the_store(tmp_path: Path) -> None:
     world = World(tmp_path)
     node = world.node("solo", {"chat": TEXT})
-    assert node.store is None and world.stores == {}
+    assert world.stores == {}  # building a node opens nothing
 
     world.start(node)
 
-    assert node.store is world.stores["solo"]
-    assert world.run(node.store.load_samples(0)) == []  # open and migrated
+    assert world.run(world.stores["solo"].load_samples(0)) == []  # open and migrated
 
 
 def test_start_preloads_the_startup_model(tmp_path: Path) -> None:
@@ -42,8 +41,7 @@ def test_start_preloads_the_startup_model(tmp_path: Path) -> None:
     assert process.running and any(a.endswith("/other.sim.json") for a in process.argv)
     text = runtime(world, node, "text")
     assert (text["state"], text["model_id"]) == ("ready", "other")
-    assert node.store is not None
-    loads = world.run(node.store.load_samples(0))
+    loads = world.run(world.stores["solo"].load_samples(0))
     assert [(s.model_id, s.status) for s in loads] == [("other", "ok")]
 
 
