@@ -176,3 +176,30 @@ def test_after_a_failed_load_the_same_node_still_serves_other_models(tmp_path: P
 
     assert response.code == 200
     assert json.loads(body)["model"] == "chat"
+
+
+def test_a_backends_own_400_reaches_the_client_with_its_status_in_an_openai_envelope(tmp_path: Path) -> None:
+    world, node = solo(tmp_path)
+    response, body = world.call("POST", node, "/v1/chat/completions",
+                                json={"model": "chat", "messages": "not a list"})
+
+    assert response.code == 400
+    answer = json.loads(body)
+    assert set(answer["error"]) >= {"message", "type", "code"}
+    assert "messages" in answer["error"]["message"]
+    assert response.headers.getRawHeaders(b"x-routerd-node") == [b"solo"]
+    [process] = world.launcher.spawned  # the backend itself refused it
+    assert process.running
+
+
+def test_a_backends_own_400_on_an_ollama_path_becomes_an_ollama_envelope(tmp_path: Path) -> None:
+    """The backend refuses a prompt longer than its context; the Ollama client gets its own shape."""
+    world = World(tmp_path)
+    node = world.node("solo", {"short": {**TEXT, "context": 16}})
+    world.start(node)
+    response, body = world.call("POST", node, "/api/generate",
+                                json={"model": "short", "prompt": "word " * 40, "stream": False})
+
+    assert response.code == 400
+    assert "context size" in ollama_error(body)
+    assert len(world.launcher.spawned) == 1  # the backend, not the node, refused it

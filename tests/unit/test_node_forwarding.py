@@ -57,6 +57,7 @@ def test_a_model_only_the_slave_has_is_answered_by_the_slave(tmp_path: Path) -> 
 
     assert response.code == 200
     assert header(response, "X-Routerd-Node") == "slave"
+    assert header(response, "X-Routerd-Request-Id")
     assert json.loads(body)["model"] == "far"
     assert (b"POST", SLAVE_URL.encode() + b"/router/v1/node/inference/v1/chat/completions") \
         in world.network.requests

@@ -74,6 +74,7 @@ def test_chat_naming_a_local_model_spawns_its_backend_and_answers_under_the_clie
     assert answer["model"] == "chat"
     assert answer["choices"][0]["message"]["content"]
     assert header(response, "X-Routerd-Node") == "solo"
+    assert header(response, "X-Routerd-Request-Id")
     [process] = world.launcher.spawned
     assert process.name == "llama-server"
     assert weights_of(process).endswith("/chat.sim.json")
