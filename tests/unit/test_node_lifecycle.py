@@ -120,3 +120,19 @@ def test_stop_leaves_no_timer_of_a_master_and_its_slave_on_the_clock(tmp_path: P
         with pytest.raises(StoreClosedError):
             world.run(store.runner.run(lambda conn: conn.execute("SELECT 1")))
 
+
+
+def test_start_fails_when_the_startup_model_cannot_load_and_the_node_still_stops_cleanly(
+        tmp_path: Path) -> None:
+    """The service stops a node whose start failed (routerd.tap); nothing may be left running."""
+    world = World(tmp_path)
+    broken = {**TEXT, "kcpps": {"extra_args": ["--sim-fail-load"]}}
+    node = world.node("solo", {"broken": broken}, models={"startup_model": "broken"})
+
+    with pytest.raises(Exception) as failed:  # noqa: B017 - the error class may move; its code may not
+        world.start(node)
+    assert getattr(failed.value, "code", None) == "load_failed"
+
+    world.run(node.stop())
+    assert world.clock.getDelayedCalls() == []
+    assert all(not p.running for p in world.launcher.spawned)
