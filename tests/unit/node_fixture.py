@@ -4,7 +4,7 @@ Only the node's stable surface is used: ``Node(config, reactor, launcher=, http=
 port_allocator=, open_store=, run_in_thread=)``, ``start()``/``stop()`` and ``site()``.
 
     world = World(tmp_path)
-    node = world.node("solo", models={"chat": TEXT})
+    node = world.node("solo", {"chat": TEXT}, models={"startup_model": "chat"})
     world.start(node)
     response, body = world.call("POST", node, "/v1/chat/completions", json={...})
 """
@@ -82,12 +82,10 @@ class World:
             (home / f"{local_id}.sim.json").write_text(json.dumps(weights))
             kcpps = {"model": f"../{local_id}.sim.json", **spec.get("kcpps", {})}
             (home / "models" / f"{local_id}.kcpps").write_text(json.dumps(kcpps))
-        binary = {"binary_path": SIM, "extra_args": FAST}
         data: dict[str, Any] = {
             "server": {"bind": "127.0.0.1:0"}, "models": {"config_dir": "models"},
-            "llama": {**binary, "binary_path": [*SIM, "llama-server"]},
-            "sdcpp": {**binary, "binary_path": [*SIM, "sd-server"]},
-            "whispercpp": {**binary, "binary_path": [*SIM, "whisper-server"]},
+            **{section: {"binary_path": [*SIM, family], "extra_args": FAST} for section, family in
+               (("llama", "llama-server"), ("sdcpp", "sd-server"), ("whispercpp", "whisper-server"))},
             "cluster": {"node_id": node_id, "store_dir": "store"}}
         for name, values in sections.items():
             data[name] = {**data.get(name, {}), **values}
