@@ -23,6 +23,7 @@ from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.web.server import Site
 
+from routerd.api.app import build_site
 from routerd.backends.testing import FakeLauncher, FakeProcess, PortCounter
 from routerd.config.load import load_config
 from routerd.node import Node
@@ -95,7 +96,7 @@ class World:
                     agent=self.network, port_allocator=self.ports, open_store=self._open_store(node_id),
                     run_in_thread=maybeDeferred)
         self.netlocs[node] = f"{node_id}.test:8080"
-        self.network.serve(self.netlocs[node], node.site())
+        self.network.serve(self.netlocs[node], build_site(node))
         return node
 
     def _open_store(self, node_id: str) -> Any:
