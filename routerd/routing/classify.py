@@ -13,6 +13,7 @@ from typing import Any, Literal
 import attrs
 
 from routerd.catalog.model import RuntimeKind
+from routerd.lanes import Lane
 
 RouteKind = Literal[
     "chat",
@@ -32,7 +33,6 @@ RouteKind = Literal[
     "llama_completion",
 ]
 # Lending lanes (lending spec §2.3).  STT and TTS requests are never lent: lane ``None``.
-Lane = Literal["text", "image"]
 Family = Literal["openai", "ollama", "sdapi", "kobold", "llama"]
 ErrorStyle = Literal["openai", "ollama"]
 

@@ -1,6 +1,7 @@
 """routerd.store: the router database (one SQLite file, versioned migrations, off-reactor SQL)."""
 
-from routerd.store.links import Lane, LinkRow, SameNodeLinkError
+from routerd.lanes import Lane
+from routerd.store.links import LinkRow, SameNodeLinkError
 from routerd.store.migrations import MIGRATIONS, Migration, MigrationError, SchemaTooNewError, migrate
 from routerd.store.runner import DBRunner, StoreClosedError, SyncRunner, ThreadRunner
 from routerd.store.samples import LoadSample, RequestSample

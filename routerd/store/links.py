@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
-from typing import Literal
 
 import attrs
 
+from routerd.lanes import Lane
 from routerd.store.runner import transaction
 
-Lane = Literal["image", "text"]
-LANES: tuple[Lane, ...] = ("image", "text")
 TABLES: dict[Lane, str] = {"image": "routing_image_links", "text": "routing_text_links"}
 
 

@@ -20,10 +20,11 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from routerd.lanes import Lane
 from routerd.store import decisions as decisions_sql
 from routerd.store import links as links_sql
 from routerd.store import settings as settings_sql
-from routerd.store.links import Lane, LinkRow
+from routerd.store.links import LinkRow
 from routerd.store.migrations import convert_legacy_groups, migrate
 from routerd.store.runner import MEMORY, DBRunner, ReactorForRunner, SyncRunner, ThreadRunner
 from routerd.store.samples import OK, RUNTIMES, SECTIONS, LoadSample, RequestSample

@@ -14,8 +14,8 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_unstructure_fn
 
-Lane = Literal["image", "text"]
-LANES: tuple[Lane, ...] = ("image", "text")
+from routerd.lanes import LANES, Lane
+
 
 class _LaneServer(Protocol):
     """A model config or record: what :func:`lane_model_id` reads."""
