@@ -16,9 +16,12 @@ from twisted.application.service import Service
 from twisted.internet import defer, task
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from routerd.cluster.client import ClusterError, NodeClient
+from routerd.cluster.fanout import fan_out
 from routerd.errors import StatusError
+from routerd.registry.records import NodeInfo
 from routerd.registry.registry import Registry
 from routerd.routing.stt import RoundRobinCounter, choose_stt
 from routerd.urls import AllowList, URLError, normalise_url
@@ -97,20 +100,17 @@ class MasterAgent(Service):
         return self._polling.addBoth(done)
 
     async def _poll_all(self) -> None:
-        semaphore = defer.DeferredSemaphore(POLL_CONCURRENCY)
-        fetches = [semaphore.run(self.client.models, url) for url in self.slave_urls]
-        results = await defer.DeferredList(fetches, consumeErrors=True)
-        # Apply in configuration order, so when two URLs claim one node_id the
+        # Applied in configuration order, so when two URLs claim one node_id the
         # first configured one wins.
-        for url, (ok, value) in zip(self.slave_urls, results, strict=True):
-            if ok:
-                try:
-                    self._accept(value, url, "poll")
-                except StatusError:
-                    pass  # logged, and the node marked unhealthy
-            else:
+        for url, value in await fan_out(self.slave_urls, self.client.models, POLL_CONCURRENCY):
+            if isinstance(value, Failure):
                 if self.registry.mark_unhealthy(url):
                     log.warn("health poll of {url} failed: {reason}", url=url, reason=str(value))
+                continue
+            try:
+                self._accept(value, url, "poll")
+            except StatusError:
+                pass  # logged, and the node marked unhealthy
 
     def _accept(self, snapshot: Snapshot, url: str, how: str) -> None:
         try:
@@ -150,12 +150,13 @@ class MasterAgent(Service):
         own = self.local_status()
         out[own.node_id] = own
         nodes = [n for n in self.registry.nodes() if n.healthy]
-        semaphore = defer.DeferredSemaphore(STATUS_CONCURRENCY)
-        fetches = [semaphore.run(self.client.get_json, n.node_url, "/router/v1/node/runtime-status",
-                                 timeout=STATUS_DEADLINE_S) for n in nodes]
-        results = await defer.DeferredList(fetches, consumeErrors=True)
-        for node, (ok, value) in zip(nodes, results, strict=True):
-            if not ok:
+
+        def ask(node: NodeInfo) -> defer.Deferred[Any]:
+            return self.client.get_json(node.node_url, "/router/v1/node/runtime-status",
+                                        timeout=STATUS_DEADLINE_S)
+
+        for node, value in await fan_out(nodes, ask, STATUS_CONCURRENCY):
+            if isinstance(value, Failure):
                 continue  # a node without runtime status stays usable for explicit requests only
             try:
                 status = parse_status(value)
