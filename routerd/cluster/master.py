@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from twisted.application.service import Service
-from twisted.internet import defer, task
+from twisted.application.service import MultiService
+from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -24,6 +24,7 @@ from routerd.errors import StatusError
 from routerd.registry.records import NodeInfo
 from routerd.registry.registry import Registry
 from routerd.routing.stt import RoundRobinCounter, choose_stt
+from routerd.services import IntervalService
 from routerd.urls import AllowList, URLError, normalise_url
 from routerd.wire.records import (
     PROTOCOL_VERSION,
@@ -47,10 +48,11 @@ class NotListed(StatusError):
                          "cluster_error", "not_configured")
 
 
-class MasterAgent(Service):
+class MasterAgent(MultiService):
     def __init__(self, *, node_id: str, slave_urls: tuple[str, ...], registry: Registry,
                  client: NodeClient, routing_allowed: AllowList, clock: IReactorTime,
                  health_interval: float, local_status: Callable[[], RuntimeStatus]) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
         self.node_id = node_id
         self.slave_urls = tuple(normalise_url(u) for u in slave_urls)
         self.registry = registry
@@ -61,25 +63,18 @@ class MasterAgent(Service):
         self.local_status = local_status
         self.stt_counter = RoundRobinCounter()
         self._registered: list[Callable[[str], None]] = []
-        self._loop: task.LoopingCall | None = None
+        # Polls every health_interval (the node awaits one poll_all before it starts this
+        # service, so the first cycle happens before the listener opens).
+        IntervalService("health poll", self._tick, health_interval, clock).setServiceParent(self)  # type: ignore[no-untyped-call]
         self._polling: defer.Deferred[None] | None = None
 
     # -- health polling -------------------------------------------------------
 
-    def startService(self) -> None:
-        """Poll every ``health_interval`` (the node awaits one :meth:`poll_all` before it starts
-        this service, so the first cycle happens before the listener opens)."""
-        super().startService()  # type: ignore[no-untyped-call]
-        self._loop = task.LoopingCall(self._tick)
-        self._loop.clock = self.clock
-        self._loop.start(self.health_interval, now=False)
-
-    def stopService(self) -> None:
-        super().stopService()  # type: ignore[no-untyped-call]
-        if self._loop is not None and self._loop.running:
-            self._loop.stop()
+    def stopService(self) -> defer.Deferred[None]:
+        d: defer.Deferred[None] = super().stopService()  # type: ignore[no-untyped-call]
         if self._polling is not None:
             self._polling.cancel()
+        return d
 
     def when_registered(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(node_id)`` after each accepted registration."""
