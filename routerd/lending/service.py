@@ -41,7 +41,7 @@ from routerd.wire.lending import (
     LaneStatus,
     Lease,
     Trigger,
-    lane_model_id,
+    lane_key,
     to_json,
 )
 
@@ -158,7 +158,7 @@ class LendingService:
                     borrowed: Borrowed | None) -> bytes:
         """Queue an enrolled model's request in the router and serve, lend or hand it back."""
         queue = self.queues[lane]
-        model_id = lane_model_id(lane, model) or model.local_id
+        model_id = lane_key(lane, model)
         rid = call.request_id
         work, context = self.work_hint(call, model, lane)
         waiter = self._park(rid)
@@ -230,7 +230,7 @@ class LendingService:
                 if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                     limit = value
                     break
-        estimate = estimate_text(self.costs.token_profile(model.local_id), len(call.body), limit,
+        estimate = estimate_text(self.costs.token_profile(lane_key(lane, model)), len(call.body), limit,
                                  self.settings.scheduling_context_reserve)
         if estimate is None:
             return (), 0
