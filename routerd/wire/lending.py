@@ -1,4 +1,4 @@
-"""Wire types of backlog lending (contract §6 Status, Lease, Link, Held; §8 plan rows).
+"""Wire types of backlog lending (contract §6 lane status and costs, Lease, Link, Held; §8 plan rows).
 
 Every class is a frozen attrs class whose field names are exactly the contract's
 JSON keys; :data:`converter` turns them into and out of plain JSON values.
@@ -254,25 +254,6 @@ class Costs:
         return None
 
 
-@attrs.frozen
-class NodeStatus:
-    """``GET /router/v1/node/runtime-status`` (contract "Status")."""
-
-    node_id: str
-    build_version: str = ""
-    backend_mode: str = ""
-    active_requests: int = 0
-    queued_requests: int = 0
-    active_stt_config: str = ""
-    idle_for_ms: int = 0
-    settings_fingerprint: str = ""
-    lanes: Mapping[Lane, LaneStatus] = attrs.field(factory=dict)
-    costs: Costs = attrs.field(factory=Costs)
-
-    def lane(self, lane: Lane) -> LaneStatus:
-        return self.lanes.get(lane) or LaneStatus()
-
-
 # -- decision rows and listings ----------------------------------------------------------------------
 
 
@@ -378,7 +359,6 @@ __all__ = [
     "Link",
     "LoadCost",
     "ModelCost",
-    "NodeStatus",
     "Outcome",
     "PlanRow",
     "QueueStat",

@@ -22,13 +22,13 @@ from routerd.wire.lending import (
     LaneStatus,
     Link,
     ModelCost,
-    NodeStatus,
     QueueStat,
     from_json,
     lane_key,
     lane_model_id,
     section_key,
 )
+from routerd.wire.status import RuntimeStatus
 from tests.unit.node_fixture import IMAGE, TEXT, TOKEN, World
 
 #: 20 ms per step-megapixel: a 20-step 512×512 job takes about 105 simulated ms.
@@ -86,8 +86,8 @@ def test_an_image_request_is_sampled_and_fitted_under_the_image_id_its_links_nam
 
 
 def _image_status(node_id: str, costs: Costs, queue: tuple[QueueStat, ...] = (),
-                  accepting: bool = False) -> NodeStatus:
-    return NodeStatus(node_id=node_id, idle_for_ms=600_000, costs=costs,
+                  accepting: bool = False) -> RuntimeStatus:
+    return RuntimeStatus(node_id=node_id, idle_for_ms=600_000, costs=costs,
                       lanes={"image": LaneStatus(accepting_borrowed=accepting,
                                                  active_config=f"{node_id}.kcpps", queue=queue)})
 
