@@ -15,6 +15,7 @@ import cattrs
 from cattrs.gen import make_dict_unstructure_fn
 
 from routerd.lanes import LANES, Lane
+from routerd.wire.records import strict_scalars, structure_strictly
 
 
 class _LaneServer(Protocol):
@@ -342,6 +343,16 @@ def from_json(data: Any, cls: type[T]) -> T:
     return converter.structure(data, cls)
 
 
+#: The same types, parsed strictly from another node (a string is never a number or a boolean).
+strict_converter: cattrs.Converter = strict_scalars(converter.copy())
+
+
+def parse_strictly(data: Any, cls: type[T], what: str) -> T:
+    """``data`` from another node as ``cls``; ``WireError`` (400) naming the bad field under ``what``."""
+    parsed: T = structure_strictly(strict_converter, data, cls, what)
+    return parsed
+
+
 __all__ = [
     "LANES",
     "LANE_SECTION",
@@ -369,6 +380,8 @@ __all__ = [
     "converter",
     "from_json",
     "lane_key",
+    "parse_strictly",
+    "strict_converter",
     "lane_model_id",
     "section_key",
     "to_json",
