@@ -24,7 +24,7 @@ from routerd.routing.call import Call, Incoming, Reply
 from routerd.routing.forward import INFERENCE_PREFIX, CameBack, Forwarder, Outbound, Unreachable
 from routerd.routing.selector import replace_model
 from routerd.services import IntervalService
-from routerd.wire.lending import LANES, Lane, Lease, Trigger, to_json
+from routerd.wire.lending import LANES, Lane, Lease, Trigger, lane_model_id, to_json
 
 if TYPE_CHECKING:
     from routerd.cluster.master import MasterAgent
@@ -117,12 +117,12 @@ class Coordinator(MultiService):
         for record in self.master.registry.records():
             caps = record.capabilities
             eligible = record.available and not record.disabled
-            if caps.image and record.image_id:
-                facts[("image", record.node_id, record.image_id)] = ModelFacts(
-                    record.filename, 0, eligible, caps.multimodal)
-            if caps.llm:
-                facts[("text", record.node_id, record.local_id)] = ModelFacts(
-                    record.filename, caps.context, eligible, caps.multimodal)
+            for lane in LANES:
+                model_id = lane_model_id(lane, record)
+                if model_id is not None:
+                    context = caps.context if lane == "text" else 0
+                    facts[(lane, record.node_id, model_id)] = ModelFacts(
+                        record.filename, context, eligible, caps.multimodal)
         return facts
 
     def _arm_probe(self, due_ms: int | None) -> None:
