@@ -143,6 +143,10 @@ class LendingService:
                         "owner_model_id": info.owner_model_id, "started_ms": started, "state": state})
         return out
 
+    def live_lease_lanes(self) -> list[Lane]:
+        """The lane of each live lease this owner holds (for the metrics)."""
+        return [lane for (lane, model_id) in self.leases if self.live_lease(lane, model_id) is not None]
+
     def live_lease(self, lane: Lane, model_id: str) -> Lease | None:
         held = self.leases.get((lane, model_id))
         if held is None or held.expires_at <= self._now():
