@@ -62,7 +62,8 @@ def owner_finish_ms(generating_since_ms: float, now_ms: float, in_flight: int, j
     return max(generating_since_ms + job_ms, now_ms) + (in_flight - 1) * job_ms + job_ms
 
 
-def helper_finish_ms(lent_at_ms: Sequence[float], now_ms: float, switch_ms: float, service_ms: float) -> float:
+def helper_finish_ms(lent_at_ms: Sequence[float], now_ms: float, switch_ms: float,
+                     service_ms: float) -> float:
     """When the helper would finish one more request after the ones lent to it (in lent order)."""
     if not lent_at_ms:
         return now_ms + switch_ms + service_ms
