@@ -157,8 +157,8 @@ SCENARIOS = (
     Scenario("d", "3 jobs, equal helper, 1.5 s load", 3, 80, 80, 1500, True, "without", repeats=5),
     # Not run by default: (d) once the helper has idled past the unloaded probe bar.
     Scenario("e", "(d), helper idle past the probe bar", 3, 80, 80, 1500, True, "none", True),
-    Scenario("f", "32 jobs, 16x faster helper, loaded (hold)", 32, 320, 20, 100, False, "optimum",
-             repeats=3, optimum_target=1.10),
+    Scenario("f", "32 jobs, 16x faster helper, loaded (hold)", 32, 640, 40, 100, False, "optimum",
+             repeats=2, optimum_target=1.10),
     Scenario("h", "8 jobs, helper hangs (cut-off)", 8, 80, 80, 100, False, "cutoff", hang_helper=True,
              repeats=2),
 )

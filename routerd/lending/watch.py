@@ -109,11 +109,6 @@ class HoldGate:
         self._alarms.pop(lane, None)
         self.repump(lane)
 
-    def stop(self) -> None:
-        """Cancel every pending alarm (the node is stopping)."""
-        for lane in list(self._alarms):
-            self._disarm(lane)
-
 
 class CutOff(Returned):
     """A lent request the helper had not started answering by its give-up time."""
