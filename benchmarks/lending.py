@@ -345,7 +345,7 @@ class Cluster:
 
     def helper_idle_ms(self) -> float:
         status = self.helper.node.runtime_status()
-        return float(status["idle_for_ms"])
+        return float(status.idle_for_ms)
 
 
 def kcpps(name: str) -> dict[str, Any]:
