@@ -87,6 +87,9 @@ class Node:
         self._open_store = open_store or (lambda path: Store.open(path, reactor))
         self._run_in_thread = run_in_thread
         self.started_at = reactor.seconds()
+        #: ``starting`` until start() has loaded the startup model, ``ready``, then ``draining``
+        #: from a stop on (what ``/health`` answers).
+        self.phase = "starting"
         self.own_work_at = reactor.seconds()
         self.runtimes = Runtimes(reactor, config, self.http, launcher=launcher, on_load=self._on_load,
                                  port_allocator=port_allocator)
@@ -141,7 +144,9 @@ class Node:
                                 registry=self.master.registry if self.master is not None else None,
                                 remote=self.master.client if self.master is not None else None)
         self.policy = AuthPolicy.build(config.auth.inference_keys, config.auth.admin_keys,
-                                       cluster.token, config.server.allowed_cidrs)
+                                       cluster.token, config.server.allowed_cidrs,
+                                       metrics_keys=config.auth.metrics_keys,
+                                       trusted_proxies=config.server.trusted_proxies)
         self.decisions.observe(self.metrics.count_decision)
         self.metrics.watch_lending(self._lease_sides,
                                    lambda: [(h["lane"], h["state"]) for h in self.lending.held_requests()])
@@ -179,6 +184,7 @@ class Node:
         startup = self.config.models.startup_model
         if startup:
             await self.admin.load(startup)
+        self.phase = "ready"
 
     async def after_listening(self) -> None:
         """Steps that need the listener open: a slave registers with its master."""

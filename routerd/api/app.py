@@ -24,7 +24,7 @@ from routerd.api.offload_routes import OffloadAPI
 from routerd.api.push_routes import PushAPI
 from routerd.api.reply import RequestReply, incoming, query_arg
 from routerd.api.settings_routes import SettingsAPI
-from routerd.api.site import GuardResource, NodeSite
+from routerd.api.site import GuardResource, NodeSite, authenticated
 from routerd.catalog.model import Capabilities
 from routerd.errors import HTTPError
 from routerd.lending.offload import borrowed_from_headers
@@ -66,8 +66,10 @@ class ClientAPI:
     app = api_app()
 
     def __init__(self, *, node_id: str, role: str, front: InferenceFront, listing: Listing,
-                 image_listing: Callable[[], list[dict[str, Any]]], metrics: Callable[[], bytes]) -> None:
+                 image_listing: Callable[[], list[dict[str, Any]]], metrics: Callable[[], bytes],
+                 phase: Callable[[], str] = lambda: "ready") -> None:
         self.node_id = node_id
+        self.phase = phase
         self.role = role
         self.front = front
         self.listing = listing
@@ -76,6 +78,13 @@ class ClientAPI:
 
     @app.route("/health", methods=["GET"])
     def health(self, request: IRequest) -> bytes:
+        """200 ``ok`` when ready, 503 ``starting``/``draining``; node details only to a caller
+        the guard found authenticated (load balancers need no key and learn nothing more)."""
+        phase = self.phase()
+        if phase != "ready":
+            return json_response(request, {"status": phase}, 503)
+        if not authenticated(request):
+            return json_response(request, {"status": "ok"})
         return json_response(request, {"status": "ok", "node_id": self.node_id, "role": self.role})
 
     @app.route("/metrics", methods=["GET"])
@@ -239,7 +248,7 @@ def build_site(node: Node) -> NodeSite:
     apis: list[Any] = [
         ClientAPI(node_id=node.node_id, role=node.role, front=node.front, listing=node.listing,
                   image_listing=lambda: documents.image_listing(node.records()),
-                  metrics=node.metrics.render),
+                  metrics=node.metrics.render, phase=lambda: node.phase),
         NodeAPI(node=node, admin=node.admin),
         OffloadAPI(coordinator=node.coordinator, lending=node.lending),
         PushAPI(node),

@@ -13,8 +13,13 @@ from routerd.api.errors import answer_error
 from routerd.cluster.auth import AuthPolicy
 from routerd.errors import HTTPError
 
-# Paths anyone on an allowed network may read without a key.
-OPEN_PATHS = frozenset({"/health", "/metrics"})
+#: The request attribute the guard sets: whether the caller may see node details on ``/health``.
+AUTHENTICATED = "routerd_authenticated"
+
+
+def authenticated(request: IRequest) -> bool:
+    """Whether the guard found the caller authenticated for inference (False if unguarded)."""
+    return bool(getattr(request, AUTHENTICATED, False))
 
 
 class _Discard:
@@ -90,8 +95,11 @@ class GuardResource(resource.Resource):
             if getattr(request, "too_large", False):
                 raise HTTPError(413, f"request body is larger than {self.max_body_bytes} bytes",
                                 "request_too_large", "request_too_large")
-            if path not in OPEN_PATHS:
-                self.policy.check(path, _client_host(request), request.getHeader(b"authorization"))
+            forwarded = request.getHeader(b"x-forwarded-for")
+            host = self.policy.client_host(_client_host(request),
+                                           forwarded.decode("latin-1") if forwarded else None)
+            ok = self.policy.check(path, host, request.getHeader(b"authorization"))
+            setattr(request, AUTHENTICATED, ok)
         except HTTPError as err:
             return answer_error(cast(IRequest, request), err)
         return self.inner.render(request)  # type: ignore[no-any-return]
