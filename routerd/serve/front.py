@@ -78,34 +78,45 @@ class InferenceFront:
                 model_label = model.local_id
                 result = await self._serve_local(call, model, self._public_id(route, model), borrowed)
             return result
-        except StatusError as err:
+        except Exception as exc:  # noqa: BLE001 - any failure still answers the client once
+            if isinstance(exc, CancelledError) or reply.gone:
+                # A client that leaves is a normal event: everything it held is released by the
+                # cancellation (backend call aborted, slot and reservation freed).
+                if call is not None:
+                    call.outcome.status = "client_disconnected"
+                    call.outcome.http_status = 499
+                if reply.gone:
+                    log.info("client disconnected before the answer to {request_id} was complete",
+                             request_id=request_id)
+                    return b""
+                raise CancelledError() from None
+            return self._failed(reply, route, call, request_id, exc)
+        finally:
+            self.metrics.in_flight.labels(lane).dec()
+            status = call.outcome.status if call is not None else "bad_request"
+            self.metrics.requests.labels(model_label, lane, route.kind, status).inc()
+            self.metrics.request_duration.labels(model_label, lane).observe(self.clock.seconds() - started)
+
+    def _failed(self, reply: Reply, route: Route, call: Call | None, request_id: str,
+                exc: Exception) -> bytes:
+        """The one answer to a request that failed (the client is still there)."""
+        if isinstance(exc, StatusError):
             if call is not None:
-                call.outcome.status = err.code
-                call.outcome.http_status = err.status
-            return self._error(reply, route, err)
-        except StreamBroken as exc:
+                call.outcome.status = exc.code
+                call.outcome.http_status = exc.status
+            return self._error(reply, route, exc)
+        if isinstance(exc, StreamBroken):
             if call is not None:
                 call.outcome.status = "stream_broken"
             log.warn("answer to {request_id} broke off mid-stream: {reason}", request_id=request_id,
                      reason=str(exc))
             reply.abort()
             return b""
-        except CancelledError:
-            if call is not None:
-                call.outcome.status = "client_disconnected"
-                call.outcome.http_status = 499
-            raise
-        except Exception as exc:  # noqa: BLE001 - any failure still answers the client once
-            log.failure("request {request_id} failed", failure=Failure(), request_id=request_id)
-            if call is not None:
-                call.outcome.status = "internal_error"
-            return self._error(reply, route, HTTPError(502, f"request failed: {exc}",
-                                                         "backend_error", "backend_error"))
-        finally:
-            self.metrics.in_flight.labels(lane).dec()
-            status = call.outcome.status if call is not None else "bad_request"
-            self.metrics.requests.labels(model_label, lane, route.kind, status).inc()
-            self.metrics.request_duration.labels(model_label, lane).observe(self.clock.seconds() - started)
+        log.failure("request {request_id} failed", failure=Failure(exc), request_id=request_id)
+        if call is not None:
+            call.outcome.status = "internal_error"
+        return self._error(reply, route, HTTPError(502, f"request failed: {exc}",
+                                                     "backend_error", "backend_error"))
 
     async def _serve_local(self, call: Call, model: ModelConfig, public_id: str,
                            borrowed: Borrowed | None) -> bytes:

@@ -92,16 +92,19 @@ class LocalInference:
                     lease.release()
             finally:
                 del self.active[call.request_id]
-        except CancelledError:
-            call.outcome.status = "client_disconnected"
-            call.outcome.http_status = 499
-            raise
-        except StreamBroken:
-            call.outcome.status = "stream_broken"
-            raise
-        except StatusError as err:
-            call.outcome.status = err.code
-            call.outcome.http_status = err.status
+        except Exception as exc:
+            if isinstance(exc, CancelledError) or call.reply.gone:
+                # The client left: whatever the backend call failed with, that is why.
+                call.outcome.status = "client_disconnected"
+                call.outcome.http_status = 499
+                if isinstance(exc, CancelledError):
+                    raise
+                raise CancelledError() from None
+            if isinstance(exc, StreamBroken):
+                call.outcome.status = "stream_broken"
+            elif isinstance(exc, StatusError):
+                call.outcome.status = exc.code
+                call.outcome.http_status = exc.status
             raise
         finally:
             self._record(call, model)

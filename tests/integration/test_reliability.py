@@ -1,0 +1,69 @@
+"""Reliability on a real node: client disconnects free what they held and log at info."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor, task
+from twisted.logger import LogLevel, globalLogPublisher
+
+from tests.integration.nodes import FAST_TEXT, RunningNode, node_config, start_node, write_models
+from tests.integration.rawhttp import raw_post
+
+MODELS = {"alpha": {"model": "../weights/alpha.sim.json", "contextsize": 4096}}
+WEIGHTS = {"alpha": FAST_TEXT}
+
+
+@pytest.fixture
+def events() -> Iterator[list[dict[str, Any]]]:
+    seen: list[dict[str, Any]] = []
+    globalLogPublisher.addObserver(seen.append)
+    yield seen
+    globalLogPublisher.removeObserver(seen.append)
+
+
+@pytest_twisted.async_yield_fixture
+async def node(tmp_path: Path) -> AsyncIterator[RunningNode]:
+    write_models(tmp_path, MODELS, WEIGHTS)
+    running = await start_node(node_config(tmp_path, {"models": {"startup_model": "alpha"}}))
+    yield running
+    await running.stop()
+
+
+def _chat(max_tokens: int, stream: bool) -> dict[str, Any]:
+    return {"model": "alpha", "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens,
+            "stream": stream}
+
+
+async def _slot_free_within(node: RunningNode, seconds: float) -> float:
+    started = reactor.seconds()
+    while reactor.seconds() - started < seconds:
+        if not node.node.local.active and all(s.users == 0 for s in node.node.runtimes.status()):
+            return reactor.seconds() - started
+        await task.deferLater(reactor, 0.005, lambda: None)
+    raise AssertionError(f"slot still held {seconds}s after the client left")
+
+
+def _critical(events: list[dict[str, Any]]) -> list[str]:
+    return [str(e.get("log_format")) for e in events
+            if e.get("log_level") in (LogLevel.critical, LogLevel.error)]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest_twisted.ensureDeferred
+async def test_a_client_disconnect_frees_the_slot_within_100ms_and_logs_at_info(
+        node: RunningNode, events: list[dict[str, Any]], stream: bool) -> None:
+    port = node.service.port.getHost().port
+    client = await raw_post(port, "/v1/chat/completions", _chat(400, stream))  # a 2 s answer
+    await task.deferLater(reactor, 0.15, lambda: None)
+    assert node.node.local.active, "the request should be in the backend"
+    client.drop()
+    await _slot_free_within(node, 0.1)
+    await task.deferLater(reactor, 0.05, lambda: None)
+    assert _critical(events) == []
+    assert any("disconnected" in str(e.get("log_format")) and e.get("log_level") == LogLevel.info
+               for e in events)
