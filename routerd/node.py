@@ -46,6 +46,7 @@ from routerd.routing.adapters.ollama import ListedModel
 from routerd.routing.call import Call, Incoming, Reply
 from routerd.routing.classify import classify
 from routerd.routing.forward import Forwarder
+from routerd.routing.relay import Timeouts
 from routerd.serve import documents
 from routerd.serve.admin import ModelAdmin
 from routerd.serve.front import InferenceFront
@@ -91,10 +92,12 @@ class Node:
         #: from a stop on (what ``/health`` answers).
         self.phase = "starting"
         self.own_work_at = reactor.seconds()
+        limits = config.limits
+        self.timeouts = Timeouts(reactor, limits.first_byte_timeout, limits.idle_stream_timeout)
         self.runtimes = Runtimes(reactor, config, self.http, launcher=launcher, on_load=self._on_load,
                                  port_allocator=port_allocator)
         self.local = LocalInference(node_id=self.node_id, clock=reactor, runtimes=self.runtimes,
-                                    agent=self.agent, samples=self)
+                                    agent=self.agent, samples=self, timeouts=self.timeouts)
         self.decisions = DecisionLog(None, reactor, self.node_id, __version__,
                                      cluster.lending.offload_decisions_retention)
         self.master: MasterAgent | None = None
@@ -114,7 +117,7 @@ class Node:
                                       registry=registry, client=client, routing_allowed=routing_allowed,
                                       clock=reactor, health_interval=cluster.health_interval,
                                       local_status=self.runtime_status)
-            forwarder = Forwarder(self.agent, cluster.token, routing_allowed)
+            forwarder = Forwarder(self.agent, cluster.token, routing_allowed, self.timeouts)
             transport = InProcess(self.node_id, lambda: cast(Coordinator, self.coordinator))
         elif self.role == "slave":
             client = NodeClient(self.http, cluster.token, AllowList([cluster.master_url, cluster.public_url]),
@@ -123,7 +126,8 @@ class Node:
                                     snapshot=self.snapshot_wire, clock=reactor,
                                     sync_interval=cluster.sync_interval, on_terminal=self._fatal)
             transport = ViaMaster(self.node_id, cluster.master_url, client,
-                                  Forwarder(self.agent, cluster.token, AllowList([cluster.master_url])))
+                                  Forwarder(self.agent, cluster.token, AllowList([cluster.master_url]),
+                                            self.timeouts))
         self.lending = LendingService(
             node_id=self.node_id, settings=cluster.lending, clock=reactor, role=self.role,
             transport=transport, decisions=self.decisions, own_busy=self.local.own_busy,

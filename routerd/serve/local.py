@@ -28,7 +28,16 @@ from routerd.routing.body import BytesProducer
 from routerd.routing.call import ActiveRequest, Call
 from routerd.routing.multipart import MultipartError
 from routerd.routing.plan import SECTIONS, BackendPlan, plan_backend_call
-from routerd.routing.relay import StreamBroken, collect, relay, response_header
+from routerd.routing.relay import (
+    FirstByteTimeout,
+    StreamBroken,
+    StreamIdle,
+    Timeouts,
+    collect,
+    relay,
+    response_header,
+    stream_idle,
+)
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
 from routerd.store.samples import RequestSample
 from routerd.wire.lending import section_key
@@ -50,7 +59,8 @@ class LocalInference:
     """Serves inference calls with this node's own backend runtimes."""
 
     def __init__(self, *, node_id: str, clock: IReactorTime, runtimes: RuntimePool, agent: IAgent,
-                 samples: SampleSink) -> None:
+                 samples: SampleSink, timeouts: Timeouts | None = None) -> None:
+        self.timeouts = timeouts
         self.node_id = node_id
         self.clock = clock
         self.runtimes = runtimes
@@ -88,6 +98,15 @@ class LocalInference:
                 call.serving_since = self.clock.seconds()
                 try:
                     return await self._proxy(call, lease.base_url, plan, public_id)
+                except FirstByteTimeout as exc:
+                    raise HTTPError(504, f"the backend of {model.local_id!r} on node {self.node_id!r} did "
+                                    f"not answer within {exc.seconds:g} s", "timeout",
+                                    "backend_timeout") from None
+                except StreamIdle as exc:
+                    if call.reply.started:
+                        raise
+                    raise HTTPError(504, f"the backend of {model.local_id!r} on node {self.node_id!r} went "
+                                    f"silent mid-answer: {exc}", "timeout", "backend_timeout") from None
                 finally:
                     lease.release()
             finally:
@@ -111,9 +130,10 @@ class LocalInference:
 
     async def _proxy(self, call: Call, base_url: str, plan: BackendPlan, public_id: str) -> bytes:
         reply = call.reply
-        response = await self.agent.request(
+        pending = self.agent.request(
             b"POST", (base_url + plan.path).encode(),
             Headers({b"content-type": [plan.content_type.encode()]}), BytesProducer(plan.body))
+        response = await (self.timeouts.answer(pending) if self.timeouts is not None else pending)
         code = int(response.code)
         call.outcome.http_status = code
         call.outcome.status = "ok" if 200 <= code < 300 else f"http_{code}"
@@ -121,7 +141,7 @@ class LocalInference:
         reply.set_status(code)
         if ctype.startswith("text/event-stream") and 200 <= code < 300:
             return await self._stream(call, response, plan, public_id, ctype)
-        raw = await collect(response)
+        raw = await collect(response, stream_idle(self.timeouts))
         converted_type, converted = self._convert(call, plan, public_id, code, ctype, raw)
         reply.set_header(b"content-type", converted_type.encode())
         return converted
@@ -138,7 +158,7 @@ class LocalInference:
             converter = make_rewriter(ctype, lambda _old: public_id)
             reply.set_header(b"content-type", ctype.encode())
             reply.set_header(b"cache-control", b"no-cache")
-        tail = await relay(response, reply, converter.feed, converter.flush)
+        tail = await relay(response, reply, converter.feed, converter.flush, stream_idle(self.timeouts))
         usage = work.usage_from_tail(tail)
         if usage is not None:
             call.outcome.work = (float(usage[0]), float(usage[1]))

@@ -8,10 +8,19 @@ from typing import Any
 
 import pytest
 import pytest_twisted
+import treq
 from twisted.internet import reactor, task
 from twisted.logger import LogLevel, globalLogPublisher
 
-from tests.integration.nodes import FAST_TEXT, RunningNode, node_config, start_node, write_models
+from tests.integration.nodes import (
+    FAST_TEXT,
+    RunningNode,
+    node_config,
+    plan_cluster,
+    start_node,
+    wait_until,
+    write_models,
+)
 from tests.integration.rawhttp import raw_post
 
 MODELS = {"alpha": {"model": "../weights/alpha.sim.json", "contextsize": 4096}}
@@ -67,3 +76,38 @@ async def test_a_client_disconnect_frees_the_slot_within_100ms_and_logs_at_info(
     assert _critical(events) == []
     assert any("disconnected" in str(e.get("log_format")) and e.get("log_level") == LogLevel.info
                for e in events)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_hung_slave_is_a_504_naming_it_in_bounded_time_and_frees_both_sides(
+        tmp_path: Path, events: list[dict[str, Any]]) -> None:
+    plan = plan_cluster(tmp_path, ["slave-a"])
+    write_models(plan.root / "master", {}, {})
+    write_models(plan.root / "slave-a", MODELS, WEIGHTS)
+    master = await start_node(plan.master_config(limits={"first_byte_timeout": "1s"}))
+    slave = await start_node(plan.slave_config("slave-a"))
+    try:
+        registry = master.node.master.registry  # type: ignore[union-attr]
+        await wait_until(lambda: registry.find("slave-a", local_id="alpha") is not None)
+        warm = await treq.post(master.url + "/v1/chat/completions", json=_chat(2, False))
+        assert warm.code == 200
+        await warm.content()
+        backend = next(s.port for s in slave.node.runtimes.status() if s.kind == "text" and s.port)
+        hang = await treq.post(f"http://127.0.0.1:{backend}/sim/control", json={"hang": True})
+        assert hang.code == 200
+        await hang.content()
+        started = reactor.seconds()
+        response = await treq.post(master.url + "/v1/chat/completions", json=_chat(2, False))
+        body = await response.json()
+        elapsed = reactor.seconds() - started
+        assert response.code == 504
+        assert body["error"]["code"] == "node_timeout" and "'slave-a'" in body["error"]["message"]
+        assert 0.9 <= elapsed < 3.0
+        # The master's forward was cancelled, so the slave's client left: its slot is free again.
+        await wait_until(lambda: not slave.node.local.active, timeout=2.0)
+        assert all(s.users == 0 for s in slave.node.runtimes.status())
+        assert master.node.master.registry.find("slave-a", local_id="alpha") is not None  # type: ignore[union-attr]
+        assert _critical(events) == []
+    finally:
+        await slave.stop()
+        await master.stop()
