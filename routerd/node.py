@@ -97,7 +97,8 @@ class Node:
         self.runtimes = Runtimes(reactor, config, self.http, launcher=launcher, on_load=self._on_load,
                                  port_allocator=port_allocator)
         self.local = LocalInference(node_id=self.node_id, clock=reactor, runtimes=self.runtimes,
-                                    agent=self.agent, samples=self, timeouts=self.timeouts)
+                                    agent=self.agent, samples=self, timeouts=self.timeouts,
+                                    max_queued_per_model=limits.max_queued_per_model)
         self.decisions = DecisionLog(None, reactor, self.node_id, __version__,
                                      cluster.lending.offload_decisions_retention)
         self.master: MasterAgent | None = None
@@ -152,6 +153,7 @@ class Node:
                                        metrics_keys=config.auth.metrics_keys,
                                        trusted_proxies=config.server.trusted_proxies)
         self.decisions.observe(self.metrics.count_decision)
+        self.metrics.watch_queues(lambda: self.local.queued)
         self.metrics.watch_lending(self._lease_sides,
                                    lambda: [(h["lane"], h["state"]) for h in self.lending.held_requests()])
         self._refit_loop = IntervalService("cost refit", self._refit,

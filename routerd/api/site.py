@@ -11,7 +11,7 @@ from twisted.web.iweb import IRequest
 
 from routerd.api.errors import answer_error
 from routerd.cluster.auth import AuthPolicy
-from routerd.errors import HTTPError
+from routerd.errors import HTTPError, Saturated
 
 #: The request attribute the guard sets: whether the caller may see node details on ``/health``.
 AUTHENTICATED = "routerd_authenticated"
@@ -44,11 +44,34 @@ class _Discard:
         pass
 
 
+class BufferBudget:
+    """The bytes every live request's buffered body may hold together (``limits.replay_buffer_mb``)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def fits(self, size: int) -> bool:
+        return self.used + size <= self.limit
+
+    def take(self, size: int) -> bool:
+        if not self.fits(size):
+            return False
+        self.used += size
+        return True
+
+    def give(self, size: int) -> None:
+        self.used = max(0, self.used - size)
+
+
 class LimitedRequest(server.Request):
-    """A request that stops buffering a body larger than the site's limit."""
+    """A request that stops buffering a body larger than the site's limit, or one that would take
+    the node's buffered bodies past its replay buffer (refused 503, never dropped silently)."""
 
     too_large = False
+    over_buffer = False
     _received = 0
+    _held = 0
 
     def __init__(self, channel: Any, queued: Any = None) -> None:
         # routerd reads request bodies itself (bounded, replayable): twisted's
@@ -58,24 +81,57 @@ class LimitedRequest(server.Request):
         else:
             super().__init__(channel, queued, parsePOSTFormSubmission=False)  # type: ignore[no-untyped-call]
 
+    def _budget(self) -> BufferBudget | None:
+        return getattr(getattr(self.channel, "site", None), "buffer", None)
+
     def gotLength(self, length: int | None) -> None:
         limit = getattr(getattr(self.channel, "site", None), "max_body_bytes", None)
         if limit is not None and length is not None and length > limit:
             self.too_large = True
             self.content = _Discard()
             return
+        budget = self._budget()
+        if budget is not None and length is not None and not budget.fits(length):
+            self.over_buffer = True
+            self.content = _Discard()
+            return
         super().gotLength(length)  # type: ignore[no-untyped-call]
 
     def handleContentChunk(self, data: bytes) -> None:
-        if self.too_large:
+        if self.too_large or self.over_buffer:
             return
         limit = getattr(getattr(self.channel, "site", None), "max_body_bytes", None)
         self._received += len(data)
         if limit is not None and self._received > limit:
             self.too_large = True
-            self.content = _Discard()
+            self._discard()
             return
+        budget = self._budget()
+        if budget is not None:
+            if not budget.take(len(data)):
+                self.over_buffer = True
+                self._discard()
+                return
+            self._held += len(data)
         super().handleContentChunk(data)  # type: ignore[no-untyped-call]
+
+    def _discard(self) -> None:
+        self.content = _Discard()
+        self._release()
+
+    def _release(self) -> None:
+        held, self._held = self._held, 0
+        budget = self._budget()
+        if held and budget is not None:
+            budget.give(held)
+
+    def finish(self) -> None:
+        self._release()
+        super().finish()  # type: ignore[no-untyped-call]
+
+    def connectionLost(self, reason: Any) -> None:
+        self._release()
+        super().connectionLost(reason)  # type: ignore[no-untyped-call]
 
 
 class GuardResource(resource.Resource):
@@ -95,6 +151,10 @@ class GuardResource(resource.Resource):
             if getattr(request, "too_large", False):
                 raise HTTPError(413, f"request body is larger than {self.max_body_bytes} bytes",
                                 "request_too_large", "request_too_large")
+            if getattr(request, "over_buffer", False):
+                request.setHeader(b"retry-after", b"1")
+                raise Saturated(503, "this node's request buffer (limits.replay_buffer_mb) is full; "
+                                     "retry later", "buffer_full")
             forwarded = request.getHeader(b"x-forwarded-for")
             host = self.policy.client_host(_client_host(request),
                                            forwarded.decode("latin-1") if forwarded else None)
@@ -115,9 +175,11 @@ def _client_host(request: Request) -> str:
 class NodeSite(server.Site):
     requestFactory = LimitedRequest  # type: ignore[assignment]
 
-    def __init__(self, root: resource.IResource, max_body_bytes: int) -> None:
+    def __init__(self, root: resource.IResource, max_body_bytes: int,
+                 replay_buffer_bytes: int | None = None) -> None:
         super().__init__(root)  # type: ignore[no-untyped-call]
         self.max_body_bytes = max_body_bytes
+        self.buffer = BufferBudget(replay_buffer_bytes) if replay_buffer_bytes is not None else None
         self.displayTracebacks = False
 
     def log(self, request: Any) -> None:

@@ -20,7 +20,7 @@ from twisted.python.failure import Failure
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.model import ModelConfig
 from routerd.cluster.master import MasterAgent
-from routerd.errors import HTTPError, StatusError, error_body
+from routerd.errors import HTTPError, Saturated, StatusError, error_body
 from routerd.lending.offload import Borrowed, offload_returned
 from routerd.lending.service import LendingService
 from routerd.metrics import NodeMetrics
@@ -263,4 +263,6 @@ class InferenceFront:
             return b""
         reply.set_status(err.status)
         reply.set_header(b"content-type", b"application/json")
+        if isinstance(err, Saturated):
+            reply.set_header(b"retry-after", str(err.retry_after).encode())
         return error_body(route.error_style, err.message, err.type, err.code)

@@ -21,7 +21,7 @@ from twisted.web.iweb import IAgent
 
 from routerd.backends.errors import BackendMissing, LoadFailed
 from routerd.catalog.model import ModelConfig
-from routerd.errors import HTTPError, StatusError
+from routerd.errors import HTTPError, Saturated, StatusError
 from routerd.routing import work
 from routerd.routing.adapters import AdapterError, kobold, ollama, whisper
 from routerd.routing.body import BytesProducer
@@ -59,8 +59,12 @@ class LocalInference:
     """Serves inference calls with this node's own backend runtimes."""
 
     def __init__(self, *, node_id: str, clock: IReactorTime, runtimes: RuntimePool, agent: IAgent,
-                 samples: SampleSink, timeouts: Timeouts | None = None) -> None:
+                 samples: SampleSink, timeouts: Timeouts | None = None,
+                 max_queued_per_model: int = 0) -> None:
         self.timeouts = timeouts
+        #: Requests per model waiting for the backend slot (a load, or the slot busy); 0 = unbounded.
+        self.max_queued_per_model = max_queued_per_model
+        self.queued: dict[str, int] = {}
         self.node_id = node_id
         self.clock = clock
         self.runtimes = runtimes
@@ -83,9 +87,12 @@ class LocalInference:
             except (AdapterError, MultipartError) as exc:
                 raise HTTPError(400, str(exc)) from None
             call.outcome.work = work.request_work(call.route, call.parsed, call.body, call.content_type)
+            self._admit(call, model, public_id)
             entry = ActiveRequest(call.request_id, public_id, call.path, call.route.runtime,
                                   int(call.started * 1000), borrowed=call.borrowed)
             self.active[call.request_id] = entry
+            waiting = True
+            self.queued[model.local_id] = self.queued.get(model.local_id, 0) + 1
             try:
                 try:
                     lease = await self.runtimes.acquire(call.route.runtime, model)
@@ -95,6 +102,8 @@ class LocalInference:
                 except BackendMissing as exc:
                     raise HTTPError(502, str(exc), "backend_error", "backend_missing") from None
                 entry.state = "running"
+                waiting = False
+                self._dequeue(model.local_id)
                 call.serving_since = self.clock.seconds()
                 try:
                     return await self._proxy(call, lease.base_url, plan, public_id)
@@ -110,6 +119,8 @@ class LocalInference:
                 finally:
                     lease.release()
             finally:
+                if waiting:
+                    self._dequeue(model.local_id)
                 del self.active[call.request_id]
         except Exception as exc:
             if isinstance(exc, CancelledError) or call.reply.gone:
@@ -127,6 +138,22 @@ class LocalInference:
             raise
         finally:
             self._record(call, model)
+
+    def _admit(self, call: Call, model: ModelConfig, public_id: str) -> None:
+        """Refuse (429) a request that would queue past ``max_queued_per_model``; otherwise tell
+        the client its place in the queue (1 = next for the backend)."""
+        depth = self.queued.get(model.local_id, 0)
+        if self.max_queued_per_model and depth >= self.max_queued_per_model:
+            raise Saturated(429, f"model {public_id!r} has {depth} requests queued (the limit is "
+                                 f"{self.max_queued_per_model}); retry later", "queue_full")
+        call.reply.set_header(b"x-routerd-queue-position", str(depth + 1).encode())
+
+    def _dequeue(self, model_id: str) -> None:
+        left = self.queued.get(model_id, 0) - 1
+        if left > 0:
+            self.queued[model_id] = left
+        else:
+            self.queued.pop(model_id, None)
 
     async def _proxy(self, call: Call, base_url: str, plan: BackendPlan, public_id: str) -> bytes:
         reply = call.reply
