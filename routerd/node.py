@@ -177,7 +177,11 @@ class Node:
         store_dir = self.config.cluster.store_dir
         self.store = await self._open_store(os.path.join(store_dir, "routerd.sqlite"))
         cache = FileHashCache(os.path.join(store_dir, "hash-cache.json"))
+        hashing_started = self.reactor.seconds()
+        self.log.info("hashing the weight files of {count} model configs", count=len(self.catalog.models))
         self.catalog = await self.catalog.hashed(cache, self._run_in_thread)
+        self.log.info("weight files hashed in {seconds:.1f} s",
+                      seconds=self.reactor.seconds() - hashing_started)
         if self.master is not None:
             self._public_ids.seed(await self.store.public_ids())
             image, text, settings = await load_lending_state(self.store, self.config.cluster.lending)
@@ -198,7 +202,26 @@ class Node:
             await self.slave.start()
             self.slave.setServiceParent(self.services)  # type: ignore[no-untyped-call]
 
+    async def drain(self, timeout: float) -> None:
+        """Stop taking work and let in-flight requests finish, for up to ``timeout`` seconds:
+        ``/health`` answers 503 ``draining``, new requests 503 with ``Retry-After``, requests still
+        waiting for a backend slot are refused (503), running and lent ones go on."""
+        from twisted.internet import task
+
+        self.phase = "draining"
+        refused = self.local.drain()
+        self.log.info("draining: {active} requests in flight, {refused} waiting requests refused",
+                      active=self.front.active_calls, refused=refused)
+        deadline = self.reactor.seconds() + timeout
+        while self.front.active_calls > 0 and self.reactor.seconds() < deadline:
+            await task.deferLater(self.reactor, min(0.05, max(0.0, deadline - self.reactor.seconds())),
+                                  lambda: None)
+        if self.front.active_calls:
+            self.log.warn("drain timeout ({timeout} s): {active} requests still in flight are cut off",
+                          timeout=timeout, active=self.front.active_calls)
+
     async def stop(self) -> None:
+        self.phase = "draining"
         if self.services.running:
             await self.services.stopService()
 

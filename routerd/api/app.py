@@ -258,5 +258,5 @@ def build_site(node: Node) -> NodeSite:
         SettingsAPI(node),
     ]
     limit = node.config.limits.max_body_bytes
-    return NodeSite(GuardResource(Dispatch(apis), node.policy, limit), limit,
+    return NodeSite(GuardResource(Dispatch(apis), node.policy, limit, lambda: node.phase), limit,
                     node.config.limits.replay_buffer_bytes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 from twisted.internet.address import IPv4Address, IPv6Address
@@ -12,6 +13,10 @@ from twisted.web.iweb import IRequest
 from routerd.api.errors import answer_error
 from routerd.cluster.auth import AuthPolicy
 from routerd.errors import HTTPError, Saturated
+from routerd.lending.offload import offload_returned
+
+#: Paths answered while the node is starting or draining (the rest get 503 + Retry-After).
+_ALWAYS_SERVED = frozenset({"/health", "/metrics"})
 
 #: The request attribute the guard sets: whether the caller may see node details on ``/health``.
 AUTHENTICATED = "routerd_authenticated"
@@ -139,11 +144,13 @@ class GuardResource(resource.Resource):
 
     isLeaf = True
 
-    def __init__(self, inner: resource.IResource, policy: AuthPolicy, max_body_bytes: int) -> None:
+    def __init__(self, inner: resource.IResource, policy: AuthPolicy, max_body_bytes: int,
+                 phase: Callable[[], str] = lambda: "ready") -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.inner = inner
         self.policy = policy
         self.max_body_bytes = max_body_bytes
+        self.phase = phase
 
     def render(self, request: Request) -> bytes | int:
         path = request.path.decode("utf-8", "replace")
@@ -160,6 +167,13 @@ class GuardResource(resource.Resource):
                                            forwarded.decode("latin-1") if forwarded else None)
             ok = self.policy.check(path, host, request.getHeader(b"authorization"))
             setattr(request, AUTHENTICATED, ok)
+            phase = self.phase()
+            if phase != "ready" and path not in _ALWAYS_SERVED:
+                if request.getHeader(b"x-routerd-offload") == b"1":
+                    # A borrowed request goes back to its owner, who serves it itself.
+                    raise offload_returned(f"helper node is {phase}")
+                request.setHeader(b"retry-after", b"1")
+                raise Saturated(503, f"this node is {phase}; retry later", phase)
         except HTTPError as err:
             return answer_error(cast(IRequest, request), err)
         return self.inner.render(request)  # type: ignore[no-any-return]

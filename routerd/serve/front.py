@@ -52,6 +52,8 @@ class InferenceFront:
         self.forwarder = forwarder
         self.loaded_config = loaded_config
         self.lending = lending
+        #: Requests inside :meth:`handle` (a drain waits for this to reach 0).
+        self.active_calls = 0
 
     async def handle(self, incoming: Incoming, reply: Reply, route: Route, *,
                      cluster_call: bool = False, borrowed: Borrowed | None = None) -> bytes:
@@ -67,6 +69,7 @@ class InferenceFront:
         model_label = "-"
         lane = route.runtime
         self.metrics.in_flight.labels(lane).inc()
+        self.active_calls += 1
         started = self.clock.seconds()
         try:
             call = self._call(incoming, reply, route, request_id, started)
@@ -92,6 +95,7 @@ class InferenceFront:
                 raise CancelledError() from None
             return self._failed(reply, route, call, request_id, exc)
         finally:
+            self.active_calls -= 1
             self.metrics.in_flight.labels(lane).dec()
             status = call.outcome.status if call is not None else "bad_request"
             self.metrics.requests.labels(model_label, lane, route.kind, status).inc()

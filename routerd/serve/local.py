@@ -65,6 +65,10 @@ class LocalInference:
         #: Requests per model waiting for the backend slot (a load, or the slot busy); 0 = unbounded.
         self.max_queued_per_model = max_queued_per_model
         self.queued: dict[str, int] = {}
+        #: Set when the node drains: nothing new starts, waiting requests are refused (503).
+        self.draining = False
+        self._waiting: dict[str, Deferred[Any]] = {}  # request id -> its slot acquisition
+        self._refused: set[str] = set()
         self.node_id = node_id
         self.clock = clock
         self.runtimes = runtimes
@@ -95,7 +99,17 @@ class LocalInference:
             self.queued[model.local_id] = self.queued.get(model.local_id, 0) + 1
             try:
                 try:
-                    lease = await self.runtimes.acquire(call.route.runtime, model)
+                    acquiring = self.runtimes.acquire(call.route.runtime, model)
+                    self._waiting[call.request_id] = acquiring
+                    try:
+                        lease = await acquiring
+                    except CancelledError:
+                        if call.request_id in self._refused:
+                            raise _draining() from None
+                        raise
+                    finally:
+                        self._waiting.pop(call.request_id, None)
+                        self._refused.discard(call.request_id)
                 except LoadFailed as exc:
                     raise HTTPError(502, f"model {model.local_id!r} failed to load: {exc}",
                                     "backend_error", "load_failed") from None
@@ -142,11 +156,23 @@ class LocalInference:
     def _admit(self, call: Call, model: ModelConfig, public_id: str) -> None:
         """Refuse (429) a request that would queue past ``max_queued_per_model``; otherwise tell
         the client its place in the queue (1 = next for the backend)."""
+        if self.draining:
+            raise _draining()
         depth = self.queued.get(model.local_id, 0)
         if self.max_queued_per_model and depth >= self.max_queued_per_model:
             raise Saturated(429, f"model {public_id!r} has {depth} requests queued (the limit is "
                                  f"{self.max_queued_per_model}); retry later", "queue_full")
         call.reply.set_header(b"x-routerd-queue-position", str(depth + 1).encode())
+
+    def drain(self) -> int:
+        """Stop starting requests: every request still waiting for a backend slot is answered
+        503 with ``Retry-After`` (its slot wait cancelled); returns how many were refused."""
+        self.draining = True
+        waiting = list(self._waiting.items())
+        for request_id, acquiring in waiting:
+            self._refused.add(request_id)
+            acquiring.cancel()
+        return len(waiting)
 
     def _dequeue(self, model_id: str) -> None:
         left = self.queued.get(model_id, 0) - 1
@@ -254,6 +280,11 @@ class LocalInference:
             finished_at_ms=self.now_ms(), http_status=call.outcome.http_status,
             request_bytes=len(call.body), node_id=self.node_id)
         self.samples.record_request_sample(sample)
+
+
+def _draining() -> Saturated:
+    return Saturated(503, "this node is draining (shutting down); retry on another node",
+                     "draining")
 
 
 def _loads(raw: bytes) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Reliability on a real node: client disconnects free what they held and log at info."""
+"""Reliability on real nodes: client disconnects free what they held and log at info, a hung
+slave is a 504, a stop drains (a live stream finishes, a hung request is cut at the timeout)."""
 
 from __future__ import annotations
 
@@ -111,3 +112,41 @@ async def test_a_hung_slave_is_a_504_naming_it_in_bounded_time_and_frees_both_si
     finally:
         await slave.stop()
         await master.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stop_during_a_stream_lets_it_finish_then_stops(tmp_path: Path,
+                                                                events: list[dict[str, Any]]) -> None:
+    """What SIGTERM does (twistd stops the service): the listener closes, the live stream
+    finishes whole, then the node stops; nothing critical is logged."""
+    write_models(tmp_path, MODELS, WEIGHTS)
+    running = await start_node(node_config(tmp_path, {"models": {"startup_model": "alpha"},
+                                                      "server": {"drain_timeout": "10s"}}))
+    port = running.service.port.getHost().port
+    client = await raw_post(port, "/v1/chat/completions", _chat(200, True))  # a 1 s stream
+    await client.first_data
+    started = reactor.seconds()
+    stopping = running.service.stopService()
+    assert running.node.phase == "draining"
+    await stopping
+    assert 0.5 < reactor.seconds() - started < 5.0
+    await client.closed
+    assert client.status == 200
+    assert client.received.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")  # the whole stream, cleanly ended
+    assert _critical(events) == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stop_cuts_a_hung_request_at_the_drain_timeout(tmp_path: Path) -> None:
+    write_models(tmp_path, MODELS, WEIGHTS)
+    running = await start_node(node_config(tmp_path, {"models": {"startup_model": "alpha"},
+                                                      "server": {"drain_timeout": "500ms"}}))
+    backend = next(s.port for s in running.node.runtimes.status() if s.kind == "text" and s.port)
+    hang = await treq.post(f"http://127.0.0.1:{backend}/sim/control", json={"hang": True})
+    await hang.content()
+    client = await raw_post(running.service.port.getHost().port, "/v1/chat/completions", _chat(2, False))
+    await wait_until(lambda: bool(running.node.local.active), timeout=2.0)
+    started = reactor.seconds()
+    await running.service.stopService()
+    assert 0.4 < reactor.seconds() - started < 4.0
+    await client.closed
