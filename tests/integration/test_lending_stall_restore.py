@@ -9,7 +9,6 @@ arriving first cancels that.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -58,7 +57,7 @@ def _sleep(seconds: float) -> defer.Deferred[None]:
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_stalled_helper_keeps_work_it_still_lists_and_loses_it_all_once_it_does_not(trio: Trio) -> None:
+async def test_a_stalled_helper_keeps_work_it_still_lists_and_loses_all_of_it_once_not(trio: Trio) -> None:
     await _warm_and_link(trio)
     await _sim_control(trio, {"hang": True})  # the helper's backend never answers
     helper = trio.helper.node.lending
