@@ -32,23 +32,23 @@ from routerd.wire.lending import (  # noqa: E402
     Link,
     LoadCost,
     ModelCost,
-    NodeStatus,
     QueueStat,
 )
+from routerd.wire.status import RuntimeStatus  # noqa: E402
 
 TARGET_MS = 10.0
 
 
 def build(
     nodes: int, owners: int, helpers: int, owner_nodes: int | None = None
-) -> tuple[LinkSet, dict[str, NodeStatus], dict[FactKey, ModelFacts]]:
+) -> tuple[LinkSet, dict[str, RuntimeStatus], dict[FactKey, ModelFacts]]:
     """Every node serves ``owners`` models; those on the first ``owner_nodes`` nodes (default: all)
     have waiting work and lend to ``helpers`` models on other nodes."""
     owner_nodes = nodes if owner_nodes is None else owner_nodes
     node_ids = [f"node{n:02d}" for n in range(nodes)]
     links: list[Link] = []
     facts: dict[FactKey, ModelFacts] = {}
-    statuses: dict[str, NodeStatus] = {}
+    statuses: dict[str, RuntimeStatus] = {}
     for n, node_id in enumerate(node_ids):
         queue: list[QueueStat] = []
         models: list[ModelCost] = []
@@ -74,7 +74,7 @@ def build(
                 links.append(
                     Link(Endpoint(node_id, model_id), Endpoint(helper_node, helper_model), True, h % 2 == 0)
                 )
-        statuses[node_id] = NodeStatus(
+        statuses[node_id] = RuntimeStatus(
             node_id,
             backend_mode="llama_sdcpp",
             idle_for_ms=(n * 9_000) % 200_000,

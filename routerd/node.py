@@ -56,8 +56,8 @@ from routerd.services import HookService, IntervalService, OrderedServices
 from routerd.store.samples import LoadSample, RequestSample
 from routerd.store.store import Store
 from routerd.urls import AllowList
-from routerd.wire.lending import to_json as lending_json
 from routerd.wire.records import ModelRecord, Snapshot, snapshot_to_json
+from routerd.wire.status import RuntimeStatus
 
 
 class Node:
@@ -325,11 +325,10 @@ class Node:
         return documents.state(self.node_id, int(self.reactor.seconds() * 1000), self.runtimes.status(),
                                self.local.active.values(), self.lending.held_requests())
 
-    def runtime_status(self) -> dict[str, Any]:
+    def runtime_status(self) -> RuntimeStatus:
         # borrowed work does not count as busy (spec "Probes")
         idle_s = 0.0 if self.own_busy() else max(0.0, self.reactor.seconds() - self.own_work_at)
         return documents.runtime_status(
             self.node_id, self.config.backend.mode, self.runtimes.status(),
             self.runtimes.loaded_config("stt") or "", int(idle_s * 1000),
-            self.lending.settings.fingerprint(), self.lending.lane_statuses(),
-            lending_json(self.lending.costs))
+            self.lending.settings.fingerprint(), self.lending.lane_statuses(), self.lending.costs)

@@ -35,6 +35,7 @@ from routerd.serve import documents
 from routerd.serve.admin import ModelAdmin
 from routerd.serve.front import InferenceFront
 from routerd.wire.records import PROTOCOL_VERSION
+from routerd.wire.status import status_to_json
 
 if TYPE_CHECKING:
     from routerd.cluster.master import MasterAgent
@@ -159,7 +160,7 @@ class NodeAPI:
 
     @app.route("/router/v1/node/runtime-status", methods=["GET"])
     def runtime_status(self, request: IRequest) -> bytes:
-        return json_response(request, self.node.runtime_status())
+        return json_response(request, status_to_json(self.node.runtime_status()))
 
     @app.route("/router/v1/node/state", methods=["GET"])
     @app.route("/router/v1/state", methods=["GET"])

@@ -35,12 +35,11 @@ from twisted.web.http import PotentialDataLoss
 from routerd.urls import AllowList, URLError, normalise_url, split_target
 from routerd.wire.records import (
     MINIMUM_PROTOCOL_VERSION,
-    RuntimeStatus,
     Snapshot,
     parse_snapshot,
-    parse_status,
     snapshot_to_json,
 )
+from routerd.wire.status import RuntimeStatus, parse_status
 
 __all__ = [
     "MAX_JSON_BYTES",

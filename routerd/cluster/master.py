@@ -25,11 +25,10 @@ from routerd.urls import AllowList, URLError, normalise_url
 from routerd.wire.records import (
     PROTOCOL_VERSION,
     ModelRecord,
-    RuntimeStatus,
     Snapshot,
     parse_snapshot,
-    parse_status,
 )
+from routerd.wire.status import RuntimeStatus, parse_status
 
 log = Logger()
 
@@ -48,7 +47,7 @@ class NotListed(StatusError):
 class MasterAgent(Service):
     def __init__(self, *, node_id: str, slave_urls: tuple[str, ...], registry: Registry,
                  client: NodeClient, routing_allowed: AllowList, clock: IReactorTime,
-                 health_interval: float, local_status: Callable[[], dict[str, Any]]) -> None:
+                 health_interval: float, local_status: Callable[[], RuntimeStatus]) -> None:
         self.node_id = node_id
         self.slave_urls = tuple(normalise_url(u) for u in slave_urls)
         self.registry = registry
@@ -148,11 +147,8 @@ class MasterAgent(Service):
     async def statuses(self) -> dict[str, RuntimeStatus]:
         """Runtime status of this node and of every healthy remote node that answers."""
         out: dict[str, RuntimeStatus] = {}
-        try:
-            own = parse_status(self.local_status())
-            out[own.node_id] = own
-        except StatusError:
-            log.failure("own runtime status does not parse")
+        own = self.local_status()
+        out[own.node_id] = own
         nodes = [n for n in self.registry.nodes() if n.healthy]
         semaphore = defer.DeferredSemaphore(STATUS_CONCURRENCY)
         fetches = [semaphore.run(self.client.get_json, n.node_url, "/router/v1/node/runtime-status",

@@ -24,8 +24,7 @@ from routerd.lending.stall_check import HelperGone, StallCheck, ask_over_http
 from routerd.routing.call import Call, Incoming, Reply
 from routerd.routing.forward import INFERENCE_PREFIX, CameBack, Forwarder, Outbound, Unreachable
 from routerd.routing.selector import replace_model
-from routerd.wire.lending import LANES, Lane, Lease, NodeStatus, Trigger, from_json, to_json
-from routerd.wire.records import status_to_json
+from routerd.wire.lending import LANES, Lane, Lease, Trigger, to_json
 
 if TYPE_CHECKING:
     from routerd.cluster.master import MasterAgent
@@ -108,14 +107,7 @@ class Coordinator(Service):
             self._lock.release()
 
     async def _plan(self, trigger: Trigger, answer_for: tuple[Lane, str, str] | None) -> Lease | None:
-        statuses: dict[str, NodeStatus] = {}
-        for node_id, status in (await self.master.statuses()).items():
-            try:
-                doc = status_to_json(status)
-                doc["active_stt_config"] = doc.get("active_stt_config") or ""
-                statuses[node_id] = from_json(doc, NodeStatus)
-            except Exception:  # noqa: BLE001 - a node with a malformed status is left out
-                log.warn("runtime status of {node_id} does not fit the lending types", node_id=node_id)
+        statuses = await self.master.statuses()
         now = self.clock.seconds()
         result = plan(trigger, int(now * 1000), self.service.links.values(), statuses,
                       self.service.settings, self._facts())

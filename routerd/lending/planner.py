@@ -44,7 +44,6 @@ from routerd.wire.lending import (
     Lease,
     Link,
     ModelCost,
-    NodeStatus,
     Outcome,
     PlanRow,
     QueueStat,
@@ -52,6 +51,7 @@ from routerd.wire.lending import (
     ServiceSource,
     Trigger,
 )
+from routerd.wire.status import RuntimeStatus
 
 #: An unloaded helper waits this many times ``offload_probe_idle`` before a probe.
 UNLOADED_PROBE_FACTOR = 12
@@ -89,7 +89,7 @@ class _NodeCosts:
 
     __slots__ = ("models", "loads")
 
-    def __init__(self, status: NodeStatus) -> None:
+    def __init__(self, status: RuntimeStatus) -> None:
         self.models: dict[tuple[str, str], ModelCost] = {
             (c.model_id, c.section): c for c in status.costs.models
         }
@@ -109,7 +109,7 @@ class _HelperSide:
         lane: Lane,
         section: str,
         endpoint: Endpoint,
-        status: NodeStatus,
+        status: RuntimeStatus,
         facts: ModelFacts,
         node_costs: _NodeCosts,
         probe_idle_ms: float,
@@ -198,7 +198,7 @@ class _Candidate:
         return "cost_rejected" if self.total >= keep else "outranked"
 
 
-def displaced_configs(status: NodeStatus, lane: Lane, config_filename: str) -> list[str]:
+def displaced_configs(status: RuntimeStatus, lane: Lane, config_filename: str) -> list[str]:
     """Configs a helper would push out to load ``config_filename`` for ``lane``.
 
     The lane's own runtime always; with ``backend_mode == "kobold"`` one process serves every lane,
@@ -219,7 +219,7 @@ def plan(
     trigger: Trigger,
     now_ms: int,
     links: Iterable[LinkSet],
-    statuses: Mapping[str, NodeStatus],
+    statuses: Mapping[str, RuntimeStatus],
     settings: LendingSettings,
     facts: Mapping[FactKey, ModelFacts],
     *,
@@ -271,7 +271,7 @@ def plan(
     return PlanResult(leases, rows, None if due is None else math.ceil(due))
 
 
-def _node_costs(cache: dict[str, _NodeCosts], status: NodeStatus) -> _NodeCosts:
+def _node_costs(cache: dict[str, _NodeCosts], status: RuntimeStatus) -> _NodeCosts:
     found = cache.get(status.node_id)
     if found is None:
         found = cache[status.node_id] = _NodeCosts(status)
@@ -294,7 +294,7 @@ def _plan_lane(
     trigger: Trigger,
     now_ms: int,
     link_set: LinkSet,
-    statuses: Mapping[str, NodeStatus],
+    statuses: Mapping[str, RuntimeStatus],
     settings: LendingSettings,
     facts: Mapping[FactKey, ModelFacts],
     costs: dict[str, _NodeCosts],
@@ -309,7 +309,7 @@ def _plan_lane(
     ttl_ms = int(round(settings.scheduling_grant_ttl * 1000.0))
 
     queues: dict[str, dict[str, QueueStat]] = {}
-    owners: list[tuple[Endpoint, NodeStatus, ModelFacts, QueueStat]] = []
+    owners: list[tuple[Endpoint, RuntimeStatus, ModelFacts, QueueStat]] = []
     for owner in link_set.owners():
         if only_owners is not None and (lane, owner.node_id, owner.model_id) not in only_owners:
             continue

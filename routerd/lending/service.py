@@ -121,15 +121,13 @@ class LendingService:
     def enrolled(self, lane: Lane | None, model_id: str) -> bool:
         return lane is not None and self.queues[lane].is_enrolled(model_id)
 
-    def lane_statuses(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for lane in LANES:
-            queue = self.queues[lane]
-            status = LaneStatus(accepting_borrowed=queue.accepting_borrowed() and not self.own_busy(),
-                                active_config=self.active_config(lane) or "",
-                                queue=tuple(queue.stats()))
-            out[lane] = to_json(status)
-        return out
+    def lane_statuses(self) -> dict[Lane, LaneStatus]:
+        """Each lane's queue and whether it takes borrowed work (the runtime status's ``lanes``)."""
+        busy = self.own_busy()
+        return {lane: LaneStatus(accepting_borrowed=self.queues[lane].accepting_borrowed() and not busy,
+                                 active_config=self.active_config(lane) or "",
+                                 queue=tuple(self.queues[lane].stats()))
+                for lane in LANES}
 
     def held_requests(self) -> list[dict[str, Any]]:
         now = self._now_ms()

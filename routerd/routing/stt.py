@@ -28,7 +28,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import attrs
 
 from routerd.errors import StatusError
-from routerd.wire.records import ModelRecord, RuntimeStatus
+from routerd.wire.records import ModelRecord
+from routerd.wire.status import RuntimeStatus
 
 __all__ = ["NoSTT", "RoundRobinCounter", "choose_stt", "stt_candidates"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -16,9 +16,11 @@ from routerd import __version__
 from routerd.backends.slot import SlotStatus
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.model import RUNTIME_KINDS, Capabilities, ModelConfig, RuntimeKind
+from routerd.lanes import Lane
 from routerd.registry.records import NodeInfo
 from routerd.routing.adapters.ollama import ListedModel
 from routerd.routing.call import ActiveRequest
+from routerd.wire.lending import Costs, LaneStatus
 from routerd.wire.records import (
     PROTOCOL_VERSION,
     ModelRecord,
@@ -26,6 +28,7 @@ from routerd.wire.records import (
     record_from_config,
     record_to_json,
 )
+from routerd.wire.status import RuntimeStatus
 
 LoadedConfig = Callable[[RuntimeKind], str | None]
 
@@ -139,18 +142,18 @@ def state(node_id: str, now_ms: int, runtimes: Iterable[SlotStatus], active: Ite
 
 
 def runtime_status(node_id: str, backend_mode: str, runtimes: Sequence[SlotStatus], stt_config: str,
-                   idle_for_ms: int, fingerprint: str, lanes: dict[str, Any],
-                   costs: dict[str, Any]) -> dict[str, Any]:
+                   idle_for_ms: int, fingerprint: str, lanes: Mapping[Lane, LaneStatus],
+                   costs: Costs) -> RuntimeStatus:
     """``/router/v1/node/runtime-status`` (contract "Status")."""
-    return {
-        "node_id": node_id,
-        "build_version": __version__,
-        "backend_mode": backend_mode,
-        "active_requests": sum(s.users for s in runtimes),
-        "queued_requests": sum(s.waiters for s in runtimes),
-        "active_stt_config": stt_config,
-        "idle_for_ms": idle_for_ms,
-        "settings_fingerprint": fingerprint,
-        "lanes": lanes,
-        "costs": costs,
-    }
+    return RuntimeStatus(
+        node_id=node_id,
+        build_version=__version__,
+        backend_mode=backend_mode,
+        active_requests=sum(s.users for s in runtimes),
+        queued_requests=sum(s.waiters for s in runtimes),
+        active_stt_config=stt_config,
+        idle_for_ms=idle_for_ms,
+        settings_fingerprint=fingerprint,
+        lanes=lanes,
+        costs=costs,
+    )

@@ -1,4 +1,4 @@
-"""Wire types of backlog lending (contract §6 Status, Lease, Link, Held; §8 plan rows).
+"""Wire types of backlog lending (contract §6 lane status and costs, Lease, Link, Held; §8 plan rows).
 
 Every class is a frozen attrs class whose field names are exactly the contract's
 JSON keys; :data:`converter` turns them into and out of plain JSON values.
@@ -15,6 +15,7 @@ import cattrs
 from cattrs.gen import make_dict_unstructure_fn
 
 from routerd.lanes import LANES, Lane
+from routerd.wire.records import strict_scalars, structure_strictly
 
 
 class _LaneServer(Protocol):
@@ -233,25 +234,6 @@ class Costs:
         return None
 
 
-@attrs.frozen
-class NodeStatus:
-    """``GET /router/v1/node/runtime-status`` (contract "Status")."""
-
-    node_id: str
-    build_version: str = ""
-    backend_mode: str = ""
-    active_requests: int = 0
-    queued_requests: int = 0
-    active_stt_config: str = ""
-    idle_for_ms: int = 0
-    settings_fingerprint: str = ""
-    lanes: Mapping[Lane, LaneStatus] = attrs.field(factory=dict)
-    costs: Costs = attrs.field(factory=Costs)
-
-    def lane(self, lane: Lane) -> LaneStatus:
-        return self.lanes.get(lane) or LaneStatus()
-
-
 # -- decision rows and listings ----------------------------------------------------------------------
 
 
@@ -340,6 +322,16 @@ def from_json(data: Any, cls: type[T]) -> T:
     return converter.structure(data, cls)
 
 
+#: The same types, parsed strictly from another node (a string is never a number or a boolean).
+strict_converter: cattrs.Converter = strict_scalars(converter.copy())
+
+
+def parse_strictly(data: Any, cls: type[T], what: str) -> T:
+    """``data`` from another node as ``cls``; ``WireError`` (400) naming the bad field under ``what``."""
+    parsed: T = structure_strictly(strict_converter, data, cls, what)
+    return parsed
+
+
 __all__ = [
     "LANES",
     "LANE_SECTION",
@@ -356,7 +348,6 @@ __all__ = [
     "Link",
     "LoadCost",
     "ModelCost",
-    "NodeStatus",
     "Outcome",
     "PlanRow",
     "QueueStat",
@@ -366,6 +357,8 @@ __all__ = [
     "TokenProfile",
     "converter",
     "from_json",
+    "parse_strictly",
+    "strict_converter",
     "lane_model_id",
     "to_json",
 ]

@@ -1,4 +1,4 @@
-"""Wire types of the node API (contract §6): model record, snapshot, runtime status.
+"""Wire types of the node API (contract §6): model record and snapshot (status: ``wire.status``).
 
 One cattrs converter (:data:`converter`) structures and unstructures them; JSON keys are the
 contract's snake_case names.  Parsing is strict about types (a string is never a number, ``"false"``
@@ -23,17 +23,17 @@ __all__ = [
     "MINIMUM_PROTOCOL_VERSION",
     "PROTOCOL_VERSION",
     "ModelRecord",
-    "RuntimeStatus",
     "Snapshot",
     "WireError",
     "converter",
     "parse_record",
     "parse_snapshot",
-    "parse_status",
     "record_from_config",
     "record_to_json",
+    "require_node_id",
     "snapshot_to_json",
-    "status_to_json",
+    "strict_scalars",
+    "structure_strictly",
 ]
 
 # The node protocol this build speaks, and the oldest peer it accepts (cluster reference §3.1).
@@ -90,31 +90,6 @@ class Snapshot:
     models: tuple[ModelRecord, ...] = ()
 
 
-@attrs.frozen(kw_only=True)
-class RuntimeStatus:
-    """A node's ``GET /router/v1/node/runtime-status`` answer (contract §6 "Status").
-
-    ``active_stt_config`` is the filename of the STT config loaded on that node, if any.
-    ``lanes`` and ``costs`` are kept as plain JSON objects for now (lending reads them).
-    """
-
-    node_id: str
-    build_version: str = ""
-    backend_mode: str = ""
-    active_requests: int = 0
-    queued_requests: int = 0
-    active_stt_config: str | None = None
-    idle_for_ms: int = 0
-    settings_fingerprint: str = ""
-    lanes: dict[str, Any] = attrs.field(factory=dict)
-    costs: dict[str, Any] = attrs.field(factory=dict)
-
-    @property
-    def workload(self) -> int:
-        """Whole-node active plus queued requests."""
-        return self.active_requests + self.queued_requests
-
-
 def _strict_str(value: Any, _type: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {type(value).__name__}")
@@ -160,11 +135,16 @@ def _records(value: Any, _type: Any) -> tuple[ModelRecord, ...]:
     return tuple(out)
 
 
-def _make_converter() -> cattrs.Converter:
-    conv = make_converter(detailed_validation=True)
+def strict_scalars(conv: cattrs.Converter) -> cattrs.Converter:
+    """Make ``conv`` refuse a string for a number or a boolean (and the reverse); returns it."""
     conv.register_structure_hook(str, _strict_str)
     conv.register_structure_hook(bool, _strict_bool)
     conv.register_structure_hook(int, _strict_int)
+    return conv
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = strict_scalars(make_converter(detailed_validation=True))
     conv.register_structure_hook_func(lambda t: t == dict[str, Any], _json_object)
     conv.register_structure_hook_func(lambda t: t == tuple[ModelRecord, ...], _records)
     conv.register_unstructure_hook_func(
@@ -176,18 +156,23 @@ def _make_converter() -> cattrs.Converter:
 converter: cattrs.Converter = _make_converter()
 
 
-def _structure(obj: Any, cls: type[Any], what: str) -> Any:
+def structure_strictly(conv: cattrs.Converter, obj: Any, cls: type[Any], what: str) -> Any:
+    """``obj`` structured as ``cls`` by ``conv``; ``WireError`` naming what is wrong."""
     if not isinstance(obj, Mapping):
         raise WireError(f"{what} must be a JSON object")
     try:
-        return converter.structure(dict(obj), cls)
+        return conv.structure(dict(obj), cls)
     except Exception as exc:  # noqa: BLE001 - cattrs raises validation groups and plain errors
         messages = cattrs.transform_error(exc, path=what) if isinstance(
             exc, cattrs.BaseValidationError) else [f"{exc} @ {what}"]
         raise WireError(f"invalid {what}: " + "; ".join(messages)) from None
 
 
-def _require_node_id(node_id: str, what: str) -> str:
+def _structure(obj: Any, cls: type[Any], what: str) -> Any:
+    return structure_strictly(converter, obj, cls, what)
+
+
+def require_node_id(node_id: str, what: str) -> str:
     trimmed = node_id.strip()
     if not trimmed:
         raise WireError(f"invalid {what}: node_id is required")
@@ -207,17 +192,11 @@ def parse_snapshot(obj: Any) -> Snapshot:
     ``node_id`` is trimmed and must not be empty; every record needs a ``local_id``.
     """
     snapshot: Snapshot = _structure(obj, Snapshot, "snapshot")
-    node_id = _require_node_id(snapshot.node_id, "snapshot")
+    node_id = require_node_id(snapshot.node_id, "snapshot")
     for index, record in enumerate(snapshot.models):
         if not record.local_id.strip():
             raise WireError(f"invalid snapshot: models[{index}].local_id is required")
     return attrs.evolve(snapshot, node_id=node_id)
-
-
-def parse_status(obj: Any) -> RuntimeStatus:
-    """A runtime status from decoded JSON; ``WireError`` when it does not match the contract."""
-    status: RuntimeStatus = _structure(obj, RuntimeStatus, "runtime status")
-    return attrs.evolve(status, node_id=_require_node_id(status.node_id, "runtime status"))
 
 
 def record_to_json(record: ModelRecord) -> dict[str, Any]:
@@ -227,11 +206,6 @@ def record_to_json(record: ModelRecord) -> dict[str, Any]:
 
 def snapshot_to_json(snapshot: Snapshot) -> dict[str, Any]:
     out: dict[str, Any] = converter.unstructure(snapshot, Snapshot)
-    return out
-
-
-def status_to_json(status: RuntimeStatus) -> dict[str, Any]:
-    out: dict[str, Any] = converter.unstructure(status, RuntimeStatus)
     return out
 
 

@@ -32,7 +32,8 @@ from routerd.cluster.client import (
     TooManyRedirects,
 )
 from routerd.urls import AllowList, URLError
-from routerd.wire.records import ModelRecord, RuntimeStatus, Snapshot, WireError
+from routerd.wire.records import ModelRecord, Snapshot, WireError
+from routerd.wire.status import RuntimeStatus, parse_status
 
 TOKEN = "cluster-secret-0123456789"
 
@@ -419,7 +420,7 @@ def test_runtime_status_is_parsed(node: FakeNode, clock: Clock) -> None:
 
 def test_malformed_node_document_is_a_wire_error(node: FakeNode, clock: Clock) -> None:
     client = make_client(node, clock)
-    from routerd.wire.records import parse_status
+
     d = client.get_json("http://slave-a", "/router/v1/node/bad-status").addCallback(parse_status)
     failure(d, WireError)
 

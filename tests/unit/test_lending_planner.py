@@ -20,10 +20,10 @@ from routerd.wire.lending import (
     Link,
     LoadCost,
     ModelCost,
-    NodeStatus,
     PlanRow,
     QueueStat,
 )
+from routerd.wire.status import RuntimeStatus
 
 S = 1000  # ms per second
 NOW = 1_000_000
@@ -57,9 +57,9 @@ def node(
     loads: Mapping[str, float] | None = None,
     mode: str = "llama_sdcpp",
     other_active: str = "",
-) -> NodeStatus:
+) -> RuntimeStatus:
     other: Lane = "text" if lane == "image" else "image"
-    return NodeStatus(
+    return RuntimeStatus(
         node_id,
         backend_mode=mode,
         idle_for_ms=int(idle_s * S),
@@ -472,7 +472,7 @@ def test_multimodal_and_text_only_models_are_never_paired() -> None:
 
 
 def test_lanes_are_planned_separately_with_their_own_claims() -> None:
-    owner = NodeStatus(
+    owner = RuntimeStatus(
         "owner",
         lanes={
             "image": LaneStatus(True, "", (queue("A", 16),)),
@@ -480,7 +480,7 @@ def test_lanes_are_planned_separately_with_their_own_claims() -> None:
         },
         costs=Costs(models=(fit("A", 8 * S), fit("A", 8 * S, "text"))),
     )
-    helper = NodeStatus(
+    helper = RuntimeStatus(
         "helper",
         idle_for_ms=120 * S,
         lanes={"image": LaneStatus(True, "b.kcpps", ()), "text": LaneStatus(True, "b.kcpps", ())},

@@ -484,18 +484,18 @@ def test_borrowed_work_is_handed_back_when_the_node_is_busy_with_its_own_work() 
     rows = node.rows("borrowed_returned")
     assert [(r["kind"], r["reason"], r["request_id"]) for r in rows] == [
         ("helper", "helper_busy_on_arrival", "b0")]
-    assert node.service.lane_statuses()["text"]["accepting_borrowed"] is False
+    assert node.service.lane_statuses()["text"].accepting_borrowed is False
 
 
 def test_borrowed_work_is_handed_back_while_native_work_is_in_the_lane() -> None:
     node = helper_node()
     node.serve("n0", MODEL_H)
-    assert node.service.lane_statuses()["text"]["accepting_borrowed"] is False
+    assert node.service.lane_statuses()["text"].accepting_borrowed is False
     node.serve("b0", MODEL_H, BORROWED)
     returned_409(node.answered("b0"))
     assert node.local_calls == ["n0"]
     node.finish_local("n0")
-    assert node.service.lane_statuses()["text"]["accepting_borrowed"] is True
+    assert node.service.lane_statuses()["text"].accepting_borrowed is True
 
 
 def test_an_own_request_returns_waiting_borrowed_work_and_admitted_borrowed_work_finishes() -> None:

@@ -22,13 +22,13 @@ from routerd.wire.lending import (
     Link,
     LoadCost,
     ModelCost,
-    NodeStatus,
     PlanRow,
     QueueStat,
     TokenProfile,
     from_json,
     to_json,
 )
+from routerd.wire.status import RuntimeStatus
 
 
 def names(cls: type) -> list[str]:
@@ -51,7 +51,7 @@ def test_field_names_are_exactly_the_contracts() -> None:
     assert names(TokenProfile) == [
         "model_id", "conservative_bytes_per_token", "reserved_output_tokens", "samples",
     ]  # fmt: skip
-    assert names(NodeStatus) == [
+    assert names(RuntimeStatus) == [
         "node_id", "build_version", "backend_mode", "active_requests", "queued_requests",
         "active_stt_config", "idle_for_ms", "settings_fingerprint", "lanes", "costs",
     ]  # fmt: skip
@@ -85,7 +85,7 @@ def test_enumerations_are_the_spec_and_contract_values() -> None:
 
 
 def test_a_status_round_trips_through_json_text() -> None:
-    status = NodeStatus(
+    status = RuntimeStatus(
         "slave",
         build_version="1.0",
         idle_for_ms=1234,
@@ -105,12 +105,12 @@ def test_a_status_round_trips_through_json_text() -> None:
     data = json.loads(json.dumps(to_json(status)))
     assert data["lanes"]["image"]["queue"][0]["pending_work"] == [10.0]
     assert "uniform_work" not in data["costs"]["models"][1]
-    assert from_json(data, NodeStatus) == status
+    assert from_json(data, RuntimeStatus) == status
 
 
 def test_unknown_keys_are_ignored_and_missing_optional_ones_default() -> None:
     data = {"node_id": "n", "surprise": 1, "lanes": {"text": {"accepting_borrowed": True}}}
-    status = from_json(data, NodeStatus)
+    status = from_json(data, RuntimeStatus)
     assert status.lane("text").accepting_borrowed
     assert status.lane("image") == LaneStatus()
 

@@ -7,20 +7,19 @@ from typing import Any
 import pytest
 
 from routerd.catalog.model import Capabilities, ModelConfig
+from routerd.wire.lending import LaneStatus
 from routerd.wire.records import (
     PROTOCOL_VERSION,
     ModelRecord,
-    RuntimeStatus,
     Snapshot,
     WireError,
     parse_record,
     parse_snapshot,
-    parse_status,
     record_from_config,
     record_to_json,
     snapshot_to_json,
-    status_to_json,
 )
+from routerd.wire.status import RuntimeStatus, parse_status, status_to_json
 
 RECORD_FIELDS = {
     "public_id", "local_id", "image_id", "public_image_id", "node_id", "node_url", "source",
@@ -104,16 +103,32 @@ def test_malformed_snapshot_raises_wire_error_with_reason(doc: Any, words: str) 
     assert caught.value.status == 400
 
 
-def test_status_parses_and_keeps_lanes_and_costs_loose() -> None:
+def test_status_parses_lanes_and_costs_into_the_one_typed_status_and_round_trips() -> None:
     doc = {"node_id": "a", "build_version": "0.1.0", "backend_mode": "llama_sdcpp",
            "active_requests": 2, "queued_requests": 3, "active_stt_config": "whisper.kcpps",
            "idle_for_ms": 1500, "settings_fingerprint": "f",
-           "lanes": {"image": {"accepting_borrowed": True, "queue": []}},
+           "lanes": {"image": {"accepting_borrowed": True, "active_config": "", "queue": []}},
            "costs": {"models": [], "loads": [], "tokens": []}}
     status = parse_status(doc)
     assert status.workload == 5
-    assert status.lanes["image"]["accepting_borrowed"] is True
+    assert status.lane("image").accepting_borrowed is True
+    assert status.lane("text") == LaneStatus()
     assert status_to_json(status) == doc
+    assert parse_status(status_to_json(status)) == status
+
+
+def test_status_from_a_newer_peer_ignores_lanes_and_keys_it_does_not_know() -> None:
+    status = parse_status({"node_id": "a", "active_stt_config": None, "future": 1,
+                           "lanes": {"video": {"accepting_borrowed": True},
+                                     "text": {"accepting_borrowed": True}}})
+    assert set(status.lanes) == {"text"}
+    assert status.active_stt_config == ""
+
+
+def test_status_refuses_a_string_where_a_boolean_belongs() -> None:
+    with pytest.raises(WireError) as caught:
+        parse_status({"node_id": "a", "lanes": {"text": {"accepting_borrowed": "false"}}})
+    assert "accepting_borrowed" in caught.value.reason
 
 
 @pytest.mark.parametrize("doc, words", [
@@ -122,6 +137,8 @@ def test_status_parses_and_keeps_lanes_and_costs_loose() -> None:
     ({"node_id": "a", "active_requests": "1"}, "active_requests"),
     ({"node_id": "a", "lanes": []}, "lanes"),
     ({"node_id": "a", "active_stt_config": 1}, "active_stt_config"),
+    # a lane queue that is not a list: the master leaves such a node out of STT choice and plans
+    ({"node_id": "a", "lanes": {"text": {"queue": "not a list"}}}, "queue"),
 ])
 def test_malformed_status_raises_wire_error(doc: Any, words: str) -> None:
     with pytest.raises(WireError) as caught:

@@ -6,7 +6,8 @@ import pytest
 
 from routerd.catalog.model import Capabilities
 from routerd.routing.stt import NoSTT, RoundRobinCounter, choose_stt, stt_candidates
-from routerd.wire.records import ModelRecord, RuntimeStatus
+from routerd.wire.records import ModelRecord
+from routerd.wire.status import RuntimeStatus
 
 STT = Capabilities(stt=True)
 ME = "master"
