@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from twisted.application.service import Service
-from twisted.internet import defer, task
+from twisted.application.service import MultiService
+from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
@@ -24,7 +24,8 @@ from routerd.lending.stall_check import HelperGone, StallCheck, ask_over_http
 from routerd.routing.call import Call, Incoming, Reply
 from routerd.routing.forward import INFERENCE_PREFIX, CameBack, Forwarder, Outbound, Unreachable
 from routerd.routing.selector import replace_model
-from routerd.wire.lending import LANES, Lane, Lease, Trigger, to_json
+from routerd.services import IntervalService
+from routerd.wire.lending import LANES, Lane, Lease, Trigger, lane_model_id, to_json
 
 if TYPE_CHECKING:
     from routerd.cluster.master import MasterAgent
@@ -35,10 +36,11 @@ log = Logger()
 ServeBorrowed = Callable[[Reply, Incoming, Borrowed], defer.Deferred[bytes]]
 
 
-class Coordinator(Service):
+class Coordinator(MultiService):
     def __init__(self, *, node_id: str, master: MasterAgent, service: LendingService, clock: IReactorTime,
                  forwarder: Forwarder,
                  serve_borrowed: ServeBorrowed) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
         self.node_id = node_id
         self.master = master
         self.service = service
@@ -48,41 +50,36 @@ class Coordinator(Service):
         self.book: dict[tuple[Lane, str, str], HeldLease] = {}
         self._lock = defer.DeferredLock()
         self._probe: IDelayedCall | None = None
-        self._tick: task.LoopingCall | None = None
+        self.tick_loop = IntervalService("lending refresh tick", self.tick,
+                                         service.settings.scheduling_refresh_interval, clock)
+        self.tick_loop.setServiceParent(self)  # type: ignore[no-untyped-call]
         self.stall = StallCheck(clock=clock, timeout=lambda: self.service.settings.offload_lent_stall_timeout,
                                 ask=self._ask_helper, decisions=lambda: self.service.decisions)
 
     # -- lifecycle ---------------------------------------------------------------------------
+    # The refresh tick is a child IntervalService: events plan at once, the tick is the fallback.
 
     def startService(self) -> None:
-        """Plan on a tick every ``scheduling_refresh_interval`` (events plan at once)."""
         super().startService()  # type: ignore[no-untyped-call]
-        self._start_tick()
+        self.stall.start()
 
-    def _start_tick(self) -> None:
-        self._tick = task.LoopingCall(self.tick)
-        self._tick.clock = self.clock
-        self._tick.start(self.service.settings.scheduling_refresh_interval, now=False)
-
-    def stopService(self) -> None:
-        super().stopService()  # type: ignore[no-untyped-call]
-        self.stop()
+    def stopService(self) -> defer.Deferred[None]:
+        if self._probe is not None and self._probe.active():
+            self._probe.cancel()
+        self.stall.stop()
+        self._probe = None
+        d: defer.Deferred[None] = super().stopService()  # type: ignore[no-untyped-call]
+        return d
 
     def start(self) -> None:
         self.startService()
 
     def stop(self) -> None:
-        if self._tick is not None and self._tick.running:
-            self._tick.stop()
-        if self._probe is not None and self._probe.active():
-            self._probe.cancel()
-        self.stall.stop()
+        self.stopService()
 
     def restart_tick(self) -> None:
         """Apply a changed ``scheduling_refresh_interval``."""
-        if self._tick is not None and self._tick.running:
-            self._tick.stop()
-            self._start_tick()
+        self.tick_loop.set_interval(self.service.settings.scheduling_refresh_interval)
 
     async def tick(self) -> None:
         """The fallback refresh: push links and settings, then plan.  A failure is logged and
@@ -128,12 +125,12 @@ class Coordinator(Service):
         for record in self.master.registry.records():
             caps = record.capabilities
             eligible = record.available and not record.disabled
-            if caps.image and record.image_id:
-                facts[("image", record.node_id, record.image_id)] = ModelFacts(
-                    record.filename, 0, eligible, caps.multimodal)
-            if caps.llm:
-                facts[("text", record.node_id, record.local_id)] = ModelFacts(
-                    record.filename, caps.context, eligible, caps.multimodal)
+            for lane in LANES:
+                model_id = lane_model_id(lane, record)
+                if model_id is not None:
+                    context = caps.context if lane == "text" else 0
+                    facts[(lane, record.node_id, model_id)] = ModelFacts(
+                        record.filename, context, eligible, caps.multimodal)
         return facts
 
     def _arm_probe(self, due_ms: int | None) -> None:

@@ -110,6 +110,10 @@ class StallCheck:
         if due is not None:
             self._timer = self.clock.callLater(max(0.0, due - self.clock.seconds()), self._fire)
 
+    def start(self) -> None:
+        self._stopped = False
+        self.rearm()
+
     def stop(self) -> None:
         self._stopped = True
         self.rearm()

@@ -39,6 +39,25 @@ def lane_model_id(lane: Lane, model: _LaneServer) -> str | None:
     return model.local_id if model.capabilities.llm else None
 
 
+def lane_key(lane: Lane | None, model: _LaneServer) -> str:
+    """The one ID lending knows ``model`` by in ``lane``: its :func:`lane_model_id`, else (a route
+    with no lane, a model that does not serve the lane) its local ID.
+
+    Links, queue entries and stats, request samples and the cost fits made of them, token
+    profiles and the master's model facts are all keyed by it, so an image model's samples,
+    fits and queue stats meet its image-lane links under its image ID.
+    """
+    if lane is None:
+        return model.local_id
+    return lane_model_id(lane, model) or model.local_id
+
+
+def section_key(section: str, model: _LaneServer) -> str:
+    """The ID a request sample of analytics ``section`` is recorded (and its fit published) under:
+    :func:`lane_key` of the lane the section prices (the local ID for unpriced sections)."""
+    return lane_key(SECTION_LANE.get(section), model)
+
+
 #: What made the master plan (spec "Decision log", plan rows).
 Trigger = Literal["enqueued", "completed", "borrowed_completed", "probe_due", "tick"]
 TRIGGERS: tuple[Trigger, ...] = get_args(Trigger)
@@ -71,6 +90,8 @@ HeldState = Literal["queued", "held", "lent"]
 
 #: Cost-fit section of each lane (the analytics section its samples are recorded under).
 LANE_SECTION: Mapping[Lane, str] = {"image": "image", "text": "llm"}
+#: The lane whose costs an analytics section's samples price (other sections are never priced).
+SECTION_LANE: Mapping[str, Lane] = {section: lane for lane, section in LANE_SECTION.items()}
 
 
 def _floats(values: Any) -> tuple[float, ...]:
@@ -335,6 +356,7 @@ def parse_strictly(data: Any, cls: type[T], what: str) -> T:
 __all__ = [
     "LANES",
     "LANE_SECTION",
+    "SECTION_LANE",
     "OUTCOMES",
     "REASONS",
     "TRIGGERS",
@@ -357,8 +379,10 @@ __all__ = [
     "TokenProfile",
     "converter",
     "from_json",
+    "lane_key",
     "parse_strictly",
     "strict_converter",
     "lane_model_id",
+    "section_key",
     "to_json",
 ]

@@ -214,6 +214,28 @@ async def test_the_helper_lists_the_borrowed_work_it_holds(trio: Trio) -> None:
 
 
 @pytest_twisted.ensureDeferred
+async def test_the_site_summary_lists_live_leases_with_their_remaining_time(trio: Trio) -> None:
+    """Issue 8 item 2: the master's lease book shows in ``GET /router/v1/site/offload/summary``."""
+    await _warm_and_link(trio)
+    seen: list[dict[str, Any]] = []
+
+    async def watch() -> None:
+        for _ in range(40):
+            response = await treq.get(trio.master.url + "/router/v1/site/offload/summary")
+            seen.extend((await response.json())["leases"])
+            await task.deferLater(reactor, 0.02, lambda: None)
+
+    watching = defer.Deferred.fromCoroutine(watch())
+    await defer.gatherResults([defer.Deferred.fromCoroutine(_chat(trio.master.url, "alpha"))
+                               for _ in range(10)])
+    await watching
+    assert seen, "a live lease was listed while the burst ran"
+    assert {(x["owner_node_id"], x["owner_model_id"], x["helper_node_id"], x["helper_model_id"])
+            for x in seen} == {("owner", "alpha", "helper", "beta")}
+    assert all(0 < x["expires_in_ms"] <= x["ttl_ms"] for x in seen)
+
+
+@pytest_twisted.ensureDeferred
 async def test_when_the_master_is_the_helper_it_serves_lent_work_in_process(tmp_path: Path) -> None:
     plan = plan_cluster(tmp_path, ["owner"])
     write_models(plan.root / "master", {"gamma": {"model": "../weights/gamma.sim.json", "contextsize": 4096}},
