@@ -9,6 +9,7 @@ leases to owners other than the one whose event it answers.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +40,8 @@ ServeBorrowed = Callable[[Reply, Incoming, Borrowed], defer.Deferred[bytes]]
 class Coordinator(MultiService):
     def __init__(self, *, node_id: str, master: MasterAgent, service: LendingService, clock: IReactorTime,
                  forwarder: Forwarder,
-                 serve_borrowed: ServeBorrowed) -> None:
+                 serve_borrowed: ServeBorrowed,
+                 observe_plan: Callable[[float], None] = lambda _seconds: None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.node_id = node_id
         self.master = master
@@ -47,6 +49,7 @@ class Coordinator(MultiService):
         self.clock = clock
         self.forwarder = forwarder
         self.serve_borrowed = serve_borrowed
+        self.observe_plan = observe_plan  # seconds one pure plan took (a metrics histogram)
         self.book: dict[tuple[Lane, str, str], HeldLease] = {}
         self._lock = defer.DeferredLock()
         self._probe: IDelayedCall | None = None
@@ -106,8 +109,10 @@ class Coordinator(MultiService):
     async def _plan(self, trigger: Trigger, answer_for: tuple[Lane, str, str] | None) -> Lease | None:
         statuses = await self.master.statuses()
         now = self.clock.seconds()
+        began = time.perf_counter()
         result = plan(trigger, int(now * 1000), self.service.links.values(), statuses,
                       self.service.settings, self._facts())
+        self.observe_plan(time.perf_counter() - began)
         self.book = {lease.key(): HeldLease(lease, now + lease.ttl_ms / 1000.0) for lease in result.leases}
         if self.service.decisions is not None:
             self.service.decisions.record_plan_rows(result.rows)
@@ -200,7 +205,8 @@ class Coordinator(MultiService):
         self.service.decisions.record("dispatch", "relay_refused", **fields)
 
     async def relay(self, reply: Reply, relay: RelayRequest, call: Call, *,
-                    rewrite_to: str | None, returns_raise: bool) -> bytes:
+                    rewrite_to: str | None, returns_raise: bool,
+                    answering: Callable[[], None] | None = None) -> bytes:
         """Send a lent request to the helper its live lease names.
 
         ``reply`` receives the helper's answer: the owner's client when the master
@@ -229,7 +235,7 @@ class Coordinator(MultiService):
         out = Outbound(url=helper.node_url.rstrip("/") + INFERENCE_PREFIX + relay.path, body=body,
                        content_type=call.content_type, request_id=call.request_id,
                        headers=borrowed_headers(borrowed),
-                       rewrite_to=rewrite_to, returns_raise=returns_raise)
+                       rewrite_to=rewrite_to, returns_raise=returns_raise, on_answer=answering)
         reply.set_header(b"x-routerd-lent-to", lent_to)
         try:
             _code, result = await self.stall.send(out_to, self.forwarder.send(reply, out))

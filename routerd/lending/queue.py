@@ -308,14 +308,19 @@ class LaneQueue:
     # -- endings ------------------------------------------------------------------------------------
 
     def finished(self, request_id: str, now_ms: int) -> Effects:
-        """An admitted request finished in the backend, or a lent one was answered by its helper."""
+        """An admitted request finished in the backend, or a lent one was answered by its helper.
+
+        A lent request's end frees no backend slot, so it does not re-run admission: a request held
+        for the helper stays held until the master's next answer lends it (or clears the lease).
+        """
         entry = self._get(request_id)
         if entry.state == "pending":
             raise QueueError(f"request {request_id} has not started")
         if entry.state == "admitted" and not entry.borrowed:
             self._last_own_completion[entry.model_id] = now_ms
+        lent = entry.state == "lent"
         self._forget(entry)
-        return self.pump(now_ms)
+        return Effects() if lent else self.pump(now_ms)
 
     def cancel(self, request_id: str, now_ms: int) -> Effects:
         """The client went away: drop the entry in whatever state it is (unknown ids are ignored)."""

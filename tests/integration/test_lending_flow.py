@@ -111,6 +111,14 @@ async def test_ten_requests_two_in_the_backend_the_rest_held_and_lent_to_an_equa
     master_rows = await trio.master.node.lending.decisions.query(kind="plan", limit=500)
     assert any(row["outcome"] == "granted" for row in master_rows)
     assert trio.owner.node.lending.queues["text"].pending() == []
+    # and /metrics counts them: lent requests on the owner, plan durations on the master
+    owner_metrics = (await (await treq.get(trio.owner.url + "/metrics")).content()).decode()
+    assert 'routerd_lending_decisions_total{kind="dispatch",lane="text",outcome="lent",reason=""}' \
+        in owner_metrics
+    master_metrics = (await (await treq.get(trio.master.url + "/metrics")).content()).decode()
+    plans = [line for line in master_metrics.splitlines()
+             if line.startswith("routerd_lending_plan_duration_seconds_count")]
+    assert plans and float(plans[0].split()[-1]) > 0
 
 
 @pytest_twisted.ensureDeferred
