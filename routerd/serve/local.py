@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
 from twisted.internet.defer import CancelledError, Deferred
@@ -59,8 +59,8 @@ class LocalInference:
     """Serves inference calls with this node's own backend runtimes."""
 
     def __init__(self, *, node_id: str, clock: IReactorTime, runtimes: RuntimePool, agent: IAgent,
-                 samples: SampleSink, timeouts: Timeouts | None = None,
-                 max_queued_per_model: int = 0) -> None:
+                 samples: SampleSink, on_acquire: Callable[[Call, ModelConfig], None] | None = None,
+                 timeouts: Timeouts | None = None, max_queued_per_model: int = 0) -> None:
         self.timeouts = timeouts
         #: Requests per model waiting for the backend slot (a load, or the slot busy); 0 = unbounded.
         self.max_queued_per_model = max_queued_per_model
@@ -76,6 +76,7 @@ class LocalInference:
         # cookies, redirects or URL re-parsing) keeps the proxy cheap.
         self.agent = agent
         self.samples = samples
+        self.on_acquire = on_acquire  # told before every runtime acquire (restore after borrow)
         self.active: dict[str, ActiveRequest] = {}
 
     def now_ms(self) -> int:
@@ -98,6 +99,8 @@ class LocalInference:
             waiting = True
             self.queued[model.local_id] = self.queued.get(model.local_id, 0) + 1
             try:
+                if self.on_acquire is not None:
+                    self.on_acquire(call, model)
                 try:
                     acquiring = self.runtimes.acquire(call.route.runtime, model)
                     self._waiting[call.request_id] = acquiring
