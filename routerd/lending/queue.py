@@ -14,8 +14,9 @@ Only enrolled models (an owner or a helper in some link of the lane) are queued.
   a helper can be withdrawn for lending (oldest first).  A lent entry stays here in state ``lent``
   until it finishes or comes back; a returned entry goes back to the head of the queue keeping its
   first arrival time and is never lent again.
-* A native arrival hands back every waiting borrowed entry; a borrowed arrival is handed back at once
-  while the lane holds any native work (or the caller says the node is busy with its own work).
+* A native arrival hands back every waiting borrowed entry, and every admitted one the caller says has
+  not claimed the runtime yet; a borrowed arrival is handed back at once while the lane holds any
+  native work (or the caller says the node is busy with its own work).
 * An optional hold check may keep the head waiting for a faster helper, only for the second slot:
   when something of the same model, and nothing else, is already admitted.
 """
@@ -183,12 +184,19 @@ class LaneQueue:
         work: Sequence[float] = (),
         context: int = 0,
         streaming: bool = False,
+        reclaim: Collection[str] = (),
     ) -> Effects:
         """A native request for an enrolled model: queue it, hand back every waiting borrowed entry,
-        and admit what fits."""
+        and admit what fits.
+
+        ``reclaim`` names admitted borrowed entries that have not claimed the runtime yet (they
+        still wait for a free runtime or for the helper model to load): those are handed back too,
+        and their place is free for this node's own work.  One that holds the runtime finishes.
+        """
         entry = self._new_entry(request_id, model_id, now_ms, work, context, streaming, False)
-        entry.borrowed_ahead = sum(1 for e in self._admitted if e.borrowed)
-        handed_back = [e for e in self._pending if e.borrowed]
+        taken = [e for e in self._admitted if e.borrowed and e.request_id in reclaim]
+        entry.borrowed_ahead = sum(1 for e in self._admitted if e.borrowed) - len(taken)
+        handed_back = taken + [e for e in self._pending if e.borrowed]
         for e in handed_back:
             self._forget(e)
         self._pending = [e for e in self._pending if not e.borrowed]
