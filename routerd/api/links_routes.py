@@ -15,8 +15,8 @@ After a change the links of both lanes are read back from the store, installed i
 lending and pushed to the slaves.  Nothing is stored when a request is refused.
 
 Eligibility of text models uses the master's own catalog for its own models.  A remote model is
-judged from its registry record, which carries no ``parallel``/``max_number_sequences``: only the
-text capability and the context window are checked for it.
+judged from its registry record: text capability, context window, ``parallel`` and
+``max_number_sequences`` (a peer too old to send the last two is judged on the first two).
 """
 
 from __future__ import annotations
@@ -142,7 +142,8 @@ class LaneModels:
         return ModelConfig(local_id=record.local_id, filename=record.filename, path="",
                            backend_mode=record.backend_mode, capabilities=record.capabilities,
                            config_hash=record.config_hash, image_id=record.image_id,
-                           model_hash=record.model_hash)
+                           model_hash=record.model_hash, parallel=record.parallel,
+                           vllm_max_sequences=record.max_number_sequences)
 
     def ineligibility(self, record: ModelRecord) -> str | None:
         """Why ``record`` cannot be linked in this lane on its own, or None."""

@@ -24,6 +24,7 @@ from routerd.routing.call import Call, Incoming, Reply
 from routerd.routing.forward import INFERENCE_PREFIX, CameBack, Forwarder, Outbound, Unreachable
 from routerd.routing.selector import replace_model
 from routerd.wire.lending import LANES, Lane, Lease, Trigger, to_json
+from routerd.wire.records import text_ineligibility
 
 if TYPE_CHECKING:
     from routerd.cluster.master import MasterAgent
@@ -129,7 +130,8 @@ class Coordinator(Service):
                     record.filename, 0, eligible, caps.multimodal)
             if caps.llm:
                 facts[("text", record.node_id, record.local_id)] = ModelFacts(
-                    record.filename, caps.context, eligible, caps.multimodal)
+                    record.filename, caps.context, eligible, caps.multimodal,
+                    text_ineligibility(record) or "")
         return facts
 
     def _arm_probe(self, due_ms: int | None) -> None:

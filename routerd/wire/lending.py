@@ -59,6 +59,8 @@ Reason = Literal[
     "load_forbidden",
     "context_too_small",
     "helper_recently_busy",
+    # the owner or helper model no longer meets text-lending eligibility (spec "LLM lending")
+    "model_ineligible",
 ]
 REASONS: tuple[Reason, ...] = get_args(Reason)
 

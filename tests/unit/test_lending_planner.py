@@ -468,7 +468,9 @@ def test_multimodal_and_text_only_models_are_never_paired() -> None:
     )
     links = [LinkSet.build("text", [link("owner/A", "helper/B")])]
     known = facts("text", helper__B=ModelFacts("b.kcpps", 8192, multimodal=True))
-    assert plan("tick", NOW, links, {"owner": owner, "helper": helper}, SETTINGS, known).rows == []
+    result = plan("tick", NOW, links, {"owner": owner, "helper": helper}, SETTINGS, known)
+    assert result.leases == [] and result.next_probe_due_ms is None
+    assert (only_row(result).outcome, only_row(result).reason) == ("skipped", "model_ineligible")
 
 
 def test_lanes_are_planned_separately_with_their_own_claims() -> None:
