@@ -428,6 +428,8 @@ def _plan_lane(
                     owner_job_ms=0.0 if probe or owner_job is None else owner_job,
                     helper_switch_ms=0.0 if probe or chosen.side.switch is None else chosen.side.switch,
                     helper_service_ms=0.0 if probe or chosen.service is None else chosen.service,
+                    helper_context=chosen.side.facts.context if text else 0,
+                    helper_multimodal=chosen.side.facts.multimodal,
                 )
             )
         else:

@@ -58,6 +58,7 @@ class Entry:
     helper_node_id: str | None = None
     helper_model_id: str | None = None
     borrowed_ahead: int = 0  # borrowed entries admitted when this native entry arrived
+    image: bool = False  # carries an image: lent only to a helper that reads images
 
 
 @attrs.frozen
@@ -185,6 +186,7 @@ class LaneQueue:
         context: int = 0,
         streaming: bool = False,
         reclaim: Collection[str] = (),
+        image: bool = False,
     ) -> Effects:
         """A native request for an enrolled model: queue it, hand back every waiting borrowed entry,
         and admit what fits.
@@ -194,6 +196,7 @@ class LaneQueue:
         and their place is free for this node's own work.  One that holds the runtime finishes.
         """
         entry = self._new_entry(request_id, model_id, now_ms, work, context, streaming, False)
+        entry.image = image
         taken = [e for e in self._admitted if e.borrowed and e.request_id in reclaim]
         entry.borrowed_ahead = sum(1 for e in self._admitted if e.borrowed) - len(taken)
         handed_back = taken + [e for e in self._pending if e.borrowed]
@@ -271,12 +274,13 @@ class LaneQueue:
         helper_node_id: str,
         helper_model_id: str,
         max_context: int | None = None,
+        vision: bool = True,
     ) -> list[str]:
         """Mark up to ``n`` waiting entries of owner model ``model_id`` as lent, oldest first.
 
         Never takes admitted, borrowed, streaming or returned entries, nor one whose required
-        context exceeds ``max_context`` (the owner runs that one itself).  A helper-only model
-        never lends.
+        context exceeds ``max_context``, nor (without ``vision``) one carrying an image: the owner
+        runs those itself, and later entries may still be lent.  A helper-only model never lends.
         """
         if n <= 0 or model_id not in self._owners:
             return []
@@ -287,6 +291,8 @@ class LaneQueue:
             if e.model_id != model_id or e.borrowed or e.streaming or e.returned:
                 continue
             if max_context is not None and e.context > 0 and e.context > max_context:
+                continue
+            if e.image and not vision:
                 continue
             taken.append(e)
         ids = {e.request_id for e in taken}

@@ -33,6 +33,7 @@ from routerd.lending.pricing import estimate_text
 from routerd.lending.queue import Effects, LaneQueue
 from routerd.lending.transport import LendingTransport, NoMaster
 from routerd.routing.call import Call
+from routerd.routing.images import has_image
 from routerd.routing.work import request_work
 from routerd.wire.lending import (
     LANES,
@@ -177,7 +178,8 @@ class LendingService:
             reclaim = [e.request_id for e in queue.admitted()
                        if e.borrowed and self.waiting_for_runtime(e.request_id)]
             effects = queue.arrive(rid, model_id, self._now_ms(), work=work, context=context,
-                                   streaming=call.stream, reclaim=reclaim)
+                                   streaming=call.stream, reclaim=reclaim,
+                                   image=lane == "text" and has_image(call.parsed))
         self._apply(lane, effects)
         owner = borrowed is None and queue.is_owner(model_id)
         if owner:
@@ -321,8 +323,12 @@ class LendingService:
         room = lease.slots() - queue.lent_count(model_id)
         if room <= 0:
             return
+        # Per-request gates (reference §6/§7): a request too big for the helper's window, or one
+        # with an image for a helper without vision, stays with the owner.
         for rid in queue.withdraw_for_lending(model_id, room, self._now_ms(), lease.helper_node_id,
-                                              lease.helper_model_id):
+                                              lease.helper_model_id,
+                                              max_context=lease.helper_context or None,
+                                              vision=lease.helper_multimodal):
             entry = queue.entry(rid)
             wait = self._now_ms() - entry.arrived_ms if entry is not None else 0
             self._dispatch_row("lent", lane, model_id, lease, request_id=rid, wait_ms=wait)

@@ -40,6 +40,8 @@ def test_field_names_are_exactly_the_contracts() -> None:
         "lane", "owner_node_id", "owner_model_id", "helper_node_id", "helper_model_id",
         "load_helper_model", "restore_helper_model", "helper_slots", "probe", "ttl_ms",
         "owner_job_ms", "helper_switch_ms", "helper_service_ms",
+        # additive: the per-request gates at withdrawal (reference §6/§7)
+        "helper_context", "helper_multimodal",
     ]  # fmt: skip
     assert names(Link) == ["owner", "helper", "load_if_unloaded", "restore_after_borrow"]
     assert names(QueueStat) == [
