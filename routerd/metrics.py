@@ -6,10 +6,49 @@ process (integration tests do) without sharing counters.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _LOAD_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
+_PLAN_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+
+#: What the lending gauges read at scrape time: (lane, side) of each live lease, where side is
+#: ``owner`` (held by this node for its queue) or ``book`` (the master's lease book); and the
+#: (lane, state) of each router-held request (state queued | held | lent).
+LeaseSides = Callable[[], Iterable[tuple[str, str]]]
+HeldStates = Callable[[], Iterable[tuple[str, str]]]
+
+
+class _LendingGauges(Collector):
+    def __init__(self, leases: LeaseSides, held: HeldStates) -> None:
+        self.leases = leases
+        self.held = held
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        leases = GaugeMetricFamily("routerd_lending_live_leases",
+                                   "Live leases by lane: held by this owner, or in the master's book",
+                                   labels=("lane", "side"))
+        for (lane, side), count in _count(self.leases()).items():
+            leases.add_metric((lane, side), count)
+        yield leases
+        held = GaugeMetricFamily("routerd_lending_held_requests",
+                                 "Requests held in this node's router queues, by lane and state",
+                                 labels=("lane", "state"))
+        for (lane, state), count in _count(self.held()).items():
+            held.add_metric((lane, state), count)
+        yield held
+
+
+def _count(pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    out: dict[tuple[str, str], int] = {}
+    for pair in pairs:
+        out[pair] = out.get(pair, 0) + 1
+    return out
 
 
 class NodeMetrics:
@@ -30,6 +69,24 @@ class NodeMetrics:
         self.load_duration = Histogram(
             "routerd_model_load_duration_seconds", "Backend model load time, switch start to readiness",
             ("model", "runtime"), buckets=_LOAD_BUCKETS, registry=self.registry)
+
+        self.lending_decisions = Counter(
+            "routerd_lending_decisions",
+            "Lending decisions recorded by this node (lent, returned, cut off, held, granted, ...),"
+            " by kind, outcome, lane and reason",
+            ("kind", "outcome", "lane", "reason"), registry=self.registry)
+        self.plan_duration = Histogram(
+            "routerd_lending_plan_duration_seconds", "Time one lending plan takes (master)",
+            buckets=_PLAN_BUCKETS, registry=self.registry)
+
+    def count_decision(self, row: Mapping[str, Any]) -> None:
+        """Count one decision-log row (a ``DecisionLog`` observer)."""
+        self.lending_decisions.labels(str(row.get("kind", "")), str(row.get("outcome", "")),
+                                      str(row.get("lane", "")), str(row.get("reason") or "")).inc()
+
+    def watch_lending(self, leases: LeaseSides, held: HeldStates) -> None:
+        """Report live leases and held requests from these views at every scrape."""
+        self.registry.register(_LendingGauges(leases, held))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

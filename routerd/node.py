@@ -131,7 +131,8 @@ class Node:
             assert forwarder is not None
             self.coordinator = Coordinator(node_id=self.node_id, master=self.master, service=self.lending,
                                            clock=reactor, forwarder=forwarder,
-                                           serve_borrowed=self._serve_borrowed)
+                                           serve_borrowed=self._serve_borrowed,
+                                           observe_plan=self.metrics.plan_duration.observe)
             self.master.when_registered(self._slave_registered)
         self.front = InferenceFront(node_id=self.node_id, clock=reactor, catalog=lambda: self.catalog,
                                     local=self.local, metrics=self.metrics, master=self.master,
@@ -142,6 +143,9 @@ class Node:
                                 remote=self.master.client if self.master is not None else None)
         self.policy = AuthPolicy.build(config.auth.inference_keys, config.auth.admin_keys,
                                        cluster.token, config.server.allowed_cidrs)
+        self.decisions.observe(self.metrics.count_decision)
+        self.metrics.watch_lending(self._lease_sides,
+                                   lambda: [(h["lane"], h["state"]) for h in self.lending.held_requests()])
         self._refit_loop = IntervalService("cost refit", self._refit,
                                            cluster.lending.scheduling_refresh_interval, reactor, now=True)
         # Start order top to bottom; stop order bottom to top, each after the one below it.
@@ -288,6 +292,12 @@ class Node:
     def state_document(self) -> dict[str, Any]:
         return documents.state(self.node_id, int(self.reactor.seconds() * 1000), self.runtimes.status(),
                                self.local.active.values(), self.lending.held_requests())
+
+    def _lease_sides(self) -> list[tuple[str, str]]:
+        sides: list[tuple[str, str]] = [(lane, "owner") for lane in self.lending.live_lease_lanes()]
+        if self.coordinator is not None:
+            sides += [(str(lease["lane"]), "book") for lease in self.coordinator.live_leases()]
+        return sides
 
     def runtime_status(self) -> RuntimeStatus:
         # borrowed work does not count as busy (spec "Probes")

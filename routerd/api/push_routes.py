@@ -19,12 +19,12 @@ from twisted.web.iweb import IRequest
 
 from routerd.api.errors import api_app
 from routerd.api.jsonio import json_response, read_json
-from routerd.api.lending_http import LendingNode, want_bool
-from routerd.api.settings_routes import normalise_batch
+from routerd.api.lending_http import LendingNode
 from routerd.config.lending import SPECS, LendingSettings
 from routerd.errors import HTTPError
+from routerd.lending.admin import normalise_batch
 from routerd.lending.links import LinkError, LinkSet
-from routerd.wire.lending import Endpoint, Lane, Link
+from routerd.wire.lending import Lane, Link, parse_strictly
 
 LINKS_PATH = "/router/v1/node/offload/links"
 SETTINGS_PATH = "/router/v1/node/offload/settings"
@@ -32,35 +32,11 @@ SETTINGS_PATH = "/router/v1/node/offload/settings"
 log = Logger()
 
 
-def _endpoint(value: Any, where: str) -> Endpoint:
-    if not isinstance(value, dict):
-        raise HTTPError(400, f"{where} must be an object with node_id and model_id")
-    ids: list[str] = []
-    for field in ("node_id", "model_id"):
-        text = value.get(field)
-        if not isinstance(text, str):
-            raise HTTPError(400, f"{where}.{field} is required and must be a string")
-        ids.append(text)
-    return Endpoint(ids[0], ids[1])
-
-
-def parse_link(value: Any, where: str) -> Link:
-    """One contract Link from JSON; 400 naming ``where`` when malformed."""
-    if not isinstance(value, dict):
-        raise HTTPError(400, f"{where} must be a link object")
-    return Link(
-        _endpoint(value.get("owner"), f"{where}.owner"),
-        _endpoint(value.get("helper"), f"{where}.helper"),
-        want_bool(value.get("load_if_unloaded"), f"{where}.load_if_unloaded", True),
-        want_bool(value.get("restore_after_borrow"), f"{where}.restore_after_borrow", False),
-    )
-
-
 def parse_link_set(lane: Lane, value: Any) -> LinkSet:
     """A lane's pushed list as a validated set; 400 when malformed or invalid."""
     if not isinstance(value, list):
         raise HTTPError(400, f"{lane} is required and must be a list of links")
-    links = [parse_link(item, f"{lane}[{index}]") for index, item in enumerate(value)]
+    links = [parse_strictly(item, Link, f"{lane}[{index}]") for index, item in enumerate(value)]
     try:
         return LinkSet.build(lane, links)
     except LinkError as exc:
@@ -111,4 +87,4 @@ class PushAPI:
         return json_response(request, {"ok": True, "fingerprint": fingerprint, "dropped": dropped})
 
 
-__all__ = ["LINKS_PATH", "SETTINGS_PATH", "PushAPI", "parse_link", "parse_link_set"]
+__all__ = ["LINKS_PATH", "SETTINGS_PATH", "PushAPI", "parse_link_set"]

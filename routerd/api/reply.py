@@ -46,10 +46,16 @@ def query_args(request: IRequest) -> dict[str, list[str]]:
             for k, vs in args.items()}
 
 
+def query_values(request: IRequest, name: str) -> list[str]:
+    """Every value of query parameter ``name``, trimmed, in order."""
+    values = getattr(request, "args", {}).get(name.encode(), [])
+    return [v.decode("utf-8", "replace").strip() for v in values]
+
+
 def query_arg(request: IRequest, name: str) -> str | None:
     """The first value of query parameter ``name``, trimmed; None when absent."""
-    values = getattr(request, "args", {}).get(name.encode())
-    return values[0].decode("utf-8", "replace").strip() if values else None
+    values = query_values(request, name)
+    return values[0] if values else None
 
 
 def header_map(request: IRequest) -> dict[str, str]:

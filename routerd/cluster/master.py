@@ -12,15 +12,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from twisted.application.service import Service
-from twisted.internet import defer, task
+from twisted.application.service import MultiService
+from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from routerd.cluster.client import ClusterError, NodeClient
+from routerd.cluster.fanout import fan_out
 from routerd.errors import StatusError
+from routerd.registry.records import NodeInfo
 from routerd.registry.registry import Registry
 from routerd.routing.stt import RoundRobinCounter, choose_stt
+from routerd.services import IntervalService
 from routerd.urls import AllowList, URLError, normalise_url
 from routerd.wire.records import (
     PROTOCOL_VERSION,
@@ -44,10 +48,11 @@ class NotListed(StatusError):
                          "cluster_error", "not_configured")
 
 
-class MasterAgent(Service):
+class MasterAgent(MultiService):
     def __init__(self, *, node_id: str, slave_urls: tuple[str, ...], registry: Registry,
                  client: NodeClient, routing_allowed: AllowList, clock: IReactorTime,
                  health_interval: float, local_status: Callable[[], RuntimeStatus]) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
         self.node_id = node_id
         self.slave_urls = tuple(normalise_url(u) for u in slave_urls)
         self.registry = registry
@@ -58,25 +63,18 @@ class MasterAgent(Service):
         self.local_status = local_status
         self.stt_counter = RoundRobinCounter()
         self._registered: list[Callable[[str], None]] = []
-        self._loop: task.LoopingCall | None = None
+        # Polls every health_interval (the node awaits one poll_all before it starts this
+        # service, so the first cycle happens before the listener opens).
+        IntervalService("health poll", self._tick, health_interval, clock).setServiceParent(self)  # type: ignore[no-untyped-call]
         self._polling: defer.Deferred[None] | None = None
 
     # -- health polling -------------------------------------------------------
 
-    def startService(self) -> None:
-        """Poll every ``health_interval`` (the node awaits one :meth:`poll_all` before it starts
-        this service, so the first cycle happens before the listener opens)."""
-        super().startService()  # type: ignore[no-untyped-call]
-        self._loop = task.LoopingCall(self._tick)
-        self._loop.clock = self.clock
-        self._loop.start(self.health_interval, now=False)
-
-    def stopService(self) -> None:
-        super().stopService()  # type: ignore[no-untyped-call]
-        if self._loop is not None and self._loop.running:
-            self._loop.stop()
+    def stopService(self) -> defer.Deferred[None]:
+        d: defer.Deferred[None] = super().stopService()  # type: ignore[no-untyped-call]
         if self._polling is not None:
             self._polling.cancel()
+        return d
 
     def when_registered(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(node_id)`` after each accepted registration."""
@@ -97,20 +95,17 @@ class MasterAgent(Service):
         return self._polling.addBoth(done)
 
     async def _poll_all(self) -> None:
-        semaphore = defer.DeferredSemaphore(POLL_CONCURRENCY)
-        fetches = [semaphore.run(self.client.models, url) for url in self.slave_urls]
-        results = await defer.DeferredList(fetches, consumeErrors=True)
-        # Apply in configuration order, so when two URLs claim one node_id the
+        # Applied in configuration order, so when two URLs claim one node_id the
         # first configured one wins.
-        for url, (ok, value) in zip(self.slave_urls, results, strict=True):
-            if ok:
-                try:
-                    self._accept(value, url, "poll")
-                except StatusError:
-                    pass  # logged, and the node marked unhealthy
-            else:
+        for url, value in await fan_out(self.slave_urls, self.client.models, POLL_CONCURRENCY):
+            if isinstance(value, Failure):
                 if self.registry.mark_unhealthy(url):
                     log.warn("health poll of {url} failed: {reason}", url=url, reason=str(value))
+                continue
+            try:
+                self._accept(value, url, "poll")
+            except StatusError:
+                pass  # logged, and the node marked unhealthy
 
     def _accept(self, snapshot: Snapshot, url: str, how: str) -> None:
         try:
@@ -150,12 +145,13 @@ class MasterAgent(Service):
         own = self.local_status()
         out[own.node_id] = own
         nodes = [n for n in self.registry.nodes() if n.healthy]
-        semaphore = defer.DeferredSemaphore(STATUS_CONCURRENCY)
-        fetches = [semaphore.run(self.client.get_json, n.node_url, "/router/v1/node/runtime-status",
-                                 timeout=STATUS_DEADLINE_S) for n in nodes]
-        results = await defer.DeferredList(fetches, consumeErrors=True)
-        for node, (ok, value) in zip(nodes, results, strict=True):
-            if not ok:
+
+        def ask(node: NodeInfo) -> defer.Deferred[Any]:
+            return self.client.get_json(node.node_url, "/router/v1/node/runtime-status",
+                                        timeout=STATUS_DEADLINE_S)
+
+        for node, value in await fan_out(nodes, ask, STATUS_CONCURRENCY):
+            if isinstance(value, Failure):
                 continue  # a node without runtime status stays usable for explicit requests only
             try:
                 status = parse_status(value)

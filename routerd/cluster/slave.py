@@ -1,5 +1,5 @@
 """A slave's registration loop: register the local snapshot with the master at
-startup and every ``sync_interval``.
+startup and every ``sync_interval`` (a child ``IntervalService``).
 
 A transient failure (master down, timeout, 5xx) is logged and retried on the
 next tick; an identity clash (409 ``duplicate_node``) or an incompatible master
@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from twisted.application.service import Service
-from twisted.internet import defer, task
+from twisted.application.service import MultiService
+from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from routerd.cluster.client import ClusterError, IncompatibleMaster, NodeClient, RemoteError
+from routerd.services import IntervalService
 from routerd.wire.records import Snapshot
 
 log = Logger()
@@ -32,10 +34,11 @@ def is_terminal(exc: BaseException) -> bool:
     return isinstance(exc, RemoteError) and (exc.is_duplicate_node or exc.is_incompatible_protocol)
 
 
-class SlaveAgent(Service):
+class SlaveAgent(MultiService):
     def __init__(self, *, master_url: str, client: NodeClient, snapshot: Callable[[], Snapshot],
                  clock: IReactorTime, sync_interval: float,
                  on_terminal: Callable[[RegistrationRefused], None]) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
         self.master_url = master_url
         self.client = client
         self.snapshot = snapshot
@@ -43,25 +46,16 @@ class SlaveAgent(Service):
         self.sync_interval = sync_interval
         self.on_terminal = on_terminal
         self.registered = False
-        self._loop: task.LoopingCall | None = None
+        IntervalService("registration", self._tick, sync_interval, clock).setServiceParent(self)  # type: ignore[no-untyped-call]
 
     async def start(self) -> None:
         """Register once (a terminal refusal raises); the service then keeps re-registering."""
         await self.register_once()
 
-    def startService(self) -> None:
-        super().startService()  # type: ignore[no-untyped-call]
-        self._loop = task.LoopingCall(self._tick)
-        self._loop.clock = self.clock
-        self._loop.start(self.sync_interval, now=False)
-
-    def stopService(self) -> None:
-        super().stopService()  # type: ignore[no-untyped-call]
-        self.stop()
-
     def stop(self) -> None:
-        if self._loop is not None and self._loop.running:
-            self._loop.stop()
+        """Stop re-registering (a terminal refusal, or the node stopping)."""
+        if self.running:
+            self.stopService()  # type: ignore[no-untyped-call]
 
     async def register_once(self) -> bool:
         try:
@@ -79,10 +73,7 @@ class SlaveAgent(Service):
         return True
 
     def _tick(self) -> defer.Deferred[None]:
-        def terminal(failure: object) -> None:
-            from twisted.python.failure import Failure
-
-            assert isinstance(failure, Failure)
+        def terminal(failure: Failure) -> None:
             failure.trap(RegistrationRefused)
             self.stop()
             self.on_terminal(failure.value)  # type: ignore[arg-type]

@@ -9,11 +9,12 @@ leases to owners other than the one whose event it answers.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from twisted.application.service import Service
-from twisted.internet import defer, task
+from twisted.application.service import MultiService
+from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
@@ -23,7 +24,8 @@ from routerd.lending.service import HeldLease, LendingService
 from routerd.routing.call import Call, Incoming, Reply
 from routerd.routing.forward import INFERENCE_PREFIX, CameBack, Forwarder, Outbound, Unreachable
 from routerd.routing.selector import replace_model
-from routerd.wire.lending import LANES, Lane, Lease, Trigger, to_json
+from routerd.services import IntervalService
+from routerd.wire.lending import LANES, Lane, Lease, Trigger, lane_model_id, to_json
 from routerd.wire.records import text_ineligibility
 
 if TYPE_CHECKING:
@@ -35,51 +37,45 @@ log = Logger()
 ServeBorrowed = Callable[[Reply, Incoming, Borrowed], defer.Deferred[bytes]]
 
 
-class Coordinator(Service):
+class Coordinator(MultiService):
     def __init__(self, *, node_id: str, master: MasterAgent, service: LendingService, clock: IReactorTime,
                  forwarder: Forwarder,
-                 serve_borrowed: ServeBorrowed) -> None:
+                 serve_borrowed: ServeBorrowed,
+                 observe_plan: Callable[[float], None] = lambda _seconds: None) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
         self.node_id = node_id
         self.master = master
         self.service = service
         self.clock = clock
         self.forwarder = forwarder
         self.serve_borrowed = serve_borrowed
+        self.observe_plan = observe_plan  # seconds one pure plan took (a metrics histogram)
         self.book: dict[tuple[Lane, str, str], HeldLease] = {}
         self._lock = defer.DeferredLock()
         self._probe: IDelayedCall | None = None
-        self._tick: task.LoopingCall | None = None
+        self.tick_loop = IntervalService("lending refresh tick", self.tick,
+                                         service.settings.scheduling_refresh_interval, clock)
+        self.tick_loop.setServiceParent(self)  # type: ignore[no-untyped-call]
 
     # -- lifecycle ---------------------------------------------------------------------------
+    # The refresh tick is a child IntervalService: events plan at once, the tick is the fallback.
 
-    def startService(self) -> None:
-        """Plan on a tick every ``scheduling_refresh_interval`` (events plan at once)."""
-        super().startService()  # type: ignore[no-untyped-call]
-        self._start_tick()
-
-    def _start_tick(self) -> None:
-        self._tick = task.LoopingCall(self.tick)
-        self._tick.clock = self.clock
-        self._tick.start(self.service.settings.scheduling_refresh_interval, now=False)
-
-    def stopService(self) -> None:
-        super().stopService()  # type: ignore[no-untyped-call]
-        self.stop()
-
-    def start(self) -> None:
-        self.startService()
-
-    def stop(self) -> None:
-        if self._tick is not None and self._tick.running:
-            self._tick.stop()
+    def stopService(self) -> defer.Deferred[None]:
         if self._probe is not None and self._probe.active():
             self._probe.cancel()
+        self._probe = None
+        d: defer.Deferred[None] = super().stopService()  # type: ignore[no-untyped-call]
+        return d
+
+    def start(self) -> None:
+        self.startService()  # type: ignore[no-untyped-call]
+
+    def stop(self) -> None:
+        self.stopService()
 
     def restart_tick(self) -> None:
         """Apply a changed ``scheduling_refresh_interval``."""
-        if self._tick is not None and self._tick.running:
-            self._tick.stop()
-            self._start_tick()
+        self.tick_loop.set_interval(self.service.settings.scheduling_refresh_interval)
 
     async def tick(self) -> None:
         """The fallback refresh: push links and settings, then plan.  A failure is logged and
@@ -106,8 +102,10 @@ class Coordinator(Service):
     async def _plan(self, trigger: Trigger, answer_for: tuple[Lane, str, str] | None) -> Lease | None:
         statuses = await self.master.statuses()
         now = self.clock.seconds()
+        began = time.perf_counter()
         result = plan(trigger, int(now * 1000), self.service.links.values(), statuses,
                       self.service.settings, self._facts())
+        self.observe_plan(time.perf_counter() - began)
         self.book = {lease.key(): HeldLease(lease, now + lease.ttl_ms / 1000.0) for lease in result.leases}
         if self.service.decisions is not None:
             self.service.decisions.record_plan_rows(result.rows)
@@ -125,13 +123,14 @@ class Coordinator(Service):
         for record in self.master.registry.records():
             caps = record.capabilities
             eligible = record.available and not record.disabled
-            if caps.image and record.image_id:
-                facts[("image", record.node_id, record.image_id)] = ModelFacts(
-                    record.filename, 0, eligible, caps.multimodal)
-            if caps.llm:
-                facts[("text", record.node_id, record.local_id)] = ModelFacts(
-                    record.filename, caps.context, eligible, caps.multimodal,
-                    text_ineligibility(record) or "")
+            for lane in LANES:
+                model_id = lane_model_id(lane, record)
+                if model_id is not None:
+                    context = caps.context if lane == "text" else 0
+                    # text lending eligibility is re-checked at every plan (spec "LLM lending")
+                    ineligible = (text_ineligibility(record) or "") if lane == "text" else ""
+                    facts[(lane, record.node_id, model_id)] = ModelFacts(
+                        record.filename, context, eligible, caps.multimodal, ineligible)
         return facts
 
     def _arm_probe(self, due_ms: int | None) -> None:

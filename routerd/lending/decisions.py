@@ -15,7 +15,7 @@ outcome, reason, trigger, lane or column is a programming error and raises
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from twisted.internet import task
@@ -141,6 +141,11 @@ class DecisionLog:
         self._dropped = 0
         self._loop: task.LoopingCall | None = None
         self._last_prune: float | None = None
+        self._observers: list[Callable[[Mapping[str, Any]], None]] = []
+
+    def observe(self, observer: Callable[[Mapping[str, Any]], None]) -> None:
+        """Call ``observer(row)`` for every row recorded from now on (metrics count them)."""
+        self._observers.append(observer)
 
     # -- recording ----------------------------------------------------------------------------
 
@@ -155,6 +160,8 @@ class DecisionLog:
             self._buffer.popleft()
             self._dropped += 1
         self._buffer.append(row)
+        for observer in self._observers:
+            observer(row)
 
     def record_plan_rows(self, rows: Iterable[PlanRow]) -> None:
         """Buffer the plan rows of one decision (``kind`` plan)."""

@@ -22,7 +22,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import statsmodels.api as sm
@@ -225,6 +226,26 @@ def fit_node(
 # -- text size estimates (spec "LLM lending", reference §6) -------------------------------------------
 
 
+#: Body keys a client states its answer's length limit in, in the order the first positive one wins
+#: (reference §6): OpenAI chat/completions, the Responses API, llama.cpp, then Kobold's
+#: ``max_length``; Ollama's ``options.num_predict`` is looked up after ``n_predict``.
+OUTPUT_LIMIT_KEYS: tuple[str, ...] = ("max_tokens", "max_completion_tokens", "max_output_tokens", "n_predict")
+
+
+def client_output_limit(parsed: Mapping[str, Any] | None) -> int | None:
+    """The first positive integer output limit the request body states, or None."""
+    if parsed is None:
+        return None
+    options = parsed.get("options")
+    candidates = [parsed.get(key) for key in OUTPUT_LIMIT_KEYS]
+    candidates.append(options.get("num_predict") if isinstance(options, Mapping) else None)
+    candidates.append(parsed.get("max_length"))
+    for value in candidates:
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 def estimate_text(
     profile: TokenProfile | None, body_bytes: int, client_limit: int | None, context_reserve: int
 ) -> tuple[tuple[float, float], int] | None:
@@ -245,9 +266,11 @@ def estimate_text(
 
 
 __all__ = [
+    "OUTPUT_LIMIT_KEYS",
     "PRICED_SECTIONS",
     "SPREAD_FLOOR",
     "UNIFORM_TOLERANCE",
+    "client_output_limit",
     "estimate_text",
     "fit_loads",
     "fit_model",

@@ -29,7 +29,7 @@ from routerd.config.lending import LendingSettings
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.links import LinkSet
 from routerd.lending.offload import Borrowed, Returned, offload_returned
-from routerd.lending.pricing import estimate_text
+from routerd.lending.pricing import client_output_limit, estimate_text
 from routerd.lending.queue import Effects, LaneQueue
 from routerd.lending.transport import LendingTransport, NoMaster
 from routerd.routing.call import Call
@@ -42,7 +42,7 @@ from routerd.wire.lending import (
     LaneStatus,
     Lease,
     Trigger,
-    lane_model_id,
+    lane_key,
     to_json,
 )
 
@@ -153,6 +153,10 @@ class LendingService:
                         "owner_model_id": info.owner_model_id, "started_ms": started, "state": state})
         return out
 
+    def live_lease_lanes(self) -> list[Lane]:
+        """The lane of each live lease this owner holds (for the metrics)."""
+        return [lane for (lane, model_id) in self.leases if self.live_lease(lane, model_id) is not None]
+
     def live_lease(self, lane: Lane, model_id: str) -> Lease | None:
         held = self.leases.get((lane, model_id))
         if held is None or held.expires_at <= self._now():
@@ -166,7 +170,7 @@ class LendingService:
                     borrowed: Borrowed | None) -> bytes:
         """Queue an enrolled model's request in the router and serve, lend or hand it back."""
         queue = self.queues[lane]
-        model_id = lane_model_id(lane, model) or model.local_id
+        model_id = lane_key(lane, model)
         rid = call.request_id
         work, context = self.work_hint(call, model, lane)
         waiter = self._park(rid)
@@ -235,19 +239,15 @@ class LendingService:
         """The work terms (and, for text, the context) the queue and the planner price a request by.
 
         Image: steps × width × height × count from the body.  Text: estimated from
-        the body size and this model's measured bytes-per-token profile; a model
-        with no profile yet has no estimate (it is only probed).
+        the body size and this model's measured bytes-per-token profile, with the
+        client's output limit in any dialect (:func:`client_output_limit`: OpenAI,
+        Responses API ``max_output_tokens``, llama.cpp, Ollama ``options.num_predict``,
+        Kobold); a model with no profile yet has no estimate (it is only probed).
         """
         if lane == "image":
             return request_work(call.route, call.parsed, call.body, call.content_type), 0
-        limit = None
-        if call.parsed is not None:
-            for key in ("max_tokens", "max_completion_tokens", "n_predict", "max_length"):
-                value = call.parsed.get(key)
-                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                    limit = value
-                    break
-        estimate = estimate_text(self.costs.token_profile(model.local_id), len(call.body), limit,
+        limit = client_output_limit(call.parsed)
+        estimate = estimate_text(self.costs.token_profile(lane_key(lane, model)), len(call.body), limit,
                                  self.settings.scheduling_context_reserve)
         if estimate is None:
             return (), 0
@@ -287,14 +287,26 @@ class LendingService:
     # -- events and leases (owner) ---------------------------------------------------------------
 
     def report(self, lane: Lane, model_id: str, trigger: Trigger) -> None:
-        """Tell the master about a queue event of an owned model (coalesced per model)."""
-        if not self.queues[lane].is_owner(model_id):
+        """Tell the master about a queue event of an owned model (coalesced per model).
+
+        Sent only while it matters (reference §3.3): the model owns a link in the lane *and* still
+        has native work waiting in the router or requests lent out.  An event once nothing remains
+        (the last own job ``completed``, the last lent one ``borrowed_completed``) has nothing to
+        lend, so no plan is asked for; a follow-up queued behind an event in flight is checked
+        again when its turn comes.
+        """
+        if not self.worth_reporting(lane, model_id):
             return
         key = (lane, model_id)
         coalescer = self._events.get(key)
         if coalescer is None:
             coalescer = self._events[key] = _Coalescer(self, lane, model_id)
         coalescer.fire(trigger)
+
+    def worth_reporting(self, lane: Lane, model_id: str) -> bool:
+        """Whether a queue event of ``model_id`` would be sent now (see :meth:`report`)."""
+        queue = self.queues[lane]
+        return queue.is_owner(model_id) and queue.has_work(model_id)
 
     def receive_lease(self, lease: Lease | None, lane: Lane, model_id: str, trigger: str) -> None:
         """The master's answer (or a pushed grant): lend up to its slots, or clear the lease."""
@@ -398,7 +410,7 @@ class _Coalescer:
         def next_one(_: object) -> None:
             self.in_flight = False
             follow, self.queued = self.queued, None
-            if follow is not None:
+            if follow is not None and self.service.worth_reporting(self.lane, self.model_id):
                 self._run(follow)
 
         d = defer.ensureDeferred(_call(sender, self.lane, self.model_id, trigger))

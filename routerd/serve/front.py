@@ -32,7 +32,7 @@ from routerd.routing.plan import NEEDS, SECTIONS
 from routerd.routing.relay import StreamBroken
 from routerd.routing.selector import SelectorError, parse_json_object, select_model
 from routerd.serve.local import LocalInference
-from routerd.wire.lending import lane_model_id
+from routerd.wire.lending import lane_key
 from routerd.wire.records import ModelRecord
 
 log = Logger()
@@ -124,7 +124,7 @@ class InferenceFront:
                 raise offload_returned("the linked model is not loaded and the link forbids loading it")
             return await lending.serve(call, model, lane, run, borrowed)
         if lane is not None and lending is not None \
-                and lending.enrolled(lane, lane_model_id(lane, model) or model.local_id):
+                and lending.enrolled(lane, lane_key(lane, model)):
             return await lending.serve(call, model, lane, run, None)
         return await run()
 

@@ -32,6 +32,7 @@ from routerd.routing.plan import SECTIONS, BackendPlan, plan_backend_call
 from routerd.routing.relay import StreamBroken, collect, relay, response_header
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
 from routerd.store.samples import RequestSample
+from routerd.wire.lending import section_key
 
 
 class RuntimePool(Protocol):
@@ -231,8 +232,11 @@ class LocalInference:
         # not part of what the request cost.
         duration = self.clock.seconds() - (call.serving_since or call.started)
         self.samples.finished(call)
+        section = SECTIONS[call.route.kind]
+        # Keyed as lending keys the model in the section's lane (an image model by its image ID),
+        # so the fit made of it meets the model's links and queue stats.
         sample = RequestSample(
-            model_id=model.local_id, section=SECTIONS[call.route.kind], work=call.outcome.work,
+            model_id=section_key(section, model), section=section, work=call.outcome.work,
             duration_ms=duration * 1000.0, status=call.outcome.status,
             finished_at_ms=self.now_ms(), http_status=call.outcome.http_status,
             request_bytes=len(call.body), node_id=self.node_id)

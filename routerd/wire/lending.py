@@ -15,6 +15,7 @@ import cattrs
 from cattrs.gen import make_dict_unstructure_fn
 
 from routerd.lanes import LANES, Lane
+from routerd.wire.records import strict_scalars, structure_strictly
 
 
 class _LaneServer(Protocol):
@@ -36,6 +37,25 @@ def lane_model_id(lane: Lane, model: _LaneServer) -> str | None:
     if lane == "image":
         return model.image_id if model.capabilities.image and model.image_id else None
     return model.local_id if model.capabilities.llm else None
+
+
+def lane_key(lane: Lane | None, model: _LaneServer) -> str:
+    """The one ID lending knows ``model`` by in ``lane``: its :func:`lane_model_id`, else (a route
+    with no lane, a model that does not serve the lane) its local ID.
+
+    Links, queue entries and stats, request samples and the cost fits made of them, token
+    profiles and the master's model facts are all keyed by it, so an image model's samples,
+    fits and queue stats meet its image-lane links under its image ID.
+    """
+    if lane is None:
+        return model.local_id
+    return lane_model_id(lane, model) or model.local_id
+
+
+def section_key(section: str, model: _LaneServer) -> str:
+    """The ID a request sample of analytics ``section`` is recorded (and its fit published) under:
+    :func:`lane_key` of the lane the section prices (the local ID for unpriced sections)."""
+    return lane_key(SECTION_LANE.get(section), model)
 
 
 #: What made the master plan (spec "Decision log", plan rows).
@@ -72,6 +92,8 @@ HeldState = Literal["queued", "held", "lent"]
 
 #: Cost-fit section of each lane (the analytics section its samples are recorded under).
 LANE_SECTION: Mapping[Lane, str] = {"image": "image", "text": "llm"}
+#: The lane whose costs an analytics section's samples price (other sections are never priced).
+SECTION_LANE: Mapping[str, Lane] = {section: lane for lane, section in LANE_SECTION.items()}
 
 
 def _floats(values: Any) -> tuple[float, ...]:
@@ -328,9 +350,20 @@ def from_json(data: Any, cls: type[T]) -> T:
     return converter.structure(data, cls)
 
 
+#: The same types, parsed strictly from another node (a string is never a number or a boolean).
+strict_converter: cattrs.Converter = strict_scalars(converter.copy())
+
+
+def parse_strictly(data: Any, cls: type[T], what: str) -> T:
+    """``data`` from another node as ``cls``; ``WireError`` (400) naming the bad field under ``what``."""
+    parsed: T = structure_strictly(strict_converter, data, cls, what)
+    return parsed
+
+
 __all__ = [
     "LANES",
     "LANE_SECTION",
+    "SECTION_LANE",
     "OUTCOMES",
     "REASONS",
     "TRIGGERS",
@@ -353,6 +386,10 @@ __all__ = [
     "TokenProfile",
     "converter",
     "from_json",
+    "lane_key",
+    "parse_strictly",
+    "strict_converter",
     "lane_model_id",
+    "section_key",
     "to_json",
 ]

@@ -10,12 +10,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import cattrs
 
 from routerd.lanes import LANES, Lane
-from routerd.wire.lending import Costs, LaneStatus
-from routerd.wire.lending import converter as lending_converter
-from routerd.wire.records import WireError, require_node_id, strict_scalars, structure_strictly
+from routerd.wire.lending import Costs, LaneStatus, parse_strictly, strict_converter
+from routerd.wire.records import WireError, require_node_id
 
 __all__ = ["RuntimeStatus", "parse_status", "status_to_json"]
 
@@ -49,9 +47,6 @@ class RuntimeStatus:
         return self.lanes.get(lane) or LaneStatus()
 
 
-_converter: cattrs.Converter = strict_scalars(lending_converter.copy())
-
-
 def parse_status(obj: Any) -> RuntimeStatus:
     """A runtime status from decoded JSON; ``WireError`` when it does not match the contract.
 
@@ -66,10 +61,10 @@ def parse_status(obj: Any) -> RuntimeStatus:
     lanes = doc.get("lanes")
     if isinstance(lanes, Mapping):
         doc["lanes"] = {lane: value for lane, value in lanes.items() if lane in LANES}
-    status: RuntimeStatus = structure_strictly(_converter, doc, RuntimeStatus, "runtime status")
+    status = parse_strictly(doc, RuntimeStatus, "runtime status")
     return attrs.evolve(status, node_id=require_node_id(status.node_id, "runtime status"))
 
 
 def status_to_json(status: RuntimeStatus) -> dict[str, Any]:
-    out: dict[str, Any] = _converter.unstructure(status, RuntimeStatus)
+    out: dict[str, Any] = strict_converter.unstructure(status, RuntimeStatus)
     return out

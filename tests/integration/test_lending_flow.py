@@ -111,6 +111,14 @@ async def test_ten_requests_two_in_the_backend_the_rest_held_and_lent_to_an_equa
     master_rows = await trio.master.node.lending.decisions.query(kind="plan", limit=500)
     assert any(row["outcome"] == "granted" for row in master_rows)
     assert trio.owner.node.lending.queues["text"].pending() == []
+    # and /metrics counts them: lent requests on the owner, plan durations on the master
+    owner_metrics = (await (await treq.get(trio.owner.url + "/metrics")).content()).decode()
+    assert 'routerd_lending_decisions_total{kind="dispatch",lane="text",outcome="lent",reason=""}' \
+        in owner_metrics
+    master_metrics = (await (await treq.get(trio.master.url + "/metrics")).content()).decode()
+    plans = [line for line in master_metrics.splitlines()
+             if line.startswith("routerd_lending_plan_duration_seconds_count")]
+    assert plans and float(plans[0].split()[-1]) > 0
 
 
 @pytest_twisted.ensureDeferred
@@ -211,6 +219,28 @@ async def test_the_helper_lists_the_borrowed_work_it_holds(trio: Trio) -> None:
     owners = {(b["owner_node_id"], b["owner_model_id"], b["lane"]) for b in seen}
     assert owners == {("owner", "alpha", "text")}
     assert trio.helper.node.lending.borrowed_requests() == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_site_summary_lists_live_leases_with_their_remaining_time(trio: Trio) -> None:
+    """Issue 8 item 2: the master's lease book shows in ``GET /router/v1/site/offload/summary``."""
+    await _warm_and_link(trio)
+    seen: list[dict[str, Any]] = []
+
+    async def watch() -> None:
+        for _ in range(40):
+            response = await treq.get(trio.master.url + "/router/v1/site/offload/summary")
+            seen.extend((await response.json())["leases"])
+            await task.deferLater(reactor, 0.02, lambda: None)
+
+    watching = defer.Deferred.fromCoroutine(watch())
+    await defer.gatherResults([defer.Deferred.fromCoroutine(_chat(trio.master.url, "alpha"))
+                               for _ in range(10)])
+    await watching
+    assert seen, "a live lease was listed while the burst ran"
+    assert {(x["owner_node_id"], x["owner_model_id"], x["helper_node_id"], x["helper_model_id"])
+            for x in seen} == {("owner", "alpha", "helper", "beta")}
+    assert all(0 < x["expires_in_ms"] <= x["ttl_ms"] for x in seen)
 
 
 @pytest_twisted.ensureDeferred

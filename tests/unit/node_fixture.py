@@ -36,6 +36,9 @@ SIM = [sys.executable, "-m", "routerd.sim"]
 FAST = ["--sim-time-scale", "0"]  # every simulated duration (load, prompt, tokens) is zero
 TOKEN = "unit-test-cluster-token-0123456789"
 TEXT: dict[str, Any] = {"kind": "text", "weights": "tiny"}  # a text model's *.sim.json
+IMAGE: dict[str, Any] = {"kind": "image", "weights": "paint"}  # an image model's: image ID "<id>-<id>"
+#: The kcpps key a simulator weights file of each kind is named under.
+WEIGHTS_KEY = {"text": "model", "image": "sdmodel", "stt": "whispermodel"}
 
 
 class SimLauncher(FakeLauncher):
@@ -74,14 +77,16 @@ class World:
         self.netlocs: dict[Node, str] = {}
 
     def node(self, node_id: str, models: dict[str, dict[str, Any]], /, **sections: dict[str, Any]) -> Node:
-        """A node with ``models`` (local ID -> weights JSON, plus ``kcpps`` extras), served at
+        """A node with ``models`` (local ID -> weights JSON, plus ``kcpps`` extras; the weights'
+        ``kind`` picks the kcpps key: ``model``, ``sdmodel`` or ``whispermodel``), served at
         ``http://<node_id>.test:8080``; ``sections`` extend its config."""
         home = self.root / node_id
         (home / "models").mkdir(parents=True)
         for local_id, spec in models.items():
             weights = {k: v for k, v in spec.items() if k != "kcpps"}
             (home / f"{local_id}.sim.json").write_text(json.dumps(weights))
-            kcpps = {"model": f"../{local_id}.sim.json", **spec.get("kcpps", {})}
+            weights_key = WEIGHTS_KEY.get(str(weights.get("kind", "text")), "model")
+            kcpps = {weights_key: f"../{local_id}.sim.json", **spec.get("kcpps", {})}
             (home / "models" / f"{local_id}.kcpps").write_text(json.dumps(kcpps))
         data: dict[str, Any] = {
             "server": {"bind": "127.0.0.1:0"}, "models": {"config_dir": "models"},

@@ -47,7 +47,7 @@ def test_empty_lists_clear_the_links() -> None:
     ({"image": {}, "text": []}, "image is required and must be a list"),
     ({"image": [], "text": [{"owner": {"node_id": "a", "model_id": "m"}}]}, "text[0].helper"),
     ({"image": [], "text": [link_json("a/m", "b/m") | {"load_if_unloaded": "1"}]},
-     "text[0].load_if_unloaded must be true or false"),
+     "expected bool @ text[0].load_if_unloaded"),
     ({"image": [], "text": [{"owner": {"node_id": "a", "model_id": 3}, "helper": {}}]},
      "text[0].owner.model_id"),
     ({"image": [link_json("a/m", "a/n")], "text": []}, "cannot lend work to a model on its own node"),

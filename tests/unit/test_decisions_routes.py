@@ -14,11 +14,12 @@ from twisted.internet import task
 from twisted.internet.defer import Deferred, fail, succeed
 
 from routerd import __version__
-from routerd.api.decisions_routes import FANOUT, NODE_TIMEOUT_S, DecisionsAPI
+from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
 from routerd.cluster.client import ClusterTimeout
 from routerd.config.lending import LendingSettings
 from routerd.lending.decisions import DecisionLog
+from routerd.lending.reports import FANOUT, NODE_TIMEOUT_S
 from routerd.registry.records import NodeInfo
 from routerd.store.store import Store
 
@@ -34,10 +35,16 @@ class FakeLending:
     settings: LendingSettings = SETTINGS
     decisions: Any = None
     held: list[dict[str, Any]] = attrs.Factory(list)
-    leases: list[dict[str, Any]] = attrs.Factory(list)
 
     def held_requests(self) -> list[dict[str, Any]]:
         return self.held
+
+
+@attrs.define
+class FakeCoordinator:
+    """The master's lease book: the only place live leases are known."""
+
+    leases: list[dict[str, Any]] = attrs.Factory(list)
 
     def live_leases(self) -> list[dict[str, Any]]:
         return self.leases
@@ -45,7 +52,7 @@ class FakeLending:
 
 @attrs.define
 class BareLending:
-    """A LendingService from before ``held_requests``/``live_leases`` exist."""
+    """A LendingService from before ``held_requests`` existed."""
 
     settings: LendingSettings = SETTINGS
     decisions: Any = None
@@ -88,6 +95,7 @@ class FakeNode:
     store: Any = None
     master: FakeMaster | None = None
     lending: Any = attrs.Factory(FakeLending)
+    coordinator: FakeCoordinator | None = None
 
 
 def info(node_id: str, healthy: bool = True) -> NodeInfo:
@@ -288,7 +296,7 @@ def test_site_summary_lists_every_node_sorted_with_sync_state_and_leases() -> No
     held = [{"request_id": "r9", "lane": "text", "model_id": "chat", "state": "lent", "waiting_ms": 5,
              "helper_node_id": "slave-a", "helper_model_id": "chat"}]
     master = FakeMaster(FakeRegistry([info("slave-b"), info("slave-a")]))
-    node = FakeNode(master=master, lending=FakeLending(leases=[lease]))
+    node = FakeNode(master=master, coordinator=FakeCoordinator([lease]))
     master.client.answers = {
         "http://slave-a:8080": {"node_id": "slave-a", "build_version": "0.1.0",
                                 "settings_fingerprint": SETTINGS.fingerprint(), "held_requests": held},

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from routerd.config.lending import LendingSettings
 from routerd.lending.pricing import (
+    client_output_limit,
     estimate_text,
     fit_loads,
     fit_model,
@@ -248,3 +249,24 @@ def test_text_size_estimate_uses_the_client_limit_or_the_larger_reserve() -> Non
 def _stdev(values: list[float]) -> float:
     mean = sum(values) / len(values)
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+@pytest.mark.parametrize(("body", "limit"), [
+    ({"max_tokens": 40}, 40),
+    ({"max_completion_tokens": 41}, 41),
+    ({"max_output_tokens": 42}, 42),  # the Responses API
+    ({"n_predict": 43}, 43),  # llama.cpp /completion
+    ({"options": {"num_predict": 44}}, 44),  # Ollama
+    ({"max_length": 45}, 45),  # Kobold
+    ({"max_tokens": 0, "max_output_tokens": 46}, 46),  # the first *positive* one wins
+    ({"max_tokens": 47, "options": {"num_predict": 9}}, 47),  # in the reference's order
+    ({"n_predict": -1, "options": {"num_predict": 48}}, 48),
+    ({"max_tokens": True, "max_output_tokens": "50"}, None),  # not integers
+    ({"options": {"num_predict": -1}}, None),  # Ollama's "unlimited"
+    ({"options": "num_predict"}, None),
+    ({}, None),
+    (None, None),
+])
+def test_client_output_limit_reads_every_dialects_key(body: dict[str, object] | None,
+                                                      limit: int | None) -> None:
+    assert client_output_limit(body) == limit

@@ -28,7 +28,7 @@ from routerd.lending.service import LendingService
 from routerd.routing.call import Call
 from routerd.routing.classify import Route, classify
 from routerd.store.store import Store
-from routerd.wire.lending import Endpoint, Lane, Lease, Link, Trigger
+from routerd.wire.lending import Costs, Endpoint, Lane, Lease, Link, TokenProfile, Trigger
 from tests.support import FakeReply, fired
 
 OWNER = "owner"
@@ -274,17 +274,47 @@ def test_ten_request_flow_tops_up_the_owner_and_lends_only_on_answers() -> None:
     assert node.local_calls == ["r0", "r1", "r4"]  # the helper's finish does not admit locally
 
 
-def test_each_finish_reports_completed_or_borrowed_completed() -> None:
+def test_each_finish_reports_completed_or_borrowed_completed_while_work_remains() -> None:
     node = Node(depth=1)
-    node.serve_many(3)
-    node.answer(0, lease(1))  # r1 lent, r2 held
+    node.serve_many(4)  # r0 admitted at once (nothing waits: no event), r1..r3 wait
+    node.answer(0, lease(1))  # r1 lent, r2 r3 held
     node.answer(1, lease(1))  # the coalesced "enqueued"
     assert node.triggers() == ["enqueued", "enqueued"]
-    node.finish_local("r0")
+    node.finish_local("r0")  # r2 admitted, r3 still waits
     assert node.triggers() == ["enqueued", "enqueued", "completed"]
     node.answer(2, lease(1))
-    node.lent[0].answer.callback(b"ok")
+    node.lent[0].answer.callback(b"ok")  # r3 still waits
     assert node.triggers() == ["enqueued", "enqueued", "completed", "borrowed_completed"]
+
+
+def test_no_event_is_sent_once_nothing_of_the_owners_native_work_waits_or_is_lent() -> None:
+    """Reference §3.3: an event goes out only while the owner model has native work waiting in the
+    router or requests lent out; otherwise there is nothing a plan could lend."""
+    node = Node(depth=1)
+    node.serve("r0")  # admitted at once: nothing waits, no event
+    assert node.triggers() == []
+    node.serve("r1")
+    assert node.triggers() == ["enqueued"]
+    node.answer(0, lease(1))  # r1 lent
+    node.finish_local("r0")  # r1 is still lent out: worth a plan
+    assert node.triggers() == ["enqueued", "completed"]
+    node.answer(1, lease(1))
+    node.lent[0].answer.callback(b"ok")  # the last lent request: nothing waits or is lent now
+    assert node.answered("r1") == b"ok"
+    assert node.triggers() == ["enqueued", "completed"]
+    node.serve("r2")  # admitted at once again
+    node.finish_local("r2")  # the last own job completed with nothing left
+    assert node.triggers() == ["enqueued", "completed"]
+
+
+def test_a_queued_follow_up_event_is_dropped_when_no_work_remains_by_its_turn() -> None:
+    node = Node(depth=1)
+    node.serve_many(2)  # r0 admitted, r1 waits: "enqueued" in flight
+    node.service.report("text", "A", "completed")  # queued behind it
+    node.serving["r1"].cancel()  # the waiting client goes away ...
+    node.finish_local("r0")  # ... and the owner finishes: nothing waits or is lent
+    node.answer(0, None)
+    assert node.triggers() == ["enqueued"]
 
 
 def test_a_lease_answer_with_slots_one_lends_one_even_with_a_deep_backlog() -> None:
@@ -364,7 +394,7 @@ def test_a_lent_request_whose_sender_fails_unexpectedly_does_not_stay_lent() -> 
 
 def test_an_answer_with_no_lease_clears_a_held_lease() -> None:
     node = Node()
-    node.serve_many(3)
+    node.serve_many(4)  # r2's "enqueued" in flight, r3's coalesced behind it
     node.answer(0, lease(1))
     assert node.service.live_lease("text", "A") == lease(1)
     node.answer(1, None)
@@ -434,7 +464,7 @@ def test_an_expired_lease_lends_nothing() -> None:
 
 def test_a_burst_while_an_event_is_in_flight_sends_exactly_one_more_with_the_latest_trigger() -> None:
     node = Node()
-    node.service.report("text", "A", "enqueued")
+    node.serve_many(3)  # two admitted, r2 waits: its "enqueued" is in flight
     burst: list[Trigger] = ["completed", "enqueued", "completed", "enqueued", "borrowed_completed"]
     for trigger in burst:
         node.service.report("text", "A", trigger)
@@ -447,7 +477,7 @@ def test_a_burst_while_an_event_is_in_flight_sends_exactly_one_more_with_the_lat
 
 def test_a_failed_event_does_not_block_the_queued_one() -> None:
     node = Node()
-    node.service.report("text", "A", "enqueued")
+    node.serve_many(3)  # r2 waits: "enqueued" in flight
     node.service.report("text", "A", "completed")
     node.events[0].answer.errback(Failure(ConnectionError("master away")))
     assert node.triggers() == ["enqueued", "completed"]
@@ -627,3 +657,41 @@ def test_a_streaming_request_is_queued_but_never_lent() -> None:
     assert node.lent_ids() == ["r2"]
     node.finish_local("r0")
     assert node.local_calls == ["r0", "s1"]
+
+
+# -- size estimates ---------------------------------------------------------------------------------
+
+
+def body_call(path: str, parsed: dict[str, Any]) -> Call:
+    route = classify("POST", path)
+    assert route is not None
+    return Call(reply=FakeReply(), route=route, path=path, body=json.dumps(parsed).encode(),
+                content_type="application/json", parsed=parsed, stream=False, request_id="x",
+                started=START, selector="A")
+
+
+@pytest.mark.parametrize(("path", "limit_fields"), [
+    ("/api/chat", {"options": {"num_predict": 77, "temperature": 0.2}}),  # Ollama
+    ("/api/generate", {"options": {"num_predict": 77}}),
+    ("/v1/chat/completions", {"max_output_tokens": 77}),  # Responses-API style
+    ("/v1/chat/completions", {"max_tokens": 77, "options": {"num_predict": 5}}),  # the first key wins
+    ("/v1/completions", {"max_completion_tokens": 77}),
+])
+def test_the_text_estimate_takes_the_clients_output_limit_in_every_dialect(
+        path: str, limit_fields: dict[str, Any]) -> None:
+    node = Node()
+    node.service.update_costs(Costs(tokens=(TokenProfile("A", 4.0, 300, 5),)))
+    parsed = {"model": "A", "messages": [{"role": "user", "content": "hi"}], **limit_fields}
+    call = body_call(path, parsed)
+    prompt = -(-len(call.body) // 4)
+    assert node.service.work_hint(call, MODEL_A, "text") == ((float(prompt), 77.0), prompt + 77)
+
+
+def test_without_a_client_limit_the_text_estimate_reserves_the_measured_output() -> None:
+    node = Node()
+    node.service.update_costs(Costs(tokens=(TokenProfile("A", 4.0, 300, 5),)))
+    call = body_call("/api/chat", {"model": "A", "messages": [], "options": {"num_predict": -1}})
+    prompt = -(-len(call.body) // 4)
+    reserve = max(300, node.service.settings.scheduling_context_reserve)
+    expected = ((float(prompt), float(reserve)), prompt + reserve)
+    assert node.service.work_hint(call, MODEL_A, "text") == expected

@@ -1,0 +1,102 @@
+"""Image-lane lending end to end (issue 8 item 1): a master, an owner slave and a helper slave, each
+image model on its own ``sd-server`` simulator process.
+
+The owner's samples, its fit and its queue stats must all be keyed by the image ID its link names,
+so the master prices the owner and grants by the cost rule (not just one-request probes).  A job is
+20 steps of 512×512 at 20 ms per step-megapixel: about 105 ms.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest_twisted
+import treq
+from twisted.internet import defer
+
+from tests.integration.nodes import (
+    ClusterPlan,
+    RunningNode,
+    plan_cluster,
+    start_node,
+    wait_until,
+    write_models,
+)
+
+LENDING = {"scheduling_min_samples": 2, "offload_probe_idle": "100ms", "scheduling_refresh_interval": "10m"}
+PAINTER = {"kind": "image", "load_ms": 30, "ms_per_step_megapixel": 20}
+OWNER_IMAGE, HELPER_IMAGE = "paint-paint", "brush-brush"  # <local id>-<weights file name>
+JOB = {"prompt": "a lighthouse at dusk", "size": "512x512", "steps": 20}
+
+
+@attrs.define
+class Trio:
+    plan: ClusterPlan
+    master: RunningNode
+    owner: RunningNode
+    helper: RunningNode
+
+
+@pytest_twisted.async_yield_fixture
+async def trio(tmp_path: Path) -> AsyncIterator[Trio]:
+    plan = plan_cluster(tmp_path, ["owner", "helper"])
+    (plan.root / "master" / "models").mkdir(parents=True)
+    for node, name in (("owner", "paint"), ("helper", "brush")):
+        write_models(plan.root / node, {name: {"sdmodel": f"../weights/{name}.sim.json"}}, {name: PAINTER})
+    master = await start_node(plan.master_config(LENDING))
+    owner = await start_node(plan.slave_config("owner", extra_cluster=LENDING))
+    helper = await start_node(plan.slave_config("helper", extra_cluster=LENDING))
+    registry = master.node.master.registry  # type: ignore[union-attr]
+    await wait_until(lambda: len([n for n in registry.nodes() if n.healthy]) == 2)
+    running = Trio(plan, master, owner, helper)
+    yield running
+    await helper.stop()
+    await owner.stop()
+    await master.stop()
+
+
+async def _image(url: str, model: str) -> tuple[int, dict[str, Any], Any]:
+    response = await treq.post(url + "/v1/images/generations", json={"model": model, **JOB})
+    return response.code, json.loads(await response.content()), response
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_burst_of_same_size_image_jobs_is_granted_and_partly_served_by_the_helper(trio: Trio) -> None:
+    for model in (OWNER_IMAGE, HELPER_IMAGE):
+        for _ in range(3):
+            code, body, _ = await _image(trio.master.url, model)
+            assert code == 200, body
+    for node, image_id in ((trio.owner, OWNER_IMAGE), (trio.helper, HELPER_IMAGE)):
+        await node.node._refit()
+        assert node.node.lending.costs.model(image_id, "image") is not None, "fitted under the image ID"
+    response = await treq.post(trio.master.url + "/router/v1/site/routing-groups", json={
+        "anchor": {"node_id": "owner", "model_id": OWNER_IMAGE},
+        "lends_to": [{"node_id": "helper", "model_id": HELPER_IMAGE, "load_if_unloaded": True}],
+        "acknowledge_different_weights": True})
+    assert response.code == 200, await response.content()
+    await wait_until(lambda: trio.owner.node.lending.queues["image"].is_owner(OWNER_IMAGE)
+                     and trio.helper.node.lending.queues["image"].is_enrolled(HELPER_IMAGE))
+
+    results = await defer.gatherResults(
+        [defer.Deferred.fromCoroutine(_image(trio.master.url, OWNER_IMAGE)) for _ in range(8)])
+
+    assert [code for code, _, _ in results] == [200] * 8
+    assert all(len(payload["data"]) == 1 for _, payload, _ in results)
+    lent = [r for _, _, r in results if r.headers.getRawHeaders(b"x-routerd-lent-to")]
+    assert lent, "some of the burst went to the helper"
+    assert all(r.headers.getRawHeaders(b"x-routerd-lent-to") == [f"helper/{HELPER_IMAGE}".encode()]
+               for r in lent)
+    assert all(r.headers.getRawHeaders(b"x-routerd-node") == [b"helper"] for r in lent)
+    plans = await trio.master.node.lending.decisions.query(kind="plan", limit=500)
+    granted = [row for row in plans if row["outcome"] == "granted"]
+    assert granted, [(r["outcome"], r.get("reason")) for r in plans]  # the cost rule, not probes only
+    assert {(row["lane"], row["owner_model_id"], row["helper_model_id"]) for row in granted} == {
+        ("image", OWNER_IMAGE, HELPER_IMAGE)}
+    assert not any(row.get("reason") == "owner_unpriced" for row in plans)
+    owner_rows = await trio.owner.node.lending.decisions.query(kind="dispatch", outcome="lent", limit=500)
+    assert len(owner_rows) == len(lent)
+    assert trio.owner.node.lending.queues["image"].pending() == []

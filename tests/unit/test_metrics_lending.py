@@ -1,0 +1,71 @@
+"""Lending metrics on ``/metrics`` (issue 8): decisions counted by kind/outcome/lane/reason, the plan
+duration histogram, and gauges of live leases and held requests read at scrape time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+from twisted.internet.task import Clock
+
+from routerd.lending.decisions import DecisionLog
+from routerd.metrics import NodeMetrics
+
+
+def samples(metrics: NodeMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(metrics.render().decode()):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def test_every_decision_row_is_counted_by_kind_outcome_lane_and_reason() -> None:
+    metrics = NodeMetrics()
+    log = DecisionLog(None, Clock(), "owner")
+    log.observe(metrics.count_decision)
+    log.record("dispatch", "lent", lane="text", owner_node_id="owner", owner_model_id="a", request_id="r1")
+    log.record("dispatch", "lent", lane="text", owner_node_id="owner", owner_model_id="a", request_id="r2")
+    log.record("helper", "borrowed_returned", lane="image", reason="own_work_arrived", request_id="r3")
+    got = samples(metrics)
+    lent = ("routerd_lending_decisions_total",
+            (("kind", "dispatch"), ("lane", "text"), ("outcome", "lent"), ("reason", "")))
+    back = ("routerd_lending_decisions_total",
+            (("kind", "helper"), ("lane", "image"), ("outcome", "borrowed_returned"),
+             ("reason", "own_work_arrived")))
+    assert got[lent] == 2.0
+    assert got[back] == 1.0
+
+
+def test_a_refused_row_is_not_counted() -> None:
+    metrics = NodeMetrics()
+    log = DecisionLog(None, Clock(), "owner")
+    log.observe(metrics.count_decision)
+    try:
+        log.record("dispatch", "no_such_outcome", lane="text")
+    except ValueError:
+        pass
+    assert not [k for k in samples(metrics) if k[0] == "routerd_lending_decisions_total"]
+
+
+def test_lease_and_held_gauges_read_the_current_state_at_each_scrape() -> None:
+    metrics = NodeMetrics()
+    state: dict[str, Any] = {"leases": [("text", "owner"), ("text", "book"), ("text", "book")],
+                             "held": [("text", "queued"), ("text", "lent"), ("image", "held")]}
+    metrics.watch_lending(lambda: state["leases"], lambda: state["held"])
+    got = samples(metrics)
+    assert got[("routerd_lending_live_leases", (("lane", "text"), ("side", "book")))] == 2.0
+    assert got[("routerd_lending_live_leases", (("lane", "text"), ("side", "owner")))] == 1.0
+    assert got[("routerd_lending_held_requests", (("lane", "image"), ("state", "held")))] == 1.0
+    state["leases"], state["held"] = [], []
+    got = samples(metrics)
+    assert not [k for k in got if k[0] in ("routerd_lending_live_leases", "routerd_lending_held_requests")]
+
+
+def test_plan_durations_are_observed_in_a_histogram() -> None:
+    metrics = NodeMetrics()
+    metrics.plan_duration.observe(0.003)
+    got = samples(metrics)
+    assert got[("routerd_lending_plan_duration_seconds_count", ())] == 1.0
+    assert got[("routerd_lending_plan_duration_seconds_bucket", (("le", "0.005"),))] == 1.0
+    assert got[("routerd_lending_plan_duration_seconds_bucket", (("le", "0.002"),))] == 0.0
