@@ -59,12 +59,20 @@ simulators (``alpha`` and ``bravo`` are ``sdmodel`` configs, known to lending by
 ``alpha-alpha`` and ``bravo-bravo``), a burst of identical 20-step 512x512 jobs, the link made with
 ``POST /router/v1/site/routing-groups``.  Its fits are uniform image fits and the same optimum holds.
 
-Targets: with lending <= 1.15 x optimum in (a)-(c); <= 1.10 x optimum in (i); <= 1.05 x without
-lending in (d).  The plan
+
+Scenario (f) has a helper 16x faster than the owner: the optimum gives it every job but the two in
+the owner's backend, which only the hold for a faster helper achieves (without it the owner would
+take a third job into its second slot).  Scenario (h) hangs the helper's backend (simulator
+``/sim/control {"hang": true}``) after the link is made: every lent request must be cut off
+(3 x (switch + service) + 30 s, the real constant) and served by the owner; its target is every
+request answered and the makespan within the cut-off bound plus the owner's own drain (N x J).
+
+Targets: with lending <= 1.15 x optimum in (a)-(c), <= 1.10 x in (f) and (i); <= 1.05 x without lending in
+(d); (h) as above.  The plan
 micro-benchmark (``benchmarks/plan_bench.py``, target <= 10 ms) runs at the end.  A missed target
 prints MISSED; the exit status is 0 either way.
 
-Run: .venv/bin/python benchmarks/lending.py [--only a,b,c,d,e,i] [--plan-repeat 200]
+Run: .venv/bin/python benchmarks/lending.py [--only a,b,c,d,e,f,h,i] [--plan-repeat 200]
 """
 
 from __future__ import annotations
@@ -91,9 +99,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _harness import run  # noqa: E402
 
+from routerd.lending.cutoff import CutOffRule  # noqa: E402
 from routerd.lending.planner import UNLOADED_PROBE_FACTOR  # noqa: E402
 from routerd.store.store import Store  # noqa: E402
-from routerd.wire.lending import Costs, Lane  # noqa: E402
+from routerd.wire.lending import Costs, Lane, Lease  # noqa: E402
 from tests.integration.nodes import (  # noqa: E402
     ClusterPlan,
     RunningNode,
@@ -119,6 +128,10 @@ IMAGE_OPTIMUM_TARGET = 1.10
 #: Every image job: 20 steps of 512x512, one image (work = steps x width x height).
 IMAGE_STEPS, IMAGE_SIDE = 20, 512
 IMAGE_STEP_MEGAPIXELS = IMAGE_STEPS * IMAGE_SIDE * IMAGE_SIDE / 1e6
+#: A lease shape for applying the cut-off formula to a plan row's figures.
+PRICED = Lease(lane="text", owner_node_id="owner", owner_model_id="alpha", helper_node_id="helper",
+               helper_model_id="bravo", load_helper_model=True, restore_helper_model=False, helper_slots=1,
+               probe=False, ttl_ms=30_000)
 WITHOUT_TARGET = 1.05
 
 
@@ -176,19 +189,25 @@ class Scenario:
     helper_job_ms: float
     helper_load_ms: float
     helper_unloaded: bool
-    target: Literal["optimum", "without", "none"]
+    target: Literal["optimum", "without", "none", "cutoff"]
     #: Wait until the helper has idled past the unloaded probe bar before the lending burst.
     past_probe_bar: bool = False
     #: Bursts of each kind; the medians are compared (a short burst is at the mercy of noise).
     repeats: int = 1
     lane: Lane = "text"
+    #: with/optimum target when not the lane's default (OPTIMUM_TARGET, IMAGE_OPTIMUM_TARGET).
+    optimum_target: float | None = None
+    #: Hang the helper's backend after linking (the cut-off scenario).
+    hang_helper: bool = False
 
     @property
     def kit(self) -> LaneKit:
         return KITS[self.lane]
 
     @property
-    def optimum_target(self) -> float:
+    def ratio_target(self) -> float:
+        if self.optimum_target is not None:
+            return self.optimum_target
         return IMAGE_OPTIMUM_TARGET if self.lane == "image" else OPTIMUM_TARGET
 
 
@@ -199,9 +218,13 @@ SCENARIOS = (
     Scenario("d", "3 jobs, equal helper, 1.5 s load", 3, 80, 80, 1500, True, "without", repeats=5),
     # Not run by default: (d) once the helper has idled past the unloaded probe bar.
     Scenario("e", "(d), helper idle past the probe bar", 3, 80, 80, 1500, True, "none", True),
+    Scenario("f", "32 jobs, 16x faster helper, loaded (hold)", 32, 640, 40, 100, False, "optimum",
+             repeats=2, optimum_target=1.10),
+    Scenario("h", "8 jobs, helper hangs (cut-off)", 8, 80, 80, 100, False, "cutoff", hang_helper=True,
+             repeats=2),
     Scenario("i", "40 image jobs, equal helper, loaded", 40, 80, 80, 100, False, "optimum", lane="image"),
 )
-DEFAULT_KEYS = "a,b,c,d,i"
+DEFAULT_KEYS = "a,b,c,d,f,h,i"
 
 
 @attrs.frozen
@@ -241,6 +264,7 @@ class Result:
     dispatch_outcomes: Counter[str] = attrs.Factory(Counter)
     helper_outcomes: Counter[str] = attrs.Factory(Counter)
     first_grant: dict[str, Any] = attrs.Factory(dict)
+    bound_ms: float = 0.0  # (h): the cut-off bound of the leases granted
     error: str = ""
 
     @property
@@ -268,9 +292,14 @@ class Result:
 
     def verdict(self) -> str:
         if self.scenario.target == "optimum":
-            target = self.scenario.optimum_target
+            target = self.scenario.ratio_target
             ok = self.ratio_optimum <= target
             return f"with/opt <= {target:.2f}: {'met' if ok else 'MISSED'}"
+        if self.scenario.target == "cutoff":
+            limit = self.bound_ms + self.scenario.jobs * self.owner_ms
+            ok = self.bound_ms > 0 and max(self.with_runs) <= limit
+            return f"all answered, max {max(self.with_runs):.0f} <= cut-off {self.bound_ms:.0f} + N x J: " + (
+                "met" if ok else "MISSED")
         if self.scenario.target == "without":
             ok = self.ratio_without <= WITHOUT_TARGET
             return f"with/w/o <= {WITHOUT_TARGET:.2f}: {'met' if ok else 'MISSED'}"
@@ -372,6 +401,14 @@ class Cluster:
         helper_queue = self.helper.node.lending.queues[kit.lane]
         await wait_until(lambda: owner_queue.is_owner(owner_id) and helper_queue.is_enrolled(helper_id))
 
+    async def hang_helper(self) -> None:
+        """Make the helper's text backend take requests and never answer them."""
+        port = next(s.port for s in self.helper.node.runtimes.status() if s.kind == "text" and s.port)
+        response = await self.http.post(f"http://127.0.0.1:{port}/sim/control", json={"hang": True})
+        await response.content()
+        if response.code != 200:
+            raise RuntimeError(f"hang refused: {response.code}")
+
     def helper_idle_ms(self) -> float:
         return float(self.helper.node.runtime_status().idle_for_ms)
 
@@ -425,6 +462,8 @@ async def run_scenario(scenario: Scenario, http: HTTPClient) -> Result:
             result.without_runs.append((await cluster.burst(scenario.jobs))[0])
 
         await cluster.link()
+        if scenario.hang_helper:
+            await cluster.hang_helper()
         if scenario.helper_unloaded:
             # Idle past switch + restore, so the cost rule (not helper_recently_busy) decides; the
             # probe bar for an unloaded helper is UNLOADED_PROBE_FACTOR x offload_probe_idle.
@@ -456,6 +495,11 @@ async def run_scenario(scenario: Scenario, http: HTTPClient) -> Result:
         plans = await cluster.master.node.lending.decisions.query(kind="plan", limit=5000, since_ms=since_ms)
         for row in plans:
             result.plan_outcomes[f"{row['outcome']}/{row.get('reason') or '-'}"] += 1
+        granted = [row for row in plans if row["outcome"] == "granted"]
+        if granted:
+            result.bound_ms = max(CutOffRule().give_up_ms(attrs.evolve(
+                PRICED, owner_job_ms=row.get("owner_job_ms", 0), helper_switch_ms=row.get("switch_ms", 0),
+                helper_service_ms=row.get("service_ms", 0))) or 0.0 for row in granted)
         chosen = [row for row in plans if row["outcome"] in ("granted", "probe")]
         if chosen:
             result.first_grant = chosen[-1]  # newest first: the last is the earliest
@@ -514,6 +558,10 @@ def report(results: list[Result]) -> None:
                   f"with/opt {r.with_ms / warm:.2f}); in the burst it {ran}")
             print(f"    helper idle {r.idle_at_burst_ms:.0f} when the burst began "
                   f"(unloaded probe bar {UNLOADED_PROBE_FACTOR * PROBE_IDLE_MS})")
+        if s.target == "cutoff":
+            print(f"    cut-off bound {r.bound_ms:.0f}; "
+                  f"returned rows {r.dispatch_outcomes.get('returned', 0)} "
+                  f"of lent {r.dispatch_outcomes.get('lent', 0)}")
         if s.repeats > 1:
             print(f"    bursts: without {runs(r.without_runs)}, with {runs(r.with_runs)}")
         print(f"    fits priced with: owner {r.owner_fit_ms:.1f}/job, helper {r.helper_fit_ms:.1f}/job, "

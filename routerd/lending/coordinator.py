@@ -200,7 +200,8 @@ class Coordinator(MultiService):
         self.service.decisions.record("dispatch", "relay_refused", **fields)
 
     async def relay(self, reply: Reply, relay: RelayRequest, call: Call, *,
-                    rewrite_to: str | None, returns_raise: bool) -> bytes:
+                    rewrite_to: str | None, returns_raise: bool,
+                    answering: Callable[[], None] | None = None) -> bytes:
         """Send a lent request to the helper its live lease names.
 
         ``reply`` receives the helper's answer: the owner's client when the master
@@ -227,7 +228,7 @@ class Coordinator(MultiService):
         out = Outbound(url=helper.node_url.rstrip("/") + INFERENCE_PREFIX + relay.path, body=body,
                        content_type=call.content_type, request_id=call.request_id,
                        headers=borrowed_headers(borrowed),
-                       rewrite_to=rewrite_to, returns_raise=returns_raise)
+                       rewrite_to=rewrite_to, returns_raise=returns_raise, on_answer=answering)
         reply.set_header(b"x-routerd-lent-to", lent_to)
         try:
             _code, result = await self.forwarder.send(reply, out)

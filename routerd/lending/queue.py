@@ -97,6 +97,14 @@ class HoldQuery:
 HoldCheck = Callable[[HoldQuery], bool]
 
 
+def fits_helper(entry: Entry, max_context: int | None, vision: bool) -> bool:
+    """The per-request gates of lending (reference §6/§7): an entry with an estimated size must fit
+    the helper's window ``max_context`` (None: no gate), and one carrying an image needs ``vision``."""
+    if max_context is not None and entry.context > 0 and entry.context > max_context:
+        return False
+    return vision or not entry.image
+
+
 class LaneQueue:
     """The router queue of one lane on one node."""
 
@@ -290,9 +298,7 @@ class LaneQueue:
                 break
             if e.model_id != model_id or e.borrowed or e.streaming or e.returned:
                 continue
-            if max_context is not None and e.context > 0 and e.context > max_context:
-                continue
-            if e.image and not vision:
+            if not fits_helper(e, max_context, vision):
                 continue
             taken.append(e)
         ids = {e.request_id for e in taken}
@@ -322,14 +328,19 @@ class LaneQueue:
     # -- endings ------------------------------------------------------------------------------------
 
     def finished(self, request_id: str, now_ms: int) -> Effects:
-        """An admitted request finished in the backend, or a lent one was answered by its helper."""
+        """An admitted request finished in the backend, or a lent one was answered by its helper.
+
+        A lent request's end frees no backend slot, so it does not re-run admission: a request held
+        for the helper stays held until the master's next answer lends it (or clears the lease).
+        """
         entry = self._get(request_id)
         if entry.state == "pending":
             raise QueueError(f"request {request_id} has not started")
         if entry.state == "admitted" and not entry.borrowed:
             self._last_own_completion[entry.model_id] = now_ms
+        lent = entry.state == "lent"
         self._forget(entry)
-        return self.pump(now_ms)
+        return Effects() if lent else self.pump(now_ms)
 
     def cancel(self, request_id: str, now_ms: int) -> Effects:
         """The client went away: drop the entry in whatever state it is (unknown ids are ignored)."""
@@ -459,4 +470,5 @@ __all__ = [
     "HoldQuery",
     "LaneQueue",
     "QueueError",
+    "fits_helper",
 ]

@@ -32,6 +32,7 @@ from routerd.lending.offload import Borrowed, Returned, offload_returned
 from routerd.lending.pricing import client_output_limit, estimate_text
 from routerd.lending.queue import Effects, LaneQueue
 from routerd.lending.transport import LendingTransport, NoMaster
+from routerd.lending.watch import HoldGate, LentCall
 from routerd.routing.call import Call
 from routerd.routing.images import has_image
 from routerd.routing.work import request_work
@@ -85,8 +86,15 @@ class LendingService:
         self.config_settings = settings
         self.settings = settings
         self.links: dict[Lane, LinkSet] = {lane: LinkSet.build(lane, ()) for lane in LANES}
+        # Hold for a faster helper and the lent cut-off: lending.hold / lending.cutoff, wired in watch.
+        self.holds = HoldGate(node_id=node_id, clock=clock,
+                              enabled=lambda: self.settings.offload_hold_for_faster_helper,
+                              lease=self._lease_until, queue=lambda lane: self.queues[lane],
+                              repump=self._repump, decisions=decisions)
+        self.lent_calls = LentCall(clock)
         self.queues: dict[Lane, LaneQueue] = {
-            lane: LaneQueue(lane, settings.scheduling_backend_depth) for lane in LANES}
+            lane: LaneQueue(lane, settings.scheduling_backend_depth, hold=self.holds.check(lane))
+            for lane in LANES}
         self.leases: dict[tuple[Lane, str], HeldLease] = {}
         self.costs = Costs()
         self._waiters: dict[str, Deferred[Ticket]] = {}
@@ -209,7 +217,7 @@ class LendingService:
                                 self.report(lane, model_id, "completed")
                 assert ticket.lease is not None
                 try:
-                    result = await self.transport.lend(call, ticket.lease, model_id)
+                    result = await self.lent_calls.lend(self.transport, call, ticket.lease, model_id)
                 except Returned as exc:
                     log.info("lent request {request_id} came back: {reason}", request_id=rid, reason=str(exc))
                     self._dispatch_row("returned", lane, model_id, ticket.lease, request_id=rid)
@@ -333,8 +341,6 @@ class LendingService:
             return
         queue = self.queues[lane]
         room = lease.slots() - queue.lent_count(model_id)
-        if room <= 0:
-            return
         # Per-request gates (reference §6/§7): a request too big for the helper's window, or one
         # with an image for a helper without vision, stays with the owner.
         for rid in queue.withdraw_for_lending(model_id, room, self._now_ms(), lease.helper_node_id,
@@ -345,6 +351,15 @@ class LendingService:
             wait = self._now_ms() - entry.arrived_ms if entry is not None else 0
             self._dispatch_row("lent", lane, model_id, lease, request_id=rid, wait_ms=wait)
             self._wake(rid, Ticket("lend", lease))
+        self._repump(lane)  # the new head is judged against the new lease (hold or admit)
+
+    def _lease_until(self, lane: Lane, model_id: str) -> tuple[Lease, float] | None:
+        """The stored lease of (lane, model) and its expiry in ms on this node's clock."""
+        held = self.leases.get((lane, model_id))
+        return None if held is None else (held.lease, held.expires_at * 1000.0)
+
+    def _repump(self, lane: Lane) -> None:
+        self._apply(lane, self.queues[lane].pump(self._now_ms()))
 
     # -- decision rows -----------------------------------------------------------------------------
 

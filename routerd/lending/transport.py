@@ -28,9 +28,12 @@ RELAY_PATH = "/router/v1/node/offload/request"
 class LendingTransport(Protocol):
     async def event(self, lane: Lane, model_id: str, trigger: Trigger) -> Lease | None: ...
 
-    async def lend(self, call: Call, lease: Lease, model_id: str) -> bytes:
+    async def lend(self, call: Call, lease: Lease, model_id: str, *,
+                   answering: Callable[[], None] | None = None) -> bytes:
         """Send ``call`` to the helper; its answer streams into ``call.reply``.  Raises
-        :class:`Returned` when it comes back before anything was written."""
+        :class:`Returned` when it comes back before anything was written.  ``answering`` is called
+        once the helper has started answering (its response headers arrived, and it is not a
+        return): from then on the lent cut-off no longer applies."""
 
     async def push(self) -> None:
         """Push links and settings to the slaves (a no-op off the master)."""
@@ -42,7 +45,8 @@ class NoMaster:
     async def event(self, lane: Lane, model_id: str, trigger: Trigger) -> Lease | None:
         return None
 
-    async def lend(self, call: Call, lease: Lease, model_id: str) -> bytes:
+    async def lend(self, call: Call, lease: Lease, model_id: str, *,
+                   answering: Callable[[], None] | None = None) -> bytes:
         raise Returned("this node has no master")
 
     async def push(self) -> None:
@@ -60,11 +64,13 @@ class InProcess:
     async def event(self, lane: Lane, model_id: str, trigger: Trigger) -> Lease | None:
         return await self._coordinator().event(lane, self.node_id, model_id, trigger)
 
-    async def lend(self, call: Call, lease: Lease, model_id: str) -> bytes:
+    async def lend(self, call: Call, lease: Lease, model_id: str, *,
+                   answering: Callable[[], None] | None = None) -> bytes:
         relay = RelayRequest(lease.lane, self.node_id, model_id, call.path)
         try:
             return await self._coordinator().relay(call.reply, relay, call,
-                                                   rewrite_to=call.selector or model_id, returns_raise=True)
+                                                   rewrite_to=call.selector or model_id, returns_raise=True,
+                                                   answering=answering)
         except CameBack as exc:
             raise Returned(str(exc)) from None
 
@@ -91,13 +97,15 @@ class ViaMaster:
         lease = answer.get("lease") if isinstance(answer, dict) else None
         return None if lease is None else from_json(lease, Lease)
 
-    async def lend(self, call: Call, lease: Lease, model_id: str) -> bytes:
+    async def lend(self, call: Call, lease: Lease, model_id: str, *,
+                   answering: Callable[[], None] | None = None) -> bytes:
         query = urlencode([(k, v) for k, vs in call.query.items() for v in vs])
         url = self.master_url.rstrip("/") + RELAY_PATH
         relay = RelayRequest(lease.lane, self.node_id, model_id, call.path)
         out = Outbound(url=url + (f"?{query}" if query else ""), body=call.body,
                        content_type=call.content_type, request_id=call.request_id,
-                       headers=relay_headers(relay), rewrite_to=call.selector or model_id, returns_raise=True)
+                       headers=relay_headers(relay), rewrite_to=call.selector or model_id, returns_raise=True,
+                       on_answer=answering)
         try:
             _code, result = await self.forwarder.send(call.reply, out)
         except (CameBack, Unreachable) as exc:

@@ -8,6 +8,7 @@ are rewritten to the public value where the caller asks for it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from urllib.parse import urlencode
 
 import attrs
@@ -51,6 +52,8 @@ class Outbound:
     rewrite_to: str | None = None  # public ID for answers' ``model`` fields; None leaves them
     rewrite_errors: bool = True  # also rewrite non-2xx answers
     returns_raise: bool = False  # a 409 offload_returned raises CameBack instead of being passed on
+    #: Called once the other node has started answering (headers received, not a return).
+    on_answer: Callable[[], None] | None = attrs.field(default=None, eq=False)
 
 
 class Forwarder:
@@ -84,7 +87,11 @@ class Forwarder:
             raw = await collect(response)
             if b"offload_returned" in raw:
                 raise CameBack(raw.decode("utf-8", "replace")[:200])
+            if out.on_answer is not None:
+                out.on_answer()
             return self._whole(reply, response, code, ctype, raw, out)
+        if out.on_answer is not None:
+            out.on_answer()
         if ctype.startswith(_STREAMING_TYPES):
             self._head(reply, response, code, ctype)
             rewrite = out.rewrite_to is not None and (out.rewrite_errors or 200 <= code < 300)

@@ -136,3 +136,34 @@ def test_an_image_request_is_lent_to_a_helper_with_vision() -> None:
     serve_call(owner, call_with("picture", [{"type": "image_url", "image_url": {"url": PNG}}]))
     owner.answer(0, attrs.evolve(lease(slots=2), helper_multimodal=True))
     assert owner.lent_ids() == ["picture"]
+
+
+# -- a request the helper could never take is never held for it (reference §3.6 with §6/§7) -----------
+
+
+def _image_burst(vision: bool) -> ServiceNode:
+    """The hold's reference burst (test_lending_owner_clock) with r3 carrying an image."""
+    owner = ServiceNode()
+    for rid in ("r0", "r1", "r2"):
+        serve_call(owner, call_with(rid, "hi"))
+    serve_call(owner, call_with("r3", [{"type": "image_url", "image_url": {"url": PNG}}]))
+    owner.clock.advance(5)
+    grant = attrs.evolve(lease(1, ttl_ms=300_000), owner_job_ms=29_000.0, helper_switch_ms=6_000.0,
+                         helper_service_ms=13_000.0, helper_multimodal=vision)
+    owner.answer(0, grant)
+    assert owner.lent_ids() == ["r2"]
+    owner.clock.advance(24)
+    owner.finish_local("r0")
+    return owner
+
+
+def test_an_image_request_is_not_held_for_a_helper_without_vision() -> None:
+    owner = _image_burst(vision=False)
+    assert owner.local_calls == ["r0", "r1", "r3"]  # the owner's second slot takes it at once
+    assert owner.rows("held_for_helper") == []
+
+
+def test_an_image_request_is_held_for_a_faster_helper_with_vision() -> None:
+    owner = _image_burst(vision=True)
+    assert "r3" not in owner.local_calls
+    assert [r["request_id"] for r in owner.rows("held_for_helper")] == ["r3"]

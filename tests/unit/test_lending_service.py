@@ -107,6 +107,7 @@ class Node:
         self.running: dict[str, Deferred[bytes]] = {}
         self.answers: dict[str, list[bytes | Failure]] = {}
         self.serving: dict[str, Deferred[bytes]] = {}
+        self.answering: dict[str, Callable[[], None] | None] = {}
 
     @property
     def queue(self) -> Any:
@@ -116,7 +117,9 @@ class Node:
     async def event(self, lane: Lane, model_id: str, trigger: Trigger) -> Lease | None:
         return await self._send_event(lane, model_id, trigger)
 
-    async def lend(self, call: Call, lent_lease: Lease, model_id: str) -> bytes:
+    async def lend(self, call: Call, lent_lease: Lease, model_id: str, *,
+                   answering: Callable[[], None] | None = None) -> bytes:
+        self.answering[call.request_id] = answering
         return await self.lend_with(call, lent_lease, model_id)
 
     async def push(self) -> None:

@@ -1,0 +1,125 @@
+"""Holding a request for a faster helper (spec "Holding a request for a faster helper";
+reference §3.6): the pure decision.
+
+The owner is generating (something of the same model, and nothing else, is in its backend) and the
+head of its router queue could take the second backend slot.  :func:`judge_hold` says whether to keep
+it waiting for the helper instead, and until when that answer can stand without another event (the
+alarm): the first instant a lent request overruns, or the lease's expiry.
+
+It holds iff every condition holds:
+
+1. the setting ``offload_hold_for_faster_helper`` is on;
+2. the lease for the model is live (``expires_at > now``);
+3. the lease carries measured speeds for both sides (not a probe; owner job and helper service > 0);
+4. every lent slot is busy (lent in flight ≥ slots);
+5. no lent request has overrun: ``now > lent_at + switch + 2 × service`` for none of them;
+6. the helper finishes this request before the owner would:
+
+   * owner finish = ``max(generating_since + J, now) + (in_flight − 1) × J + J``;
+   * helper finish: ``busy = first lent_at + switch``; for each lent request in lent order
+     ``busy = max(busy, lent_at) + S``; then ``max(busy, now) + S``.
+
+All times are milliseconds on the owner's clock.  No Twisted, no state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import attrs
+
+from routerd.wire.lending import Lease
+
+#: A lent request has overrun once ``now > lent_at + switch + OVERRUN_SERVICES × service``.
+OVERRUN_SERVICES = 2
+
+#: Why a request is held (the ``held_for_helper`` row's reason).
+HOLD_REASON = "helper_finishes_sooner"
+
+
+@attrs.frozen
+class HoldVerdict:
+    """The answer for the head of the queue.
+
+    ``alarm_ms``: when the caller must re-run admission so the hold ends without waiting for another
+    event (only set when holding).  ``owner_finish_ms``/``helper_finish_ms`` are absolute; ``keep_ms``
+    is the owner's finish counted from now (the decision row's ``keep_ms``).
+    """
+
+    hold: bool
+    alarm_ms: int | None = None
+    owner_finish_ms: float = 0.0
+    helper_finish_ms: float = 0.0
+    keep_ms: float = 0.0
+
+
+NO_HOLD = HoldVerdict(False)
+
+
+def owner_finish_ms(generating_since_ms: float, now_ms: float, in_flight: int, job_ms: float) -> float:
+    """When the owner would finish one more request after the ``in_flight`` ones in its backend."""
+    return max(generating_since_ms + job_ms, now_ms) + (in_flight - 1) * job_ms + job_ms
+
+
+def helper_finish_ms(lent_at_ms: Sequence[float], now_ms: float, switch_ms: float,
+                     service_ms: float) -> float:
+    """When the helper would finish one more request after the ones lent to it (in lent order)."""
+    if not lent_at_ms:
+        return now_ms + switch_ms + service_ms
+    busy = lent_at_ms[0] + switch_ms
+    for lent_at in lent_at_ms:
+        busy = max(busy, lent_at) + service_ms
+    return max(busy, now_ms) + service_ms
+
+
+def overrun_at_ms(lent_at_ms: float, switch_ms: float, service_ms: float) -> float:
+    """The instant after which a request lent at ``lent_at_ms`` has overrun."""
+    return lent_at_ms + switch_ms + OVERRUN_SERVICES * service_ms
+
+
+def judge_hold(
+    *,
+    enabled: bool,
+    lease: Lease | None,
+    lease_expires_ms: float,
+    in_flight: int,
+    generating_since_ms: float,
+    now_ms: float,
+    lent_at_ms: Sequence[float],
+) -> HoldVerdict:
+    """Whether to keep the head of the queue waiting for the lease's helper (see the module doc).
+
+    ``lent_at_ms`` lists when each request of the model now lent out was lent, in lent order.
+    ``in_flight`` counts the owner's admitted requests (all native, of the same model: the caller's
+    precondition, which :class:`~routerd.lending.queue.LaneQueue` checks).
+    """
+    if not enabled or lease is None or in_flight < 1 or lease_expires_ms <= now_ms:
+        return NO_HOLD
+    if not lease.has_speeds():
+        return NO_HOLD
+    if len(lent_at_ms) < lease.slots():
+        return NO_HOLD
+    switch, service, job = lease.helper_switch_ms, lease.helper_service_ms, lease.owner_job_ms
+    first_overrun = min(overrun_at_ms(at, switch, service) for at in lent_at_ms)
+    if now_ms > first_overrun:
+        return NO_HOLD
+    owner = owner_finish_ms(generating_since_ms, now_ms, in_flight, job)
+    helper = helper_finish_ms(lent_at_ms, now_ms, switch, service)
+    if not helper < owner:
+        return NO_HOLD
+    # The first whole millisecond at which ``now > first_overrun`` holds, or the lease's expiry.
+    alarm = min(math.floor(first_overrun) + 1, math.ceil(lease_expires_ms))
+    return HoldVerdict(True, int(alarm), owner, helper, owner - now_ms)
+
+
+__all__ = [
+    "HOLD_REASON",
+    "NO_HOLD",
+    "OVERRUN_SERVICES",
+    "HoldVerdict",
+    "helper_finish_ms",
+    "judge_hold",
+    "overrun_at_ms",
+    "owner_finish_ms",
+]

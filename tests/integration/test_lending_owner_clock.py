@@ -1,0 +1,121 @@
+"""The owner's clock-driven lending rules with real nodes and simulator backends: holding a request
+for a much faster helper, and cutting off a lent request whose helper hangs.
+
+A master, an owner slave (``alpha``) and a helper slave (``beta``), costs fitted from warm-up
+traffic, the link made through the master's site API (as in ``test_lending_flow``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest_twisted
+import treq
+from twisted.internet import defer, reactor, task
+
+from routerd.lending.cutoff import CutOffRule
+from tests.integration.nodes import FAST_TEXT, TOKEN, plan_cluster, start_node, wait_until, write_models
+from tests.integration.test_lending_flow import JOB, LENDING, Trio, _chat, _warm_and_link
+from tests.integration.test_lending_flow import trio as trio  # noqa: F401 - the fixture
+
+# 20 generated tokens: the owner takes ~320 ms a job, the helper ~20 ms (16x faster).
+SLOW_OWNER = {**FAST_TEXT, "load_ms": 30, "gen_tokens_per_s": 62.5}
+FAST_HELPER = {**FAST_TEXT, "load_ms": 30, "gen_tokens_per_s": 1000}
+
+
+@pytest_twisted.async_yield_fixture
+async def fast_helper(tmp_path: Path) -> AsyncIterator[Trio]:
+    plan = plan_cluster(tmp_path, ["owner", "helper"])
+    (plan.root / "master" / "models").mkdir(parents=True)
+    write_models(plan.root / "owner", {"alpha": {"model": "../weights/alpha.sim.json", "contextsize": 4096}},
+                 {"alpha": SLOW_OWNER})
+    write_models(plan.root / "helper", {"beta": {"model": "../weights/beta.sim.json", "contextsize": 4096}},
+                 {"beta": FAST_HELPER})
+    master = await start_node(plan.master_config(LENDING))
+    owner = await start_node(plan.slave_config("owner", extra_cluster=LENDING))
+    helper = await start_node(plan.slave_config("helper", extra_cluster=LENDING))
+    registry = master.node.master.registry  # type: ignore[union-attr]
+    await wait_until(lambda: len([n for n in registry.nodes() if n.healthy]) == 2)
+    running = Trio(plan, master, owner, helper)
+    yield running
+    await running.helper.stop()
+    await running.owner.stop()
+    await running.master.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_much_faster_helper_gets_requests_the_owner_holds_back_from_its_second_slot(
+        fast_helper: Trio) -> None:
+    trio_ = fast_helper
+    await _warm_and_link(trio_)
+    states: set[str] = set()
+    done = False
+
+    async def watch_summary() -> None:
+        while not done:
+            response = await treq.get(trio_.master.url + "/router/v1/site/offload/summary")
+            summary = json.loads(await response.content())
+            for node in summary["nodes"]:
+                states.update(h["state"] for h in node["held_requests"] if node["node_id"] == "owner")
+            await task.deferLater(reactor, 0.02, lambda: None)
+
+    watching = defer.Deferred.fromCoroutine(watch_summary())
+    results = await defer.gatherResults(
+        [defer.Deferred.fromCoroutine(_chat(trio_.master.url, "alpha")) for _ in range(30)])
+    done = True
+    await watching
+    assert [code for code, _, _ in results] == [200] * 30
+    rows = await trio_.owner.node.lending.decisions.query(outcome="held_for_helper", limit=500)
+    assert rows, "the owner held some of its backlog for the helper"
+    row = rows[-1]
+    assert row["reason"] == "helper_finishes_sooner" and row["kind"] == "dispatch"
+    assert row["owner_job_ms"] > row["service_ms"] > 0 and row["keep_ms"] > 0
+    assert row["slots"] >= 1 and row["lent_out"] >= row["slots"]
+    assert "held" in states, "the site summary lists a held request"
+    served_by_owner = [r for _, _, r in results if not r.headers.getRawHeaders(b"x-routerd-lent-to")]
+    assert len(served_by_owner) < 10  # most of the backlog went to the 16x faster helper
+    assert trio_.owner.node.lending.queues["text"].pending() == []
+
+
+async def _hang(node: Any) -> None:
+    port = next(s.port for s in node.node.runtimes.status() if s.kind == "text" and s.port)
+    response = await treq.post(f"http://127.0.0.1:{port}/sim/control", json={"hang": True})
+    assert response.code == 200, await response.content()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_hanging_helper_has_every_lent_request_cut_off_and_served_by_the_owner(trio: Trio) -> None:  # noqa: F811
+    await _warm_and_link(trio)
+    # The +30 s grace of the cut-off is shortened so the test takes seconds (unit tests check 30 s).
+    owner_service = trio.owner.node.lending
+    owner_service.lent_calls.rule = CutOffRule(grace_ms=1000)
+    await _hang(trio.helper)
+
+    async def timed() -> tuple[int, float, Any]:
+        start = reactor.seconds()
+        code, _payload, response = await _chat(trio.master.url, "alpha")
+        return code, reactor.seconds() - start, response
+
+    results = await defer.gatherResults([defer.Deferred.fromCoroutine(timed()) for _ in range(8)])
+    assert [code for code, _, _ in results] == [200] * 8
+    assert all(r.headers.getRawHeaders(b"x-routerd-node") == [b"owner"] for _, _, r in results)
+    returned = await owner_service.decisions.query(outcome="returned", limit=500)
+    lent = await owner_service.decisions.query(outcome="lent", limit=500)
+    assert lent and len(returned) == len(lent), "every lent request came back"
+    granted = await trio.master.node.lending.decisions.query(kind="plan", outcome="granted", limit=500)
+    assert granted
+    speeds = max(row.get("switch_ms", 0) + row.get("service_ms", 0) for row in granted)
+    bound_s = (3 * speeds + 1000) / 1000.0
+    # a cut-off request waits at most the bound, then the owner's queue (8 jobs of ~0.1 s)
+    assert max(elapsed for _, elapsed, _ in results) < bound_s + 8 * 0.1 + 1.0
+    assert owner_service.queues["text"].lent("alpha") == []
+    listing = await treq.get(trio.helper.url + "/router/v1/node/offload/borrowed",
+                             headers={"authorization": f"Bearer {TOKEN}"})
+    await wait_until(lambda: trio.helper.node.lending.borrowed_requests() == [], timeout=3)
+    assert listing.code == 200
+
+
+__all__ = ["JOB"]

@@ -1,0 +1,107 @@
+"""The pure hold rule (reference §3.6) and the lent cut-off formula (reference §3.7).
+
+Times are milliseconds; the worked example of the reference is ``test_the_reference_burst_holds``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from routerd.lending.cutoff import CutOffRule
+from routerd.lending.hold import helper_finish_ms, judge_hold, overrun_at_ms, owner_finish_ms
+from routerd.wire.lending import Lease
+
+S = 1000  # one second in ms
+
+
+def lease(*, job: float = 29 * S, switch: float = 6 * S, service: float = 13 * S, slots: int = 1,
+          probe: bool = False) -> Lease:
+    return Lease(lane="text", owner_node_id="owner", owner_model_id="A", helper_node_id="helper",
+                 helper_model_id="H", load_helper_model=True, restore_helper_model=False,
+                 helper_slots=slots, probe=probe, ttl_ms=30_000, owner_job_ms=job,
+                 helper_switch_ms=switch, helper_service_ms=service)
+
+
+def burst(**overrides: object) -> dict[str, object]:
+    """The reference burst: the owner finished its first job at +29 s, one request lent at +5 s."""
+    args: dict[str, object] = dict(enabled=True, lease=lease(), lease_expires_ms=1_000 * S, in_flight=1,
+                                   generating_since_ms=29 * S, now_ms=29 * S, lent_at_ms=[5 * S])
+    args.update(overrides)
+    return args
+
+
+def test_the_reference_burst_holds_because_the_helper_finishes_45_s_sooner() -> None:
+    verdict = judge_hold(**burst())  # type: ignore[arg-type]
+    assert verdict.hold
+    assert verdict.keep_ms == 58 * S  # owner finish +58 s
+    assert verdict.helper_finish_ms - 29 * S == 13 * S  # helper finish +13 s
+    # the alarm: the lent request overruns after 5 + 6 + 2 x 13 = 37 s
+    assert verdict.alarm_ms == 37 * S + 1
+
+
+def test_a_60_s_helper_does_not_hold() -> None:
+    assert not judge_hold(**burst(lease=lease(service=60 * S))).hold  # type: ignore[arg-type]
+
+
+def test_two_requests_lent_at_once_finish_a_third_after_switch_plus_three_services() -> None:
+    assert helper_finish_ms([100 * S, 100 * S], 100 * S, 6 * S, 13 * S) == 100 * S + 6 * S + 3 * 13 * S
+
+
+def test_the_helper_starts_a_later_lent_request_when_it_arrives_not_before() -> None:
+    # lent at 0 and at 100 s: the first is done at 19 s, the second runs 100..113 s, then ours
+    assert helper_finish_ms([0, 100 * S], 50 * S, 6 * S, 13 * S) == 126 * S
+
+
+def test_the_owner_finish_counts_its_current_job_the_others_in_flight_and_this_one() -> None:
+    assert owner_finish_ms(0, 10 * S, 1, 29 * S) == 58 * S
+    assert owner_finish_ms(0, 10 * S, 2, 29 * S) == 87 * S
+    # a job already past its prediction: counted from now
+    assert owner_finish_ms(0, 40 * S, 1, 29 * S) == 69 * S
+
+
+@pytest.mark.parametrize("change", [
+    {"enabled": False},
+    {"lease": None},
+    {"lease_expires_ms": 29 * S},  # expires now: no longer live
+    {"lease": lease(probe=True)},
+    {"lease": lease(job=0)},  # owner speed unmeasured
+    {"lease": lease(service=0)},  # helper speed unmeasured
+    {"lease": lease(slots=2)},  # a lent slot is free
+    {"now_ms": 37 * S + 1, "generating_since_ms": 37 * S + 1},  # the lent request overran
+    {"in_flight": 0},  # the owner would idle
+])
+def test_any_failing_condition_releases_the_hold(change: dict[str, object]) -> None:
+    assert judge_hold(**burst()).hold  # type: ignore[arg-type]
+    assert not judge_hold(**burst(**change)).hold  # type: ignore[arg-type]
+
+
+def test_at_the_overrun_instant_itself_it_still_holds() -> None:
+    assert overrun_at_ms(5 * S, 6 * S, 13 * S) == 37 * S
+    assert judge_hold(**burst(now_ms=37 * S, generating_since_ms=30 * S)).hold  # type: ignore[arg-type]
+
+
+def test_the_alarm_is_the_lease_expiry_when_that_comes_first() -> None:
+    verdict = judge_hold(**burst(lease_expires_ms=35 * S))  # type: ignore[arg-type]
+    assert verdict.hold and verdict.alarm_ms == 35 * S
+
+
+def test_the_earliest_overrun_of_several_lent_requests_sets_the_alarm() -> None:
+    many = burst(lease=lease(slots=2, service=5 * S), lent_at_ms=[24 * S, 25 * S])
+    verdict = judge_hold(**many)  # type: ignore[arg-type]
+    assert verdict.hold and verdict.alarm_ms == 24 * S + 6 * S + 10 * S + 1
+
+
+# -- cut-off ----------------------------------------------------------------------------------------
+
+
+def test_the_cut_off_is_three_switch_plus_service_and_thirty_seconds() -> None:
+    assert CutOffRule().give_up_ms(lease(switch=6 * S, service=13 * S)) == 3 * 19 * S + 30 * S
+
+
+def test_a_loaded_helper_with_no_switch_still_has_a_limit() -> None:
+    assert CutOffRule().give_up_ms(lease(switch=0, service=2 * S)) == 36 * S
+
+
+@pytest.mark.parametrize("unmeasured", [lease(probe=True), lease(service=0), lease(job=0)])
+def test_probes_and_unmeasured_leases_are_never_cut_off(unmeasured: Lease) -> None:
+    assert CutOffRule().give_up_ms(unmeasured) is None
