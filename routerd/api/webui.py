@@ -11,15 +11,22 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from urllib.parse import unquote
 
 from twisted.web.iweb import IRequest
-from twisted.web.resource import IResource
-from twisted.web.static import File
 
 from routerd.api.errors import api_app, not_found
 from routerd.errors import HTTPError
 
 UI_PREFIX = "/ui/"
+CONTENT_TYPES: dict[str, bytes] = {
+    ".html": b"text/html; charset=utf-8",
+    ".js": b"text/javascript; charset=utf-8",
+    ".css": b"text/css; charset=utf-8",
+    ".png": b"image/png",
+    ".svg": b"image/svg+xml",
+    ".txt": b"text/plain; charset=utf-8",
+}
 
 
 def is_ui_path(path: str) -> bool:
@@ -34,6 +41,18 @@ def webui_dir(package_root: Path | None = None, prefix: str | None = None) -> Pa
         if (candidate / "index.html").is_file():
             return candidate
     return None
+
+
+def ui_file(root: Path, relative: str) -> Path | None:
+    """The file ``relative`` names under ``root`` (``index.html`` for the folder itself), or None
+    when there is none or the name would leave ``root``."""
+    base = root.resolve()
+    target = (base / (relative or "index.html")).resolve()
+    if target.is_dir():
+        target = target / "index.html"
+    if base not in target.parents or not target.is_file():
+        return None
+    return target
 
 
 def _wants_html(request: IRequest) -> bool:
@@ -66,13 +85,19 @@ class WebUI:
         return self._redirect(request)
 
     @app.route(UI_PREFIX, branch=True, methods=["GET", "HEAD"])
-    def files(self, request: IRequest) -> IResource | bytes:
+    def files(self, request: IRequest) -> bytes:
         if self.root is None:
             raise HTTPError(404, "the WebUI files are not installed (webui/ next to the routerd "
                             "package, or <prefix>/share/routerd/webui)", "not_found", "not_found")
+        path = request.path.decode("utf-8", "replace")
+        target = ui_file(self.root, unquote(path[len(UI_PREFIX):]))
+        if target is None:
+            raise not_found(path)
+        request.setHeader(b"content-type", CONTENT_TYPES.get(target.suffix, b"application/octet-stream"))
         request.setHeader(b"cache-control", b"no-cache")
         request.setHeader(b"x-content-type-options", b"nosniff")
-        return File(str(self.root), defaultType="application/octet-stream")
+        # a handful of small files: read whole, like twisted.web.static does for small ones
+        return target.read_bytes()
 
 
-__all__ = ["UI_PREFIX", "WebUI", "is_ui_path", "webui_dir"]
+__all__ = ["CONTENT_TYPES", "UI_PREFIX", "WebUI", "is_ui_path", "ui_file", "webui_dir"]

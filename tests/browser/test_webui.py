@@ -208,7 +208,8 @@ def lending_tab_shows_folded_lines(b: Browser) -> None:
     # filters: only plan rows
     Select(b.one('select[name="kind"]')).select_by_value("plan")
     b.wait(lambda d: b.css("table.folded tr.line") and all(
-        tr.get_attribute("data-kind") == "plan" for tr in b.css("table.folded tr.line")), what="plan rows only")
+        tr.get_attribute("data-kind") == "plan" for tr in b.css("table.folded tr.line")),
+        what="plan rows only")
     Select(b.one('select[name="kind"]')).select_by_value("")
 
 
@@ -231,7 +232,8 @@ def change_a_setting(b: Browser) -> str:
     # both nodes run the master's new settings
     # both nodes run the master's new settings: in sync, with the new fingerprint
     b.wait(lambda d: len(b.css("#lending-nodes tr[data-node-id]")) == 2 and all(
-        "in sync" in tr.text and fingerprint.startswith(tr.find_element(By.CSS_SELECTOR, "td.fingerprint").text)
+        "in sync" in tr.text
+        and fingerprint.startswith(tr.find_element(By.CSS_SELECTOR, "td.fingerprint").text)
         for tr in b.css("#lending-nodes tr[data-node-id]")), what="both nodes on the new settings")
     return row
 
