@@ -22,10 +22,11 @@ from twisted.logger import Logger
 from twisted.web.client import Agent, HTTPConnectionPool
 
 from routerd import __version__
+from routerd.backends.errors import LoadFailed
 from routerd.backends.runtimes import LoadEvent, Runtimes
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.hashing import FileHashCache
-from routerd.catalog.model import Capabilities
+from routerd.catalog.model import RUNTIME_KINDS, Capabilities, ModelConfig
 from routerd.cluster.auth import AuthPolicy
 from routerd.cluster.client import NodeClient
 from routerd.cluster.master import MasterAgent
@@ -37,6 +38,7 @@ from routerd.lending.coordinator import Coordinator
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.offload import Borrowed, offload_returned
 from routerd.lending.pricing import fit_node
+from routerd.lending.restore import Restorer
 from routerd.lending.service import LendingService
 from routerd.lending.transport import InProcess, LendingTransport, NoMaster, ViaMaster
 from routerd.metrics import NodeMetrics
@@ -91,7 +93,12 @@ class Node:
         self.runtimes = Runtimes(reactor, config, self.http, launcher=launcher, on_load=self._on_load,
                                  port_allocator=port_allocator)
         self.local = LocalInference(node_id=self.node_id, clock=reactor, runtimes=self.runtimes,
-                                    agent=self.agent, samples=self)
+                                    agent=self.agent, samples=self, on_acquire=self._acquiring)
+        self.restorer = Restorer(clock=reactor, delay=lambda: self.lending.settings.offload_restore_delay,
+                                 loaded_config=self._loaded_config,
+                                 borrowed_in_flight=self._borrowed_in_flight,
+                                 own_busy=self.local.own_busy, load=self._restore_load,
+                                 on_loaded=self._own_work_done)
         self.decisions = DecisionLog(None, reactor, self.node_id, __version__,
                                      cluster.lending.offload_decisions_retention)
         self.master: MasterAgent | None = None
@@ -123,7 +130,7 @@ class Node:
                                   Forwarder(self.agent, cluster.token, AllowList([cluster.master_url])))
         self.lending = LendingService(
             node_id=self.node_id, settings=cluster.lending, clock=reactor, role=self.role,
-            transport=transport, decisions=self.decisions, own_busy=self.local.own_busy,
+            transport=transport, decisions=self.decisions, own_busy=self.own_busy,
             active_config=lambda lane: self.runtimes.loaded_config(lane) or "",
             on_settings=(self._settings_applied,))
         if self.master is not None:
@@ -152,6 +159,7 @@ class Node:
         for child in (HookService("connection pool", on_stop=self._pool.closeCachedConnections),
                       HookService("router database", on_stop=self._close_store),
                       HookService("backends", on_stop=self.runtimes.stop),
+                      HookService("restore after borrow", on_stop=self.restorer.stop),
                       HookService("decision log", on_start=lambda: self.decisions.start(self.store),
                                   on_stop=self.decisions.stop),
                       self._refit_loop, self.master, self.coordinator):
@@ -251,6 +259,35 @@ class Node:
         if self.coordinator is not None:
             self.coordinator.restart_tick()
 
+    # -- restore after borrow (lending.restore decides) --------------------------------------------
+
+    def own_busy(self) -> bool:
+        """Own work runs: an own request in a backend, or a restore load (reference §7)."""
+        return self.local.own_busy() or self.restorer.loading > 0
+
+    def _acquiring(self, call: Call, model: ModelConfig) -> None:
+        self.restorer.acquired(call.route.runtime, model.filename, borrowed=call.borrowed,
+                               restore=call.restore_after_borrow)
+
+    def _loaded_config(self, kind: str) -> str | None:
+        for known in RUNTIME_KINDS:
+            if known == kind:
+                return self.runtimes.loaded_config(known)
+        return None
+
+    def _borrowed_in_flight(self) -> bool:
+        return any(a.borrowed for a in self.local.active.values()) or bool(self.lending.borrowed_requests())
+
+    async def _restore_load(self, kind: str, config: str) -> None:
+        model = next((m for m in self.catalog.models if m.filename == config), None)
+        runtime = next((k for k in RUNTIME_KINDS if k == kind), None)
+        if model is None or runtime is None:
+            raise LoadFailed(f"{config} is no longer in the catalog")
+        await self.runtimes.load(model, runtime)
+
+    def _own_work_done(self) -> None:
+        self.own_work_at = self.reactor.seconds()
+
     def _slave_registered(self, node_id: str) -> None:
         self.lending.push_soon(node_id)
 
@@ -300,7 +337,7 @@ class Node:
 
     def runtime_status(self) -> RuntimeStatus:
         # borrowed work does not count as busy (spec "Probes")
-        idle_s = 0.0 if self.local.own_busy() else max(0.0, self.reactor.seconds() - self.own_work_at)
+        idle_s = 0.0 if self.own_busy() else max(0.0, self.reactor.seconds() - self.own_work_at)
         return documents.runtime_status(
             self.node_id, self.config.backend.mode, self.runtimes.status(),
             self.runtimes.loaded_config("stt") or "", int(idle_s * 1000),

@@ -21,6 +21,7 @@ from twisted.logger import Logger
 from routerd.lending.offload import Borrowed, RelayRequest, borrowed_headers
 from routerd.lending.planner import FactKey, ModelFacts, plan
 from routerd.lending.service import HeldLease, LendingService
+from routerd.lending.stall_check import HelperGone, StallCheck, ask_over_http
 from routerd.routing.call import Call, Incoming, Reply
 from routerd.routing.forward import INFERENCE_PREFIX, CameBack, Forwarder, Outbound, Unreachable
 from routerd.routing.selector import replace_model
@@ -55,19 +56,26 @@ class Coordinator(MultiService):
         self.tick_loop = IntervalService("lending refresh tick", self.tick,
                                          service.settings.scheduling_refresh_interval, clock)
         self.tick_loop.setServiceParent(self)  # type: ignore[no-untyped-call]
+        self.stall = StallCheck(clock=clock, timeout=lambda: self.service.settings.offload_lent_stall_timeout,
+                                ask=self._ask_helper, decisions=lambda: self.service.decisions)
 
     # -- lifecycle ---------------------------------------------------------------------------
     # The refresh tick is a child IntervalService: events plan at once, the tick is the fallback.
 
+    def startService(self) -> None:
+        super().startService()  # type: ignore[no-untyped-call]
+        self.stall.start()
+
     def stopService(self) -> defer.Deferred[None]:
         if self._probe is not None and self._probe.active():
             self._probe.cancel()
+        self.stall.stop()
         self._probe = None
         d: defer.Deferred[None] = super().stopService()  # type: ignore[no-untyped-call]
         return d
 
     def start(self) -> None:
-        self.startService()  # type: ignore[no-untyped-call]
+        self.startService()
 
     def stop(self) -> None:
         self.stopService()
@@ -213,13 +221,15 @@ class Coordinator(MultiService):
         borrowed = Borrowed(load_allowed=lease.load_helper_model, restore=lease.restore_helper_model,
                             owner_node_id=relay.owner_node_id, owner_model_id=relay.owner_model_id)
         lent_to = f"{lease.helper_node_id}/{lease.helper_model_id}".encode()
+        out_to = self.stall.lent(call.request_id, relay, lease)
         if lease.helper_node_id == self.node_id:
             reply.set_header(b"x-routerd-lent-to", lent_to)
             incoming = Incoming(path=relay.path, body=body, content_type=call.content_type,
                                 query=call.query, headers={"x-routerd-request-id": call.request_id})
-            return await self.serve_borrowed(reply, incoming, borrowed)
+            return await self.stall.send(out_to, _awaited(self.serve_borrowed(reply, incoming, borrowed)))
         helper = self.master.registry.node(lease.helper_node_id)
         if helper is None or not helper.node_url:
+            self.stall.tracker.over(self.clock.seconds(), out_to)
             self._refused(relay, "helper_unreachable", lease)
             raise CameBack("helper unreachable")
         out = Outbound(url=helper.node_url.rstrip("/") + INFERENCE_PREFIX + relay.path, body=body,
@@ -228,8 +238,23 @@ class Coordinator(MultiService):
                        rewrite_to=rewrite_to, returns_raise=returns_raise, on_answer=answering)
         reply.set_header(b"x-routerd-lent-to", lent_to)
         try:
-            _code, result = await self.forwarder.send(reply, out)
+            _code, result = await self.stall.send(out_to, self.forwarder.send(reply, out))
         except Unreachable:
             self._refused(relay, "forward_failed", lease)
             raise CameBack("forward failed") from None
         return result
+
+    # -- the stall check -----------------------------------------------------------------------------
+
+    async def _ask_helper(self, helper_node_id: str) -> list[str] | None:
+        """Which borrowed requests ``helper_node_id`` holds (stall check; the master answers itself)."""
+        if helper_node_id == self.node_id:
+            return [b["request_id"] for b in self.service.borrowed_requests()]
+        helper = self.master.registry.node(helper_node_id)
+        if helper is None or not helper.node_url:
+            raise HelperGone(f"{helper_node_id} is not a known node")
+        return await ask_over_http(self.master.client.get_json, helper.node_url)
+
+
+async def _awaited(d: defer.Deferred[bytes]) -> bytes:
+    return await d

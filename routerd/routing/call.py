@@ -76,6 +76,7 @@ class Call:
     query: Mapping[str, list[str]] = attrs.field(factory=dict)
     outcome: Outcome = attrs.Factory(Outcome)
     borrowed: bool = False  # lent to this node by another owner
+    restore_after_borrow: bool = False  # borrowed, and the lease asks to restore the displaced model
     serving_since: float | None = None  # when the backend slot was acquired
 
 

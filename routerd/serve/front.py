@@ -71,6 +71,7 @@ class InferenceFront:
         try:
             call = self._call(incoming, reply, route, request_id, started)
             call.borrowed = borrowed is not None
+            call.restore_after_borrow = borrowed is not None and borrowed.restore
             if self.master is not None and not cluster_call:
                 model_label, result = await self._routed(call)
             else:

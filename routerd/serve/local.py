@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
 from twisted.internet.defer import CancelledError, Deferred
@@ -50,7 +50,7 @@ class LocalInference:
     """Serves inference calls with this node's own backend runtimes."""
 
     def __init__(self, *, node_id: str, clock: IReactorTime, runtimes: RuntimePool, agent: IAgent,
-                 samples: SampleSink) -> None:
+                 samples: SampleSink, on_acquire: Callable[[Call, ModelConfig], None] | None = None) -> None:
         self.node_id = node_id
         self.clock = clock
         self.runtimes = runtimes
@@ -58,6 +58,7 @@ class LocalInference:
         # cookies, redirects or URL re-parsing) keeps the proxy cheap.
         self.agent = agent
         self.samples = samples
+        self.on_acquire = on_acquire  # told before every runtime acquire (restore after borrow)
         self.active: dict[str, ActiveRequest] = {}
 
     def now_ms(self) -> int:
@@ -77,6 +78,8 @@ class LocalInference:
                                   int(call.started * 1000), borrowed=call.borrowed)
             self.active[call.request_id] = entry
             try:
+                if self.on_acquire is not None:
+                    self.on_acquire(call, model)
                 try:
                     lease = await self.runtimes.acquire(call.route.runtime, model)
                 except LoadFailed as exc:

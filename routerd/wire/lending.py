@@ -258,7 +258,10 @@ class Costs:
 # -- decision rows and listings ----------------------------------------------------------------------
 
 
-@attrs.frozen(slots=False)  # a dict class: frozen, and about twice as fast to build as a slotted one
+# Built once per owner/helper pair per plan (thousands per plan on a big site): a mutable slotted
+# class builds in a third of the time of a frozen one (0.37 vs 1.1 us; frozen classes set each field
+# through object.__setattr__).  Treat it as a value: nothing changes a row once the planner made it.
+@attrs.define(slots=True)
 class PlanRow:
     """One ``offload_decisions`` row of kind ``plan``: one owner/helper pair in one decision.
 
