@@ -11,6 +11,7 @@ from twisted.web.http import Request
 from twisted.web.iweb import IRequest
 
 from routerd.api.errors import answer_error
+from routerd.api.webui import is_ui_path
 from routerd.cluster.auth import AuthPolicy
 from routerd.errors import HTTPError, Saturated
 from routerd.lending.offload import offload_returned
@@ -165,8 +166,13 @@ class GuardResource(resource.Resource):
             forwarded = request.getHeader(b"x-forwarded-for")
             host = self.policy.client_host(_client_host(request),
                                            forwarded.decode("latin-1") if forwarded else None)
-            ok = self.policy.check(path, host, request.getHeader(b"authorization"))
-            setattr(request, AUTHENTICATED, ok)
+            if is_ui_path(path):
+                # the WebUI's static files: allowed networks only, but no key (the pages ask for it)
+                if not self.policy.client_allowed(host):
+                    raise HTTPError(403, "client address is not allowed", "forbidden", "forbidden")
+            else:
+                ok = self.policy.check(path, host, request.getHeader(b"authorization"))
+                setattr(request, AUTHENTICATED, ok)
             phase = self.phase()
             if phase != "ready" and path not in _ALWAYS_SERVED:
                 if request.getHeader(b"x-routerd-offload") == b"1":
