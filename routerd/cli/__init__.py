@@ -45,7 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None,
+         client: Client | None = None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
     args_list = list(sys.argv[1:] if argv is None else argv)
@@ -64,7 +65,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     if args.name == "version":
         out.write("\n".join(run.version_lines()) + "\n")
         return 0
-    client = Client(args.url, args.key, timeout=args.timeout)
+    client = client or Client(args.url, args.key, timeout=args.timeout)
     try:
         return int(args.command(client, args, out))
     except ApiError as exc:
