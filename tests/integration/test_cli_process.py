@@ -67,3 +67,11 @@ def test_routerd_run_serves_and_the_api_subcommands_script_it(tmp_path: Path) ->
     assert chat[0]["node"] == "local" and chat[0]["request_id"] != "-" and chat[0]["ms"] >= 0
     assert any(e["path"] == "/router/v1/load" for e in access)
     assert not any(e["msg"].startswith(("Starting factory", "Stopping factory")) for e in events)
+
+
+def test_importing_pricing_does_not_import_statsmodels_or_numpy() -> None:
+    """statsmodels is most of a node's start time and idle memory: only the first fit imports it."""
+    code = ("import sys, routerd.tap; "
+            "print(any(m == 'statsmodels' or m.startswith(('statsmodels.', 'numpy')) for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -39,9 +39,10 @@ def _run(argv: list[str], client: FakeClient) -> tuple[int, str, str]:
 
 def test_url_and_key_come_from_flags_else_the_environment() -> None:
     env = {"ROUTERD_URL": "http://env:9/", "ROUTERD_KEY": "k-env"}
-    assert (Client(None, None, environ=env).url, Client(None, None, environ=env).key) == ("http://env:9", "k-env")
-    assert (Client("http://flag:1", "k", environ=env).url, Client("http://flag:1", "k", environ=env).key) == (
-        "http://flag:1", "k")
+    from_env = Client(None, None, environ=env)
+    from_flags = Client("http://flag:1", "k", environ=env)
+    assert (from_env.url, from_env.key) == ("http://env:9", "k-env")
+    assert (from_flags.url, from_flags.key) == ("http://flag:1", "k")
     assert Client(None, None, environ={}).url == "http://127.0.0.1:8080"
 
 
@@ -80,8 +81,9 @@ def test_links_set_list_and_delete_name_the_lane_and_the_anchor() -> None:
                        "lends_to": [{"node_id": "b", "model_id": "sd-fast", "load_if_unloaded": True,
                                      "restore_after_borrow": True}],
                        "borrows_from": [], "acknowledge_different_weights": False}
-    assert listing == ("GET", "/router/v1/site/text-routing-groups", None, {"node_id": "a", "model_id": "m"})
-    assert delete == ("DELETE", "/router/v1/site/text-routing-groups", None, {"node_id": "a", "model_id": "m"})
+    anchor = {"node_id": "a", "model_id": "m"}
+    assert listing == ("GET", "/router/v1/site/text-routing-groups", None, anchor)
+    assert delete == ("DELETE", "/router/v1/site/text-routing-groups", None, anchor)
 
 
 def test_a_malformed_anchor_is_a_usage_error() -> None:
@@ -96,7 +98,8 @@ def test_settings_set_reads_values_as_json_when_they_parse_and_clear_names_the_k
           "scheduling_grant_ttl=45s"], client)
     _run(["settings", "clear", "scheduling_grant_ttl"], client)
     _run(["settings", "get"], client)
-    assert client.calls[0][2] == {"values": {"scheduling_min_samples": 30, "offload_hold_for_faster_helper": False,
+    assert client.calls[0][2] == {"values": {"scheduling_min_samples": 30,
+                                             "offload_hold_for_faster_helper": False,
                                              "scheduling_grant_ttl": "45s"}}
     assert client.calls[1] == ("DELETE", "/router/v1/site/offload/settings", None,
                                {"key": "scheduling_grant_ttl"})

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from twisted.internet.task import Clock
-from twisted.logger import LogLevel, Logger, LogPublisher, capturedLogs
+from twisted.logger import Logger, LogLevel, LogPublisher, capturedLogs
 from twisted.web.test.requesthelper import DummyChannel
 
 from routerd.api.site import LimitedRequest, access_line
