@@ -6,9 +6,11 @@ a config in one pass; each message names the key and the reason.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
-from collections.abc import Callable, Mapping
+import shlex
+from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
@@ -46,6 +48,11 @@ class ConfigError(Exception):
     def __init__(self, errors: list[str]) -> None:
         super().__init__("; ".join(errors))
         self.errors = list(errors)
+
+
+def _did_you_mean(key: str, known: Iterable[str]) -> str:
+    matches = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {matches[0]!r}?)" if matches else ""
 
 
 class _Errors:
@@ -104,7 +111,7 @@ def parse_config(
     errs = _Errors()
     for section in data:
         if section not in _SECTIONS:
-            errs.add(str(section), "unknown section")
+            errs.add(str(section), "unknown section" + _did_you_mean(str(section), _SECTIONS))
     sections = {name: _section(data, name, errs) for name in _SECTIONS}
     reader = _Reader(errs, base_dir)
 
@@ -211,7 +218,7 @@ class _Reader:
     def unknown(self, section: Mapping[str, Any], name: str, known: tuple[str, ...]) -> None:
         for key in section:
             if key not in known:
-                self.errs.add(f"{name}.{key}", "unknown key")
+                self.errs.add(f"{name}.{key}", "unknown key" + _did_you_mean(str(key), known))
 
     def string(self, section: Mapping[str, Any], name: str, key: str, default: str) -> str:
         value = section.get(key, default)
@@ -290,8 +297,20 @@ class _Reader:
             command = (self._command_path(raw[0]), *raw[1:])
         else:
             self.errs.add(f"{name}.binary_path", "must be a path or a non-empty list of strings")
-        extra = self.str_list(section, name, "extra_args", ())
+        extra = self.args(section, name, "extra_args")
         return BinaryConfig(command=command, extra_args=extra)
+
+    def args(self, section: Mapping[str, Any], name: str, key: str) -> tuple[str, ...]:
+        """Program arguments: a list of strings, or one shell-style string split with ``shlex``
+        (``"-ngl 99 --flash-attn"`` is three arguments, as on a command line)."""
+        value = section.get(key)
+        if isinstance(value, str):
+            try:
+                return tuple(shlex.split(value))
+            except ValueError as exc:
+                self.errs.add(f"{name}.{key}", f"cannot be split like a command line: {exc}")
+                return ()
+        return self.str_list(section, name, key, ())
 
     def _command_path(self, value: str) -> str:
         # A bare program name is looked up on PATH at start; a relative path
