@@ -51,6 +51,7 @@ from routerd.routing.forward import Forwarder
 from routerd.serve import documents
 from routerd.serve.admin import ModelAdmin
 from routerd.serve.front import InferenceFront
+from routerd.serve.keepalive import KeepAlive, OllamaControl
 from routerd.serve.local import LocalInference
 from routerd.services import HookService, IntervalService, OrderedServices
 from routerd.store.samples import LoadSample, RequestSample
@@ -152,6 +153,10 @@ class Node:
         self.decisions.observe(self.metrics.count_decision)
         self.metrics.watch_lending(self._lease_sides,
                                    lambda: [(h["lane"], h["state"]) for h in self.lending.held_requests()])
+        self.keepalive = KeepAlive(reactor, config.models.keep_alive, self.runtimes.status,
+                                   lambda model: self.admin.unload(model, None))
+        self.ollama_control = OllamaControl(self.keepalive, lambda model: self.admin.load(model, site=True),
+                                            lambda model: self.admin.unload(model, None, site=True))
         self._refit_loop = IntervalService("cost refit", self._refit,
                                            cluster.lending.scheduling_refresh_interval, reactor, now=True)
         # Start order top to bottom; stop order bottom to top, each after the one below it.
@@ -162,7 +167,8 @@ class Node:
                       HookService("restore after borrow", on_stop=self.restorer.stop),
                       HookService("decision log", on_start=lambda: self.decisions.start(self.store),
                                   on_stop=self.decisions.stop),
-                      self._refit_loop, self.master, self.coordinator):
+                      self._refit_loop, IntervalService("keep-alive", self.keepalive.tick, 1.0, reactor),
+                      self.master, self.coordinator):
             if child is not None:
                 child.setServiceParent(self.services)  # type: ignore[no-untyped-call]
 

@@ -142,9 +142,10 @@ def parse_config(
         shared_dir=reader.path(m, "models", "shared_dir", ""),
         file_roots=tuple(reader.path_value(p) for p in reader.str_list(m, "models", "file_roots", ())),
         concurrent_asset_transfers=reader.integer(m, "models", "concurrent_asset_transfers", 2, 1, 64),
+        keep_alive=reader.duration(m, "models", "keep_alive", 0.0) or None,
     )
     reader.unknown(m, "models", ("config_dir", "startup_model", "shared_dir", "file_roots",
-                                 "concurrent_asset_transfers"))
+                                 "concurrent_asset_transfers", "keep_alive"))
     if "" in models.file_roots:
         errs.add("models.file_roots", "cannot contain empty paths")
     if not os.path.isdir(models.config_dir):

@@ -47,6 +47,9 @@ class ModelsConfig:
     shared_dir: str = ""
     file_roots: tuple[str, ...] = ()
     concurrent_asset_transfers: int = 2
+    #: Idle TTL (seconds) after which a loaded model is unloaded; ``None``: never (Ollama's
+    #: ``keep_alive`` on a request overrides it for that model).
+    keep_alive: float | None = None
 
 
 @attrs.frozen
