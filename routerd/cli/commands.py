@@ -116,16 +116,6 @@ def settings_clear(client: Client, args: argparse.Namespace, out: TextIO) -> int
     return 0
 
 
-def guardians(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    emit(out, client.get(f"{SITE}/guardians"), args)
-    return 0
-
-
-def reload(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    emit(out, client.post("/router/v1/reload"), args)
-    return 0
-
-
 def decisions(client: Client, args: argparse.Namespace, out: TextIO,
               sleep: Callable[[float], None] = time.sleep) -> int:
     """Decision rows, newest first; with ``--follow``, then every new row as one JSON line, oldest
@@ -222,9 +212,3 @@ def add_api_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--interval", type=float, default=2.0, help="seconds between polls with --follow")
     p.add_argument("--max-polls", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(command=decisions)
-
-    p = sub.add_parser("guardians", parents=parents, help="guardians (master)")
-    p.set_defaults(command=guardians)
-    p = sub.add_parser("reload", parents=parents,
-                       help="rescan model configs and reload the live YAML settings")
-    p.set_defaults(command=reload)
