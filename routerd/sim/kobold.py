@@ -27,7 +27,7 @@ from routerd.sim.outputs import generate_tokens, speech_seconds, speech_wav
 from routerd.sim.routes import add_control_routes, add_error_pages, add_route
 from routerd.sim.runtime import Handler, SimRuntime
 from routerd.sim.sd import SdOptions, SdServer
-from routerd.sim.timing import count_tokens, text_seconds
+from routerd.sim.timing import count_tokens
 from routerd.sim.web import BadRequest, HttpError, SseStream, openai_error, read_json, send_json, set_header
 from routerd.sim.weights import TIMING_DEFAULTS, Weights, WeightsError, WeightsKind, load_weights
 
@@ -338,7 +338,8 @@ class KoboldServer:
 
 
 def _loading(request: Request) -> bytes:
-    return send_json(request, 503, {"detail": {"msg": "Server is loading a model", "type": "service_unavailable"}})
+    return send_json(request, 503, {"detail": {"msg": "Server is loading a model",
+                                               "type": "service_unavailable"}})
 
 
 def build_app(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:

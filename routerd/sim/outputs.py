@@ -120,5 +120,6 @@ def speech_wav(label: str, text: str, voice: str = "") -> bytes:
     high, low = struct.pack("<h", 6000), struct.pack("<h", -6000)
     data = b"".join(high if (i % period) < period // 2 else low for i in range(frames))
     fmt = struct.pack("<HHIIHH", 1, 1, SPEECH_RATE, SPEECH_RATE * 2, 2, 16)
-    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(data)) + data
+    body = (b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
+            + b"data" + struct.pack("<I", len(data)) + data)
     return b"RIFF" + struct.pack("<I", len(body)) + body

@@ -89,7 +89,7 @@ class VllmServer(LlamaServer):
     """llama-server's handlers with vLLM's served name, context rule and error shape."""
 
     def __init__(self, runtime: SimRuntime, ns: argparse.Namespace) -> None:
-        served = ns.served_model_name or ns.model
+        served: str = str(ns.served_model_name or ns.model)
         pooling = ns.runner == "pooling" or ns.task in ("embed", "embedding", "pooling")
         super().__init__(runtime, LlamaOptions(
             model_path=ns.model, ctx_size=ns.max_model_len, parallel=ns.max_num_seqs,
