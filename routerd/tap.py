@@ -102,10 +102,15 @@ def check_config(path: str | None) -> tuple[bool, list[str]]:
     try:
         from routerd.catalog.catalog import Catalog
 
-        Catalog.scan(config.models.config_dir, config.backend.mode)
+        catalog = Catalog.scan(config.models.config_dir, config.backend.mode)
     except CatalogError as exc:
         return False, [f"models.config_dir: {exc}"]
-    return True, []
+    from routerd.backends.check import check_families
+
+    errors, notes = check_families(config, catalog.models)
+    for note in notes:  # which binary each family would run (stdout stays "ok" or the errors)
+        print(note, file=sys.stderr)
+    return not errors, errors
 
 
 def makeService(options: Options) -> service.MultiService:

@@ -1,0 +1,61 @@
+"""``--check`` for the backend families: every family the node will run (its ``backend.mode`` and
+any ``.kcpps`` ``backend_mode`` override) needs its binary configured, found and executable.
+
+Pure over the config and the catalog's models, except the ``PATH`` look-up of each binary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from routerd.backends.errors import BackendMissing
+from routerd.backends.families import text_side
+from routerd.backends.process import resolve_command
+from routerd.catalog.model import ModelConfig
+from routerd.config.schema import BinaryConfig, Config
+
+__all__ = ["check_families", "sections_needed"]
+
+
+def sections_needed(mode: str, models: Iterable[ModelConfig]) -> list[str]:
+    """The binary sections the ``mode`` family runs for ``models`` (all of its sections when no
+    model uses it yet but it is the node's own mode)."""
+    if mode == "kobold":
+        return ["kobold"]
+    if mode == "vllm":
+        return ["vllm"]
+    chosen = list(models)
+    if not chosen:
+        return ["llama", "sdcpp", "whispercpp"]
+    out: list[str] = []
+    if any(text_side(m) for m in chosen):
+        out.append("llama")
+    if any(m.capabilities.image for m in chosen):
+        out.append("sdcpp")
+    if any(m.capabilities.stt for m in chosen):
+        out.append("whispercpp")
+    return out
+
+
+def check_families(config: Config, models: Iterable[ModelConfig]) -> tuple[list[str], list[str]]:
+    """(errors, notes): an error per family binary that is unset, missing or not executable; a
+    note per binary saying what it would run."""
+    models = list(models)
+    modes = [config.backend.mode] + sorted({m.backend_mode for m in models} - {config.backend.mode})
+    errors: list[str] = []
+    notes: list[str] = []
+    for mode in modes:
+        using = [m for m in models if m.backend_mode == mode]
+        for section in sections_needed(mode, using):
+            binary: BinaryConfig = getattr(config, section)
+            setting = f"{section}.binary_path"
+            if not binary.command:
+                errors.append(f"{setting}: required by the {mode} backend family")
+                continue
+            try:
+                argv = resolve_command(binary.command, setting)
+            except BackendMissing as exc:
+                errors.append(f"{setting}: {exc}")
+                continue
+            notes.append(f"{mode}: {section} would run {' '.join(argv)}")
+    return errors, notes
