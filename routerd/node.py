@@ -135,7 +135,8 @@ class Node:
             node_id=self.node_id, settings=cluster.lending, clock=reactor, role=self.role,
             transport=transport, decisions=self.decisions, own_busy=self.own_busy,
             active_config=lambda lane: self.runtimes.loaded_config(lane) or "",
-            on_settings=(self._settings_applied,))
+            on_settings=(self._settings_applied,), waiting_for_runtime=self.local.waiting_for_runtime,
+            take_back=self.local.take_back)
         if self.master is not None:
             assert forwarder is not None
             self.coordinator = Coordinator(node_id=self.node_id, master=self.master, service=self.lending,

@@ -13,7 +13,7 @@ that want one answer for a proposed link.
 
 from __future__ import annotations
 
-from routerd.catalog.model import ModelConfig
+from routerd.catalog.model import Capabilities, ModelConfig
 
 NOT_TEXT = "model does not run as a text model"
 NO_CONTEXT = "model does not state a context window"
@@ -22,16 +22,19 @@ MULTIMODAL_MISMATCH = "a multimodal model links only with another multimodal mod
 
 def text_ineligibility(model: ModelConfig) -> str | None:
     """Why ``model`` cannot be linked for text lending, or None if it can."""
-    if not model.capabilities.llm:
+    return ineligibility(model.capabilities, model.parallel, model.vllm_max_sequences)
+
+
+def ineligibility(capabilities: Capabilities, parallel: int | None, max_sequences: int | None) -> str | None:
+    """The text-lending rule on the facts it needs (a local config or a peer's model record):
+    a text model, serving one request at a time, that states a context window."""
+    if not capabilities.llm:
         return NOT_TEXT
-    if model.parallel is not None and model.parallel >= 2:
-        return f"model serves requests concurrently (parallel {model.parallel})"
-    if model.vllm_max_sequences is not None and model.vllm_max_sequences >= 2:
-        return (
-            "model serves requests concurrently "
-            f"(vllm.settings.max_number_sequences {model.vllm_max_sequences})"
-        )
-    if model.capabilities.context <= 0:
+    if parallel is not None and parallel >= 2:
+        return f"model serves requests concurrently (parallel {parallel})"
+    if max_sequences is not None and max_sequences >= 2:
+        return f"model serves requests concurrently (vllm.settings.max_number_sequences {max_sequences})"
+    if capabilities.context <= 0:
         return NO_CONTEXT
     return None
 
@@ -52,6 +55,7 @@ __all__ = [
     "MULTIMODAL_MISMATCH",
     "NOT_TEXT",
     "NO_CONTEXT",
+    "ineligibility",
     "pair_ineligibility",
     "text_ineligibility",
 ]

@@ -5,7 +5,8 @@ parsed input and whose result they answer.  Errors are ``StatusError``s with the
 refused edit, 409 for a read-only node); nothing is stored when an edit is refused.
 
 Eligibility of text models uses the master's own catalog for its own models.  A remote model is
-judged from its registry record.
+judged from its registry record: text capability, context window, ``parallel`` and
+``max_number_sequences`` (a peer too old to send the last two is judged on the first two).
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ class LaneModels:
         return ModelConfig(local_id=record.local_id, filename=record.filename, path="",
                            backend_mode=record.backend_mode, capabilities=record.capabilities,
                            config_hash=record.config_hash, image_id=record.image_id,
-                           model_hash=record.model_hash)
+                           model_hash=record.model_hash, parallel=record.parallel,
+                           vllm_max_sequences=record.max_number_sequences)
 
     def ineligibility(self, record: ModelRecord) -> str | None:
         """Why ``record`` cannot be linked in this lane on its own, or None."""

@@ -27,6 +27,7 @@ from routerd.routing.forward import INFERENCE_PREFIX, CameBack, Forwarder, Outbo
 from routerd.routing.selector import replace_model
 from routerd.services import IntervalService
 from routerd.wire.lending import LANES, Lane, Lease, Trigger, lane_model_id, to_json
+from routerd.wire.records import text_ineligibility
 
 if TYPE_CHECKING:
     from routerd.cluster.master import MasterAgent
@@ -134,8 +135,10 @@ class Coordinator(MultiService):
                 model_id = lane_model_id(lane, record)
                 if model_id is not None:
                     context = caps.context if lane == "text" else 0
+                    # text lending eligibility is re-checked at every plan (spec "LLM lending")
+                    ineligible = (text_ineligibility(record) or "") if lane == "text" else ""
                     facts[(lane, record.node_id, model_id)] = ModelFacts(
-                        record.filename, context, eligible, caps.multimodal)
+                        record.filename, context, eligible, caps.multimodal, ineligible)
         return facts
 
     def _arm_probe(self, due_ms: int | None) -> None:

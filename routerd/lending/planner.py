@@ -14,7 +14,9 @@ owner only the helpers it links to are considered:
   its config; **restore** = 0 when loaded, else the load times of every config the switch would push
   out; **service** = the helper's own fit at the mean work (``helper``), else the owner job
   (``owner_fallback``).
-* Skipped first, in this order: ``helper_not_accepting``, ``helper_claimed`` (a helper node serves
+* Skipped first, in this order: ``model_ineligible`` (the owner or the helper no longer meets
+  text-lending eligibility, or one is multimodal and the other not: re-checked at every plan),
+  ``helper_not_accepting``, ``helper_claimed`` (a helper node serves
   one owner per lane per plan), ``load_forbidden``, ``context_too_small``; after pricing
   ``helper_recently_busy`` (unloaded and idle from own work for less than switch + restore).
 * Granted: the eligible, priced helper with the smallest switch + restore + service strictly below
@@ -63,14 +65,16 @@ class ModelFacts:
 
     ``config_filename`` identifies the config the helper would load (compared with the lane's
     ``active_config`` and looked up in load costs).  ``context`` is the text context window.
-    ``eligible`` is false for a model that is disabled, unavailable or (text) no longer
-    lending-eligible: such a model is left out of the plan without a row.
+    ``eligible`` is false for a model that is disabled or unavailable: such a model is left out of
+    the plan without a row.  ``ineligible`` says why a (text) model no longer meets lending
+    eligibility (empty when it does): its pairs are skipped with reason ``model_ineligible``.
     """
 
     config_filename: str
     context: int = 0
     eligible: bool = True
     multimodal: bool = False
+    ineligible: str = ""
 
 
 #: Key of :class:`ModelFacts`: lane, node id, lane-specific model id.
@@ -359,10 +363,14 @@ def _plan_lane(
         candidates: list[_Candidate] = []
         for link in link_set.helpers_of(owner):
             side = sides[link.helper]
-            if side is None or (text and side.facts.multimodal != owner_facts.multimodal):
+            if side is None:
                 continue
             gate: Reason | None = None
-            if not side.accepting:
+            if owner_facts.ineligible or side.facts.ineligible or (
+                text and side.facts.multimodal != owner_facts.multimodal
+            ):
+                gate = "model_ineligible"
+            elif not side.accepting:
                 gate = "helper_not_accepting"
             elif link.helper.node_id in claimed:
                 gate = "helper_claimed"
@@ -420,6 +428,8 @@ def _plan_lane(
                     owner_job_ms=0.0 if probe or owner_job is None else owner_job,
                     helper_switch_ms=0.0 if probe or chosen.side.switch is None else chosen.side.switch,
                     helper_service_ms=0.0 if probe or chosen.service is None else chosen.service,
+                    helper_context=chosen.side.facts.context if text else 0,
+                    helper_multimodal=chosen.side.facts.multimodal,
                 )
             )
         else:

@@ -14,8 +14,9 @@ Only enrolled models (an owner or a helper in some link of the lane) are queued.
   a helper can be withdrawn for lending (oldest first).  A lent entry stays here in state ``lent``
   until it finishes or comes back; a returned entry goes back to the head of the queue keeping its
   first arrival time and is never lent again.
-* A native arrival hands back every waiting borrowed entry; a borrowed arrival is handed back at once
-  while the lane holds any native work (or the caller says the node is busy with its own work).
+* A native arrival hands back every waiting borrowed entry, and every admitted one the caller says has
+  not claimed the runtime yet; a borrowed arrival is handed back at once while the lane holds any
+  native work (or the caller says the node is busy with its own work).
 * An optional hold check may keep the head waiting for a faster helper, only for the second slot:
   when something of the same model, and nothing else, is already admitted.
 """
@@ -57,6 +58,7 @@ class Entry:
     helper_node_id: str | None = None
     helper_model_id: str | None = None
     borrowed_ahead: int = 0  # borrowed entries admitted when this native entry arrived
+    image: bool = False  # carries an image: lent only to a helper that reads images
 
 
 @attrs.frozen
@@ -93,6 +95,14 @@ class HoldQuery:
 
 
 HoldCheck = Callable[[HoldQuery], bool]
+
+
+def fits_helper(entry: Entry, max_context: int | None, vision: bool) -> bool:
+    """The per-request gates of lending (reference §6/§7): an entry with an estimated size must fit
+    the helper's window ``max_context`` (None: no gate), and one carrying an image needs ``vision``."""
+    if max_context is not None and entry.context > 0 and entry.context > max_context:
+        return False
+    return vision or not entry.image
 
 
 class LaneQueue:
@@ -183,12 +193,21 @@ class LaneQueue:
         work: Sequence[float] = (),
         context: int = 0,
         streaming: bool = False,
+        reclaim: Collection[str] = (),
+        image: bool = False,
     ) -> Effects:
         """A native request for an enrolled model: queue it, hand back every waiting borrowed entry,
-        and admit what fits."""
+        and admit what fits.
+
+        ``reclaim`` names admitted borrowed entries that have not claimed the runtime yet (they
+        still wait for a free runtime or for the helper model to load): those are handed back too,
+        and their place is free for this node's own work.  One that holds the runtime finishes.
+        """
         entry = self._new_entry(request_id, model_id, now_ms, work, context, streaming, False)
-        entry.borrowed_ahead = sum(1 for e in self._admitted if e.borrowed)
-        handed_back = [e for e in self._pending if e.borrowed]
+        entry.image = image
+        taken = [e for e in self._admitted if e.borrowed and e.request_id in reclaim]
+        entry.borrowed_ahead = sum(1 for e in self._admitted if e.borrowed) - len(taken)
+        handed_back = taken + [e for e in self._pending if e.borrowed]
         for e in handed_back:
             self._forget(e)
         self._pending = [e for e in self._pending if not e.borrowed]
@@ -263,12 +282,13 @@ class LaneQueue:
         helper_node_id: str,
         helper_model_id: str,
         max_context: int | None = None,
+        vision: bool = True,
     ) -> list[str]:
         """Mark up to ``n`` waiting entries of owner model ``model_id`` as lent, oldest first.
 
         Never takes admitted, borrowed, streaming or returned entries, nor one whose required
-        context exceeds ``max_context`` (the owner runs that one itself).  A helper-only model
-        never lends.
+        context exceeds ``max_context``, nor (without ``vision``) one carrying an image: the owner
+        runs those itself, and later entries may still be lent.  A helper-only model never lends.
         """
         if n <= 0 or model_id not in self._owners:
             return []
@@ -278,7 +298,7 @@ class LaneQueue:
                 break
             if e.model_id != model_id or e.borrowed or e.streaming or e.returned:
                 continue
-            if max_context is not None and e.context > 0 and e.context > max_context:
+            if not fits_helper(e, max_context, vision):
                 continue
             taken.append(e)
         ids = {e.request_id for e in taken}
@@ -450,4 +470,5 @@ __all__ = [
     "HoldQuery",
     "LaneQueue",
     "QueueError",
+    "fits_helper",
 ]

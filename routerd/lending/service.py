@@ -34,6 +34,7 @@ from routerd.lending.queue import Effects, LaneQueue
 from routerd.lending.transport import LendingTransport, NoMaster
 from routerd.lending.watch import HoldGate, LentCall
 from routerd.routing.call import Call
+from routerd.routing.images import has_image
 from routerd.routing.work import request_work
 from routerd.wire.lending import (
     LANES,
@@ -66,7 +67,9 @@ class LendingService:
                  role: str = "standalone", transport: LendingTransport | None = None,
                  decisions: DecisionLog | None = None, own_busy: Callable[[], bool] = lambda: False,
                  active_config: Callable[[Lane], str] = lambda _lane: "",
-                 on_settings: Iterable[Callable[[LendingSettings], None]] = ()) -> None:
+                 on_settings: Iterable[Callable[[LendingSettings], None]] = (),
+                 waiting_for_runtime: Callable[[str], bool] = lambda _rid: False,
+                 take_back: Callable[[str], bool] = lambda _rid: False) -> None:
         self.node_id = node_id
         self.role = role
         self.clock = clock
@@ -75,6 +78,11 @@ class LendingService:
         self.own_busy = own_busy
         self.active_config = active_config
         self.on_settings = tuple(on_settings)
+        # Borrowed work admitted to the backend but not yet holding the runtime (waiting for a free
+        # runtime or a load) can still be taken back: ``waiting_for_runtime`` says whether it is,
+        # ``take_back`` stops its wait (the run then fails with 409 ``offload_returned``).
+        self.waiting_for_runtime = waiting_for_runtime
+        self.take_back = take_back
         self.config_settings = settings
         self.settings = settings
         self.links: dict[Lane, LinkSet] = {lane: LinkSet.build(lane, ()) for lane in LANES}
@@ -92,6 +100,8 @@ class LendingService:
         self._waiters: dict[str, Deferred[Ticket]] = {}
         self._borrowed: dict[str, tuple[Lane, Borrowed, int]] = {}  # request id → owner, start ms
         self._events: dict[tuple[Lane, str], _Coalescer] = {}
+        self._in_backend: set[str] = set()  # admitted requests whose local run is under way
+        self._taken_back: dict[str, str] = {}  # in-backend borrowed request id → return reason
 
     # -- configuration (site APIs and the master's pushes) ------------------------------------
 
@@ -177,8 +187,11 @@ class LendingService:
             effects = queue.arrive_borrowed(rid, model_id, self._now_ms(), node_busy=self.own_busy(),
                                             work=work, context=context)
         else:
+            reclaim = [e.request_id for e in queue.admitted()
+                       if e.borrowed and self.waiting_for_runtime(e.request_id)]
             effects = queue.arrive(rid, model_id, self._now_ms(), work=work, context=context,
-                                   streaming=call.stream)
+                                   streaming=call.stream, reclaim=reclaim,
+                                   image=lane == "text" and has_image(call.parsed))
         self._apply(lane, effects)
         owner = borrowed is None and queue.is_owner(model_id)
         if owner:
@@ -190,12 +203,18 @@ class LendingService:
                     self._helper_row("borrowed_returned", lane, call, ticket.reason)
                     raise offload_returned()
                 if ticket.kind == "admit":
+                    self._in_backend.add(rid)
                     try:
                         return await run_local()
                     finally:
-                        self._apply(lane, queue.finished(rid, self._now_ms()))
-                        if owner:
-                            self.report(lane, model_id, "completed")
+                        self._in_backend.discard(rid)
+                        reason = self._taken_back.pop(rid, None)
+                        if reason is not None:  # taken back before it claimed the runtime
+                            self._helper_row("borrowed_returned", lane, call, reason)
+                        elif rid in queue:
+                            self._apply(lane, queue.finished(rid, self._now_ms()))
+                            if owner:
+                                self.report(lane, model_id, "completed")
                 assert ticket.lease is not None
                 try:
                     result = await self.lent_calls.lend(self.transport, call, ticket.lease, model_id)
@@ -253,6 +272,16 @@ class LendingService:
             d.callback(ticket)
 
     def _apply(self, lane: Lane, effects: Effects) -> None:
+        # Hand back first: a borrowed request taken back from its wait for the runtime leaves the
+        # runtime's queue before this node's own request joins it.
+        for back in effects.returned:
+            if back.request_id in self._in_backend:
+                self._taken_back[back.request_id] = back.reason
+                if not self.take_back(back.request_id):
+                    # it claimed the runtime after all: it finishes, and it is no longer queued
+                    self._taken_back.pop(back.request_id, None)
+                continue
+            self._wake(back.request_id, Ticket("returned", reason=back.reason))
         for rid in effects.admit:
             entry = self.queues[lane].entry(rid)
             waited = entry is not None and not entry.borrowed and entry.borrowed_ahead > 0
@@ -262,8 +291,6 @@ class LendingService:
                                       request_id=rid, borrowed_ahead=entry.borrowed_ahead,
                                       wait_ms=self._now_ms() - entry.arrived_ms)
             self._wake(rid, Ticket("admit"))
-        for back in effects.returned:
-            self._wake(back.request_id, Ticket("returned", reason=back.reason))
 
     # -- events and leases (owner) ---------------------------------------------------------------
 
@@ -314,8 +341,12 @@ class LendingService:
             return
         queue = self.queues[lane]
         room = lease.slots() - queue.lent_count(model_id)
+        # Per-request gates (reference §6/§7): a request too big for the helper's window, or one
+        # with an image for a helper without vision, stays with the owner.
         for rid in queue.withdraw_for_lending(model_id, room, self._now_ms(), lease.helper_node_id,
-                                              lease.helper_model_id):
+                                              lease.helper_model_id,
+                                              max_context=lease.helper_context or None,
+                                              vision=lease.helper_multimodal):
             entry = queue.entry(rid)
             wait = self._now_ms() - entry.arrived_ms if entry is not None else 0
             self._dispatch_row("lent", lane, model_id, lease, request_id=rid, wait_ms=wait)

@@ -25,7 +25,7 @@ from twisted.python.failure import Failure
 from routerd.lending.cutoff import CutOffRule
 from routerd.lending.hold import HOLD_REASON, judge_hold
 from routerd.lending.offload import Returned
-from routerd.lending.queue import HoldCheck, HoldQuery, LaneQueue
+from routerd.lending.queue import HoldCheck, HoldQuery, LaneQueue, fits_helper
 from routerd.routing.call import Call
 from routerd.wire.lending import Lane, Lease
 
@@ -66,6 +66,9 @@ class HoldGate:
         entry = query.entry
         found = self.lease(lane, entry.model_id)
         lease, expires_ms = found if found is not None else (None, 0.0)
+        if lease is not None and not fits_helper(entry, lease.helper_context or None,
+                                                 lease.helper_multimodal):
+            lease = None  # the helper could never take this one (too big, or an image): never held
         lent = self.queue(lane).lent(entry.model_id)
         verdict = judge_hold(enabled=self.enabled(), lease=lease, lease_expires_ms=expires_ms,
                              in_flight=query.in_flight, generating_since_ms=query.generating_since_ms,

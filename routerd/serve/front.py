@@ -78,7 +78,7 @@ class InferenceFront:
             if self.master is not None and not cluster_call:
                 model_label, result = await self._routed(call)
             else:
-                model = self._local_model(call)
+                model = self._borrowed_model(call) if borrowed is not None else self._local_model(call)
                 model_label = model.local_id
                 result = await self._serve_local(call, model, self._public_id(route, model), borrowed)
             return result
@@ -151,6 +151,20 @@ class InferenceFront:
         return Call(reply=reply, route=route, path=incoming.path, body=body, content_type=content_type,
                     parsed=parsed, stream=stream, request_id=request_id, started=started,
                     selector=result.model, query=incoming.query)
+
+    def _borrowed_model(self, call: Call) -> ModelConfig:
+        """The model a borrowed request names, in this node's own catalog only.
+
+        A helper that no longer has it (removed, or not serving this kind of request) hands the
+        request back (409 ``offload_returned``) so its owner runs it: never a 404, never forwarded
+        (reference §7 "Arrival", scenario 53).
+        """
+        try:
+            return self._local_model(call)
+        except StatusError as err:
+            if err.status in (404, 503):
+                raise offload_returned(f"cannot serve the borrowed request: {err.message}") from None
+            raise
 
     def _need(self, route: Route) -> str:
         return NEEDS[SECTIONS[route.kind]]

@@ -22,6 +22,7 @@ from twisted.web.iweb import IAgent
 from routerd.backends.errors import BackendMissing, LoadFailed
 from routerd.catalog.model import ModelConfig
 from routerd.errors import HTTPError, StatusError
+from routerd.lending.offload import OFFLOAD_RETURNED, offload_returned
 from routerd.routing import work
 from routerd.routing.adapters import AdapterError, kobold, ollama, whisper
 from routerd.routing.body import BytesProducer
@@ -60,6 +61,8 @@ class LocalInference:
         self.samples = samples
         self.on_acquire = on_acquire  # told before every runtime acquire (restore after borrow)
         self.active: dict[str, ActiveRequest] = {}
+        self._acquiring: dict[str, Deferred[Any]] = {}  # borrowed requests waiting for the runtime
+        self._taken_back: set[str] = set()
 
     def now_ms(self) -> int:
         return int(self.clock.seconds() * 1000)
@@ -81,7 +84,7 @@ class LocalInference:
                 if self.on_acquire is not None:
                     self.on_acquire(call, model)
                 try:
-                    lease = await self.runtimes.acquire(call.route.runtime, model)
+                    lease = await self._acquire(call, model)
                 except LoadFailed as exc:
                     raise HTTPError(502, f"model {model.local_id!r} failed to load: {exc}",
                                     "backend_error", "load_failed") from None
@@ -108,6 +111,38 @@ class LocalInference:
             raise
         finally:
             self._record(call, model)
+
+    async def _acquire(self, call: Call, model: ModelConfig) -> Any:
+        """The runtime lease; a borrowed request's wait for it can be taken back (:meth:`take_back`)."""
+        acquiring = self.runtimes.acquire(call.route.runtime, model)
+        if not call.borrowed:
+            return await acquiring
+        rid = call.request_id
+        self._acquiring[rid] = acquiring
+        try:
+            return await acquiring
+        except CancelledError:
+            if rid in self._taken_back:
+                raise offload_returned("own work arrived while it waited for the runtime") from None
+            raise
+        finally:
+            self._acquiring.pop(rid, None)
+            self._taken_back.discard(rid)
+
+    def waiting_for_runtime(self, request_id: str) -> bool:
+        """Whether borrowed request ``request_id`` waits for a free runtime or a model load."""
+        return request_id in self._acquiring
+
+    def take_back(self, request_id: str) -> bool:
+        """Stop a borrowed request's wait for the runtime: its run fails with 409
+        ``offload_returned`` and nothing more is loaded for it (a load already under way carries
+        on for whoever else wants it).  False when it is not waiting (it holds the runtime)."""
+        acquiring = self._acquiring.get(request_id)
+        if acquiring is None:
+            return False
+        self._taken_back.add(request_id)
+        acquiring.cancel()
+        return True
 
     async def _proxy(self, call: Call, base_url: str, plan: BackendPlan, public_id: str) -> bytes:
         reply = call.reply
@@ -193,6 +228,8 @@ class LocalInference:
         return any(not a.borrowed for a in self.active.values())
 
     def _record(self, call: Call, model: ModelConfig) -> None:
+        if call.outcome.status == OFFLOAD_RETURNED:
+            return  # handed back before it ran: the owner runs it, nothing failed here
         # The service time, from the backend slot being ours to the last byte: a
         # wait for a load (timed separately as a load sample) or in a queue is
         # not part of what the request cost.

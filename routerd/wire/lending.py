@@ -79,6 +79,8 @@ Reason = Literal[
     "load_forbidden",
     "context_too_small",
     "helper_recently_busy",
+    # the owner or helper model no longer meets text-lending eligibility (spec "LLM lending")
+    "model_ineligible",
 ]
 REASONS: tuple[Reason, ...] = get_args(Reason)
 
@@ -131,7 +133,10 @@ class Lease:
     """The master's permission for an owner to keep ``helper_slots`` requests lent to one helper.
 
     ``ttl_ms`` is the lifetime the owner times on its own clock.  The three predictions are the
-    planner's per-job figures (0 when unmeasured; always 0 on a probe).
+    planner's per-job figures (0 when unmeasured; always 0 on a probe).  ``helper_context`` (the
+    helper model's context window, 0 = not stated) and ``helper_multimodal`` (it reads images) gate
+    each request at withdrawal (reference §6/§7); a lease from a master that sends neither lends
+    no request carrying an image and applies no size gate.
     """
 
     lane: Lane
@@ -147,6 +152,8 @@ class Lease:
     owner_job_ms: float = 0.0
     helper_switch_ms: float = 0.0
     helper_service_ms: float = 0.0
+    helper_context: int = 0
+    helper_multimodal: bool = False
 
     def slots(self) -> int:
         """Slots to honour: ``helper_slots``, at least 1."""

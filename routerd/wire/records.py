@@ -14,8 +14,10 @@ from typing import Any
 import attrs
 import cattrs
 from cattrs.errors import IterableValidationNote
+from cattrs.gen import make_dict_unstructure_fn
 from cattrs.preconf.json import make_converter
 
+from routerd.catalog.eligibility import ineligibility
 from routerd.catalog.model import Capabilities, ModelConfig
 from routerd.errors import StatusError
 
@@ -34,6 +36,7 @@ __all__ = [
     "snapshot_to_json",
     "strict_scalars",
     "structure_strictly",
+    "text_ineligibility",
 ]
 
 # The node protocol this build speaks, and the oldest peer it accepts (cluster reference §3.1).
@@ -54,7 +57,9 @@ class ModelRecord:
 
     ``public_id``/``public_image_id`` are what clients name; the master assigns them (a slave
     sends its local IDs there).  ``filename`` is the ``.kcpps`` file name (the STT scheduler
-    compares it with a node's ``active_stt_config``).
+    compares it with a node's ``active_stt_config``).  ``parallel`` and ``max_number_sequences``
+    (the config's ``parallel`` and ``vllm.settings.max_number_sequences``) and the context window in
+    ``capabilities`` are what text-lending eligibility is judged by on the master.
     """
 
     local_id: str
@@ -72,6 +77,9 @@ class ModelRecord:
     available: bool = True
     loaded: bool = False
     disabled: bool = False
+    # Text-lending eligibility facts (additive: a peer that does not send them parses as unset).
+    parallel: int | None = None
+    max_number_sequences: int | None = None
 
     @property
     def identity(self) -> str:
@@ -143,9 +151,24 @@ def strict_scalars(conv: cattrs.Converter) -> cattrs.Converter:
     return conv
 
 
+#: Record fields added after the contract's list: sent only when set, so a record without them is
+#: exactly the contract's, and an older peer's record parses with them unset.
+_ADDITIVE_RECORD_FIELDS = ("parallel", "max_number_sequences")
+
+
 def _make_converter() -> cattrs.Converter:
     conv = strict_scalars(make_converter(detailed_validation=True))
     conv.register_structure_hook_func(lambda t: t == dict[str, Any], _json_object)
+    record_base = make_dict_unstructure_fn(ModelRecord, conv)
+
+    def unstructure_record(record: ModelRecord) -> dict[str, Any]:
+        out: dict[str, Any] = record_base(record)
+        for name in _ADDITIVE_RECORD_FIELDS:
+            if out.get(name) is None:
+                out.pop(name, None)
+        return out
+
+    conv.register_unstructure_hook(ModelRecord, unstructure_record)
     conv.register_structure_hook_func(lambda t: t == tuple[ModelRecord, ...], _records)
     conv.register_unstructure_hook_func(
         lambda t: t == tuple[ModelRecord, ...],
@@ -228,4 +251,11 @@ def record_from_config(config: ModelConfig, *, node_id: str, node_url: str, load
         available=True,
         loaded=loaded,
         disabled=disabled,
+        parallel=config.parallel,
+        max_number_sequences=config.vllm_max_sequences,
     )
+
+
+def text_ineligibility(record: ModelRecord) -> str | None:
+    """Why the model ``record`` describes cannot be linked for text lending, or None if it can."""
+    return ineligibility(record.capabilities, record.parallel, record.max_number_sequences)

@@ -217,7 +217,7 @@ def expected_lease(owner: str, model: str, helper: str, helper_model: str, *, lo
     return Lease(lane="text", owner_node_id=owner, owner_model_id=model, helper_node_id=helper,
                  helper_model_id=helper_model, load_helper_model=load, restore_helper_model=restore,
                  helper_slots=2, probe=False, ttl_ms=30_000, owner_job_ms=3100.0, helper_switch_ms=0.0,
-                 helper_service_ms=1600.0)
+                 helper_service_ms=1600.0, helper_context=4096)
 
 
 A_LEASE = expected_lease("s1", "A", "s2", "H")

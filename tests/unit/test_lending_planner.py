@@ -210,6 +210,15 @@ def test_slot_counts_come_from_the_settings() -> None:
     assert [x.helper_slots for x in slower.leases] == [3]
 
 
+def test_a_probe_lease_gets_offload_probe_helper_slots() -> None:
+    """``offload_probe_helper_slots`` sets how many requests a probe may lend (default 1)."""
+    unpriced = {"owner_job": None, "helper_job": None, "loaded": True, "idle_s": 60}
+    assert [(x.probe, x.helper_slots) for x in pair(pending=1, **unpriced).leases] == [(True, 1)]
+    tuned = LendingSettings(offload_probe_helper_slots=3)
+    tuned_leases = pair(pending=1, settings=tuned, **unpriced).leases
+    assert [(x.probe, x.helper_slots) for x in tuned_leases] == [(True, 3)]
+
+
 def test_the_lease_lifetime_is_the_grant_ttl() -> None:
     result = pair(settings=LendingSettings(scheduling_grant_ttl=7.5))
     assert [lease.ttl_ms for lease in result.leases] == [7500]
@@ -468,7 +477,9 @@ def test_multimodal_and_text_only_models_are_never_paired() -> None:
     )
     links = [LinkSet.build("text", [link("owner/A", "helper/B")])]
     known = facts("text", helper__B=ModelFacts("b.kcpps", 8192, multimodal=True))
-    assert plan("tick", NOW, links, {"owner": owner, "helper": helper}, SETTINGS, known).rows == []
+    result = plan("tick", NOW, links, {"owner": owner, "helper": helper}, SETTINGS, known)
+    assert result.leases == [] and result.next_probe_due_ms is None
+    assert (only_row(result).outcome, only_row(result).reason) == ("skipped", "model_ineligible")
 
 
 def test_lanes_are_planned_separately_with_their_own_claims() -> None:

@@ -40,6 +40,8 @@ def test_field_names_are_exactly_the_contracts() -> None:
         "lane", "owner_node_id", "owner_model_id", "helper_node_id", "helper_model_id",
         "load_helper_model", "restore_helper_model", "helper_slots", "probe", "ttl_ms",
         "owner_job_ms", "helper_switch_ms", "helper_service_ms",
+        # additive: the per-request gates at withdrawal (reference §6/§7)
+        "helper_context", "helper_multimodal",
     ]  # fmt: skip
     assert names(Link) == ["owner", "helper", "load_if_unloaded", "restore_after_borrow"]
     assert names(QueueStat) == [
@@ -80,7 +82,7 @@ def test_enumerations_are_the_spec_and_contract_values() -> None:
     assert set(REASONS) == {
         "owner_unpriced", "switch_unpriced", "restore_unpriced", "service_unpriced", "cost_rejected",
         "outranked", "helper_not_accepting", "helper_claimed", "load_forbidden", "context_too_small",
-        "helper_recently_busy",
+        "helper_recently_busy", "model_ineligible",
     }  # fmt: skip
 
 
