@@ -43,6 +43,8 @@ from routerd.lending.service import LendingService
 from routerd.lending.transport import InProcess, LendingTransport, NoMaster, ViaMaster
 from routerd.metrics import NodeMetrics
 from routerd.registry.identity import MemoryPublicIdStore
+from routerd.registry.recipes import FILE_NAME as RECIPES_FILE
+from routerd.registry.recipes import RecipeBook, RecipeFile
 from routerd.registry.registry import Registry
 from routerd.routing.adapters.ollama import ListedModel
 from routerd.routing.call import Call, Incoming, Reply
@@ -53,6 +55,7 @@ from routerd.serve.admin import ModelAdmin
 from routerd.serve.front import InferenceFront
 from routerd.serve.keepalive import KeepAlive, OllamaControl
 from routerd.serve.local import LocalInference
+from routerd.serve.recipes import RecipeRouter, merge_listing
 from routerd.services import HookService, IntervalService, OrderedServices
 from routerd.store.samples import LoadSample, RequestSample
 from routerd.store.store import Store
@@ -142,10 +145,19 @@ class Node:
                                            serve_borrowed=self._serve_borrowed,
                                            observe_plan=self.metrics.plan_duration.observe)
             self.master.when_registered(self._slave_registered)
+        self.recipes: RecipeRouter | None = None
+        if self.master is not None:
+            book = RecipeBook(RecipeFile(os.path.join(cluster.store_dir, RECIPES_FILE)),
+                              own_node_id=self.node_id, records=self.master.registry.records,
+                              routing_only=lambda: len(self.catalog) == 0,
+                              now_ms=lambda: int(reactor.seconds() * 1000))
+            self.recipes = RecipeRouter(book=book, node_id=self.node_id, records=self.master.registry.records,
+                                        catalog=lambda: self.catalog, runtimes=self.runtimes,
+                                        remote=self.master.client)
         self.front = InferenceFront(node_id=self.node_id, clock=reactor, catalog=lambda: self.catalog,
                                     local=self.local, metrics=self.metrics, master=self.master,
                                     forwarder=forwarder, loaded_config=self.runtimes.loaded_config,
-                                    lending=self.lending)
+                                    lending=self.lending, recipes=self.recipes)
         self.admin = ModelAdmin(node_id=self.node_id, catalog=lambda: self.catalog, runtimes=self.runtimes,
                                 registry=self.master.registry if self.master is not None else None,
                                 remote=self.master.client if self.master is not None else None)
@@ -182,6 +194,8 @@ class Node:
         self.store = await self._open_store(os.path.join(store_dir, "routerd.sqlite"))
         cache = FileHashCache(os.path.join(store_dir, "hash-cache.json"))
         self.catalog = await self.catalog.hashed(cache, self._run_in_thread)
+        if self.recipes is not None:
+            self.recipes.book.load()
         if self.master is not None:
             self._public_ids.seed(await self.store.public_ids())
             image, text, settings = await load_lending_state(self.store, self.config.cluster.lending)
@@ -324,7 +338,16 @@ class Node:
         return self.local_records()
 
     def listing(self, keep: Callable[[Capabilities], bool]) -> list[ListedModel]:
-        return documents.listing(self.records(), keep, self.catalog, self.node_id, self.started_at)
+        listed = documents.listing(self.records(), keep, self.catalog, self.node_id, self.started_at)
+        if self.recipes is None:
+            return listed
+        return merge_listing(self.recipes.listed(keep), listed, lambda e: e.name)
+
+    def image_listing(self) -> list[dict[str, Any]]:
+        listed = documents.image_listing(self.records())
+        if self.recipes is None:
+            return listed
+        return merge_listing(self.recipes.image_listed(), listed, lambda e: e["model_name"])
 
     def snapshot_wire(self) -> Snapshot:
         return documents.snapshot(self.node_id, self.public_url, self.local_records())
