@@ -85,7 +85,8 @@ async def test_a_split_recipe_routes_text_and_image_to_their_nodes_and_loads_bot
     # explicit load prepares both components on their nodes
     code, loaded, _ = await _call("POST", url + "/router/v1/load", {"model": "duo"})
     assert code == 200, loaded
-    assert [(c["lane"], c["node_id"]) for c in loaded["loaded"]] == [("text", "slave-a"), ("image", "slave-b")]
+    assert [(c["lane"], c["node_id"]) for c in loaded["loaded"]] == [("text", "slave-a"),
+                                                                      ("image", "slave-b")]
     assert trio.slaves["slave-a"].node.runtimes.loaded_config("text") == "words.kcpps"
     assert trio.slaves["slave-b"].node.runtimes.loaded_config("image") == "paint.kcpps"
     # text goes to slave-a, image to slave-b, answers carry the recipe's public IDs
@@ -94,7 +95,8 @@ async def test_a_split_recipe_routes_text_and_image_to_their_nodes_and_loads_bot
     assert code == 200, answer
     assert answer["model"] == "duo"
     assert response.headers.getRawHeaders(b"x-routerd-node") == [b"slave-a"]
-    code, answer, response = await _call("POST", url + "/v1/images/generations", {"model": "duo-image", **JOB})
+    code, answer, response = await _call("POST", url + "/v1/images/generations",
+                                         {"model": "duo-image", **JOB})
     assert code == 200, answer
     assert response.headers.getRawHeaders(b"x-routerd-node") == [b"slave-b"]
     # the image lane is not served under the text public ID
@@ -106,11 +108,13 @@ async def test_a_split_recipe_routes_text_and_image_to_their_nodes_and_loads_bot
 @pytest_twisted.ensureDeferred
 async def test_recipe_validation_refuses_bad_components_and_survives_a_restart(trio: Trio) -> None:
     url = trio.master.url + "/router/v1/site/recipes"
-    code, err, _ = await _call("POST", url, {"id": "bad", "text": {"node_id": "slave-b", "model_id": "paint"}})
+    code, err, _ = await _call("POST", url, {"id": "bad",
+                                             "text": {"node_id": "slave-b", "model_id": "paint"}})
     assert code == 400 and err["error"]["code"] == "capability_mismatch"
     code, err, _ = await _call("POST", url, {"id": "bad", "text": {"node_id": "slave-c", "model_id": "x"}})
     assert code == 400 and err["error"]["code"] == "component_not_found"
-    code, err, _ = await _call("POST", url, {"id": "../etc", "text": {"node_id": "slave-a", "model_id": "words"}})
+    code, err, _ = await _call("POST", url, {"id": "../etc",
+                                             "text": {"node_id": "slave-a", "model_id": "words"}})
     assert code == 400
     assert (await _call("POST", url, RECIPE))[0] == 200
     code, err, _ = await _call("POST", url, RECIPE)
