@@ -16,6 +16,7 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.web.iweb import IRequest
 
 from routerd import __version__
+from routerd.api.assets_routes import AssetsAPI
 from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
 from routerd.api.errors import answer_error, api_app, master_only, not_found
@@ -371,6 +372,7 @@ def build_site(node: Node) -> NodeSite:
                   image_listing=node.image_listing,
                   metrics=node.metrics.render, ollama_control=node.ollama_control),
         NodeAPI(node=node, admin=node.admin),
+        AssetsAPI(node),
         OffloadAPI(coordinator=node.coordinator, lending=node.lending),
         PushAPI(node),
         DecisionsAPI(node),
