@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from routerd.node import Node
 
 LOOKUP_BODY_LIMIT = 1024 * 1024
+ASSET_PREFIX = "/router/v1/node/assets/"
 
 
 class _Window:
@@ -78,8 +79,10 @@ class AssetsAPI:
     def state(self, request: IRequest) -> bytes:
         return json_response(request, self.node.assets.state())
 
-    @app.route("/router/v1/node/assets/<sha256>", methods=["GET"])
-    async def stream(self, request: IRequest, sha256: str) -> bytes:
+    @app.route(ASSET_PREFIX, branch=True, methods=["GET"])
+    async def stream(self, request: IRequest) -> bytes:
+        # the rest of the raw path, never decoded into a file-system path: only a hash matches
+        sha256 = request.path.decode("latin-1")[len(ASSET_PREFIX):]
         asset = self.node.assets.index.get(sha256) if is_sha256(sha256) else None
         if asset is None:
             raise HTTPError(404, f"asset {sha256[:80]!r} is not held by this node", "not_found",

@@ -156,6 +156,7 @@ class AssetPuller:
                     asset = await self._from(source, sha256, filename, transfer)
                 except PullFailed as exc:
                     problems.append(f"{source}: {exc}")
+                    transfer.reason = "; ".join(problems)  # sources refused so far
                     log.warn("pulling {sha256} from {source} failed: {reason}", sha256=sha256,
                              source=source, reason=str(exc))
                     continue

@@ -122,7 +122,8 @@ class AssetService:
 
     async def lookup_cluster(self, hashes: list[str]) -> dict[str, Any]:
         """The master's merged lookup: its own index (``node_url`` = itself) and every peer's."""
-        out = [{**a.to_json(), "node_url": self.own_url} for a in self.index.lookup(hashes)]
+        own = self.index.lookup(hashes) if self.own_url else []  # without a public URL none can fetch
+        out = [{**a.to_json(), "node_url": self.own_url} for a in own]
         for url, answer in await self.fan_out(hashes):
             for item in answer.get("assets", []) if isinstance(answer, dict) else []:
                 if isinstance(item, dict) and is_sha256(item.get("sha256")):
