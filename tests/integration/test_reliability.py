@@ -90,7 +90,8 @@ async def test_a_hung_slave_is_a_504_naming_it_in_bounded_time_and_frees_both_si
     try:
         registry = master.node.master.registry  # type: ignore[union-attr]
         await wait_until(lambda: registry.find("slave-a", local_id="alpha") is not None)
-        warm = await treq.post(master.url + "/v1/chat/completions", json=_chat(2, False))
+        # Load the model on the slave directly: the master's 1 s first-byte limit covers a load.
+        warm = await treq.post(slave.url + "/v1/chat/completions", json=_chat(2, False))
         assert warm.code == 200
         await warm.content()
         backend = next(s.port for s in slave.node.runtimes.status() if s.kind == "text" and s.port)
