@@ -32,7 +32,9 @@ from routerd.cluster.client import NodeClient
 from routerd.cluster.master import MasterAgent
 from routerd.cluster.slave import RegistrationRefused, SlaveAgent
 from routerd.config.lending import LendingSettings
+from routerd.config.load import embedded_default_path, load_config
 from routerd.config.schema import Config
+from routerd.lending.admin import SettingsEditor
 from routerd.lending.bootstrap import load_lending_state
 from routerd.lending.coordinator import Coordinator
 from routerd.lending.decisions import DecisionLog
@@ -53,6 +55,7 @@ from routerd.serve.admin import ModelAdmin
 from routerd.serve.front import InferenceFront
 from routerd.serve.keepalive import KeepAlive, OllamaControl
 from routerd.serve.local import LocalInference
+from routerd.serve.reload import Reloader
 from routerd.services import HookService, IntervalService, OrderedServices
 from routerd.store.samples import LoadSample, RequestSample
 from routerd.store.store import Store
@@ -67,7 +70,8 @@ class Node:
     def __init__(self, config: Config, reactor: Any, *, launcher: Any = None, http: Any = None,
                  agent: Any = None, port_allocator: Callable[[], int] | None = None,
                  open_store: Callable[[str], Any] | None = None,
-                 run_in_thread: Callable[..., Any] = deferToThread) -> None:
+                 run_in_thread: Callable[..., Any] = deferToThread,
+                 read_config: Callable[[], Config] | None = None) -> None:
         cluster = config.cluster
         self.config = config
         self.reactor = reactor
@@ -158,6 +162,8 @@ class Node:
                                    lambda model: self.admin.unload(model, None))
         self.ollama_control = OllamaControl(self.keepalive, lambda model: self.admin.load(model, site=True),
                                             lambda model: self.admin.unload(model, None, site=True))
+        self.reloader = Reloader(self, read_config=read_config or self._read_config,
+                                 hash_catalog=self._hash_catalog)
         self._refit_loop = IntervalService("cost refit", self._refit,
                                            cluster.lending.scheduling_refresh_interval, reactor, now=True)
         # Start order top to bottom; stop order bottom to top, each after the one below it.
@@ -180,8 +186,7 @@ class Node:
         preload the startup model."""
         store_dir = self.config.cluster.store_dir
         self.store = await self._open_store(os.path.join(store_dir, "routerd.sqlite"))
-        cache = FileHashCache(os.path.join(store_dir, "hash-cache.json"))
-        self.catalog = await self.catalog.hashed(cache, self._run_in_thread)
+        self.catalog = await self._hash_catalog(self.catalog)
         if self.master is not None:
             self._public_ids.seed(await self.store.public_ids())
             image, text, settings = await load_lending_state(self.store, self.config.cluster.lending)
@@ -208,6 +213,47 @@ class Node:
     async def _close_store(self) -> None:
         if self.store is not None:
             await self.store.close()
+
+    def _hash_catalog(self, catalog: Catalog) -> Deferred[Catalog]:
+        cache = FileHashCache(os.path.join(self.config.cluster.store_dir, "hash-cache.json"))
+        return catalog.hashed(cache, self._run_in_thread)
+
+    # -- reload (serve.reload decides; these apply) ---------------------------
+
+    def _read_config(self) -> Config:
+        """The config file again (a config built in memory, as tests do, stays as it is)."""
+        source = self.config.source
+        if source == embedded_default_path():
+            return load_config(None)
+        return load_config(source) if os.path.isfile(source) else self.config
+
+    async def apply_live_config(self, old: Config, new: Config) -> None:
+        cluster = new.cluster
+        self.policy = AuthPolicy.build(new.auth.inference_keys, new.auth.admin_keys, cluster.token,
+                                       new.server.allowed_cidrs)
+        self.keepalive.default_ttl = new.models.keep_alive
+        if self.master is not None:
+            self.master.health_interval = cluster.health_interval
+            self.master.getServiceNamed("health poll").set_interval(cluster.health_interval)  # type: ignore[no-untyped-call]
+            self.master.client.control_timeout = cluster.control_timeout
+        if self.slave is not None:
+            self.slave.sync_interval = cluster.sync_interval
+            self.slave.getServiceNamed("registration").set_interval(cluster.sync_interval)  # type: ignore[no-untyped-call]
+            self.slave.client.control_timeout = cluster.control_timeout
+        if cluster.lending != old.cluster.lending:
+            self.lending.config_settings = cluster.lending
+            if self.master is not None:  # default < config < stored override, pushed to the slaves
+                await SettingsEditor(self.store, self.lending).document(apply=True)
+            else:
+                self.lending.apply_settings(cluster.lending)
+
+    async def announce(self) -> None:
+        """After a reload: a master refreshes its own records and re-polls; a slave re-registers."""
+        if self.master is not None:
+            self.master.registry.update_local(self.local_records())
+            await self.master.poll_all()
+        if self.slave is not None and self.slave.running:
+            await self.slave.register_once()
 
     def _fatal(self, exc: RegistrationRefused) -> None:
         self.log.critical("{reason}; stopping", reason=str(exc))
