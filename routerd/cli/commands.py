@@ -75,6 +75,11 @@ def unload(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def reload(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    emit(out, client.post("/router/v1/reload"), args)
+    return 0
+
+
 def links_list(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     anchor = args.anchor or {}
     emit(out, client.get(LINK_PATHS[args.lane], node_id=anchor.get("node_id"),
@@ -169,6 +174,9 @@ def add_api_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="?")
     p.add_argument("--target", help="unload only this runtime (e.g. text, image)")
     p.set_defaults(command=unload)
+    p = sub.add_parser("reload", parents=parents,
+                       help="re-read the config and rescan the models folder (as SIGHUP does)")
+    p.set_defaults(command=reload)
 
     links = sub.add_parser("links", parents=parents, help="lending links (master)").add_subparsers(
         dest="links_action", required=True)

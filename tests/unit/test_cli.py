@@ -155,3 +155,10 @@ def test_run_passes_twistd_options_before_the_plugin_and_routerd_options_after()
     assert _twistd_argv(["--config", "c.yaml", "--logfile", "x.log", "--json-log=-", "-r", "poll"]) == [
         "--nodaemon", "--pidfile=", "--logfile", "x.log", "-r", "poll", "routerd", "--config", "c.yaml",
         "--json-log=-"]
+
+
+def test_reload_posts_to_the_reload_endpoint_and_prints_the_report() -> None:
+    client = FakeClient([{"ok": True, "restart_required": ["server.bind"]}])
+    code, out, _err = _run(["reload"], client)
+    assert code == 0 and client.calls[0][:2] == ("POST", "/router/v1/reload")
+    assert json.loads(out)["restart_required"] == ["server.bind"]
