@@ -70,6 +70,6 @@ def test_cors_origins_must_be_origins() -> None:
         parse_config({"server": {"cors_origins": ["https://ok.example:8443", "chat.example/path"]},
                       "models": {"config_dir": "."}}, base_dir="/", env={})
     assert "'chat.example/path'" in str(err.value) and "ok.example" not in str(err.value)
-    config = parse_config({"server": {"cors_origins": ["*", "https://a.example/"]}, "models": {"config_dir": "."}},
-                          base_dir="/", env={})
+    config = parse_config({"server": {"cors_origins": ["*", "https://a.example/"]},
+                           "models": {"config_dir": "."}}, base_dir="/", env={})
     assert config.server.cors_origins == ("*", "https://a.example")
