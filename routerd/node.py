@@ -24,6 +24,7 @@ from twisted.web.client import Agent, HTTPConnectionPool
 from routerd import __version__
 from routerd.backends.errors import LoadFailed
 from routerd.backends.runtimes import LoadEvent, Runtimes
+from routerd.backends.slot import SlotState
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.hashing import FileHashCache
 from routerd.catalog.model import RUNTIME_KINDS, Capabilities, ModelConfig
@@ -43,7 +44,7 @@ from routerd.lending.pricing import fit_node
 from routerd.lending.restore import Restorer
 from routerd.lending.service import LendingService
 from routerd.lending.transport import InProcess, LendingTransport, NoMaster, ViaMaster
-from routerd.metrics import NodeMetrics
+from routerd.metrics import NodeMetrics, RuntimeView
 from routerd.registry.identity import MemoryPublicIdStore
 from routerd.registry.registry import Registry
 from routerd.routing.adapters.ollama import ListedModel
@@ -158,6 +159,7 @@ class Node:
         self.decisions.observe(self.metrics.count_decision)
         self.metrics.watch_lending(self._lease_sides,
                                    lambda: [(h["lane"], h["state"]) for h in self.lending.held_requests()])
+        self.metrics.watch_node(self._runtime_views, tuple(s.value for s in SlotState), self._node_health)
         self.keepalive = KeepAlive(reactor, config.models.keep_alive, self.runtimes.status,
                                    lambda model: self.admin.unload(model, None))
         self.ollama_control = OllamaControl(self.keepalive, lambda model: self.admin.load(model, site=True),
@@ -267,6 +269,9 @@ class Node:
             self.own_work_at = self.reactor.seconds()
 
     def record_request_sample(self, sample: RequestSample) -> Deferred[None]:
+        if sample.section == "llm" and sample.status == "ok" and len(sample.work) == 2:
+            self.metrics.observe_text_request(sample.model_id, sample.work[0], sample.work[1],
+                                              sample.duration_ms / 1000)
         if self.store is None:
             return succeed(None)
         return self.store.record_request_sample(sample)
@@ -381,6 +386,16 @@ class Node:
     def state_document(self) -> dict[str, Any]:
         return documents.state(self.node_id, int(self.reactor.seconds() * 1000), self.runtimes.status(),
                                self.local.active.values(), self.lending.held_requests())
+
+    def _runtime_views(self) -> list[RuntimeView]:
+        return [RuntimeView(s.kind, s.state, s.model_id or "", s.users, s.waiters)
+                for s in self.runtimes.status()]
+
+    def _node_health(self) -> list[tuple[str, bool]]:
+        own = [(self.node_id, True)]
+        if self.master is None:
+            return own
+        return own + [(n.node_id, n.healthy) for n in self.master.registry.nodes()]
 
     def _lease_sides(self) -> list[tuple[str, str]]:
         sides: list[tuple[str, str]] = [(lane, "owner") for lane in self.lending.live_lease_lanes()]

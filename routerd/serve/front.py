@@ -32,6 +32,7 @@ from routerd.routing.plan import NEEDS, SECTIONS
 from routerd.routing.relay import StreamBroken
 from routerd.routing.selector import SelectorError, parse_json_object, select_model
 from routerd.serve.local import LocalInference
+from routerd.serve.timing import FirstWrite
 from routerd.wire.lending import lane_key
 from routerd.wire.records import ModelRecord
 
@@ -63,6 +64,7 @@ class InferenceFront:
                 request_id = given
         reply.set_header(b"x-routerd-request-id", request_id.encode())
         reply.set_header(b"x-routerd-node", self.node_id.encode())
+        reply = timed = FirstWrite(reply, self.clock)
         call: Call | None = None
         model_label = "-"
         lane = route.runtime
@@ -107,6 +109,8 @@ class InferenceFront:
             status = call.outcome.status if call is not None else "bad_request"
             self.metrics.requests.labels(model_label, lane, route.kind, status).inc()
             self.metrics.request_duration.labels(model_label, lane).observe(self.clock.seconds() - started)
+            if call is not None and call.stream and timed.first_write_at is not None and status == "ok":
+                self.metrics.first_token.labels(model_label, lane).observe(timed.first_write_at - started)
 
     async def _serve_local(self, call: Call, model: ModelConfig, public_id: str,
                            borrowed: Borrowed | None) -> bytes:
