@@ -86,3 +86,22 @@ def test_a_master_reports_each_slaves_health(tmp_path: Path) -> None:
     got = scrape(world, master)
     assert got[("routerd_node_healthy", (("node_id", "slave"),))] == 0.0
     assert got[("routerd_node_healthy", (("node_id", "master"),))] == 1.0
+
+
+def test_the_grafana_dashboard_uses_only_metrics_a_node_exports(tmp_path: Path) -> None:
+    """Every series a panel of ``etc/grafana/routerd-dashboard.json`` queries is one a node's
+    ``/metrics`` declares (a renamed metric breaks this test, not a dashboard in production)."""
+    import json
+    import re
+
+    dashboard = json.loads((Path(__file__).parents[2] / "etc/grafana/routerd-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    used = {re.sub(r"_(bucket|sum|count)$", "", name)
+            for expr in exprs for name in re.findall(r"\b(?:routerd|process)_[a-z_]+", expr)}
+    world = World(tmp_path)
+    node = world.node("solo", {"chat": TEXT})
+    world.start(node)
+    _response, body = world.call("GET", node, "/metrics")
+    declared = set(re.findall(r"^# TYPE (\S+) ", body.decode(), re.MULTILINE))
+    assert len(used) >= 15
+    assert used - declared == set()
