@@ -205,3 +205,34 @@ def _settle(world: World) -> Any:
 
     return deferLater(world.clock, 1.0, lambda: None)
 
+
+
+def test_a_reloaded_slave_re_registers_and_a_reloaded_master_re_polls(tmp_path: Path) -> None:
+    from tests.unit.node_fixture import TOKEN
+
+    world = World(tmp_path)
+    slave = world.node("slave", {"far": TEXT}, cluster={
+        "role": "slave", "token": TOKEN, "master_url": "http://master.test:8080",
+        "public_url": "http://slave.test:8080", "sync_interval": "1h"})
+    master = world.node("master", {"chat": TEXT}, cluster={
+        "role": "master", "token": TOKEN, "slave_urls": ["http://slave.test:8080"],
+        "public_url": "http://master.test:8080", "health_interval": "1h"})
+    world.start(slave, master)
+    world.run(slave.after_listening())
+    assert _ids(world, master) == ["chat", "far"]
+
+    _write_model(tmp_path / "slave", "added-on-slave")
+    assert _reload(world, slave)[0] == 200  # the slave registers its new model at once
+    assert _ids(world, master) == ["added-on-slave", "chat", "far"]
+
+    (tmp_path / "slave" / "models" / "far.kcpps").unlink()
+    # the slave's catalog changes without telling the master (as a slave with a sync interval would)
+    from twisted.internet.defer import maybeDeferred
+
+    from routerd.catalog.hashing import FileHashCache
+
+    scanned = Catalog.scan(str(tmp_path / "slave" / "models"), "llama_sdcpp")
+    slave.catalog = world.run(scanned.hashed(FileHashCache(str(tmp_path / "hashes.json")), maybeDeferred))
+    _write_model(tmp_path / "master", "added-on-master")
+    assert _reload(world, master)[0] == 200  # the master re-polls: the slave's change shows too
+    assert _ids(world, master) == ["added-on-master", "added-on-slave", "chat"]
