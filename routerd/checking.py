@@ -12,16 +12,14 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import sys
 from collections.abc import Iterable
 
-from routerd.backends.errors import BackendMissing
-from routerd.backends.llama_sdcpp import SPECS
-from routerd.backends.process import resolve_command
+from routerd.backends.check import check_families
 from routerd.catalog.catalog import Catalog, CatalogError
 from routerd.catalog.kcpps import PATH_KEYS
 from routerd.catalog.model import ModelConfig
 from routerd.config.load import ConfigError, load_config
-from routerd.config.schema import BinaryConfig, Config
 
 #: Every ``.kcpps`` key routerd reads (contract §3).  koboldcpp writes many more, so an unknown key is
 #: only reported when it is a near miss of one of these.
@@ -53,7 +51,10 @@ def check_config(path: str | None) -> tuple[bool, list[str]]:
     for model in catalog.models:
         errors.extend(_model_errors(model))
     errors.extend(_near_misses(catalog.config_dir))
-    errors.extend(binary_errors(config, catalog.models))
+    family_errors, notes = check_families(config, catalog.models)
+    errors.extend(family_errors)
+    for note in notes:  # which binary each family would run (stdout stays "ok" or the errors)
+        print(note, file=sys.stderr)
     if config.models.startup_model and config.models.startup_model not in {
             m.local_id for m in catalog.models}:
         errors.append(f"models.startup_model: no valid config {config.models.startup_model}.kcpps "
@@ -92,33 +93,3 @@ def _near_misses(config_dir: str) -> list[str]:
     return out
 
 
-def _sections_needed(config: Config, models: Iterable[ModelConfig]) -> dict[str, list[str]]:
-    """``binary section -> [config files needing it]``."""
-    needed: dict[str, list[str]] = {}
-    for model in models:
-        if model.backend_mode == "llama_sdcpp":
-            for kind, spec in SPECS.items():
-                if model.capabilities.serves(kind):
-                    needed.setdefault(spec.section, []).append(model.filename)
-        else:
-            needed.setdefault(model.backend_mode, []).append(model.filename)
-    return needed
-
-
-def binary_errors(config: Config, models: Iterable[ModelConfig]) -> list[str]:
-    """A line per backend program that a model needs and that is missing or not executable."""
-    out = []
-    for section, files in sorted(_sections_needed(config, models).items()):
-        binary = getattr(config, section, None)
-        if not isinstance(binary, BinaryConfig):
-            continue
-        shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
-        first = binary.command[0] if binary.command else ""
-        if first and os.path.isfile(first) and not os.access(first, os.X_OK):
-            out.append(f"{section}.binary_path: {first} is not executable (needed by {shown})")
-            continue
-        try:
-            resolve_command(binary.command, f"{section}.binary_path")
-        except BackendMissing as exc:
-            out.append(f"{section}.binary_path: {exc} (needed by {shown})")
-    return out

@@ -64,6 +64,9 @@ from routerd.urls import AllowList
 from routerd.wire.records import ModelRecord, Snapshot, snapshot_to_json
 from routerd.wire.status import RuntimeStatus
 
+#: How often a master probes its own backends' lanes (text, image, stt readiness).
+LANE_PROBE_INTERVAL_S = 1.0
+
 
 class Node:
     log = Logger()
@@ -168,16 +171,19 @@ class Node:
                                  hash_catalog=self._hash_catalog)
         self._refit_loop = IntervalService("cost refit", self._refit,
                                            cluster.lending.scheduling_refresh_interval, reactor, now=True)
+        # A master picks a local replica only when its lane is ready (spec "Registration and health").
+        self.lane_probes = None if self.master is None else IntervalService(
+            "lane readiness", self.runtimes.refresh_readiness, LANE_PROBE_INTERVAL_S, reactor)
         # Start order top to bottom; stop order bottom to top, each after the one below it.
         self.services = OrderedServices()  # type: ignore[no-untyped-call]
         for child in (HookService("connection pool", on_stop=self._pool.closeCachedConnections),
                       HookService("router database", on_stop=self._close_store),
-                      HookService("backends", on_stop=self.runtimes.stop),
+                      HookService("backends", on_start=self.runtimes.boot, on_stop=self.runtimes.stop),
                       HookService("restore after borrow", on_stop=self.restorer.stop),
                       HookService("decision log", on_start=lambda: self.decisions.start(self.store),
                                   on_stop=self.decisions.stop),
                       self._refit_loop, IntervalService("keep-alive", self.keepalive.tick, 1.0, reactor),
-                      self.master, self.coordinator):
+                      self.lane_probes, self.master, self.coordinator):
             if child is not None:
                 child.setServiceParent(self.services)  # type: ignore[no-untyped-call]
 

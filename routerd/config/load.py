@@ -28,6 +28,7 @@ from routerd.config.schema import (
     BinaryConfig,
     ClusterConfig,
     Config,
+    KoboldConfig,
     LimitsConfig,
     ModelsConfig,
     ServerConfig,
@@ -39,6 +40,8 @@ TOKEN_ENV = "ROUTERD_CLUSTER_TOKEN"
 TOKEN_FILE_ENV = "ROUTERD_CLUSTER_TOKEN_FILE"
 
 _BINARY_SECTIONS = ("llama", "sdcpp", "whispercpp", "kobold", "vllm")
+#: Keys a family's section has besides ``binary_path`` and ``extra_args``.
+_FAMILY_KEYS: dict[str, tuple[str, ...]] = {"kobold": ("no_model", "reload_timeout")}
 _SECTIONS = ("server", "auth", "models", "backend", *_BINARY_SECTIONS, "cluster", "limits")
 
 
@@ -159,11 +162,17 @@ def parse_config(
     backend = BackendConfig(mode=reader.string(b, "backend", "mode", "llama_sdcpp").strip())
     reader.unknown(b, "backend", ("mode",))
     if backend.mode not in BACKEND_MODES:
-        errs.add("backend.mode", "must be llama_sdcpp, kobold, or vllm")
-    elif backend.mode != "llama_sdcpp":
-        errs.add("backend.mode", f"{backend.mode!r} is not supported by this build yet (use llama_sdcpp)")
+        errs.add("backend.mode", "must be kobold, llama_sdcpp, or vllm")
 
-    binaries = {name: reader.binary(sections[name], name) for name in _BINARY_SECTIONS}
+    binaries: dict[str, Any] = {name: reader.binary(sections[name], name, _FAMILY_KEYS.get(name, ()))
+                                for name in _BINARY_SECTIONS}
+    k = sections["kobold"]
+    base = binaries["kobold"]
+    binaries["kobold"] = KoboldConfig(
+        command=base.command, extra_args=base.extra_args,
+        no_model=reader.boolean(k, "kobold", "no_model", False),
+        reload_timeout=reader.duration(k, "kobold", "reload_timeout", 90.0),
+    )
 
     c = sections["cluster"]
     token = reader.string(c, "cluster", "token", "")
@@ -290,8 +299,17 @@ class _Reader:
              base: str | None = None) -> str:
         return self.path_value(self.string(section, name, key, default), base)
 
-    def binary(self, section: Mapping[str, Any], name: str) -> BinaryConfig:
-        self.unknown(section, name, ("binary_path", "extra_args"))
+    def boolean(self, section: Mapping[str, Any], name: str, key: str, default: bool) -> bool:
+        value = section.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            self.errs.add(f"{name}.{key}", "must be true or false")
+            return default
+        return value
+
+    def binary(self, section: Mapping[str, Any], name: str, more: tuple[str, ...] = ()) -> BinaryConfig:
+        self.unknown(section, name, ("binary_path", "extra_args", *more))
         raw = section.get("binary_path")
         command: tuple[str, ...] = ()
         if raw is None or raw == "":

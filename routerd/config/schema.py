@@ -73,6 +73,18 @@ class BinaryConfig:
 
 
 @attrs.frozen
+class KoboldConfig(BinaryConfig):
+    """The ``kobold`` section: the binary plus how its one process is run.
+
+    ``no_model``: start KoboldCpp at boot with ``--nomodel`` (the first load is then a reload);
+    ``reload_timeout``: how long a ``reload_config`` switch may take to come back live (seconds).
+    """
+
+    no_model: bool = False
+    reload_timeout: float = 90.0
+
+
+@attrs.frozen
 class ClusterConfig:
     role: str = "standalone"
     node_id: str = "local"
@@ -110,7 +122,7 @@ class Config:
     llama: BinaryConfig = attrs.Factory(BinaryConfig)
     sdcpp: BinaryConfig = attrs.Factory(BinaryConfig)
     whispercpp: BinaryConfig = attrs.Factory(BinaryConfig)
-    kobold: BinaryConfig = attrs.Factory(BinaryConfig)
+    kobold: KoboldConfig = attrs.Factory(KoboldConfig)
     vllm: BinaryConfig = attrs.Factory(BinaryConfig)
     cluster: ClusterConfig = attrs.Factory(ClusterConfig)
     limits: LimitsConfig = attrs.Factory(LimitsConfig)
