@@ -59,7 +59,8 @@ class _LendingGauges(Collector):
 class RuntimeView:
     """One backend runtime at scrape time."""
 
-    runtime: str
+    runtime: str  # the kind of work: text, image, stt
+    backend: str  # the runtime's process: llama-server, sd-server, koboldcpp, vllm-generate, ...
     state: str
     model: str  # "" when it holds none
     users: int  # requests in the backend
@@ -74,23 +75,25 @@ class _NodeGauges(Collector):
         self.nodes = nodes
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        labels = ("runtime", "backend")
         state = GaugeMetricFamily("routerd_runtime_state",
                                   "1 for the state each backend runtime is in (0 for the others)",
-                                  labels=("runtime", "state"))
+                                  labels=(*labels, "state"))
         model = GaugeMetricFamily("routerd_runtime_model", "The model each backend runtime holds",
-                                  labels=("runtime", "model"))
+                                  labels=(*labels, "model"))
         users = GaugeMetricFamily("routerd_runtime_requests", "Requests being served by each runtime",
-                                  labels=("runtime",))
+                                  labels=labels)
         depth = GaugeMetricFamily("routerd_queue_depth",
                                   "Requests waiting for a backend runtime (its load, switch or a free slot)",
-                                  labels=("runtime",))
+                                  labels=labels)
         for view in self.runtimes():
+            key = (view.runtime, view.backend)
             for name in self.states:
-                state.add_metric((view.runtime, name), 1.0 if name == view.state else 0.0)
+                state.add_metric((*key, name), 1.0 if name == view.state else 0.0)
             if view.model:
-                model.add_metric((view.runtime, view.model), 1.0)
-            users.add_metric((view.runtime,), view.users)
-            depth.add_metric((view.runtime,), view.waiters)
+                model.add_metric((*key, view.model), 1.0)
+            users.add_metric(key, view.users)
+            depth.add_metric(key, view.waiters)
         yield from (state, model, users, depth)
         health = GaugeMetricFamily("routerd_node_healthy",
                                    "1 when a node answers (the master: itself and each slave it knows)",

@@ -394,8 +394,11 @@ class Node:
                                self.local.active.values(), self.lending.held_requests())
 
     def _runtime_views(self) -> list[RuntimeView]:
-        return [RuntimeView(s.kind, s.state, s.model_id or "", s.users, s.waiters)
-                for s in self.runtimes.status()]
+        views = []
+        for slot in self.runtimes.slots():
+            s = slot.status()
+            views.append(RuntimeView(s.kind, slot.name, s.state, s.model_id or "", s.users, s.waiters))
+        return views
 
     def _node_health(self) -> list[tuple[str, bool]]:
         own = [(self.node_id, True)]

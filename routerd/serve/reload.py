@@ -22,21 +22,23 @@ pure functions.  Reloads never overlap: a second one waits for the first.
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal, Protocol
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import attrs
 from twisted.internet.defer import Deferred, DeferredLock, ensureDeferred
 from twisted.logger import Logger
 
 from routerd.backends.runtimes import Runtimes
+from routerd.backends.slot import RuntimeSlot
 from routerd.catalog.catalog import Catalog, CatalogError
-from routerd.catalog.model import RUNTIME_KINDS, ModelConfig, RuntimeKind
+from routerd.catalog.model import ModelConfig
 from routerd.cluster.auth import AuthPolicy
 from routerd.config.load import ConfigError
 from routerd.config.schema import Config
 
 log = Logger()
+S = TypeVar("S")
 
 #: Config keys (dotted; a trailing dot covers a whole section) a reload applies at once.
 LIVE_KEYS: tuple[str, ...] = (
@@ -125,27 +127,27 @@ def catalog_diff(old: Catalog, new: Catalog) -> CatalogDiff:
 
 
 @attrs.frozen
-class SlotAction:
-    kind: RuntimeKind
+class SlotAction(Generic[S]):
+    slot: S
+    name: str  # the runtime's name (``llama-server``, ``koboldcpp``, ...)
     model_id: str
     action: Literal["reload", "unload"]
     config: ModelConfig | None = None  # the new config to load (``reload``)
 
 
-def slot_actions(loaded: Mapping[RuntimeKind, ModelConfig | None], catalog: Catalog) -> list[SlotAction]:
-    """What each runtime does about the new catalog: nothing when its model is unchanged (or it
-    holds none), ``unload`` when its model is gone (or no longer serves that runtime), ``reload``
-    with the new config when the model's config changed."""
-    actions: list[SlotAction] = []
-    for kind in RUNTIME_KINDS:
-        held = loaded.get(kind)
-        if held is None:
-            continue
+def slot_actions(loaded: Iterable[tuple[S, str, ModelConfig]], catalog: Catalog,
+                 places: Callable[[S, ModelConfig], bool]) -> list[SlotAction[S]]:
+    """What each runtime (``slot``, its name, the config it holds) does about the new catalog:
+    nothing when its model is unchanged, ``unload`` when its model is gone (or would now run
+    elsewhere: ``places`` says whether a slot is where a model runs), ``reload`` with the new config
+    when the model's config changed."""
+    actions: list[SlotAction[S]] = []
+    for slot, name, held in loaded:
         current = catalog.get(held.local_id)
-        if current is None or not current.capabilities.serves(kind):
-            actions.append(SlotAction(kind, held.local_id, "unload"))
+        if current is None or not places(slot, current):
+            actions.append(SlotAction(slot, name, held.local_id, "unload"))
         elif _key(current) != _key(held):
-            actions.append(SlotAction(kind, held.local_id, "reload", current))
+            actions.append(SlotAction(slot, name, held.local_id, "reload", current))
     return actions
 
 
@@ -153,7 +155,7 @@ def slot_actions(loaded: Mapping[RuntimeKind, ModelConfig | None], catalog: Cata
 class ReloadReport:
     config: ConfigChanges
     models: CatalogDiff
-    actions: tuple[SlotAction, ...]
+    actions: tuple[SlotAction[Any], ...]
     invalid: tuple[tuple[str, str], ...]  # (file name, reason) of configs that did not parse
 
     def to_json(self) -> dict[str, Any]:
@@ -169,7 +171,7 @@ class ReloadReport:
 
 
     def _named(self, action: str) -> list[dict[str, str]]:
-        return [{"model": a.model_id, "runtime": a.kind} for a in self.actions if a.action == action]
+        return [{"model": a.model_id, "runtime": a.name} for a in self.actions if a.action == action]
 
 
 class ReloadFailed(Exception):
@@ -223,8 +225,10 @@ class Reloader:
             raise ReloadFailed([str(exc)]) from None
         catalog = await self.hash_catalog(scanned)
         diff = catalog_diff(node.catalog, catalog)
-        loaded = {kind: node.runtimes.slot(kind).loaded_config() for kind in RUNTIME_KINDS}
-        actions = slot_actions(loaded, catalog)
+        runtimes = node.runtimes
+        loaded = [(slot, slot.name, held) for slot in runtimes.slots()
+                  if (held := slot.loaded_config()) is not None]
+        actions = slot_actions(loaded, catalog, runtimes.places)
         node.config = running
         node.catalog = catalog
         await node.apply_live_config(old, running)
@@ -246,17 +250,17 @@ class Reloader:
         await node.announce()
         return report
 
-    def _perform(self, action: SlotAction) -> None:
+    def _perform(self, action: SlotAction[RuntimeSlot]) -> None:
         """Queue the action on the runtime's slot: it runs once the slot's current users finish."""
-        slot = self.target.runtimes.slot(action.kind)
+        slot = action.slot
         if action.action == "unload":
-            log.info("{model} was removed: unloading it from the {runtime} runtime when idle",
-                     model=action.model_id, runtime=action.kind)
+            log.info("{model} was removed: unloading it from {runtime} when idle",
+                     model=action.model_id, runtime=action.name)
             done = slot.unload()
         else:
             assert action.config is not None
-            log.info("{model}'s config changed: reloading it on the {runtime} runtime when idle",
-                     model=action.model_id, runtime=action.kind)
+            log.info("{model}'s config changed: reloading it on {runtime} when idle",
+                     model=action.model_id, runtime=action.name)
             done = slot.load(action.config)
         done.addErrback(lambda failure: log.warn("{action} of {model} after a reload failed: {reason}",
                                                  action=action.action, model=action.model_id,

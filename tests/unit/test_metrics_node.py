@@ -41,11 +41,13 @@ def test_metrics_after_traffic_cover_process_runtimes_first_token_and_token_rate
 
     assert ("process_resident_memory_bytes", ()) in got and ("process_cpu_seconds_total", ()) in got
     assert any(name == "python_info" for name, _labels in got)
-    assert got[("routerd_runtime_state", (("runtime", "text"), ("state", "ready")))] == 1.0
-    assert got[("routerd_runtime_state", (("runtime", "text"), ("state", "loading")))] == 0.0
-    assert got[("routerd_runtime_state", (("runtime", "image"), ("state", "empty")))] == 1.0
-    assert got[("routerd_runtime_model", (("model", "chat"), ("runtime", "text")))] == 1.0
-    assert got[("routerd_queue_depth", (("runtime", "text"),))] == 0.0
+    text = (("backend", "llama-server"), ("runtime", "text"))
+    image = (("backend", "sd-server"), ("runtime", "image"))
+    assert got[("routerd_runtime_state", (*text, ("state", "ready")))] == 1.0
+    assert got[("routerd_runtime_state", (*text, ("state", "loading")))] == 0.0
+    assert got[("routerd_runtime_state", (*image, ("state", "empty")))] == 1.0
+    assert got[("routerd_runtime_model", (text[0], ("model", "chat"), text[1]))] == 1.0
+    assert got[("routerd_queue_depth", text)] == 0.0
     assert got[("routerd_node_healthy", (("node_id", "solo"),))] == 1.0
     # only the streamed request has a first token apart from its last byte; the first one also
     # waited for the 200 ms load
@@ -66,11 +68,12 @@ def test_queue_depth_counts_requests_waiting_for_a_runtime(tmp_path: Path) -> No
     slot = node.runtimes.slot("text")
     lease = world.run(slot.acquire(node.catalog.get("chat")))
     waiting = slot.acquire(node.catalog.get("other"))  # a switch waits for the lease
-    assert scrape(world, node)[("routerd_queue_depth", (("runtime", "text"),))] == 1.0
-    assert scrape(world, node)[("routerd_runtime_requests", (("runtime", "text"),))] == 1.0
+    text = (("backend", "llama-server"), ("runtime", "text"))
+    assert scrape(world, node)[("routerd_queue_depth", text)] == 1.0
+    assert scrape(world, node)[("routerd_runtime_requests", text)] == 1.0
     lease.release()
     world.run(waiting).release()
-    assert scrape(world, node)[("routerd_queue_depth", (("runtime", "text"),))] == 0.0
+    assert scrape(world, node)[("routerd_queue_depth", text)] == 0.0
 
 
 def test_a_master_reports_each_slaves_health(tmp_path: Path) -> None:

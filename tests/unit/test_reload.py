@@ -72,14 +72,16 @@ def test_catalog_diff_names_added_removed_and_changed_configs() -> None:
 def test_a_runtime_unloads_a_removed_model_and_reloads_a_changed_one_and_keeps_the_rest() -> None:
     changed = _model("c", config_hash="h2")
     catalog = Catalog([_model("a"), changed, _model("p", image=True)])
+    # slot "text" runs models that serve text, slot "image" those that serve images
+    places = lambda slot, model: model.capabilities.serves(slot)  # noqa: E731
 
-    assert slot_actions({"text": _model("a"), "image": None, "stt": None}, catalog) == []
-    [gone] = slot_actions({"text": _model("b")}, catalog)
-    assert (gone.kind, gone.model_id, gone.action) == ("text", "b", "unload")
-    [reload] = slot_actions({"text": _model("c")}, catalog)
+    assert slot_actions([("text", "llama-server", _model("a"))], catalog, places) == []
+    [gone] = slot_actions([("text", "llama-server", _model("b"))], catalog, places)
+    assert (gone.slot, gone.name, gone.model_id, gone.action) == ("text", "llama-server", "b", "unload")
+    [reload] = slot_actions([("text", "llama-server", _model("c"))], catalog, places)
     assert (reload.action, reload.config) == ("reload", changed)
-    # a model that no longer serves the runtime it is loaded on is unloaded from it
-    [moved] = slot_actions({"text": _model("p")}, catalog)
+    # a model that would now run elsewhere is unloaded from the runtime that holds it
+    [moved] = slot_actions([("text", "llama-server", _model("p"))], catalog, places)
     assert moved.action == "unload"
 
 
@@ -135,7 +137,7 @@ def test_a_changed_loaded_model_is_reloaded_only_once_its_request_finished(tmp_p
     code, report = _reload(world, node)
 
     assert code == 200 and report["models"]["changed"] == ["chat"]
-    assert report["models"]["reloading"] == [{"model": "chat", "runtime": "text"}]
+    assert report["models"]["reloading"] == [{"model": "chat", "runtime": "llama-server"}]
     world.run(_settle(world))
     assert slot.loaded_config() == before and len(world.launcher.spawned) == 1  # never mid-request
     lease.release()
@@ -154,7 +156,7 @@ def test_a_removed_loaded_model_is_unloaded_when_idle(tmp_path: Path) -> None:
 
     code, report = _reload(world, node)
 
-    assert code == 200 and report["models"]["unloading"] == [{"model": "chat", "runtime": "text"}]
+    assert code == 200 and report["models"]["unloading"] == [{"model": "chat", "runtime": "llama-server"}]
     assert slot.state.value == "ready"  # still serving its request
     lease.release()
     world.run(_settle(world))
