@@ -18,6 +18,7 @@ from routerd import __version__
 from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
 from routerd.api.errors import api_app, master_only, not_found
+from routerd.api.guardians_routes import GuardiansAPI
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.links_routes import LinksAPI
 from routerd.api.offload_routes import OffloadAPI
@@ -247,6 +248,7 @@ def build_site(node: Node) -> NodeSite:
         AdminAPI(node=node, admin=node.admin),
         LinksAPI(node),
         SettingsAPI(node),
+        GuardiansAPI(node),
     ]
     limit = node.config.limits.max_body_bytes
     return NodeSite(GuardResource(Dispatch(apis), node.policy, limit), limit)
