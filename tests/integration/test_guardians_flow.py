@@ -14,7 +14,9 @@ from typing import Any
 import attrs
 import pytest_twisted
 import treq
+from twisted.internet import reactor, task
 
+from routerd.routing.guardians import GuardianSet
 from tests.integration.nodes import (
     FAST_TEXT,
     ClusterPlan,
@@ -90,6 +92,10 @@ def _setting(scope: str, guardian: str, **key: str) -> dict[str, Any]:
     return {"scope": scope, **key, "guardian": {"node_id": node_id, "model_id": model_id}}
 
 
+def plain_chat(model: str) -> dict[str, Any]:
+    return {"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+
+
 def image_chat(model: str, **extra: Any) -> dict[str, Any]:
     return {"model": model, "max_tokens": 8, "messages": [{"role": "user", "content": [
         {"type": "text", "text": "what is in this picture"},
@@ -112,8 +118,7 @@ async def _decisions(node: RunningNode) -> list[dict[str, Any]]:
 async def test_a_same_node_guardian_answers_and_the_text_model_is_loaded_back_when_quiet(
         cluster: Cluster) -> None:
     await _guard(cluster, _setting("node", "left/vision", node_id="left"))
-    code, _, _ = await _post(cluster.master.url, "/v1/chat/completions",
-                             {"model": "text", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+    code, _, _ = await _post(cluster.master.url, "/v1/chat/completions", plain_chat("text"))
     assert code == 200
     runtimes = cluster.left.node.runtimes
     assert runtimes.loaded_config("text") == "text.kcpps"
@@ -133,15 +138,13 @@ async def test_a_same_node_guardian_answers_and_the_text_model_is_loaded_back_wh
 async def test_a_cluster_guardian_on_another_node_answers_and_that_node_keeps_it_loaded(
         cluster: Cluster) -> None:
     await _guard(cluster, _setting("cluster", "right/big"))
-    code, _, _ = await _post(cluster.master.url, "/v1/chat/completions",
-                             {"model": "own", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+    code, _, _ = await _post(cluster.master.url, "/v1/chat/completions", plain_chat("own"))
     assert code == 200
     code, headers, content = await _post(cluster.master.url, "/v1/chat/completions", image_chat("text"))
     assert code == 200, content
     assert (headers["x-routerd-guardian"], headers["x-routerd-node"]) == ("right/big", "right")
     assert json.loads(content)["model"] == "text"
     assert cluster.left.node.runtimes.loaded_config("text") is None  # the text model never saw it
-    from twisted.internet import reactor, task
     await task.deferLater(reactor, 0.8, lambda: None)  # well past offload_restore_delay
     assert cluster.right.node.runtimes.loaded_config("text") == "big.kcpps"  # no load back there
     [row] = await _decisions(cluster.master)
@@ -213,7 +216,6 @@ async def test_without_a_guardian_nothing_changes_and_guardians_are_covered_by_i
     assert [(n["node_id"], n["in_sync"]) for n in summary["nodes"]] == [
         ("left", True), ("master", True), ("right", True)]
     # a slave that lost the guardians is out of sync
-    from routerd.routing.guardians import GuardianSet
     cluster.right.node.lending.install_guardians(GuardianSet())
     code, summary = await _json("GET", cluster.master.url + "/router/v1/site/offload/summary")
     assert {n["node_id"]: n["in_sync"] for n in summary["nodes"]}["right"] is False
