@@ -8,8 +8,9 @@ cluster, 64 evaluations).
 
     .venv/bin/python benchmarks/plan_bench.py [--nodes 32] [--owners 16] [--helpers 4] [--repeat 200]
 
-The figure judged against the target is the best of ``--repeat`` runs (the one least disturbed by
-other load on the machine); the median is printed beside it.  Exit status 1 when over the target.
+The figure judged against the target (issue 8: 5 ms) is the median of ``--repeat`` runs; the best
+(the run least disturbed by other load on the machine) is printed beside it.  Exit status 1 when
+the median is over the target.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from routerd.wire.lending import (  # noqa: E402
 )
 from routerd.wire.status import RuntimeStatus  # noqa: E402
 
-TARGET_MS = 10.0
+TARGET_MS = 5.0  # issue 8: one full plan for 32 nodes x 16 owners x 4 helpers, median
 
 
 def build(
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"plan, {args.nodes} nodes x {args.owners} owners/node x {args.helpers} helpers/owner "
         f"({evaluations} evaluations, {leases} leases): {best:.2f} ms best, {median:.2f} ms median "
-        f"of {args.repeat} (target <= {TARGET_MS:.0f} ms)"
+        f"of {args.repeat} (target: median <= {TARGET_MS:.0f} ms)"
     )
     few = min(args.owners, args.nodes)
     light = time_plan(args.nodes, 1, args.helpers, args.repeat, owner_nodes=few)
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         f"plan, {args.nodes} nodes, {few} owners in all x {args.helpers} helpers/owner "
         f"({light[0]} evaluations, {light[1]} leases): {light[2]:.2f} ms best, {light[3]:.2f} ms median"
     )
-    return 0 if best <= TARGET_MS else 1
+    return 0 if median <= TARGET_MS else 1
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from twisted.internet.defer import ensureDeferred
+from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.web.iweb import IRequest
 
 from routerd import __version__
@@ -26,14 +26,17 @@ from routerd.api.push_routes import PushAPI
 from routerd.api.reply import RequestReply, incoming, query_arg
 from routerd.api.settings_routes import SettingsAPI
 from routerd.api.site import GuardResource, NodeSite
+from routerd.api.webui import WebUI, webui_dir
 from routerd.catalog.model import Capabilities
+from routerd.cluster.client import ClusterError, RemoteError
 from routerd.errors import HTTPError
 from routerd.lending.offload import borrowed_from_headers
+from routerd.lending.reports import site_states
 from routerd.routing.adapters import ollama
 from routerd.routing.classify import INFERENCE_PATHS, classify
 from routerd.routing.forward import INFERENCE_PREFIX
 from routerd.serve import documents
-from routerd.serve.admin import ModelAdmin
+from routerd.serve.admin import UNLOAD_TARGETS, ModelAdmin
 from routerd.serve.front import InferenceFront
 from routerd.wire.records import PROTOCOL_VERSION
 from routerd.wire.status import status_to_json
@@ -59,6 +62,27 @@ def _model_arg(body: dict[str, Any]) -> str:
     if not isinstance(name, str) or not name:
         raise HTTPError(400, "model is required")
     return name
+
+
+def _node_arg(body: dict[str, Any]) -> str:
+    node_id = body.get("node_id")
+    if not isinstance(node_id, str) or not node_id:
+        raise HTTPError(400, "node_id is required")
+    return node_id
+
+
+async def _on_remote(master: MasterAgent, node_id: str, call: Callable[[str], Deferred[Any]]) -> None:
+    """Run a node API call on a remote node; its error answered as the node gave it, or 502."""
+    info = master.registry.node(node_id)
+    if info is None:
+        raise HTTPError(404, f"node {node_id!r} is not known", "not_found", "node_not_found")
+    try:
+        await call(info.node_url)
+    except RemoteError as exc:
+        raise HTTPError(exc.status, exc.message, exc.type, exc.code) from None
+    except ClusterError as exc:
+        raise HTTPError(502, f"node {node_id!r} did not answer: {exc.reason}", "backend_error",
+                        "node_unreachable") from None
 
 
 class ClientAPI:
@@ -229,6 +253,41 @@ class AdminAPI:
             return json_response(request, self.node.state_document())
         return json_response(request, await master.node_json(node_id, "/router/v1/node/state"))
 
+    @app.route("/router/v1/site/nodes/states", methods=["GET"])
+    async def nodes_states(self, request: IRequest) -> bytes:
+        """Every node's ``/state`` in one answer (the WebUI Nodes page), plus ``node_errors``."""
+        master = self._master()
+        return json_response(request, await site_states(master, self.node.node_id,
+                                                        self.node.state_document()))
+
+    @app.route("/router/v1/site/nodes/load", methods=["POST"])
+    async def node_load(self, request: IRequest) -> bytes:
+        """Load a model on one named node (``{node_id, model}``; model = that node's local ID)."""
+        master = self._master()
+        body = read_json(request)
+        node_id = _node_arg(body)
+        model = _model_arg(body)
+        if node_id == self.node.node_id:
+            return json_response(request, await self.admin.load(model))
+        await _on_remote(master, node_id, lambda url: master.client.load(url, model))
+        return json_response(request, {"ok": True, "model": model, "node_id": node_id})
+
+    @app.route("/router/v1/site/nodes/unload", methods=["POST"])
+    async def node_unload(self, request: IRequest) -> bytes:
+        """Unload on one named node (``{node_id, model?, target?}`` as that node's ``/unload``)."""
+        master = self._master()
+        body = read_json(request)
+        node_id = _node_arg(body)
+        model, target = body.get("model"), body.get("target")
+        if model is not None and (not isinstance(model, str) or not model):
+            raise HTTPError(400, "model must be a non-empty string")
+        if target is not None and target not in UNLOAD_TARGETS:
+            raise HTTPError(400, "target must be one of " + ", ".join(UNLOAD_TARGETS))
+        if node_id == self.node.node_id:
+            return json_response(request, await self.admin.unload(model, target))
+        await _on_remote(master, node_id, lambda url: master.client.unload(url, model, target))
+        return json_response(request, {"ok": True, "model": model, "node_id": node_id})
+
     @app.route("/router/v1/site/", branch=True)
     def site_other(self, request: IRequest) -> bytes:
         self._master()
@@ -249,6 +308,7 @@ def build_site(node: Node) -> NodeSite:
         LinksAPI(node),
         SettingsAPI(node),
         GuardiansAPI(node),
+        WebUI(webui_dir()),
     ]
     limit = node.config.limits.max_body_bytes
     return NodeSite(GuardResource(Dispatch(apis), node.policy, limit), limit)

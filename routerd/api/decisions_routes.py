@@ -2,7 +2,9 @@
 
 Node API (cluster token): ``GET /router/v1/node/offload/decisions?lane&outcome&kind&limit&since_ms``
 → ``{"records"}``; ``GET /router/v1/node/offload/summary``.  Site API (master only; 404 elsewhere):
-``GET /router/v1/site/offload/decisions?…&node_id…`` and ``GET /router/v1/site/offload/summary``.
+``GET /router/v1/site/offload/decisions?…&node_id…``, the same rows folded for the WebUI
+(``GET /router/v1/site/offload/decisions/folded?…&page&page_size``) and
+``GET /router/v1/site/offload/summary``.
 The documents are built by ``routerd.lending.reports``; this module parses and answers.
 """
 
@@ -12,6 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import cast
 
+import attrs
 from twisted.web.iweb import IRequest
 
 from routerd.api.errors import api_app, master_only
@@ -19,6 +22,7 @@ from routerd.api.jsonio import json_response
 from routerd.api.reply import query_values
 from routerd.errors import HTTPError
 from routerd.lending.decisions import ALL_OUTCOMES, KINDS
+from routerd.lending.fold import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, fold, page
 from routerd.lending.reports import (
     NODE_DECISIONS,
     NODE_SUMMARY,
@@ -37,6 +41,11 @@ from routerd.wire.lending import LANES
 SITE_DEFAULT_LIMIT = 500
 
 SITE_DECISIONS = "/router/v1/site/offload/decisions"
+SITE_FOLDED = "/router/v1/site/offload/decisions/folded"
+#: Rows the folded site query gathers (from all nodes together) when no ``limit`` is given, and at
+#: most; each node is still asked for at most ``MAX_LIMIT`` of its own.
+SITE_FOLD_DEFAULT_LIMIT = 10000
+SITE_FOLD_MAX_LIMIT = 100000
 SITE_SUMMARY = "/router/v1/site/offload/summary"
 
 _DIGITS = re.compile(r"[0-9]+")
@@ -55,18 +64,22 @@ def _choice(request: IRequest, name: str, allowed: Sequence[str] | frozenset[str
     return value
 
 
-def parse_query(request: IRequest, default_limit: int) -> DecisionQuery:
+def _count(request: IRequest, name: str, default: int, low: int, high: int) -> int:
+    text = _arg(request, name)
+    if text is None:
+        return default
+    if not _DIGITS.fullmatch(text) or not low <= int(text) <= high:
+        raise HTTPError(400, f"{name} must be an integer from {low} to {high}, got {text!r}",
+                        "invalid_request_error", "invalid_parameter")
+    return int(text)
+
+
+def parse_query(request: IRequest, default_limit: int, max_limit: int = MAX_LIMIT) -> DecisionQuery:
     """The decisions query of ``request``; ``HTTPError`` 400 naming the first bad parameter."""
     lane = _choice(request, "lane", LANES)
     kind = _choice(request, "kind", KINDS)
     outcome = _choice(request, "outcome", ALL_OUTCOMES)
-    limit = default_limit
-    text = _arg(request, "limit")
-    if text is not None:
-        if not _DIGITS.fullmatch(text) or not 1 <= int(text) <= MAX_LIMIT:
-            raise HTTPError(400, f"limit must be an integer from 1 to {MAX_LIMIT}, got {text!r}",
-                            "invalid_request_error", "invalid_parameter")
-        limit = int(text)
+    limit = _count(request, "limit", default_limit, 1, max_limit)
     since_ms: int | None = None
     text = _arg(request, "since_ms")
     if text is not None:
@@ -107,9 +120,23 @@ class DecisionsAPI:
         wanted: Sequence[str] = [v for v in query_values(request, "node_id") if v]
         return json_response(request, await site_decisions(node, query, wanted or None))
 
+    @app.route(SITE_FOLDED, methods=["GET"])
+    async def site_folded(self, request: IRequest) -> bytes:
+        """The merged rows folded by key (``routerd.lending.fold``), one page of lines."""
+        node = _site(self.node)
+        query = parse_query(request, SITE_FOLD_DEFAULT_LIMIT, SITE_FOLD_MAX_LIMIT)
+        number = _count(request, "page", 0, 0, 1_000_000)
+        size = _count(request, "page_size", DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE)
+        wanted: Sequence[str] = [v for v in query_values(request, "node_id") if v]
+        per_node = attrs.evolve(query, limit=min(query.limit, MAX_LIMIT))
+        merged = await site_decisions(node, per_node, wanted or None, total_limit=query.limit)
+        document = page(fold(merged["records"]), number, size)
+        document["node_errors"] = merged["node_errors"]
+        return json_response(request, document)
+
     @app.route(SITE_SUMMARY, methods=["GET"])
     async def site_summary(self, request: IRequest) -> bytes:
         return json_response(request, await site_summary(_site(self.node)))
 
 
-__all__ = ["SITE_DECISIONS", "SITE_SUMMARY", "DecisionsAPI", "parse_query"]
+__all__ = ["SITE_DECISIONS", "SITE_FOLDED", "SITE_SUMMARY", "DecisionsAPI", "parse_query"]

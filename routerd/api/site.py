@@ -10,6 +10,7 @@ from twisted.web.http import Request
 from twisted.web.iweb import IRequest
 
 from routerd.api.errors import answer_error
+from routerd.api.webui import is_ui_path
 from routerd.cluster.auth import AuthPolicy
 from routerd.errors import HTTPError
 
@@ -90,7 +91,11 @@ class GuardResource(resource.Resource):
             if getattr(request, "too_large", False):
                 raise HTTPError(413, f"request body is larger than {self.max_body_bytes} bytes",
                                 "request_too_large", "request_too_large")
-            if path not in OPEN_PATHS:
+            if is_ui_path(path):
+                # the WebUI's static files: allowed networks only, but no key (the pages ask for it)
+                if not self.policy.client_allowed(_client_host(request)):
+                    raise HTTPError(403, "client address is not allowed", "forbidden", "forbidden")
+            elif path not in OPEN_PATHS:
                 self.policy.check(path, _client_host(request), request.getHeader(b"authorization"))
         except HTTPError as err:
             return answer_error(cast(IRequest, request), err)

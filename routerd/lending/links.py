@@ -64,11 +64,15 @@ def _sort_key(link: Link) -> tuple[str, str, str, str]:
 def normalise(links: Iterable[Link]) -> tuple[Link, ...]:
     """Trim, skip blank endpoints, reject same-node links, collapse duplicates, sort."""
     kept: dict[tuple[str, str, str, str], Link] = {}
+    # One Endpoint object per model: lookups keyed by endpoints then hit by identity.
+    interned: dict[Endpoint, Endpoint] = {}
     for link in links:
         owner = _endpoint(link.owner.node_id, link.owner.model_id)
         helper = _endpoint(link.helper.node_id, link.helper.model_id)
         if owner is None or helper is None:
             continue
+        owner = interned.setdefault(owner, owner)
+        helper = interned.setdefault(helper, helper)
         if owner.node_id == helper.node_id:
             raise LinkError(f"model {owner.model_id} cannot lend work to a model on its own node")
         clean = Link(owner, helper, bool(link.load_if_unloaded), bool(link.restore_after_borrow))

@@ -330,7 +330,7 @@ def _plan_lane(
         owners.append((owner, status, owner_facts, stat))
     # Biggest backlog first (work, then count), then node id and model id.
     owners.sort(
-        key=lambda o: (-math.fsum(o[3].backlog_work), -o[3].backlog_count, o[0].node_id, o[0].model_id)
+        key=lambda o: (-sum(o[3].backlog_work), -o[3].backlog_count, o[0].node_id, o[0].model_id)
     )
 
     sides: dict[Endpoint, _HelperSide | None] = {}

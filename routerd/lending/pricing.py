@@ -133,7 +133,11 @@ def predict(cost: ModelCost | None, work: Sequence[float]) -> float | None:
         if len(cost.uniform_work) != len(work) or not _within_uniform(cost, work):
             return None
         return cost.base_ms
-    return cost.base_ms + math.fsum(s * max(w, 0.0) for s, w in zip(cost.slopes_ms, work, strict=True))
+    total = cost.base_ms
+    for slope, w in zip(cost.slopes_ms, work, strict=True):  # one or two terms: a loop, no fsum
+        if w > 0:
+            total += slope * w
+    return total
 
 
 def predict_queue(cost: ModelCost | None, count: int, total_work: Sequence[float]) -> float | None:
@@ -152,9 +156,11 @@ def predict_queue(cost: ModelCost | None, count: int, total_work: Sequence[float
         if len(cost.uniform_work) != len(mean) or not _within_uniform(cost, mean):
             return None
         return count * cost.base_ms
-    return count * cost.base_ms + math.fsum(
-        s * max(w, 0.0) for s, w in zip(cost.slopes_ms, total_work, strict=True)
-    )
+    total = count * cost.base_ms
+    for slope, w in zip(cost.slopes_ms, total_work, strict=True):  # one or two terms: a loop, no fsum
+        if w > 0:
+            total += slope * w
+    return total
 
 
 def fit_loads(samples: Iterable[LoadSample]) -> list[LoadCost]:

@@ -5,6 +5,7 @@
 * A node's summary: ``{node_id, build_version, settings_fingerprint, held_requests}``.
 * Site decisions: the rows of every selected node merged newest first and truncated to ``limit``,
   plus ``node_errors: [{node_id, error}]`` for nodes that are unknown, unhealthy or did not answer.
+* Site states: every node's ``/state`` (the Nodes page) with ``node_errors``.
 * Site summary: ``{nodes: [{node_id, build_version, settings_fingerprint, in_sync, held_requests}],
   leases}`` (+ ``node_errors``); ``leases`` are the coordinator's live leases with ``expires_in_ms``.
 
@@ -32,6 +33,7 @@ NODE_TIMEOUT_S = 5.0
 
 NODE_DECISIONS = "/router/v1/node/offload/decisions"
 NODE_SUMMARY = "/router/v1/node/offload/summary"
+NODE_STATE = "/router/v1/node/state"
 
 
 class _Fingerprinted(Protocol):
@@ -186,8 +188,9 @@ def _select_nodes(master: _Master, wanted: Sequence[str] | None,
 
 
 async def site_decisions(node: SiteNode, query: DecisionQuery,
-                         node_ids: Sequence[str] | None) -> dict[str, Any]:
-    """The site decisions document: every selected node's rows merged newest first."""
+                         node_ids: Sequence[str] | None, total_limit: int | None = None) -> dict[str, Any]:
+    """The site decisions document: every selected node's rows merged newest first, truncated to
+    ``total_limit`` rows (default: the query's own limit, which is also what each node is asked)."""
     master = node.master
     include_self, remotes, errors = _select_nodes(master, node_ids, node.node_id)
     rows: list[dict[str, Any]] = []
@@ -208,7 +211,7 @@ async def site_decisions(node: SiteNode, query: DecisionQuery,
         rows.extend(records)
     rows.sort(key=_newest_first)
     errors.sort(key=lambda e: e["node_id"])
-    return {"records": rows[:query.limit], "node_errors": errors}
+    return {"records": rows[:query.limit if total_limit is None else total_limit], "node_errors": errors}
 
 
 async def site_summary(node: SiteNode) -> dict[str, Any]:
@@ -241,9 +244,27 @@ async def site_summary(node: SiteNode) -> dict[str, Any]:
     return out
 
 
+async def site_states(master: _Master, own_id: str, own_state: dict[str, Any]) -> dict[str, Any]:
+    """Every node's ``/state`` (runtimes, active and held requests) in one document, the master's
+    own first-hand: ``{states: [state], node_errors: [{node_id, error}]}``, sorted by node id."""
+    _include_self, remotes, errors = _select_nodes(master, None, own_id)
+    states = [own_state]
+    for info, answer in await _ask_all(master, remotes, NODE_STATE):
+        if isinstance(answer, Failure):
+            errors.append({"node_id": info.node_id, "error": failure_text(answer)})
+        elif not isinstance(answer, dict):
+            errors.append({"node_id": info.node_id, "error": "state answer is not an object"})
+        else:
+            states.append({**answer, "node_id": info.node_id})
+    states.sort(key=lambda s: str(s.get("node_id", "")))
+    errors.sort(key=lambda e: e["node_id"])
+    return {"states": states, "node_errors": errors}
+
+
 __all__ = [
     "FANOUT",
     "NODE_DECISIONS",
+    "NODE_STATE",
     "NODE_SUMMARY",
     "NODE_TIMEOUT_S",
     "DecisionQuery",
@@ -252,5 +273,6 @@ __all__ = [
     "local_decisions",
     "local_summary",
     "site_decisions",
+    "site_states",
     "site_summary",
 ]

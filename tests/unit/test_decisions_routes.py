@@ -332,3 +332,76 @@ def test_site_summary_reports_failed_nodes_and_guards_a_bare_lending_service() -
     assert body["leases"] == []
     assert [e["node_id"] for e in body["node_errors"]] == ["slave-a", "slave-b"]
     assert "refused" in body["node_errors"][0]["error"]
+
+
+# -- folded site decisions (the WebUI Lending tab) ---------------------------------------------------
+
+
+def test_site_folded_decisions_fold_every_nodes_rows_and_paginate() -> None:
+    clock = task.Clock()
+    node = FakeNode(master=FakeMaster())
+    log = with_log(node, clock)
+    for _ in range(3):
+        clock.advance(1)
+        log.record("plan", "granted", lane="text", trigger="enqueued", owner_node_id="slave-a",
+                   owner_model_id="alpha",
+                   helper_node_id="master", helper_model_id="beta", slots=2)
+    node.master.registry.infos.append(info("slave-a"))  # type: ignore[union-attr]
+    node.master.client.answers["http://slave-a:8080"] = _remote_rows("slave-a", [500, 1500, 2500, 4500])
+    code, body = get(node, "/router/v1/site/offload/decisions/folded?page_size=1")
+    assert code == 200
+    assert (body["total_rows"], body["total_lines"], body["pages"], body["page"]) == (7, 2, 2, 0)
+    [line] = body["lines"]
+    assert (line["node_id"], line["outcome"], line["count"], line["first_ms"], line["last_ms"]) == \
+        ("slave-a", "lent", 4, 500, 4500)
+    assert line["latest"]["recorded_at"] == 4500
+    _, body = get(node, "/router/v1/site/offload/decisions/folded?page_size=1&page=1")
+    [line] = body["lines"]
+    assert (line["node_id"], line["outcome"], line["count"], line["span_ms"]) == \
+        ("master", "granted", 3, 2000)
+    assert body["node_errors"] == []
+
+
+def test_site_folded_decisions_gather_more_rows_than_one_node_may_return() -> None:
+    node = FakeNode(master=FakeMaster())
+    node.master.registry.infos.append(info("slave-a"))  # type: ignore[union-attr]
+    node.master.client.answers["http://slave-a:8080"] = _remote_rows("slave-a", [1, 2, 3])
+    code, body = get(node, "/router/v1/site/offload/decisions/folded?limit=20000")
+    assert code == 200 and body["total_rows"] == 3
+    asked = node.master.client.calls[0][1]  # type: ignore[union-attr]
+    assert "limit=5000" in asked  # each node is asked within its own cap
+
+
+@pytest.mark.parametrize("query", ["page=-1", "page=x", "page_size=0", "page_size=501", "limit=100001",
+                                   "kind=audit"])
+def test_site_folded_decisions_refuse_bad_parameters(query: str) -> None:
+    code, body = get(FakeNode(master=FakeMaster()), f"/router/v1/site/offload/decisions/folded?{query}")
+    assert code == 400
+    assert query.split("=")[0] in body["error"]["message"]
+
+
+def test_site_folded_decisions_answer_404_on_a_node_that_is_not_the_master() -> None:
+    code, _ = get(FakeNode(master=None), "/router/v1/site/offload/decisions/folded")
+    assert code == 404
+
+
+# -- every node's state in one answer (the WebUI Nodes page) -----------------------------------------
+
+
+def test_site_states_gather_every_nodes_state_and_name_the_ones_that_failed() -> None:
+    from routerd.lending.reports import site_states
+
+    master = FakeMaster()
+    master.registry.infos += [info("slave-a"), info("slave-b"), info("slave-c", healthy=False)]
+    master.client.answers["http://slave-a:8080"] = {"node_id": "whatever", "runtimes": [],
+                                                    "active_requests": [],
+                                                    "held_requests": [{"request_id": "r"}]}
+    master.client.answers["http://slave-b:8080"] = ClusterTimeout("no answer in 5s")
+    own = {"node_id": "master", "runtimes": [], "active_requests": [], "held_requests": []}
+    out: list[Any] = []
+    Deferred.fromCoroutine(site_states(master, "master", own)).addCallback(out.append)
+    [doc] = out
+    assert [s["node_id"] for s in doc["states"]] == ["master", "slave-a"]
+    assert doc["states"][1]["held_requests"] == [{"request_id": "r"}]
+    assert [e["node_id"] for e in doc["node_errors"]] == ["slave-b", "slave-c"]
+    assert "unhealthy" in doc["node_errors"][1]["error"]

@@ -210,6 +210,15 @@ def test_slot_counts_come_from_the_settings() -> None:
     assert [x.helper_slots for x in slower.leases] == [3]
 
 
+def test_a_probe_lease_gets_offload_probe_helper_slots() -> None:
+    """``offload_probe_helper_slots`` sets how many requests a probe may lend (default 1)."""
+    unpriced = {"owner_job": None, "helper_job": None, "loaded": True, "idle_s": 60}
+    assert [(x.probe, x.helper_slots) for x in pair(pending=1, **unpriced).leases] == [(True, 1)]
+    tuned = LendingSettings(offload_probe_helper_slots=3)
+    tuned_leases = pair(pending=1, settings=tuned, **unpriced).leases
+    assert [(x.probe, x.helper_slots) for x in tuned_leases] == [(True, 3)]
+
+
 def test_the_lease_lifetime_is_the_grant_ttl() -> None:
     result = pair(settings=LendingSettings(scheduling_grant_ttl=7.5))
     assert [lease.ttl_ms for lease in result.leases] == [7500]

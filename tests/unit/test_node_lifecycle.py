@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from routerd.store.runner import StoreClosedError
@@ -136,3 +137,13 @@ def test_start_fails_when_the_startup_model_cannot_load_and_the_node_still_stops
     world.run(node.stop())
     assert world.clock.getDelayedCalls() == []
     assert all(not p.running for p in world.launcher.spawned)
+
+
+def test_the_decision_retention_setting_reaches_the_decision_log_and_follows_changes(tmp_path: Path) -> None:
+    """``offload_decisions_retention``: from the config at start, and from an applied settings change."""
+    world = World(tmp_path)
+    node = world.node("solo", {"chat": TEXT}, cluster={"offload_decisions_retention": "2h"})
+    world.start(node)
+    assert node.decisions.retention_s == 2 * 3600
+    node.lending.apply_settings(attrs.evolve(node.lending.settings, offload_decisions_retention=600.0))
+    assert node.decisions.retention_s == 600.0

@@ -1,0 +1,123 @@
+"""Helpers of the browser tests: a headless Chromium from Debian's packages (``chromium`` and
+``chromium-driver``) driven by Selenium, and a cluster of real nodes (a master and a slave with
+simulator backends) on 127.0.0.1 for it to look at.
+
+The nodes run in the test's reactor; every Selenium call blocks, so the tests run each browser
+step in a thread (``Browser.do``) and the reactor keeps serving the pages meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.wait import WebDriverWait
+from twisted.internet import threads
+
+T = TypeVar("T")
+
+CHROMIUM = os.environ.get("ROUTERD_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("ROUTERD_CHROMEDRIVER", "/usr/bin/chromedriver")
+#: Where the tests write the README's screenshots when set (e.g. ``docs``); unset, none are taken.
+SCREENSHOTS = os.environ.get("ROUTERD_WEBUI_SCREENSHOTS", "")
+WIDTH, HEIGHT = 1280, 800
+
+
+def browser_missing() -> str | None:
+    """Why no browser can be started here, or None."""
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not (os.path.isfile(path) or shutil.which(path)):
+            return f"{path} is missing: apt-get install -y chromium chromium-driver"
+    return None
+
+
+def start_chromium() -> WebDriver:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                f"--window-size={WIDTH},{HEIGHT}", "--hide-scrollbars", "--force-device-scale-factor=1"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_window_size(WIDTH, HEIGHT)
+    return driver
+
+
+@attrs.define
+class Browser:
+    """One headless Chromium; ``do`` runs a blocking step in a thread."""
+
+    driver: WebDriver
+    base: str
+
+    async def do(self, step: Callable[..., T], *args: Any) -> T:
+        return await threads.deferToThread(step, *args)
+
+    # -- blocking helpers, called inside ``do`` ---------------------------------------------------
+
+    def wait(self, predicate: Callable[[WebDriver], Any], timeout: float = 15.0, what: str = "") -> Any:
+        return WebDriverWait(self.driver, timeout, poll_frequency=0.05,
+                             ignored_exceptions=(StaleElementReferenceException,)).until(predicate, what)
+
+    def click(self, selector: str, timeout: float = 15.0) -> None:
+        """Click the first element matching ``selector`` (found again if a refresh replaced it)."""
+        def clicked(_d: WebDriver) -> bool:
+            found = self.css(selector)
+            if not found:
+                return False
+            found[0].click()
+            return True
+        self.wait(clicked, timeout, f"click {selector}")
+
+    def css(self, selector: str) -> list[WebElement]:
+        return self.driver.find_elements(By.CSS_SELECTOR, selector)
+
+    def one(self, selector: str, timeout: float = 15.0) -> WebElement:
+        return self.wait(lambda d: (self.css(selector) or [None])[0], timeout, f"no {selector}")
+
+    def text(self, selector: str) -> str:
+        return " ".join(e.text for e in self.css(selector))
+
+    def wait_text(self, selector: str, needle: str, timeout: float = 15.0) -> str:
+        """Wait until an element matching ``selector`` shows ``needle``; its text."""
+        def found(_d: WebDriver) -> str | None:
+            for element in self.css(selector):
+                try:
+                    if needle in element.text:
+                        return str(element.text)
+                except Exception:  # re-rendered between find and read: look again
+                    continue
+            return None
+        return str(self.wait(found, timeout, f"{needle!r} in {selector}"))
+
+    def open(self, page: str) -> None:
+        self.driver.get(f"{self.base}/ui/#{page}")
+
+    def tab(self, page: str) -> None:
+        self.click(f'#tabs a[data-page="{page}"]')
+        self.one(f"#page-{page}")
+
+    def screenshot(self, name: str) -> None:
+        if SCREENSHOTS:
+            Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+            self.driver.save_screenshot(str(Path(SCREENSHOTS) / f"webui-{name}.png"))
+
+    def js(self, script: str, *args: Any) -> Any:
+        return self.driver.execute_script(script, *args)
+
+
+def sim_weights(spec: dict[str, Any], name: str) -> str:
+    return json.dumps({"weights": name, **spec})
+
+
+__all__ = ["HEIGHT", "WIDTH", "Browser", "browser_missing", "start_chromium"]

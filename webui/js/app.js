@@ -1,0 +1,106 @@
+// The WebUI shell: tabs by URL hash, one page mounted at a time, refreshed by polling every
+// POLL_MS while the tab is visible (paused while it is hidden), and errors shown in the banner.
+
+import { ApiError, signOut, storedKey } from "./api.js";
+import { h, replace } from "./dom.js";
+import * as nodes from "./nodes.js";
+import * as models from "./models.js";
+import * as lending from "./lending.js";
+import * as links from "./links.js";
+
+export const POLL_MS = 1500;
+const PAGES = { nodes, models, lending, links };
+
+const state = { name: null, page: null, ctx: null, generation: 0, wake: null };
+
+function banner(message) {
+  const el = document.getElementById("banner");
+  if (!message) {
+    el.hidden = true;
+    return;
+  }
+  el.hidden = false;
+  replace(el, message);
+}
+
+export function showError(err) {
+  if (err instanceof ApiError && err.status === 404 && err.message.includes("master only")) {
+    banner("This node is not the master: the site API is served by the master only. " +
+      "Open the WebUI on the master node.");
+    return;
+  }
+  banner(err instanceof ApiError ? `${err.status} ${err.code}: ${err.message}` : String(err));
+}
+
+function status(text) {
+  document.getElementById("status").textContent = text;
+  document.getElementById("signout").hidden = !storedKey();
+}
+
+/** Refresh the current page now (after an action) instead of at the next tick. */
+export function refreshNow() {
+  if (state.wake) state.wake();
+}
+
+function sleep(ms) {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    state.wake = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+  });
+}
+
+function visible() {
+  if (!document.hidden) return Promise.resolve();
+  return new Promise((resolve) => {
+    const seen = () => {
+      if (document.hidden) return;
+      document.removeEventListener("visibilitychange", seen);
+      resolve();
+    };
+    document.addEventListener("visibilitychange", seen);
+  });
+}
+
+async function loop(generation) {
+  while (generation === state.generation) {
+    await visible();
+    if (generation !== state.generation) return;
+    try {
+      await state.page.refresh(state.ctx);
+      if (generation !== state.generation) return;
+      banner(null);
+      status("updated " + new Date().toLocaleTimeString());
+    } catch (err) {
+      if (generation !== state.generation) return;
+      showError(err);
+      status("refresh failed");
+    }
+    await sleep(POLL_MS);
+  }
+}
+
+function show(name) {
+  if (!PAGES[name]) name = "nodes";
+  if (state.page && state.page.unmount) state.page.unmount(state.ctx);
+  state.generation += 1;
+  state.name = name;
+  state.page = PAGES[name];
+  for (const link of document.querySelectorAll("#tabs a")) {
+    link.classList.toggle("active", link.dataset.page === name);
+  }
+  const root = document.getElementById("page");
+  const container = h("section", { id: "page-" + name, className: "page" });
+  replace(root, container);
+  state.ctx = state.page.mount(container);
+  loop(state.generation);
+}
+
+document.getElementById("signout").addEventListener("click", () => {
+  signOut();
+  location.reload();
+});
+window.addEventListener("hashchange", () => show(location.hash.slice(1)));
+show(location.hash.slice(1) || "nodes");

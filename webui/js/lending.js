@@ -1,0 +1,269 @@
+// Lending tab: the folded decision log of every node (site offload/decisions/folded), each node's
+// build and settings sync, the live leases with a countdown, and the lending settings.
+
+import { del, get, post, query } from "./api.js";
+import { badge, clock, duration, errorBox, h, replace, table } from "./dom.js";
+import { refreshNow, showError } from "./app.js";
+
+const KINDS = ["plan", "dispatch", "helper"];
+const OUTCOMES = ["granted", "probe", "skipped", "lease_updated", "lease_cleared", "lease_refused", "lent",
+  "returned", "held_for_helper", "relay_refused", "stall_reclaimed", "native_waited_behind_borrowed",
+  "borrowed_returned"];
+const WINDOWS = [500, 2000, 10000, 50000];
+const PAGE_SIZE = 50;
+
+function select(name, label, values, ctx, current) {
+  return h("label", {}, label + " ",
+    h("select", { name, onchange: (e) => {
+      ctx.filters[name] = e.currentTarget.value;
+      ctx.filters.page = 0;
+      refreshNow();
+    } }, values.map(([value, text]) => h("option", { value, selected: value === String(current) }, text))));
+}
+
+export function mount(container) {
+  const ctx = {
+    container,
+    filters: { lane: "", kind: "", outcome: "", node_id: "", limit: "2000", page: 0 },
+    selected: null, // the key of the selected folded line
+    edits: new Map(), // setting key -> text being edited
+    leases: [],
+    fetchedAt: 0,
+  };
+  ctx.nodeSelect = h("select", { name: "node_id", onchange: (e) => {
+    ctx.filters.node_id = e.currentTarget.value;
+    ctx.filters.page = 0;
+    refreshNow();
+  } }, h("option", { value: "" }, "all nodes"));
+  ctx.filterBar = h("div", { className: "filters" },
+    select("lane", "lane", [["", "all lanes"], ["text", "text"], ["image", "image"]], ctx, ""),
+    select("kind", "kind", [["", "all kinds"], ...KINDS.map((k) => [k, k])], ctx, ""),
+    select("outcome", "outcome", [["", "all outcomes"], ...OUTCOMES.map((k) => [k, k])], ctx, ""),
+    h("label", {}, "node ", ctx.nodeSelect),
+    select("limit", "rows", WINDOWS.map((n) => [String(n), `newest ${n}`]), ctx, ctx.filters.limit));
+  ctx.pager = h("div", { className: "pager" });
+  ctx.decisions = h("div", { className: "decisions" });
+  ctx.detail = h("aside", { className: "detail" }, h("p", { className: "empty" }, "select a line to see every variable"));
+  ctx.decisionErrors = h("div", {});
+  ctx.nodes = h("div", {});
+  ctx.leaseBox = h("div", {});
+  ctx.settings = h("div", {});
+  ctx.settingsMessage = h("div", { className: "settings-message" });
+  replace(container,
+    h("h1", {}, "Lending"),
+    h("section", { id: "decision-log" }, h("h2", {}, "Decision log"), ctx.filterBar, ctx.decisionErrors, ctx.pager,
+      h("div", { className: "split" }, ctx.decisions, ctx.detail)),
+    h("div", { className: "columns" },
+      h("section", { id: "lending-nodes" }, h("h2", {}, "Nodes"), ctx.nodes),
+      h("section", { id: "leases" }, h("h2", {}, "Live leases"), ctx.leaseBox)),
+    h("section", { id: "settings" }, h("h2", {}, "Settings"), ctx.settingsMessage, ctx.settings));
+  ctx.ticker = setInterval(() => tickLeases(ctx), 200);
+  return ctx;
+}
+
+export function unmount(ctx) {
+  clearInterval(ctx.ticker);
+}
+
+// -- decision log -------------------------------------------------------------------------------
+
+const lineKey = (line) => JSON.stringify([line.node_id, line.kind, line.lane, line.trigger, line.outcome,
+  line.reason, line.owner_node_id, line.owner_model_id, line.helper_node_id, line.helper_model_id]);
+
+function pair(node, model) {
+  return node || model ? `${node || "?"}/${model || "?"}` : "";
+}
+
+function showDetail(ctx, line) {
+  const row = line.latest || {};
+  const fields = Object.keys(row).sort();
+  replace(ctx.detail,
+    h("h3", {}, `${line.kind} · ${line.outcome}${line.reason ? " · " + line.reason : ""}`),
+    h("p", {}, `${line.count} row${line.count === 1 ? "" : "s"} from ${clock(line.first_ms)} to ` +
+      `${clock(line.last_ms)} (${duration(line.span_ms)}); the newest:`),
+    table(["variable", "value"], fields.map((name) => h("tr", { dataset: { field: name } },
+      h("th", {}, name), h("td", {}, row[name] === null || row[name] === undefined ? "–" : String(row[name])))),
+    { className: "variables" }));
+}
+
+function renderDecisions(ctx, doc) {
+  const rows = doc.lines.map((line) => {
+    const key = lineKey(line);
+    const tr = h("tr", { className: "line" + (key === ctx.selected ? " selected" : ""),
+      dataset: { outcome: line.outcome, kind: line.kind, count: String(line.count) },
+      onclick: () => {
+        ctx.selected = key;
+        for (const other of ctx.decisions.querySelectorAll("tr.selected")) other.classList.remove("selected");
+        tr.classList.add("selected");
+        showDetail(ctx, line);
+      } },
+    h("td", {}, clock(line.last_ms)),
+    h("td", { className: "count" }, line.count > 1 ? `×${line.count}` : "1"),
+    h("td", {}, line.count > 1 ? duration(line.span_ms) : ""),
+    h("td", {}, line.node_id || ""),
+    h("td", {}, line.lane || ""),
+    h("td", {}, line.kind),
+    h("td", {}, line.trigger || ""),
+    h("td", {}, badge(line.outcome, "outcome")),
+    h("td", {}, line.reason || ""),
+    h("td", {}, pair(line.owner_node_id, line.owner_model_id)),
+    h("td", {}, pair(line.helper_node_id, line.helper_model_id)));
+    if (key === ctx.selected) showDetail(ctx, line);
+    return tr;
+  });
+  const tableEl = rows.length
+    ? table(["last", "count", "span", "node", "lane", "kind", "trigger", "outcome", "reason", "owner", "helper"],
+      rows, { className: "folded" })
+    : h("p", { className: "empty" }, "no decisions match");
+  replace(ctx.decisions, tableEl);
+  const page = doc.page;
+  replace(ctx.pager,
+    h("button", { type: "button", className: "prev", disabled: page <= 0,
+      onclick: () => { ctx.filters.page = page - 1; refreshNow(); } }, "‹ newer"),
+    h("span", { className: "pages" }, ` page ${page + 1} of ${doc.pages} · ${doc.total_rows} rows in ` +
+      `${doc.total_lines} lines `),
+    h("button", { type: "button", className: "next", disabled: page + 1 >= doc.pages,
+      onclick: () => { ctx.filters.page = page + 1; refreshNow(); } }, "older ›"));
+  replace(ctx.decisionErrors, errorBox(doc.node_errors));
+}
+
+// -- nodes, leases -------------------------------------------------------------------------------
+
+function renderNodes(ctx, summary) {
+  const rows = summary.nodes.map((n) => h("tr", { dataset: { nodeId: n.node_id } },
+    h("td", {}, n.node_id),
+    h("td", {}, n.build_version),
+    h("td", { className: "fingerprint" }, (n.settings_fingerprint || "").slice(0, 12)),
+    h("td", {}, n.in_sync ? badge("in sync", "ok") : badge("differs", "warn"))));
+  replace(ctx.nodes, table(["node", "build", "settings fingerprint", "master's settings"], rows,
+    { className: "sync" }), errorBox(summary.node_errors));
+  const current = ctx.nodeSelect.value;
+  const names = summary.nodes.map((n) => n.node_id);
+  const known = [...ctx.nodeSelect.options].map((o) => o.value).slice(1);
+  if (names.join("\n") !== known.join("\n")) {
+    replace(ctx.nodeSelect, h("option", { value: "" }, "all nodes"),
+      names.map((n) => h("option", { value: n, selected: n === current }, n)));
+  }
+}
+
+function tickLeases(ctx) {
+  const elapsed = performance.now() - ctx.fetchedAt;
+  for (const cell of ctx.leaseBox.querySelectorAll("td.countdown")) {
+    const left = Number(cell.dataset.expiresInMs) - elapsed;
+    cell.textContent = left > 0 ? duration(left) : "expired";
+    cell.classList.toggle("expired", left <= 0);
+  }
+}
+
+function renderLeases(ctx, leases) {
+  if (leases.length === 0) {
+    replace(ctx.leaseBox, h("p", { className: "empty" }, "no live leases"));
+    return;
+  }
+  replace(ctx.leaseBox, table(["lane", "owner", "helper", "slots", "kind", "expires in"],
+    leases.map((l) => h("tr", { className: "lease" },
+      h("td", {}, l.lane),
+      h("td", {}, pair(l.owner_node_id, l.owner_model_id)),
+      h("td", {}, pair(l.helper_node_id, l.helper_model_id)),
+      h("td", {}, String(l.helper_slots)),
+      h("td", {}, l.probe ? badge("probe", "warn") : badge("priced", "ok")),
+      h("td", { className: "countdown", dataset: { expiresInMs: String(l.expires_in_ms) } },
+        duration(l.expires_in_ms)))), { className: "leases" }));
+}
+
+// -- settings ------------------------------------------------------------------------------------
+
+function show(value) {
+  return value === null || value === undefined ? "–" : String(value);
+}
+
+async function applyEdits(ctx) {
+  const values = Object.fromEntries(ctx.edits);
+  try {
+    const doc = await post("/router/v1/site/offload/settings", { values });
+    ctx.edits.clear();
+    replace(ctx.settingsMessage, h("div", { className: "ok" }, `saved ${Object.keys(values).length} setting(s)`));
+    renderSettings(ctx, doc, true);
+  } catch (err) {
+    replace(ctx.settingsMessage, h("div", { className: "error" }, `not saved: ${err.message}`));
+  }
+}
+
+async function clearOverride(ctx, key) {
+  try {
+    const doc = await del("/router/v1/site/offload/settings" + query({ key }));
+    ctx.edits.delete(key);
+    replace(ctx.settingsMessage, h("div", { className: "ok" }, key ? `cleared ${key}` : "cleared every override"));
+    renderSettings(ctx, doc, true);
+  } catch (err) {
+    replace(ctx.settingsMessage, h("div", { className: "error" }, `not cleared: ${err.message}`));
+  }
+}
+
+function renderSettings(ctx, doc, force) {
+  if (ctx.edits.size > 0 && !force) return; // keep the operator's typing
+  const editable = doc.editable !== false;
+  const rows = doc.entries.map((e) => {
+    const editing = ctx.edits.has(e.key);
+    const value = editing
+      ? h("input", { type: "text", name: e.key, value: ctx.edits.get(e.key),
+        oninput: (ev) => ctx.edits.set(e.key, ev.currentTarget.value) })
+      : show(e.effective);
+    return h("tr", { dataset: { key: e.key, source: e.source } },
+      h("td", { className: "key", title: e.description || "" }, e.key,
+        e.override_error ? h("div", { className: "error" }, e.override_error) : null),
+      h("td", {}, e.kind || ""),
+      h("td", {}, show(e.default)),
+      h("td", {}, show(e.config)),
+      h("td", {}, show(e.override)),
+      h("td", { className: "effective" }, value),
+      h("td", {}, badge(e.source, "source")),
+      h("td", {},
+        editing ? null : h("button", { type: "button", className: "edit", disabled: !editable, onclick: () => {
+          ctx.edits.set(e.key, String(e.effective ?? ""));
+          renderSettings(ctx, doc, true);
+          const input = ctx.settings.querySelector(`input[name="${e.key}"]`);
+          if (input) input.focus();
+        } }, "Edit"),
+        e.override !== undefined && e.override !== null
+          ? h("button", { type: "button", className: "clear", disabled: !editable,
+            onclick: () => clearOverride(ctx, e.key) }, "Clear") : null));
+  });
+  replace(ctx.settings,
+    h("p", { className: "fingerprint" }, `fingerprint ${doc.fingerprint}`),
+    table(["setting", "kind", "default", "config", "override", "effective", "source", ""], rows,
+      { className: "settings" }),
+    h("div", { className: "actions" },
+      h("button", { type: "button", className: "apply", disabled: ctx.edits.size === 0,
+        onclick: () => applyEdits(ctx) }, `Apply ${ctx.edits.size} change(s)`),
+      h("button", { type: "button", className: "discard", disabled: ctx.edits.size === 0, onclick: () => {
+        ctx.edits.clear();
+        renderSettings(ctx, doc, true);
+      } }, "Discard"),
+      h("button", { type: "button", className: "clear-all", disabled: !editable,
+        onclick: () => clearOverride(ctx, "") }, "Clear every override")));
+}
+
+// -- refresh -------------------------------------------------------------------------------------
+
+export async function refresh(ctx) {
+  const f = ctx.filters;
+  const started = performance.now();
+  const [folded, summary, settings] = await Promise.all([
+    get("/router/v1/site/offload/decisions/folded" + query({ lane: f.lane, kind: f.kind, outcome: f.outcome,
+      node_id: f.node_id, limit: f.limit, page: f.page, page_size: PAGE_SIZE })),
+    get("/router/v1/site/offload/summary"),
+    get("/router/v1/site/offload/settings"),
+  ]);
+  const fetched = performance.now();
+  renderDecisions(ctx, folded);
+  const rendered = performance.now();
+  ctx.fetchedAt = performance.now();
+  ctx.leases = summary.leases || [];
+  renderNodes(ctx, summary);
+  renderLeases(ctx, ctx.leases);
+  renderSettings(ctx, settings, false);
+  window.routerdTimings = { lending_fetch_ms: fetched - started, lending_render_ms: rendered - fetched,
+    lending_total_ms: rendered - started, rows: folded.total_rows, lines: folded.total_lines };
+  ctx.decisions.dataset.totalRows = String(folded.total_rows);
+}
