@@ -52,6 +52,7 @@ from routerd.routing.forward import Forwarder
 from routerd.serve import documents
 from routerd.serve.admin import ModelAdmin
 from routerd.serve.front import InferenceFront
+from routerd.serve.keepalive import KeepAlive, OllamaControl
 from routerd.serve.local import LocalInference
 from routerd.services import HookService, IntervalService, OrderedServices
 from routerd.store.samples import LoadSample, RequestSample
@@ -59,6 +60,9 @@ from routerd.store.store import Store
 from routerd.urls import AllowList
 from routerd.wire.records import ModelRecord, Snapshot, snapshot_to_json
 from routerd.wire.status import RuntimeStatus
+
+#: How often a master probes its own backends' lanes (text, image, stt readiness).
+LANE_PROBE_INTERVAL_S = 1.0
 
 
 class Node:
@@ -154,17 +158,25 @@ class Node:
         self.decisions.observe(self.metrics.count_decision)
         self.metrics.watch_lending(self._lease_sides,
                                    lambda: [(h["lane"], h["state"]) for h in self.lending.held_requests()])
+        self.keepalive = KeepAlive(reactor, config.models.keep_alive, self.runtimes.status,
+                                   lambda model: self.admin.unload(model, None))
+        self.ollama_control = OllamaControl(self.keepalive, lambda model: self.admin.load(model, site=True),
+                                            lambda model: self.admin.unload(model, None, site=True))
         self._refit_loop = IntervalService("cost refit", self._refit,
                                            cluster.lending.scheduling_refresh_interval, reactor, now=True)
+        # A master picks a local replica only when its lane is ready (spec "Registration and health").
+        self.lane_probes = None if self.master is None else IntervalService(
+            "lane readiness", self.runtimes.refresh_readiness, LANE_PROBE_INTERVAL_S, reactor)
         # Start order top to bottom; stop order bottom to top, each after the one below it.
         self.services = OrderedServices()  # type: ignore[no-untyped-call]
         for child in (HookService("connection pool", on_stop=self._pool.closeCachedConnections),
                       HookService("router database", on_stop=self._close_store),
-                      HookService("backends", on_stop=self.runtimes.stop),
+                      HookService("backends", on_start=self.runtimes.boot, on_stop=self.runtimes.stop),
                       HookService("restore after borrow", on_stop=self.restorer.stop),
                       HookService("decision log", on_start=lambda: self.decisions.start(self.store),
                                   on_stop=self.decisions.stop),
-                      self._refit_loop, self.master, self.coordinator):
+                      self._refit_loop, IntervalService("keep-alive", self.keepalive.tick, 1.0, reactor),
+                      self.lane_probes, self.master, self.coordinator):
             if child is not None:
                 child.setServiceParent(self.services)  # type: ignore[no-untyped-call]
 

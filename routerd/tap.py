@@ -8,25 +8,42 @@ from typing import Any
 
 from twisted.application import service
 from twisted.internet import defer
-from twisted.logger import Logger, globalLogPublisher, jsonFileLogObserver
+from twisted.logger import ILogObserver, Logger, globalLogPublisher, textFileLogObserver
 from twisted.protocols.policies import WrappingFactory
 from twisted.python import usage
+from twisted.python.components import Componentized
+from twisted.python.logfile import LogFile
 
+from routerd import __version__
 from routerd.api.app import build_site
-from routerd.catalog.catalog import CatalogError
+from routerd.checking import check_config
 from routerd.config.load import ConfigError, load_config
 from routerd.config.schema import Config
+from routerd.logs import FanOut, JsonLinesObserver, filtered, parse_level
 from routerd.node import Node
 
 log = Logger()
 
 
 class Options(usage.Options):
-    synopsis = "[--config PATH] [--check] [--json-log PATH]"
+    synopsis = "[--config PATH] [--check] [--json-log PATH|-] [--log-level LEVEL]"
     optParameters = [
         ["config", "c", None, "YAML config file (default: the embedded default config)"],
-        ["json-log", None, None, "also write log events as JSON lines to this file"],
+        ["json-log", None, None, "also write log events as flat JSON lines to this file (- : stdout, "
+                                 "instead of the text log)"],
+        ["log-level", None, "info", "lowest level logged: debug, info, warn, error, critical"],
     ]
+
+    def postOptions(self) -> None:
+        try:
+            parse_level(self["log-level"])
+        except ValueError as exc:
+            raise usage.UsageError(str(exc)) from None
+
+    def opt_version(self) -> None:
+        """Print the routerd version and exit."""
+        print(f"routerd {__version__}")
+        sys.exit(0)
     optFlags = [["check", None, "validate the config, print ok or every error, and exit"]]
 
 
@@ -94,18 +111,43 @@ class NodeService(service.Service):
         return defer.ensureDeferred(self._stop())
 
 
-def check_config(path: str | None) -> tuple[bool, list[str]]:
-    try:
-        config = load_config(path)
-    except ConfigError as exc:
-        return False, exc.errors
-    try:
-        from routerd.catalog.catalog import Catalog
+class _LoggingTop(service.MultiService):
+    """The top service; when twistd attaches it to its application, it hands twistd the node's log
+    observer (level filter, no factory noise, JSON lines) in place of twistd's default text one."""
 
-        Catalog.scan(config.models.config_dir, config.backend.mode)
-    except CatalogError as exc:
-        return False, [f"models.config_dir: {exc}"]
-    return True, []
+    def __init__(self, observer: ILogObserver | None) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.observer = observer
+
+    def setServiceParent(self, parent: Any) -> None:
+        if self.observer is not None and isinstance(parent, Componentized):
+            parent.setComponent(ILogObserver, self.observer)
+        super().setServiceParent(parent)  # type: ignore[no-untyped-call]
+
+
+def _log_observer(options: Options) -> ILogObserver | None:
+    """The observer twistd should log to, or ``None`` when ``--logger`` chose one (then the JSON
+    observer, if any, is added beside it)."""
+    level = parse_level(options["log-level"])
+    parent = getattr(options, "parent", None) or {}
+    json_target = options["json-log"]
+    json_observer = None
+    if json_target:
+        stream = sys.stdout if json_target == "-" else open(json_target, "a", encoding="utf-8")  # noqa: SIM115
+        json_observer = JsonLinesObserver(stream)
+    if parent.get("logger"):
+        if json_observer is not None:
+            globalLogPublisher.addObserver(filtered(json_observer, level))
+        return None
+    observers: list[ILogObserver] = []
+    logfile_name = parent.get("logfile") or ""
+    if logfile_name not in ("", "-"):
+        observers.append(textFileLogObserver(LogFile.fromFullPath(logfile_name)))
+    elif json_target != "-":
+        observers.append(textFileLogObserver(sys.stdout))
+    if json_observer is not None:
+        observers.append(json_observer)
+    return filtered(FanOut(observers), level)
 
 
 def makeService(options: Options) -> service.MultiService:
@@ -126,9 +168,7 @@ def makeService(options: Options) -> service.MultiService:
         for line in exc.errors:
             print(f"config error: {line}", file=sys.stderr)
         sys.exit(1)
-    if options["json-log"]:
-        globalLogPublisher.addObserver(jsonFileLogObserver(open(options["json-log"], "a")))
-    top = service.MultiService()
+    top = _LoggingTop(_log_observer(options))
     node = Node(config, reactor)
     svc = NodeService(node, reactor, exit_on_failure=True)
     svc.ready.addErrback(lambda _failure: None)  # already logged by _failed

@@ -8,6 +8,7 @@ calls; a route parses the request, calls one collaborator and answers.  Errors a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ from twisted.web.iweb import IRequest
 from routerd import __version__
 from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
-from routerd.api.errors import api_app, master_only, not_found
+from routerd.api.errors import answer_error, api_app, master_only, not_found
 from routerd.api.guardians_routes import GuardiansAPI
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.links_routes import LinksAPI
@@ -33,11 +34,13 @@ from routerd.errors import HTTPError
 from routerd.lending.offload import borrowed_from_headers
 from routerd.lending.reports import site_states
 from routerd.routing.adapters import ollama
-from routerd.routing.classify import INFERENCE_PATHS, classify
+from routerd.routing.adapters.ollama import Mode
+from routerd.routing.classify import INFERENCE_PATHS, Route, classify
 from routerd.routing.forward import INFERENCE_PREFIX
 from routerd.serve import documents
 from routerd.serve.admin import UNLOAD_TARGETS, ModelAdmin
 from routerd.serve.front import InferenceFront
+from routerd.serve.keepalive import OllamaControl
 from routerd.wire.records import PROTOCOL_VERSION
 from routerd.wire.status import status_to_json
 
@@ -55,6 +58,8 @@ def _TEXT(caps: Capabilities) -> bool:
 
 
 _INFERENCE_METHODS = ["POST", "GET", "PUT", "DELETE", "PATCH"]
+# Ollama routes whose empty requests load / unload a model (see routerd.serve.keepalive).
+_OLLAMA_CONTROL: dict[str, Mode] = {"ollama_chat": "chat", "ollama_generate": "generate"}
 
 
 def _model_arg(body: dict[str, Any]) -> str:
@@ -91,7 +96,9 @@ class ClientAPI:
     app = api_app()
 
     def __init__(self, *, node_id: str, role: str, front: InferenceFront, listing: Listing,
-                 image_listing: Callable[[], list[dict[str, Any]]], metrics: Callable[[], bytes]) -> None:
+                 image_listing: Callable[[], list[dict[str, Any]]], metrics: Callable[[], bytes],
+                 ollama_control: OllamaControl | None = None) -> None:
+        self.ollama_control = ollama_control
         self.node_id = node_id
         self.role = role
         self.front = front
@@ -145,7 +152,27 @@ class ClientAPI:
         if route is None:
             request.setHeader(b"allow", b"POST")
             raise HTTPError(405, f"method not allowed on {path}", "method_not_allowed", "method_not_allowed")
+        if self.ollama_control is not None and route.kind in _OLLAMA_CONTROL:
+            return ensureDeferred(self._ollama(request, path, route))
         return ensureDeferred(self.front.handle(incoming(request, path), RequestReply(request), route))
+
+    async def _ollama(self, request: IRequest, path: str, route: Route) -> bytes:
+        """Ollama's preload / unload requests are answered here; others are noted for their
+        ``keep_alive`` and served as usual."""
+        assert self.ollama_control is not None
+        facts = incoming(request, path)
+        try:
+            body = json.loads(facts.body) if facts.body.strip() else None
+        except ValueError:
+            body = None
+        if isinstance(body, dict):
+            try:
+                answer = await self.ollama_control.handle(_OLLAMA_CONTROL[route.kind], body)
+            except HTTPError as err:
+                return answer_error(request, err)
+            if answer is not None:
+                return json_response(request, answer)
+        return await self.front.handle(facts, RequestReply(request), route)
 
     for _path in sorted(INFERENCE_PATHS):
         app.route(_path, methods=_INFERENCE_METHODS, endpoint="inference:" + _path)(inference)
@@ -299,7 +326,7 @@ def build_site(node: Node) -> NodeSite:
     apis: list[Any] = [
         ClientAPI(node_id=node.node_id, role=node.role, front=node.front, listing=node.listing,
                   image_listing=lambda: documents.image_listing(node.records()),
-                  metrics=node.metrics.render),
+                  metrics=node.metrics.render, ollama_control=node.ollama_control),
         NodeAPI(node=node, admin=node.admin),
         OffloadAPI(coordinator=node.coordinator, lending=node.lending),
         PushAPI(node),

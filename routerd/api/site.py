@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from twisted.internet.address import IPv4Address, IPv6Address
+from twisted.logger import Logger
 from twisted.web import resource, server
 from twisted.web.http import Request
 from twisted.web.iweb import IRequest
@@ -13,6 +14,7 @@ from routerd.api.errors import answer_error
 from routerd.api.webui import is_ui_path
 from routerd.cluster.auth import AuthPolicy
 from routerd.errors import HTTPError
+from routerd.logs import ACCESS_FORMAT, request_model
 
 # Paths anyone on an allowed network may read without a key.
 OPEN_PATHS = frozenset({"/health", "/metrics"})
@@ -47,6 +49,8 @@ class LimitedRequest(server.Request):
     _received = 0
 
     def __init__(self, channel: Any, queued: Any = None) -> None:
+        clock = getattr(getattr(channel, "site", None), "reactor", None)
+        self.started_at: float | None = clock.seconds() if clock is not None else None
         # routerd reads request bodies itself (bounded, replayable): twisted's
         # form parsing would parse every multipart upload a second time.
         if queued is None:
@@ -118,5 +122,38 @@ class NodeSite(server.Site):
         self.displayTracebacks = False
 
     def log(self, request: Any) -> None:
-        # Access lines are left to metrics; the twistd log stays readable.
-        pass
+        """One access line per answered request (namespace ``routerd.access``)."""
+        access_line(request, self.reactor.seconds())
+
+
+access_log = Logger(namespace="routerd.access")
+
+
+def _header(request: Any, where: str, name: bytes) -> str | None:
+    headers = request.responseHeaders if where == "out" else request.requestHeaders
+    value = headers.getRawHeaders(name)
+    return value[0].decode("utf-8", "replace") if value else None
+
+
+def access_line(request: Any, now: float) -> None:
+    """Logs ``request``'s access line: request id, method, path, model, node, status, bytes, ms,
+    lent-to, client."""
+    started = getattr(request, "started_at", None)
+    query_model = request.args.get(b"model", [b""])[0].decode("utf-8", "replace") or None
+    body: bytes | None = None
+    content = getattr(request, "content", None)
+    if content is not None and not getattr(request, "too_large", False):
+        try:
+            content.seek(0)
+            body = content.read(65537)
+        except (OSError, ValueError):
+            body = None
+    model = request_model(query_model, _header(request, "in", b"x-routerd-model"),
+                          _header(request, "in", b"content-type") or "", body)
+    access_log.info(ACCESS_FORMAT, method=request.method.decode("ascii", "replace"),
+                    path=request.path.decode("utf-8", "replace"), status=request.code,
+                    bytes=request.sentLength, ms=round((now - started) * 1000) if started else None,
+                    model=model, node=_header(request, "out", b"x-routerd-node") or "-",
+                    lent_to=_header(request, "out", b"x-routerd-lent-to") or "-",
+                    request_id=_header(request, "out", b"x-routerd-request-id") or "-",
+                    client=_client_host(request))

@@ -114,3 +114,48 @@ def probe_image(http: HTTPGetter, base_url: str, timeout: float = PROBE_TIMEOUT_
 def probe_stt(http: HTTPGetter, base_url: str, timeout: float = PROBE_TIMEOUT_S) -> Deferred[bool]:
     """whisper-server: ``GET /health`` 2xx."""
     return Deferred.fromCoroutine(_probe(http, base_url + "/health", timeout, None))
+
+
+# -- koboldcpp and vLLM (reference cluster.md §4.2) --------------------------------------------
+
+#: ``/api/extra/version`` capability key per Kobold lane.
+KOBOLD_VERSION_KEYS = {"embeddings": "embeddings", "tts": "tts", "stt": "transcribe", "image": "txt2img",
+                       "music": "music"}
+
+
+def kobold_version_has(key: str) -> Callable[[Any], bool]:
+    """Judge a ``GET /api/extra/version`` body: the capability ``key`` must be boolean true."""
+
+    def judge(body: Any) -> bool:
+        return isinstance(body, dict) and body.get(key) is True
+
+    return judge
+
+
+def kobold_capabilities(body: Any) -> frozenset[str]:
+    """The lanes a ``/api/extra/version`` body says the running KoboldCpp serves."""
+    if not isinstance(body, dict):
+        return frozenset()
+    return frozenset(lane for lane, key in KOBOLD_VERSION_KEYS.items() if body.get(key) is True)
+
+
+def probe_kobold_live(http: HTTPGetter, base_url: str, timeout: float = PROBE_TIMEOUT_S) -> Deferred[bool]:
+    """KoboldCpp liveness: ``GET /api/extra/version`` answers 2xx JSON (it answers 503 while
+    a reload is loading)."""
+    return Deferred.fromCoroutine(_probe(http, base_url + "/api/extra/version", timeout, lambda _b: True))
+
+
+def probe_kobold_capability(key: str) -> Probe:
+    """A probe for one Kobold lane that ``/api/extra/version`` reports (``tts``, ``embeddings``,
+    ``transcribe``, ``music``)."""
+
+    def probe(http: HTTPGetter, base_url: str, timeout: float = PROBE_TIMEOUT_S) -> Deferred[bool]:
+        return Deferred.fromCoroutine(_probe(http, base_url + "/api/extra/version", timeout,
+                                             kobold_version_has(key)))
+
+    return probe
+
+
+def probe_health(http: HTTPGetter, base_url: str, timeout: float = PROBE_TIMEOUT_S) -> Deferred[bool]:
+    """vLLM: ``GET /health`` 2xx (its body is empty)."""
+    return Deferred.fromCoroutine(_probe(http, base_url + "/health", timeout, None))

@@ -9,14 +9,13 @@ from twisted.internet.defer import Deferred, FirstError, fail, gatherResults
 from twisted.python.failure import Failure
 
 from routerd.backends.errors import BackendMissing, LoadFailed, RuntimeClosed
-from routerd.backends.llama_sdcpp import SPECS, RuntimeSpec
+from routerd.backends.families import Family, KoboldFamily, LlamaSdcppFamily, VllmFamily, slot_factory
 from routerd.backends.process import (
     ProcessLauncher,
     ReactorProcessLauncher,
     Scheduler,
     SpawningReactor,
     free_port,
-    resolve_command,
 )
 from routerd.backends.readiness import PROBE_TIMEOUT_S, HTTPGetter
 from routerd.backends.slot import (
@@ -28,7 +27,7 @@ from routerd.backends.slot import (
     SlotStatus,
 )
 from routerd.catalog.model import RUNTIME_KINDS, ModelConfig, RuntimeKind
-from routerd.config.schema import BinaryConfig, Config
+from routerd.config.schema import Config
 
 __all__ = [
     "BackendMissing",
@@ -57,13 +56,20 @@ _TARGET_ALIASES: Mapping[str, tuple[RuntimeKind, ...]] = {
 
 
 class Runtimes:
-    """Three lazily started backends (text, image, stt), one slot each.
+    """The node's backend runtimes, per family (``llama_sdcpp``, ``kobold``, ``vllm``).
 
-    No process runs until a request or an explicit load needs it.  ``launcher``
-    defaults to ``reactor.spawnProcess``, ``port_allocator`` to a free loopback
-    port per load; ``env`` (default: the router's own) is every backend's
-    environment.
+    Each model runs in the family its ``backend_mode`` names (the node's ``backend.mode``
+    unless its ``.kcpps`` overrides it).  No process runs until a request or an explicit load
+    needs it (except KoboldCpp with ``kobold.no_model``, started by :meth:`boot`).
+    ``launcher`` defaults to ``reactor.spawnProcess``, ``port_allocator`` to a free loopback
+    port per load; ``env`` (default: the router's own) is every backend's environment.
+
+    Lane readiness for routing (:meth:`ready`) reads the last lane probes
+    (:meth:`refresh_readiness`, run on an interval by the node).
     """
+
+    #: Per-probe timeout of the lane readiness probes (a hung backend is "not ready" after it).
+    lane_probe_timeout_s = 2.0
 
     def __init__(
         self,
@@ -83,91 +89,156 @@ class Runtimes:
             launcher = ReactorProcessLauncher(cast(SpawningReactor, reactor))
         if port_allocator is None:
             port_allocator = free_port
-        self._slots: dict[RuntimeKind, RuntimeSlot] = {}
-        for kind in RUNTIME_KINDS:
-            spec = SPECS[kind]
-            binary: BinaryConfig = getattr(config, spec.section)
-            self._slots[kind] = RuntimeSlot(
-                kind,
-                clock=reactor,
-                launcher=launcher,
-                argv_for=_argv_for(spec, binary),
-                probe=_probe_for(spec, http, probe_timeout_s),
-                port_allocator=port_allocator,
-                on_load=on_load,
-                name=spec.process_name,
-                env=env,
-                load_timeout_s=load_timeout_s,
-                stop_grace_s=stop_grace_s,
-            )
+        self._clock = reactor
+        self._http = http
+        make = slot_factory(reactor, launcher, http, port_allocator, on_load, env, probe_timeout_s,
+                            load_timeout_s=load_timeout_s, stop_grace_s=stop_grace_s)
+        self.default_mode = config.backend.mode
+        self._families: dict[str, Family] = {
+            "llama_sdcpp": LlamaSdcppFamily(config, make),
+            "kobold": KoboldFamily(config, make, clock=reactor, http=http, probe_timeout_s=probe_timeout_s),
+            "vllm": VllmFamily(config, make),
+        }
+        # (slot name, kind) -> (config filename, slot state since, ready)
+        self._lanes: dict[tuple[str, RuntimeKind], tuple[str, float, bool]] = {}
+
+    def family(self, model: ModelConfig | None = None) -> Family:
+        """The family ``model`` runs in (the node's own without a model)."""
+        mode = model.backend_mode if model is not None else self.default_mode
+        return self._families.get(mode) or self._families[self.default_mode]
 
     def slot(self, kind: RuntimeKind) -> RuntimeSlot:
-        return self._slots[kind]
+        """The node's own family's slot for ``kind``."""
+        slots = self.family().slots_for_kind(kind)
+        if not slots:
+            raise KeyError(f"the {self.default_mode} family has no {kind} runtime")
+        return slots[0]
+
+    def _slot_for(self, kind: RuntimeKind, model: ModelConfig) -> RuntimeSlot | None:
+        return self.family(model).slot_for(kind, model)
+
+    def serves(self, kind: RuntimeKind, model: ModelConfig) -> bool:
+        return self._slot_for(kind, model) is not None
 
     def acquire(self, kind: RuntimeKind, model: ModelConfig) -> Deferred[RuntimeLease]:
         """A lease on the ``kind`` backend holding ``model`` (loading it if needed).
         Fails with :class:`LoadFailed`; cancel the Deferred to stop waiting."""
-        if not model.capabilities.serves(kind):
+        slot = self._slot_for(kind, model)
+        if slot is None:
             return fail(LoadFailed(f"model {model.local_id!r} does not serve {kind}"))
-        return self._slots[kind].acquire(model)
+        return slot.acquire(model)
 
     def load(self, model: ModelConfig, kind: RuntimeKind | None = None) -> Deferred[None]:
         """Load ``model`` into the ``kind`` runtime, or (``kind=None``) into every
         runtime it serves, side by side.  Fails with the first :class:`LoadFailed`."""
-        kinds = [kind] if kind is not None else [k for k in RUNTIME_KINDS if model.capabilities.serves(k)]
+        kinds = [kind] if kind is not None else [k for k in RUNTIME_KINDS if self.serves(k, model)]
         if not kinds:
             return fail(LoadFailed(f"model {model.local_id!r} serves no runtime"))
+        slots: list[RuntimeSlot] = []
         for k in kinds:
-            if not model.capabilities.serves(k):
+            slot = self._slot_for(k, model)
+            if slot is None:
                 return fail(LoadFailed(f"model {model.local_id!r} does not serve {k}"))
-        loads = [self._slots[k].load(model) for k in kinds]
+            if slot not in slots:
+                slots.append(slot)
+        loads = [s.load(model) for s in slots]
         return gatherResults(loads, consumeErrors=True).addCallbacks(lambda _: None, _first_error)
 
     def unload(self, target: UnloadTarget | str = "all") -> Deferred[None]:
         """Drain and stop ``text``, ``image``, ``stt`` or ``all`` runtimes
-        (``embeddings`` and ``voice``/``transcription`` name the text and stt ones)."""
+        (``embeddings`` and ``voice``/``transcription`` name the text and stt ones), in every
+        family; KoboldCpp restarts without a model."""
         kinds = _TARGET_ALIASES.get(target)
         if kinds is None:
             return fail(ValueError(f"unknown unload target {target!r}"))
-        return _all_done(self._slots[k].unload() for k in kinds)
+        slots: list[RuntimeSlot] = []
+        for family in self._families.values():
+            for kind in kinds:
+                for slot in family.slots_for_kind(kind):
+                    if slot not in slots:
+                        slots.append(slot)
+        return _all_done(s.unload() for s in slots)
+
+    def _all_slots(self) -> list[RuntimeSlot]:
+        own = self.family()
+        out = list(own.slots())
+        for family in self._families.values():
+            if family is not own:
+                out += [s for s in family.slots() if s.state.value != "empty" or s.status().pid is not None]
+        return out
 
     def status(self) -> list[SlotStatus]:
-        return [self._slots[k].status() for k in RUNTIME_KINDS]
+        """The node's own family's slots, and any other family's that holds or runs something."""
+        return [s.status() for s in self._all_slots()]
 
     def ready(self, kind: RuntimeKind, model: ModelConfig) -> bool:
-        """Lane readiness for routing: can a ``kind`` request for ``model`` be
-        served here?  True when the model serves ``kind`` and the slot is not
-        closed: ready with that config, or able to get it (empty, failed, dead,
-        loading or switching — the request loads or queues).  A native process
-        that dies is noticed at once, so there is no liveness probe to consult;
-        a failed load does not make the lane unready (the next request retries)."""
-        return model.capabilities.serves(kind) and not self._slots[kind].closed
+        """Lane readiness for routing (cluster spec "Registration and health", reference §4.3):
+        can a ``kind`` request for ``model`` be served here now?
+
+        False when the model's family cannot serve ``kind`` or the slot is closed.  A slot that
+        holds no config or has requests queued is ready (the request loads or queues; a failed
+        load does not make the lane unready, the next request retries).  A slot that holds a
+        config is ready when the last lane probe said so: the probe of the ``kind`` lane when it
+        holds ``model``, else its liveness (a switch would follow).
+        """
+        slot = self._slot_for(kind, model)
+        if slot is None or slot.closed:
+            return False
+        held = slot.loaded_config()
+        status = slot.status()
+        if held is None or status.waiters:
+            return True
+        lane: RuntimeKind = kind if held.filename == model.filename else slot.kind
+        cached = self._lanes.get((slot.name, lane))
+        if cached is None or cached[0] != held.filename or cached[1] != status.since:
+            return True  # not probed since this load finished: its readiness probe just passed
+        return cached[2]
+
+    def refresh_readiness(self) -> Deferred[None]:
+        """Probe every lane of every ready slot once (``GET /v1/models``, ``/sdapi/v1/sd-models``,
+        ``/api/extra/version`` capabilities, ``/health`` as the family and lane need)."""
+        return Deferred.fromCoroutine(self._refresh())
+
+    async def _refresh(self) -> None:
+        probes: list[tuple[tuple[str, RuntimeKind], str, float, Deferred[bool]]] = []
+        for family in self._families.values():
+            for slot in family.slots():
+                held = slot.loaded_config()
+                status = slot.status()
+                if held is None or status.port is None:
+                    continue
+                base = f"http://127.0.0.1:{status.port}"
+                for kind in RUNTIME_KINDS:
+                    if family.slot_for(kind, held) is slot:
+                        probe = family.lane_probe(kind, held)
+                        probes.append(((slot.name, kind), held.filename, status.since,
+                                       probe(self._http, base, self.lane_probe_timeout_s)))
+        for key, filename, since, probing in probes:
+            try:
+                ok = bool(await probing)
+            except Exception:
+                ok = False
+            self._lanes[key] = (filename, since, ok)
 
     def loaded_config(self, kind: RuntimeKind) -> str | None:
-        """File name of the config the ``kind`` runtime is ready with, else ``None``."""
-        config = self._slots[kind].loaded_config()
-        return config.filename if config is not None else None
+        """File name of the config a ``kind`` runtime is ready with (the node's own family
+        first), else ``None``."""
+        own = self.family()
+        for family in (own, *(f for f in self._families.values() if f is not own)):
+            for slot in family.slots_for_kind(kind):
+                config = slot.loaded_config()
+                if config is not None and family.slot_for(kind, config) is slot:
+                    return config.filename
+        return None
+
+    def boot(self) -> None:
+        """Start what runs from router start (KoboldCpp in no-model mode with ``kobold.no_model``)."""
+        self.family().boot()
 
     def stop(self) -> Deferred[None]:
         """Service shutdown: stop every process now; fires when all are gone."""
-        return _all_done(slot.close() for slot in self._slots.values())
-
-
-def _argv_for(spec: RuntimeSpec, binary: BinaryConfig) -> Callable[[ModelConfig, int], list[str]]:
-    setting = f"{spec.section}.binary_path"
-
-    def build(model: ModelConfig, port: int) -> list[str]:
-        # Resolved at every load, so a binary installed after start-up is found.
-        return spec.argv(resolve_command(binary.command, setting), binary.extra_args, model, port)
-
-    return build
-
-
-def _probe_for(spec: RuntimeSpec, http: HTTPGetter, timeout: float) -> Callable[[str], Deferred[bool]]:
-    def probe(base_url: str) -> Deferred[bool]:
-        return spec.probe(http, base_url, timeout)
-
-    return probe
+        slots = [s for f in self._families.values() for s in f.slots()]
+        return _all_done(slot.close() for slot in slots)
 
 
 def _first_error(failure: Failure) -> Failure:

@@ -47,6 +47,8 @@ POLL_INITIAL_S = 0.05
 POLL_FACTOR = 1.5
 POLL_MAX_S = 0.5
 STOP_GRACE_S = 5.0
+#: How long an in-process switch (KoboldCpp reload_config) may take to come back live.
+RELOAD_TIMEOUT_S = 90.0
 
 
 class InvalidTransition(RuntimeError):
@@ -207,6 +209,9 @@ class RuntimeSlot:
         poll_initial_s: float = POLL_INITIAL_S,
         poll_factor: float = POLL_FACTOR,
         poll_max_s: float = POLL_MAX_S,
+        reload: Callable[[ModelConfig, int], Deferred[None]] | None = None,
+        reload_timeout_s: float = RELOAD_TIMEOUT_S,
+        idle_argv: Callable[[int], list[str]] | None = None,
     ) -> None:
         self.kind: RuntimeKind = kind
         self.name = name or kind
@@ -222,6 +227,11 @@ class RuntimeSlot:
         self._poll_initial_s = poll_initial_s
         self._poll_factor = poll_factor
         self._poll_max_s = poll_max_s
+        # A backend that switches configs in its running process (KoboldCpp's reload_config)
+        # and one that idles without a model (``--nomodel``) instead of being stopped.
+        self._reload = reload
+        self._reload_timeout_s = reload_timeout_s
+        self._idle_argv = idle_argv
 
         self._state = S.EMPTY
         self._since = clock.seconds()
@@ -280,6 +290,22 @@ class RuntimeSlot:
         self._queue.append(_Waiter(None, d))
         self._pump()
         return d
+
+    def start_idle(self) -> None:
+        """Start the backend with no model (KoboldCpp ``--nomodel``) so the first load is an
+        in-process switch; does nothing without an idle command or when a process runs."""
+        if self._idle_argv is None or self._process is not None or self._state is not S.EMPTY:
+            return
+        try:
+            port = self._port_allocator()
+            handle = self._launcher.spawn(self._idle_argv(port), self.name, self._env)
+        except Exception as e:
+            log.error("{backend}: could not start without a model: {error}", backend=self.name, error=str(e))
+            self._last_error = f"{self.name} could not start without a model: {e}"
+            return
+        self._port = port
+        self._process = handle
+        handle.exited.addCallback(self._on_exit, handle)
 
     def close(self) -> Deferred[None]:
         """Service shutdown: fail every waiter, stop the process now (users are
@@ -411,6 +437,7 @@ class RuntimeSlot:
                 self._config = None
                 self._port = None
                 self._set_state(S.EMPTY)
+                self.start_idle()  # KoboldCpp: unloading restarts it with --nomodel
             _fire(d, None)
             self._pump()
 
@@ -424,6 +451,9 @@ class RuntimeSlot:
         self._generation += 1
         self._config = config
         old = self._process
+        if old is not None and self._reload is not None and self._port is not None:
+            self._switch_in_process(attempt, old, self._port)
+            return
         self._process = None
         if old is not None:
             log.info(
@@ -435,6 +465,33 @@ class RuntimeSlot:
             self._stop_process(old).addBoth(lambda _: self._spawn(attempt))
         else:
             self._spawn(attempt)
+
+    def _switch_in_process(self, attempt: _Attempt, process: ProcessHandle, port: int) -> None:
+        """Ask the running backend to load ``attempt.config`` itself, then poll until it is live
+        again (at most ``reload_timeout_s``); a refused or failed reload fails the load."""
+        assert self._reload is not None
+        log.info("{backend}: reloading with {model}", backend=self.name, model=attempt.config.local_id)
+        if self._state is S.READY:
+            self._set_state(S.SWITCHING)
+        self._set_state(S.LOADING)
+        attempt.port = port
+        attempt.process = process
+        attempt.deadline_call = self._clock.callLater(self._reload_timeout_s, self._load_timed_out, attempt)
+        try:
+            reloading = self._reload(attempt.config, port)
+        except Exception as e:
+            reloading = fail(e)
+
+        def reloaded(_: object) -> None:
+            if not attempt.finished:
+                attempt.poll_call = self._clock.callLater(attempt.poll_delay, self._poll, attempt)
+
+        def refused(failure: Any) -> None:
+            if not attempt.finished:
+                reason = f"{self.name} could not reload with {attempt.config.local_id!r}: {failure.value}"
+                self._load_failed(attempt, reason)
+
+        reloading.addCallbacks(reloaded, refused)
 
     def _spawn(self, attempt: _Attempt) -> None:
         if attempt is not self._attempt or attempt.finished:

@@ -126,6 +126,21 @@ class FakeBackendHTTP:
         self.pending = False
         self.requests: list[tuple[float, str]] = []
         self._clock = clock or (lambda: 0.0)
+        #: KoboldCpp: the ``/api/extra/version`` body per port (default: no capabilities).
+        self.versions: dict[int, dict[str, Any]] = {}
+        #: Ports whose probes time out (a hung backend); the others still answer.
+        self.hung: set[int] = set()
+        #: ``(url, body)`` of every POST; ``post_answer`` is the (code, body) they get.
+        self.posts: list[tuple[str, bytes]] = []
+        self.post_answer: tuple[int, bytes] = (200, b'{"success": true}')
+
+    def post(self, url: str, *, data: bytes, headers: Any = None,
+             timeout: float | None = None) -> Deferred[Any]:
+        self.posts.append((url, data))
+        port = urlsplit(url).port or 80
+        if port not in self.ready and port not in self.listening:
+            return fail(ConnectionRefusedError(url))
+        return succeed(FakeResponse(*self.post_answer))
 
     def get(self, url: str, *, timeout: float | None = None) -> Deferred[Any]:
         self.requests.append((self._clock(), url))
@@ -133,8 +148,12 @@ class FakeBackendHTTP:
             return Deferred()
         parts = urlsplit(url)
         port = parts.port or 80
+        if port in self.hung:
+            return fail(TimeoutError(url))
         if port in self.ready:
             model = self.ids.get(port, "model")
+            if parts.path == "/api/extra/version":
+                return succeed(FakeResponse(200, json.dumps(self.versions.get(port, {})).encode()))
             return succeed(FakeResponse(200, json.dumps(self._body(parts.path, model)).encode()))
         if port in self.listening:
             return succeed(FakeResponse(503, b'{"error": "loading model"}'))

@@ -6,9 +6,11 @@ a config in one pass; each message names the key and the reason.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
-from collections.abc import Callable, Mapping
+import shlex
+from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,6 +28,7 @@ from routerd.config.schema import (
     BinaryConfig,
     ClusterConfig,
     Config,
+    KoboldConfig,
     LimitsConfig,
     ModelsConfig,
     ServerConfig,
@@ -37,6 +40,8 @@ TOKEN_ENV = "ROUTERD_CLUSTER_TOKEN"
 TOKEN_FILE_ENV = "ROUTERD_CLUSTER_TOKEN_FILE"
 
 _BINARY_SECTIONS = ("llama", "sdcpp", "whispercpp", "kobold", "vllm")
+#: Keys a family's section has besides ``binary_path`` and ``extra_args``.
+_FAMILY_KEYS: dict[str, tuple[str, ...]] = {"kobold": ("no_model", "reload_timeout")}
 _SECTIONS = ("server", "auth", "models", "backend", *_BINARY_SECTIONS, "cluster", "limits")
 
 
@@ -46,6 +51,11 @@ class ConfigError(Exception):
     def __init__(self, errors: list[str]) -> None:
         super().__init__("; ".join(errors))
         self.errors = list(errors)
+
+
+def _did_you_mean(key: str, known: Iterable[str]) -> str:
+    matches = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {matches[0]!r}?)" if matches else ""
 
 
 class _Errors:
@@ -104,7 +114,7 @@ def parse_config(
     errs = _Errors()
     for section in data:
         if section not in _SECTIONS:
-            errs.add(str(section), "unknown section")
+            errs.add(str(section), "unknown section" + _did_you_mean(str(section), _SECTIONS))
     sections = {name: _section(data, name, errs) for name in _SECTIONS}
     reader = _Reader(errs, base_dir)
 
@@ -135,9 +145,10 @@ def parse_config(
         shared_dir=reader.path(m, "models", "shared_dir", ""),
         file_roots=tuple(reader.path_value(p) for p in reader.str_list(m, "models", "file_roots", ())),
         concurrent_asset_transfers=reader.integer(m, "models", "concurrent_asset_transfers", 2, 1, 64),
+        keep_alive=reader.duration(m, "models", "keep_alive", 0.0) or None,
     )
     reader.unknown(m, "models", ("config_dir", "startup_model", "shared_dir", "file_roots",
-                                 "concurrent_asset_transfers"))
+                                 "concurrent_asset_transfers", "keep_alive"))
     if "" in models.file_roots:
         errs.add("models.file_roots", "cannot contain empty paths")
     if not os.path.isdir(models.config_dir):
@@ -147,11 +158,17 @@ def parse_config(
     backend = BackendConfig(mode=reader.string(b, "backend", "mode", "llama_sdcpp").strip())
     reader.unknown(b, "backend", ("mode",))
     if backend.mode not in BACKEND_MODES:
-        errs.add("backend.mode", "must be llama_sdcpp, kobold, or vllm")
-    elif backend.mode != "llama_sdcpp":
-        errs.add("backend.mode", f"{backend.mode!r} is not supported by this build yet (use llama_sdcpp)")
+        errs.add("backend.mode", "must be kobold, llama_sdcpp, or vllm")
 
-    binaries = {name: reader.binary(sections[name], name) for name in _BINARY_SECTIONS}
+    binaries: dict[str, Any] = {name: reader.binary(sections[name], name, _FAMILY_KEYS.get(name, ()))
+                                for name in _BINARY_SECTIONS}
+    k = sections["kobold"]
+    base = binaries["kobold"]
+    binaries["kobold"] = KoboldConfig(
+        command=base.command, extra_args=base.extra_args,
+        no_model=reader.boolean(k, "kobold", "no_model", False),
+        reload_timeout=reader.duration(k, "kobold", "reload_timeout", 90.0),
+    )
 
     c = sections["cluster"]
     token = reader.string(c, "cluster", "token", "")
@@ -211,7 +228,7 @@ class _Reader:
     def unknown(self, section: Mapping[str, Any], name: str, known: tuple[str, ...]) -> None:
         for key in section:
             if key not in known:
-                self.errs.add(f"{name}.{key}", "unknown key")
+                self.errs.add(f"{name}.{key}", "unknown key" + _did_you_mean(str(key), known))
 
     def string(self, section: Mapping[str, Any], name: str, key: str, default: str) -> str:
         value = section.get(key, default)
@@ -278,8 +295,17 @@ class _Reader:
              base: str | None = None) -> str:
         return self.path_value(self.string(section, name, key, default), base)
 
-    def binary(self, section: Mapping[str, Any], name: str) -> BinaryConfig:
-        self.unknown(section, name, ("binary_path", "extra_args"))
+    def boolean(self, section: Mapping[str, Any], name: str, key: str, default: bool) -> bool:
+        value = section.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            self.errs.add(f"{name}.{key}", "must be true or false")
+            return default
+        return value
+
+    def binary(self, section: Mapping[str, Any], name: str, more: tuple[str, ...] = ()) -> BinaryConfig:
+        self.unknown(section, name, ("binary_path", "extra_args", *more))
         raw = section.get("binary_path")
         command: tuple[str, ...] = ()
         if raw is None or raw == "":
@@ -290,8 +316,20 @@ class _Reader:
             command = (self._command_path(raw[0]), *raw[1:])
         else:
             self.errs.add(f"{name}.binary_path", "must be a path or a non-empty list of strings")
-        extra = self.str_list(section, name, "extra_args", ())
+        extra = self.args(section, name, "extra_args")
         return BinaryConfig(command=command, extra_args=extra)
+
+    def args(self, section: Mapping[str, Any], name: str, key: str) -> tuple[str, ...]:
+        """Program arguments: a list of strings, or one shell-style string split with ``shlex``
+        (``"-ngl 99 --flash-attn"`` is three arguments, as on a command line)."""
+        value = section.get(key)
+        if isinstance(value, str):
+            try:
+                return tuple(shlex.split(value))
+            except ValueError as exc:
+                self.errs.add(f"{name}.{key}", f"cannot be split like a command line: {exc}")
+                return ()
+        return self.str_list(section, name, key, ())
 
     def _command_path(self, value: str) -> str:
         # A bare program name is looked up on PATH at start; a relative path

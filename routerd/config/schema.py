@@ -47,6 +47,9 @@ class ModelsConfig:
     shared_dir: str = ""
     file_roots: tuple[str, ...] = ()
     concurrent_asset_transfers: int = 2
+    #: Idle TTL (seconds) after which a loaded model is unloaded; ``None``: never (Ollama's
+    #: ``keep_alive`` on a request overrides it for that model).
+    keep_alive: float | None = None
 
 
 @attrs.frozen
@@ -65,6 +68,18 @@ class BinaryConfig:
 
     command: tuple[str, ...] = ()
     extra_args: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class KoboldConfig(BinaryConfig):
+    """The ``kobold`` section: the binary plus how its one process is run.
+
+    ``no_model``: start KoboldCpp at boot with ``--nomodel`` (the first load is then a reload);
+    ``reload_timeout``: how long a ``reload_config`` switch may take to come back live (seconds).
+    """
+
+    no_model: bool = False
+    reload_timeout: float = 90.0
 
 
 @attrs.frozen
@@ -105,7 +120,7 @@ class Config:
     llama: BinaryConfig = attrs.Factory(BinaryConfig)
     sdcpp: BinaryConfig = attrs.Factory(BinaryConfig)
     whispercpp: BinaryConfig = attrs.Factory(BinaryConfig)
-    kobold: BinaryConfig = attrs.Factory(BinaryConfig)
+    kobold: KoboldConfig = attrs.Factory(KoboldConfig)
     vllm: BinaryConfig = attrs.Factory(BinaryConfig)
     cluster: ClusterConfig = attrs.Factory(ClusterConfig)
     limits: LimitsConfig = attrs.Factory(LimitsConfig)

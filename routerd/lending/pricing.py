@@ -11,8 +11,12 @@ Rules:
 * Spread test per work term: its coefficient of variation is at least 5 %
   (``n·Σx² − (Σx)² ≥ (0.05·Σx)²``).  Every term without spread → a *uniform* estimate (mean duration,
   valid only within ±10 % per term of the mean work); some terms with spread and some without →
-  unpriced; every term with spread → least squares ``duration = base + Σ slope_i·work_i``, unpriced
-  when a slope is negative or not finite, or the terms are collinear; a negative base becomes 0.
+  unpriced; every term with spread → a robust linear fit ``duration = base + Σ slope_i·work_i``
+  (statsmodels ``RLM`` with Huber's T, so a few outliers — a swap, a cold cache — do not skew the
+  price; ordinary least squares when the samples lie on a line), unpriced when a slope is negative or
+  not finite, or the terms are collinear; a negative base becomes 0.  Each published coefficient is
+  the fitted one plus ``CONSERVATIVE_SIGMAS`` of its standard error, so a model measured with
+  scatter (or few samples) is priced conservatively.
 * Loads: the mean duration of every successful load per config file, whether or not a generation
   followed it.
 """
@@ -23,14 +27,17 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
-
-import numpy as np
-import statsmodels.api as sm
+from typing import TYPE_CHECKING, Any
 
 from routerd.config.lending import LendingSettings
 from routerd.store.samples import OK, LoadSample, RequestSample
 from routerd.wire.lending import Costs, LoadCost, ModelCost, TokenProfile
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy and statsmodels are imported by the first fit, never at start: statsmodels alone is most of a
+# node's start time and idle memory, and a node fits off the reactor thread (Node.refresh_costs).
 
 #: Sections that are priced, with the number of work terms their samples carry.
 PRICED_SECTIONS: dict[str, int] = {"llm": 2, "image": 1}
@@ -44,6 +51,10 @@ MAX_BYTES_PER_TOKEN = 64.0
 PROFILE_SIGMAS = 2.0
 #: The lowest ``min_samples`` any fit accepts.
 MIN_SAMPLES_FLOOR = 2
+#: Published coefficients are the fitted ones plus this many standard errors.
+CONSERVATIVE_SIGMAS = 1.0
+#: Residual scale (relative to the mean duration) below which samples count as lying on a line.
+EXACT_FIT_SCALE = 1e-9
 
 
 def usable(sample: RequestSample, terms: int | None = None) -> bool:
@@ -79,6 +90,8 @@ def fit_model(samples: Sequence[RequestSample], min_samples: int) -> ModelCost |
     rows = [s for s in samples if usable(s, terms)]
     if terms <= 0 or len(rows) < max(min_samples, MIN_SAMPLES_FLOOR):
         return None
+    import numpy as np
+
     work = np.array([s.work for s in rows], dtype=float)
     duration = np.array([s.duration_ms for s in rows], dtype=float)
     spread = [has_spread(work[:, i].tolist()) for i in range(terms)]
@@ -93,29 +106,69 @@ def fit_model(samples: Sequence[RequestSample], min_samples: int) -> ModelCost |
         )
     if not all(spread):
         return None
-    fitted = _least_squares(work, duration)
+    fitted = linear_fit(work, duration)
     if fitted is None:
         return None
-    base, slopes = fitted
+    base, slopes = fitted.conservative()
     return ModelCost(
         model_id=model_id, section=section, base_ms=max(base, 0.0), slopes_ms=slopes, samples=len(rows)
     )
 
 
-def _least_squares(work: np.ndarray, duration: np.ndarray) -> tuple[float, tuple[float, ...]] | None:
-    """OLS of ``duration`` on a constant and each work column, or None (collinear, negative slope)."""
+class LinearFit:
+    """A fitted ``duration = base + Σ slope_i·work_i`` with each coefficient's standard error."""
+
+    __slots__ = ("base", "slopes", "base_se", "slopes_se", "robust")
+
+    def __init__(self, base: float, slopes: tuple[float, ...], base_se: float,
+                 slopes_se: tuple[float, ...], robust: bool) -> None:
+        self.base = base
+        self.slopes = slopes
+        self.base_se = base_se
+        self.slopes_se = slopes_se
+        self.robust = robust
+
+    def conservative(self, sigmas: float = CONSERVATIVE_SIGMAS) -> tuple[float, tuple[float, ...]]:
+        """``(base, slopes)`` each raised by ``sigmas`` standard errors."""
+        return (self.base + sigmas * self.base_se,
+                tuple(s + sigmas * se for s, se in zip(self.slopes, self.slopes_se, strict=True)))
+
+
+def _finite_or_zero(value: float) -> float:
+    return value if math.isfinite(value) and value > 0 else 0.0
+
+
+def linear_fit(work: np.ndarray, duration: np.ndarray, *, robust: bool = True) -> LinearFit | None:
+    """Fit of ``duration`` on a constant and each work column, or None (collinear, negative slope).
+
+    ``robust`` fits by ``RLM`` with Huber's T (ordinary least squares when the residuals are all
+    but zero: the samples lie on a line and there is nothing to down-weight); otherwise by OLS.
+    """
+    import numpy as np
+    import statsmodels.api as sm
+
     scale = work.mean(axis=0)  # columns scaled to ~1 so wide ranges (pixels vs ms) stay well conditioned
     design = sm.add_constant(work / scale, has_constant="add")
     if np.linalg.matrix_rank(design) < design.shape[1]:
         return None
-    result = sm.OLS(duration, design).fit()
+    result: Any = sm.OLS(duration, design).fit()
+    used_robust = False
+    if robust:
+        spread = float(np.median(np.abs(result.resid - np.median(result.resid))))
+        if spread > EXACT_FIT_SCALE * max(float(np.mean(np.abs(duration))), 1.0):
+            result = sm.RLM(duration, design, M=sm.robust.norms.HuberT()).fit()
+            used_robust = True
     params = np.asarray(result.params, dtype=float)
     if not np.all(np.isfinite(params)):
         return None
     slopes = params[1:] / scale
     if np.any(slopes < 0):
         return None
-    return float(params[0]), tuple(float(s) for s in slopes)
+    with np.errstate(all="ignore"):
+        errors = np.asarray(result.bse, dtype=float) if result.df_resid > 0 else np.zeros_like(params)
+    slope_errors = errors[1:] / scale
+    return LinearFit(float(params[0]), tuple(float(s) for s in slopes), _finite_or_zero(float(errors[0])),
+                     tuple(_finite_or_zero(float(e)) for e in slope_errors), used_robust)
 
 
 def _within_uniform(cost: ModelCost, work: Sequence[float]) -> bool:
@@ -272,6 +325,8 @@ def estimate_text(
 
 
 __all__ = [
+    "CONSERVATIVE_SIGMAS",
+    "LinearFit",
     "OUTPUT_LIMIT_KEYS",
     "PRICED_SECTIONS",
     "SPREAD_FLOOR",
@@ -283,6 +338,7 @@ __all__ = [
     "fit_node",
     "fit_token_profile",
     "has_spread",
+    "linear_fit",
     "predict",
     "predict_queue",
     "usable",

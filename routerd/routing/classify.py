@@ -30,6 +30,7 @@ RouteKind = Literal[
     "kobold_generate",
     "kobold_generate_stream",
     "kobold_transcribe",
+    "kobold_tts",
     "llama_completion",
 ]
 # Lending lanes (lending spec §2.3).  STT and TTS requests are never lent: lane ``None``.
@@ -109,6 +110,8 @@ _ROUTES: Mapping[str, Route] = {
         "kobold_generate_stream", "text", "text", "kobold", streamable=True, stream_default=True
     ),
     "/api/extra/transcribe": _route("kobold_transcribe", "stt", None, "kobold"),
+    # Kobold speech synthesis: text side, never lent (like /v1/audio/speech).
+    "/api/extra/tts": _route("kobold_tts", "text", None, "kobold"),
     # llama-server native
     "/completion": _route("llama_completion", "text", "text", "llama", streamable=True),
 }

@@ -1,8 +1,15 @@
-"""How one client request is put to a ``llama_sdcpp`` backend (pure).
+"""How one client request is put to a backend of the model's family (pure).
 
-``plan_backend_call`` turns (route, parsed request) into the backend path,
+``plan_backend_call`` turns (route, parsed request, family) into the backend path,
 body and the way its answer is converted back for the client, so the HTTP
 code only performs what the plan says.
+
+* ``llama_sdcpp``: Kobold generate becomes llama-server ``/completion``; transcription becomes
+  whisper-server ``/inference``; speech is 501 ``unsupported_backend``.
+* ``kobold``: KoboldCpp serves every route itself (OpenAI, Kobold, speech), so requests pass
+  through with the model rewritten to the local ID.
+* ``vllm``: OpenAI routes pass through (speech and transcription included); Kobold and
+  llama-server native routes are 501 ``unsupported_backend``.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ SECTIONS: Mapping[str, str] = {
     "kobold_generate": "llm", "kobold_generate_stream": "llm", "llama_completion": "llm",
     "embeddings": "embeddings", "ollama_embed": "embeddings",
     "image": "image", "sd_txt2img": "image", "sd_img2img": "image",
-    "stt": "stt", "kobold_transcribe": "stt", "tts": "tts",
+    "stt": "stt", "kobold_transcribe": "stt", "tts": "tts", "kobold_tts": "tts",
 }
 
 # Which capability a route needs from the model it names.
@@ -48,11 +55,27 @@ def _json(body: Mapping[str, Any]) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
+#: Routes a backend family serves on the same path, so the request passes through.
+_PASS_THROUGH: Mapping[str, frozenset[str]] = {
+    "kobold": frozenset({"tts", "kobold_tts", "kobold_generate", "kobold_generate_stream",
+                         "kobold_transcribe", "stt"}),
+    "vllm": frozenset({"tts", "stt"}),
+}
+_VLLM_UNSUPPORTED = frozenset({"kobold_tts", "kobold_generate", "kobold_generate_stream", "kobold_transcribe",
+                               "llama_completion", "image", "sd_txt2img", "sd_img2img"})
+
+
 def plan_backend_call(route: Route, path: str, parsed: Mapping[str, Any] | None, raw: bytes,
-                      content_type: str, local_id: str, stream: bool) -> BackendPlan:
-    """Plan the backend request for a route whose model resolved to ``local_id``."""
+                      content_type: str, local_id: str, stream: bool,
+                      family: str = "llama_sdcpp") -> BackendPlan:
+    """Plan the backend request for a route whose model resolved to ``local_id`` in ``family``."""
     kind = route.kind
-    if kind == "tts":
+    if family == "vllm" and kind in _VLLM_UNSUPPORTED:
+        raise HTTPError(501, f"{path} is not supported by the vllm backend family",
+                        "unsupported_backend", "unsupported_backend")
+    if kind in _PASS_THROUGH.get(family, frozenset()):
+        return _pass_through(path, parsed, raw, content_type, local_id, stream)
+    if kind in ("tts", "kobold_tts"):
         raise HTTPError(501, "audio route is not supported by the selected split backend config",
                         "unsupported_backend", "unsupported_backend")
     if kind in ("kobold_generate_stream", "kobold_transcribe"):
@@ -87,6 +110,14 @@ def plan_backend_call(route: Route, path: str, parsed: Mapping[str, Any] | None,
         backend_path, out = kobold.kobold_generate_to_llama(body)
         return BackendPlan(backend_path, _json(out), "application/json", "kobold", False)
     raise HTTPError(404, f"route {path} is not served by this node", "not_found", "not_found")
+
+
+def _pass_through(path: str, parsed: Mapping[str, Any] | None, raw: bytes, content_type: str,
+                  local_id: str, stream: bool) -> BackendPlan:
+    """The request as the client sent it, with a JSON body's ``model`` set to the local ID."""
+    if parsed is None or parsed.get("model") in (None, local_id):
+        return BackendPlan(path, raw, content_type or "application/json", "openai", stream)
+    return BackendPlan(path, _json({**parsed, "model": local_id}), "application/json", "openai", stream)
 
 
 def _plan_stt(path: str, raw: bytes, content_type: str) -> BackendPlan:

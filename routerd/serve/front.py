@@ -24,8 +24,10 @@ from routerd.errors import HTTPError, StatusError, error_body
 from routerd.lending.offload import Borrowed, offload_returned
 from routerd.lending.service import LendingService
 from routerd.metrics import NodeMetrics
+from routerd.registry.replicas import NoReplica, Reservation
 from routerd.routing.call import Call, Incoming, Reply, new_request_id
 from routerd.routing.classify import Route, wants_stream
+from routerd.routing.embeddings import embeddings_candidates, rotated
 from routerd.routing.forward import Forwarder
 from routerd.routing.guardians import (
     BACKEND_REFUSED,
@@ -60,6 +62,7 @@ class InferenceFront:
         self.forwarder = forwarder
         self.loaded_config = loaded_config
         self.lending = lending
+        self._embeddings_turn = 0  # round-robin start of selector-less embeddings
 
     async def handle(self, incoming: Incoming, reply: Reply, route: Route, *,
                      cluster_call: bool = False, borrowed: Borrowed | None = None) -> bytes:
@@ -302,10 +305,14 @@ class InferenceFront:
         need = self._need(route)
         name = call.selector
         if name is None:
+            embeddings = None if SECTIONS[route.kind] != "embeddings" else self._reserve_embeddings()
             if route.runtime == "stt":
                 record = await self.master.choose_stt()  # NoSTT is a 503 StatusError
                 reservation = registry.reserve(record, "stt")
                 name = record.public_id
+            elif embeddings is not None:
+                reservation = embeddings
+                name = embeddings.record.public_id
             else:
                 name = self._default_public(route, need)
                 reservation = registry.acquire(name, route.runtime)
@@ -340,6 +347,20 @@ class InferenceFront:
                                                              name, refused)
         finally:
             reservation.release()
+
+    def _reserve_embeddings(self) -> Reservation | None:
+        """Selector-less embeddings (reference §6.7): a loaded embeddings config, round-robin."""
+        assert self.master is not None
+        registry = self.master.registry
+        loaded = self.loaded_config("text")
+        candidates = embeddings_candidates(registry.records(), self.node_id, lambda f: f == loaded)
+        start, self._embeddings_turn = self._embeddings_turn, self._embeddings_turn + 1
+        for record in rotated(candidates, start):
+            try:
+                return registry.reserve_exact(record.node_id, record.filename, "text")
+            except NoReplica:
+                continue  # went stale since the listing: try the next
+        return None
 
     def _records_named(self, name: str) -> list[ModelRecord]:
         assert self.master is not None

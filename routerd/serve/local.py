@@ -74,7 +74,7 @@ class LocalInference:
         try:
             try:
                 plan = plan_backend_call(call.route, call.path, call.parsed, call.body, call.content_type,
-                                         model.local_id, call.stream)
+                                         model.local_id, call.stream, model.backend_mode)
             except (AdapterError, MultipartError) as exc:
                 raise HTTPError(400, str(exc)) from None
             call.outcome.work = work.request_work(call.route, call.parsed, call.body, call.content_type)

@@ -76,14 +76,19 @@ def make_server(
         raise StartupError(2, f"routerd-sim: unknown backend family {name!r}\n{usage()}")
     if family.build is None or family.kind is None:
         raise StartupError(2, f"routerd-sim: {name}: not implemented yet")
+    if family.prepare is not None:
+        rest = family.prepare(rest)
     ns, ignored = parse_flags(f"routerd-sim {name}", rest, family.flags + SIM_FLAGS, family.validate)
     for token in ignored:
         errors.write(f"warning: {name}: ignoring unsupported argument: {token}\n")
     errors.flush()
-    if not ns.model:
+    if family.initial is None and not ns.model:
         raise StartupError(1, f"error: {name}: no model given (use -m PATH)")
     try:
-        weights = load_weights(ns.model, family.kind)
+        if family.initial is not None:
+            weights, weights_path = family.initial(ns)
+        else:
+            weights, weights_path = load_weights(ns.model, family.kind), ns.model
     except WeightsError as exc:
         raise StartupError(1, f"error: {name}: failed to load model: {exc}") from None
     knobs = Knobs(
@@ -93,7 +98,7 @@ def make_server(
         hang=ns.sim_hang,
     )
     runtime = SimRuntime(
-        family=name, weights=weights, weights_path=ns.model, clock=clock, on_exit=on_exit,
+        family=name, weights=weights, weights_path=weights_path, clock=clock, on_exit=on_exit,
         knobs=knobs, time_scale=ns.sim_time_scale, slots=family.slots(ns), out=out, err=err,
     )
     return SimServer(family, ns.host, ns.port, runtime, family.build(runtime, ns))

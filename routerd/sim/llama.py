@@ -19,6 +19,7 @@ from routerd.sim.routes import add_control_routes, add_error_pages, add_route
 from routerd.sim.runtime import SimRuntime
 from routerd.sim.timing import count_tokens, requested_max_tokens, text_seconds
 from routerd.sim.web import BadRequest, HttpError, SseStream, openai_error, read_json, send_json
+from routerd.sim.weights import Weights
 
 __all__ = ["FLAGS", "LlamaOptions", "build_app", "chat_prompt", "options_from_args"]
 
@@ -154,13 +155,21 @@ class _TextJob:
 class LlamaServer:
     """The request handlers; ``build_app`` wires them to routes."""
 
-    def __init__(self, runtime: SimRuntime, options: LlamaOptions) -> None:
+    def __init__(self, runtime: SimRuntime, options: LlamaOptions,
+                 weights: Callable[[], Weights] | None = None) -> None:
         self.rt = runtime
         self.opts = options
+        # The weights this server answers with: the process's own, or (koboldcpp, which holds
+        # several) the ones of one lane.
+        self._weights = weights if weights is not None else (lambda: runtime.weights)
+
+    @property
+    def weights(self) -> Weights:
+        return self._weights()
 
     @property
     def n_ctx(self) -> int:
-        return self.opts.ctx_size or self.rt.weights.context
+        return self.opts.ctx_size or self.weights.context
 
     # -- common pieces -------------------------------------------------------------------------
 
@@ -188,7 +197,7 @@ class LlamaServer:
         gen = requested_max_tokens(body)
         self._check_context(prompt_tokens, gen)
         stream = body.get("stream") is True
-        tokens = generate_tokens(self.rt.weights.label, hash_input, gen)
+        tokens = generate_tokens(self.weights.label, hash_input, gen)
         return _TextJob(self._model(body), prompt, prompt_tokens, tokens, stream)
 
     async def _generate(
@@ -199,7 +208,7 @@ class LlamaServer:
     ) -> dict[str, object]:
         """Hold a slot for prompt processing then generation; stream tokens as they are made."""
         async with self.rt.slot():
-            prompt_s, gen_s = text_seconds(self.rt.weights, job.prompt_tokens, len(job.tokens))
+            prompt_s, gen_s = text_seconds(self.weights, job.prompt_tokens, len(job.tokens))
             started = self.rt.now()
             await self.rt.work(prompt_s)
             prompt_done = self.rt.now()
@@ -221,7 +230,7 @@ class LlamaServer:
         return send_json(request, 200, {"status": "ok"})
 
     async def models(self, request: Request) -> bytes:
-        weights = self.rt.weights
+        weights = self.weights
         return send_json(request, 200, {
             "object": "list",
             "data": [{
@@ -378,10 +387,10 @@ class LlamaServer:
         as_base64 = body.get("encoding_format") == "base64"
         total = sum(tokens for _text, tokens in inputs)
         async with self.rt.slot():
-            await self.rt.work(total / self.rt.weights.prompt_tokens_per_s)
+            await self.rt.work(total / self.weights.prompt_tokens_per_s)
         data = []
         for index, (text, _tokens) in enumerate(inputs):
-            vector = embedding_vector(self.rt.weights.label, text, self.rt.weights.embedding_dim)
+            vector = embedding_vector(self.weights.label, text, self.weights.embedding_dim)
             encoded: object = vector
             if as_base64:
                 encoded = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")

@@ -14,6 +14,8 @@ __all__ = [
     "embedding_vector",
     "generate_tokens",
     "png_b64",
+    "speech_seconds",
+    "speech_wav",
     "png_image",
     "transcript",
 ]
@@ -96,3 +98,28 @@ def transcript(label: str, audio: bytes, duration: float) -> str:
     audio_id = hashlib.sha256(audio).hexdigest()
     words = "".join(generate_tokens(label, f"stt:{audio_id}:{duration:.3f}", count))
     return words[:1].upper() + words[1:] + "."
+
+
+#: Spoken words per second of synthesised speech.
+SPEECH_WORDS_PER_S = 2.5
+SPEECH_RATE = 8000
+
+
+def speech_seconds(text: str) -> float:
+    """Length of the clip a text is spoken in: 2.5 words a second, at least 0.4 s."""
+    return max(0.4, len(text.split()) / SPEECH_WORDS_PER_S)
+
+
+def speech_wav(label: str, text: str, voice: str = "") -> bytes:
+    """A small valid WAV (8 kHz, 16-bit mono) speaking ``text``: a square tone whose pitch comes
+    from sha256(label, voice, text), so different weights or inputs give different audio."""
+    seed = digest(label, "speech", voice, text)
+    frequency = 200 + int.from_bytes(seed[:2], "big") % 600
+    frames = round(speech_seconds(text) * SPEECH_RATE)
+    period = max(2, SPEECH_RATE // frequency)
+    high, low = struct.pack("<h", 6000), struct.pack("<h", -6000)
+    data = b"".join(high if (i % period) < period // 2 else low for i in range(frames))
+    fmt = struct.pack("<HHIIHH", 1, 1, SPEECH_RATE, SPEECH_RATE * 2, 2, 16)
+    body = (b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
+            + b"data" + struct.pack("<I", len(data)) + data)
+    return b"RIFF" + struct.pack("<I", len(body)) + body

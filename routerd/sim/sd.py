@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 
 import attrs
 from klein import Klein
@@ -15,7 +16,7 @@ from routerd.sim.routes import add_control_routes, add_error_pages, add_route
 from routerd.sim.runtime import SimRuntime
 from routerd.sim.timing import DEFAULT_IMAGE_SIZE, DEFAULT_STEPS, image_seconds
 from routerd.sim.web import BadRequest, HttpError, openai_error, read_json, send_json
-from routerd.sim.weights import weights_display_name
+from routerd.sim.weights import Weights, weights_display_name
 
 __all__ = ["FLAGS", "ImageJob", "SdOptions", "build_app", "options_from_args"]
 
@@ -105,9 +106,15 @@ def parse_size(size: object) -> tuple[int, int]:
 
 
 class SdServer:
-    def __init__(self, runtime: SimRuntime, options: SdOptions) -> None:
+    def __init__(self, runtime: SimRuntime, options: SdOptions,
+                 weights: Callable[[], Weights] | None = None) -> None:
         self.rt = runtime
         self.opts = options
+        self._weights = weights if weights is not None else (lambda: runtime.weights)
+
+    @property
+    def weights(self) -> Weights:
+        return self._weights()
 
     def _body(self, request: Request) -> dict[str, object]:
         try:
@@ -118,9 +125,9 @@ class SdServer:
     async def _render(self, job: ImageJob) -> list[str]:
         async with self.rt.slot():
             await self.rt.work(
-                image_seconds(self.rt.weights, job.steps, job.width, job.height, job.count)
+                image_seconds(self.weights, job.steps, job.width, job.height, job.count)
             )
-        return [png_b64(self.rt.weights.label, job.hash_input(), i) for i in range(job.count)]
+        return [png_b64(self.weights.label, job.hash_input(), i) for i in range(job.count)]
 
     async def health(self, request: Request) -> bytes:
         return send_json(request, 200, {"status": "ok"})
@@ -150,7 +157,7 @@ class SdServer:
             "prompt": job.prompt, "all_prompts": [job.prompt] * job.count,
             "negative_prompt": job.negative_prompt, "seed": job.seed, "steps": job.steps,
             "width": job.width, "height": job.height, "sd_model_name": self.opts.model_name,
-            "weights": self.rt.weights.label,
+            "weights": self.weights.label,
         }
         return send_json(request, 200, {"images": images, "parameters": parameters,
                                         "info": json.dumps(info)})

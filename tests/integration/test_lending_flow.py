@@ -11,90 +11,36 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest_twisted
 import treq
 from twisted.internet import defer, reactor, task
 
-from tests.integration.nodes import (
-    FAST_TEXT,
-    TOKEN,
-    ClusterPlan,
-    RunningNode,
-    plan_cluster,
-    start_node,
-    wait_until,
-    write_models,
+from tests.integration.lending_support import (
+    JOB,
+    LENDING,
+    Trio,
+    ask_chat,
+    chat,
+    start_trio,
+    text_models,
+    warm_and_link,
 )
-
-LENDING = {"scheduling_min_samples": 2, "offload_probe_idle": "100ms", "scheduling_refresh_interval": "10m"}
-# 20 generated tokens at 200 tokens/s: a job takes ~100 ms on either node.
-JOB = {**FAST_TEXT, "load_ms": 30, "gen_tokens_per_s": 200}
-
-
-@attrs.define
-class Trio:
-    plan: ClusterPlan
-    master: RunningNode
-    owner: RunningNode
-    helper: RunningNode
-
-
+from tests.integration.nodes import TOKEN, plan_cluster, start_node, wait_until, write_models
 
 
 @pytest_twisted.async_yield_fixture
 async def trio(tmp_path: Path) -> AsyncIterator[Trio]:
-    plan = plan_cluster(tmp_path, ["owner", "helper"])
-    (plan.root / "master" / "models").mkdir(parents=True)
-    write_models(plan.root / "owner", {"alpha": {"model": "../weights/alpha.sim.json", "contextsize": 4096}},
-                 {"alpha": JOB})
-    write_models(plan.root / "helper", {"beta": {"model": "../weights/beta.sim.json", "contextsize": 4096}},
-                 {"beta": JOB})
-    master = await start_node(plan.master_config(LENDING))
-    owner = await start_node(plan.slave_config("owner", extra_cluster=LENDING))
-    helper = await start_node(plan.slave_config("helper", extra_cluster=LENDING))
-    registry = master.node.master.registry  # type: ignore[union-attr]
-    await wait_until(lambda: len([n for n in registry.nodes() if n.healthy]) == 2)
-    running = Trio(plan, master, owner, helper)
+    running = await start_trio(tmp_path, text_models(alpha=JOB), text_models(beta=JOB))
     yield running
-    await running.helper.stop()
-    await running.owner.stop()
-    await running.master.stop()  # the test may have replaced it
-
-
-def chat(model: str) -> dict[str, Any]:
-    return {"model": model, "messages": [{"role": "user", "content": "tell me a short story please"}],
-            "max_tokens": 20}
-
-
-async def _chat(url: str, model: str) -> tuple[int, dict[str, Any], Any]:
-    response = await treq.post(url + "/v1/chat/completions", json=chat(model))
-    return response.code, json.loads(await response.content()), response
-
-
-async def _warm_and_link(trio: Trio) -> None:
-    for model in ("alpha", "beta"):
-        for _ in range(3):
-            code, _, _ = await _chat(trio.master.url, model)
-            assert code == 200
-    for node in (trio.owner, trio.helper):
-        await node.node._refit()
-        assert node.node.lending.costs.models, "a cost fit from the warm-up samples"
-    response = await treq.post(trio.master.url + "/router/v1/site/text-routing-groups", json={
-        "anchor": {"node_id": "owner", "model_id": "alpha"},
-        "lends_to": [{"node_id": "helper", "model_id": "beta", "load_if_unloaded": True}],
-        "acknowledge_different_weights": True})
-    assert response.code == 200, await response.content()
-    await wait_until(lambda: trio.owner.node.lending.queues["text"].is_owner("alpha")
-                and trio.helper.node.lending.queues["text"].is_enrolled("beta"))
+    await running.stop()  # the test may have replaced the master
 
 
 @pytest_twisted.ensureDeferred
 async def test_ten_requests_two_in_the_backend_the_rest_held_and_lent_to_an_equal_helper(trio: Trio) -> None:
-    await _warm_and_link(trio)
+    await warm_and_link(trio)
     start = reactor.seconds()
     results = await defer.gatherResults(
-        [defer.Deferred.fromCoroutine(_chat(trio.master.url, "alpha")) for _ in range(10)])
+        [defer.Deferred.fromCoroutine(ask_chat(trio.master.url, "alpha")) for _ in range(10)])
     elapsed = reactor.seconds() - start
     assert all(code == 200 for code, _, _ in results)
     assert all(payload["model"] == "alpha" for _, payload, _ in results)
@@ -123,10 +69,10 @@ async def test_ten_requests_two_in_the_backend_the_rest_held_and_lent_to_an_equa
 
 @pytest_twisted.ensureDeferred
 async def test_a_helpers_own_request_returns_borrowed_work_and_the_owner_reruns_it(trio: Trio) -> None:
-    await _warm_and_link(trio)
-    burst = [defer.Deferred.fromCoroutine(_chat(trio.master.url, "alpha")) for _ in range(10)]
+    await warm_and_link(trio)
+    burst = [defer.Deferred.fromCoroutine(ask_chat(trio.master.url, "alpha")) for _ in range(10)]
     await task.deferLater(reactor, 0.15, lambda: None)
-    own = defer.Deferred.fromCoroutine(_chat(trio.master.url, "beta"))
+    own = defer.Deferred.fromCoroutine(ask_chat(trio.master.url, "beta"))
     results = await defer.gatherResults([*burst, own])
     assert all(code == 200 for code, _, _ in results)
     # nothing was lost or answered twice: every request got one answer of its own model
@@ -139,9 +85,9 @@ async def test_a_helpers_own_request_returns_borrowed_work_and_the_owner_reruns_
 
 @pytest_twisted.ensureDeferred
 async def test_a_200_request_burst_loses_nothing_and_answers_each_once(trio: Trio) -> None:
-    await _warm_and_link(trio)
+    await warm_and_link(trio)
     results = await defer.gatherResults(
-        [defer.Deferred.fromCoroutine(_chat(trio.master.url, "alpha")) for _ in range(200)])
+        [defer.Deferred.fromCoroutine(ask_chat(trio.master.url, "alpha")) for _ in range(200)])
     assert [code for code, _, _ in results] == [200] * 200
     ids = [r.headers.getRawHeaders(b"x-routerd-request-id")[0] for _, _, r in results]
     assert len(set(ids)) == 200
@@ -154,10 +100,10 @@ async def test_a_200_request_burst_loses_nothing_and_answers_each_once(trio: Tri
 
 @pytest_twisted.ensureDeferred
 async def test_owners_keep_serving_their_own_queue_when_the_master_is_down(trio: Trio) -> None:
-    await _warm_and_link(trio)
+    await warm_and_link(trio)
     await trio.master.stop()
     results = await defer.gatherResults(
-        [defer.Deferred.fromCoroutine(_chat(trio.owner.url, "alpha"))
+        [defer.Deferred.fromCoroutine(ask_chat(trio.owner.url, "alpha"))
          for _ in range(6)])
     assert [code for code, _, _ in results] == [200] * 6
     assert not any(r.headers.getRawHeaders(b"x-routerd-lent-to") for _, _, r in results)
@@ -167,8 +113,8 @@ async def test_owners_keep_serving_their_own_queue_when_the_master_is_down(trio:
 
 @pytest_twisted.ensureDeferred
 async def test_a_helper_that_dies_with_lent_work_hands_it_back_to_the_owner(trio: Trio) -> None:
-    await _warm_and_link(trio)
-    burst = [defer.Deferred.fromCoroutine(_chat(trio.master.url, "alpha")) for _ in range(8)]
+    await warm_and_link(trio)
+    burst = [defer.Deferred.fromCoroutine(ask_chat(trio.master.url, "alpha")) for _ in range(8)]
     await wait_until(lambda: trio.owner.node.lending.queues["text"].lent_count("alpha") > 0, timeout=3)
     await trio.helper.node.runtimes.stop()  # the helper's backend goes away with lent work in it
     results = await defer.gatherResults(burst)
@@ -182,7 +128,7 @@ async def test_a_helper_that_dies_with_lent_work_hands_it_back_to_the_owner(trio
 
 @pytest_twisted.ensureDeferred
 async def test_a_borrowed_request_needing_a_forbidden_load_is_handed_back_unloaded(trio: Trio) -> None:
-    await _warm_and_link(trio)
+    await warm_and_link(trio)
     helper = trio.helper.node
     await helper.runtimes.unload("all")
     headers = {"authorization": f"Bearer {TOKEN}", "x-routerd-offload": "1"}
@@ -201,7 +147,7 @@ async def test_a_borrowed_request_needing_a_forbidden_load_is_handed_back_unload
 
 @pytest_twisted.ensureDeferred
 async def test_the_helper_lists_the_borrowed_work_it_holds(trio: Trio) -> None:
-    await _warm_and_link(trio)
+    await warm_and_link(trio)
     seen: list[dict[str, Any]] = []
 
     async def watch() -> None:
@@ -212,7 +158,7 @@ async def test_the_helper_lists_the_borrowed_work_it_holds(trio: Trio) -> None:
             await task.deferLater(reactor, 0.02, lambda: None)
 
     watching = defer.Deferred.fromCoroutine(watch())
-    await defer.gatherResults([defer.Deferred.fromCoroutine(_chat(trio.master.url, "alpha"))
+    await defer.gatherResults([defer.Deferred.fromCoroutine(ask_chat(trio.master.url, "alpha"))
                                for _ in range(10)])
     await watching
     assert seen, "borrowed work was listed while the burst ran"
@@ -224,7 +170,7 @@ async def test_the_helper_lists_the_borrowed_work_it_holds(trio: Trio) -> None:
 @pytest_twisted.ensureDeferred
 async def test_the_site_summary_lists_live_leases_with_their_remaining_time(trio: Trio) -> None:
     """Issue 8 item 2: the master's lease book shows in ``GET /router/v1/site/offload/summary``."""
-    await _warm_and_link(trio)
+    await warm_and_link(trio)
     seen: list[dict[str, Any]] = []
 
     async def watch() -> None:
@@ -234,7 +180,7 @@ async def test_the_site_summary_lists_live_leases_with_their_remaining_time(trio
             await task.deferLater(reactor, 0.02, lambda: None)
 
     watching = defer.Deferred.fromCoroutine(watch())
-    await defer.gatherResults([defer.Deferred.fromCoroutine(_chat(trio.master.url, "alpha"))
+    await defer.gatherResults([defer.Deferred.fromCoroutine(ask_chat(trio.master.url, "alpha"))
                                for _ in range(10)])
     await watching
     assert seen, "a live lease was listed while the burst ran"
@@ -257,7 +203,7 @@ async def test_when_the_master_is_the_helper_it_serves_lent_work_in_process(tmp_
         await wait_until(lambda: registry.node("owner") is not None)
         for model in ("alpha", "gamma"):
             for _ in range(3):
-                code, _, _ = await _chat(master.url, model)
+                code, _, _ = await ask_chat(master.url, model)
                 assert code == 200
         await owner.node._refit()
         await master.node._refit()
@@ -268,7 +214,7 @@ async def test_when_the_master_is_the_helper_it_serves_lent_work_in_process(tmp_
         assert response.code == 200, await response.content()
         await wait_until(lambda: owner.node.lending.queues["text"].is_owner("alpha"))
         results = await defer.gatherResults(
-            [defer.Deferred.fromCoroutine(_chat(master.url, "alpha")) for _ in range(8)])
+            [defer.Deferred.fromCoroutine(ask_chat(master.url, "alpha")) for _ in range(8)])
         assert all(code == 200 for code, _, _ in results)
         lent = [r for _, _, r in results if r.headers.getRawHeaders(b"x-routerd-lent-to")]
         assert lent and all(r.headers.getRawHeaders(b"x-routerd-lent-to") == [b"master/gamma"] for r in lent)

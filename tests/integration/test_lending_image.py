@@ -13,50 +13,23 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest_twisted
 import treq
 from twisted.internet import defer
 
-from tests.integration.nodes import (
-    ClusterPlan,
-    RunningNode,
-    plan_cluster,
-    start_node,
-    wait_until,
-    write_models,
-)
+from tests.integration.lending_support import Trio, image_models, start_trio
+from tests.integration.nodes import wait_until
 
-LENDING = {"scheduling_min_samples": 2, "offload_probe_idle": "100ms", "scheduling_refresh_interval": "10m"}
 PAINTER = {"kind": "image", "load_ms": 30, "ms_per_step_megapixel": 20}
 OWNER_IMAGE, HELPER_IMAGE = "paint-paint", "brush-brush"  # <local id>-<weights file name>
 JOB = {"prompt": "a lighthouse at dusk", "size": "512x512", "steps": 20}
 
 
-@attrs.define
-class Trio:
-    plan: ClusterPlan
-    master: RunningNode
-    owner: RunningNode
-    helper: RunningNode
-
-
 @pytest_twisted.async_yield_fixture
 async def trio(tmp_path: Path) -> AsyncIterator[Trio]:
-    plan = plan_cluster(tmp_path, ["owner", "helper"])
-    (plan.root / "master" / "models").mkdir(parents=True)
-    for node, name in (("owner", "paint"), ("helper", "brush")):
-        write_models(plan.root / node, {name: {"sdmodel": f"../weights/{name}.sim.json"}}, {name: PAINTER})
-    master = await start_node(plan.master_config(LENDING))
-    owner = await start_node(plan.slave_config("owner", extra_cluster=LENDING))
-    helper = await start_node(plan.slave_config("helper", extra_cluster=LENDING))
-    registry = master.node.master.registry  # type: ignore[union-attr]
-    await wait_until(lambda: len([n for n in registry.nodes() if n.healthy]) == 2)
-    running = Trio(plan, master, owner, helper)
+    running = await start_trio(tmp_path, image_models(paint=PAINTER), image_models(brush=PAINTER))
     yield running
-    await helper.stop()
-    await owner.stop()
-    await master.stop()
+    await running.stop()
 
 
 async def _image(url: str, model: str) -> tuple[int, dict[str, Any], Any]:

@@ -17,8 +17,15 @@ import treq
 from twisted.internet import defer, reactor, task
 
 from routerd.lending.cutoff import CutOffRule
-from tests.integration.nodes import FAST_TEXT, TOKEN, plan_cluster, start_node, wait_until, write_models
-from tests.integration.test_lending_flow import JOB, LENDING, Trio, _chat, _warm_and_link
+from tests.integration.lending_support import (
+    JOB,
+    Trio,
+    ask_chat,
+    start_trio,
+    text_models,
+    warm_and_link,
+)
+from tests.integration.nodes import FAST_TEXT, TOKEN, wait_until
 from tests.integration.test_lending_flow import trio as trio  # noqa: F401 - the fixture
 
 # 20 generated tokens: the owner takes ~320 ms a job, the helper ~20 ms (16x faster).
@@ -28,29 +35,16 @@ FAST_HELPER = {**FAST_TEXT, "load_ms": 30, "gen_tokens_per_s": 1000}
 
 @pytest_twisted.async_yield_fixture
 async def fast_helper(tmp_path: Path) -> AsyncIterator[Trio]:
-    plan = plan_cluster(tmp_path, ["owner", "helper"])
-    (plan.root / "master" / "models").mkdir(parents=True)
-    write_models(plan.root / "owner", {"alpha": {"model": "../weights/alpha.sim.json", "contextsize": 4096}},
-                 {"alpha": SLOW_OWNER})
-    write_models(plan.root / "helper", {"beta": {"model": "../weights/beta.sim.json", "contextsize": 4096}},
-                 {"beta": FAST_HELPER})
-    master = await start_node(plan.master_config(LENDING))
-    owner = await start_node(plan.slave_config("owner", extra_cluster=LENDING))
-    helper = await start_node(plan.slave_config("helper", extra_cluster=LENDING))
-    registry = master.node.master.registry  # type: ignore[union-attr]
-    await wait_until(lambda: len([n for n in registry.nodes() if n.healthy]) == 2)
-    running = Trio(plan, master, owner, helper)
+    running = await start_trio(tmp_path, text_models(alpha=SLOW_OWNER), text_models(beta=FAST_HELPER))
     yield running
-    await running.helper.stop()
-    await running.owner.stop()
-    await running.master.stop()
+    await running.stop()
 
 
 @pytest_twisted.ensureDeferred
 async def test_a_much_faster_helper_gets_requests_the_owner_holds_back_from_its_second_slot(
         fast_helper: Trio) -> None:
     trio_ = fast_helper
-    await _warm_and_link(trio_)
+    await warm_and_link(trio_)
     states: set[str] = set()
     done = False
 
@@ -71,7 +65,7 @@ async def test_a_much_faster_helper_gets_requests_the_owner_holds_back_from_its_
     watching = defer.gatherResults([defer.Deferred.fromCoroutine(watch_summary()),
                                     defer.Deferred.fromCoroutine(watch_owner())])
     results = await defer.gatherResults(
-        [defer.Deferred.fromCoroutine(_chat(trio_.master.url, "alpha")) for _ in range(30)])
+        [defer.Deferred.fromCoroutine(ask_chat(trio_.master.url, "alpha")) for _ in range(30)])
     done = True
     await watching
     assert [code for code, _, _ in results] == [200] * 30
@@ -95,7 +89,7 @@ async def _hang(node: Any) -> None:
 
 @pytest_twisted.ensureDeferred
 async def test_a_hanging_helper_has_every_lent_request_cut_off_and_served_by_the_owner(trio: Trio) -> None:  # noqa: F811
-    await _warm_and_link(trio)
+    await warm_and_link(trio)
     # The +30 s grace of the cut-off is shortened so the test takes seconds (unit tests check 30 s).
     owner_service = trio.owner.node.lending
     owner_service.lent_calls.rule = CutOffRule(grace_ms=1000)
@@ -103,7 +97,7 @@ async def test_a_hanging_helper_has_every_lent_request_cut_off_and_served_by_the
 
     async def timed() -> tuple[int, float, Any]:
         start = reactor.seconds()
-        code, _payload, response = await _chat(trio.master.url, "alpha")
+        code, _payload, response = await ask_chat(trio.master.url, "alpha")
         return code, reactor.seconds() - start, response
 
     results = await defer.gatherResults([defer.Deferred.fromCoroutine(timed()) for _ in range(8)])

@@ -17,8 +17,17 @@ import pytest_twisted
 import treq
 from twisted.internet import defer, reactor, task
 
-from tests.integration.nodes import TOKEN, plan_cluster, start_node, wait_until, write_models
-from tests.integration.test_lending_flow import JOB, LENDING, Trio, _chat, _warm_and_link, chat
+from tests.integration.lending_support import (
+    JOB,
+    LENDING,
+    Trio,
+    ask_chat,
+    chat,
+    start_trio,
+    text_models,
+    warm_and_link,
+)
+from tests.integration.nodes import TOKEN, wait_until
 
 STALL = {**LENDING, "offload_lent_stall_timeout": "1s", "offload_restore_delay": "1s"}
 
@@ -26,23 +35,10 @@ STALL = {**LENDING, "offload_lent_stall_timeout": "1s", "offload_restore_delay":
 @pytest_twisted.async_yield_fixture
 async def trio(tmp_path: Path) -> AsyncIterator[Trio]:
     """Owner ``alpha``; helper ``beta`` (linked) and its own ``xray``."""
-    plan = plan_cluster(tmp_path, ["owner", "helper"])
-    (plan.root / "master" / "models").mkdir(parents=True)
-    write_models(plan.root / "owner", {"alpha": {"model": "../weights/alpha.sim.json", "contextsize": 4096}},
-                 {"alpha": JOB})
-    write_models(plan.root / "helper", {"beta": {"model": "../weights/beta.sim.json", "contextsize": 4096},
-                                        "xray": {"model": "../weights/xray.sim.json", "contextsize": 4096}},
-                 {"beta": JOB, "xray": JOB})
-    master = await start_node(plan.master_config(STALL))
-    owner = await start_node(plan.slave_config("owner", extra_cluster=STALL))
-    helper = await start_node(plan.slave_config("helper", extra_cluster=STALL))
-    registry = master.node.master.registry  # type: ignore[union-attr]
-    await wait_until(lambda: len([n for n in registry.nodes() if n.healthy]) == 2)
-    running = Trio(plan, master, owner, helper)
+    running = await start_trio(tmp_path, text_models(alpha=JOB), text_models(beta=JOB, xray=JOB),
+                               master_extra=STALL, slave_extra=STALL)
     yield running
-    await running.helper.stop()
-    await running.owner.stop()
-    await running.master.stop()
+    await running.stop()
 
 
 async def _sim_control(trio: Trio, body: dict[str, Any]) -> None:
@@ -58,7 +54,7 @@ def _sleep(seconds: float) -> defer.Deferred[None]:
 
 @pytest_twisted.ensureDeferred
 async def test_a_stalled_helper_keeps_work_it_still_lists_and_loses_all_of_it_once_not(trio: Trio) -> None:
-    await _warm_and_link(trio)
+    await warm_and_link(trio)
     await _sim_control(trio, {"hang": True})  # the helper's backend never answers
     helper = trio.helper.node.lending
     asked: list[int] = []
@@ -71,7 +67,7 @@ async def test_a_stalled_helper_keeps_work_it_still_lists_and_loses_all_of_it_on
         return listed
 
     helper.borrowed_requests = borrowed_requests  # type: ignore[method-assign]
-    burst = [defer.Deferred.fromCoroutine(_chat(trio.master.url, "alpha")) for _ in range(6)]
+    burst = [defer.Deferred.fromCoroutine(ask_chat(trio.master.url, "alpha")) for _ in range(6)]
     tracker = trio.master.node.coordinator.stall.tracker  # type: ignore[union-attr]
     await wait_until(lambda: tracker.outstanding("helper"), timeout=3)
     # the first question, a stall timeout later: the helper still runs them, so it keeps them
@@ -148,7 +144,7 @@ async def test_a_native_request_arriving_first_cancels_the_pending_restore(trio:
     await _helper_holds_xray(trio)
     assert await _borrowed_chat(trio, restore=True) == 200
     assert helper.runtimes.loaded_config("text") == "beta.kcpps"
-    code, payload, _ = await _chat(trio.helper.url, "beta")  # the helper's own request for beta
+    code, payload, _ = await ask_chat(trio.helper.url, "beta")  # the helper's own request for beta
     assert code == 200 and payload["model"] == "beta"
     await _sleep(1.5)
     assert helper.runtimes.loaded_config("text") == "beta.kcpps"

@@ -88,3 +88,35 @@ async def test_ollama_client_chat_generate_embed_list_and_show(node: RunningNode
         assert info.value.status_code == 404
 
     await deferToThread(run)
+
+
+@pytest_twisted.ensureDeferred
+async def test_ollama_client_preloads_unloads_and_ps_follows(node: RunningNode) -> None:
+    """Ollama's control requests, as ``ollama run``/``ollama stop`` send them: an empty prompt loads
+    the model without generating (``done_reason: "load"``), with ``keep_alive: 0`` it unloads it
+    (``"unload"``), and ``ps`` lists what is loaded."""
+    client = ollama.Client(host=node.url)
+
+    def text_model() -> str | None:
+        runtimes = node.node.runtimes.status()
+        return next((r.model_id for r in runtimes if r.kind == "text" and r.state == "ready"), None)
+
+    def run() -> None:
+        loaded = client.generate(model="talker", prompt="")
+        assert loaded.done and loaded.done_reason == "load" and loaded.response == ""
+        assert text_model() == "talker"
+        assert "talker" in {m.model for m in client.ps().models}
+        chat_loaded = client.chat(model="talker", messages=[])
+        assert chat_loaded.done_reason == "load"
+        gone = client.generate(model="talker", prompt="", keep_alive=0)
+        assert gone.done and gone.done_reason == "unload"
+        assert text_model() is None
+        assert "talker" not in {m.model for m in client.ps().models}
+        with pytest.raises(ollama.ResponseError) as info:
+            client.generate(model="missing", prompt="")
+        assert info.value.status_code == 404
+        with pytest.raises(ollama.ResponseError) as bad:
+            client.generate(model="talker", prompt="", keep_alive="soon")
+        assert bad.value.status_code == 400
+
+    await deferToThread(run)

@@ -131,10 +131,16 @@ def test_startup_model_is_loaded_before_the_listener_opens(tmp_path: Path) -> No
         assert text["state"] == "ready" and text["model_id"] == "warm"
     finally:
         _stop(proc)
-    # --json-log writes one JSON event per line, with the keyword fields of each log call
-    events = [json.loads(line) for line in json_log.read_text().splitlines() if line.strip()]
-    loaded = [e for e in events if e.get("log_format", "").startswith("loaded {model}")]
+    # --json-log writes one flat JSON object per "\n"-ended line (no RFC 7464 separator): time,
+    # level, namespace, the rendered msg, and the keyword fields of each log call
+    lines = json_log.read_text().split("\n")
+    assert lines[-1] == "" and "\x1e" not in json_log.read_text()
+    events = [json.loads(line) for line in lines[:-1]]
+    loaded = [e for e in events if e["msg"].startswith("loaded warm on the text runtime")]
     assert loaded and loaded[0]["model"] == "warm" and loaded[0]["runtime"] == "text"
+    assert loaded[0]["level"] == "info" and loaded[0]["namespace"] == "routerd.node.Node"
+    assert loaded[0]["time"].endswith("Z") and "T" in loaded[0]["time"]
+    assert not any(e["msg"].startswith("Starting factory") for e in events)
 
 
 def test_a_startup_model_that_fails_to_load_stops_the_node_with_status_1(tmp_path: Path) -> None:

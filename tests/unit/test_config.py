@@ -183,3 +183,23 @@ def test_durations_format_canonically() -> None:
     assert format_duration(60) == "1m0s"
     assert format_duration(720 * 3600) == "720h0m0s"
     assert format_duration(0.25) == "250ms"
+
+
+def test_kobold_and_vllm_backend_modes_are_accepted_with_their_settings(tmp_path: Path) -> None:
+    config = _parse(tmp_path, {"backend": {"mode": "kobold"},
+                               "kobold": {"binary_path": "koboldcpp", "no_model": True,
+                                          "reload_timeout": "45s"}})
+    assert config.backend.mode == "kobold"
+    assert config.kobold.no_model is True and config.kobold.reload_timeout == 45.0
+    assert _parse(tmp_path, {"backend": {"mode": "vllm"}}).backend.mode == "vllm"
+    assert _parse(tmp_path, {}).kobold.reload_timeout == 90.0
+
+
+def test_bad_family_settings_name_their_key(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, {"backend": {"mode": "ollama"},
+                                "kobold": {"no_model": "yes", "reload_timeout": "soon"},
+                                "vllm": {"no_model": True}})
+    joined = "\n".join(errors)
+    assert "backend.mode" in joined and "kobold, llama_sdcpp, or vllm" in joined
+    assert "kobold.no_model" in joined and "kobold.reload_timeout" in joined
+    assert "vllm.no_model" in joined

@@ -270,3 +270,60 @@ def _stdev(values: list[float]) -> float:
 def test_client_output_limit_reads_every_dialects_key(body: dict[str, object] | None,
                                                       limit: int | None) -> None:
     assert client_output_limit(body) == limit
+
+
+# -- robust fit and conservative pricing (issue 13 item 6) -------------------------------------------------
+
+
+def _jittered_line(outlier_at: int | None = None) -> list[RequestSample]:
+    """20 image samples on ``500 + 0.002·work`` ms with ±1 % deterministic jitter; one 10× when asked."""
+    out = []
+    for i, w in enumerate(range(1_000_000, 5_000_000, 200_000)):
+        ms = (500.0 + 0.002 * w) * (1.0 + 0.01 * ((i * 7) % 5 - 2) / 2)
+        out.append(image(ms * (10.0 if i == outlier_at else 1.0), float(w)))
+    return out
+
+
+def test_one_10x_outlier_among_20_samples_moves_the_ols_price_and_not_the_robust_one() -> None:
+    """A swap or a cold cache makes one job 10× slower: least squares drags the whole line with it,
+    Huber's T down-weights it."""
+    import numpy as np
+
+    from routerd.lending.pricing import linear_fit
+
+    def price(samples: list[RequestSample], robust: bool) -> float:
+        work = np.array([s.work for s in samples])
+        duration = np.array([s.duration_ms for s in samples])
+        fit = linear_fit(work, duration, robust=robust)
+        assert fit is not None
+        return fit.base + fit.slopes[0] * 3_000_000  # a mid-size job, clean price ≈ 6,500 ms
+
+    clean = _jittered_line()
+    spoiled = _jittered_line(outlier_at=10)
+    clean_price = price(clean, robust=False)
+    assert clean_price == pytest.approx(6500.0, rel=0.01)
+    assert price(spoiled, robust=False) > 1.2 * clean_price  # OLS: more than 20 % dearer
+    assert price(spoiled, robust=True) == pytest.approx(clean_price, rel=0.01)  # robust: within 1 %
+    # and fit_model (robust by default) publishes that robust price
+    cost = fit_model(spoiled, 20)
+    assert cost is not None and predict(cost, (3_000_000.0,)) == pytest.approx(clean_price, rel=0.02)
+
+
+def test_published_coefficients_are_raised_by_one_standard_error() -> None:
+    """Scatter makes a price conservative: each coefficient is the fit plus one standard error, so
+    noisier samples of the same line price higher, and samples on a line price exactly."""
+    import numpy as np
+
+    from routerd.lending.pricing import CONSERVATIVE_SIGMAS, linear_fit
+
+    samples = _jittered_line()
+    fit = linear_fit(np.array([s.work for s in samples]), np.array([s.duration_ms for s in samples]))
+    assert fit is not None and fit.robust and fit.base_se > 0 and fit.slopes_se[0] > 0
+    cost = fit_model(samples, 20)
+    assert cost is not None
+    assert cost.base_ms == pytest.approx(fit.base + CONSERVATIVE_SIGMAS * fit.base_se)
+    assert cost.slopes_ms[0] == pytest.approx(fit.slopes[0] + CONSERVATIVE_SIGMAS * fit.slopes_se[0])
+    exact = fit_model([image(500.0 + 0.002 * w, w) for w in range(1_000_000, 5_000_000, 200_000)], 20)
+    assert exact is not None
+    assert predict(cost, (3_000_000.0,)) > predict(exact, (3_000_000.0,))  # type: ignore[operator]
+

@@ -104,12 +104,13 @@ def _make(argv: list[str]) -> tuple[io.StringIO, object]:
 
 
 @pytest.mark.parametrize("family", ["koboldcpp", "vllm"])
-def test_known_but_unimplemented_families_exit_2(family: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_kobold_and_vllm_without_a_model_exit_1(family: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Both families are runnable now; started with no weights they refuse like a real binary."""
     with pytest.raises(StartupError) as exc:
         _make([family, "--port", "1"])
-    assert exc.value.code == 2 and "not implemented yet" in str(exc.value)
-    assert main([family]) == 2
-    assert "not implemented yet" in capsys.readouterr().err
+    assert exc.value.code == 1 and "no model given" in str(exc.value)
+    assert main([family]) == 1
+    assert "no model given" in capsys.readouterr().err
 
 
 def test_unknown_family_and_no_family_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,375 @@
+"""A stand-in for KoboldCpp: one process serving text, embeddings, image and speech, switched
+between configs with ``POST /api/admin/reload_config`` (reference cluster.md §7.1, §7.2).
+
+Weights come from a ``.kcpps`` config (``--config``) or the per-lane flags (``--model``,
+``--sdmodel``, ``--ttsmodel``, ``--whispermodel``, ``--embeddingsmodel``); ``--nomodel`` starts
+with nothing loaded.  ``GET /api/extra/version`` reports which lanes the loaded config serves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import json
+import os
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+import attrs
+from klein import Klein
+from twisted.internet.defer import Deferred
+from twisted.web.server import Request
+
+from routerd.sim.flags import Flag
+from routerd.sim.llama import LlamaOptions, LlamaServer, _TextJob
+from routerd.sim.outputs import generate_tokens, speech_seconds, speech_wav
+from routerd.sim.routes import add_control_routes, add_error_pages, add_route
+from routerd.sim.runtime import Handler, SimRuntime
+from routerd.sim.sd import SdOptions, SdServer
+from routerd.sim.timing import count_tokens
+from routerd.sim.web import BadRequest, HttpError, SseStream, openai_error, read_json, send_json, set_header
+from routerd.sim.weights import TIMING_DEFAULTS, Weights, WeightsError, WeightsKind, load_weights
+
+__all__ = ["FLAGS", "ModelSet", "build_app", "initial_weights", "model_set_from_config", "validate_args"]
+
+VERSION = "1.99-routerd-sim"
+#: Kobold's default generation length (``max_length``).
+DEFAULT_MAX_LENGTH = 100
+DEFAULT_CONTEXT = 8192
+
+FLAGS: tuple[Flag, ...] = (
+    Flag(("--host",), "host", str, "127.0.0.1", "address to listen on", "HOST"),
+    Flag(("--port",), "port", int, 5001, "port to listen on", "PORT"),
+    Flag(("--config",), "config", str, None, "a .kcpps config to load", "PATH"),
+    Flag(("--model",), "model", str, None, "text model weights (*.sim.json)", "PATH"),
+    Flag(("--sdmodel",), "sdmodel", str, None, "image model weights", "PATH"),
+    Flag(("--whispermodel",), "whispermodel", str, None, "speech-to-text weights", "PATH"),
+    Flag(("--ttsmodel",), "ttsmodel", str, None, "text-to-speech weights", "PATH"),
+    Flag(("--embeddingsmodel",), "embeddingsmodel", str, None, "embeddings weights", "PATH"),
+    Flag(("--mmproj",), "mmproj", str, None, "multimodal projector", "PATH"),
+    Flag(("--contextsize",), "contextsize", int, 0, "context size (0: from the weights)", "N"),
+    Flag(("--nomodel",), "nomodel", bool, False, "start with no model loaded"),
+    Flag(("--admin",), "admin", bool, False, "enable the admin API (reload_config)"),
+    Flag(("--adminpassword",), "adminpassword", str, None, "bearer password of the admin API", "PW"),
+    Flag(("--admindir",), "admindir", str, None, "directory reload_config reads configs from", "DIR"),
+    Flag(("--multiuser",), "multiuser", int, 1, "queue requests from several users", "N"),
+    Flag(("--skiplauncher",), "skiplauncher", bool, False, "accepted; there is no launcher"),
+    Flag(("--quiet",), "quiet", bool, False, "accepted"),
+)
+
+#: ``.kcpps`` key -> (lane, weights kind).
+_LANES: tuple[tuple[str, str, WeightsKind], ...] = (
+    ("model", "text", "text"),
+    ("sdmodel", "image", "image"),
+    ("whispermodel", "stt", "stt"),
+    ("ttsmodel", "tts", "tts"),
+    ("embeddingsmodel", "embeddings", "text"),
+)
+
+
+@attrs.frozen
+class ModelSet:
+    """What one config loads: weights per lane (``text``, ``image``, ``stt``, ``tts``,
+    ``embeddings``) and their paths."""
+
+    name: str = ""
+    weights: Mapping[str, Weights] = attrs.field(factory=dict)
+    paths: Mapping[str, str] = attrs.field(factory=dict)
+    context: int = 0
+    mmproj: str | None = None
+
+    @property
+    def combined(self) -> Weights:
+        """One Weights standing for the whole set: the labels joined, load times summed."""
+        parts = [self.weights[lane] for lane in sorted(self.weights)]
+        values: dict[str, float | int] = dict(TIMING_DEFAULTS)
+        values["load_ms"] = sum(w.load_ms for w in parts)
+        label = "+".join(w.label for w in parts) or "nomodel"
+        return Weights.from_dict({"kind": "text", "weights": label, **values})
+
+    def has(self, lane: str) -> bool:
+        return lane in self.weights
+
+
+def _path_of(value: object, key: str) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, list):
+        found = [v for v in value if isinstance(v, str) and v]
+        return found[0] if found else None
+    if not isinstance(value, str):
+        raise WeightsError(f"{key} must be a file path")
+    return value
+
+
+def _build_set(name: str, values: Mapping[str, object], base_dir: str) -> ModelSet:
+    weights: dict[str, Weights] = {}
+    paths: dict[str, str] = {}
+    for key, lane, kind in _LANES:
+        raw = values.get(key)
+        if key == "model" and not raw:
+            raw = values.get("model_param")
+        path = _path_of(raw, key)
+        if path is None:
+            continue
+        if not os.path.isabs(path):
+            path = os.path.join(base_dir, path)
+        weights[lane] = load_weights(path, kind)
+        paths[lane] = path
+    context = values.get("contextsize")
+    mmproj = _path_of(values.get("mmproj"), "mmproj")
+    return ModelSet(name, weights, paths, context if isinstance(context, int) else 0, mmproj)
+
+
+def model_set_from_config(path: str) -> ModelSet:
+    """Read a ``.kcpps`` config; ``WeightsError`` when it or its weights cannot be used."""
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise WeightsError(f"config file '{path}' not found") from None
+    except (OSError, ValueError) as exc:
+        raise WeightsError(f"config file '{path}' cannot be read: {exc}") from None
+    if not isinstance(raw, dict):
+        raise WeightsError(f"config file '{path}' is not a JSON object")
+    stem = os.path.basename(path).removesuffix(".kcpps")
+    if raw.get("nomodel") is True:
+        return ModelSet(stem)
+    return _build_set(stem, raw, os.path.dirname(os.path.abspath(path)))
+
+
+def _model_set_from_args(ns: argparse.Namespace) -> ModelSet:
+    if ns.nomodel:
+        return ModelSet()
+    if ns.config:
+        return model_set_from_config(ns.config)
+    values = {key: getattr(ns, key) for key, _lane, _kind in _LANES}
+    values["contextsize"] = ns.contextsize
+    values["mmproj"] = ns.mmproj
+    found = _build_set(os.path.basename(ns.model or "").removesuffix(".sim.json"), values, os.getcwd())
+    if not found.weights:
+        raise WeightsError("no model given (use --config, --model or --nomodel)")
+    return found
+
+
+def validate_args(ns: argparse.Namespace) -> str | None:
+    if ns.multiuser < 0:
+        return "--multiuser must not be negative"
+    if ns.contextsize < 0:
+        return "--contextsize must not be negative"
+    return None
+
+
+def initial_weights(ns: argparse.Namespace) -> tuple[Weights, str]:
+    """The startup load (all the config's weights as one) and what it is called."""
+    models = _model_set_from_args(ns)
+    ns.sim_models = models
+    return models.combined, ns.config or ns.model or "nomodel"
+
+
+def _bad(message: str) -> HttpError:
+    return HttpError(400, openai_error(400, message, "invalid_request_error"))
+
+
+class KoboldServer:
+    def __init__(self, runtime: SimRuntime, ns: argparse.Namespace) -> None:
+        self.rt = runtime
+        self.admin = bool(ns.admin)
+        self.password: str | None = ns.adminpassword
+        self.admindir: str | None = ns.admindir
+        self.models: ModelSet = ns.sim_models
+        self.text = self._text_server()
+        self.embed = self._embed_server()
+        self.image = self._image_server()
+
+    # -- lanes ---------------------------------------------------------------------------------
+
+    def _lane(self, lane: str) -> Weights:
+        weights = self.models.weights.get(lane)
+        if weights is None:
+            raise HttpError(503, openai_error(503, f"no {lane} model is loaded", "unavailable_error"))
+        return weights
+
+    def _text_server(self) -> LlamaServer:
+        options = LlamaOptions(
+            model_path=self.models.paths.get("text", "inactive"),
+            ctx_size=self.models.context or DEFAULT_CONTEXT, mmproj=self.models.mmproj,
+            alias=f"koboldcpp/{self.models.name}" if self.models.name else None,
+        )
+        return LlamaServer(self.rt, options, weights=lambda: self._lane("text"))
+
+    def _embed_server(self) -> LlamaServer:
+        options = LlamaOptions(model_path=self.models.paths.get("embeddings", "inactive"), embedding=True,
+                               ctx_size=DEFAULT_CONTEXT)
+        return LlamaServer(self.rt, options, weights=lambda: self._lane("embeddings"))
+
+    def _image_server(self) -> SdServer:
+        return SdServer(self.rt, SdOptions(self.models.paths.get("image", "inactive")),
+                        weights=lambda: self._lane("image"))
+
+    def _install(self, models: ModelSet) -> None:
+        self.models = models
+        self.text = self._text_server()
+        self.embed = self._embed_server()
+        self.image = self._image_server()
+
+    # -- informational -------------------------------------------------------------------------
+
+    async def version(self, request: Request) -> bytes:
+        has = self.models.has
+        return send_json(request, 200, {
+            "result": "KoboldCpp", "version": VERSION, "protected": False,
+            "txt2img": has("image"), "vision": self.models.mmproj is not None, "audio": False,
+            "transcribe": has("stt"), "multiplayer": False, "websearch": False, "tts": has("tts"),
+            "embeddings": has("embeddings"), "music": False, "admin": 1 if self.admin else 0,
+            "weights": self.rt.weights.label, "config": self.models.name,
+        })
+
+    async def model(self, request: Request) -> bytes:
+        name = f"koboldcpp/{self.models.name}" if self.models.has("text") else "inactive"
+        return send_json(request, 200, {"result": name})
+
+    async def models_list(self, request: Request) -> bytes:
+        if not self.models.has("text"):
+            return send_json(request, 200, {"object": "list", "data": [
+                {"id": "inactive", "object": "model", "owned_by": "koboldcpp"}]})
+        return await self.text.models(request)
+
+    async def sd_models(self, request: Request) -> bytes:
+        if not self.models.has("image"):
+            return send_json(request, 200, [{"title": "inactive", "model_name": "inactive"}])
+        return await self.image.sd_models(request)
+
+    # -- admin ---------------------------------------------------------------------------------
+
+    async def reload_config(self, request: Request) -> bytes:
+        if not self.admin:
+            raise HttpError(403, {"success": False, "error": "admin mode is not enabled"})
+        if self.password:
+            given = request.getHeader("authorization") or ""
+            if not hmac.compare_digest(given.encode(), f"Bearer {self.password}".encode()):
+                raise HttpError(401, {"success": False, "error": "wrong admin password"})
+        try:
+            body = read_json(request)
+        except BadRequest as exc:
+            raise HttpError(400, {"success": False, "error": str(exc)}) from None
+        filename = body.get("filename")
+        if not isinstance(filename, str) or not filename:
+            raise HttpError(400, {"success": False, "error": "filename is required"})
+        if os.path.basename(filename) != filename or self.admindir is None:
+            raise HttpError(400, {"success": False, "error": "config must be a file in the admin directory"})
+        path = os.path.join(self.admindir, filename)
+        try:
+            models = model_set_from_config(path)
+        except WeightsError as exc:
+            return send_json(request, 200, {"success": False, "error": str(exc)})
+        # The process drops what it holds and loads the new config; until it has, every route
+        # answers 503 (the liveness probe is what a router waits on).
+        self.rt.loading = True
+        self._install(models)
+        self.rt.clock.callLater(0.0, self._load, models, path)
+        return send_json(request, 200, {"success": True})
+
+    def _load(self, models: ModelSet, path: str) -> None:
+        Deferred.fromCoroutine(self.rt.load(models.combined, path))
+
+    # -- generation ----------------------------------------------------------------------------
+
+    def _kobold_job(self, body: Mapping[str, object]) -> _TextJob:
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise _bad("prompt is required")
+        memory = body.get("memory")
+        text = (memory if isinstance(memory, str) else "") + prompt
+        length = body.get("max_length", DEFAULT_MAX_LENGTH)
+        if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+            raise _bad("max_length must be a non-negative integer")
+        weights = self._lane("text")
+        return _TextJob(self.models.name, text, count_tokens(text),
+                        generate_tokens(weights.label, text, length), False)
+
+    async def generate(self, request: Request) -> bytes:
+        try:
+            body = read_json(request)
+        except BadRequest as exc:
+            raise _bad(str(exc)) from None
+        job = self._kobold_job(body)
+        await self.text._generate(job)
+        return send_json(request, 200, {"results": [{
+            "text": job.text, "finish_reason": "length",
+            "prompt_tokens": job.prompt_tokens, "completion_tokens": len(job.tokens),
+        }]})
+
+    async def generate_stream(self, request: Request) -> None:
+        try:
+            body = read_json(request)
+        except BadRequest as exc:
+            raise _bad(str(exc)) from None
+        job = self._kobold_job(body)
+        sse = SseStream(request)
+
+        def token(_index: int, text: str) -> None:
+            sse.write(b"event: message\ndata: " + json.dumps({"token": text, "finish_reason": None})
+                      .encode() + b"\n\n")
+
+        await self.text._generate(job, on_first=sse.start, on_token=token)
+        sse.write(b"event: message\ndata: " + json.dumps({"token": "", "finish_reason": "length"})
+                  .encode() + b"\n\n")
+        return None
+
+    async def speech(self, request: Request) -> bytes:
+        """``/api/extra/tts`` and ``/v1/audio/speech``: a WAV of the text spoken."""
+        try:
+            body = read_json(request)
+        except BadRequest as exc:
+            raise _bad(str(exc)) from None
+        text = body.get("input", body.get("text"))
+        if not isinstance(text, str) or not text.strip():
+            raise _bad("'input' must be a non-empty string")
+        voice = body.get("voice")
+        weights = self._lane("tts")
+        async with self.rt.slot():
+            await self.rt.work(speech_seconds(text) * weights.realtime_factor)
+        audio = speech_wav(weights.label, text, voice if isinstance(voice, str) else "")
+        request.setResponseCode(200)
+        set_header(request, b"Content-Type", b"audio/wav")
+        set_header(request, b"X-Sim-Request", uuid.uuid4().hex.encode())
+        return audio
+
+
+def _loading(request: Request) -> bytes:
+    return send_json(request, 503, {"detail": {"msg": "Server is loading a model",
+                                               "type": "service_unavailable"}})
+
+
+def build_app(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:
+    server = KoboldServer(runtime, ns)
+    app = Klein()
+    add_control_routes(app, runtime)
+    gets = {
+        "/api/extra/version": server.version,
+        "/api/v1/model": server.model,
+        "/v1/models": server.models_list,
+        "/sdapi/v1/sd-models": server.sd_models,
+    }
+    for path, info in gets.items():
+        add_route(app, runtime, path, ["GET"], info, work=False, loading_reply=_loading)
+    add_route(app, runtime, "/api/admin/reload_config", ["POST"], server.reload_config, work=False,
+              loading_reply=_loading)
+    posts: dict[str, Handler] = {
+        "/api/v1/generate": server.generate,
+        "/api/extra/generate/stream": server.generate_stream,
+        "/v1/chat/completions": lambda r: server.text.chat_completions(r),
+        "/v1/completions": lambda r: server.text.completions(r),
+        "/v1/embeddings": lambda r: server.embed.embeddings(r),
+        "/api/extra/embeddings": lambda r: server.embed.embeddings(r),
+        "/sdapi/v1/txt2img": lambda r: server.image.txt2img(r),
+        "/v1/images/generations": lambda r: server.image.generations(r),
+        "/api/extra/tts": server.speech,
+        "/v1/audio/speech": server.speech,
+    }
+    for path, handler in posts.items():
+        add_route(app, runtime, path, ["POST"], handler, work=True, loading_reply=_loading)
+    add_error_pages(app, lambda code, message: openai_error(
+        code, message, "not_found_error" if code == 404 else "invalid_request_error"))
+    return app

@@ -1,0 +1,104 @@
+"""What the lending integration tests share: a master with no models, an owner slave and a helper
+slave with simulator backends (``Trio``), requests, and the warm-up that fits costs and links the
+owner's model to the helper's through the master's site API.
+
+Time is scaled so a job takes about 100 ms (``JOB``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import treq
+
+from tests.integration.nodes import (
+    FAST_TEXT,
+    ClusterPlan,
+    RunningNode,
+    plan_cluster,
+    start_node,
+    wait_until,
+    write_models,
+)
+
+LENDING = {"scheduling_min_samples": 2, "offload_probe_idle": "100ms", "scheduling_refresh_interval": "10m"}
+# 20 generated tokens at 200 tokens/s: a job takes ~100 ms on either node.
+JOB = {**FAST_TEXT, "load_ms": 30, "gen_tokens_per_s": 200}
+
+#: One node's models: local ID -> (its ``.kcpps``, its simulated weights).
+Models = Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any]]]
+
+
+def text_models(context: int = 4096, **weights: Mapping[str, Any]) -> dict[str, tuple[dict[str, Any],
+                                                                                      Mapping[str, Any]]]:
+    """Text models named by keyword, each on its own weights file, with ``context`` tokens."""
+    return {name: ({"model": f"../weights/{name}.sim.json", "contextsize": context}, spec)
+            for name, spec in weights.items()}
+
+
+def image_models(**weights: Mapping[str, Any]) -> dict[str, tuple[dict[str, Any], Mapping[str, Any]]]:
+    """Image models named by keyword (image ID ``<name>-<name>``), each on its own weights file."""
+    return {name: ({"sdmodel": f"../weights/{name}.sim.json"}, spec) for name, spec in weights.items()}
+
+
+@attrs.define
+class Trio:
+    plan: ClusterPlan
+    master: RunningNode
+    owner: RunningNode
+    helper: RunningNode
+
+    async def stop(self) -> None:
+        for running in (self.helper, self.owner, self.master):
+            await running.stop()
+
+
+async def start_trio(root: Path, owner: Models, helper: Models, *, master_extra: Mapping[str, Any] = LENDING,
+                     slave_extra: Mapping[str, Any] = LENDING) -> Trio:
+    """Start the three nodes and wait until the master knows every model of both slaves."""
+    plan = plan_cluster(root, ["owner", "helper"])
+    (plan.root / "master" / "models").mkdir(parents=True)
+    for name, models in (("owner", owner), ("helper", helper)):
+        write_models(plan.root / name, {m: kcpps for m, (kcpps, _w) in models.items()},
+                     {m: weights for m, (_k, weights) in models.items()})
+    master = await start_node(plan.master_config(dict(master_extra)))
+    owner_node = await start_node(plan.slave_config("owner", extra_cluster=dict(slave_extra)))
+    helper_node = await start_node(plan.slave_config("helper", extra_cluster=dict(slave_extra)))
+    registry = master.node.master.registry  # type: ignore[union-attr]
+    await wait_until(lambda: all(registry.find(node, local_id=m) is not None
+                                 for node, models in (("owner", owner), ("helper", helper)) for m in models))
+    return Trio(plan, master, owner_node, helper_node)
+
+
+def chat(model: str, content: str = "tell me a short story please") -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": 20}
+
+
+async def ask_chat(url: str, model: str, content: str = "tell me a short story please",
+                   ) -> tuple[int, dict[str, Any], Any]:
+    """POST a chat completion; (status, JSON body, response)."""
+    response = await treq.post(url + "/v1/chat/completions", json=chat(model, content))
+    return response.code, json.loads(await response.content()), response
+
+
+async def warm_and_link(trio: Trio, owner: str = "alpha", helper: str = "beta") -> None:
+    """Three requests to each text model, a cost refit on both slaves, then the text link
+    ``owner/<owner> -> helper/<helper>`` (loads allowed), waited for until both slaves have it."""
+    for model in (owner, helper):
+        for _ in range(3):
+            code, _, _ = await ask_chat(trio.master.url, model)
+            assert code == 200
+    for node in (trio.owner, trio.helper):
+        await node.node._refit()
+        assert node.node.lending.costs.models, "a cost fit from the warm-up samples"
+    response = await treq.post(trio.master.url + "/router/v1/site/text-routing-groups", json={
+        "anchor": {"node_id": "owner", "model_id": owner},
+        "lends_to": [{"node_id": "helper", "model_id": helper, "load_if_unloaded": True}],
+        "acknowledge_different_weights": True})
+    assert response.code == 200, await response.content()
+    await wait_until(lambda: trio.owner.node.lending.queues["text"].is_owner(owner)
+                     and trio.helper.node.lending.queues["text"].is_enrolled(helper))

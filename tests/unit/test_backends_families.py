@@ -1,0 +1,238 @@
+"""The kobold and vllm families: argv, runtime configs, capability parsing, reload switching,
+unload to --nomodel, family choice per model and lane readiness judgements."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from twisted.internet.task import Clock
+
+from routerd.backends import kobold, vllm
+from routerd.backends.errors import LoadFailed
+from routerd.backends.readiness import kobold_capabilities, kobold_version_has
+from routerd.backends.runtimes import Runtimes
+from routerd.backends.testing import FakeBackendHTTP, FakeLauncher, PortCounter
+from routerd.catalog.model import Capabilities, ModelConfig
+from routerd.config.schema import BackendConfig, BinaryConfig, ClusterConfig, Config, KoboldConfig
+
+from .test_backends_slot import failure_of, result_of
+
+SIM = (sys.executable, "-m", "routerd.sim")
+
+
+def model(local_id: str, caps: Capabilities, mode: str = "kobold", **fields: Any) -> ModelConfig:
+    return ModelConfig(local_id=local_id, filename=f"{local_id}.kcpps", path=f"/models/{local_id}.kcpps",
+                       backend_mode=mode, capabilities=caps, config_hash=local_id, **fields)
+
+
+COMBO = model("combo", Capabilities(llm=True, image=True, tts=True), text_model="/w/t.gguf",
+              sd_model="/w/sd.safetensors", tts_model="/w/voice.gguf",
+              options={"model": "t.gguf", "sdmodel": "sd.safetensors", "ttsmodel": "voice.gguf",
+                       "contextsize": 4096, "backend_mode": "kobold", "router_unload_policy": "all",
+                       "extra_args": ["--port", "1", "--routermode", "--flashattention"]},
+              extra_args=("--port", "1", "--routermode", "--flashattention"))
+OTHER = model("other", Capabilities(llm=True), text_model="/w/o.gguf", options={"model": "o.gguf"})
+VLLM_CHAT = model("vchat", Capabilities(llm=True, context=8192), "vllm", text_model="/w/qwen",
+                  options={"vllm": {"settings": {"max_model_length": 8192, "max_number_sequences": 4,
+                                                 "dtype": "bfloat16", "enable_chunked_prefill": True},
+                                    "serve_args": ["--enforce-eager"]}})
+VLLM_EMBED = model("vembed", Capabilities(embeddings=True), "vllm", embeddings_model="/w/e5")
+VLLM_VOICE = model("vvoice", Capabilities(tts=True), "vllm", tts_model="/w/tts")
+LLAMA = model("plain", Capabilities(llm=True), "llama_sdcpp", text_model="/w/p.gguf")
+
+
+# -- argv and runtime configs -------------------------------------------------------------------
+
+def test_kobold_runtime_config_has_absolute_paths_and_no_router_keys() -> None:
+    config = kobold.runtime_config(COMBO)
+    assert config["model"] == config["model_param"] == "/w/t.gguf"
+    assert config["sdmodel"] == "/w/sd.safetensors" and config["ttsmodel"] == "/w/voice.gguf"
+    assert config["contextsize"] == 4096
+    assert not {"backend_mode", "extra_args", "router_unload_policy"} & set(config)
+
+
+def test_kobold_argv_starts_with_the_runtime_config_and_admin_flags(tmp_path: Path) -> None:
+    argv = kobold.model_argv(["koboldcpp"], ["--host", "0.0.0.0", "--usecublas"], COMBO, 5005, "pw",
+                             str(tmp_path))
+    assert argv[:12] == ["koboldcpp", "--host", "127.0.0.1", "--port", "5005", "--admin", "--adminpassword",
+                         "pw", "--admindir", str(tmp_path), "--skiplauncher", "--quiet"]
+    assert argv[12:14] == ["--config", str(tmp_path / "combo.kcpps")]
+    # --port/--host may not be overridden, --routermode is stripped, other flags pass.
+    assert argv[14:] == ["--flashattention", "--usecublas"]
+    written = json.loads((tmp_path / "combo.kcpps").read_text())
+    assert written["model"] == "/w/t.gguf"
+
+
+def test_kobold_idle_argv_is_nomodel(tmp_path: Path) -> None:
+    argv = kobold.idle_argv(["koboldcpp"], [], 5006, "pw", str(tmp_path))
+    assert "--nomodel" in argv and "--config" not in argv
+
+
+def test_kobold_reload_answer_must_be_success() -> None:
+    kobold.judge_reload(200, b'{"success": true}')
+    with pytest.raises(kobold.ReloadRefused, match="bad file"):
+        kobold.judge_reload(200, b'{"success": false, "error": "bad file"}')
+    with pytest.raises(kobold.ReloadRefused, match="HTTP 401"):
+        kobold.judge_reload(401, b"nope")
+
+
+def test_vllm_serve_argv_maps_settings_and_serves_the_local_id() -> None:
+    argv = vllm.serve_argv(["vllm"], ["--disable-log-requests"], VLLM_CHAT, 8100)
+    assert argv[:9] == ["vllm", "serve", "/w/qwen", "--host", "127.0.0.1", "--port", "8100",
+                        "--served-model-name", "vchat"]
+    rest = argv[9:]
+    assert rest[rest.index("--max-model-len") + 1] == "8192"
+    assert rest[rest.index("--max-num-seqs") + 1] == "4"
+    assert rest[rest.index("--dtype") + 1] == "bfloat16"
+    assert "--enable-chunked-prefill" in rest
+    assert rest[-2:] == ["--enforce-eager", "--disable-log-requests"]
+
+
+def test_vllm_runtime_follows_the_config() -> None:
+    assert vllm.runtime_of(VLLM_CHAT) == "generation"
+    assert vllm.runtime_of(VLLM_EMBED) == "pooling"
+    assert vllm.runtime_of(VLLM_VOICE) == "speech"
+    assert "--runner" in vllm.serve_argv(["vllm"], [], VLLM_EMBED, 1)
+
+
+# -- capability parsing -------------------------------------------------------------------------
+
+def test_kobold_version_capabilities_need_boolean_true() -> None:
+    body = {"result": "KoboldCpp", "tts": True, "embeddings": "true", "transcribe": False, "txt2img": True}
+    assert kobold_capabilities(body) == {"tts", "image"}
+    assert kobold_version_has("tts")(body) and not kobold_version_has("embeddings")(body)
+    assert kobold_capabilities(["not", "a", "dict"]) == frozenset()
+
+
+# -- runtimes -----------------------------------------------------------------------------------
+
+class World:
+    def __init__(self, tmp_path: Path, mode: str = "kobold", no_model: bool = False) -> None:
+        self.clock = Clock()
+        self.launcher = FakeLauncher()
+        self.http = FakeBackendHTTP(self.clock.seconds)
+        config = Config(
+            backend=BackendConfig(mode=mode),
+            kobold=KoboldConfig(command=(*SIM, "koboldcpp"), no_model=no_model, reload_timeout=10.0),
+            vllm=BinaryConfig(command=(*SIM, "vllm")),
+            llama=BinaryConfig(command=(*SIM, "llama-server")),
+            cluster=ClusterConfig(store_dir=str(tmp_path)),
+        )
+        self.runtimes = Runtimes(self.clock, config, self.http, self.launcher, None, PortCounter())
+
+    def ready(self, pid_index: int = -1) -> None:
+        self.http.ready.add(self.launcher.spawned[pid_index].port)
+        self.clock.advance(0.5)
+
+
+def test_kobold_serves_every_lane_of_a_config_from_one_process(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    text = w.runtimes.acquire("text", COMBO)
+    image = w.runtimes.acquire("image", COMBO)
+    w.ready()
+    assert len(w.launcher.spawned) == 1
+    leases = [result_of(text), result_of(image)]
+    assert leases[0].base_url == leases[1].base_url
+    assert w.runtimes.loaded_config("image") == "combo.kcpps"
+    failure_of(w.runtimes.acquire("stt", COMBO), LoadFailed)  # the config has no whisper model
+
+
+def test_kobold_switch_is_a_reload_in_the_same_process(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    lease = w.runtimes.acquire("text", COMBO)
+    w.ready()
+    result_of(lease).release()
+    port = w.launcher.spawned[0].port
+    switching = w.runtimes.acquire("text", OTHER)
+    w.clock.advance(0.5)
+    assert len(w.launcher.spawned) == 1 and w.launcher.spawned[0].running
+    url, body = w.http.posts[-1]
+    assert url == f"http://127.0.0.1:{port}/api/admin/reload_config"
+    assert json.loads(body) == {"filename": "other.kcpps", "baseconfig": "", "overrideconfig": ""}
+    assert (tmp_path / "kobold-configs" / "other.kcpps").exists()
+    assert result_of(switching).model.local_id == "other"
+
+
+def test_kobold_refused_reload_fails_the_load_and_stops_the_process(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    result_of_lease = w.runtimes.acquire("text", COMBO)
+    w.ready()
+    result_of(result_of_lease).release()
+    w.http.post_answer = (200, b'{"success": false, "error": "no such file"}')
+    err = failure_of(w.runtimes.acquire("text", OTHER), LoadFailed)
+    assert isinstance(err, LoadFailed) and "no such file" in err.reason
+    assert not w.launcher.spawned[0].running
+
+
+def test_kobold_unload_restarts_with_nomodel_and_no_model_boots_that_way(tmp_path: Path) -> None:
+    w = World(tmp_path, no_model=True)
+    w.runtimes.boot()
+    assert "--nomodel" in w.launcher.spawned[0].argv
+    w.http.ready.add(w.launcher.spawned[0].port)
+    loading = w.runtimes.acquire("text", COMBO)
+    w.clock.advance(0.5)
+    assert len(w.launcher.spawned) == 1  # the no-model process took a reload
+    result_of(loading).release()
+    done = w.runtimes.unload("all")
+    assert result_of(done) is None
+    assert not w.launcher.spawned[0].running
+    assert "--nomodel" in w.launcher.spawned[1].argv and w.launcher.spawned[1].running
+    assert w.runtimes.status()[0].state == "empty"
+
+
+def test_a_config_backend_mode_overrides_the_node_mode(tmp_path: Path) -> None:
+    w = World(tmp_path, mode="kobold")
+    w.runtimes.acquire("text", VLLM_CHAT)
+    w.runtimes.acquire("text", LLAMA)
+    names = [p.name for p in w.launcher.spawned]
+    assert names == ["vllm-generation", "llama-server"]
+    assert w.launcher.spawned[0].argv[3:5] == ["vllm", "serve"]
+
+
+def test_vllm_runs_generation_pooling_and_speech_side_by_side(tmp_path: Path) -> None:
+    w = World(tmp_path, mode="vllm")
+    for m in (VLLM_CHAT, VLLM_EMBED, VLLM_VOICE):
+        w.runtimes.acquire("text", m)
+    assert [p.name for p in w.launcher.spawned] == ["vllm-generation", "vllm-pooling", "vllm-speech"]
+    assert not w.runtimes.serves("image", VLLM_CHAT)
+    w.clock.advance(0.1)
+    assert all(url.endswith("/health") for _, url in w.http.requests)
+
+
+def test_lane_readiness_reads_the_last_probe(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    lease = w.runtimes.acquire("text", COMBO)
+    assert w.runtimes.ready("text", COMBO)  # loading: the request would queue
+    w.ready()
+    result_of(lease).release()
+    port = w.launcher.spawned[0].port
+    assert w.runtimes.ready("text", COMBO)  # just loaded, not probed yet
+    w.http.versions[port] = {"tts": False, "txt2img": True}
+    result_of(w.runtimes.refresh_readiness())
+    assert w.runtimes.ready("text", COMBO) and w.runtimes.ready("image", COMBO)
+    w.http.hung.add(port)
+    result_of(w.runtimes.refresh_readiness())
+    assert not w.runtimes.ready("text", COMBO) and not w.runtimes.ready("image", COMBO)
+    assert not w.runtimes.ready("text", OTHER)  # a switch needs the process live too
+    w.http.hung.clear()
+    result_of(w.runtimes.refresh_readiness())
+    assert w.runtimes.ready("text", COMBO)
+
+
+def test_kobold_speech_lane_needs_tts_in_the_version(tmp_path: Path) -> None:
+    voice = model("voice", Capabilities(tts=True), tts_model="/w/v.gguf")
+    w = World(tmp_path)
+    lease = w.runtimes.acquire("text", voice)
+    w.ready()
+    result_of(lease).release()
+    port = w.launcher.spawned[0].port
+    w.http.versions[port] = {"tts": False}
+    result_of(w.runtimes.refresh_readiness())
+    assert not w.runtimes.ready("text", voice)
+    w.http.versions[port] = {"tts": True}
+    result_of(w.runtimes.refresh_readiness())
+    assert w.runtimes.ready("text", voice)
