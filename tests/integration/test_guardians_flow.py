@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 import pytest_twisted
 import treq
-from twisted.internet import reactor, task
+from twisted.internet import defer, reactor, task
 
 from routerd.routing.guardians import GuardianSet
 from tests.integration.nodes import (
@@ -219,3 +219,25 @@ async def test_without_a_guardian_nothing_changes_and_guardians_are_covered_by_i
     cluster.right.node.lending.install_guardians(GuardianSet())
     code, summary = await _json("GET", cluster.master.url + "/router/v1/site/offload/summary")
     assert {n["node_id"]: n["in_sync"] for n in summary["nodes"]}["right"] is False
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_same_node_guardian_waits_for_the_text_model_running_requests(cluster: Cluster) -> None:
+    await _guard(cluster, _setting("node", "left/vision", node_id="left"))
+    finished: list[str] = []
+
+    async def ask(name: str, body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        answer = await _post(cluster.master.url, "/v1/chat/completions", body)
+        finished.append(name)
+        return answer
+
+    long_text = {**plain_chat("text"), "max_tokens": 80}  # ~0.4 s of generation on the text model
+    running = defer.Deferred.fromCoroutine(ask("text", long_text))
+    runtimes = cluster.left.node.runtimes
+    await wait_until(lambda: any(a.state == "running" for a in cluster.left.node.local.active.values()))
+    guarded = defer.Deferred.fromCoroutine(ask("guardian", image_chat("text")))
+    (code, _, _), (g_code, headers, _) = await running, await guarded
+    assert (code, g_code) == (200, 200)
+    assert headers["x-routerd-guardian"] == "left/vision"
+    assert finished == ["text", "guardian"]  # the switch waited for the running request
+    await wait_until(lambda: runtimes.loaded_config("text") == "text.kcpps", timeout=5)
