@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest_twisted
-from twisted.internet import defer, reactor, task
+from twisted.internet import defer
 
 from routerd.catalog.catalog import Catalog
 from tests.integration.lending_support import (
@@ -31,24 +31,21 @@ from tests.integration.nodes import wait_until
 
 
 async def start_gates_trio(root: Path, *, helper_weights: Mapping[str, Any] = JOB, helper_context: int = 4096,
-                           quiet_registry: bool = False) -> Trio:
+                           quiet_registry: bool = False, owner_weights: Mapping[str, Any] = JOB) -> Trio:
     """``quiet_registry``: the master learns of model changes only at registration (no re-polls)."""
     master_extra: dict[str, Any] = dict(LENDING)
     slave_extra: dict[str, Any] = dict(LENDING)
     if quiet_registry:
         master_extra["health_interval"] = "10m"
         slave_extra["sync_interval"] = "10m"
-    return await start_trio(root, text_models(alpha=JOB), text_models(helper_context, beta=helper_weights),
+    return await start_trio(root, text_models(alpha=owner_weights),
+                            text_models(helper_context, beta=helper_weights),
                             master_extra=master_extra, slave_extra=slave_extra)
 
 
 def _header(response: Any, name: bytes) -> str | None:
     values = response.headers.getRawHeaders(name)
     return values[0].decode() if values else None
-
-
-async def _sleep(seconds: float) -> None:
-    await task.deferLater(reactor, seconds, lambda: None)
 
 
 @pytest_twisted.ensureDeferred
@@ -82,12 +79,15 @@ async def test_returns_while_loading_a_borrowed_request_waiting_for_its_model_go
     try:
         await warm_and_link(trio)
         helper = trio.helper.node
-        await helper.runtimes.unload("all")  # a borrowed request now has to load beta (0.8 s)
-        # an unloaded helper is probed once idle for 12 × probe idle (1.2 s) and switch + restore
-        await _sleep(1.3)
+        await helper.runtimes.unload("all")  # a borrowed request now has to load beta (0.8 s + start)
+        # an unloaded helper is probed once idle for 12 × probe idle (1.2 s) and longer than its
+        # measured switch (on a loaded machine the process start can make that 2 s or more)
+        switch_ms = helper.lending.costs.load_ms("beta.kcpps") or 800.0
+        await wait_until(lambda: helper.runtime_status().idle_for_ms > max(1200.0, switch_ms) + 100,
+                         timeout=15)
         burst = [defer.Deferred.fromCoroutine(ask_chat(trio.master.url, "alpha")) for _ in range(6)]
         await wait_until(lambda: any(helper.local.waiting_for_runtime(b["request_id"])
-                                     for b in helper.lending.borrowed_requests()), timeout=5)
+                                     for b in helper.lending.borrowed_requests()), timeout=10)
         own = defer.Deferred.fromCoroutine(ask_chat(trio.helper.url, "beta"))  # the helper's own work
         results = await defer.gatherResults([*burst, own])
         assert [code for code, _, _ in results] == [200] * 7
@@ -105,7 +105,9 @@ async def test_returns_while_loading_a_borrowed_request_waiting_for_its_model_go
 
 @pytest_twisted.ensureDeferred
 async def test_a_long_request_stays_with_the_owner_while_short_ones_are_lent(tmp_path: Path) -> None:
-    trio = await start_gates_trio(tmp_path, helper_context=256)
+    # a slower owner (~400 ms a job) so the two admitted requests are still running when the long
+    # one arrives, however loaded the machine
+    trio = await start_gates_trio(tmp_path, helper_context=256, owner_weights={**JOB, "gen_tokens_per_s": 50})
     try:
         await warm_and_link(trio)
         owner = trio.owner.node
