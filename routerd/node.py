@@ -16,12 +16,14 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from treq.client import HTTPClient
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, ensureDeferred, fail, succeed
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 from twisted.web.client import Agent, HTTPConnectionPool
 
 from routerd import __version__
+from routerd.assets.index import AssetIndex
+from routerd.assets.pull import AssetPuller
 from routerd.backends.errors import LoadFailed
 from routerd.backends.runtimes import LoadEvent, Runtimes
 from routerd.catalog.catalog import Catalog
@@ -44,6 +46,8 @@ from routerd.lending.service import LendingService
 from routerd.lending.transport import InProcess, LendingTransport, NoMaster, ViaMaster
 from routerd.metrics import NodeMetrics
 from routerd.registry.identity import MemoryPublicIdStore
+from routerd.registry.recipes import FILE_NAME as RECIPES_FILE
+from routerd.registry.recipes import RecipeBook, RecipeFile
 from routerd.registry.registry import Registry
 from routerd.routing.adapters.ollama import ListedModel
 from routerd.routing.call import Call, Incoming, Reply
@@ -51,9 +55,11 @@ from routerd.routing.classify import classify
 from routerd.routing.forward import Forwarder
 from routerd.serve import documents
 from routerd.serve.admin import ModelAdmin
+from routerd.serve.assets import AssetService
 from routerd.serve.front import InferenceFront
 from routerd.serve.keepalive import KeepAlive, OllamaControl
 from routerd.serve.local import LocalInference
+from routerd.serve.recipes import RecipeRouter, merge_listing
 from routerd.services import HookService, IntervalService, OrderedServices
 from routerd.store.samples import LoadSample, RequestSample
 from routerd.store.store import Store
@@ -93,6 +99,8 @@ class Node:
         # Tests inject an in-memory store and a synchronous "thread" (no threads in unit tests).
         self._open_store = open_store or (lambda path: Store.open(path, reactor))
         self._run_in_thread = run_in_thread
+        self.run_in_thread = run_in_thread
+        self.hash_cache = FileHashCache(os.path.join(cluster.store_dir, "hash-cache.json"))
         self.started_at = reactor.seconds()
         self.own_work_at = reactor.seconds()
         self.runtimes = Runtimes(reactor, config, self.http, launcher=launcher, on_load=self._on_load,
@@ -112,6 +120,7 @@ class Node:
         self.on_fatal: Callable[[BaseException], None] = lambda _exc: None
         forwarder: Forwarder | None = None
         transport: LendingTransport = NoMaster()
+        asset_client: NodeClient | None = None
         if self.role == "master":
             routing_allowed = AllowList()
             client = NodeClient(self.http, cluster.token, AllowList(cluster.slave_urls),
@@ -124,6 +133,7 @@ class Node:
                                       clock=reactor, health_interval=cluster.health_interval,
                                       local_status=self.runtime_status)
             forwarder = Forwarder(self.agent, cluster.token, routing_allowed)
+            asset_client = client
             transport = InProcess(self.node_id, lambda: cast(Coordinator, self.coordinator))
         elif self.role == "slave":
             client = NodeClient(self.http, cluster.token, AllowList([cluster.master_url, cluster.public_url]),
@@ -131,6 +141,7 @@ class Node:
             self.slave = SlaveAgent(master_url=cluster.master_url, client=client,
                                     snapshot=self.snapshot_wire, clock=reactor,
                                     sync_interval=cluster.sync_interval, on_terminal=self._fatal)
+            asset_client = client
             transport = ViaMaster(self.node_id, cluster.master_url, client,
                                   Forwarder(self.agent, cluster.token, AllowList([cluster.master_url])))
         self.lending = LendingService(
@@ -146,10 +157,20 @@ class Node:
                                            serve_borrowed=self._serve_borrowed,
                                            observe_plan=self.metrics.plan_duration.observe)
             self.master.when_registered(self._slave_registered)
+        self.assets = self._asset_service(asset_client)
+        self.recipes: RecipeRouter | None = None
+        if self.master is not None:
+            book = RecipeBook(RecipeFile(os.path.join(cluster.store_dir, RECIPES_FILE)),
+                              own_node_id=self.node_id, records=self.master.registry.records,
+                              routing_only=lambda: len(self.catalog) == 0,
+                              now_ms=lambda: int(reactor.seconds() * 1000))
+            self.recipes = RecipeRouter(book=book, node_id=self.node_id, records=self.master.registry.records,
+                                        catalog=lambda: self.catalog, runtimes=self.runtimes,
+                                        remote=self.master.client)
         self.front = InferenceFront(node_id=self.node_id, clock=reactor, catalog=lambda: self.catalog,
                                     local=self.local, metrics=self.metrics, master=self.master,
                                     forwarder=forwarder, loaded_config=self.runtimes.loaded_config,
-                                    lending=self.lending)
+                                    lending=self.lending, recipes=self.recipes)
         self.admin = ModelAdmin(node_id=self.node_id, catalog=lambda: self.catalog, runtimes=self.runtimes,
                                 registry=self.master.registry if self.master is not None else None,
                                 remote=self.master.client if self.master is not None else None)
@@ -176,7 +197,7 @@ class Node:
                       HookService("decision log", on_start=lambda: self.decisions.start(self.store),
                                   on_stop=self.decisions.stop),
                       self._refit_loop, IntervalService("keep-alive", self.keepalive.tick, 1.0, reactor),
-                      self.lane_probes, self.master, self.coordinator):
+                      self.assets.retry, self.lane_probes, self.master, self.coordinator):
             if child is not None:
                 child.setServiceParent(self.services)  # type: ignore[no-untyped-call]
 
@@ -187,8 +208,10 @@ class Node:
         preload the startup model."""
         store_dir = self.config.cluster.store_dir
         self.store = await self._open_store(os.path.join(store_dir, "routerd.sqlite"))
-        cache = FileHashCache(os.path.join(store_dir, "hash-cache.json"))
-        self.catalog = await self.catalog.hashed(cache, self._run_in_thread)
+        self.catalog = await self.catalog.hashed(self.hash_cache, self._run_in_thread)
+        await self.assets.rebuild_index()
+        if self.recipes is not None:
+            self.recipes.book.load()
         if self.master is not None:
             self._public_ids.seed(await self.store.public_ids())
             image, text, settings = await load_lending_state(self.store, self.config.cluster.lending)
@@ -204,7 +227,10 @@ class Node:
             await self.admin.load(startup)
 
     async def after_listening(self) -> None:
-        """Steps that need the listener open: a slave registers with its master."""
+        """Steps that need the listener open: portable configs are resolved (in the background;
+        peers may pull from this node meanwhile) and a slave registers with its master."""
+        ensureDeferred(self.assets.resolve()).addErrback(
+            lambda f: self.log.failure("resolving model assets failed", failure=f))
         if self.slave is not None:
             await self.slave.start()
             self.slave.setServiceParent(self.services)  # type: ignore[no-untyped-call]
@@ -220,6 +246,38 @@ class Node:
     def _fatal(self, exc: RegistrationRefused) -> None:
         self.log.critical("{reason}; stopping", reason=str(exc))
         self.on_fatal(exc)
+
+    # -- assets (serve.assets decides) ----------------------------------------
+
+    def _asset_service(self, client: NodeClient | None) -> AssetService:
+        models, cluster = self.config.models, self.config.cluster
+        shared_dir = models.shared_dir or os.path.join(cluster.store_dir, "model-assets")
+        index = AssetIndex()
+        puller = AssetPuller(agent=self.agent, token=cluster.token, clock=self.reactor, shared_dir=shared_dir,
+                             index=index, slots=models.concurrent_asset_transfers,
+                             run_in_thread=self._run_in_thread)
+
+        def post_json(base: str, path: str, body: Any) -> Deferred[Any]:
+            if client is None:
+                return fail(LookupError("a standalone node has no peers"))
+            return client.post_json(base, path, body)
+
+        def peers() -> list[str]:
+            if self.master is None:
+                return []
+            return [n.node_url for n in self.master.registry.nodes() if n.healthy]
+
+        return AssetService(clock=self.reactor, index=index, puller=puller, cache=self.hash_cache,
+                            run_in_thread=self._run_in_thread, file_roots=models.file_roots,
+                            shared_dir=shared_dir, own_url=self.public_url, catalog=lambda: self.catalog,
+                            on_catalog=self._assets_bound, post_json=post_json, peers=peers,
+                            master_url=cluster.master_url if self.role == "slave" else None,
+                            metrics_registry=self.metrics.registry)
+
+    async def _assets_bound(self, catalog: Catalog) -> None:
+        self.catalog = await catalog.hashed(self.hash_cache, self._run_in_thread)
+        if self.master is not None:
+            self.master.registry.update_local(self.local_records())
 
     # -- samples and public IDs -----------------------------------------------
 
@@ -321,8 +379,8 @@ class Node:
         return model is not None and self.runtimes.ready(kind, model)
 
     def local_records(self) -> list[ModelRecord]:
-        return documents.local_records(self.catalog, self.node_id, self.public_url,
-                                       self.runtimes.loaded_config)
+        return self.assets.annotate(documents.local_records(self.catalog, self.node_id, self.public_url,
+                                                            self.runtimes.loaded_config))
 
     def records(self) -> list[ModelRecord]:
         """The models this node lists: the merged registry on a master, else its own."""
@@ -332,7 +390,16 @@ class Node:
         return self.local_records()
 
     def listing(self, keep: Callable[[Capabilities], bool]) -> list[ListedModel]:
-        return documents.listing(self.records(), keep, self.catalog, self.node_id, self.started_at)
+        listed = documents.listing(self.records(), keep, self.catalog, self.node_id, self.started_at)
+        if self.recipes is None:
+            return listed
+        return merge_listing(self.recipes.listed(keep), listed, lambda e: e.name)
+
+    def image_listing(self) -> list[dict[str, Any]]:
+        listed = documents.image_listing(self.records())
+        if self.recipes is None:
+            return listed
+        return merge_listing(self.recipes.image_listed(), listed, lambda e: e["model_name"])
 
     def snapshot_wire(self) -> Snapshot:
         return documents.snapshot(self.node_id, self.public_url, self.local_records())

@@ -9,13 +9,14 @@ calls; a route parses the request, calls one collaborator and answers.  Errors a
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.web.iweb import IRequest
 
 from routerd import __version__
+from routerd.api.assets_routes import AssetsAPI
 from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
 from routerd.api.errors import answer_error, api_app, master_only, not_found
@@ -87,6 +88,17 @@ async def _on_remote(master: MasterAgent, node_id: str, call: Callable[[str], De
         raise HTTPError(exc.status, exc.message, exc.type, exc.code) from None
     except ClusterError as exc:
         raise HTTPError(502, f"node {node_id!r} did not answer: {exc.reason}", "backend_error",
+                        "node_unreachable") from None
+
+
+async def _remote_answer(work: Awaitable[Any]) -> Any:
+    """Await a call that talks to other nodes; their errors answered as given, or 502."""
+    try:
+        return await work
+    except RemoteError as exc:
+        raise HTTPError(exc.status, exc.message, exc.type, exc.code) from None
+    except ClusterError as exc:
+        raise HTTPError(502, f"a node did not answer: {exc.reason}", "backend_error",
                         "node_unreachable") from None
 
 
@@ -256,6 +268,10 @@ class AdminAPI:
     @app.route("/router/v1/load", methods=["POST"])
     async def load(self, request: IRequest) -> bytes:
         name = _model_arg(read_json(request, optional=True))
+        recipes = self.node.recipes
+        recipe = recipes.book.by_public_id(name) if recipes is not None else None
+        if recipes is not None and recipe is not None:
+            return json_response(request, await _remote_answer(recipes.load(recipe)))
         return json_response(request, await self.admin.load(name, site=True))
 
     @app.route("/router/v1/unload", methods=["POST"])
@@ -267,8 +283,37 @@ class AdminAPI:
     @app.route("/router/v1/site/inventory", methods=["GET"])
     def inventory(self, request: IRequest) -> bytes:
         master = self._master()
-        return json_response(request, documents.inventory(self.node.node_id, self.node.public_url,
-                                                          master.registry.nodes(), self.node.records()))
+        document = documents.inventory(self.node.node_id, self.node.public_url, master.registry.nodes(),
+                                       self.node.records())
+        if self.node.recipes is not None:
+            document["recipes"] = [r.to_json() for r in self.node.recipes.book.recipes()]
+        return json_response(request, document)
+
+    @app.route("/router/v1/site/recipes", methods=["GET"])
+    def recipes_list(self, request: IRequest) -> bytes:
+        self._master()
+        recipes = self.node.recipes.book.recipes() if self.node.recipes is not None else ()
+        return json_response(request, {"recipes": [r.to_json() for r in recipes]})
+
+    @app.route("/router/v1/site/recipes", methods=["POST"])
+    def recipes_save(self, request: IRequest) -> bytes:
+        self._master()
+        assert self.node.recipes is not None
+        saved = self.node.recipes.book.save(read_json(request))
+        return json_response(request, {"ok": True, "recipe": saved.to_json()})
+
+    @app.route("/router/v1/site/recipes", methods=["DELETE"])
+    def recipes_delete(self, request: IRequest) -> bytes:
+        self._master()
+        assert self.node.recipes is not None
+        recipe_id = query_arg(request, "id")
+        if not recipe_id:
+            body = read_json(request, optional=True)
+            recipe_id = body.get("id") if isinstance(body.get("id"), str) else None
+        if not recipe_id:
+            raise HTTPError(400, "id is required")
+        removed = self.node.recipes.book.delete(recipe_id)
+        return json_response(request, {"ok": True, "recipe": removed.to_json()})
 
     @app.route("/router/v1/site/nodes/state", methods=["GET"])
     async def nodes_state(self, request: IRequest) -> bytes:
@@ -325,9 +370,10 @@ def build_site(node: Node) -> NodeSite:
     """The listening site of ``node``: body limit and access guard, then every API class."""
     apis: list[Any] = [
         ClientAPI(node_id=node.node_id, role=node.role, front=node.front, listing=node.listing,
-                  image_listing=lambda: documents.image_listing(node.records()),
+                  image_listing=node.image_listing,
                   metrics=node.metrics.render, ollama_control=node.ollama_control),
         NodeAPI(node=node, admin=node.admin),
+        AssetsAPI(node),
         OffloadAPI(coordinator=node.coordinator, lending=node.lending),
         PushAPI(node),
         DecisionsAPI(node),

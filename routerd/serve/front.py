@@ -42,6 +42,7 @@ from routerd.routing.plan import NEEDS, SECTIONS
 from routerd.routing.relay import StreamBroken
 from routerd.routing.selector import SelectorError, parse_json_object, select_model
 from routerd.serve.local import LocalInference
+from routerd.serve.recipes import RecipeRouter
 from routerd.wire.lending import lane_key
 from routerd.wire.records import ModelRecord
 
@@ -52,7 +53,7 @@ class InferenceFront:
     def __init__(self, *, node_id: str, clock: IReactorTime, catalog: Callable[[], Catalog],
                  local: LocalInference, metrics: NodeMetrics, master: MasterAgent | None = None,
                  forwarder: Forwarder | None = None, loaded_config: Callable[[Any], str | None],
-                 lending: LendingService | None = None) -> None:
+                 lending: LendingService | None = None, recipes: RecipeRouter | None = None) -> None:
         self.node_id = node_id
         self.clock = clock
         self.catalog = catalog
@@ -62,6 +63,7 @@ class InferenceFront:
         self.forwarder = forwarder
         self.loaded_config = loaded_config
         self.lending = lending
+        self.recipes = recipes
         self._embeddings_turn = 0  # round-robin start of selector-less embeddings
 
     async def handle(self, incoming: Incoming, reply: Reply, route: Route, *,
@@ -316,6 +318,10 @@ class InferenceFront:
             else:
                 name = self._default_public(route, need)
                 reservation = registry.acquire(name, route.runtime)
+        elif (picked := self.recipes.route(name, route.runtime, need) if self.recipes else None):
+            # a split recipe's component, checked before the registry (reference §9.3)
+            name, component = picked
+            reservation = registry.reserve_exact(component.node_id, component.filename, route.runtime)
         else:
             self._check_known(name, route, need)
             reservation = registry.acquire(name, route.runtime)  # NoReplica is a 502 StatusError

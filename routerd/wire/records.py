@@ -80,6 +80,9 @@ class ModelRecord:
     # Text-lending eligibility facts (additive: a peer that does not send them parses as unset).
     parallel: int | None = None
     max_number_sequences: int | None = None
+    # Portable asset binding (issue 15; additive): ready, unresolved or failed, and why.
+    asset_state: str | None = None
+    asset_reason: str | None = None
 
     @property
     def identity(self) -> str:
@@ -153,7 +156,7 @@ def strict_scalars(conv: cattrs.Converter) -> cattrs.Converter:
 
 #: Record fields added after the contract's list: sent only when set, so a record without them is
 #: exactly the contract's, and an older peer's record parses with them unset.
-_ADDITIVE_RECORD_FIELDS = ("parallel", "max_number_sequences")
+_ADDITIVE_RECORD_FIELDS = ("parallel", "max_number_sequences", "asset_state", "asset_reason")
 
 
 def _make_converter() -> cattrs.Converter:
