@@ -37,7 +37,7 @@ from routerd.cluster.slave import RegistrationRefused, SlaveAgent
 from routerd.config.lending import LendingSettings
 from routerd.config.load import embedded_default_path, load_config
 from routerd.config.schema import Config
-from routerd.lending.admin import SettingsEditor
+from routerd.lending.admin import SettingsEditor, stored_guardians
 from routerd.lending.bootstrap import load_lending_state
 from routerd.lending.coordinator import Coordinator
 from routerd.lending.decisions import DecisionLog
@@ -224,6 +224,7 @@ class Node:
             image, text, settings = await load_lending_state(self.store, self.config.cluster.lending)
             self.lending.install_links(image, text)
             self.lending.apply_settings(settings)
+            self.lending.install_guardians(await stored_guardians(self.store))
             self.master.registry.update_local(self.local_records())
             await self.master.poll_all()
         # The first cost fit runs now but is not awaited (the refit service's first call).
@@ -385,7 +386,7 @@ class Node:
         if self.coordinator is not None:
             self.coordinator.restart_tick()
 
-    # -- restore after borrow (lending.restore decides) --------------------------------------------
+    # -- restore after borrow or after a same-node guardian (lending.restore decides) ----------
 
     def own_busy(self) -> bool:
         """Own work runs: an own request in a backend, or a restore load (reference §7)."""
@@ -393,7 +394,7 @@ class Node:
 
     def _acquiring(self, call: Call, model: ModelConfig) -> None:
         self.restorer.acquired(call.route.runtime, model.filename, borrowed=call.borrowed,
-                               restore=call.restore_after_borrow)
+                               restore=call.restore_after_borrow or call.guardian_restore)
 
     def _loaded_config(self, kind: str) -> str | None:
         for known in RUNTIME_KINDS:
@@ -489,4 +490,4 @@ class Node:
         return documents.runtime_status(
             self.node_id, self.config.backend.mode, self.runtimes.status(),
             self.runtimes.loaded_config("stt") or "", int(idle_s * 1000),
-            self.lending.settings.fingerprint(), self.lending.lane_statuses(), self.lending.costs)
+            self.lending.sync_fingerprint(), self.lending.lane_statuses(), self.lending.costs)

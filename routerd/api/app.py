@@ -20,6 +20,7 @@ from routerd.api.assets_routes import AssetsAPI
 from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
 from routerd.api.errors import answer_error, api_app, master_only, not_found
+from routerd.api.guardians_routes import GuardiansAPI
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.links_routes import LinksAPI
 from routerd.api.offload_routes import OffloadAPI
@@ -381,6 +382,7 @@ def build_site(node: Node) -> NodeSite:
         LinksAPI(node),
         SettingsAPI(node),
         ReloadAPI(node.reloader),
+        GuardiansAPI(node),
         WebUI(webui_dir()),
     ]
     limit = node.config.limits.max_body_bytes
