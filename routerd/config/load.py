@@ -122,10 +122,14 @@ def parse_config(
     server = ServerConfig(
         bind=reader.string(s, "server", "bind", ServerConfig().bind),
         allowed_cidrs=reader.str_list(s, "server", "allowed_cidrs", ServerConfig().allowed_cidrs),
+        cors_origins=tuple(o.strip().rstrip("/") for o in reader.str_list(s, "server", "cors_origins", ())),
         trusted_proxies=reader.str_list(s, "server", "trusted_proxies", ()),
         drain_timeout=reader.duration(s, "server", "drain_timeout", ServerConfig().drain_timeout),
     )
-    reader.unknown(s, "server", ("bind", "allowed_cidrs", "trusted_proxies", "drain_timeout"))
+    reader.unknown(s, "server", ("bind", "allowed_cidrs", "cors_origins", "trusted_proxies", "drain_timeout"))
+    for origin in server.cors_origins:
+        if origin != "*" and not _valid_origin(origin):
+            errs.add("server.cors_origins", f"{origin!r} is not an origin (scheme://host[:port], or *)")
     _check_bind(server.bind, errs)
     for key, cidrs in (("allowed_cidrs", server.allowed_cidrs), ("trusted_proxies", server.trusted_proxies)):
         for cidr in cidrs:
@@ -398,6 +402,11 @@ def _is_loopback_bind(bind: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _valid_origin(origin: str) -> bool:
+    scheme, sep, rest = origin.partition("://")
+    return bool(sep) and scheme in ("http", "https") and bool(rest) and "/" not in rest
 
 
 def _valid_url(url: str) -> bool:

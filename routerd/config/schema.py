@@ -28,6 +28,8 @@ class ServerConfig:
     trusted_proxies: tuple[str, ...] = ()
     #: How long a SIGTERM waits for in-flight requests before stopping the backends.
     drain_timeout: float = 30.0
+    #: Browser origins (``https://host[:port]``, or ``*``) allowed to call the API (CORS).
+    cors_origins: tuple[str, ...] = ()
 
     @property
     def host(self) -> str:

@@ -56,7 +56,7 @@ def test_past_max_queued_per_model_a_request_is_429_naming_model_and_depth(tmp_p
     while world.network.flush():  # every request reaches the node; the model is still loading
         pass
     assert node.local.queued == {"chat": 2}
-    assert b'routerd_queue_depth{model="chat"} 2.0' in node.metrics.render()
+    assert b'routerd_model_queue_depth{model="chat"} 2.0' in node.metrics.render()
     results: Any = world.run(Deferred.fromCoroutine(_gather(sent)))
     codes = [r.code for r, _ in results]
     assert sorted(codes) == [200, 200, 429]
@@ -68,7 +68,7 @@ def test_past_max_queued_per_model_a_request_is_429_naming_model_and_depth(tmp_p
                        if r.code == 200)
     assert positions == [b"1", b"2"]
     assert node.local.queued == {}
-    assert b"routerd_queue_depth{" not in node.metrics.render()
+    assert b"routerd_model_queue_depth{" not in node.metrics.render()
 
 
 async def _gather(sent: list[Deferred[Any]]) -> list[tuple[Any, bytes]]:
