@@ -24,6 +24,7 @@ from routerd.catalog.model import ModelConfig
 from routerd.errors import HTTPError, StatusError
 from routerd.lending.offload import OFFLOAD_RETURNED, offload_returned
 from routerd.routing import work
+from routerd.serve.assets import assets_unresolved
 from routerd.routing.adapters import AdapterError, kobold, ollama, whisper
 from routerd.routing.body import BytesProducer
 from routerd.routing.call import ActiveRequest, Call
@@ -52,7 +53,8 @@ class LocalInference:
     """Serves inference calls with this node's own backend runtimes."""
 
     def __init__(self, *, node_id: str, clock: IReactorTime, runtimes: RuntimePool, agent: IAgent,
-                 samples: SampleSink, on_acquire: Callable[[Call, ModelConfig], None] | None = None) -> None:
+                 samples: SampleSink, on_acquire: Callable[[Call, ModelConfig], None] | None = None,
+                 blocked: Callable[[ModelConfig], str | None] = lambda _model: None) -> None:
         self.node_id = node_id
         self.clock = clock
         self.runtimes = runtimes
@@ -61,6 +63,7 @@ class LocalInference:
         self.agent = agent
         self.samples = samples
         self.on_acquire = on_acquire  # told before every runtime acquire (restore after borrow)
+        self.blocked = blocked  # why a config may not load yet (unresolved portable assets), or None
         self.active: dict[str, ActiveRequest] = {}
         self._acquiring: dict[str, Deferred[Any]] = {}  # borrowed requests waiting for the runtime
         self._taken_back: set[str] = set()
@@ -114,7 +117,11 @@ class LocalInference:
             self._record(call, model)
 
     async def _acquire(self, call: Call, model: ModelConfig) -> Any:
-        """The runtime lease; a borrowed request's wait for it can be taken back (:meth:`take_back`)."""
+        """The runtime lease; a borrowed request's wait for it can be taken back (:meth:`take_back`).
+        A config whose portable assets are unresolved never reaches the backend (503)."""
+        reason = self.blocked(model)
+        if reason is not None:
+            raise assets_unresolved(model.local_id, reason)
         acquiring = self.runtimes.acquire(call.route.runtime, model)
         if not call.borrowed:
             return await acquiring
