@@ -108,7 +108,8 @@ class AssetResolver:
         replacement = self.substitute_for(need.sha256)
         return attrs.evolve(need, sha256=replacement) if replacement and replacement != need.sha256 else need
 
-    async def resolve(self, catalog: Catalog, observe: Observe = _quiet) -> tuple[Catalog, dict[str, AssetState]]:
+    async def resolve(self, catalog: Catalog,
+                      observe: Observe = _quiet) -> tuple[Catalog, dict[str, AssetState]]:
         """A catalog with every resolvable portable field bound, and each config's state."""
         states: dict[str, AssetState] = {}
         fields: dict[str, list[dict[str, Any]]] = {}

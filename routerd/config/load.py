@@ -154,7 +154,8 @@ def parse_config(
                                              ModelsConfig().asset_transfer_rate_mb),
         asset_transfer_deadline=reader.duration(m, "models", "asset_transfer_deadline",
                                                 ModelsConfig().asset_transfer_deadline),
-        asset_lookup_cache=reader.duration(m, "models", "asset_lookup_cache", ModelsConfig().asset_lookup_cache),
+        asset_lookup_cache=reader.duration(m, "models", "asset_lookup_cache",
+                                           ModelsConfig().asset_lookup_cache),
     )
     reader.unknown(m, "models", ("config_dir", "startup_model", "shared_dir", "file_roots",
                                  "concurrent_asset_transfers", "keep_alive", "asset_transfer_rate_mb",

@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
-
 from prometheus_client import CollectorRegistry, Counter
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
@@ -189,9 +188,11 @@ class AssetService:
         for url, answer in await self.fan_out(hashes):
             for item in answer.get("assets", []) if isinstance(answer, dict) else []:
                 if isinstance(item, dict) and is_sha256(item.get("sha256")):
-                    out.append({"sha256": item["sha256"], "filename": item.get("filename"),
-                                "size": item.get("size"), "node_url": url,
-                                **({"origin": item["origin"]} if isinstance(item.get("origin"), str) else {})})
+                    entry = {"sha256": item["sha256"], "filename": item.get("filename"),
+                             "size": item.get("size"), "node_url": url}
+                    if isinstance(item.get("origin"), str):
+                        entry["origin"] = item["origin"]
+                    out.append(entry)
         return {"assets": out}
 
     def describe(self, sha256: str, entry: dict[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,6 @@ from routerd.catalog.model import ModelConfig
 from routerd.errors import HTTPError, StatusError
 from routerd.lending.offload import OFFLOAD_RETURNED, offload_returned
 from routerd.routing import work
-from routerd.serve.assets import assets_unresolved
 from routerd.routing.adapters import AdapterError, kobold, ollama, whisper
 from routerd.routing.body import BytesProducer
 from routerd.routing.call import ActiveRequest, Call
@@ -33,6 +32,7 @@ from routerd.routing.multipart import MultipartError
 from routerd.routing.plan import SECTIONS, BackendPlan, plan_backend_call
 from routerd.routing.relay import StreamBroken, collect, relay, response_header
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
+from routerd.serve.assets import assets_unresolved
 from routerd.store.samples import RequestSample
 from routerd.wire.lending import section_key
 
