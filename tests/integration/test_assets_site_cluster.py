@@ -81,7 +81,8 @@ async def test_an_unresolvable_config_answers_503_and_never_reaches_a_backend(se
     assert state["state"] == "unresolved"
     events = await (await treq.get(url + "/events?after_sequence=1")).json()
     assert [e["type"] for e in events["events"]] == ["field", "finished"]
-    listed = await (await treq.get(setup.master.url + "/router/v1/site/model-assets/jobs?node_id=puller")).json()
+    jobs_url = setup.master.url + "/router/v1/site/model-assets/jobs?node_id=puller"
+    listed = await (await treq.get(jobs_url)).json()
     assert [j["job_id"] for j in listed["jobs"]] == [job["job_id"]]
 
 

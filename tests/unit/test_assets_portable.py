@@ -117,7 +117,8 @@ def _service(tmp_path: Path, catalog: list[Catalog], sources: dict[str, list[str
     return service
 
 
-def test_an_explicit_load_of_an_unresolved_config_is_refused_before_the_backend_starts(tmp_path: Path) -> None:
+def test_an_explicit_load_of_an_unresolved_config_is_refused_before_the_backend_starts(
+        tmp_path: Path) -> None:
     model = _parse(tmp_path, {"model_hash": SHA, "model_filename": "w.gguf"})
     assert isinstance(model, ModelConfig)
     catalog = [Catalog([model])]
