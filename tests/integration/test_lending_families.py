@@ -16,7 +16,8 @@ from tests.integration.nodes import SIM
 KOBOLD = {"backend": {"mode": "kobold"}, "kobold": {"binary_path": [*SIM, "koboldcpp"]}}
 
 
-@pytest.mark.parametrize(("owner_mode", "helper_mode"), [("kobold", "llama_sdcpp"), ("llama_sdcpp", "kobold")])
+@pytest.mark.parametrize(("owner_mode", "helper_mode"),
+                         [("kobold", "llama_sdcpp"), ("llama_sdcpp", "kobold")])
 @pytest_twisted.ensureDeferred
 async def test_text_backlog_is_lent_between_a_kobold_node_and_a_llama_sdcpp_node(
     tmp_path: Path, owner_mode: str, helper_mode: str,
