@@ -314,3 +314,23 @@ async def test_selector_less_embeddings_with_nothing_loaded_pass_through_without
     assert code == 200
     code, payload, _ = await post(node.url + "/v1/embeddings", {"input": ["a", "b"]})
     assert code == 200 and payload["model"] == "embedder" and len(payload["data"]) == 2
+
+
+@pytest_twisted.ensureDeferred
+async def test_kobold_transcribe_under_llama_sdcpp_goes_to_whisper_and_answers_kobold_text(
+    node: RunningNode,
+) -> None:
+    """Split mode serves Kobold's ``/api/extra/transcribe`` (base64 JSON) on whisper-server, the same
+    transcript as the OpenAI route for the same audio."""
+    import base64
+
+    wav = make_wav(1.5)
+    code, payload, _ = await post(node.url + "/api/extra/transcribe",
+                                  {"model": "ears", "audio_data": base64.b64encode(wav).decode(),
+                                   "langcode": "en"})
+    assert code == 200, payload
+    response = await treq.post(node.url + "/v1/audio/transcriptions",
+                               data={"model": "ears"}, files={"file": ("a.wav", "audio/wav", wav)})
+    assert payload == {"text": json.loads(await response.content())["text"]}
+    code, payload, _ = await post(node.url + "/api/extra/transcribe", {"model": "ears", "audio_data": "%%"})
+    assert code == 400 and "base64" in payload["error"]["message"]
