@@ -9,12 +9,23 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import attrs
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _LOAD_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
+_FIRST_TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
+_TOKEN_RATE_BUCKETS = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000, 2000)
 _PLAN_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
 
 #: What the lending gauges read at scrape time: (lane, side) of each live lease, where side is
@@ -44,6 +55,54 @@ class _LendingGauges(Collector):
         yield held
 
 
+@attrs.frozen
+class RuntimeView:
+    """One backend runtime at scrape time."""
+
+    runtime: str  # the kind of work: text, image, stt
+    backend: str  # the runtime's process: llama-server, sd-server, koboldcpp, vllm-generate, ...
+    state: str
+    model: str  # "" when it holds none
+    users: int  # requests in the backend
+    waiters: int  # requests queued for the runtime (a load or a switch first)
+
+
+class _NodeGauges(Collector):
+    def __init__(self, runtimes: Callable[[], Iterable[RuntimeView]], states: tuple[str, ...],
+                 nodes: Callable[[], Iterable[tuple[str, bool]]]) -> None:
+        self.runtimes = runtimes
+        self.states = states
+        self.nodes = nodes
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        labels = ("runtime", "backend")
+        state = GaugeMetricFamily("routerd_runtime_state",
+                                  "1 for the state each backend runtime is in (0 for the others)",
+                                  labels=(*labels, "state"))
+        model = GaugeMetricFamily("routerd_runtime_model", "The model each backend runtime holds",
+                                  labels=(*labels, "model"))
+        users = GaugeMetricFamily("routerd_runtime_requests", "Requests being served by each runtime",
+                                  labels=labels)
+        depth = GaugeMetricFamily("routerd_queue_depth",
+                                  "Requests waiting for a backend runtime (its load, switch or a free slot)",
+                                  labels=labels)
+        for view in self.runtimes():
+            key = (view.runtime, view.backend)
+            for name in self.states:
+                state.add_metric((*key, name), 1.0 if name == view.state else 0.0)
+            if view.model:
+                model.add_metric((*key, view.model), 1.0)
+            users.add_metric(key, view.users)
+            depth.add_metric(key, view.waiters)
+        yield from (state, model, users, depth)
+        health = GaugeMetricFamily("routerd_node_healthy",
+                                   "1 when a node answers (the master: itself and each slave it knows)",
+                                   labels=("node_id",))
+        for node_id, healthy in self.nodes():
+            health.add_metric((node_id,), 1.0 if healthy else 0.0)
+        yield health
+
+
 def _count(pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], int]:
     out: dict[tuple[str, str], int] = {}
     for pair in pairs:
@@ -54,6 +113,9 @@ def _count(pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], int]:
 class NodeMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        # process_* (CPU, memory, open files, start time) and python_info, as every exporter has
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
         self.requests = Counter(
             "routerd_requests", "Inference requests answered, by model, lane, route and status",
             ("model", "lane", "route", "status"), registry=self.registry)
@@ -69,6 +131,20 @@ class NodeMetrics:
         self.load_duration = Histogram(
             "routerd_model_load_duration_seconds", "Backend model load time, switch start to readiness",
             ("model", "runtime"), buckets=_LOAD_BUCKETS, registry=self.registry)
+        self.first_token = Histogram(
+            "routerd_time_to_first_token_seconds",
+            "Time from accepting a streamed request to the first answer bytes sent to the client",
+            ("model", "lane"), buckets=_FIRST_TOKEN_BUCKETS, registry=self.registry)
+        self.token_rate = Histogram(
+            "routerd_generation_tokens_per_second",
+            "Generated tokens per second of service time, per finished text request",
+            ("model",), buckets=_TOKEN_RATE_BUCKETS, registry=self.registry)
+        self.generated_tokens = Counter(
+            "routerd_generated_tokens", "Tokens generated by this node's backends", ("model",),
+            registry=self.registry)
+        self.prompt_tokens = Counter(
+            "routerd_prompt_tokens", "Prompt tokens processed by this node's backends", ("model",),
+            registry=self.registry)
 
         self.lending_decisions = Counter(
             "routerd_lending_decisions",
@@ -87,6 +163,20 @@ class NodeMetrics:
     def watch_lending(self, leases: LeaseSides, held: HeldStates) -> None:
         """Report live leases and held requests from these views at every scrape."""
         self.registry.register(_LendingGauges(leases, held))
+
+    def watch_node(self, runtimes: Callable[[], Iterable[RuntimeView]], states: tuple[str, ...],
+                   nodes: Callable[[], Iterable[tuple[str, bool]]]) -> None:
+        """Report runtime states, queue depth and node health from these views at every scrape."""
+        self.registry.register(_NodeGauges(runtimes, states, nodes))
+
+    def observe_text_request(self, model: str, prompt_tokens: float, output_tokens: float,
+                             seconds: float) -> None:
+        """A finished text request: token counters and, when it generated any, its token rate."""
+        self.prompt_tokens.labels(model).inc(max(0.0, prompt_tokens))
+        if output_tokens > 0:
+            self.generated_tokens.labels(model).inc(output_tokens)
+            if seconds > 0:
+                self.token_rate.labels(model).observe(output_tokens / seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -26,6 +26,7 @@ from routerd.assets.index import AssetIndex
 from routerd.assets.pull import AssetPuller
 from routerd.backends.errors import LoadFailed
 from routerd.backends.runtimes import LoadEvent, Runtimes
+from routerd.backends.slot import SlotState
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.hashing import FileHashCache
 from routerd.catalog.model import RUNTIME_KINDS, Capabilities, ModelConfig
@@ -34,7 +35,9 @@ from routerd.cluster.client import NodeClient
 from routerd.cluster.master import MasterAgent
 from routerd.cluster.slave import RegistrationRefused, SlaveAgent
 from routerd.config.lending import LendingSettings
+from routerd.config.load import embedded_default_path, load_config
 from routerd.config.schema import Config
+from routerd.lending.admin import SettingsEditor, stored_guardians
 from routerd.lending.bootstrap import load_lending_state
 from routerd.lending.coordinator import Coordinator
 from routerd.lending.decisions import DecisionLog
@@ -43,7 +46,7 @@ from routerd.lending.pricing import fit_node
 from routerd.lending.restore import Restorer
 from routerd.lending.service import LendingService
 from routerd.lending.transport import InProcess, LendingTransport, NoMaster, ViaMaster
-from routerd.metrics import NodeMetrics
+from routerd.metrics import NodeMetrics, RuntimeView
 from routerd.registry.identity import MemoryPublicIdStore
 from routerd.registry.recipes import FILE_NAME as RECIPES_FILE
 from routerd.registry.recipes import RecipeBook, RecipeFile
@@ -59,6 +62,7 @@ from routerd.serve.front import InferenceFront
 from routerd.serve.keepalive import KeepAlive, OllamaControl
 from routerd.serve.local import LocalInference
 from routerd.serve.recipes import RecipeRouter, merge_listing
+from routerd.serve.reload import Reloader
 from routerd.services import HookService, IntervalService, OrderedServices
 from routerd.store.samples import LoadSample, RequestSample
 from routerd.store.store import Store
@@ -76,7 +80,8 @@ class Node:
     def __init__(self, config: Config, reactor: Any, *, launcher: Any = None, http: Any = None,
                  agent: Any = None, port_allocator: Callable[[], int] | None = None,
                  open_store: Callable[[str], Any] | None = None,
-                 run_in_thread: Callable[..., Any] = deferToThread) -> None:
+                 run_in_thread: Callable[..., Any] = deferToThread,
+                 read_config: Callable[[], Config] | None = None) -> None:
         cluster = config.cluster
         self.config = config
         self.reactor = reactor
@@ -178,10 +183,13 @@ class Node:
         self.decisions.observe(self.metrics.count_decision)
         self.metrics.watch_lending(self._lease_sides,
                                    lambda: [(h["lane"], h["state"]) for h in self.lending.held_requests()])
+        self.metrics.watch_node(self._runtime_views, tuple(s.value for s in SlotState), self._node_health)
         self.keepalive = KeepAlive(reactor, config.models.keep_alive, self.runtimes.status,
                                    lambda model: self.admin.unload(model, None))
         self.ollama_control = OllamaControl(self.keepalive, lambda model: self.admin.load(model, site=True),
                                             lambda model: self.admin.unload(model, None, site=True))
+        self.reloader = Reloader(self, read_config=read_config or self._read_config,
+                                 hash_catalog=self._hash_catalog)
         self._refit_loop = IntervalService("cost refit", self._refit,
                                            cluster.lending.scheduling_refresh_interval, reactor, now=True)
         # A master picks a local replica only when its lane is ready (spec "Registration and health").
@@ -207,7 +215,7 @@ class Node:
         preload the startup model."""
         store_dir = self.config.cluster.store_dir
         self.store = await self._open_store(os.path.join(store_dir, "routerd.sqlite"))
-        self.catalog = await self.catalog.hashed(self.hash_cache, self._run_in_thread)
+        self.catalog = await self._hash_catalog(self.catalog)
         await self.assets.rebuild_index()
         if self.recipes is not None:
             self.recipes.book.load()
@@ -216,6 +224,7 @@ class Node:
             image, text, settings = await load_lending_state(self.store, self.config.cluster.lending)
             self.lending.install_links(image, text)
             self.lending.apply_settings(settings)
+            self.lending.install_guardians(await stored_guardians(self.store))
             self.master.registry.update_local(self.local_records())
             await self.master.poll_all()
         # The first cost fit runs now but is not awaited (the refit service's first call).
@@ -240,6 +249,50 @@ class Node:
     async def _close_store(self) -> None:
         if self.store is not None:
             await self.store.close()
+
+    def _hash_catalog(self, catalog: Catalog) -> Deferred[Catalog]:
+        return catalog.hashed(self.hash_cache, self._run_in_thread)
+
+    # -- reload (serve.reload decides; these apply) ---------------------------
+
+    def _read_config(self) -> Config:
+        """The config file again (a config built in memory, as tests do, stays as it is)."""
+        source = self.config.source
+        if source == embedded_default_path():
+            return load_config(None)
+        return load_config(source) if os.path.isfile(source) else self.config
+
+    async def apply_live_config(self, old: Config, new: Config) -> None:
+        cluster = new.cluster
+        self.policy = AuthPolicy.build(new.auth.inference_keys, new.auth.admin_keys, cluster.token,
+                                       new.server.allowed_cidrs)
+        self.keepalive.default_ttl = new.models.keep_alive
+        if self.master is not None:
+            self.master.health_interval = cluster.health_interval
+            self.master.getServiceNamed("health poll").set_interval(cluster.health_interval)  # type: ignore[no-untyped-call]
+            self.master.client.control_timeout = cluster.control_timeout
+        if self.slave is not None:
+            self.slave.sync_interval = cluster.sync_interval
+            self.slave.getServiceNamed("registration").set_interval(cluster.sync_interval)  # type: ignore[no-untyped-call]
+            self.slave.client.control_timeout = cluster.control_timeout
+        if cluster.lending != old.cluster.lending:
+            self.lending.config_settings = cluster.lending
+            if self.master is not None:  # default < config < stored override, pushed to the slaves
+                await SettingsEditor(self.store, self.lending).document(apply=True)
+            else:
+                self.lending.apply_settings(cluster.lending)
+
+    async def announce(self) -> None:
+        """After a reload: the asset index follows the new models (portable configs bound again);
+        a master refreshes its own records and re-polls; a slave re-registers."""
+        await self.assets.rebuild_index()
+        ensureDeferred(self.assets.resolve()).addErrback(  # may pull from peers: not awaited
+            lambda f: self.log.failure("resolving model assets failed", failure=f))
+        if self.master is not None:
+            self.master.registry.update_local(self.local_records())
+            await self.master.poll_all()
+        if self.slave is not None and self.slave.running:
+            await self.slave.register_once()
 
     def _fatal(self, exc: RegistrationRefused) -> None:
         self.log.critical("{reason}; stopping", reason=str(exc))
@@ -285,6 +338,9 @@ class Node:
             self.own_work_at = self.reactor.seconds()
 
     def record_request_sample(self, sample: RequestSample) -> Deferred[None]:
+        if sample.section == "llm" and sample.status == "ok" and len(sample.work) == 2:
+            self.metrics.observe_text_request(sample.model_id, sample.work[0], sample.work[1],
+                                              sample.duration_ms / 1000)
         if self.store is None:
             return succeed(None)
         return self.store.record_request_sample(sample)
@@ -330,7 +386,7 @@ class Node:
         if self.coordinator is not None:
             self.coordinator.restart_tick()
 
-    # -- restore after borrow (lending.restore decides) --------------------------------------------
+    # -- restore after borrow or after a same-node guardian (lending.restore decides) ----------
 
     def own_busy(self) -> bool:
         """Own work runs: an own request in a backend, or a restore load (reference §7)."""
@@ -338,7 +394,7 @@ class Node:
 
     def _acquiring(self, call: Call, model: ModelConfig) -> None:
         self.restorer.acquired(call.route.runtime, model.filename, borrowed=call.borrowed,
-                               restore=call.restore_after_borrow)
+                               restore=call.restore_after_borrow or call.guardian_restore)
 
     def _loaded_config(self, kind: str) -> str | None:
         for known in RUNTIME_KINDS:
@@ -409,6 +465,19 @@ class Node:
         return documents.state(self.node_id, int(self.reactor.seconds() * 1000), self.runtimes.status(),
                                self.local.active.values(), self.lending.held_requests())
 
+    def _runtime_views(self) -> list[RuntimeView]:
+        views = []
+        for slot in self.runtimes.slots():
+            s = slot.status()
+            views.append(RuntimeView(s.kind, slot.name, s.state, s.model_id or "", s.users, s.waiters))
+        return views
+
+    def _node_health(self) -> list[tuple[str, bool]]:
+        own = [(self.node_id, True)]
+        if self.master is None:
+            return own
+        return own + [(n.node_id, n.healthy) for n in self.master.registry.nodes()]
+
     def _lease_sides(self) -> list[tuple[str, str]]:
         sides: list[tuple[str, str]] = [(lane, "owner") for lane in self.lending.live_lease_lanes()]
         if self.coordinator is not None:
@@ -421,4 +490,4 @@ class Node:
         return documents.runtime_status(
             self.node_id, self.config.backend.mode, self.runtimes.status(),
             self.runtimes.loaded_config("stt") or "", int(idle_s * 1000),
-            self.lending.settings.fingerprint(), self.lending.lane_statuses(), self.lending.costs)
+            self.lending.sync_fingerprint(), self.lending.lane_statuses(), self.lending.costs)

@@ -16,11 +16,19 @@ from twisted.python.logfile import LogFile
 
 from routerd import __version__
 from routerd.api.app import build_site
+from routerd.catalog.catalog import CatalogError
 from routerd.checking import check_config
+from routerd.cluster.slave import RegistrationRefused
 from routerd.config.load import ConfigError, load_config
 from routerd.config.schema import Config
 from routerd.logs import FanOut, JsonLinesObserver, filtered, parse_level
 from routerd.node import Node
+from routerd.serve.notify import sd_notify
+from routerd.serve.reload import install_sighup
+
+#: Exit status of a node that must not be restarted as it is: its config is invalid or the cluster
+#: refused its identity (``EX_CONFIG``; the systemd unit's ``RestartPreventExitStatus``).
+EXIT_CONFIG = 78
 
 log = Logger()
 
@@ -79,6 +87,7 @@ class NodeService(service.Service):
         self.node.on_fatal = self._fatal
         await self.node.after_listening()
         self.ready.callback(None)
+        sd_notify(f"READY=1\nSTATUS=listening on {address.host}:{address.port}")
 
     def _fatal(self, exc: BaseException) -> None:
         from twisted.python.failure import Failure
@@ -91,8 +100,10 @@ class NodeService(service.Service):
             self.ready.errback(failure)
         if self.exit_on_failure and self.reactor.running:
             # A failed start (e.g. the startup model does not load) must not
-            # leave a silent process behind: stop, exiting with status 1.
-            self.reactor.addSystemEventTrigger("after", "shutdown", os._exit, 1)
+            # leave a silent process behind: stop, exiting with status 1 (78 when
+            # the master refused this node's identity: restarting cannot help).
+            status = EXIT_CONFIG if failure.check(RegistrationRefused) else 1
+            self.reactor.addSystemEventTrigger("after", "shutdown", os._exit, status)
             self.reactor.stop()
 
     async def _stop(self) -> None:
@@ -167,9 +178,14 @@ def makeService(options: Options) -> service.MultiService:
     except ConfigError as exc:
         for line in exc.errors:
             print(f"config error: {line}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(EXIT_CONFIG)
     top = _LoggingTop(_log_observer(options))
-    node = Node(config, reactor)
+    try:
+        node = Node(config, reactor)
+    except CatalogError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_CONFIG)
+    install_sighup(reactor, node.reloader)
     svc = NodeService(node, reactor, exit_on_failure=True)
     svc.ready.addErrback(lambda _failure: None)  # already logged by _failed
     svc.setServiceParent(top)  # type: ignore[no-untyped-call]

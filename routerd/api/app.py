@@ -20,10 +20,12 @@ from routerd.api.assets_routes import AssetsAPI
 from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
 from routerd.api.errors import answer_error, api_app, master_only, not_found
+from routerd.api.guardians_routes import GuardiansAPI
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.links_routes import LinksAPI
 from routerd.api.offload_routes import OffloadAPI
 from routerd.api.push_routes import PushAPI
+from routerd.api.reload_routes import ReloadAPI
 from routerd.api.reply import RequestReply, incoming, query_arg
 from routerd.api.settings_routes import SettingsAPI
 from routerd.api.site import GuardResource, NodeSite
@@ -379,7 +381,12 @@ def build_site(node: Node) -> NodeSite:
         AdminAPI(node=node, admin=node.admin),
         LinksAPI(node),
         SettingsAPI(node),
+        ReloadAPI(node.reloader),
+        GuardiansAPI(node),
         WebUI(webui_dir()),
     ]
     limit = node.config.limits.max_body_bytes
-    return NodeSite(GuardResource(Dispatch(apis), node.policy, limit), limit)
+    guard = GuardResource(Dispatch(apis), node.policy, limit, node.config.server.cors_origins)
+    site = NodeSite(guard, limit)
+    node.reloader.on_applied.append(lambda config: guard.update(node.policy, site, config))
+    return site

@@ -14,6 +14,7 @@ from routerd.catalog.model import ModelConfig
 from routerd.config.lending import LendingSettings
 from routerd.errors import HTTPError
 from routerd.lending.links import LinkSet
+from routerd.routing.guardians import GuardianSet
 from routerd.store.store import Store
 from routerd.wire.records import ModelRecord
 
@@ -41,6 +42,8 @@ class LendingView(Protocol):
     def settings(self) -> LendingSettings: ...
 
     def install_links(self, image: LinkSet, text: LinkSet) -> None: ...
+
+    def install_guardians(self, guardians: GuardianSet) -> None: ...
 
     def apply_settings(self, settings: LendingSettings) -> None: ...
 

@@ -1,7 +1,9 @@
 """Receipt of the master's pushes (contract §6; cluster token enforced by the guard).
 
 * ``POST /router/v1/node/offload/links`` ``{"image": [link], "text": [link]}`` installs both lanes'
-  links (the full snapshot; a lane's list replaces that lane) → ``{"ok": true, "image": n, "text": m}``.
+  links (the full snapshot; a lane's list replaces that lane) → ``{"ok": true, "image": n, "text": m,
+  "guardians": g}``.  The body also carries ``"guardians": [setting]`` (guardian models); a push
+  without it (an older master) clears them.
 * ``POST /router/v1/node/offload/settings`` ``{"values": {...}, "fingerprint"}`` runs exactly the
   master's resolved values: keys this build does not know are dropped, the rest normalised (any
   invalid → 400, nothing applied), keys missing from the push take their built-in defaults →
@@ -24,6 +26,7 @@ from routerd.config.lending import SPECS, LendingSettings
 from routerd.errors import HTTPError
 from routerd.lending.admin import normalise_batch
 from routerd.lending.links import LinkError, LinkSet
+from routerd.routing.guardians import GuardianError, GuardianSet
 from routerd.wire.lending import Lane, Link, parse_strictly
 
 LINKS_PATH = "/router/v1/node/offload/links"
@@ -61,8 +64,14 @@ class PushAPI:
         body = read_json(request)
         image = parse_link_set("image", body.get("image"))
         text = parse_link_set("text", body.get("text"))
+        try:
+            guardians = GuardianSet.parse(body.get("guardians") or [], "guardians")
+        except GuardianError as exc:
+            raise HTTPError(400, str(exc)) from None
         self.node.lending.install_links(image, text)
-        return json_response(request, {"ok": True, "image": len(image), "text": len(text)})
+        self.node.lending.install_guardians(guardians)
+        return json_response(request, {"ok": True, "image": len(image), "text": len(text),
+                                       "guardians": len(guardians)})
 
     @app.route(SETTINGS_PATH, methods=["POST"])
     def settings(self, request: IRequest) -> bytes:

@@ -10,9 +10,11 @@ from twisted.web import resource, server
 from twisted.web.http import Request
 from twisted.web.iweb import IRequest
 
+from routerd.api.cors import CorsPolicy
 from routerd.api.errors import answer_error
 from routerd.api.webui import is_ui_path
 from routerd.cluster.auth import AuthPolicy
+from routerd.config.schema import Config
 from routerd.errors import HTTPError
 from routerd.logs import ACCESS_FORMAT, request_model
 
@@ -83,15 +85,31 @@ class GuardResource(resource.Resource):
 
     isLeaf = True
 
-    def __init__(self, inner: resource.IResource, policy: AuthPolicy, max_body_bytes: int) -> None:
+    def __init__(self, inner: resource.IResource, policy: AuthPolicy, max_body_bytes: int,
+                 cors_origins: tuple[str, ...] = ()) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.inner = inner
         self.policy = policy
         self.max_body_bytes = max_body_bytes
+        self.cors = CorsPolicy.build(cors_origins)
+
+    def update(self, policy: AuthPolicy, site: NodeSite, config: Config) -> None:
+        """A reload: new keys and networks, body limit and CORS origins from now on."""
+        self.policy = policy
+        self.max_body_bytes = site.max_body_bytes = config.limits.max_body_bytes
+        self.cors = CorsPolicy.build(config.server.cors_origins)
 
     def render(self, request: Request) -> bytes | int:
         path = request.path.decode("utf-8", "replace")
+        origin = _text_header(request, b"origin")
         try:
+            if self.cors.enabled and request.method == b"OPTIONS" and origin is not None \
+                    and request.getHeader(b"access-control-request-method") is not None:
+                return self._preflight(request, origin)
+            if self.cors.allows(origin):
+                assert origin is not None
+                for name, value in self.cors.response_headers(origin).items():
+                    request.setHeader(name, value)
             if getattr(request, "too_large", False):
                 raise HTTPError(413, f"request body is larger than {self.max_body_bytes} bytes",
                                 "request_too_large", "request_too_large")
@@ -104,6 +122,24 @@ class GuardResource(resource.Resource):
         except HTTPError as err:
             return answer_error(cast(IRequest, request), err)
         return self.inner.render(request)  # type: ignore[no-any-return]
+
+
+    def _preflight(self, request: Request, origin: str) -> bytes:
+        """A CORS preflight: 204 for a listed origin on an allowed network, else 403."""
+        if not self.policy.client_allowed(_client_host(request)):
+            raise HTTPError(403, "client address is not allowed", "forbidden", "forbidden")
+        if not self.cors.allows(origin):
+            raise HTTPError(403, f"origin {origin} is not in server.cors_origins", "forbidden", "forbidden")
+        for name, value in self.cors.preflight_headers(
+                origin, _text_header(request, b"access-control-request-headers")).items():
+            request.setHeader(name, value)
+        request.setResponseCode(204)
+        return b""
+
+
+def _text_header(request: Request, name: bytes) -> str | None:
+    value = request.getHeader(name)
+    return value.decode("latin-1") if value is not None else None
 
 
 def _client_host(request: Request) -> str:

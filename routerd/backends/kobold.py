@@ -39,7 +39,8 @@ class HTTPPoster(Protocol):
 
 
 def new_admin_password() -> str:
-    return secrets.token_urlsafe(18)
+    # hex: a urlsafe token may start with "-", which argparse (koboldcpp's too) reads as an option
+    return secrets.token_hex(18)
 
 
 def clean_extra_args(args: Sequence[str]) -> list[str]:

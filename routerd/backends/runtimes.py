@@ -205,6 +205,14 @@ class Runtimes:
                 out += [s for s in family.slots() if s.state.value != "empty" or s.status().pid is not None]
         return out
 
+    def slots(self) -> list[RuntimeSlot]:
+        """The node's own family's slots, and any other family's that holds or runs something."""
+        return self._all_slots()
+
+    def places(self, slot: RuntimeSlot, model: ModelConfig) -> bool:
+        """Whether ``slot`` is where ``model`` runs (for one of the runtime kinds it serves)."""
+        return any(self._slot_for(kind, model) is slot for kind in RUNTIME_KINDS)
+
     def status(self) -> list[SlotStatus]:
         """The node's own family's slots, and any other family's that holds or runs something."""
         return [s.status() for s in self._all_slots()]

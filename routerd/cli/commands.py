@@ -75,6 +75,11 @@ def unload(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def reload(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    emit(out, client.post("/router/v1/reload"), args)
+    return 0
+
+
 def links_list(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     anchor = args.anchor or {}
     emit(out, client.get(LINK_PATHS[args.lane], node_id=anchor.get("node_id"),
@@ -98,6 +103,32 @@ def links_set(client: Client, args: argparse.Namespace, out: TextIO) -> int:
 def links_delete(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     emit(out, client.delete(LINK_PATHS[args.lane], node_id=args.anchor["node_id"],
                             model_id=args.anchor["model_id"]), args)
+    return 0
+
+
+def _scope(args: argparse.Namespace) -> dict[str, str]:
+    """``--node``/``--model`` → the scope key: model (both), node (node only), else cluster."""
+    if args.model and not args.node:
+        raise SystemExit("--model needs --node (a model is named by its local ID on a node)")
+    if args.model:
+        return {"scope": "model", "node_id": args.node, "model_id": args.model}
+    if args.node:
+        return {"scope": "node", "node_id": args.node}
+    return {"scope": "cluster"}
+
+
+def guardians_list(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    emit(out, client.get(f"{SITE}/guardians"), args)
+    return 0
+
+
+def guardians_set(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    emit(out, client.post(f"{SITE}/guardians", {**_scope(args), "guardian": args.guardian}), args)
+    return 0
+
+
+def guardians_delete(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    emit(out, client.delete(f"{SITE}/guardians", **_scope(args)), args)
     return 0
 
 
@@ -169,6 +200,9 @@ def add_api_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="?")
     p.add_argument("--target", help="unload only this runtime (e.g. text, image)")
     p.set_defaults(command=unload)
+    p = sub.add_parser("reload", parents=parents,
+                       help="re-read the config and rescan the models folder (as SIGHUP does)")
+    p.set_defaults(command=reload)
 
     links = sub.add_parser("links", parents=parents, help="lending links (master)").add_subparsers(
         dest="links_action", required=True)
@@ -185,6 +219,24 @@ def add_api_commands(sub: Any, common: argparse.ArgumentParser) -> None:
             p.add_argument("--no-load", action="store_true", help="lend only while the helper is loaded")
             p.add_argument("--restore-after-borrow", action="store_true")
             p.add_argument("--acknowledge-different-weights", action="store_true")
+        p.set_defaults(command=func)
+
+    guardians = sub.add_parser("guardians", parents=parents,
+                               help="guardian models (master)").add_subparsers(
+        dest="guardians_action", required=True)
+    p = guardians.add_parser("list", parents=parents,
+                             help="settings, candidates, and every text-only model's guardian")
+    p.set_defaults(command=guardians_list)
+    for name, func, help_text in (
+            ("set", guardians_set, "set the guardian of a model (--node, --model), a node (--node) or"
+                                   " the cluster"),
+            ("delete", guardians_delete, "remove the guardian of a model, a node or the cluster")):
+        p = guardians.add_parser(name, parents=parents, help=help_text)
+        if name == "set":
+            p.add_argument("guardian", type=endpoint, metavar="NODE/MODEL",
+                           help="a multimodal text model")
+        p.add_argument("--node", help="the node of a node or model scope")
+        p.add_argument("--model", help="the local model ID of a model scope (with --node)")
         p.set_defaults(command=func)
 
     settings = sub.add_parser("settings", parents=parents, help="lending settings (master)").add_subparsers(

@@ -122,8 +122,12 @@ def parse_config(
     server = ServerConfig(
         bind=reader.string(s, "server", "bind", ServerConfig().bind),
         allowed_cidrs=reader.str_list(s, "server", "allowed_cidrs", ServerConfig().allowed_cidrs),
+        cors_origins=tuple(o.strip().rstrip("/") for o in reader.str_list(s, "server", "cors_origins", ())),
     )
-    reader.unknown(s, "server", ("bind", "allowed_cidrs"))
+    reader.unknown(s, "server", ("bind", "allowed_cidrs", "cors_origins"))
+    for origin in server.cors_origins:
+        if origin != "*" and not _valid_origin(origin):
+            errs.add("server.cors_origins", f"{origin!r} is not an origin (scheme://host[:port], or *)")
     _check_bind(server.bind, errs)
     for cidr in server.allowed_cidrs:
         try:
@@ -387,6 +391,11 @@ def _is_loopback_bind(bind: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _valid_origin(origin: str) -> bool:
+    scheme, sep, rest = origin.partition("://")
+    return bool(sep) and scheme in ("http", "https") and bool(rest) and "/" not in rest
 
 
 def _valid_url(url: str) -> bool:

@@ -24,6 +24,8 @@ class ServerConfig:
         "172.16.0.0/12",
         "192.168.0.0/16",
     )
+    #: Browser origins (``https://host[:port]``, or ``*``) allowed to call the API (CORS).
+    cors_origins: tuple[str, ...] = ()
 
     @property
     def host(self) -> str:

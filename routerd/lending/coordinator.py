@@ -181,8 +181,10 @@ class Coordinator(MultiService):
     # -- pushes ----------------------------------------------------------------------------------
 
     async def push(self) -> None:
-        """Push the links and the resolved settings to every healthy slave."""
-        links = {lane: [to_json(link) for link in self.service.links[lane].links] for lane in LANES}
+        """Push the links (with the guardians) and the resolved settings to every healthy slave."""
+        links: dict[str, Any] = {lane: [to_json(link) for link in self.service.links[lane].links]
+                                 for lane in LANES}
+        links["guardians"] = self.service.guardians.to_json()  # pushed with the links (guardian models)
         settings = {"values": self.service.settings.texts(),
                     "fingerprint": self.service.settings.fingerprint()}
         sends = []

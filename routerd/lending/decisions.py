@@ -40,18 +40,21 @@ PRUNE_INTERVAL_S = 60.0
 KINDS: tuple[str, ...] = ("plan", "dispatch", "helper")
 
 #: Outcomes each kind may record (plan rows on the master; dispatch rows on the owner, and
-#: ``relay_refused`` on the master; helper rows on the helper).
+#: ``relay_refused`` on the master; helper rows on the helper).  A ``guardian`` dispatch row is
+#: written by the node that sent a request with an image to a guardian model (spec "Guardian
+#: models"): owner = the text-only model named, helper = the guardian, reason ``structure`` (the
+#: body carried an image) or ``backend_refused`` (the backend refused it).
 OUTCOMES_BY_KIND: Mapping[str, frozenset[str]] = {
     "plan": frozenset(OUTCOMES),
     "dispatch": frozenset({"lease_updated", "lease_cleared", "lease_refused", "lent", "returned",
-                           "held_for_helper", "relay_refused", "stall_reclaimed"}),
+                           "held_for_helper", "relay_refused", "stall_reclaimed", "guardian"}),
     "helper": frozenset({"native_waited_behind_borrowed", "borrowed_returned"}),
 }
 #: Reasons each kind may record ('' — no reason — is always allowed).
 REASONS_BY_KIND: Mapping[str, frozenset[str]] = {
     "plan": frozenset(REASONS),
     "dispatch": frozenset({"not_an_owner", "helper_finishes_sooner", "no_live_lease",
-                           "helper_unreachable", "forward_failed"}),
+                           "helper_unreachable", "forward_failed", "structure", "backend_refused"}),
     "helper": frozenset({"helper_busy_on_arrival", "own_work_arrived"}),
 }
 #: Triggers each kind may record ('' allowed except on plan rows).  ``grant`` marks a lease

@@ -313,7 +313,11 @@ class LaneQueue:
         return [e.request_id for e in taken]
 
     def returned(self, request_id: str, now_ms: int) -> Effects:
-        """A lent request came back (409, failure or cut-off): back to the head, first arrival kept."""
+        """A lent request came back (409, failure or cut-off): back to the head, first arrival kept.
+
+        It is this node's own work waiting again, so, as for a native arrival, every waiting borrowed
+        entry is handed back (a node lending its own work may borrow meanwhile).
+        """
         entry = self._get(request_id)
         if entry.state != "lent":
             raise QueueError(f"request {request_id} is not lent")
@@ -322,8 +326,14 @@ class LaneQueue:
         entry.returned = True
         entry.lent_ms = None
         entry.helper_node_id = entry.helper_model_id = None
+        handed_back = [e for e in self._pending if e.borrowed]
+        for e in handed_back:
+            self._forget(e)
+        self._pending = [e for e in self._pending if not e.borrowed]
+        entry.borrowed_ahead = sum(1 for e in self._admitted if e.borrowed)
         self._pending.insert(0, entry)
-        return self.pump(now_ms)
+        back = tuple(BorrowedReturn(e.request_id, "own_work_arrived") for e in handed_back)
+        return Effects(returned=back) + self.pump(now_ms)
 
     # -- endings ------------------------------------------------------------------------------------
 

@@ -139,8 +139,11 @@ async def local_decisions(node: DecisionsNode, query: DecisionQuery) -> list[dic
 def local_summary(node: DecisionsNode) -> dict[str, Any]:
     """This node's lending summary (node API document)."""
     held: list[dict[str, Any]] = getattr(node.lending, "held_requests", lambda: [])()
+    # the settings folded with the guardian models (LendingService.sync_fingerprint), so in_sync
+    # covers both; a lending without guardians reports the settings' own fingerprint
+    fingerprint = getattr(node.lending, "sync_fingerprint", node.lending.settings.fingerprint)()
     return {"node_id": node.node_id, "build_version": __version__,
-            "settings_fingerprint": node.lending.settings.fingerprint(),
+            "settings_fingerprint": fingerprint,
             "held_requests": list(held or [])}
 
 

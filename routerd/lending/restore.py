@@ -5,7 +5,9 @@ reference §7 "Restore after borrow"; ``offload_restore_delay``).
 its timer firing; it answers with what to do (:class:`Step`).  Its rules:
 
 * a native (own) acquire cancels any pending restore;
-* a borrowed acquire whose lease asks for a restore records the runtime's currently loaded
+* a borrowed acquire whose lease asks for a restore — or an own acquire by a same-node guardian
+  model (spec "Guardian models": the text-only model is loaded back once the node is quiet), which
+  asks for one too — records the runtime's currently loaded
   config as the target — only if none is recorded yet for that runtime and it differs from the
   incoming config, so a run of borrowed jobs restores what was there before the run — and
   (re)arms the timer for one delay;
@@ -56,7 +58,7 @@ class RestorePlan:
                  delay: float) -> Step:
         """A request is about to acquire the ``kind`` runtime for config ``incoming``;
         ``loaded`` is the config that runtime holds now (None: nothing ready)."""
-        if not borrowed:
+        if not borrowed and not restore:
             if not self.targets:
                 return NOTHING
             self.targets.clear()

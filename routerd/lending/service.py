@@ -34,6 +34,7 @@ from routerd.lending.queue import Effects, LaneQueue
 from routerd.lending.transport import LendingTransport, NoMaster
 from routerd.lending.watch import HoldGate, LentCall
 from routerd.routing.call import Call
+from routerd.routing.guardians import GuardianSet, sync_fingerprint
 from routerd.routing.images import has_image
 from routerd.routing.work import request_work
 from routerd.wire.lending import (
@@ -86,6 +87,7 @@ class LendingService:
         self.config_settings = settings
         self.settings = settings
         self.links: dict[Lane, LinkSet] = {lane: LinkSet.build(lane, ()) for lane in LANES}
+        self.guardians = GuardianSet()  # guardian models (stored on the master, pushed with the links)
         # Hold for a faster helper and the lent cut-off: lending.hold / lending.cutoff, wired in watch.
         self.holds = HoldGate(node_id=node_id, clock=clock,
                               enabled=lambda: self.settings.offload_hold_for_faster_helper,
@@ -112,6 +114,15 @@ class LendingService:
             link_set = self.links[lane]
             self.queues[lane].set_enrolled(link_set.enrolled(self.node_id),
                                            link_set.owned_models(self.node_id))
+
+    def install_guardians(self, guardians: GuardianSet) -> None:
+        """Replace the guardian settings; effective for the next request."""
+        self.guardians = guardians
+
+    def sync_fingerprint(self) -> str:
+        """The fingerprint this node reports (runtime status, lending summary): the settings' own,
+        folded with the guardians when any is set, so "in sync" covers both."""
+        return sync_fingerprint(self.settings.fingerprint(), self.guardians)
 
     def apply_settings(self, settings: LendingSettings) -> None:
         """Run with these effective settings from now on (no restart)."""

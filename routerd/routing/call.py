@@ -77,6 +77,8 @@ class Call:
     outcome: Outcome = attrs.Factory(Outcome)
     borrowed: bool = False  # lent to this node by another owner
     restore_after_borrow: bool = False  # borrowed, and the lease asks to restore the displaced model
+    guardian_restore: bool = False  # a same-node guardian answers: load the displaced model back
+    guardian_fallback: bool = False  # a guardian applies: a backend refusing the image raises ImageRefused
     serving_since: float | None = None  # when the backend slot was acquired
 
 

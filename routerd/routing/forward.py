@@ -20,6 +20,7 @@ from twisted.web.iweb import IAgent
 from routerd.errors import HTTPError
 from routerd.routing.body import BytesProducer
 from routerd.routing.call import Call, Reply
+from routerd.routing.guardians import REFUSAL_STATUSES, ImageRefused, refusal_message
 from routerd.routing.relay import collect, relay, response_header
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
 from routerd.routing.selector import replace_model
@@ -27,7 +28,8 @@ from routerd.urls import AllowList
 from routerd.wire.records import ModelRecord
 
 INFERENCE_PREFIX = "/router/v1/node/inference"
-_PASSED_HEADERS = (b"x-routerd-node", b"x-routerd-lent-to", b"cache-control", b"x-content-type-options")
+_PASSED_HEADERS = (b"x-routerd-node", b"x-routerd-lent-to", b"x-routerd-guardian", b"cache-control",
+                   b"x-content-type-options")
 _STREAMING_TYPES = ("text/event-stream", "application/x-ndjson", "application/ndjson")
 TRANSPORT_ERRORS = (ConnectError, DNSLookupError, TimeoutError, ResponseNeverReceived, ResponseFailed)
 
@@ -54,6 +56,9 @@ class Outbound:
     returns_raise: bool = False  # a 409 offload_returned raises CameBack instead of being passed on
     #: Called once the other node has started answering (headers received, not a return).
     on_answer: Callable[[], None] | None = attrs.field(default=None, eq=False)
+    #: A 400/500 refusing the request's image raises ImageRefused instead of being passed on
+    #: (spec "Guardian models": the guardian answers instead).
+    image_refusal_raises: bool = False
 
 
 class Forwarder:
@@ -90,6 +95,14 @@ class Forwarder:
             if out.on_answer is not None:
                 out.on_answer()
             return self._whole(reply, response, code, ctype, raw, out)
+        if out.image_refusal_raises and code in REFUSAL_STATUSES:
+            raw = await collect(response)
+            refused = refusal_message(code, raw)
+            if refused is not None:
+                raise ImageRefused(code, refused)
+            if out.on_answer is not None:
+                out.on_answer()
+            return self._whole(reply, response, code, ctype, raw, out)
         if out.on_answer is not None:
             out.on_answer()
         if ctype.startswith(_STREAMING_TYPES):
@@ -121,8 +134,10 @@ class Forwarder:
             raw = rewrite_json_model(raw, lambda _old: public)
         return code, raw
 
-    async def forward(self, call: Call, record: ModelRecord, public_id: str) -> bytes:
-        """The master's forwarding of a client request to the node holding ``record``."""
+    async def forward(self, call: Call, record: ModelRecord, public_id: str, *,
+                      image_refusal_raises: bool = False) -> bytes:
+        """The master's forwarding of a client request to the node holding ``record``
+        (``image_refusal_raises``: a backend refusing the image raises ``ImageRefused``)."""
         base = record.node_url.rstrip("/")
         local = local_selector(call, record)
         body = call.body
@@ -133,7 +148,8 @@ class Forwarder:
         stt = call.route.runtime == "stt"  # audio answers carry no model ID (reference §5.5)
         out = Outbound(url=url, body=body, content_type=call.content_type, request_id=call.request_id,
                        rewrite_to=None if stt else public_id,
-                       rewrite_errors=call.route.runtime != "image")
+                       rewrite_errors=call.route.runtime != "image",
+                       image_refusal_raises=image_refusal_raises)
         try:
             code, result = await self.send(call.reply, out)
         except Unreachable as exc:

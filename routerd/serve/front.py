@@ -18,7 +18,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from routerd.catalog.catalog import Catalog
-from routerd.catalog.model import ModelConfig
+from routerd.catalog.model import Capabilities, ModelConfig
 from routerd.cluster.master import MasterAgent
 from routerd.errors import HTTPError, StatusError, error_body
 from routerd.lending.offload import Borrowed, offload_returned
@@ -29,12 +29,21 @@ from routerd.routing.call import Call, Incoming, Reply, new_request_id
 from routerd.routing.classify import Route, wants_stream
 from routerd.routing.embeddings import embeddings_candidates, rotated
 from routerd.routing.forward import Forwarder
+from routerd.routing.guardians import (
+    BACKEND_REFUSED,
+    GUARDIAN_HEADER,
+    STRUCTURE,
+    Guardian,
+    ImageRefused,
+)
+from routerd.routing.images import has_image
 from routerd.routing.multipart import MultipartError
 from routerd.routing.plan import NEEDS, SECTIONS
 from routerd.routing.relay import StreamBroken
 from routerd.routing.selector import SelectorError, parse_json_object, select_model
 from routerd.serve.local import LocalInference
 from routerd.serve.recipes import RecipeRouter
+from routerd.serve.timing import FirstWrite
 from routerd.wire.lending import lane_key
 from routerd.wire.records import ModelRecord
 
@@ -68,6 +77,7 @@ class InferenceFront:
                 request_id = given
         reply.set_header(b"x-routerd-request-id", request_id.encode())
         reply.set_header(b"x-routerd-node", self.node_id.encode())
+        reply = timed = FirstWrite(reply, self.clock)
         call: Call | None = None
         model_label = "-"
         lane = route.runtime
@@ -114,8 +124,31 @@ class InferenceFront:
             status = call.outcome.status if call is not None else "bad_request"
             self.metrics.requests.labels(model_label, lane, route.kind, status).inc()
             self.metrics.request_duration.labels(model_label, lane).observe(self.clock.seconds() - started)
+            if call is not None and call.stream and timed.first_write_at is not None and status == "ok":
+                self.metrics.first_token.labels(model_label, lane).observe(timed.first_write_at - started)
 
     async def _serve_local(self, call: Call, model: ModelConfig, public_id: str,
+                           borrowed: Borrowed | None) -> bytes:
+        """Serve on this node, or on its guardian when the request carries an image the model
+        cannot read (spec "Guardian models"): a text-only model's guardian on this node answers
+        at once, sharing the runtime (the text model is loaded back when the node is quiet); a
+        model whose backend refuses the image hands the request to the guardian."""
+        entry = None if borrowed is not None else self._guardian_entry(call, self.node_id, model.local_id)
+        if entry is None:
+            return await self._serve_model(call, model, public_id, borrowed)
+        if _text_only(model.capabilities) and entry.guardian.node_id == self.node_id:
+            answer = await self._to_guardian(call, self.node_id, model.local_id, entry, public_id, STRUCTURE)
+            if answer is not None:
+                return answer
+            return await self._serve_model(call, model, public_id, borrowed)
+        # a guardian elsewhere is the master's to reach (a slave cannot): only the master falls back
+        call.guardian_fallback = entry.guardian.node_id == self.node_id or self.master is not None
+        try:
+            return await self._serve_model(call, model, public_id, borrowed)
+        except ImageRefused as refused:
+            return await self._refused(call, self.node_id, model.local_id, entry, public_id, refused)
+
+    async def _serve_model(self, call: Call, model: ModelConfig, public_id: str,
                            borrowed: Borrowed | None) -> bytes:
         """Serve on this node: straight to the backend, or through the lending queue when the
         model is enrolled in a link, or as borrowed work."""
@@ -135,6 +168,73 @@ class InferenceFront:
                 and lending.enrolled(lane, lane_key(lane, model)):
             return await lending.serve(call, model, lane, run, None)
         return await run()
+
+    # -- guardian models (spec "Guardian models") ------------------------------
+
+    def _guardian_entry(self, call: Call, node_id: str, model_id: str) -> Guardian | None:
+        """The guardian setting for a text request carrying an image (read from the body's
+        structure) addressed to ``model_id`` on ``node_id``; None for anything else."""
+        if self.lending is None or not self.lending.guardians or call.route.lane != "text":
+            return None
+        if not has_image(call.parsed):
+            return None
+        return self.lending.guardians.resolve(node_id, model_id)
+
+    async def _to_guardian(self, call: Call, node_id: str, model_id: str, entry: Guardian,
+                           public_id: str, reason: str) -> bytes | None:
+        """Answer ``call`` with its guardian, under the name the client gave (``public_id``).
+        None when the guardian cannot answer here (not in this catalog or the registry, not a
+        multimodal text model, or on another node and this node is not the master)."""
+        target = entry.guardian
+        if target.node_id == self.node_id:
+            model = self.catalog().get(target.model_id)
+            if model is None or not _multimodal_text(model.capabilities):
+                log.warn("guardian {guardian} is not a multimodal text model of this node; request"
+                         " {request_id} is not redirected", guardian=entry.label, request_id=call.request_id)
+                return None
+            self._mark_guardian(call, node_id, model_id, entry, reason)
+            call.guardian_fallback = False
+            # the guardian shares this node's runtime with the model it stands in for: that
+            # model is loaded back once the node is quiet (lending.restore)
+            call.guardian_restore = node_id == self.node_id
+            return await self._serve_model(call, model, public_id, None)
+        if self.master is None or self.forwarder is None:
+            return None
+        registry = self.master.registry
+        record = registry.find(target.node_id, local_id=target.model_id)
+        if record is None or record.disabled or not record.available \
+                or not _multimodal_text(record.capabilities):
+            log.warn("guardian {guardian} is not an available multimodal text model; request"
+                     " {request_id} is not redirected", guardian=entry.label, request_id=call.request_id)
+            return None
+        self._mark_guardian(call, node_id, model_id, entry, reason)
+        reservation = registry.reserve(record, call.route.runtime)
+        try:
+            return await self.forwarder.forward(call, record, public_id)
+        finally:
+            reservation.release()
+
+    async def _refused(self, call: Call, node_id: str, model_id: str, entry: Guardian, public_id: str,
+                       refused: ImageRefused) -> bytes:
+        """A backend refused the image: the guardian answers, or the refusal is answered."""
+        answer = await self._to_guardian(call, node_id, model_id, entry, public_id, BACKEND_REFUSED)
+        if answer is not None:
+            return answer
+        kind = "invalid_request_error" if refused.status == 400 else "server_error"
+        raise HTTPError(refused.status, refused.message, kind, "image_not_supported")
+
+    def _mark_guardian(self, call: Call, node_id: str, model_id: str, entry: Guardian,
+                       reason: str) -> None:
+        call.reply.set_header(GUARDIAN_HEADER, entry.label.encode())
+        log.info("request {request_id} for {node}/{model} goes to guardian {guardian} ({reason})",
+                 request_id=call.request_id, node=node_id, model=model_id, guardian=entry.label,
+                 reason=reason)
+        decisions = self.lending.decisions if self.lending is not None else None
+        if decisions is not None:
+            decisions.record("dispatch", "guardian", lane="text", owner_node_id=node_id,
+                             owner_model_id=model_id, helper_node_id=entry.guardian.node_id,
+                             helper_model_id=entry.guardian.model_id, reason=reason,
+                             request_id=call.request_id)
 
     # -- selection ------------------------------------------------------------
 
@@ -236,13 +336,30 @@ class InferenceFront:
             reservation = registry.acquire(name, route.runtime)  # NoReplica is a 502 StatusError
         try:
             record = reservation.record
+            entry = self._guardian_entry(call, record.node_id, record.local_id)
+            if entry is not None and entry.guardian.node_id != record.node_id \
+                    and _text_only(record.capabilities):
+                # a guardian on another node answers: the text model's node never sees the image
+                reservation.release()
+                answer = await self._to_guardian(call, record.node_id, record.local_id, entry, name,
+                                                 STRUCTURE)
+                if answer is not None:
+                    return record.public_id, answer
+                reservation = registry.reserve(record, route.runtime)
             if reservation.local:
                 model = self.catalog().get(record.local_id)
                 if model is None:
                     raise HTTPError(404, f"model {name!r} was not found", "not_found", "model_not_found")
                 return record.public_id, await self._serve_local(call, model, name, None)
             assert self.forwarder is not None
-            return record.public_id, await self.forwarder.forward(call, record, name)
+            try:
+                return record.public_id, await self.forwarder.forward(
+                    call, record, name, image_refusal_raises=entry is not None)
+            except ImageRefused as refused:
+                assert entry is not None
+                reservation.release()
+                return record.public_id, await self._refused(call, record.node_id, record.local_id, entry,
+                                                             name, refused)
         finally:
             reservation.release()
 
@@ -308,3 +425,13 @@ class InferenceFront:
         reply.set_status(err.status)
         reply.set_header(b"content-type", b"application/json")
         return error_body(route.error_style, err.message, err.type, err.code)
+
+
+def _text_only(caps: Capabilities) -> bool:
+    """A text model that cannot read images (no multimodal projector)."""
+    return caps.llm and not caps.multimodal
+
+
+def _multimodal_text(caps: Capabilities) -> bool:
+    """What a guardian must be: a text model that reads images."""
+    return caps.llm and caps.multimodal

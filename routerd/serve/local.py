@@ -27,6 +27,7 @@ from routerd.routing import work
 from routerd.routing.adapters import AdapterError, kobold, ollama, whisper
 from routerd.routing.body import BytesProducer
 from routerd.routing.call import ActiveRequest, Call
+from routerd.routing.guardians import REFUSAL_STATUSES, ImageRefused, refusal_message
 from routerd.routing.multipart import MultipartError
 from routerd.routing.plan import SECTIONS, BackendPlan, plan_backend_call
 from routerd.routing.relay import StreamBroken, collect, relay, response_header
@@ -204,10 +205,20 @@ class LocalInference:
         call.outcome.http_status = code
         call.outcome.status = "ok" if 200 <= code < 300 else f"http_{code}"
         ctype = response_header(response, b"content-type") or "application/json"
+        raw: bytes | None = None
+        if call.guardian_fallback and code in REFUSAL_STATUSES:
+            # spec "Guardian models": a backend refusing the image hands the request to the
+            # guardian (serve.front) before anything is written to the client
+            raw = await collect(response)
+            refused = refusal_message(code, raw)
+            if refused is not None:
+                call.outcome.status = "image_refused"
+                raise ImageRefused(code, refused)
         reply.set_status(code)
         if ctype.startswith("text/event-stream") and 200 <= code < 300:
             return await self._stream(call, response, plan, public_id, ctype)
-        raw = await collect(response)
+        if raw is None:
+            raw = await collect(response)
         converted_type, converted = self._convert(call, plan, public_id, code, ctype, raw)
         reply.set_header(b"content-type", converted_type.encode())
         return converted

@@ -30,6 +30,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("-c", "--ctx-size"), "ctx_size", int, 0, "context size (0: from the weights)", "N"),
     Flag(("-np", "--parallel"), "parallel", int, 1, "requests served at once", "N"),
     Flag(("--mmproj",), "mmproj", str, None, "multimodal projector: accept image input", "PATH"),
+    Flag(("--no-mmproj",), "no_mmproj", bool, False,
+         "do not load the multimodal projector (image input is refused, as llama-server does)"),
     Flag(("--embedding", "--embeddings"), "embedding", bool, False, "serve /v1/embeddings"),
     Flag(("-a", "--alias"), "alias", str, None, "model name shown to clients", "NAME"),
 )
@@ -62,7 +64,7 @@ def validate_args(ns: argparse.Namespace) -> str | None:
 def options_from_args(ns: argparse.Namespace) -> LlamaOptions:
     return LlamaOptions(
         model_path=ns.model, ctx_size=ns.ctx_size, parallel=ns.parallel,
-        mmproj=ns.mmproj, embedding=ns.embedding, alias=ns.alias,
+        mmproj=None if ns.no_mmproj else ns.mmproj, embedding=ns.embedding, alias=ns.alias,
     )
 
 

@@ -22,8 +22,10 @@ from twisted.python.failure import Failure
 
 from routerd.lanes import Lane
 from routerd.store import decisions as decisions_sql
+from routerd.store import guardians as guardians_sql
 from routerd.store import links as links_sql
 from routerd.store import settings as settings_sql
+from routerd.store.guardians import GuardianRow
 from routerd.store.links import LinkRow
 from routerd.store.migrations import convert_legacy_groups, migrate
 from routerd.store.runner import MEMORY, DBRunner, ReactorForRunner, SyncRunner, ThreadRunner
@@ -360,6 +362,21 @@ class Store:
     def delete_anchor_links(self, lane: Lane, node_id: str, model_id: str) -> Deferred[int]:
         """Remove every link touching the anchor; fires the number removed."""
         return self._runner.run(lambda conn: links_sql.delete_anchor_links(conn, lane, node_id, model_id))
+
+    # --- guardian models (validated by routerd.lending.admin.GuardianEditor) -------------------
+
+    def guardians(self) -> Deferred[list[GuardianRow]]:
+        """Every guardian setting, ordered by scope, node and model."""
+        return self._runner.run(guardians_sql.list_guardians)
+
+    def put_guardians(self, rows: Sequence[GuardianRow]) -> Deferred[None]:
+        """Insert or replace these settings (keyed by scope, node, model), all or none."""
+        batch = list(rows)
+        return self._runner.run(lambda conn: guardians_sql.put_guardians(conn, batch))
+
+    def delete_guardian(self, scope: str, node_id: str, model_id: str) -> Deferred[int]:
+        """Remove the setting of one scope key; fires the number removed."""
+        return self._runner.run(lambda conn: guardians_sql.delete_guardian(conn, scope, node_id, model_id))
 
     # --- lending setting overrides (values are already normalised by routerd.config.lending) --
 

@@ -88,7 +88,7 @@ async def test_the_slave_closes_the_site_api_and_accepts_a_push_only_with_the_cl
     code, _ = await _call("POST", pair.slave.url + push_routes.LINKS_PATH, push)
     assert code == 401
     code, body = await _call("POST", pair.slave.url + push_routes.LINKS_PATH, push, token=TOKEN)
-    assert code == 200 and body == {"ok": True, "image": 0, "text": 1}
+    assert code == 200 and body == {"ok": True, "image": 0, "text": 1, "guardians": 0}
     assert list(pair.slave.node.lending.links["text"]) == [LINK]
 
 

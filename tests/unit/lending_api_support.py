@@ -18,6 +18,7 @@ from routerd.api.dispatch import Dispatch
 from routerd.catalog.model import Capabilities, ModelConfig
 from routerd.config.lending import LendingSettings
 from routerd.lending.links import LinkSet
+from routerd.routing.guardians import GuardianSet
 from routerd.store.store import Store
 from routerd.wire.records import ModelRecord
 
@@ -76,8 +77,13 @@ class FakeLending:
     applied: list[LendingSettings] = attrs.Factory(list)
     pushes: int = 0
 
+    guardians: GuardianSet = attrs.Factory(GuardianSet)
+
     def install_links(self, image: LinkSet, text: LinkSet) -> None:
         self.installed.append((image, text))
+
+    def install_guardians(self, guardians: GuardianSet) -> None:
+        self.guardians = guardians
 
     def apply_settings(self, settings: LendingSettings) -> None:
         self.applied.append(settings)

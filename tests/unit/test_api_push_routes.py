@@ -27,7 +27,7 @@ def test_pushed_links_are_installed_for_both_lanes_and_counted() -> None:
         "text": [link_json("slave-a/llm", "master/llm", restore_after_borrow=True),
                  link_json("master/llm", "slave-a/llm")]})
     assert code == 200
-    assert body == {"ok": True, "image": 1, "text": 2}
+    assert body == {"ok": True, "image": 1, "text": 2, "guardians": 0}
     [(image, text)] = node.lending.installed
     assert image.lane == "image" and text.lane == "text"
     assert list(image) == [Link(Endpoint("master", "sd-x"), Endpoint("slave-a", "sd-x"), False, False)]
@@ -38,7 +38,7 @@ def test_pushed_links_are_installed_for_both_lanes_and_counted() -> None:
 def test_empty_lists_clear_the_links() -> None:
     node = FakeNode.slave()
     code, body = Client(node).post(LINKS, {"image": [], "text": []})
-    assert code == 200 and body == {"ok": True, "image": 0, "text": 0}
+    assert code == 200 and body == {"ok": True, "image": 0, "text": 0, "guardians": 0}
     assert [len(s) for s in node.lending.installed[0]] == [0, 0]
 
 

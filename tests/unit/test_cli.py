@@ -86,6 +86,27 @@ def test_links_set_list_and_delete_name_the_lane_and_the_anchor() -> None:
     assert delete == ("DELETE", "/router/v1/site/text-routing-groups", None, anchor)
 
 
+def test_guardians_set_list_and_delete_derive_the_scope_from_node_and_model() -> None:
+    client = FakeClient()
+    _run(["guardians", "set", "right/big"], client)
+    _run(["guardians", "set", "left/vision", "--node", "left"], client)
+    _run(["guardians", "set", "right/big", "--node", "left", "--model", "text"], client)
+    _run(["guardians", "list"], client)
+    _run(["guardians", "delete", "--node", "left"], client)
+    path = "/router/v1/site/guardians"
+    assert client.calls == [
+        ("POST", path, {"scope": "cluster", "guardian": {"node_id": "right", "model_id": "big"}}, {}),
+        ("POST", path, {"scope": "node", "node_id": "left",
+                        "guardian": {"node_id": "left", "model_id": "vision"}}, {}),
+        ("POST", path, {"scope": "model", "node_id": "left", "model_id": "text",
+                        "guardian": {"node_id": "right", "model_id": "big"}}, {}),
+        ("GET", path, None, {}),
+        ("DELETE", path, None, {"scope": "node", "node_id": "left"}),
+    ]
+    with pytest.raises(SystemExit):
+        _run(["guardians", "delete", "--model", "text"], FakeClient())
+
+
 def test_a_malformed_anchor_is_a_usage_error() -> None:
     with pytest.raises(SystemExit) as exit_:
         _run(["links", "delete", "--anchor", "no-slash"], FakeClient())
@@ -155,3 +176,10 @@ def test_run_passes_twistd_options_before_the_plugin_and_routerd_options_after()
     assert _twistd_argv(["--config", "c.yaml", "--logfile", "x.log", "--json-log=-", "-r", "poll"]) == [
         "--nodaemon", "--pidfile=", "--logfile", "x.log", "-r", "poll", "routerd", "--config", "c.yaml",
         "--json-log=-"]
+
+
+def test_reload_posts_to_the_reload_endpoint_and_prints_the_report() -> None:
+    client = FakeClient([{"ok": True, "restart_required": ["server.bind"]}])
+    code, out, _err = _run(["reload"], client)
+    assert code == 0 and client.calls[0][:2] == ("POST", "/router/v1/reload")
+    assert json.loads(out)["restart_required"] == ["server.bind"]

@@ -454,7 +454,7 @@ def test_push_sends_links_and_settings_to_every_healthy_node() -> None:
     cluster = Cluster(settings=settings)
     cluster.master.registry.add_node("s3", healthy=False)
     fired(Deferred.fromCoroutine(cluster.coordinator.push()))
-    links = {"image": [], "text": [to_json(A_TO_H), to_json(B_TO_K)]}
+    links = {"image": [], "text": [to_json(A_TO_H), to_json(B_TO_K)], "guardians": []}
     pushed_settings: dict[str, Any] = {"values": settings.texts(), "fingerprint": settings.fingerprint()}
     assert sorted(cluster.master.client.to("/router/v1/node/offload/links")) == [
         ("http://s1:1", links), ("http://s2:1", links), ("http://s4:1", links)]

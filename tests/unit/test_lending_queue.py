@@ -316,6 +316,20 @@ def test_pump_releases_a_held_request_when_the_hold_lapses() -> None:
     assert q.pump(6).admit == ("A1",)
 
 
+def test_a_lent_request_that_comes_back_hands_back_waiting_borrowed_work_like_a_native_arrival() -> None:
+    """Found by the state machine: a node that lent its own request may borrow meanwhile; when its
+    request comes back it is own work waiting again, so waiting borrowed entries go back (409)."""
+    q = LaneQueue("text", 2, enrolled={"A", "H"}, owners={"A"})
+    q.arrive_borrowed("b1", "H", 0)
+    q.arrive_borrowed("b2", "H", 1)  # both admitted: the backend is full
+    q.arrive("a1", "A", 2)  # own work waits
+    assert q.withdraw_for_lending("A", 1, 3, "h", "H") == ["a1"]
+    q.arrive_borrowed("b3", "H", 4)  # no own work waits now: accepted, waiting
+    effects = q.returned("a1", 5)
+    assert [(r.request_id, r.reason) for r in effects.returned] == [("b3", "own_work_arrived")]
+    assert [e.request_id for e in q.pending()] == ["a1"]
+
+
 # -- invariant ------------------------------------------------------------------------------------------
 
 

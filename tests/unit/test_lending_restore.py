@@ -181,3 +181,34 @@ def test_stop_cancels_a_pending_restore() -> None:
     assert helper.clock.getDelayedCalls() == []
     helper.clock.advance(10.0)
     assert helper.loads == []
+
+
+# -- a same-node guardian model (spec "Guardian models": built on the same restore) -----------------------
+
+
+def test_an_own_guardian_acquire_records_the_text_model_it_displaces_and_arms_the_timer() -> None:
+    plan = RestorePlan()
+    step = plan.acquired("text", "vision.kcpps", "text-only.kcpps", borrowed=False, restore=True, delay=DELAY)
+    assert step == Step(arm=DELAY)
+    assert plan.targets == {"text": "text-only.kcpps"}
+
+
+def test_the_text_model_comes_back_after_the_guardian_once_the_node_is_quiet() -> None:
+    helper = Helper()
+    restorer = helper.restorer()
+    helper.own = 1  # the guardian's own request runs
+    restorer.acquired("text", "vision.kcpps", borrowed=False, restore=True)
+    helper.loaded["text"] = "vision.kcpps"
+    helper.clock.advance(DELAY)
+    assert helper.loads == []  # still answering: re-armed, nothing loaded under it
+    helper.own = 0
+    helper.clock.advance(DELAY)
+    assert helper.loads == [("text", "x.kcpps")]
+
+
+def test_an_ordinary_own_request_after_the_guardian_cancels_the_restore() -> None:
+    plan = RestorePlan()
+    plan.acquired("text", "vision.kcpps", "text-only.kcpps", borrowed=False, restore=True, delay=DELAY)
+    step = plan.acquired("text", "text-only.kcpps", "vision.kcpps", borrowed=False, restore=False,
+                         delay=DELAY)
+    assert step == Step(cancel=True) and not plan.pending

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from routerd.routing.images import has_image
 
@@ -38,3 +40,37 @@ def test_every_image_shape_the_spec_names_is_detected(body: dict[str, Any]) -> N
         "none", "list"])
 def test_text_that_only_talks_about_images_is_not_an_image(body: Any) -> None:
     assert has_image(body) is False
+
+
+# -- property tests: random JSON never crashes the detector; words never trigger it ---------------------
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=10), children,
+                                                                      max_size=5),
+    max_leaves=40)
+_mentions = st.sampled_from(["image_url", "input_image", "image", "images", "an image_url here"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json)
+def test_any_json_value_gives_an_answer_and_never_raises(value: Any) -> None:
+    assert has_image(value) in (True, False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_mentions | st.text(max_size=30), min_size=1, max_size=4),
+       st.sampled_from(["text", "input_text"]))
+def test_text_that_mentions_image_keys_never_triggers_it(words: list[str], part_type: str) -> None:
+    """Every string of the body (text content, text parts, a prompt) names the image keys; no part
+    or list is an image by its structure, so the answer is no."""
+    text = " ".join(words)
+    bodies = [
+        {"messages": [{"role": "user", "content": text}], "prompt": text},
+        {"messages": [{"role": "user", "content": [{"type": part_type, "text": w} for w in words]}]},
+        {"input": text, "instructions": text},
+        {"input": [{"role": "user", "content": [{"type": "input_text", "text": w} for w in words]}]},
+        {"prompt": text, "system": text, "model": text},
+    ]
+    for body in bodies:
+        assert has_image(body) is False

@@ -269,6 +269,17 @@ async def test_image_parts_need_mmproj(weights: Path) -> None:
 
 
 @pytest_twisted.ensureDeferred
+async def test_no_mmproj_refuses_images_even_with_a_projector_given(weights: Path) -> None:
+    """``--no-mmproj`` (a real llama-server flag) wins over ``--mmproj``: images are refused with
+    llama-server's message, the case guardian models fall back on."""
+    body = {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}], "max_tokens": 2}
+    sim = make(weights, "--mmproj", "proj.gguf", "--no-mmproj")
+    code, answer = await post(sim, "/v1/chat/completions", body)
+    assert code == 500 and answer["error"]["message"].startswith("image input is not supported")
+
+
+@pytest_twisted.ensureDeferred
 async def test_embeddings_need_the_flag_and_give_unit_vectors(weights: Path) -> None:
     code, body = await post(make(weights), "/v1/embeddings", {"input": "x"})
     assert code == 501 and body["error"]["type"] == "not_supported_error"

@@ -1,0 +1,114 @@
+"""Site guardians API (contract §7; spec "Guardian models"): ``/router/v1/site/guardians``.
+Master only (404 elsewhere); admin keys.
+
+* ``GET`` → ``{guardians: [setting], candidates: [{node_id, model_id, filename, available}],
+  text_models: [{node_id, model_id, filename, available, guardian: {scope, node_id, model_id}|null}]}``
+  — the settings, every model that may be a guardian (a multimodal text model), and every text-only
+  model with the guardian that applies to it (model, then node, then cluster scope).
+* ``POST`` one setting ``{scope: "model"|"node"|"cluster", node_id?, model_id?, guardian: {node_id,
+  model_id}}``, or ``{guardians: [setting, ...]}`` (all or nothing): each replaces the setting of the
+  same scope key → the ``GET`` document.  A guardian that is not a multimodal text model → 400
+  ``guardian_not_multimodal``; an unknown node or model → 400.
+* ``DELETE ?scope&node_id&model_id`` (node_id for the node scope, both for the model scope) → the
+  ``GET`` document plus ``removed`` (0 when nothing was set).
+
+``model_id`` is a model's local ID on its node.  The workflow (validate → persist → install → push
+to the slaves with the links) is ``routerd.lending.admin.GuardianEditor``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from twisted.web.iweb import IRequest
+
+from routerd.api.errors import api_app, master_only
+from routerd.api.jsonio import json_response, read_json
+from routerd.api.reply import query_arg
+from routerd.errors import HTTPError
+from routerd.lending.admin import GuardianEditor, GuardianTarget
+from routerd.registry.records import NodeInfo
+from routerd.routing.guardians import Guardian, GuardianError, parse_guardian, parse_scope_key
+from routerd.store.store import Store
+from routerd.wire.records import ModelRecord
+
+GUARDIANS_PATH = "/router/v1/site/guardians"
+
+
+class _Registry(Protocol):
+    def records(self) -> Sequence[ModelRecord]: ...
+
+    def nodes(self) -> Sequence[NodeInfo]: ...
+
+
+class _Master(Protocol):
+    @property
+    def registry(self) -> _Registry: ...
+
+
+class GuardiansNode(Protocol):
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def store(self) -> Store | None: ...
+
+    @property
+    def master(self) -> _Master | None: ...
+
+    @property
+    def lending(self) -> GuardianTarget: ...
+
+
+def parse_settings(body: dict[str, Any]) -> list[Guardian]:
+    """The ``POST`` body: one setting, or ``{guardians: [...]}``; 400 naming the bad field."""
+    try:
+        if "guardians" in body:
+            items = body["guardians"]
+            if not isinstance(items, list) or not items:
+                raise HTTPError(400, "guardians must be a non-empty list of settings")
+            return [parse_guardian(item, f"guardians[{index}]") for index, item in enumerate(items)]
+        return [parse_guardian(body, "body")]
+    except GuardianError as exc:
+        raise HTTPError(400, str(exc)) from None
+
+
+class GuardiansAPI:
+    app = api_app()
+
+    def __init__(self, node: GuardiansNode) -> None:
+        self.node = node
+
+    def _editor(self) -> GuardianEditor:
+        master = self.node.master
+        if master is None:
+            raise master_only()
+        if self.node.store is None:
+            raise HTTPError(404, "guardian models are not configured", "not_found", "not_found")
+        registry = master.registry
+        nodes = {self.node.node_id, *(info.node_id for info in registry.nodes())}
+        return GuardianEditor(self.node.store, self.node.lending, registry.records(), nodes)
+
+    @app.route(GUARDIANS_PATH, methods=["GET"])
+    async def get(self, request: IRequest) -> bytes:
+        return json_response(request, await self._editor().view())
+
+    @app.route(GUARDIANS_PATH, methods=["POST"])
+    async def post(self, request: IRequest) -> bytes:
+        editor = self._editor()
+        return json_response(request, await editor.put(parse_settings(read_json(request))))
+
+    @app.route(GUARDIANS_PATH, methods=["DELETE"])
+    async def delete(self, request: IRequest) -> bytes:
+        editor = self._editor()
+        try:
+            scope, node_id, model_id = parse_scope_key(query_arg(request, "scope"),
+                                                       query_arg(request, "node_id"),
+                                                       query_arg(request, "model_id"))
+        except GuardianError as exc:
+            raise HTTPError(400, str(exc)) from None
+        return json_response(request, await editor.delete(scope, node_id, model_id))
+
+
+__all__ = ["GUARDIANS_PATH", "GuardiansAPI", "GuardiansNode", "parse_settings"]

@@ -1,0 +1,163 @@
+"""The examples in ``etc/`` work: the nginx site passes ``nginx -t`` and streams a chat chunk by
+chunk to the client; the systemd unit is hardened and the Docker files parse."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import shutil
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.nodes import FAST_TEXT, SIM, write_models
+from tests.integration.test_twistd_e2e import _free_port, _stop, _wait_http
+
+ROOT = Path(__file__).parents[2]
+ROUTERD = str(Path(sys.executable).parent / "routerd")
+NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+pytestmark = pytest.mark.slow
+
+
+def _nginx_prefix(tmp_path: Path, upstream_port: int, tls_port: int, http_port: int) -> Path:
+    """A private nginx prefix serving ``etc/nginx-routerd.conf`` (ports and certificate paths
+    changed to the test's own, nothing else)."""
+    prefix = tmp_path / "nginx"
+    (prefix / "logs").mkdir(parents=True)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=routerd.example.internal", "-keyout", str(prefix / "key.pem"),
+                    "-out", str(prefix / "cert.pem")], check=True, capture_output=True)
+    site = (ROOT / "etc/nginx-routerd.conf").read_text()
+    site = re.sub(r"^\s*listen \[::\]:.*\n", "", site, flags=re.MULTILINE)
+    site = site.replace("listen 443 ssl http2;", f"listen 127.0.0.1:{tls_port} ssl http2;")
+    site = site.replace("listen 80;", f"listen 127.0.0.1:{http_port};")
+    site = site.replace("server 127.0.0.1:8080;", f"server 127.0.0.1:{upstream_port};")
+    site = site.replace("/etc/ssl/certs/routerd.pem", str(prefix / "cert.pem"))
+    site = site.replace("/etc/ssl/private/routerd.key", str(prefix / "key.pem"))
+    (prefix / "routerd.conf").write_text(site)
+    user = "user root;\n" if os.geteuid() == 0 else ""
+    (prefix / "nginx.conf").write_text(
+        f"{user}pid {prefix}/nginx.pid;\nerror_log stderr;\nevents {{}}\nhttp {{\n  access_log off;\n"
+        + "".join(f"  {name}_temp_path {prefix}/{name};\n"
+                  for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        + f"  include {prefix}/routerd.conf;\n}}\n")
+    return prefix
+
+
+@pytest.mark.skipif(NGINX is None, reason="nginx is not installed (the README test command installs it)")
+def test_the_nginx_site_passes_nginx_t_and_streams_a_chat_chunk_by_chunk(tmp_path: Path) -> None:
+    assert NGINX is not None
+    port, tls_port, http_port = _free_port(), _free_port(), _free_port()
+    slow = {**FAST_TEXT, "load_ms": 50, "gen_tokens_per_s": 20}  # 20 tokens: one second
+    write_models(tmp_path, {"chat": {"model": "../weights/chat.sim.json", "contextsize": 2048}},
+                 {"chat": slow})
+    cfg = tmp_path / "node.yaml"
+    cfg.write_text(json.dumps({"server": {"bind": f"127.0.0.1:{port}"}, "models": {"config_dir": "models"},
+                               "llama": {"binary_path": [*SIM, "llama-server"]},
+                               "cluster": {"store_dir": "store"}}))
+    prefix = _nginx_prefix(tmp_path, port, tls_port, http_port)
+    nginx = [NGINX, "-p", str(prefix), "-c", str(prefix / "nginx.conf")]
+    checked = subprocess.run([*nginx, "-t"], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+    node = subprocess.Popen([ROUTERD, "run", "--config", str(cfg)], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proxy = subprocess.Popen([*nginx, "-g", "daemon off;"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/health", node)
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                conn = http.client.HTTPSConnection("127.0.0.1", tls_port, context=context, timeout=30)
+                conn.request("GET", "/health")
+                health = conn.getresponse()
+                health.read()
+                assert health.status == 200
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        conn.request("POST", "/v1/chat/completions", body=json.dumps({
+            "model": "chat", "stream": True, "max_tokens": 20,
+            "messages": [{"role": "user", "content": "hi"}]}), headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert response.status == 200
+        assert response.getheader("content-type", "").startswith("text/event-stream")
+        arrivals: list[tuple[float, bytes]] = []
+        while line := response.readline():
+            if line.startswith(b"data: "):
+                arrivals.append((time.monotonic(), line))
+        conn.close()
+        assert arrivals[-1][1].strip() == b"data: [DONE]"
+        assert len(arrivals) >= 20
+        # chunk by chunk: the first tokens reached the client long before the last ones
+        assert arrivals[-1][0] - arrivals[0][0] > 0.5
+    finally:
+        proxy.terminate()
+        proxy.wait(10)
+        _stop(node)
+
+
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+
+
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed")
+def test_the_systemd_unit_is_hardened_to_an_exposure_of_at_most_4(tmp_path: Path) -> None:
+    assert SYSTEMD_ANALYZE is not None
+    unit = tmp_path / "routerd.service"  # systemd-analyze wants a unit file name it knows the type of
+    shutil.copy(ROOT / "etc/routerd.service", unit)
+    result = subprocess.run([SYSTEMD_ANALYZE, "security", "--offline=true", "--threshold=40", str(unit)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+    level = re.search(r"Overall exposure level for routerd.service: ([0-9.]+)", result.stdout)
+    assert level is not None and float(level.group(1)) <= 4.0
+
+
+def test_the_systemd_unit_uses_readiness_credentials_and_the_config_exit_status() -> None:
+    from routerd.tap import EXIT_CONFIG
+
+    unit = (ROOT / "etc/routerd.service").read_text()
+    for line in ("Type=notify", f"RestartPreventExitStatus={EXIT_CONFIG}",
+                 "ExecReload=/bin/kill -HUP $MAINPID",
+                 "LoadCredential=cluster-token:", "Environment=ROUTERD_CLUSTER_TOKEN_FILE=%d/cluster-token"):
+        assert f"\n{line}" in unit, line
+
+
+def test_a_node_notifies_systemd_once_it_listens_and_exits_78_on_a_config_error(tmp_path: Path) -> None:
+    import socket
+
+    port = _free_port()
+    write_models(tmp_path, {"chat": {"model": "../weights/chat.sim.json"}}, {"chat": FAST_TEXT})
+    cfg = tmp_path / "node.yaml"
+    cfg.write_text(json.dumps({"server": {"bind": f"127.0.0.1:{port}"}, "models": {"config_dir": "models"},
+                               "llama": {"binary_path": [*SIM, "llama-server"]},
+                               "cluster": {"store_dir": "store"}}))
+    address = str(tmp_path / "notify.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind(address)
+        listener.settimeout(30)
+        node = subprocess.Popen([ROUTERD, "run", "--config", str(cfg)], cwd=tmp_path,
+                                env={**os.environ, "NOTIFY_SOCKET": address},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            message = listener.recv(4096).decode()
+            # READY comes after the listener is open: the node answers at once
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", "/health")
+            assert conn.getresponse().status == 200
+            conn.close()
+        finally:
+            _stop(node)
+    assert message.startswith("READY=1\n") and f":{port}" in message
+    cfg.write_text(json.dumps({"server": {"bind": "nowhere"}}))
+    bad = subprocess.run([ROUTERD, "run", "--config", str(cfg)], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 78 and "server.bind" in bad.stderr
