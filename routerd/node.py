@@ -22,6 +22,7 @@ from twisted.logger import Logger
 from twisted.web.client import Agent, HTTPConnectionPool
 
 from routerd import __version__
+from routerd.assets.book import BOOK_FILE, AssetBook
 from routerd.assets.index import AssetIndex
 from routerd.assets.pull import AssetPuller
 from routerd.backends.errors import LoadFailed
@@ -117,7 +118,8 @@ class Node:
                                  port_allocator=port_allocator)
         self.local = LocalInference(node_id=self.node_id, clock=reactor, runtimes=self.runtimes,
                                     agent=self.agent, samples=self, on_acquire=self._acquiring,
-                                    timeouts=self.timeouts, max_queued_per_model=limits.max_queued_per_model)
+                                    timeouts=self.timeouts, max_queued_per_model=limits.max_queued_per_model,
+                                    blocked=lambda model: self.assets.blocked(model))
         self.restorer = Restorer(clock=reactor, delay=lambda: self.lending.settings.offload_restore_delay,
                                  loaded_config=self._loaded_config,
                                  borrowed_in_flight=self._borrowed_in_flight,
@@ -184,6 +186,7 @@ class Node:
                                     forwarder=forwarder, loaded_config=self.runtimes.loaded_config,
                                     lending=self.lending, recipes=self.recipes)
         self.admin = ModelAdmin(node_id=self.node_id, catalog=lambda: self.catalog, runtimes=self.runtimes,
+                                blocked=self.assets.blocked,
                                 registry=self.master.registry if self.master is not None else None,
                                 remote=self.master.client if self.master is not None else None)
         self.policy = AuthPolicy.build(config.auth.inference_keys, config.auth.admin_keys,
@@ -231,6 +234,7 @@ class Node:
         self.catalog = await self._hash_catalog(self.catalog)
         self.log.info("weight files hashed in {seconds:.1f} s",
                       seconds=self.reactor.seconds() - hashing_started)
+        self.assets.book.load()
         await self.assets.rebuild_index()
         if self.recipes is not None:
             self.recipes.book.load()
@@ -345,7 +349,9 @@ class Node:
         index = AssetIndex()
         puller = AssetPuller(agent=self.agent, token=cluster.token, clock=self.reactor, shared_dir=shared_dir,
                              index=index, slots=models.concurrent_asset_transfers,
-                             run_in_thread=self._run_in_thread)
+                             run_in_thread=self._run_in_thread,
+                             rate=max(1, int(models.asset_transfer_rate_mb * 1024 * 1024)),
+                             deadline=models.asset_transfer_deadline)
 
         def post_json(base: str, path: str, body: Any) -> Deferred[Any]:
             if client is None:
@@ -362,7 +368,9 @@ class Node:
                             shared_dir=shared_dir, own_url=self.public_url, catalog=lambda: self.catalog,
                             on_catalog=self._assets_bound, post_json=post_json, peers=peers,
                             master_url=cluster.master_url if self.role == "slave" else None,
-                            metrics_registry=self.metrics.registry)
+                            metrics_registry=self.metrics.registry, node_id=self.node_id,
+                            book=AssetBook(os.path.join(cluster.store_dir, BOOK_FILE)), hub_http=self.http,
+                            lookup_cache=models.asset_lookup_cache)
 
     async def _assets_bound(self, catalog: Catalog) -> None:
         self.catalog = await catalog.hashed(self.hash_cache, self._run_in_thread)

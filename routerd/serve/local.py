@@ -41,6 +41,7 @@ from routerd.routing.relay import (
     stream_idle,
 )
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
+from routerd.serve.assets import assets_unresolved
 from routerd.store.samples import RequestSample
 from routerd.wire.lending import section_key
 
@@ -49,6 +50,8 @@ class RuntimePool(Protocol):
     def acquire(self, kind: Any, model: ModelConfig) -> Deferred[Any]: ...
 
     def loaded_config(self, kind: Any) -> str | None: ...
+
+    def lease_current(self, kind: Any) -> Any: ...
 
 
 class SampleSink(Protocol):
@@ -62,7 +65,8 @@ class LocalInference:
 
     def __init__(self, *, node_id: str, clock: IReactorTime, runtimes: RuntimePool, agent: IAgent,
                  samples: SampleSink, on_acquire: Callable[[Call, ModelConfig], None] | None = None,
-                 timeouts: Timeouts | None = None, max_queued_per_model: int = 0) -> None:
+                 timeouts: Timeouts | None = None, max_queued_per_model: int = 0,
+                 blocked: Callable[[ModelConfig], str | None] = lambda _model: None) -> None:
         self.timeouts = timeouts
         #: Requests per model waiting for the backend slot (a load, or the slot busy); 0 = unbounded.
         self.max_queued_per_model = max_queued_per_model
@@ -79,6 +83,7 @@ class LocalInference:
         self.agent = agent
         self.samples = samples
         self.on_acquire = on_acquire  # told before every runtime acquire (restore after borrow)
+        self.blocked = blocked  # why a config may not load yet (unresolved portable assets), or None
         self.active: dict[str, ActiveRequest] = {}
         self._acquiring: dict[str, Deferred[Any]] = {}  # borrowed requests waiting for the runtime
         self._taken_back: set[str] = set()
@@ -178,8 +183,61 @@ class LocalInference:
         else:
             self.queued.pop(model_id, None)
 
+    async def serve_unmodelled(self, call: Call) -> bytes:
+        """Selector-less embeddings with no embeddings config loaded (reference §6.7): the request
+        goes to the running text-side backend as the client sent it, without a model and without
+        loading one; 503 when no backend runs.  The answer's ``model`` is the backend's own."""
+        call.reply.set_header(b"x-routerd-node", self.node_id.encode())
+        lease = self.runtimes.lease_current(call.route.runtime)
+        if lease is None:
+            raise HTTPError(503, "no embeddings model is loaded and no backend runs to take the request",
+                            "backend_error", "no_loaded_model")
+        try:
+            parsed = dict(call.parsed or {})
+            parsed.pop("model", None)
+            ollama_style = call.route.kind == "ollama_embed"
+            if ollama_style:
+                try:
+                    # the adapter wants a model; the backend gets none
+                    path, body = ollama.ollama_embed_to_openai({**parsed, "model": "-"})
+                except AdapterError as exc:
+                    raise HTTPError(400, str(exc)) from None
+                body.pop("model", None)
+            else:
+                path, body = call.path, parsed
+            call.outcome.work = work.request_work(call.route, call.parsed, call.body, call.content_type)
+            call.serving_since = self.clock.seconds()
+            response = await self.agent.request(
+                b"POST", (lease.base_url + path).encode(),
+                Headers({b"content-type": [b"application/json"]}), BytesProducer(json.dumps(body).encode()))
+            code = int(response.code)
+            call.outcome.http_status = code
+            call.outcome.status = "ok" if 200 <= code < 300 else f"http_{code}"
+            ctype = response_header(response, b"content-type") or "application/json"
+            raw = await collect(response)
+            call.reply.set_status(code)
+            if ollama_style:
+                if 200 <= code < 300:
+                    data = _loads(raw)
+                    named = data.get("model")
+                    out = ollama.openai_embeddings_to_ollama_embed(
+                        data, named if isinstance(named, str) else "")
+                    raw = json.dumps(out).encode()
+                else:
+                    raw = ollama.openai_error_to_ollama(code, raw)
+                ctype = "application/json"
+            call.reply.set_header(b"content-type", ctype.encode())
+            return raw
+        finally:
+            lease.release()
+            self.samples.finished(call)
+
     async def _acquire(self, call: Call, model: ModelConfig) -> Any:
-        """The runtime lease; a borrowed request's wait for it can be taken back (:meth:`take_back`)."""
+        """The runtime lease; a borrowed request's wait for it can be taken back (:meth:`take_back`).
+        A config whose portable assets are unresolved never reaches the backend (503)."""
+        reason = self.blocked(model)
+        if reason is not None:
+            raise assets_unresolved(model.local_id, reason)
         acquiring = self.runtimes.acquire(call.route.runtime, model)
         rid = call.request_id
         self._waiting[rid] = acquiring  # a drain refuses it (503; a borrowed one goes back)
