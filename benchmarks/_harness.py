@@ -64,16 +64,21 @@ class NodeProcess:
                                      env={**os.environ, **(env or {})})
 
     def wait_ready(self, timeout: float = 60) -> None:
+        self.wait_url(self.url + "/health", timeout)
+
+    @staticmethod
+    def wait_url(url: str, timeout: float = 60) -> None:
+        """Wait until ``url`` answers."""
         import urllib.request
 
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             try:
-                urllib.request.urlopen(self.url + "/health", timeout=1).read()
+                urllib.request.urlopen(url, timeout=1).read()
                 return
             except OSError:
                 time.sleep(0.1)
-        raise RuntimeError("node did not start")
+        raise RuntimeError(f"{url} did not answer")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

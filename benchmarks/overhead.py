@@ -1,21 +1,34 @@
-"""Router overhead: the same zero-delay simulator model called directly and through routerd.
+"""Router overhead, measured beside the naive floor in the same run (issue 14).
 
-Prints requests/s, p50/p99 latency and the added latency at 1, 16 and 64
-concurrent clients (non-streaming chat), routerd's own CPU milliseconds per
-request (from /proc of the routerd process only), and the added time to the
-first streamed chunk. Targets (issue 2): <= 1 ms routerd CPU per request and
-<= 2 ms added p50 at 16 clients.
+Three paths to the same zero-delay simulator model: ``direct`` (the backend itself), ``naive`` (a
+~60-line Klein + treq proxy, ``benchmarks/naive_proxy.py``: the floor) and ``routerd``.  For each
+of 1, 16 and 64 concurrent clients and each round: requests/s, p50/p99/max latency and the proxy's
+own CPU milliseconds per non-streaming request (from /proc of that one process: routerd's backend
+children are not counted), then routerd ÷ floor ratios.  Streams (20 chunks, one client): CPU per
+stream and the added time to first chunk (TTFC) over direct, for both proxies.
 
-Run: .venv/bin/python benchmarks/overhead.py [--requests N]
+Load comes from ``wrk`` when it is installed (it uses little CPU, so the client does not eat what
+is being measured) and from a Python client otherwise (``--python`` forces it).
+
+Targets (issue 14), judged by the ratios of one run: routerd CPU per request <= 0.5 x the floor's
+at c=1/16/64; CPU per stream <= 0.75 x; added TTFC <= the floor's; p99 at c=1 <= 1.5 x.
+
+Run: .venv/bin/python benchmarks/overhead.py [--seconds 8] [--rounds 2] [--python]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
+import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -23,10 +36,8 @@ from _harness import (  # noqa: E402
     NodeProcess,
     client,
     cpu_seconds,
-    first_chunk_latency,
     free_port,
     median,
-    ms,
     pct,
     run,
     run_load,
@@ -36,53 +47,156 @@ from _harness import (  # noqa: E402
 
 ZERO = {"kind": "text", "load_ms": 0, "prompt_tokens_per_s": 1e9, "gen_tokens_per_s": 1e9, "context": 4096}
 BODY = {"model": "zero", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4}
+STREAM = {**BODY, "max_tokens": 20, "stream": True}
+NAIVE = Path(__file__).resolve().parent / "naive_proxy.py"
+_UNIT = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
+
+
+def _seconds(text: str) -> float:
+    m = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
+    if m is None:
+        raise ValueError(f"unreadable wrk time {text!r}")
+    return float(m.group(1)) * _UNIT[m.group(2)]
+
+
+class Cell:
+    """One measured run of one path at one concurrency."""
+
+    def __init__(self, count: int, elapsed: float, p50: float, p99: float, worst: float,
+                 cpu: float | None, errors: int = 0) -> None:
+        self.count, self.elapsed, self.p50, self.p99, self.worst = count, elapsed, p50, p99, worst
+        self.cpu = cpu  # proxy CPU seconds per request (None for direct)
+        self.errors = errors
+
+
+def wrk_cell(url: str, body: dict[str, Any], conc: int, seconds: float) -> tuple[int, float, float, float, float,
+                                                                                  int]:
+    script = Path(tempfile.mkstemp(suffix=".lua")[1])
+    script.write_text('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+                      f"wrk.body = {json.dumps(json.dumps(body))}\n")
+    try:
+        out = subprocess.run(["wrk", "-t1", f"-c{conc}", f"-d{max(1, round(seconds))}s", "--latency", "-s", str(script), url],
+                             capture_output=True, text=True, check=True).stdout
+    finally:
+        script.unlink()
+    count_m = re.search(r"(\d+) requests in ([\d.]+\w+)", out)
+    dist = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, re.M))
+    worst_m = re.search(r"Latency\s+\S+\s+\S+\s+(\S+)", out)
+    if count_m is None or worst_m is None or not {"50", "99"} <= dist.keys():
+        raise RuntimeError(f"unreadable wrk output:\n{out}")
+    errors_m = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return (int(count_m.group(1)), _seconds(count_m.group(2)), _seconds(dist["50"]), _seconds(dist["99"]),
+            _seconds(worst_m.group(1)), int(errors_m.group(1)) if errors_m else 0)
+
+
+async def measure_cell(http: Any, url: str, conc: int, args: argparse.Namespace, pid: int | None) -> Cell:
+    cpu0 = cpu_seconds(pid) if pid is not None else 0.0
+    if args.wrk:
+        count, elapsed, p50, p99, worst, errors = wrk_cell(url, BODY, conc, args.seconds)
+    else:
+        elapsed, lat = await run_load(http, url, BODY, conc, args.requests)
+        count, p50, p99, worst, errors = len(lat), pct(lat, .5), pct(lat, .99), max(lat), 0
+    cpu = (cpu_seconds(pid) - cpu0) / max(1, count) if pid is not None else None
+    return Cell(count, elapsed, p50, p99, worst, cpu, errors)
+
+
+async def stream_cell(http: Any, url: str, rounds: int, pid: int | None) -> tuple[float, float | None]:
+    """Median time to first chunk over ``rounds`` sequential streams, and proxy CPU per stream."""
+    import treq
+
+    cpu0 = cpu_seconds(pid) if pid is not None else 0.0
+    firsts: list[float] = []
+    payload = json.dumps(STREAM).encode()
+    for _ in range(rounds):
+        start = time.perf_counter()
+        response = await http.post(url, data=payload, headers={b"content-type": [b"application/json"]},
+                                   unbuffered=True)
+        first: list[float] = []
+
+        def got(data: bytes, first: list[float] = first, start: float = start) -> None:
+            if not first:
+                first.append(time.perf_counter() - start)
+
+        await treq.collect(response, got)
+        firsts.append(first[0])
+    cpu = (cpu_seconds(pid) - cpu0) / rounds if pid is not None else None
+    return median(firsts), cpu
+
+
+def _ms(x: float | None) -> str:
+    return f"{x * 1000:8.3f}" if x is not None else f"{'-':>8}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:6.2f}" if a is not None and b else f"{'-':>6}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--requests", type=int, default=2000, help="requests per concurrency level")
+    parser.add_argument("--seconds", type=float, default=8, help="seconds per wrk cell")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of every cell")
+    parser.add_argument("--requests", type=int, default=2000, help="requests per cell (Python client)")
+    parser.add_argument("--streams", type=int, default=300, help="streams per stream cell")
+    parser.add_argument("--concurrency", default="1,16,64")
+    parser.add_argument("--python", action="store_true", help="use the Python client even if wrk exists")
     args = parser.parse_args()
+    args.wrk = not args.python and shutil.which("wrk") is not None
+    levels = [int(c) for c in args.concurrency.split(",")]
     root = tempdir()
     port = free_port()
     cfg = write_node(root, port, {"zero": {"model": "../weights/zero.sim.json", "contextsize": 4096,
                                            "parallel": 64}}, {"zero": ZERO})
     node = NodeProcess(cfg, port)
+    naive: subprocess.Popen[bytes] | None = None
     try:
         node.wait_ready()
-        req = urllib.request.Request(node.url + "/router/v1/load",
-                                     data=json.dumps({"model": "zero"}).encode())
+        req = urllib.request.Request(node.url + "/router/v1/load", data=json.dumps({"model": "zero"}).encode())
         urllib.request.urlopen(req, timeout=60).read()
         state = json.loads(urllib.request.urlopen(node.url + "/router/v1/state").read())
-        backend_port = [r for r in state["runtimes"] if r["kind"] == "text"][0]["port"]
-        direct = f"http://127.0.0.1:{backend_port}/v1/chat/completions"
-        routed = node.url + "/v1/chat/completions"
+        backend = f"http://127.0.0.1:{[r for r in state['runtimes'] if r['kind'] == 'text'][0]['port']}"
+        naive_port = free_port()
+        naive = subprocess.Popen([sys.executable, str(NAIVE), str(naive_port), backend],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        NodeProcess.wait_url(f"http://127.0.0.1:{naive_port}/health")
+        paths = {"direct": (backend + "/v1/chat/completions", None),
+                 "naive": (f"http://127.0.0.1:{naive_port}/v1/chat/completions", naive.pid),
+                 "routerd": (node.url + "/v1/chat/completions", node.proc.pid)}
 
         async def measure() -> None:
             http = client()
-            await run_load(http, direct, BODY, 8, 200)  # warm both paths
-            await run_load(http, routed, BODY, 8, 200)
-            print(f"{'clients':>7} {'path':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
-                  f"{'+p50 ms':>8} {'+p99 ms':>8} {'routerd CPU ms/req':>19}")
-            for conc in (1, 16, 64):
-                t_direct, lat_direct = await run_load(http, direct, BODY, conc, args.requests)
-                cpu0 = cpu_seconds(node.proc.pid)
-                t_routed, lat_routed = await run_load(http, routed, BODY, conc, args.requests)
-                cpu = (cpu_seconds(node.proc.pid) - cpu0) / args.requests
-                print(f"{conc:>7} {'direct':>7} {args.requests / t_direct:8.0f} {ms(pct(lat_direct, .5))} "
-                      f"{ms(pct(lat_direct, .99))}")
-                print(f"{conc:>7} {'routerd':>7} {args.requests / t_routed:8.0f} {ms(pct(lat_routed, .5))} "
-                      f"{ms(pct(lat_routed, .99))} "
-                      f"{ms(pct(lat_routed, .5) - pct(lat_direct, .5))} "
-                      f"{ms(pct(lat_routed, .99) - pct(lat_direct, .99))} {cpu * 1000:19.3f}")
-            stream = {**BODY, "stream": True}
-            ttfc_direct = await first_chunk_latency(http, direct, stream, 200)
-            ttfc_routed = await first_chunk_latency(http, routed, stream, 200)
-            print(f"time to first streamed chunk: direct p50 {ms(median(ttfc_direct))} ms, "
-                  f"routerd p50 {ms(median(ttfc_routed))} ms, "
-                  f"added {ms(median(ttfc_routed) - median(ttfc_direct))} ms")
+            for url, _pid in paths.values():  # warm every path
+                await run_load(http, url, BODY, 8, 300)
+                await stream_cell(http, url, 20, None)
+            print(f"load: {'wrk' if args.wrk else 'python client'}; {args.rounds} rounds; CPU = the proxy "
+                  "process alone (/proc utime+stime)")
+            print(f"{'c':>3} {'rnd':>3} {'path':>8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+                  f"{'CPU ms/req':>10}  {'ratio CPU':>9} {'ratio p99':>9}")
+            for conc in levels:
+                for rnd in range(1, args.rounds + 1):
+                    cells = {name: await measure_cell(http, url, conc, args, pid)
+                             for name, (url, pid) in paths.items()}
+                    for name, cell in cells.items():
+                        ratios = ""
+                        if name == "routerd":
+                            ratios = (f"  {_ratio(cell.cpu, cells['naive'].cpu):>9} "
+                                      f"{_ratio(cell.p99, cells['naive'].p99):>9}")
+                        bad = f"  ({cell.errors} non-2xx)" if cell.errors else ""
+                        print(f"{conc:>3} {rnd:>3} {name:>8} {cell.count / cell.elapsed:8.0f} {_ms(cell.p50)} "
+                              f"{_ms(cell.p99)} {_ms(cell.worst)} {_ms(cell.cpu):>10}{ratios}{bad}")
+            print(f"streams ({STREAM['max_tokens']} chunks, 1 client, {args.streams} per cell):")
+            print(f"{'rnd':>3} {'path':>8} {'TTFC ms':>8} {'+TTFC ms':>8} {'CPU ms/stream':>13}  {'ratio CPU':>9}")
+            for rnd in range(1, args.rounds + 1):
+                got = {name: await stream_cell(http, url, args.streams, pid) for name, (url, pid) in paths.items()}
+                for name, (ttfc, cpu) in got.items():
+                    added = ttfc - got["direct"][0]
+                    ratio = f"  {_ratio(cpu, got['naive'][1]):>9}" if name == "routerd" else ""
+                    print(f"{rnd:>3} {name:>8} {_ms(ttfc)} {_ms(added)} {_ms(cpu):>13}{ratio}")
 
         run(measure)
     finally:
+        if naive is not None:
+            naive.terminate()
+            naive.wait(10)
         node.stop()
 
 
