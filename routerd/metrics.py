@@ -125,6 +125,7 @@ def _count(pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], int]:
 
 class NodeMetrics:
     def __init__(self) -> None:
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         # process_* (CPU, memory, open files, start time) and python_info, as every exporter has
         ProcessCollector(registry=self.registry)
@@ -167,6 +168,15 @@ class NodeMetrics:
         self.plan_duration = Histogram(
             "routerd_lending_plan_duration_seconds", "Time one lending plan takes (master)",
             buckets=_PLAN_BUCKETS, registry=self.registry)
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once: the request path asks for the same few
+        children on every request, and prometheus_client validates and locks on each ``labels``."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     def count_decision(self, row: Mapping[str, Any]) -> None:
         """Count one decision-log row (a ``DecisionLog`` observer)."""

@@ -199,6 +199,11 @@ class ClientAPI:
     for _path in sorted(INFERENCE_PATHS):
         app.route(_path, methods=_INFERENCE_METHODS, endpoint="inference:" + _path)(inference)
 
+    def direct_routes(self) -> dict[bytes, Callable[[IRequest], Any]]:
+        """The inference paths, served by :class:`~routerd.api.dispatch.Dispatch` without Klein's
+        per-request URL matching (the hot path; the Klein routes above stay for their listing)."""
+        return {p.encode(): self.inference for p in INFERENCE_PATHS}
+
     @app.route(INFERENCE_PREFIX + "/", branch=True, methods=["POST"])
     def node_inference(self, request: IRequest) -> Any:
         """Forwarded inference from the master (cluster token checked by the guard); borrowed

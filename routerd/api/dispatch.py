@@ -1,17 +1,31 @@
 """One resource over several API objects: each request goes to the object whose class-level Klein
 app has its path (an exact path is a dict lookup; branch routes match by prefix), and an unknown
-path or method is answered here with the contract's 404/405 envelope."""
+path or method is answered here with the contract's 404/405 envelope.
+
+The inference paths skip Klein: an API object may offer ``direct_routes()`` (exact path ->
+handler), which are called straight from here (no werkzeug URL map bound and matched per request)
+with Klein's contract kept — the handler's bytes (or Deferred of bytes) are written and the request
+finished once; a client that disconnects cancels the handler's Deferred; a failure is answered by
+the same error handler the Klein apps use.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from klein import Klein
-from twisted.web import resource
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web import resource, server
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import answer_error, method_not_allowed, not_found
+from routerd.api.errors import answer_error, handle_failure, method_not_allowed, not_found
+
+DirectHandler = Callable[[IRequest], Any]
+
+log = Logger()
 
 
 class Dispatch(resource.Resource):
@@ -21,7 +35,11 @@ class Dispatch(resource.Resource):
         super().__init__()  # type: ignore[no-untyped-call]
         self._exact: dict[str, list[tuple[frozenset[str], resource.IResource]]] = {}
         self._prefixes: list[tuple[str, frozenset[str], resource.IResource]] = []
+        self._direct: dict[bytes, DirectHandler] = {}
         for api in apis:
+            direct = getattr(api, "direct_routes", None)
+            if direct is not None:
+                self._direct.update(direct())
             app: Klein = api.app
             target = app.resource()
             for rule in app.url_map.iter_rules():
@@ -33,6 +51,9 @@ class Dispatch(resource.Resource):
         self._prefixes.sort(key=lambda entry: -len(entry[0]))
 
     def render(self, request: IRequest) -> Any:
+        direct = self._direct.get(request.path)
+        if direct is not None:
+            return render_direct(request, direct)
         path = request.path.decode("utf-8", "replace")
         method = request.method.decode("ascii", "replace")
         candidates = self._exact.get(path)
@@ -47,3 +68,47 @@ class Dispatch(resource.Resource):
             request.setHeader(b"allow", ", ".join(sorted(allowed)).encode())
             return answer_error(request, method_not_allowed(path))
         return answer_error(request, not_found(path))
+
+
+def render_direct(request: IRequest, handler: DirectHandler) -> Any:
+    """Run ``handler`` for ``request`` as a Klein route would be run (see the module docstring)."""
+    try:
+        result = handler(request)
+    except Exception:  # noqa: BLE001 - answered by the one error handler
+        return handle_failure(request, Failure())
+    if not isinstance(result, Deferred):
+        return result
+    finished = [False]
+
+    def gone(_: object) -> None:
+        finished[0] = True
+        result.cancel()
+
+    def done(_: object) -> None:
+        finished[0] = True
+
+    request.notifyFinish().addCallbacks(done, gone)  # type: ignore[attr-defined]
+    result.addCallbacks(lambda body: _write(request, body, finished),
+                        lambda failure: _failed(request, failure, finished))
+    return server.NOT_DONE_YET
+
+
+def _write(request: IRequest, body: bytes, finished: list[bool]) -> None:
+    if finished[0]:
+        return
+    if body:
+        request.write(body)
+    request.finish()
+
+
+def _failed(request: IRequest, failure: Failure, finished: list[bool]) -> None:
+    if finished[0]:
+        if not failure.check(CancelledError):
+            log.failure("unhandled error after the request finished", failure=failure)
+        return
+    try:
+        body = handle_failure(request, failure)
+    except Exception:  # noqa: BLE001 - never leave the request open
+        log.failure("error handler failed")
+        body = b""
+    _write(request, body, finished)

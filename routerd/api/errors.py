@@ -29,6 +29,11 @@ def answer_error(request: IRequest, err: StatusError, style: ErrorStyle | None =
 
 
 def _handle(_api: Any, request: IRequest, failure: Failure) -> bytes:
+    return handle_failure(request, failure)
+
+
+def handle_failure(request: IRequest, failure: Failure) -> bytes:
+    """The answer to a route that failed: a StatusError's envelope, else a logged 500."""
     if failure.check(StatusError):
         return answer_error(request, failure.value)  # type: ignore[arg-type]
     path = request.path.decode("utf-8", "replace")

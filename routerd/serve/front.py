@@ -83,7 +83,9 @@ class InferenceFront:
         call: Call | None = None
         model_label = "-"
         lane = route.runtime
-        self.metrics.in_flight.labels(lane).inc()
+        metrics = self.metrics
+        in_flight = metrics.child(metrics.in_flight, lane)
+        in_flight.inc()
         self.active_calls += 1
         started = self.clock.seconds()
         try:
@@ -114,12 +116,12 @@ class InferenceFront:
             return self._failed(reply, route, call, request_id, exc)
         finally:
             self.active_calls -= 1
-            self.metrics.in_flight.labels(lane).dec()
+            in_flight.dec()
             status = call.outcome.status if call is not None else "bad_request"
-            self.metrics.requests.labels(model_label, lane, route.kind, status).inc()
-            self.metrics.request_duration.labels(model_label, lane).observe(self.clock.seconds() - started)
+            metrics.child(metrics.requests, model_label, lane, route.kind, status).inc()
+            metrics.child(metrics.request_duration, model_label, lane).observe(self.clock.seconds() - started)
             if call is not None and call.stream and timed.first_write_at is not None and status == "ok":
-                self.metrics.first_token.labels(model_label, lane).observe(timed.first_write_at - started)
+                metrics.child(metrics.first_token, model_label, lane).observe(timed.first_write_at - started)
 
     def _failed(self, reply: Reply, route: Route, call: Call | None, request_id: str,
                 exc: Exception) -> bytes:

@@ -210,3 +210,30 @@ def test_samples_arriving_during_a_write_are_group_committed_in_one_batch() -> N
     held.release()
     assert all(fired(d) is None for d in later)
     assert len(fired(base.request_samples(None, "llm", 0))) == 6
+
+
+def test_a_lone_sample_lingers_for_its_batch_and_a_read_or_close_writes_it_at_once() -> None:
+    """Issue 14: one request at a time must not cost a database commit each; samples wait up to
+    ``linger`` seconds to be written together, and nothing reads or closes around them."""
+    from twisted.internet.task import Clock
+
+    clock = Clock()
+    store = Store.open_sync(clock=clock)
+    store.linger = 0.25
+    writes: list[int] = []
+    run = store.runner.run
+
+    def counting(fn, **kw):  # type: ignore[no-untyped-def]
+        writes.append(1)
+        return run(fn, **kw)
+
+    store.runner.run = counting  # type: ignore[method-assign]
+    first, second = store.record_request_sample(req(at=1)), store.record_request_sample(req(at=2))
+    assert not first.called and writes == []
+    clock.advance(0.25)
+    assert fired(first) is None and fired(second) is None and len(writes) == 1
+    store.record_request_sample(req(at=3))
+    assert [s.finished_at_ms for s in fired(store.request_samples("llama", "llm", 0))] == [1, 2, 3]
+    last = store.record_request_sample(req(at=4))
+    store.close()
+    assert fired(last) is None and not clock.getDelayedCalls()
