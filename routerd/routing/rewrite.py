@@ -154,23 +154,54 @@ def rewrite_json_model(body: bytes, mapping: ModelMapping) -> bytes:
 
     Returns ``body`` itself (the same object) when it is not a UTF-8 JSON object, has no
     top-level string ``model``, or ``mapping`` returns ``None`` or the same value.
+
+    The hot path of every streamed chunk (issue 14): the document is validated by the C JSON
+    decoder, and the top-level ``"model"`` keys are found by one regex pass over its strings and
+    brackets, not by decoding it member by member.
     """
     if _MODEL_KEY not in body:
         return body
     try:
         text = body.decode("utf-8")
-        members, _ = object_members(text)
+        parsed = json.loads(text)
     except (ValueError, RecursionError):  # incl. UnicodeDecodeError, JSONDecodeError
         return body
+    if not isinstance(parsed, dict) or "model" not in parsed:
+        return body
     edits: list[tuple[int, int, str]] = []
-    for m in members:
-        if m.key == "model" and isinstance(m.value, str):
-            new = mapping(m.value)
-            if new is not None and new != m.value:
-                edits.append((m.start, m.end, json.dumps(new)))
+    for start, end, old in _top_level_model_strings(text):
+        new = mapping(old)
+        if new is not None and new != old:
+            edits.append((start, end, json.dumps(new)))
     if not edits:
         return body
     return splice(text, edits).encode("utf-8")
+
+
+# A JSON string, escapes included (the unrolled form: no per-character alternation).
+_STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def _top_level_model_strings(text: str) -> list[tuple[int, int, str]]:
+    """Span and value of every string-valued ``"model"`` member of the object ``text`` (valid JSON).
+
+    Each ``"model"`` found is a top-level key when the text before it, with its strings removed,
+    holds no open string and one more opening than closing bracket, and a ``:`` follows it.
+    """
+    out: list[tuple[int, int, str]] = []
+    pos = text.find('"model"')
+    while pos >= 0:
+        before = _STRINGS.sub("", text[:pos])
+        if '"' not in before and (before.count("{") + before.count("[")
+                                  - before.count("}") - before.count("]")) == 1:
+            colon = _skip(text, pos + 7)
+            if text[colon : colon + 1] == ":":
+                start = _skip(text, colon + 1)
+                if text[start : start + 1] == '"':
+                    value, end = _scanstring(text, start + 1, True)
+                    out.append((start, end, value))
+        pos = text.find('"model"', pos + 1)
+    return out
 
 
 # --------------------------------------------------------------------------- rewriters

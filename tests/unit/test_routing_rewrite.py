@@ -359,3 +359,23 @@ def test_json_any_chunking_gives_the_same_output_as_whole(body: bytes, cuts: lis
     assert run(make_rewriter("application/json", mapping), split_at(body, cuts)) == expected
     model = json.loads(body)["model"]
     assert json.loads(expected)["model"] == TABLE.get(model, model)
+
+
+def test_only_top_level_model_keys_are_rewritten_whatever_strings_and_brackets_precede_them() -> None:
+    """The fast top-level scan (issue 14) is not fooled by ``"model"`` inside strings, nested
+    objects, escaped quotes or brackets inside strings, and leaves invalid JSON alone."""
+    from routerd.routing.rewrite import rewrite_json_model
+
+    def to_p(_old: str) -> str:
+        return "P"
+
+    cases = {
+        b'{"model":"a","x":{"model":"b"}}': b'{"model":"P","x":{"model":"b"}}',
+        b'{"a":"\\"model\\"","model" : "z", "model":1}': b'{"a":"\\"model\\"","model" : "P", "model":1}',
+        b'{"a":"x \\"model", "model":"z"}': b'{"a":"x \\"model", "model":"P"}',
+        b'{"s":"]}{[","model":"q","model":"r"}': b'{"s":"]}{[","model":"P","model":"P"}',
+        b'[{"model":"a"}]': b'[{"model":"a"}]',
+        b'{"model":"a"': b'{"model":"a"',
+    }
+    for body, expected in cases.items():
+        assert rewrite_json_model(body, to_p) == expected, body
