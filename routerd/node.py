@@ -16,14 +16,14 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from treq.client import HTTPClient
-from twisted.internet.defer import Deferred, ensureDeferred, succeed
+from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 from twisted.web.client import Agent, HTTPConnectionPool
 
 from routerd import __version__
 from routerd.backends.errors import LoadFailed
-from routerd.backends.runtimes import LoadEvent, Runtimes
+from routerd.backends.runtimes import Runtimes
 from routerd.backends.slot import SlotState
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.hashing import FileHashCache
@@ -62,8 +62,8 @@ from routerd.serve.keepalive import KeepAlive, OllamaControl
 from routerd.serve.local import LocalInference
 from routerd.serve.recipes import RecipeRouter, merge_listing
 from routerd.serve.reload import Reloader
+from routerd.serve.samples import Measurements
 from routerd.services import HookService, IntervalService, OrderedServices
-from routerd.store.samples import LoadSample, RequestSample
 from routerd.store.store import Store
 from routerd.urls import AllowList
 from routerd.wire.records import ModelRecord, Snapshot, snapshot_to_json
@@ -108,20 +108,20 @@ class Node:
         #: ``starting`` until start() has loaded the startup model, ``ready``, then ``draining``
         #: from a stop on (what ``/health`` answers).
         self.phase = "starting"
-        self.own_work_at = reactor.seconds()
+        self.samples = Measurements(reactor, self.metrics, lambda: self.store)
         limits = config.limits
         self.timeouts = Timeouts(reactor, limits.first_byte_timeout, limits.idle_stream_timeout)
-        self.runtimes = Runtimes(reactor, config, self.http, launcher=launcher, on_load=self._on_load,
+        self.runtimes = Runtimes(reactor, config, self.http, launcher=launcher, on_load=self.samples.on_load,
                                  port_allocator=port_allocator)
         self.local = LocalInference(node_id=self.node_id, clock=reactor, runtimes=self.runtimes,
-                                    agent=self.agent, samples=self, on_acquire=self._acquiring,
+                                    agent=self.agent, samples=self.samples, on_acquire=self._acquiring,
                                     timeouts=self.timeouts, max_queued_per_model=limits.max_queued_per_model,
                                     blocked=lambda model: self.assets.blocked(model))
         self.restorer = Restorer(clock=reactor, delay=lambda: self.lending.settings.offload_restore_delay,
                                  loaded_config=self._loaded_config,
                                  borrowed_in_flight=self._borrowed_in_flight,
                                  own_busy=self.local.own_busy, load=self._restore_load,
-                                 on_loaded=self._own_work_done)
+                                 on_loaded=self.samples.own_work_done)
         self.decisions = DecisionLog(None, reactor, self.node_id, __version__,
                                      cluster.lending.offload_decisions_retention)
         self.master: MasterAgent | None = None
@@ -135,7 +135,7 @@ class Node:
             routing_allowed = AllowList()
             client = NodeClient(self.http, cluster.token, AllowList(cluster.slave_urls),
                                 cluster.control_timeout, reactor)
-            self._public_ids = MemoryPublicIdStore(on_assign=self._save_public_id)
+            self._public_ids = MemoryPublicIdStore(on_assign=self.samples.save_public_id)
             registry = Registry(self.node_id, cluster.public_url, self._public_ids,
                                 local_ready=self._local_ready)
             self.master = MasterAgent(node_id=self.node_id, slave_urls=cluster.slave_urls,
@@ -334,41 +334,6 @@ class Node:
         if self.master is not None:
             self.master.registry.update_local(self.local_records())
 
-    # -- samples and public IDs -----------------------------------------------
-
-    def finished(self, call: Call) -> None:
-        """A request left the backend; own work (not borrowed) resets the idle clock."""
-        if not call.borrowed:
-            self.own_work_at = self.reactor.seconds()
-
-    def record_request_sample(self, sample: RequestSample) -> Deferred[None]:
-        if sample.section == "llm" and sample.status == "ok" and len(sample.work) == 2:
-            self.metrics.observe_text_request(sample.model_id, sample.work[0], sample.work[1],
-                                              sample.duration_ms / 1000)
-        if self.store is None:
-            return succeed(None)
-        return self.store.record_request_sample(sample)
-
-    def _save_public_id(self, identity: str, base: str, public_id: str) -> None:
-        if self.store is not None:
-            self.store.save_public_id(identity, base, public_id)
-
-    def _on_load(self, event: LoadEvent) -> None:
-        status = "ok" if event.ok else "failed"
-        self.metrics.loads.labels(event.model_id, event.kind, status).inc()
-        if event.ok:
-            self.metrics.load_duration.labels(event.model_id, event.kind).observe(event.duration_ms / 1000)
-            self.log.info("loaded {model} on the {runtime} runtime in {duration_ms} ms",
-                          model=event.model_id, runtime=event.kind, duration_ms=event.duration_ms)
-        else:
-            self.log.warn("loading {model} on the {runtime} runtime failed: {reason}",
-                          model=event.model_id, runtime=event.kind, reason=event.reason)
-        if self.store is not None:
-            self.store.record_load_sample(LoadSample(
-                config_filename=event.config_filename, model_id=event.model_id, runtime=event.kind,
-                duration_ms=event.duration_ms, status=status,
-                finished_at_ms=int(self.reactor.seconds() * 1000), reason=event.reason))
-
     # -- lending ----------------------------------------------------------------
 
     async def _refit(self) -> None:
@@ -415,9 +380,6 @@ class Node:
         if model is None or runtime is None:
             raise LoadFailed(f"{config} is no longer in the catalog")
         await self.runtimes.load(model, runtime)
-
-    def _own_work_done(self) -> None:
-        self.own_work_at = self.reactor.seconds()
 
     def _slave_registered(self, node_id: str) -> None:
         self.lending.push_soon(node_id)
@@ -471,7 +433,7 @@ class Node:
 
     def runtime_status(self) -> RuntimeStatus:
         # borrowed work does not count as busy (spec "Probes")
-        idle_s = 0.0 if self.own_busy() else max(0.0, self.reactor.seconds() - self.own_work_at)
+        idle_s = 0.0 if self.own_busy() else max(0.0, self.reactor.seconds() - self.samples.own_work_at)
         return documents.runtime_status(
             self.node_id, self.config.backend.mode, self.runtimes.status(),
             self.runtimes.loaded_config("stt") or "", int(idle_s * 1000),
