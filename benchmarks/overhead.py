@@ -69,18 +69,21 @@ class Cell:
         self.errors = errors
 
 
-def wrk_cell(url: str, body: dict[str, Any], conc: int, seconds: float) -> tuple[int, float, float, float, float,
-                                                                                  int]:
+WrkResult = tuple[int, float, float, float, float, int]  # count, elapsed, p50, p99, max, non-2xx
+
+
+def wrk_cell(url: str, body: dict[str, Any], conc: int, seconds: float) -> WrkResult:
     script = Path(tempfile.mkstemp(suffix=".lua")[1])
     script.write_text('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
                       f"wrk.body = {json.dumps(json.dumps(body))}\n")
     try:
-        out = subprocess.run(["wrk", "-t1", f"-c{conc}", f"-d{max(1, round(seconds))}s", "--latency", "-s", str(script), url],
-                             capture_output=True, text=True, check=True).stdout
+        duration = f"-d{max(1, round(seconds))}s"
+        argv = ["wrk", "-t1", f"-c{conc}", duration, "--latency", "-s", str(script), url]
+        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     finally:
         script.unlink()
     count_m = re.search(r"(\d+) requests in ([\d.]+\w+)", out)
-    dist = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, re.M))
+    dist = dict(re.findall(r"^\s+(50|99)%\s+(\S+)\s*$", out, re.M))
     worst_m = re.search(r"Latency\s+\S+\s+\S+\s+(\S+)", out)
     if count_m is None or worst_m is None or not {"50", "99"} <= dist.keys():
         raise RuntimeError(f"unreadable wrk output:\n{out}")
@@ -150,7 +153,8 @@ def main() -> None:
     naive: subprocess.Popen[bytes] | None = None
     try:
         node.wait_ready()
-        req = urllib.request.Request(node.url + "/router/v1/load", data=json.dumps({"model": "zero"}).encode())
+        load = json.dumps({"model": "zero"}).encode()
+        req = urllib.request.Request(node.url + "/router/v1/load", data=load)
         urllib.request.urlopen(req, timeout=60).read()
         state = json.loads(urllib.request.urlopen(node.url + "/router/v1/state").read())
         backend = f"http://127.0.0.1:{[r for r in state['runtimes'] if r['kind'] == 'text'][0]['port']}"
@@ -181,12 +185,15 @@ def main() -> None:
                             ratios = (f"  {_ratio(cell.cpu, cells['naive'].cpu):>9} "
                                       f"{_ratio(cell.p99, cells['naive'].p99):>9}")
                         bad = f"  ({cell.errors} non-2xx)" if cell.errors else ""
-                        print(f"{conc:>3} {rnd:>3} {name:>8} {cell.count / cell.elapsed:8.0f} {_ms(cell.p50)} "
-                              f"{_ms(cell.p99)} {_ms(cell.worst)} {_ms(cell.cpu):>10}{ratios}{bad}")
+                        rate = cell.count / cell.elapsed
+                        print(f"{conc:>3} {rnd:>3} {name:>8} {rate:8.0f} {_ms(cell.p50)} {_ms(cell.p99)} "
+                              f"{_ms(cell.worst)} {_ms(cell.cpu):>10}{ratios}{bad}")
             print(f"streams ({STREAM['max_tokens']} chunks, 1 client, {args.streams} per cell):")
-            print(f"{'rnd':>3} {'path':>8} {'TTFC ms':>8} {'+TTFC ms':>8} {'CPU ms/stream':>13}  {'ratio CPU':>9}")
+            print(f"{'rnd':>3} {'path':>8} {'TTFC ms':>8} {'+TTFC ms':>8} {'CPU ms/stream':>13}  "
+                  f"{'ratio CPU':>9}")
             for rnd in range(1, args.rounds + 1):
-                got = {name: await stream_cell(http, url, args.streams, pid) for name, (url, pid) in paths.items()}
+                got = {name: await stream_cell(http, url, args.streams, pid)
+                       for name, (url, pid) in paths.items()}
                 for name, (ttfc, cpu) in got.items():
                     added = ttfc - got["direct"][0]
                     ratio = f"  {_ratio(cpu, got['naive'][1]):>9}" if name == "routerd" else ""
