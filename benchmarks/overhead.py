@@ -191,6 +191,7 @@ def main() -> None:
             print(f"streams ({STREAM['max_tokens']} chunks, 1 client, {args.streams} per cell):")
             print(f"{'rnd':>3} {'path':>8} {'TTFC ms':>8} {'+TTFC ms':>8} {'CPU ms/stream':>13}  "
                   f"{'ratio CPU':>9}")
+            http = client()  # fresh connections: the old ones idled through the wrk cells
             for rnd in range(1, args.rounds + 1):
                 got = {name: await stream_cell(http, url, args.streams, pid)
                        for name, (url, pid) in paths.items()}

@@ -20,6 +20,7 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 from twisted.web.client import Agent, HTTPConnectionPool
+from twisted.web.iweb import IAgent
 
 from routerd import __version__
 from routerd.backends.errors import LoadFailed
@@ -57,6 +58,7 @@ from routerd.routing.relay import Timeouts
 from routerd.serve import documents
 from routerd.serve.admin import ModelAdmin
 from routerd.serve.assets import build_asset_service
+from routerd.serve.backend_http import BackendAgent
 from routerd.serve.front import InferenceFront
 from routerd.serve.keepalive import KeepAlive, OllamaControl
 from routerd.serve.local import LocalInference
@@ -97,6 +99,8 @@ class Node:
         self._pool.maxPersistentPerHost = 64
         self._pool.retryAutomatically = False
         self.agent = agent if agent is not None else Agent(reactor, pool=self._pool, connectTimeout=10)
+        # this node's own backends: the lean keep-alive client (issue 14); tests inject an agent
+        self.backend_agent: IAgent = self.agent if agent is not None else BackendAgent(reactor, self.agent)
         # treq for node-to-node calls and readiness probes (cookies/redirects handled by NodeClient)
         self.http = cast(Any, http if http is not None else HTTPClient(self.agent))
         # Tests inject an in-memory store and a synchronous "thread" (no threads in unit tests).
@@ -114,7 +118,8 @@ class Node:
         self.runtimes = Runtimes(reactor, config, self.http, launcher=launcher, on_load=self.samples.on_load,
                                  port_allocator=port_allocator)
         self.local = LocalInference(node_id=self.node_id, clock=reactor, runtimes=self.runtimes,
-                                    agent=self.agent, samples=self.samples, on_acquire=self._acquiring,
+                                    agent=self.backend_agent, samples=self.samples,
+                                    on_acquire=self._acquiring,
                                     timeouts=self.timeouts, max_queued_per_model=limits.max_queued_per_model,
                                     blocked=lambda model: self.assets.blocked(model))
         self.restorer = Restorer(clock=reactor, delay=lambda: self.lending.settings.offload_restore_delay,
@@ -216,7 +221,7 @@ class Node:
             "lane readiness", self.runtimes.refresh_readiness, LANE_PROBE_INTERVAL_S, reactor)
         # Start order top to bottom; stop order bottom to top, each after the one below it.
         self.services = OrderedServices()  # type: ignore[no-untyped-call]
-        for child in (HookService("connection pool", on_stop=self._pool.closeCachedConnections),
+        for child in (HookService("connection pool", on_stop=self._close_pools),
                       HookService("router database", on_stop=self._close_store),
                       HookService("backends", on_start=self.runtimes.boot, on_stop=self.runtimes.stop),
                       HookService("restore after borrow", on_stop=self.restorer.stop),
@@ -277,6 +282,11 @@ class Node:
         self.phase = "draining"
         if self.services.running:
             await self.services.stopService()
+
+    def _close_pools(self) -> Any:
+        if isinstance(self.backend_agent, BackendAgent):
+            self.backend_agent.close()
+        return self._pool.closeCachedConnections()
 
     async def _close_store(self) -> None:
         if self.store is not None:

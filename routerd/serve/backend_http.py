@@ -1,0 +1,371 @@
+"""A lean HTTP/1.1 client for this node's own backend processes (loopback, plain HTTP).
+
+Issue 14: ``twisted.web.client.Agent`` costs more CPU per request than everything routerd does
+itself (endpoint and pool machinery, per-request ``Deferred`` chains, the state-machine parser of
+``_newclient``).  :class:`BackendAgent` keeps what the request path uses of an ``IAgent`` —
+``request(method, uri, headers, body_producer)`` firing with a response that has ``code``,
+``headers`` and ``deliverBody`` — over persistent keep-alive connections, with the response parsed
+by ``httptools`` (C).  Semantics kept from ``Agent``:
+
+* cancelling the request's ``Deferred`` before the answer aborts the connection (first-byte
+  timeout, a client gone); ``deliverBody``'s transport ``stopProducing`` aborts it mid-body;
+* a body ends with ``ResponseDone``; a close-delimited body with ``PotentialDataLoss``; a
+  connection lost mid-body with ``ResponseFailed``;
+* a connection is reused only after its answer was read whole and both sides keep it alive;
+  a reused connection that dies before any answer byte is retried once on a fresh one (the
+  backend closed it while idle and never saw the request).
+
+Anything it does not handle (another scheme, a streaming body producer) goes to ``fallback``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httptools
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.error import ConnectionDone
+from twisted.internet.protocol import ClientFactory, Protocol
+from twisted.python.failure import Failure
+from twisted.web.client import ResponseDone, ResponseFailed
+from twisted.web.http import PotentialDataLoss
+from twisted.web.http_headers import Headers
+from twisted.web.iweb import IAgent
+from zope.interface import implementer
+
+__all__ = ["BackendAgent", "BackendResponse"]
+
+_DONE = Failure(ResponseDone())
+
+
+class _BodyTransport:
+    """What a body protocol sees as its transport: ``stopProducing`` aborts the answer."""
+
+    __slots__ = ("_connection",)
+
+    def __init__(self, connection: _Connection) -> None:
+        self._connection = connection
+
+    def stopProducing(self) -> None:
+        self._connection.abort()
+
+    def pauseProducing(self) -> None:
+        transport = self._connection.transport
+        if transport is not None:
+            transport.pauseProducing()  # type: ignore[attr-defined]
+
+    def resumeProducing(self) -> None:
+        transport = self._connection.transport
+        if transport is not None:
+            transport.resumeProducing()  # type: ignore[attr-defined]
+
+
+class BackendResponse:
+    """One answer: status, headers, and its body delivered to one protocol."""
+
+    __slots__ = ("code", "phrase", "headers", "length", "_connection", "_protocol", "_early", "_ended")
+
+    def __init__(self, code: int, headers: Headers, length: int | None, connection: _Connection) -> None:
+        self.code = code
+        self.phrase = b""
+        self.headers = headers
+        self.length = length
+        self._connection = connection
+        self._protocol: Any = None
+        self._early: list[bytes] = []  # body bytes that arrived before deliverBody
+        self._ended: Failure | None = None
+
+    def deliverBody(self, protocol: Any) -> None:
+        self._protocol = protocol
+        protocol.makeConnection(_BodyTransport(self._connection))
+        early, self._early = self._early, []
+        for data in early:
+            protocol.dataReceived(data)
+        if self._ended is not None:
+            ended, self._ended = self._ended, None
+            protocol.connectionLost(ended)
+
+    def _data(self, data: bytes) -> None:
+        if self._protocol is None:
+            self._early.append(data)
+        else:
+            self._protocol.dataReceived(data)
+
+    def _end(self, reason: Failure) -> None:
+        if self._protocol is None:
+            self._ended = reason
+        else:
+            protocol, self._protocol = self._protocol, _Ended
+            protocol.connectionLost(reason)
+
+
+class _EndedProtocol:
+    def dataReceived(self, data: bytes) -> None:
+        pass
+
+    def connectionLost(self, reason: Failure) -> None:
+        pass
+
+
+_Ended = _EndedProtocol()
+
+
+class _Connection(Protocol):
+    """One keep-alive connection to one backend; one request at a time."""
+
+    def __init__(self, pool: _Pool) -> None:
+        self.pool = pool
+        self.parser = httptools.HttpResponseParser(self)
+        self.answer: Deferred[BackendResponse] | None = None
+        self.response: BackendResponse | None = None
+        self.reused = False
+        self.got_bytes = False
+        self.complete = False
+        self.lost = False
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._length: int | None = None
+        self._chunked = False
+        self.connected_d: Deferred[_Connection] | None = None
+
+    # -- sending ------------------------------------------------------------------------
+
+    def send(self, head: bytes, body: bytes, answer: Deferred[BackendResponse]) -> None:
+        self.answer = answer
+        self.response = None
+        self.got_bytes = False
+        self.complete = False
+        self._headers = []
+        self._length = None
+        self._chunked = False
+        assert self.transport is not None
+        if body:
+            self.transport.writeSequence([head, body])
+        else:
+            self.transport.write(head)
+
+    def abort(self) -> None:
+        if self.transport is not None and not self.lost:
+            self.transport.abortConnection()  # type: ignore[attr-defined]
+
+    # -- Protocol ---------------------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        if self.connected_d is not None:
+            d, self.connected_d = self.connected_d, None
+            d.callback(self)
+
+    def dataReceived(self, data: bytes) -> None:
+        self.got_bytes = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(Failure(ResponseFailed([Failure(ValueError("backend answered with an upgrade"))])))
+        except httptools.HttpParserError as exc:
+            self._fail(Failure(ResponseFailed([Failure(exc)])))
+
+    def connectionLost(self, reason: Failure = _DONE) -> None:
+        self.lost = True
+        self.pool.forget(self)
+        answer, self.answer = self.answer, None
+        response, self.response = self.response, None
+        if answer is not None and not answer.called:
+            if self.reused and not self.got_bytes:
+                self.pool.retry(answer)
+            else:
+                answer.errback(Failure(ResponseFailed([reason])))
+        elif response is not None and not self.complete:
+            if self._length is None and not self._chunked and reason.check(ConnectionDone):
+                response._end(Failure(PotentialDataLoss()))  # close-delimited body: ends here
+            else:
+                response._end(Failure(ResponseFailed([reason])))
+
+    def _fail(self, failure: Failure) -> None:
+        answer, self.answer = self.answer, None
+        response, self.response = self.response, None
+        self.abort()
+        if answer is not None and not answer.called:
+            answer.errback(failure)
+        elif response is not None:
+            response._end(failure)
+
+    # -- httptools callbacks ----------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        headers = Headers()
+        for name, value in self._headers:
+            lower = name.lower()
+            if lower == b"content-length":
+                try:
+                    self._length = int(value)
+                except ValueError:
+                    self._length = None
+            elif lower == b"transfer-encoding" and b"chunked" in value.lower():
+                self._chunked = True
+            headers.addRawHeader(name, value)
+        self._headers = []
+        response = BackendResponse(self.parser.get_status_code(), headers, self._length, self)
+        self.response = response
+        answer, self.answer = self.answer, None
+        if answer is not None and not answer.called:
+            answer.callback(response)
+
+    def on_body(self, body: bytes) -> None:
+        if self.response is not None:
+            self.response._data(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        response, self.response = self.response, None
+        keep = self.parser.should_keep_alive()
+        if keep:
+            self.parser = httptools.HttpResponseParser(self)
+            self.reused = True
+            self.pool.release(self)
+        else:
+            self.abort()
+        if response is not None:
+            response._end(_DONE)
+
+
+class _Factory(ClientFactory):
+    noisy = False
+
+    def __init__(self, pool: _Pool, pending: Deferred[_Connection]) -> None:
+        self.pool = pool
+        self.pending = pending
+        self.connection: _Connection | None = None
+
+    def buildProtocol(self, addr: Any) -> _Connection:
+        self.connection = _Connection(self.pool)
+        self.connection.connected_d = self.pending
+        return self.connection
+
+    def clientConnectionFailed(self, connector: Any, reason: Failure) -> None:
+        if not self.pending.called:
+            self.pending.errback(reason)
+
+
+class _Pool:
+    """Idle connections to one backend (host, port), and the requests they carry."""
+
+    def __init__(self, agent: BackendAgent, host: str, port: int) -> None:
+        self.agent = agent
+        self.host = host
+        self.port = port
+        self.idle: list[_Connection] = []
+        self._resend: dict[int, Callable[[Deferred[BackendResponse]], None]] = {}
+
+    def forget(self, connection: _Connection) -> None:
+        if connection in self.idle:
+            self.idle.remove(connection)
+
+    def release(self, connection: _Connection) -> None:
+        if connection.lost or len(self.idle) >= self.agent.max_idle_per_backend:
+            connection.abort()
+            return
+        self.idle.append(connection)
+
+    def retry(self, answer: Deferred[BackendResponse]) -> None:
+        resend = self._resend.pop(id(answer), None)
+        if resend is None:
+            answer.errback(Failure(ResponseFailed([Failure(ConnectionDone())])))
+        else:
+            resend(answer)
+
+    def request(self, head: bytes, body: bytes) -> Deferred[BackendResponse]:
+        current: list[_Connection | None] = [None]
+        connecting: list[Deferred[_Connection] | None] = [None]
+
+        def cancel(_d: Deferred[BackendResponse]) -> None:
+            self._resend.pop(id(answer), None)
+            if connecting[0] is not None:
+                connecting[0].cancel()
+            connection = current[0]
+            if connection is not None:
+                connection.answer = None
+                connection.abort()
+
+        answer: Deferred[BackendResponse] = Deferred(cancel)
+
+        def on(connection: _Connection) -> None:
+            connecting[0] = None
+            current[0] = connection
+            connection.send(head, body, answer)
+
+        def fresh(answer_: Deferred[BackendResponse]) -> None:
+            d = self._connect()
+            connecting[0] = d
+            d.addCallbacks(on, lambda f: None if answer_.called else answer_.errback(
+                Failure(ResponseFailed([f])) if not f.check(CancelledError) else f))
+
+        while self.idle:
+            connection = self.idle.pop()
+            if not connection.lost:
+                self._resend[id(answer)] = fresh
+                answer.addBoth(self._settled, id(answer))
+                on(connection)
+                return answer
+        fresh(answer)
+        return answer
+
+    def _settled(self, result: Any, key: int) -> Any:
+        self._resend.pop(key, None)
+        return result
+
+    def _connect(self) -> Deferred[_Connection]:
+        connector: list[Any] = []
+
+        def cancel(_d: Deferred[_Connection]) -> None:
+            if connector:
+                connector[0].disconnect()
+
+        factory = _Factory(self, Deferred(cancel))
+        connector.append(self.agent.reactor.connectTCP(self.host, self.port, factory,
+                                                       timeout=self.agent.connect_timeout))
+        return factory.pending
+
+
+@implementer(IAgent)
+class BackendAgent:
+    """An ``IAgent`` for plain-HTTP backends on this node (see the module docstring)."""
+
+    def __init__(self, reactor: Any, fallback: IAgent, *, max_idle_per_backend: int = 128,
+                 connect_timeout: float = 10) -> None:
+        self.reactor = reactor
+        self.fallback = fallback
+        self.max_idle_per_backend = max_idle_per_backend
+        self.connect_timeout = connect_timeout
+        self._pools: dict[bytes, _Pool] = {}
+
+    def request(self, method: bytes, uri: bytes, headers: Headers | None = None,
+                bodyProducer: Any = None) -> Deferred[Any]:
+        body = getattr(bodyProducer, "body", None) if bodyProducer is not None else b""
+        if not uri.startswith(b"http://") or not isinstance(body, bytes):
+            return self.fallback.request(method, uri, headers, bodyProducer)
+        slash = uri.find(b"/", 7)
+        authority, path = (uri[7:], b"/") if slash < 0 else (uri[7:slash], uri[slash:])
+        pool = self._pools.get(authority)
+        if pool is None:
+            host, _, port = authority.rpartition(b":")
+            if not host or not port.isdigit():
+                return self.fallback.request(method, uri, headers, bodyProducer)
+            pool = self._pools[authority] = _Pool(self, host.decode("ascii").strip("[]"), int(port))
+        lines = [method, b" ", path, b" HTTP/1.1\r\nHost: ", authority, b"\r\nContent-Length: ",
+                 str(len(body)).encode(), b"\r\n"]
+        if headers is not None:
+            for name, values in headers.getAllRawHeaders():
+                for value in values:
+                    lines += [name, b": ", value, b"\r\n"]
+        lines.append(b"\r\n")
+        return pool.request(b"".join(lines), body)
+
+    def close(self) -> None:
+        """Close every idle connection (a stop)."""
+        for pool in self._pools.values():
+            for connection in list(pool.idle):
+                connection.abort()
+            pool.idle.clear()
