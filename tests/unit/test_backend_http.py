@@ -1,0 +1,175 @@
+"""The lean backend client (issue 14): answers parsed, connections kept alive and reused, and
+Agent's contract kept for cancellation, broken and close-delimited bodies, and stale connections."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.error import ConnectionDone, ConnectionLost
+from twisted.internet.protocol import Protocol
+from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.python.failure import Failure
+from twisted.web.client import ResponseDone, ResponseFailed
+from twisted.web.http import PotentialDataLoss
+from twisted.web.http_headers import Headers
+
+from routerd.routing.body import BytesProducer
+from routerd.serve.backend_http import BackendAgent
+
+URL = b"http://127.0.0.1:8080/v1/chat/completions"
+OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"a\": true}"
+
+
+class Fallback:
+    def __init__(self) -> None:
+        self.calls: list[bytes] = []
+
+    def request(self, method: bytes, uri: bytes, headers: Any = None, body: Any = None) -> Deferred[Any]:
+        self.calls.append(uri)
+        return Deferred()
+
+
+class Body(Protocol):
+    def __init__(self) -> None:
+        self.data: list[bytes] = []
+        self.reason: Failure | None = None
+
+    def dataReceived(self, data: bytes) -> None:
+        self.data.append(data)
+
+    def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:  # noqa: B008
+        self.reason = reason
+
+
+def setup() -> tuple[MemoryReactorClock, BackendAgent, Fallback]:
+    reactor = MemoryReactorClock()
+    fallback = Fallback()
+    return reactor, BackendAgent(reactor, fallback), fallback  # type: ignore[arg-type]
+
+
+def connect(reactor: MemoryReactorClock, index: int = -1) -> tuple[Any, StringTransport]:
+    host, port, factory, _timeout, _bind = reactor.tcpClients[index]
+    assert (host, port) == ("127.0.0.1", 8080)
+    protocol = factory.buildProtocol(None)
+    transport = StringTransport()
+    protocol.makeConnection(transport)
+    return protocol, transport
+
+
+def result(d: Deferred[Any]) -> Any:
+    out: list[Any] = []
+    d.addBoth(out.append)
+    assert out, "not fired"
+    return out[0]
+
+
+def post(agent: BackendAgent, body: bytes = b'{"model":"m"}') -> Deferred[Any]:
+    return agent.request(b"POST", URL, Headers({b"content-type": [b"application/json"]}), BytesProducer(body))
+
+
+def test_request_is_written_whole_and_the_answer_parsed_and_the_connection_reused() -> None:
+    reactor, agent, _ = setup()
+    answer = post(agent)
+    protocol, transport = connect(reactor)
+    sent = transport.value()
+    assert sent.startswith(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n")
+    assert b"Content-Length: 13\r\n" in sent and b"Content-Type: application/json\r\n" in sent
+    assert sent.endswith(b'\r\n\r\n{"model":"m"}')
+    protocol.dataReceived(OK)
+    response = result(answer)
+    assert response.code == 200
+    assert response.headers.getRawHeaders(b"content-type") == [b"application/json"]
+    body = Body()
+    response.deliverBody(body)  # the body arrived before deliverBody: buffered, then delivered
+    assert b"".join(body.data) == b'{"a": true}' and body.reason is not None
+    assert body.reason.check(ResponseDone)
+    transport.clear()
+    second = post(agent)
+    assert len(reactor.tcpClients) == 1, "the kept-alive connection carries the next request"
+    assert transport.value().startswith(b"POST ")
+    protocol.dataReceived(OK)
+    assert result(second).code == 200
+
+
+def test_a_chunked_stream_is_delivered_as_it_arrives_and_ends_with_response_done() -> None:
+    reactor, agent, _ = setup()
+    answer = post(agent)
+    protocol, _transport = connect(reactor)
+    protocol.dataReceived(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                          b"Transfer-Encoding: chunked\r\n\r\n")
+    body = Body()
+    result(answer).deliverBody(body)
+    protocol.dataReceived(b"6\r\ndata: \r\n")
+    assert body.data == [b"data: "] and body.reason is None
+    protocol.dataReceived(b"2\r\nx\n\r\n0\r\n\r\n")
+    assert b"".join(body.data) == b"data: x\n" and body.reason is not None and body.reason.check(ResponseDone)
+
+
+def test_cancelling_before_the_answer_aborts_the_connection() -> None:
+    reactor, agent, _ = setup()
+    answer = post(agent)
+    protocol, transport = connect(reactor)
+    answer.cancel()
+    assert isinstance(result(answer).value, CancelledError)
+    assert transport.disconnecting
+    protocol.connectionLost(Failure(ConnectionLost()))
+    assert agent._pools[b"127.0.0.1:8080"].idle == []
+
+
+def test_stop_producing_aborts_mid_body_and_a_lost_connection_fails_the_body() -> None:
+    reactor, agent, _ = setup()
+    answer = post(agent)
+    protocol, transport = connect(reactor)
+    protocol.dataReceived(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc")
+    body = Body()
+    response = result(answer)
+    response.deliverBody(body)
+    body.transport.stopProducing()  # type: ignore[attr-defined]
+    assert transport.disconnecting
+    protocol.connectionLost(Failure(ConnectionLost()))
+    assert body.reason is not None and body.reason.check(ResponseFailed)
+
+
+def test_a_close_delimited_body_ends_with_potential_data_loss_and_is_not_reused() -> None:
+    reactor, agent, _ = setup()
+    answer = post(agent)
+    protocol, _transport = connect(reactor)
+    protocol.dataReceived(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it")
+    body = Body()
+    result(answer).deliverBody(body)
+    protocol.connectionLost(Failure(ConnectionDone()))
+    assert b"".join(body.data) == b"all of it"
+    assert body.reason is not None and body.reason.check(PotentialDataLoss, ResponseDone)
+    post(agent)
+    assert len(reactor.tcpClients) == 2
+
+
+def test_a_reused_connection_closed_before_any_answer_byte_is_retried_once_on_a_fresh_one() -> None:
+    reactor, agent, _ = setup()
+    first = post(agent)
+    protocol, _transport = connect(reactor)
+    protocol.dataReceived(OK)
+    result(first).deliverBody(Body())
+    second = post(agent)  # goes out on the idle connection, which the backend had closed
+    protocol.connectionLost(Failure(ConnectionDone()))
+    assert not second.called and len(reactor.tcpClients) == 2
+    fresh, transport = connect(reactor)
+    assert transport.value().startswith(b"POST /v1/chat/completions")
+    fresh.dataReceived(OK)
+    assert result(second).code == 200
+
+
+def test_a_fresh_connection_lost_before_the_answer_fails_the_request() -> None:
+    reactor, agent, _ = setup()
+    answer = post(agent)
+    protocol, _transport = connect(reactor)
+    protocol.connectionLost(Failure(ConnectionLost()))
+    assert isinstance(result(answer).value, ResponseFailed)
+
+
+def test_other_schemes_and_streaming_producers_go_to_the_fallback_agent() -> None:
+    _reactor, agent, fallback = setup()
+    agent.request(b"GET", b"https://example.test/x")
+    agent.request(b"POST", URL, None, object())
+    assert fallback.calls == [b"https://example.test/x", URL]
