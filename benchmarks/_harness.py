@@ -38,7 +38,8 @@ def cpu_seconds(pid: int) -> float:
 
 
 def write_node(root: Path, port: int, models: dict[str, dict[str, Any]],
-               weights: dict[str, dict[str, Any]], cluster: dict[str, Any] | None = None) -> Path:
+               weights: dict[str, dict[str, Any]], cluster: dict[str, Any] | None = None,
+               extra: dict[str, Any] | None = None) -> Path:
     (root / "models").mkdir(parents=True, exist_ok=True)
     (root / "weights").mkdir(parents=True, exist_ok=True)
     for name, spec in weights.items():
@@ -51,6 +52,7 @@ def write_node(root: Path, port: int, models: dict[str, dict[str, Any]],
         "models": {"config_dir": "models"},
         "llama": {"binary_path": [*SIM, "llama-server"]},
         "cluster": {"store_dir": "store", **(cluster or {})},
+        **(extra or {}),
     }))
     return cfg
 
