@@ -13,6 +13,7 @@ from twisted.web.iweb import IRequest
 
 from routerd.api.cors import CorsPolicy
 from routerd.api.errors import answer_error
+from routerd.api.reply import BODY_ATTRIBUTE
 from routerd.api.webui import is_ui_path
 from routerd.cluster.auth import AuthPolicy
 from routerd.config.schema import Config
@@ -262,9 +263,9 @@ def access_line(request: Any, now: float) -> None:
     lent-to, client."""
     started = getattr(request, "started_at", None)
     query_model = request.args.get(b"model", [b""])[0].decode("utf-8", "replace") or None
-    body: bytes | None = None
+    body: bytes | None = getattr(request, BODY_ATTRIBUTE, None)
     content = getattr(request, "content", None)
-    if content is not None and not getattr(request, "too_large", False):
+    if body is None and content is not None and not getattr(request, "too_large", False):
         try:
             content.seek(0)
             body = content.read(65537)

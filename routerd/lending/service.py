@@ -209,7 +209,12 @@ class LendingService:
             self.report(lane, model_id, "enqueued")
         try:
             while True:
-                ticket = await waiter
+                if not waiter.called:
+                    call.shed_parsed()  # held: only the raw body stays in memory
+                try:
+                    ticket = await waiter
+                finally:
+                    call.restore_parsed()
                 if ticket.kind == "returned":
                     self._helper_row("borrowed_returned", lane, call, ticket.reason)
                     raise offload_returned()

@@ -8,6 +8,7 @@ implements (``routerd.api.reply``) and tests fake, so routing and lending never 
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -84,6 +85,20 @@ class Call:
     guardian_restore: bool = False  # a same-node guardian answers: load the displaced model back
     guardian_fallback: bool = False  # a guardian applies: a backend refusing the image raises ImageRefused
     serving_since: float | None = None  # when the backend slot was acquired
+    _shed: bool = attrs.field(default=False, init=False, repr=False)
+
+    def shed_parsed(self) -> None:
+        """Drop the parsed JSON body while the request waits in a queue (a held request then
+        costs its raw body, not that and its decoded copy: issue 14); :meth:`restore_parsed`
+        decodes it again when the request moves on."""
+        if self.parsed is not None:
+            self.parsed = None
+            self._shed = True
+
+    def restore_parsed(self) -> None:
+        if self._shed:
+            self._shed = False
+            self.parsed = json.loads(self.body)
 
 
 @attrs.define
