@@ -42,6 +42,7 @@ from routerd.routing.plan import NEEDS, SECTIONS
 from routerd.routing.relay import StreamBroken
 from routerd.routing.selector import SelectorError, parse_json_object, select_model
 from routerd.serve.local import LocalInference
+from routerd.serve.memory import Trimmer
 from routerd.serve.recipes import RecipeRouter
 from routerd.serve.timing import FirstWrite
 from routerd.wire.lending import lane_key
@@ -67,6 +68,7 @@ class InferenceFront:
         self.recipes = recipes
         #: Requests inside :meth:`handle` (a drain waits for this to reach 0).
         self.active_calls = 0
+        self.trimmer = Trimmer(clock)  # memory back to the system after a crowd of requests
         self._embeddings_turn = 0  # round-robin start of selector-less embeddings
 
     async def drain(self, timeout: float) -> None:
@@ -103,6 +105,7 @@ class InferenceFront:
         in_flight = metrics.child(metrics.in_flight, lane)
         in_flight.inc()
         self.active_calls += 1
+        self.trimmer.entered(self.active_calls)
         started = self.clock.seconds()
         try:
             call = self._call(incoming, reply, route, request_id, started)
@@ -132,6 +135,7 @@ class InferenceFront:
             return self._failed(reply, route, call, request_id, exc)
         finally:
             self.active_calls -= 1
+            self.trimmer.left(self.active_calls)
             in_flight.dec()
             status = call.outcome.status if call is not None else "bad_request"
             metrics.child(metrics.requests, model_label, lane, route.kind, status).inc()
