@@ -273,10 +273,14 @@ def access_line(request: Any, now: float) -> None:
             body = None
     model = request_model(query_model, _header(request, "in", b"x-routerd-model"),
                           _header(request, "in", b"content-type") or "", body)
-    access_log.info(ACCESS_FORMAT, method=request.method.decode("ascii", "replace"),
-                    path=request.path.decode("utf-8", "replace"), status=request.code,
-                    bytes=request.sentLength, ms=round((now - started) * 1000) if started else None,
-                    model=model, node=_header(request, "out", b"x-routerd-node") or "-",
-                    lent_to=_header(request, "out", b"x-routerd-lent-to") or "-",
-                    request_id=_header(request, "out", b"x-routerd-request-id") or "-",
-                    client=_client_host(request))
+    fields = {"method": request.method.decode("ascii", "replace"),
+              "path": request.path.decode("utf-8", "replace"), "status": request.code,
+              "bytes": request.sentLength, "ms": round((now - started) * 1000) if started else None,
+              "model": model, "node": _header(request, "out", b"x-routerd-node") or "-",
+              "lent_to": _header(request, "out", b"x-routerd-lent-to") or "-",
+              "request_id": _header(request, "out", b"x-routerd-request-id") or "-",
+              "client": _client_host(request)}
+    # Rendered here by str.format (C): an observer then formats a literal, not ten fields through
+    # twisted's Python-level formatter (issue 14: the access line was ~5 % of a request's CPU).
+    line = ACCESS_FORMAT.format(**fields).replace("{", "{{").replace("}", "}}")
+    access_log.info(line, **fields)
