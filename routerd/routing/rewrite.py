@@ -159,7 +159,7 @@ def rewrite_json_model(body: bytes, mapping: ModelMapping) -> bytes:
     decoder, and the top-level ``"model"`` keys are found by one regex pass over its strings and
     brackets, not by decoding it member by member.
     """
-    if _MODEL_KEY not in body:
+    if _MODEL_KEY not in body or _left_alone(body, mapping):
         return body
     try:
         text = body.decode("utf-8")
@@ -176,6 +176,27 @@ def rewrite_json_model(body: bytes, mapping: ModelMapping) -> bytes:
     if not edits:
         return body
     return splice(text, edits).encode("utf-8")
+
+
+_MODEL_STRING = re.compile(rb'"model"[ \t\n\r]*:[ \t\n\r]*"([^"\\]*)"')
+
+
+def _left_alone(body: bytes, mapping: ModelMapping) -> bool:
+    """Whether every ``"model"`` in ``body`` is followed by a plain string that ``mapping`` leaves
+    as it is: then nothing can change, at any depth, valid JSON or not, and nothing is decoded
+    (a backend already naming the model as the client did: every chunk of a stream)."""
+    values = _MODEL_STRING.findall(body)
+    if len(values) != body.count(_MODEL_KEY):
+        return False
+    for raw in values:
+        try:
+            value = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        new = mapping(value)
+        if new is not None and new != value:
+            return False
+    return True
 
 
 # A JSON string, escapes included (the unrolled form: no per-character alternation).

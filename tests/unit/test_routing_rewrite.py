@@ -379,3 +379,21 @@ def test_only_top_level_model_keys_are_rewritten_whatever_strings_and_brackets_p
     }
     for body, expected in cases.items():
         assert rewrite_json_model(body, to_p) == expected, body
+
+
+def test_a_body_whose_every_model_the_mapping_leaves_is_returned_without_decoding() -> None:
+    """The no-change fast path (issue 14) answers the same as the full scan: unchanged when every
+    ``"model"`` maps to itself, and still rewrites when only one of several needs it."""
+    from routerd.routing.rewrite import rewrite_json_model
+
+    def same_but_b(old: str) -> str:
+        return "B2" if old == "b" else old
+
+    cases = {
+        b'{"model":"a","x":{"model":"a"}}': b'{"model":"a","x":{"model":"a"}}',
+        b'{"model":"a" not json': b'{"model":"a" not json',
+        b'{"x":{"model":"a"},"model":"b"}': b'{"x":{"model":"a"},"model":"B2"}',
+        b'{"model":"a\\u0062","model":"b"}': b'{"model":"a\\u0062","model":"B2"}',
+    }
+    for body, expected in cases.items():
+        assert rewrite_json_model(body, same_but_b) == expected, body
