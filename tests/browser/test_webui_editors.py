@@ -17,7 +17,6 @@ import attrs
 import pytest
 import pytest_twisted
 import treq
-from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 from twisted.internet import threads
 
@@ -106,8 +105,13 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
 # -- guardians (blocking steps) ------------------------------------------------------------------------
 
 
+def _read(b: Browser, selector: str) -> str:
+    """The text of every element matching ``selector``, read again if a refresh replaced one."""
+    return str(b.wait(lambda d: [b.text(selector)], what=selector)[0])
+
+
 def _applied(b: Browser, model: str) -> str:
-    return b.text(f'#guardians tr.text-model[data-model="{model}"]')
+    return _read(b, f'#guardians tr.text-model[data-model="{model}"]')
 
 
 def guardians_start_unset(b: Browser) -> None:
@@ -117,7 +121,7 @@ def guardians_start_unset(b: Browser) -> None:
     # only text-only models are listed as needing a guardian; only multimodal ones are offered
     assert not b.css('#guardians tr.text-model[data-model="slave-a/vision"]')
     assert not b.css('#guardians tr.text-model[data-model="master/paint"]')
-    assert "no guardian set" in b.text("#guardians div.guardian-settings")
+    assert "no guardian set" in _read(b, "#guardians div.guardian-settings")
     offered = [o.get_attribute("value") for o in b.css('select[name="guardian-model"] option')]
     assert offered == ["", "master/eye", "slave-a/vision"]
 
@@ -155,7 +159,7 @@ def guardians_resolve_most_specific_first(b: Browser) -> None:
 def guardian_refused_changes_nothing(b: Browser) -> None:
     """A choice the master refuses (as a page that went stale would send: ``beta`` is not
     multimodal) shows the master's message, and the settings stay as they were."""
-    before = b.text("#guardians div.guardian-settings")
+    before = _read(b, "#guardians div.guardian-settings")
     b.js("""
       const scope = document.querySelector('select[name="guardian-scope"]');
       scope.value = 'cluster';
@@ -167,12 +171,12 @@ def guardian_refused_changes_nothing(b: Browser) -> None:
     """)
     message = b.wait_text(".guardian-message", "not set")
     assert "slave-a/beta is not a multimodal text model" in message
-    assert b.text("#guardians div.guardian-settings") == before
-    assert "slave-a/vision" in b.text('#guardians tr.guardian-setting[data-scope="cluster"]')
+    assert _read(b, "#guardians div.guardian-settings") == before
+    assert "slave-a/vision" in _read(b, '#guardians tr.guardian-setting[data-scope="cluster"]')
 
 
 def guardian_removed_falls_back(b: Browser) -> None:
-    b.one('#guardians tr.guardian-setting[data-scope="node"] button.remove-guardian').click()
+    b.click('#guardians tr.guardian-setting[data-scope="node"] button.remove-guardian')
     b.wait_text(".guardian-message", "removed the node guardian of master")
     alpha = b.wait_text('#guardians tr.text-model[data-model="master/alpha"]', "slave-a/vision")
     assert "cluster" in alpha
@@ -236,12 +240,11 @@ def create_recipe(b: Browser, recipe_id: str, text: str, image: str) -> None:
 def recipe_is_listed(b: Browser) -> None:
     create_recipe(b, "duo", "slave-a/beta", "master/paint")
     b.wait_text(".recipe-message", "recipe duo saved")
-    row = b.one('#recipes tr.recipe[data-recipe-id="duo"]')
-    ids = row.find_element(By.CSS_SELECTOR, "td.public-ids").text.split()
-    assert ids == ["duo", "duo-image"]
-    text = row.find_element(By.CSS_SELECTOR, '.component[data-lane="text"]').text
-    image = row.find_element(By.CSS_SELECTOR, '.component[data-lane="image"]').text
-    assert text == "text slave-a / beta" and image == "image master / paint"
+    row = '#recipes tr.recipe[data-recipe-id="duo"]'
+    assert _read(b, f"{row} td.public-ids").split() == ["duo", "duo-image"]
+    assert _read(b, f'{row} .component[data-lane="text"]') == "text slave-a / beta"
+    assert _read(b, f'{row} .component[data-lane="image"]') == "image master / paint"
+    assert not b.css(f'{row} .component[data-lane="embeddings"]')
 
 
 def recipe_refused_changes_nothing(b: Browser) -> None:
@@ -253,7 +256,7 @@ def recipe_refused_changes_nothing(b: Browser) -> None:
 
 
 def recipe_deleted(b: Browser) -> None:
-    b.one('#recipes tr.recipe[data-recipe-id="duo"] button.delete-recipe').click()
+    b.click('#recipes tr.recipe[data-recipe-id="duo"] button.delete-recipe')
     b.wait_text(".recipe-message", "recipe duo deleted")
     b.wait_text("#recipes .recipe-list", "no recipes")
 
