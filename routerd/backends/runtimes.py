@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Literal, cast
+from typing import Literal, TypeVar, cast
 
 from twisted.internet.defer import Deferred, FirstError, fail, gatherResults
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from routerd.backends.errors import BackendMissing, LoadFailed, RuntimeClosed
@@ -41,6 +42,10 @@ __all__ = [
 ]
 
 UnloadTarget = Literal["text", "image", "stt", "all"]
+_T = TypeVar("_T")
+log = Logger()
+#: Slot states in which a slot holds, or is getting, a config.
+_BUSY_STATES = frozenset({"ready", "loading", "switching", "stopping"})
 
 #: Other names the contract's unload targets use for the same runtimes.
 _TARGET_ALIASES: Mapping[str, tuple[RuntimeKind, ...]] = {
@@ -126,7 +131,35 @@ class Runtimes:
         slot = self._slot_for(kind, model)
         if slot is None:
             return fail(LoadFailed(f"model {model.local_id!r} does not serve {kind}"))
-        return slot.acquire(model)
+        if not self._others_running(model):
+            return slot.acquire(model)
+        return Deferred.fromCoroutine(self._switch_family_then(model, lambda: slot.acquire(model)))
+
+    def _others_running(self, model: ModelConfig) -> list[RuntimeSlot]:
+        """Slots of families other than ``model``'s that run a process or hold a config."""
+        own = self.family(model)
+        return [s for f in self._families.values() if f is not own for s in f.slots()
+                if not s.closed and (s.status().pid is not None or s.state.value in _BUSY_STATES)]
+
+    async def _switch_family_then(self, model: ModelConfig, then: Callable[[], Deferred[_T]]) -> _T:
+        """One GPU, one family: stop every other family's process (after its users drain;
+        KoboldCpp is not restarted without a model), then ``then()``."""
+        others = self._others_running(model)
+        log.info("switching backend family to {family} for {model}: stopping {slots}",
+                 family=self.family(model).name, model=model.local_id, slots=[s.name for s in others])
+        await _all_done(s.unload(idle_after=False) for s in others)
+        return await then()
+
+    def lease_current(self, kind: RuntimeKind) -> RuntimeLease | None:
+        """A lease on the node's own family's running ``kind`` backend, whatever it holds, loading
+        nothing (selector-less embeddings with nothing loaded, reference §6.7); ``None`` when
+        none runs."""
+        for slot in self.family().slots_for_kind(kind):
+            if not slot.closed:
+                lease = slot.lease_current()
+                if lease is not None:
+                    return lease
+        return None
 
     def load(self, model: ModelConfig, kind: RuntimeKind | None = None) -> Deferred[None]:
         """Load ``model`` into the ``kind`` runtime, or (``kind=None``) into every
@@ -141,8 +174,13 @@ class Runtimes:
                 return fail(LoadFailed(f"model {model.local_id!r} does not serve {k}"))
             if slot not in slots:
                 slots.append(slot)
-        loads = [s.load(model) for s in slots]
-        return gatherResults(loads, consumeErrors=True).addCallbacks(lambda _: None, _first_error)
+        def start() -> Deferred[None]:
+            loads = [s.load(model) for s in slots]
+            return gatherResults(loads, consumeErrors=True).addCallbacks(lambda _: None, _first_error)
+
+        if not self._others_running(model):
+            return start()
+        return Deferred.fromCoroutine(self._switch_family_then(model, start))
 
     def unload(self, target: UnloadTarget | str = "all") -> Deferred[None]:
         """Drain and stop ``text``, ``image``, ``stt`` or ``all`` runtimes

@@ -128,7 +128,8 @@ class SlotStatus:
 class RuntimeLease:
     """The right to send requests to a ready backend until :meth:`release`."""
 
-    def __init__(self, kind: RuntimeKind, model: ModelConfig, port: int, release: Callable[[], None]) -> None:
+    def __init__(self, kind: RuntimeKind, model: ModelConfig | None, port: int,
+                 release: Callable[[], None]) -> None:
         self.kind = kind
         self.model = model
         self.port = port
@@ -146,7 +147,8 @@ class RuntimeLease:
             release()
 
     def __repr__(self) -> str:
-        return f"<RuntimeLease {self.kind} {self.model.local_id} {self.base_url}>"
+        held = self.model.local_id if self.model is not None else "-"
+        return f"<RuntimeLease {self.kind} {held} {self.base_url}>"
 
 
 def config_key(model: ModelConfig) -> tuple[str, str]:
@@ -158,6 +160,7 @@ def config_key(model: ModelConfig) -> tuple[str, str]:
 class _Waiter:
     config: ModelConfig | None  # None: an unload
     deferred: Deferred[Any]
+    idle_after: bool = True  # an unload: restart without a model (KoboldCpp --nomodel) afterwards
 
 
 @attrs.define(eq=False)
@@ -282,12 +285,25 @@ class RuntimeSlot:
         """Make ``model`` the loaded config (acquire, then release at once)."""
         return self.acquire(model).addCallback(lambda lease: lease.release())
 
-    def unload(self) -> Deferred[None]:
-        """Wait for the users to drain, stop the process, leave the slot empty."""
+    def lease_current(self) -> RuntimeLease | None:
+        """A lease on whatever runs now, loading nothing (reference §6.7: a selector-less request
+        passes through to the running backend): the ready config (counted as a user, so a switch
+        waits for it) or a process started without a model (KoboldCpp ``--nomodel``, nothing to
+        count); ``None`` when no process serves or the slot is busy switching or queued."""
+        if self._state is S.READY and not self._queue:
+            return self._lease()
+        if self._state is S.EMPTY and self._process is not None and self._port is not None:
+            return RuntimeLease(self.kind, None, self._port, lambda: None)
+        return None
+
+    def unload(self, *, idle_after: bool = True) -> Deferred[None]:
+        """Wait for the users to drain, stop the process, leave the slot empty.  A backend that
+        idles without a model restarts that way unless ``idle_after`` is false (a family switch:
+        its process must be gone)."""
         if self._state is S.CLOSED:
             return succeed(None)
         d: Deferred[None] = Deferred(self._cancel_waiter)
-        self._queue.append(_Waiter(None, d))
+        self._queue.append(_Waiter(None, d, idle_after))
         self._pump()
         return d
 
@@ -406,9 +422,23 @@ class RuntimeSlot:
                     if self._users:
                         return
                     self._queue.popleft()
-                    self._begin_unload(head.deferred)
+                    self._begin_unload(head.deferred, head.idle_after)
                     return
                 self._queue.popleft()
+                idle = self._process
+                if idle is not None and self._state is S.EMPTY and not head.idle_after:
+                    # a process without a model (--nomodel): stop it too, hold the queue till gone
+                    self._process = None
+                    self._port = None
+                    stopping = self._stop_process(idle)
+                    self._settle(stopping)
+                    done: Deferred[None] = head.deferred
+
+                    def stopped(_: object, done: Deferred[None] = done) -> None:
+                        _fire(done, None)
+
+                    stopping.addBoth(stopped)
+                    return
                 if self._state is not S.EMPTY:
                     self._config = None
                     self._set_state(S.EMPTY)
@@ -425,7 +455,7 @@ class RuntimeSlot:
 
     # -- unload -------------------------------------------------------------
 
-    def _begin_unload(self, d: Deferred[None]) -> None:
+    def _begin_unload(self, d: Deferred[None], idle_after: bool = True) -> None:
         process = self._process
         self._process = None
         self._generation += 1
@@ -437,7 +467,8 @@ class RuntimeSlot:
                 self._config = None
                 self._port = None
                 self._set_state(S.EMPTY)
-                self.start_idle()  # KoboldCpp: unloading restarts it with --nomodel
+                if idle_after:
+                    self.start_idle()  # KoboldCpp: unloading restarts it with --nomodel
             _fire(d, None)
             self._pump()
 

@@ -4,8 +4,8 @@
 body and the way its answer is converted back for the client, so the HTTP
 code only performs what the plan says.
 
-* ``llama_sdcpp``: Kobold generate becomes llama-server ``/completion``; transcription becomes
-  whisper-server ``/inference``; speech is 501 ``unsupported_backend``.
+* ``llama_sdcpp``: Kobold generate becomes llama-server ``/completion``; transcription (OpenAI
+  form or Kobold's base64 JSON) becomes whisper-server ``/inference``; speech is 501 ``unsupported_backend``.
 * ``kobold``: KoboldCpp serves every route itself (OpenAI, Kobold, speech), so requests pass
   through with the model rewritten to the local ID.
 * ``vllm``: OpenAI routes pass through (speech and transcription included); Kobold and
@@ -14,6 +14,8 @@ code only performs what the plan says.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -78,7 +80,9 @@ def plan_backend_call(route: Route, path: str, parsed: Mapping[str, Any] | None,
     if kind in ("tts", "kobold_tts"):
         raise HTTPError(501, "audio route is not supported by the selected split backend config",
                         "unsupported_backend", "unsupported_backend")
-    if kind in ("kobold_generate_stream", "kobold_transcribe"):
+    if kind == "kobold_transcribe":
+        return _plan_kobold_transcribe(parsed, raw)
+    if kind == "kobold_generate_stream":
         raise HTTPError(501, f"{path} is not supported by the llama_sdcpp backend family",
                         "unsupported_backend", "unsupported_backend")
     if kind == "stt":
@@ -120,10 +124,40 @@ def _pass_through(path: str, parsed: Mapping[str, Any] | None, raw: bytes, conte
     return BackendPlan(path, _json({**parsed, "model": local_id}), "application/json", "openai", stream)
 
 
+def _plan_kobold_transcribe(parsed: Mapping[str, Any] | None, raw: bytes) -> BackendPlan:
+    """Split mode: Kobold's ``/api/extra/transcribe`` (JSON, ``audio_data`` base64 WAV or data URI,
+    ``langcode``, ``prompt``) goes to whisper-server as a form; its ``{"text"}`` answer is
+    Kobold's shape too (reference §4.3: STT routes use the transcription runtime)."""
+    body = parsed
+    if body is None:
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+    if not isinstance(body, Mapping):
+        raise HTTPError(400, "request body must be a JSON object")
+    audio_b64 = body.get("audio_data")
+    if not isinstance(audio_b64, str) or not audio_b64:
+        raise HTTPError(400, "audio_data must be a base64 WAV")
+    try:
+        audio = base64.b64decode(audio_b64.split(",", 1)[-1], validate=True)
+    except (binascii.Error, ValueError):
+        raise HTTPError(400, "audio_data is not valid base64") from None
+    fields: list[tuple[str, str | None, str | None, bytes]] = [("file", "audio.wav", "audio/wav", audio)]
+    for key, name in (("langcode", "language"), ("prompt", "prompt")):
+        value = body.get(key)
+        if isinstance(value, str) and value:
+            fields.append((name, None, None, value.encode()))
+    return _whisper_plan(fields, translate=False)
+
+
 def _plan_stt(path: str, raw: bytes, content_type: str) -> BackendPlan:
     parts = parse_form(raw, content_type)
     fields = [(p.name, p.filename, p.content_type, p.data) for p in parts]
-    translate = path.endswith("/translations")
+    return _whisper_plan(fields, translate=path.endswith("/translations"))
+
+
+def _whisper_plan(fields: list[tuple[str, str | None, str | None, bytes]], *, translate: bool) -> BackendPlan:
     adapted = whisper.openai_transcription_to_whisper(fields, translate=translate)
     fmt = "json"
     for name, _filename, _ctype, data in adapted:

@@ -89,6 +89,8 @@ class InferenceFront:
             call.restore_after_borrow = borrowed is not None and borrowed.restore
             if self.master is not None and not cluster_call:
                 model_label, result = await self._routed(call)
+            elif borrowed is None and self._nothing_to_embed_with(call):
+                result = await self.local.serve_unmodelled(call)
             else:
                 model = self._borrowed_model(call) if borrowed is not None else self._local_model(call)
                 model_label = model.local_id
@@ -319,6 +321,9 @@ class InferenceFront:
             elif embeddings is not None:
                 reservation = embeddings
                 name = embeddings.record.public_id
+            elif SECTIONS[route.kind] == "embeddings":
+                # nothing loaded: to the running backend without a model, loading nothing (§6.7)
+                return "-", await self.local.serve_unmodelled(call)
             else:
                 name = self._default_public(route, need)
                 reservation = registry.acquire(name, route.runtime)
@@ -371,6 +376,14 @@ class InferenceFront:
             except NoReplica:
                 continue  # went stale since the listing: try the next
         return None
+
+    def _nothing_to_embed_with(self, call: Call) -> bool:
+        """Catalog mode of selector-less embeddings (reference §6.7): no selector and no
+        embeddings-capable config loaded here, so the request passes through without a model."""
+        if call.selector is not None or SECTIONS[call.route.kind] != "embeddings":
+            return False
+        loaded = self.loaded_config("text")
+        return not any(m.filename == loaded and m.capabilities.embeddings for m in self.catalog().models)
 
     def _records_named(self, name: str) -> list[ModelRecord]:
         assert self.master is not None

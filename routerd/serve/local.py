@@ -41,6 +41,8 @@ class RuntimePool(Protocol):
 
     def loaded_config(self, kind: Any) -> str | None: ...
 
+    def lease_current(self, kind: Any) -> Any: ...
+
 
 class SampleSink(Protocol):
     def record_request_sample(self, sample: RequestSample) -> Deferred[None]: ...
@@ -112,6 +114,55 @@ class LocalInference:
             raise
         finally:
             self._record(call, model)
+
+    async def serve_unmodelled(self, call: Call) -> bytes:
+        """Selector-less embeddings with no embeddings config loaded (reference §6.7): the request
+        goes to the running text-side backend as the client sent it, without a model and without
+        loading one; 503 when no backend runs.  The answer's ``model`` is the backend's own."""
+        call.reply.set_header(b"x-routerd-node", self.node_id.encode())
+        lease = self.runtimes.lease_current(call.route.runtime)
+        if lease is None:
+            raise HTTPError(503, "no embeddings model is loaded and no backend runs to take the request",
+                            "backend_error", "no_loaded_model")
+        try:
+            parsed = dict(call.parsed or {})
+            parsed.pop("model", None)
+            ollama_style = call.route.kind == "ollama_embed"
+            if ollama_style:
+                try:
+                    # the adapter wants a model; the backend gets none
+                    path, body = ollama.ollama_embed_to_openai({**parsed, "model": "-"})
+                except AdapterError as exc:
+                    raise HTTPError(400, str(exc)) from None
+                body.pop("model", None)
+            else:
+                path, body = call.path, parsed
+            call.outcome.work = work.request_work(call.route, call.parsed, call.body, call.content_type)
+            call.serving_since = self.clock.seconds()
+            response = await self.agent.request(
+                b"POST", (lease.base_url + path).encode(),
+                Headers({b"content-type": [b"application/json"]}), BytesProducer(json.dumps(body).encode()))
+            code = int(response.code)
+            call.outcome.http_status = code
+            call.outcome.status = "ok" if 200 <= code < 300 else f"http_{code}"
+            ctype = response_header(response, b"content-type") or "application/json"
+            raw = await collect(response)
+            call.reply.set_status(code)
+            if ollama_style:
+                if 200 <= code < 300:
+                    data = _loads(raw)
+                    named = data.get("model")
+                    out = ollama.openai_embeddings_to_ollama_embed(
+                        data, named if isinstance(named, str) else "")
+                    raw = json.dumps(out).encode()
+                else:
+                    raw = ollama.openai_error_to_ollama(code, raw)
+                ctype = "application/json"
+            call.reply.set_header(b"content-type", ctype.encode())
+            return raw
+        finally:
+            lease.release()
+            self.samples.finished(call)
 
     async def _acquire(self, call: Call, model: ModelConfig) -> Any:
         """The runtime lease; a borrowed request's wait for it can be taken back (:meth:`take_back`)."""

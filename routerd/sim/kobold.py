@@ -9,6 +9,8 @@ with nothing loaded.  ``GET /api/extra/version`` reports which lanes the loaded 
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import hmac
 import json
 import os
@@ -23,11 +25,12 @@ from twisted.web.server import Request
 
 from routerd.sim.flags import Flag
 from routerd.sim.llama import LlamaOptions, LlamaServer, _TextJob
-from routerd.sim.outputs import generate_tokens, speech_seconds, speech_wav
+from routerd.sim.outputs import generate_tokens, speech_seconds, speech_wav, transcript
 from routerd.sim.routes import add_control_routes, add_error_pages, add_route
 from routerd.sim.runtime import Handler, SimRuntime
 from routerd.sim.sd import SdOptions, SdServer
-from routerd.sim.timing import count_tokens
+from routerd.sim.timing import count_tokens, stt_seconds
+from routerd.sim.wav import wav_duration
 from routerd.sim.web import BadRequest, HttpError, SseStream, openai_error, read_json, send_json, set_header
 from routerd.sim.weights import TIMING_DEFAULTS, Weights, WeightsError, WeightsKind, load_weights
 
@@ -317,6 +320,41 @@ class KoboldServer:
                   .encode() + b"\n\n")
         return None
 
+    async def _transcribe(self, audio: bytes) -> str:
+        try:
+            duration = wav_duration(audio)
+        except ValueError as exc:
+            raise _bad(f"failed to read audio data as WAV: {exc}") from None
+        weights = self._lane("stt")
+        async with self.rt.slot():
+            await self.rt.work(stt_seconds(weights, duration))
+        return transcript(weights.label, audio, duration)
+
+    async def transcribe(self, request: Request) -> bytes:
+        """``/api/extra/transcribe``: KoboldCpp's JSON shape, ``{"audio_data": <base64 WAV, or a
+        data URI>, "prompt", "langcode", "suppress_non_speech"}`` -> ``{"text": ...}``."""
+        try:
+            body = read_json(request)
+        except BadRequest as exc:
+            raise _bad(str(exc)) from None
+        raw = body.get("audio_data")
+        if not isinstance(raw, str) or not raw:
+            raise _bad("'audio_data' must be a base64 WAV")
+        if raw.startswith("data:"):
+            raw = raw.split(",", 1)[-1]
+        try:
+            audio = base64.b64decode(raw, validate=True)
+        except (binascii.Error, ValueError):
+            raise _bad("'audio_data' is not valid base64") from None
+        return send_json(request, 200, {"text": await self._transcribe(audio)})
+
+    async def transcriptions(self, request: Request) -> bytes:
+        """``/v1/audio/transcriptions`` (OpenAI multipart, ``file``) -> ``{"text": ...}``."""
+        values = (request.args or {}).get(b"file")
+        if not values:
+            raise _bad("no 'file' field in the request")
+        return send_json(request, 200, {"text": await self._transcribe(values[0])})
+
     async def speech(self, request: Request) -> bytes:
         """``/api/extra/tts`` and ``/v1/audio/speech``: a WAV of the text spoken."""
         try:
@@ -367,6 +405,9 @@ def build_app(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:
         "/v1/images/generations": lambda r: server.image.generations(r),
         "/api/extra/tts": server.speech,
         "/v1/audio/speech": server.speech,
+        "/api/extra/transcribe": server.transcribe,
+        "/v1/audio/transcriptions": server.transcriptions,
+        "/v1/audio/translations": server.transcriptions,
     }
     for path, handler in posts.items():
         add_route(app, runtime, path, ["POST"], handler, work=True, loading_reply=_loading)

@@ -58,16 +58,22 @@ class Trio:
 
 
 async def start_trio(root: Path, owner: Models, helper: Models, *, master_extra: Mapping[str, Any] = LENDING,
-                     slave_extra: Mapping[str, Any] = LENDING) -> Trio:
-    """Start the three nodes and wait until the master knows every model of both slaves."""
+                     slave_extra: Mapping[str, Any] = LENDING,
+                     owner_sections: Mapping[str, Mapping[str, Any]] | None = None,
+                     helper_sections: Mapping[str, Mapping[str, Any]] | None = None) -> Trio:
+    """Start the three nodes and wait until the master knows every model of both slaves.
+    ``owner_sections``/``helper_sections``: more config sections for a slave (another backend
+    family)."""
     plan = plan_cluster(root, ["owner", "helper"])
     (plan.root / "master" / "models").mkdir(parents=True)
     for name, models in (("owner", owner), ("helper", helper)):
         write_models(plan.root / name, {m: kcpps for m, (kcpps, _w) in models.items()},
                      {m: weights for m, (_k, weights) in models.items()})
     master = await start_node(plan.master_config(dict(master_extra)))
-    owner_node = await start_node(plan.slave_config("owner", extra_cluster=dict(slave_extra)))
-    helper_node = await start_node(plan.slave_config("helper", extra_cluster=dict(slave_extra)))
+    owner_node = await start_node(plan.slave_config("owner", extra_cluster=dict(slave_extra),
+                                                       sections=owner_sections))
+    helper_node = await start_node(plan.slave_config("helper", extra_cluster=dict(slave_extra),
+                                                        sections=helper_sections))
     registry = master.node.master.registry  # type: ignore[union-attr]
     await wait_until(lambda: all(registry.find(node, local_id=m) is not None
                                  for node, models in (("owner", owner), ("helper", helper)) for m in models))

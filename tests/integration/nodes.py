@@ -122,8 +122,11 @@ class ClusterPlan:
         })
 
     def slave_config(self, name: str, token: str = TOKEN,
-                     extra_cluster: Mapping[str, Any] | None = None) -> Config:
+                     extra_cluster: Mapping[str, Any] | None = None,
+                     sections: Mapping[str, Mapping[str, Any]] | None = None) -> Config:
+        """A slave's config; ``sections`` adds other top-level sections (``backend``, ``kobold``)."""
         return node_config(self.root / name, {
+            **(sections or {}),
             "server": {"bind": f"127.0.0.1:{self.slave_ports[name]}"},
             "cluster": {"role": "slave", "node_id": name, "token": token,
                         "master_url": self.master_url, "public_url": self.slave_url(name),

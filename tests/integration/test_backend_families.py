@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -9,7 +11,7 @@ from typing import Any
 import pytest_twisted
 import treq
 
-from routerd.sim.wav import wav_duration
+from routerd.sim.wav import make_wav, wav_duration
 from tests.integration.nodes import (
     FAST_TEXT,
     SIM,
@@ -219,3 +221,31 @@ async def test_mixed_family_cluster_merges_records_and_forwards(tmp_path: Path) 
             await node.stop()
         await master.stop()
 
+
+
+@pytest_twisted.ensureDeferred
+async def test_kobold_node_transcribes_on_both_routes_from_the_same_process(tmp_path: Path) -> None:
+    """Kobold transcription passes through to KoboldCpp: its own ``/api/extra/transcribe`` (JSON,
+    base64 WAV) and the OpenAI multipart route, both answering ``{"text"}`` from one process."""
+    write_models(tmp_path, {"ears": {"model": "../weights/t1.sim.json",
+                                     "whispermodel": "../weights/w.sim.json"}},
+                 {"t1": FAST_TEXT, "w": {"kind": "stt", "load_ms": 10, "realtime_factor": 0.01}})
+    node = await start_node(node_config(tmp_path, family_extra("kobold")))
+    try:
+        wav = make_wav(1.0)
+        code, _, body = await post(node, "/api/extra/transcribe", {
+            "model": "ears", "audio_data": base64.b64encode(wav).decode(), "langcode": "en"})
+        assert code == 200, body
+        kobold_text = json.loads(body)["text"]
+        assert kobold_text
+        response = await treq.post(node.url + "/v1/audio/transcriptions", data={"model": "ears"},
+                                   files={"file": ("a.wav", "audio/wav", io.BytesIO(wav))})
+        body = await response.content()
+        assert response.code == 200, body
+        assert json.loads(body)["text"] == kobold_text  # the same weights heard the same audio
+        statuses = [s for s in node.node.runtimes.status() if s.pid is not None]
+        assert [(s.state, s.config_filename) for s in statuses] == [("ready", "ears.kcpps")]
+        code, _, body = await post(node, "/api/extra/transcribe", {"model": "ears", "audio_data": "%%"})
+        assert code == 400 and b"base64" in body  # KoboldCpp's own answer, passed through
+    finally:
+        await node.stop()

@@ -290,3 +290,47 @@ async def test_listings_come_from_the_catalog(node: RunningNode) -> None:
     assert [m["name"] for m in ps["models"]] == ["alpha"]
     metrics = (await (await treq.get(node.url + "/metrics")).content()).decode()
     assert "routerd_model_loads_total" in metrics
+
+
+@pytest_twisted.ensureDeferred
+async def test_selector_less_embeddings_with_nothing_loaded_pass_through_without_a_model_or_a_load(
+    node: RunningNode,
+) -> None:
+    """Reference §6.7 "Nothing loaded": no backend runs → 503 and nothing is loaded; a chat model
+    loaded → the request goes to that running backend as sent (no model, no switch); once the
+    embeddings config is loaded, selector-less requests use it."""
+    runtimes = node.node.runtimes
+    code, payload, _ = await post(node.url + "/v1/embeddings", {"input": "a"})
+    assert code == 503 and payload["error"]["code"] == "no_loaded_model", payload
+    assert all(s.pid is None for s in runtimes.status())
+    chat = {"model": "alpha", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    code, _, _ = await post(node.url + "/v1/chat/completions", chat)
+    assert code == 200
+    code, payload, response = await post(node.url + "/v1/embeddings", {"input": "a"})
+    assert response.headers.getRawHeaders(b"x-routerd-node") == [b"local"]
+    assert code != 200 and "embedding" in json.dumps(payload)  # alpha's llama-server has no --embeddings
+    assert runtimes.loaded_config("text") == "alpha.kcpps"  # not switched to the embeddings config
+    code, payload, _ = await post(node.url + "/v1/embeddings", {"model": "embedder", "input": "a"})
+    assert code == 200
+    code, payload, _ = await post(node.url + "/v1/embeddings", {"input": ["a", "b"]})
+    assert code == 200 and payload["model"] == "embedder" and len(payload["data"]) == 2
+
+
+@pytest_twisted.ensureDeferred
+async def test_kobold_transcribe_under_llama_sdcpp_goes_to_whisper_and_answers_kobold_text(
+    node: RunningNode,
+) -> None:
+    """Split mode serves Kobold's ``/api/extra/transcribe`` (base64 JSON) on whisper-server, the same
+    transcript as the OpenAI route for the same audio."""
+    import base64
+
+    wav = make_wav(1.5)
+    code, payload, _ = await post(node.url + "/api/extra/transcribe",
+                                  {"model": "ears", "audio_data": base64.b64encode(wav).decode(),
+                                   "langcode": "en"})
+    assert code == 200, payload
+    response = await treq.post(node.url + "/v1/audio/transcriptions",
+                               data={"model": "ears"}, files={"file": ("a.wav", "audio/wav", wav)})
+    assert payload == {"text": json.loads(await response.content())["text"]}
+    code, payload, _ = await post(node.url + "/api/extra/transcribe", {"model": "ears", "audio_data": "%%"})
+    assert code == 400 and "base64" in payload["error"]["message"]

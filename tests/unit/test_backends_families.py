@@ -186,11 +186,13 @@ def test_kobold_unload_restarts_with_nomodel_and_no_model_boots_that_way(tmp_pat
 
 def test_a_config_backend_mode_overrides_the_node_mode(tmp_path: Path) -> None:
     w = World(tmp_path, mode="kobold")
-    w.runtimes.acquire("text", VLLM_CHAT)
+    vllm_lease = w.runtimes.acquire("text", VLLM_CHAT)
     w.runtimes.acquire("text", LLAMA)
+    assert w.launcher.spawned[0].argv[3:5] == ["vllm", "serve"]
+    w.ready()
+    result_of(vllm_lease).release()  # then the llama_sdcpp family takes the GPU
     names = [p.name for p in w.launcher.spawned]
     assert names == ["vllm-generation", "llama-server"]
-    assert w.launcher.spawned[0].argv[3:5] == ["vllm", "serve"]
 
 
 def test_vllm_runs_generation_pooling_and_speech_side_by_side(tmp_path: Path) -> None:
@@ -236,3 +238,50 @@ def test_kobold_speech_lane_needs_tts_in_the_version(tmp_path: Path) -> None:
     w.http.versions[port] = {"tts": True}
     result_of(w.runtimes.refresh_readiness())
     assert w.runtimes.ready("text", voice)
+
+
+# -- family switch (one GPU) ---------------------------------------------------------------------
+
+def test_loading_a_model_of_another_family_stops_the_running_family_first(tmp_path: Path) -> None:
+    w = World(tmp_path, mode="kobold")
+    lease = result_of_ready(w, w.runtimes.acquire("text", COMBO))
+    switching = w.runtimes.acquire("text", LLAMA)
+    assert len(w.launcher.spawned) == 1  # KoboldCpp still has a user: llama-server waits
+    lease.release()
+    assert not w.launcher.spawned[0].running  # KoboldCpp stopped, and not restarted --nomodel
+    assert [p.name for p in w.launcher.spawned] == ["koboldcpp", "llama-server"]
+    w.ready()
+    plain = result_of(switching)
+    assert plain.model.local_id == "plain"
+    assert [p.name for p in w.launcher.running] == ["llama-server"]
+    # and back: KoboldCpp starts again only once llama-server's user is done and it is gone
+    back = w.runtimes.load(COMBO)
+    assert [p.name for p in w.launcher.running] == ["llama-server"]
+    plain.release()
+    assert [p.name for p in w.launcher.running] == ["koboldcpp"]
+    w.ready()
+    assert result_of(back) is None
+    assert w.runtimes.loaded_config("text") == "combo.kcpps"
+
+
+def test_a_family_switch_stops_a_kobold_process_idling_without_a_model(tmp_path: Path) -> None:
+    w = World(tmp_path, mode="kobold", no_model=True)
+    w.runtimes.boot()
+    assert w.launcher.spawned[0].running and "--nomodel" in w.launcher.spawned[0].argv
+    loading = w.runtimes.acquire("text", VLLM_CHAT)
+    assert not w.launcher.spawned[0].running
+    assert [p.name for p in w.launcher.running] == ["vllm-generation"]
+    w.ready()
+    assert result_of(loading).model.local_id == "vchat"
+
+
+def test_same_family_loads_do_not_stop_anything(tmp_path: Path) -> None:
+    w = World(tmp_path, mode="vllm")
+    for m in (VLLM_CHAT, VLLM_EMBED):
+        w.runtimes.acquire("text", m)
+    assert [p.name for p in w.launcher.running] == ["vllm-generation", "vllm-pooling"]
+
+
+def result_of_ready(w: World, acquiring: Any) -> Any:
+    w.ready()
+    return result_of(acquiring)
