@@ -22,6 +22,7 @@ from twisted.logger import Logger
 from twisted.web.client import Agent, HTTPConnectionPool
 
 from routerd import __version__
+from routerd.assets.book import BOOK_FILE, AssetBook
 from routerd.assets.index import AssetIndex
 from routerd.assets.pull import AssetPuller
 from routerd.backends.errors import LoadFailed
@@ -110,7 +111,8 @@ class Node:
         self.runtimes = Runtimes(reactor, config, self.http, launcher=launcher, on_load=self._on_load,
                                  port_allocator=port_allocator)
         self.local = LocalInference(node_id=self.node_id, clock=reactor, runtimes=self.runtimes,
-                                    agent=self.agent, samples=self, on_acquire=self._acquiring)
+                                    agent=self.agent, samples=self, on_acquire=self._acquiring,
+                                    blocked=lambda model: self.assets.blocked(model))
         self.restorer = Restorer(clock=reactor, delay=lambda: self.lending.settings.offload_restore_delay,
                                  loaded_config=self._loaded_config,
                                  borrowed_in_flight=self._borrowed_in_flight,
@@ -176,6 +178,7 @@ class Node:
                                     forwarder=forwarder, loaded_config=self.runtimes.loaded_config,
                                     lending=self.lending, recipes=self.recipes)
         self.admin = ModelAdmin(node_id=self.node_id, catalog=lambda: self.catalog, runtimes=self.runtimes,
+                                blocked=self.assets.blocked,
                                 registry=self.master.registry if self.master is not None else None,
                                 remote=self.master.client if self.master is not None else None)
         self.policy = AuthPolicy.build(config.auth.inference_keys, config.auth.admin_keys,
@@ -216,6 +219,7 @@ class Node:
         store_dir = self.config.cluster.store_dir
         self.store = await self._open_store(os.path.join(store_dir, "routerd.sqlite"))
         self.catalog = await self._hash_catalog(self.catalog)
+        self.assets.book.load()
         await self.assets.rebuild_index()
         if self.recipes is not None:
             self.recipes.book.load()
@@ -306,7 +310,9 @@ class Node:
         index = AssetIndex()
         puller = AssetPuller(agent=self.agent, token=cluster.token, clock=self.reactor, shared_dir=shared_dir,
                              index=index, slots=models.concurrent_asset_transfers,
-                             run_in_thread=self._run_in_thread)
+                             run_in_thread=self._run_in_thread,
+                             rate=max(1, int(models.asset_transfer_rate_mb * 1024 * 1024)),
+                             deadline=models.asset_transfer_deadline)
 
         def post_json(base: str, path: str, body: Any) -> Deferred[Any]:
             if client is None:
@@ -323,7 +329,9 @@ class Node:
                             shared_dir=shared_dir, own_url=self.public_url, catalog=lambda: self.catalog,
                             on_catalog=self._assets_bound, post_json=post_json, peers=peers,
                             master_url=cluster.master_url if self.role == "slave" else None,
-                            metrics_registry=self.metrics.registry)
+                            metrics_registry=self.metrics.registry, node_id=self.node_id,
+                            book=AssetBook(os.path.join(cluster.store_dir, BOOK_FILE)), hub_http=self.http,
+                            lookup_cache=models.asset_lookup_cache)
 
     async def _assets_bound(self, catalog: Catalog) -> None:
         self.catalog = await catalog.hashed(self.hash_cache, self._run_in_thread)

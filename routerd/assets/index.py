@@ -143,5 +143,9 @@ class AssetIndex:
             return None
         return asset
 
+    def all(self) -> list[Asset]:
+        with self._lock:
+            return list(self._by_hash.values())
+
     def lookup(self, hashes: Iterable[str]) -> list[Asset]:
         return [a for a in (self.get(h) for h in hashes) if a is not None]

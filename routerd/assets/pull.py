@@ -34,6 +34,7 @@ from routerd.catalog.hashing import sha256_file
 ASSET_PATH = "/router/v1/node/assets/"
 ATTEMPTS_PER_SOURCE = 3
 DEFAULT_RATE = 512 * 1024 * 1024  # bytes per second per transfer
+DEFAULT_DEADLINE = 15 * 60.0  # seconds a transfer may take in all (reference §8.4)
 
 log = Logger(namespace="routerd.assets.pull")
 
@@ -49,6 +50,7 @@ class Transfer:
     sha256: str
     filename: str
     source: str = ""
+    started: float = 0.0  # clock seconds when the transfer got its slot
     received: int = 0
     total: int | None = None
     state: str = "queued"  # queued | transferring | verifying | done | failed
@@ -108,7 +110,8 @@ class AssetPuller:
 
     def __init__(self, *, agent: IAgent, token: str, clock: IReactorTime, shared_dir: str,
                  index: AssetIndex, slots: int, run_in_thread: Callable[..., Any],
-                 rate: int = DEFAULT_RATE, on_bytes: Callable[[int], None] = lambda _n: None) -> None:
+                 rate: int = DEFAULT_RATE, on_bytes: Callable[[int], None] = lambda _n: None,
+                 deadline: float = DEFAULT_DEADLINE) -> None:
         self.agent = agent
         self.token = token
         self.clock = clock
@@ -117,6 +120,7 @@ class AssetPuller:
         self.run_in_thread = run_in_thread
         self.rate = rate
         self.on_bytes = on_bytes
+        self.deadline = deadline
         self.slots = defer.DeferredSemaphore(slots)
         self.transfers: dict[str, Transfer] = {}
         self._waiters: dict[str, list[defer.Deferred[Asset]]] = {}
@@ -148,6 +152,7 @@ class AssetPuller:
     async def _pull(self, sha256: str, filename: str, sources: list[str]) -> Asset:
         transfer = self.transfers[sha256]
         await self.slots.acquire()
+        transfer.started = self.clock.seconds()
         try:
             problems: list[str] = []
             for source in sources:
@@ -173,6 +178,8 @@ class AssetPuller:
         os.makedirs(os.path.dirname(partial), exist_ok=True)
         url = source.rstrip("/") + ASSET_PATH + sha256
         for attempt in range(1, ATTEMPTS_PER_SOURCE + 1):
+            if self._left(transfer) <= 0:
+                raise PullFailed(f"the transfer deadline ({self.deadline:g} s) passed")
             have = os.path.getsize(partial) if os.path.exists(partial) else 0
             transfer.state = "transferring"
             try:
@@ -198,13 +205,45 @@ class AssetPuller:
                  sha256=sha256, size=asset.size, source=transfer.source)
         return asset
 
+    def _left(self, transfer: Transfer) -> float:
+        return transfer.started + self.deadline - self.clock.seconds()
+
     async def _fetch(self, url: str, partial: str, have: int, transfer: Transfer) -> bool:
-        """Fetch into ``partial`` (resuming after ``have`` bytes); True when the body is complete."""
+        """Fetch into ``partial`` (resuming after ``have`` bytes); True when the body is complete.
+        The transfer's deadline cancels a request or a body still under way."""
+        expired: list[bool] = []
+        current: list[Any] = []
+
+        def expire() -> None:
+            expired.append(True)
+            for thing in current:
+                if isinstance(thing, defer.Deferred):
+                    thing.cancel()
+                elif thing is not None:
+                    thing.stopProducing()
+
+        timer = self.clock.callLater(max(0.0, self._left(transfer)), expire)
+        try:
+            return await self._fetch_once(url, partial, have, transfer, current)
+        except (_Cut, PullFailed, defer.CancelledError):
+            if expired:
+                raise PullFailed(f"the transfer deadline ({self.deadline:g} s) passed") from None
+            raise
+        finally:
+            if timer.active():
+                timer.cancel()
+
+    async def _fetch_once(self, url: str, partial: str, have: int, transfer: Transfer,
+                          current: list[Any]) -> bool:
         headers = Headers({b"authorization": [b"Bearer " + self.token.encode()]})
         if have:
             headers.addRawHeader(b"range", f"bytes={have}-".encode())
+        requesting = self.agent.request(b"GET", url.encode(), headers)
+        current[:] = [requesting]
         try:
-            response = await self.agent.request(b"GET", url.encode(), headers)
+            response = await requesting
+        except defer.CancelledError:
+            raise
         except Exception as exc:  # noqa: BLE001 - any transport failure is a failed source
             raise PullFailed(f"unreachable: {exc}") from None
         code = int(response.code)
@@ -234,6 +273,7 @@ class AssetPuller:
         with open(partial, mode) as handle:
             sink = _Sink(handle, self.clock, self.rate, counted)
             response.deliverBody(sink)
+            current[:] = [sink.transport]
             try:
                 await sink.done
             finally:

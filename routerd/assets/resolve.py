@@ -51,6 +51,7 @@ class AssetState:
     state: str  # ready | unresolved | failed
     reason: str = ""
     portable: bool = False  # the config references files by hash
+    fields: tuple[dict[str, Any], ...] = attrs.field(default=(), eq=False)
 
 
 def needs_of(model: ModelConfig) -> list[Need]:
@@ -69,19 +70,29 @@ def needs_of(model: ModelConfig) -> list[Need]:
 
 def _bind(model: ModelConfig, need: Need, path: str) -> ModelConfig:
     changes: dict[str, Any] = {need.attr: path}
-    if need.field == "sdmodel":
+    if need.field == "sdmodel" and model.options.get("sdmodel_filename"):
         changes["image_id"] = image_id_for(model.local_id, need.filename)
     return attrs.evolve(model, **changes)
 
 
+Observe = Callable[[str, str, dict[str, Any]], None]
+"""``(local_id, event type, fields)``: what resolution did, for resolution jobs."""
+
+
+def _quiet(_local_id: str, _kind: str, _fields: dict[str, Any]) -> None:
+    pass
+
+
 class AssetResolver:
     def __init__(self, *, index: AssetIndex, puller: AssetPuller, cache: FileHashCache,
-                 run_in_thread: Callable[..., Any], sources: Sources) -> None:
+                 run_in_thread: Callable[..., Any], sources: Sources,
+                 substitute_for: Callable[[str], str | None] = lambda _sha: None) -> None:
         self.index = index
         self.puller = puller
         self.cache = cache
         self.run_in_thread = run_in_thread
         self.sources = sources
+        self.substitute_for = substitute_for
 
     async def _matches(self, path: str | None, sha256: str) -> bool:
         if not path or not os.path.isfile(path):
@@ -92,18 +103,36 @@ class AssetResolver:
             return False
         return digest == sha256
 
-    async def resolve(self, catalog: Catalog) -> tuple[Catalog, dict[str, AssetState]]:
+    def _wanted(self, need: Need) -> Need:
+        """``need`` asking for its confirmed substitute's hash, when one is recorded."""
+        replacement = self.substitute_for(need.sha256)
+        return attrs.evolve(need, sha256=replacement) if replacement and replacement != need.sha256 else need
+
+    async def resolve(self, catalog: Catalog,
+                      observe: Observe = _quiet) -> tuple[Catalog, dict[str, AssetState]]:
         """A catalog with every resolvable portable field bound, and each config's state."""
         states: dict[str, AssetState] = {}
+        fields: dict[str, list[dict[str, Any]]] = {}
         pending: dict[str, list[Need]] = {}
         models = {m.local_id: m for m in catalog.models}
+
+        def note(local_id: str, need: Need, state: str, **extra: Any) -> None:
+            row = {"field": need.field, "sha256": need.sha256, "filename": need.filename, "state": state,
+                   **extra}
+            fields.setdefault(local_id, []).append(row)
+            observe(local_id, "field", row)
+
         for model in catalog.models:
-            for need in needs_of(model):
+            for original in needs_of(model):
+                need = self._wanted(original)
+                sub = {"substituted_for": original.sha256} if need is not original else {}
                 if await self._matches(need.path, need.sha256):
+                    note(model.local_id, need, "ready", source="path", **sub)
                     continue
                 asset = self.index.get(need.sha256)
                 if asset is not None:
                     models[model.local_id] = _bind(models[model.local_id], need, asset.path)
+                    note(model.local_id, need, "ready", source=asset.source, **sub)
                     continue
                 pending.setdefault(model.local_id, []).append(need)
         wanted = sorted({n.sha256 for needs in pending.values() for n in needs})
@@ -117,16 +146,23 @@ class AssetResolver:
             for need in needs:
                 peers = where.get(need.sha256, [])
                 if not peers:
-                    states[local_id] = AssetState("unresolved", f"{need.field}: no node holds {need.sha256}")
+                    reason = f"{need.field}: no node holds {need.sha256}"
+                    states[local_id] = AssetState("unresolved", reason, True)
+                    note(local_id, need, "unresolved", reason=reason)
                     continue
+                observe(local_id, "transfer", {"field": need.field, "sha256": need.sha256, "sources": peers})
                 try:
                     safe_filename(need.filename)
                     asset = await self.puller.pull(need.sha256, need.filename, peers)
                 except (PullFailed, UnsafePath) as exc:
-                    states[local_id] = AssetState("failed", f"{need.field}: {exc}")
+                    reason = f"{need.field}: {exc}"
+                    states[local_id] = AssetState("failed", reason, True)
+                    note(local_id, need, "failed", reason=reason)
                     continue
                 models[local_id] = _bind(models[local_id], need, asset.path)
+                note(local_id, need, "ready", source="peer_sha256")
         for model in catalog.models:
             states.setdefault(model.local_id, AssetState("ready", portable=bool(needs_of(model))))
+        out = {k: attrs.evolve(v, fields=tuple(fields.get(k, ()))) for k, v in states.items()}
         bound = Catalog([models[m.local_id] for m in catalog.models], catalog.invalid, catalog.config_dir)
-        return bound, states
+        return bound, out

@@ -21,6 +21,11 @@ Rules kept deliberately simple (and relied on by the rest of routerd):
   a vLLM config (``backend_mode`` ``vllm``) prefers
   ``vllm.settings.max_model_length``; either one fills in when the other is
   absent; 0 when neither is stated.
+* Portable configs (cluster reference §8.5): ``<field>_hash`` (64 lowercase hex)
+  and optionally ``<field>_filename`` (a bare file name) name a weight file by
+  sha256.  A hash with no path still makes the field *set* for capabilities (a
+  portable text hash gives ``llm``); its path stays ``None`` until the node binds
+  it to a verified file (:meth:`ModelConfig.unbound_fields`).
 * Integers must be JSON integers (``true``/``4096.0``/``"4096"`` are refused):
   ``contextsize`` ≥ 0 (0 = not stated), ``parallel`` and the two vLLM settings
   ≥ 1; ``null`` means unset.
@@ -31,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 from collections.abc import Mapping
 from typing import Any
@@ -52,6 +58,9 @@ PATH_KEYS: frozenset[str] = frozenset(
     {"model", "model_param", "mmproj", "embeddingsmodel", "sdmodel", "whispermodel", "ttsmodel"}
 )
 PATH_MARKER = "<path>"
+# Weight keys that may be given portably as ``<key>_hash`` (+ ``<key>_filename``).
+PORTABLE_KEYS: tuple[str, ...] = ("model", "mmproj", "embeddingsmodel", "sdmodel", "whispermodel", "ttsmodel")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # Raw keys not carried in ``ModelConfig.options`` (cluster.md §3.3).
 OPTION_EXCLUDED_KEYS: frozenset[str] = frozenset({"mcp_servers", "mcp_enabled", "mcpfile"})
 
@@ -173,6 +182,22 @@ def _int_value(value: Any, key: str, minimum: int) -> int | None:
     return value
 
 
+def _portable(raw: Mapping[str, Any], key: str) -> tuple[str, str] | None:
+    """``(sha256, filename)`` of a portable weight key, None when it has no ``<key>_hash``."""
+    sha = raw.get(f"{key}_hash")
+    if sha is None or sha == "":
+        return None
+    if not isinstance(sha, str) or _SHA256.match(sha) is None:
+        raise _Invalid(f"{key}_hash must be a sha256 of 64 lowercase hex characters")
+    name = raw.get(f"{key}_filename")
+    if name is None or name == "":
+        return sha, ""
+    if (not isinstance(name, str) or "/" in name or "\\" in name or "\x00" in name
+            or name.startswith(".") or len(name) > 255):
+        raise _Invalid(f"{key}_filename must be a bare file name")
+    return sha, name
+
+
 def _vllm_settings(raw: Mapping[str, Any]) -> Mapping[str, Any]:
     vllm = raw.get("vllm")
     if vllm is None:
@@ -255,21 +280,29 @@ def _build(raw: Mapping[str, Any], path: str, default_backend_mode: str) -> Mode
     extra_args = _extra_args(raw.get("extra_args"))
     embeddings_flag = _embeddings_flag(raw)
 
-    if not any((text_raw, sd_raw, whisper_raw, embed_raw, tts_raw)):
+    portable = {key: _portable(raw, key) for key in PORTABLE_KEYS}
+    has = {key: portable[key] is not None for key in PORTABLE_KEYS}
+    has["model"] = has["model"] or text_raw is not None
+    has["mmproj"] = has["mmproj"] or mmproj_raw is not None
+    has["embeddingsmodel"] = has["embeddingsmodel"] or embed_raw is not None
+    has["sdmodel"] = has["sdmodel"] or sd_raw is not None
+    has["whispermodel"] = has["whispermodel"] or whisper_raw is not None
+    has["ttsmodel"] = has["ttsmodel"] or tts_raw is not None
+    if not any(has[k] for k in ("model", "sdmodel", "whispermodel", "embeddingsmodel", "ttsmodel")):
         raise _Invalid(NO_MODEL_FILE)
 
-    llm = text_raw is not None
+    llm = has["model"]
     if backend_mode == "vllm":
         context = max_len or context_size or 0
     else:
         context = context_size or max_len or 0
     capabilities = Capabilities(
         llm=llm,
-        image=sd_raw is not None,
-        embeddings=embed_raw is not None or (embeddings_flag and llm),
-        multimodal=llm and mmproj_raw is not None,
-        stt=whisper_raw is not None,
-        tts=tts_raw is not None,
+        image=has["sdmodel"],
+        embeddings=has["embeddingsmodel"] or (embeddings_flag and llm),
+        multimodal=llm and has["mmproj"],
+        stt=has["whispermodel"],
+        tts=has["ttsmodel"],
         context=context,
     )
     options = {k: v for k, v in raw.items() if k not in OPTION_EXCLUDED_KEYS}
@@ -291,9 +324,17 @@ def _build(raw: Mapping[str, Any], path: str, default_backend_mode: str) -> Mode
         vllm_max_model_length=max_len,
         vllm_max_sequences=max_seqs,
         extra_args=extra_args,
-        image_id=image_id_for(local_id, sd_raw) if sd_raw is not None else None,
+        image_id=_image_id(local_id, sd_raw, portable["sdmodel"]),
         options=options,
     )
+
+
+def _image_id(local_id: str, sd_raw: str | None, portable: tuple[str, str] | None) -> str | None:
+    if sd_raw is not None:
+        return image_id_for(local_id, sd_raw)
+    if portable is not None:  # hash-only: the portable file name, else the hash
+        return image_id_for(local_id, portable[1] or portable[0])
+    return None
 
 
 def parse_kcpps(path: str, default_backend_mode: str) -> ModelConfig | InvalidConfig:

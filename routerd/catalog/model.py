@@ -72,6 +72,13 @@ class ModelConfig:
         }
         return {k: v for k, v in fields.items() if v}
 
+    def unbound_fields(self) -> list[str]:
+        """Portable weight fields named only by ``<field>_hash`` that no file is bound to yet
+        (cluster reference §8.5: they block loading before the backend starts)."""
+        bound = self.weight_files()
+        return [f for f in ("model", "mmproj", "embeddingsmodel", "sdmodel", "whispermodel", "ttsmodel")
+                if self.options.get(f"{f}_hash") and f not in bound]
+
 
 @attrs.frozen
 class InvalidConfig:

@@ -150,9 +150,16 @@ def parse_config(
         file_roots=tuple(reader.path_value(p) for p in reader.str_list(m, "models", "file_roots", ())),
         concurrent_asset_transfers=reader.integer(m, "models", "concurrent_asset_transfers", 2, 1, 64),
         keep_alive=reader.duration(m, "models", "keep_alive", 0.0) or None,
+        asset_transfer_rate_mb=reader.number(m, "models", "asset_transfer_rate_mb",
+                                             ModelsConfig().asset_transfer_rate_mb),
+        asset_transfer_deadline=reader.duration(m, "models", "asset_transfer_deadline",
+                                                ModelsConfig().asset_transfer_deadline),
+        asset_lookup_cache=reader.duration(m, "models", "asset_lookup_cache",
+                                           ModelsConfig().asset_lookup_cache),
     )
     reader.unknown(m, "models", ("config_dir", "startup_model", "shared_dir", "file_roots",
-                                 "concurrent_asset_transfers", "keep_alive"))
+                                 "concurrent_asset_transfers", "keep_alive", "asset_transfer_rate_mb",
+                                 "asset_transfer_deadline", "asset_lookup_cache"))
     if "" in models.file_roots:
         errs.add("models.file_roots", "cannot contain empty paths")
     if not os.path.isdir(models.config_dir):

@@ -52,6 +52,11 @@ class ModelsConfig:
     #: Idle TTL (seconds) after which a loaded model is unloaded; ``None``: never (Ollama's
     #: ``keep_alive`` on a request overrides it for that model).
     keep_alive: float | None = None
+    #: Peer pull bounds (cluster reference §8.4): MB/s per transfer, the whole transfer's deadline
+    #: (seconds) and how long a peer lookup answer is reused (seconds).
+    asset_transfer_rate_mb: float = 512.0
+    asset_transfer_deadline: float = 15 * 60.0
+    asset_lookup_cache: float = 5.0
 
 
 @attrs.frozen

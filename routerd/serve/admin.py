@@ -10,6 +10,7 @@ from routerd.backends.errors import BackendMissing, LoadFailed
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.model import RUNTIME_KINDS, ModelConfig, RuntimeKind
 from routerd.errors import HTTPError
+from routerd.serve.assets import assets_unresolved
 from routerd.wire.records import ModelRecord
 
 UNLOAD_TARGETS = ("text", "image", "stt", "embeddings", "all")
@@ -42,8 +43,10 @@ class ModelAdmin:
     """Loads and unloads; ``registry``/``remote`` are the master's (None elsewhere)."""
 
     def __init__(self, *, node_id: str, catalog: Callable[[], Catalog], runtimes: Runtimes,
-                 registry: Records | None = None, remote: RemoteControl | None = None) -> None:
+                 registry: Records | None = None, remote: RemoteControl | None = None,
+                 blocked: Callable[[ModelConfig], str | None] = lambda _model: None) -> None:
         self.node_id = node_id
+        self.blocked = blocked  # why a config may not load yet (unresolved portable assets), or None
         self.catalog = catalog
         self.runtimes = runtimes
         self.registry = registry
@@ -83,6 +86,9 @@ class ModelAdmin:
             await self.remote.load(remote.node_url, remote.local_id)
             return {"ok": True, "model": name, "node_id": remote.node_id}
         model = self._model(self._local_name(name) if site else name)
+        reason = self.blocked(model)
+        if reason is not None:  # before the backend starts (reference §8.5)
+            raise assets_unresolved(model.local_id, reason)
         try:
             await self.runtimes.load(model)
         except LoadFailed as exc:

@@ -10,19 +10,28 @@ every registered node; a standalone node has only its own files.  Progress: :met
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
+import attrs
 from prometheus_client import CollectorRegistry, Counter
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from routerd.assets.book import AssetBook, Substitution
+from routerd.assets.hf import BindRefused, parse_origin, verify_origin
 from routerd.assets.index import AssetIndex, build_index_blocking, is_sha256
+from routerd.assets.jobs import JobBoard, ResolutionJob
+from routerd.assets.portable import portable_config
 from routerd.assets.pull import AssetPuller
-from routerd.assets.resolve import AssetResolver, AssetState
+from routerd.assets.resolve import AssetResolver, AssetState, needs_of
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.hashing import FileHashCache
+from routerd.catalog.model import ModelConfig
+from routerd.errors import HTTPError
 from routerd.services import IntervalService
 from routerd.wire.records import ModelRecord
 
@@ -31,6 +40,29 @@ log = Logger(namespace="routerd.serve.assets")
 LOOKUP_PATH = "/router/v1/node/assets/lookup"
 LOOKUP_CLUSTER_PATH = "/router/v1/node/assets/lookup-cluster"
 PostJson = Callable[[str, str, Any], Awaitable[Any]]
+LOOKUP_CACHE_LIMIT = 512  # hashes whose peer lookup answer is kept (reference §8.4)
+
+
+def assets_unresolved(model_id: str, reason: str) -> HTTPError:
+    """503 for a load of a config whose portable weights are not bound to a verified file."""
+    return HTTPError(503, f"model {model_id!r} cannot load before its assets are resolved: {reason}",
+                     "backend_error", "assets_unresolved")
+
+
+def _sha(body: Any, key: str) -> str:
+    value = body.get(key) if isinstance(body, dict) else None
+    if not is_sha256(value):
+        raise HTTPError(400, f"{key} must be a sha256 of 64 lowercase hex characters")
+    return value
+
+
+def _read_raw(path: str) -> dict[str, Any]:
+    """Blocking: the config file's JSON object."""
+    with open(path, encoding="utf-8-sig") as handle:
+        raw = json.load(handle)
+    if not isinstance(raw, dict):
+        raise ValueError("config is not a JSON object")
+    return raw
 
 
 def sources_from(answers: Iterable[tuple[str, Any]]) -> dict[str, list[str]]:
@@ -55,7 +87,9 @@ class AssetService:
                  shared_dir: str, own_url: str, catalog: Callable[[], Catalog],
                  on_catalog: Callable[[Catalog], Awaitable[None]], post_json: PostJson,
                  peers: Callable[[], list[str]], master_url: str | None,
-                 metrics_registry: CollectorRegistry | None = None, retry_interval: float = 30.0) -> None:
+                 metrics_registry: CollectorRegistry | None = None, retry_interval: float = 30.0,
+                 node_id: str = "", book: AssetBook | None = None, hub_http: Any = None,
+                 lookup_cache: float = 5.0) -> None:
         self.clock = clock
         self.index = index
         self.puller = puller
@@ -70,8 +104,14 @@ class AssetService:
         self.peers = peers
         self.master_url = master_url
         self.states: dict[str, AssetState] = {}
+        self.node_id = node_id
+        self.book = book if book is not None else AssetBook(None)
+        self.hub_http = hub_http  # treq-like client for bind (the Hugging Face Hub)
+        self.lookup_cache = lookup_cache
+        self._found: dict[str, tuple[float, list[str]]] = {}  # sha256 -> (expires, peer URLs)
+        self.jobs = JobBoard(node_id, lambda: int(clock.seconds() * 1000))
         self.resolver = AssetResolver(index=index, puller=puller, cache=cache, run_in_thread=run_in_thread,
-                                      sources=self.find_sources)
+                                      sources=self.find_sources, substitute_for=self.book.substitute_for)
         self.bytes_transferred = Counter("routerd_asset_bytes_transferred",
                                          "Bytes received by peer asset transfers",
                                          registry=metrics_registry) if metrics_registry else None
@@ -98,8 +138,11 @@ class AssetService:
             return None
         return defer.ensureDeferred(self.resolve())
 
-    async def resolve(self) -> None:
-        catalog, states = await self.resolver.resolve(self.catalog())
+    async def resolve(self, observe: Any = None) -> None:
+        if observe is None:
+            catalog, states = await self.resolver.resolve(self.catalog())
+        else:
+            catalog, states = await self.resolver.resolve(self.catalog(), observe)
         self.states = states
         for local_id, state in sorted(states.items()):
             if state.state != "ready":
@@ -108,11 +151,29 @@ class AssetService:
         await self.on_catalog(catalog)
 
     async def find_sources(self, hashes: list[str]) -> dict[str, list[str]]:
-        """Peers holding each hash: the master's merged lookup (slave) or every peer's (master)."""
+        """Peers holding each hash: the master's merged lookup (slave) or every peer's (master).
+        An answer is reused for ``lookup_cache`` seconds (at most 512 hashes kept)."""
+        now = self.clock.seconds()
+        out = {h: self._found[h][1] for h in hashes if h in self._found and self._found[h][0] > now}
+        missing = [h for h in hashes if h not in out]
+        if not missing:
+            return {h: urls for h, urls in out.items() if urls}
         if self.master_url is not None:
-            answer = await self.post_json(self.master_url, LOOKUP_CLUSTER_PATH, {"hashes": hashes})
-            return sources_from([(self.master_url, answer)])
-        return sources_from(await self.fan_out(hashes))
+            answer = await self.post_json(self.master_url, LOOKUP_CLUSTER_PATH, {"hashes": missing})
+            found = sources_from([(self.master_url, answer)])
+        else:
+            found = sources_from(await self.fan_out(missing))
+        expires = self.clock.seconds() + self.lookup_cache
+        self._found = {h: e for h, e in self._found.items() if e[0] > now}
+        for sha in missing:
+            if len(self._found) < LOOKUP_CACHE_LIMIT:
+                self._found[sha] = (expires, found.get(sha, []))
+            out[sha] = found.get(sha, [])
+        return {h: urls for h, urls in out.items() if urls}
+
+    def forget_sources(self) -> None:
+        """Drop the cached lookup answers (a new resolution asked for by an operator)."""
+        self._found.clear()
 
     async def fan_out(self, hashes: list[str]) -> list[tuple[str, Any]]:
         urls = self.peers()
@@ -123,18 +184,161 @@ class AssetService:
     async def lookup_cluster(self, hashes: list[str]) -> dict[str, Any]:
         """The master's merged lookup: its own index (``node_url`` = itself) and every peer's."""
         own = self.index.lookup(hashes) if self.own_url else []  # without a public URL none can fetch
-        out = [{**a.to_json(), "node_url": self.own_url} for a in own]
+        out = [{**self.describe(a.sha256, a.to_json()), "node_url": self.own_url} for a in own]
         for url, answer in await self.fan_out(hashes):
             for item in answer.get("assets", []) if isinstance(answer, dict) else []:
                 if isinstance(item, dict) and is_sha256(item.get("sha256")):
-                    out.append({"sha256": item["sha256"], "filename": item.get("filename"),
-                                "size": item.get("size"), "node_url": url})
+                    entry = {"sha256": item["sha256"], "filename": item.get("filename"),
+                             "size": item.get("size"), "node_url": url}
+                    if isinstance(item.get("origin"), str):
+                        entry["origin"] = item["origin"]
+                    out.append(entry)
         return {"assets": out}
+
+    def describe(self, sha256: str, entry: dict[str, Any]) -> dict[str, Any]:
+        """A lookup entry with the hash's bound origin, when there is one."""
+        origin = self.book.origin(sha256)
+        return {**entry, "origin": origin} if origin else entry
+
+    def blocked(self, model: ModelConfig) -> str | None:
+        """Why ``model`` may not load yet (portable weights not bound to a verified file), or None."""
+        state = self.states.get(model.local_id)
+        if state is not None and state.state != "ready":
+            return f"asset_state {state.state}: {state.reason}"
+        unbound = model.unbound_fields()
+        if unbound:
+            return f"{', '.join(unbound)} named only by sha256 and not bound to a verified file yet"
+        return None
+
+    def _model(self, local_id: Any) -> ModelConfig:
+        model = self.catalog().resolve(local_id) if isinstance(local_id, str) and local_id else None
+        if model is None:
+            raise HTTPError(404, f"model {str(local_id)[:80]!r} was not found on this node", "not_found",
+                            "model_not_found")
+        return model
+
+    # -- site operations (reference §8.6), run on the owning node ---------------------
+
+    async def export(self, local_id: Any) -> tuple[str, dict[str, Any]]:
+        """``(file name, portable config)``: every weight path replaced by its sha256."""
+        model = self._model(local_id)
+        try:
+            raw: dict[str, Any] = await self.run_in_thread(_read_raw, model.path)
+        except (OSError, ValueError) as exc:
+            raise HTTPError(409, f"cannot read {model.filename}: {exc}", "invalid_request_error",
+                            "config_unreadable") from None
+        files: dict[str, tuple[str, str]] = {}
+        for field, path in model.weight_files().items():
+            try:
+                digest: str = await self.run_in_thread(self.cache.hash_file, path)
+            except OSError as exc:
+                raise HTTPError(409, f"cannot hash the {field} file of {model.local_id}: {exc}",
+                                "invalid_request_error", "asset_unreadable") from None
+            files[field] = (digest, os.path.basename(path))
+        for need in needs_of(model):  # still unbound: keep what the config says
+            files.setdefault(need.field, (need.sha256, need.filename))
+        return model.filename, portable_config(raw, files, self.book.origins)
+
+    def _model_state(self, model: ModelConfig) -> dict[str, Any]:
+        state = self.states.get(model.local_id, AssetState("ready", portable=bool(needs_of(model))))
+        reason = self.blocked(self._model(model.local_id))
+        return {"node_id": self.node_id, "model_id": model.local_id,
+                "asset_state": state.state if reason is None or state.state != "ready" else "unresolved",
+                "reason": reason or "", "fields": list(state.fields)}
+
+    async def resolve_model(self, local_id: Any) -> dict[str, Any]:
+        """Resolve now (peer lookup not cached) and report ``local_id``'s state and fields."""
+        model = self._model(local_id)
+        self.forget_sources()
+        await self.resolve()
+        return self._model_state(model)
+
+    def start_job(self, local_id: Any) -> ResolutionJob:
+        model = self._model(local_id)
+        job = self.jobs.create(model.local_id)
+
+        def observe(model_id: str, kind: str, fields: dict[str, Any]) -> None:
+            if model_id == job.model_id:
+                if kind == "transfer" and fields["sha256"] not in job.hashes:
+                    job.hashes.append(fields["sha256"])
+                job.add(self.jobs.now_ms(), kind, **fields)
+
+        async def run() -> None:
+            self.forget_sources()
+            try:
+                await self.resolve(observe)
+            except Exception as exc:  # noqa: BLE001 - the job records why it failed
+                self.jobs.finish(job, "failed", str(exc))
+                return
+            doc = self._model_state(model)
+            self.jobs.finish(job, doc["asset_state"], doc["reason"])
+
+        defer.ensureDeferred(run())
+        return job
+
+    def job_document(self, job: ResolutionJob) -> dict[str, Any]:
+        return {**job.summary(), "transfers": [self.puller.transfers[h].to_json() for h in job.hashes
+                                               if h in self.puller.transfers]}
+
+    async def candidates(self, body: Any) -> dict[str, Any]:
+        """Where a hash can come from: files with it here and on peers, the bound origin, a recorded
+        substitution, and local files with the same name but another hash (substitution candidates)."""
+        sha256 = _sha(body, "sha256")
+        filename = body.get("filename") if isinstance(body.get("filename"), str) else None
+        exact: list[dict[str, Any]] = []
+        own = self.index.get(sha256)
+        if own is not None:
+            exact.append({"node_url": self.own_url, "node_id": self.node_id, "filename": own.filename,
+                          "size": own.size, "source": own.source})
+        try:
+            peers = await self.find_sources([sha256])
+        except Exception as exc:  # noqa: BLE001 - the local answer stands
+            log.info("asset lookup for candidates failed: {error}", error=str(exc))
+            peers = {}
+        for url in peers.get(sha256, []):
+            if url != self.own_url:
+                exact.append({"node_url": url, "source": "peer"})
+        names = {filename} if filename else {a.filename for a in ([own] if own else [])}
+        similar = [{"sha256": a.sha256, "filename": a.filename, "size": a.size, "source": a.source}
+                   for a in self.index.all() if a.filename in names and a.sha256 != sha256]
+        sub = self.book.substitutions.get(sha256)
+        return {"sha256": sha256, "node_id": self.node_id, "exact": exact, "similar": similar,
+                "origin": self.book.origin(sha256), "substitution": sub.to_json() if sub else None}
+
+    def substitute(self, body: Any) -> dict[str, Any]:
+        """Record that ``expected_sha256`` may be served by the file with ``sha256``; needs
+        ``confirm: true`` and two different hashes (else 400 ``confirmation_required``)."""
+        expected = _sha(body, "expected_sha256")
+        sha256 = _sha(body, "sha256")
+        if body.get("confirm") is not True or expected == sha256:
+            raise HTTPError(400, "a substitution needs \"confirm\": true and a sha256 different from "
+                                 "expected_sha256", "invalid_request_error", "confirmation_required")
+        note = body.get("note") if isinstance(body.get("note"), str) else ""
+        sub = Substitution(expected, sha256, int(self.clock.seconds() * 1000), note[:200])
+        self.book.substitute(sub)
+        log.info("asset {expected} will be bound to {sha256} (confirmed substitution)", expected=expected,
+                 sha256=sha256)
+        defer.ensureDeferred(self.resolve()).addErrback(
+            lambda f: log.failure("resolving after a substitution failed", failure=f))
+        return {"ok": True, "node_id": self.node_id, "substitution": sub.to_json()}
+
+    async def bind(self, body: Any) -> dict[str, Any]:
+        """Record a Hugging Face origin once the Hub confirms the path at that commit has that LFS
+        sha256; ``{sha256, hf}``."""
+        sha256 = _sha(body, "sha256")
+        try:
+            origin = parse_origin(body.get("hf"))
+            if self.hub_http is None:
+                raise BindRefused("this node has no HTTP client for the Hugging Face Hub")
+            await verify_origin(self.hub_http, origin, sha256)
+        except BindRefused as exc:
+            raise HTTPError(exc.status, str(exc), "invalid_request_error", exc.code) from None
+        self.book.bind(sha256, str(origin))
+        log.info("asset {sha256} bound to {hf}", sha256=sha256, hf=str(origin))
+        return {"sha256": sha256, "hf": str(origin)}
 
     def annotate(self, records: list[ModelRecord]) -> list[ModelRecord]:
         """Records with their ``asset_state``; a config whose assets are not ready is unavailable."""
-        import attrs
-
         out = []
         for record in records:
             state = self.states.get(record.local_id)

@@ -32,6 +32,7 @@ from routerd.routing.multipart import MultipartError
 from routerd.routing.plan import SECTIONS, BackendPlan, plan_backend_call
 from routerd.routing.relay import StreamBroken, collect, relay, response_header
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
+from routerd.serve.assets import assets_unresolved
 from routerd.store.samples import RequestSample
 from routerd.wire.lending import section_key
 
@@ -54,7 +55,8 @@ class LocalInference:
     """Serves inference calls with this node's own backend runtimes."""
 
     def __init__(self, *, node_id: str, clock: IReactorTime, runtimes: RuntimePool, agent: IAgent,
-                 samples: SampleSink, on_acquire: Callable[[Call, ModelConfig], None] | None = None) -> None:
+                 samples: SampleSink, on_acquire: Callable[[Call, ModelConfig], None] | None = None,
+                 blocked: Callable[[ModelConfig], str | None] = lambda _model: None) -> None:
         self.node_id = node_id
         self.clock = clock
         self.runtimes = runtimes
@@ -63,6 +65,7 @@ class LocalInference:
         self.agent = agent
         self.samples = samples
         self.on_acquire = on_acquire  # told before every runtime acquire (restore after borrow)
+        self.blocked = blocked  # why a config may not load yet (unresolved portable assets), or None
         self.active: dict[str, ActiveRequest] = {}
         self._acquiring: dict[str, Deferred[Any]] = {}  # borrowed requests waiting for the runtime
         self._taken_back: set[str] = set()
@@ -165,7 +168,11 @@ class LocalInference:
             self.samples.finished(call)
 
     async def _acquire(self, call: Call, model: ModelConfig) -> Any:
-        """The runtime lease; a borrowed request's wait for it can be taken back (:meth:`take_back`)."""
+        """The runtime lease; a borrowed request's wait for it can be taken back (:meth:`take_back`).
+        A config whose portable assets are unresolved never reaches the backend (503)."""
+        reason = self.blocked(model)
+        if reason is not None:
+            raise assets_unresolved(model.local_id, reason)
         acquiring = self.runtimes.acquire(call.route.runtime, model)
         if not call.borrowed:
             return await acquiring
