@@ -56,6 +56,7 @@ from routerd.routing.adapters.ollama import ListedModel
 from routerd.routing.call import Call, Incoming, Reply
 from routerd.routing.classify import classify
 from routerd.routing.forward import Forwarder
+from routerd.routing.relay import Timeouts
 from routerd.serve import documents
 from routerd.serve.admin import ModelAdmin
 from routerd.serve.assets import AssetService
@@ -107,11 +108,17 @@ class Node:
         self.run_in_thread = run_in_thread
         self.hash_cache = FileHashCache(os.path.join(cluster.store_dir, "hash-cache.json"))
         self.started_at = reactor.seconds()
+        #: ``starting`` until start() has loaded the startup model, ``ready``, then ``draining``
+        #: from a stop on (what ``/health`` answers).
+        self.phase = "starting"
         self.own_work_at = reactor.seconds()
+        limits = config.limits
+        self.timeouts = Timeouts(reactor, limits.first_byte_timeout, limits.idle_stream_timeout)
         self.runtimes = Runtimes(reactor, config, self.http, launcher=launcher, on_load=self._on_load,
                                  port_allocator=port_allocator)
         self.local = LocalInference(node_id=self.node_id, clock=reactor, runtimes=self.runtimes,
                                     agent=self.agent, samples=self, on_acquire=self._acquiring,
+                                    timeouts=self.timeouts, max_queued_per_model=limits.max_queued_per_model,
                                     blocked=lambda model: self.assets.blocked(model))
         self.restorer = Restorer(clock=reactor, delay=lambda: self.lending.settings.offload_restore_delay,
                                  loaded_config=self._loaded_config,
@@ -138,7 +145,7 @@ class Node:
                                       registry=registry, client=client, routing_allowed=routing_allowed,
                                       clock=reactor, health_interval=cluster.health_interval,
                                       local_status=self.runtime_status)
-            forwarder = Forwarder(self.agent, cluster.token, routing_allowed)
+            forwarder = Forwarder(self.agent, cluster.token, routing_allowed, self.timeouts)
             asset_client = client
             transport = InProcess(self.node_id, lambda: cast(Coordinator, self.coordinator))
         elif self.role == "slave":
@@ -149,7 +156,8 @@ class Node:
                                     sync_interval=cluster.sync_interval, on_terminal=self._fatal)
             asset_client = client
             transport = ViaMaster(self.node_id, cluster.master_url, client,
-                                  Forwarder(self.agent, cluster.token, AllowList([cluster.master_url])))
+                                  Forwarder(self.agent, cluster.token, AllowList([cluster.master_url]),
+                                            self.timeouts))
         self.lending = LendingService(
             node_id=self.node_id, settings=cluster.lending, clock=reactor, role=self.role,
             transport=transport, decisions=self.decisions, own_busy=self.own_busy,
@@ -182,8 +190,11 @@ class Node:
                                 registry=self.master.registry if self.master is not None else None,
                                 remote=self.master.client if self.master is not None else None)
         self.policy = AuthPolicy.build(config.auth.inference_keys, config.auth.admin_keys,
-                                       cluster.token, config.server.allowed_cidrs)
+                                       cluster.token, config.server.allowed_cidrs,
+                                       metrics_keys=config.auth.metrics_keys,
+                                       trusted_proxies=config.server.trusted_proxies)
         self.decisions.observe(self.metrics.count_decision)
+        self.metrics.watch_queues(lambda: self.local.queued)
         self.metrics.watch_lending(self._lease_sides,
                                    lambda: [(h["lane"], h["state"]) for h in self.lending.held_requests()])
         self.metrics.watch_node(self._runtime_views, tuple(s.value for s in SlotState), self._node_health)
@@ -218,7 +229,11 @@ class Node:
         preload the startup model."""
         store_dir = self.config.cluster.store_dir
         self.store = await self._open_store(os.path.join(store_dir, "routerd.sqlite"))
+        hashing_started = self.reactor.seconds()
+        self.log.info("hashing the weight files of {count} model configs", count=len(self.catalog.models))
         self.catalog = await self._hash_catalog(self.catalog)
+        self.log.info("weight files hashed in {seconds:.1f} s",
+                      seconds=self.reactor.seconds() - hashing_started)
         self.assets.book.load()
         await self.assets.rebuild_index()
         if self.recipes is not None:
@@ -236,6 +251,7 @@ class Node:
         startup = self.config.models.startup_model
         if startup:
             await self.admin.load(startup)
+        self.phase = "ready"
 
     async def after_listening(self) -> None:
         """Steps that need the listener open: portable configs are resolved (in the background;
@@ -246,7 +262,26 @@ class Node:
             await self.slave.start()
             self.slave.setServiceParent(self.services)  # type: ignore[no-untyped-call]
 
+    async def drain(self, timeout: float) -> None:
+        """Stop taking work and let in-flight requests finish, for up to ``timeout`` seconds:
+        ``/health`` answers 503 ``draining``, new requests 503 with ``Retry-After``, requests still
+        waiting for a backend slot are refused (503), running and lent ones go on."""
+        from twisted.internet import task
+
+        self.phase = "draining"
+        refused = self.local.drain()
+        self.log.info("draining: {active} requests in flight, {refused} waiting requests refused",
+                      active=self.front.active_calls, refused=refused)
+        deadline = self.reactor.seconds() + timeout
+        while self.front.active_calls > 0 and self.reactor.seconds() < deadline:
+            await task.deferLater(self.reactor, min(0.05, max(0.0, deadline - self.reactor.seconds())),
+                                  lambda: None)
+        if self.front.active_calls:
+            self.log.warn("drain timeout ({timeout} s): {active} requests still in flight are cut off",
+                          timeout=timeout, active=self.front.active_calls)
+
     async def stop(self) -> None:
+        self.phase = "draining"
         if self.services.running:
             await self.services.stopService()
 
@@ -269,8 +304,12 @@ class Node:
     async def apply_live_config(self, old: Config, new: Config) -> None:
         cluster = new.cluster
         self.policy = AuthPolicy.build(new.auth.inference_keys, new.auth.admin_keys, cluster.token,
-                                       new.server.allowed_cidrs)
+                                       new.server.allowed_cidrs, metrics_keys=new.auth.metrics_keys,
+                                       trusted_proxies=new.server.trusted_proxies)
         self.keepalive.default_ttl = new.models.keep_alive
+        self.timeouts.first_byte = new.limits.first_byte_timeout
+        self.timeouts.idle = new.limits.idle_stream_timeout
+        self.local.max_queued_per_model = new.limits.max_queued_per_model
         if self.master is not None:
             self.master.health_interval = cluster.health_interval
             self.master.getServiceNamed("health poll").set_interval(cluster.health_interval)  # type: ignore[no-untyped-call]
