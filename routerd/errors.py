@@ -42,6 +42,15 @@ class HTTPError(StatusError):
         super().__init__(status, message, type_, code or type_)
 
 
+class Saturated(HTTPError):
+    """A node or model cannot take the request now: 429 (queue bound) or 503 (buffer bound),
+    answered with ``Retry-After: retry_after`` seconds (contract §5)."""
+
+    def __init__(self, status: int, message: str, code: str, retry_after: int = 1) -> None:
+        super().__init__(status, message, "overloaded", code)
+        self.retry_after = retry_after
+
+
 def style_for_path(path: str) -> ErrorStyle:
     if path.startswith("/api/") and not path.startswith(("/api/v1/", "/api/extra/")):
         return "ollama"

@@ -103,6 +103,19 @@ class _NodeGauges(Collector):
         yield health
 
 
+class _QueueGauges(Collector):
+    def __init__(self, depths: Callable[[], Mapping[str, int]]) -> None:
+        self.depths = depths
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("routerd_model_queue_depth",
+                                   "Requests of each model waiting for this node's backend slot",
+                                   labels=("model",))
+        for model, depth in sorted(self.depths().items()):
+            family.add_metric((model,), depth)
+        yield family
+
+
 def _count(pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], int]:
     out: dict[tuple[str, str], int] = {}
     for pair in pairs:
@@ -163,6 +176,10 @@ class NodeMetrics:
     def watch_lending(self, leases: LeaseSides, held: HeldStates) -> None:
         """Report live leases and held requests from these views at every scrape."""
         self.registry.register(_LendingGauges(leases, held))
+
+    def watch_queues(self, depths: Callable[[], Mapping[str, int]]) -> None:
+        """Report per-model queue depth (requests waiting for the backend) at every scrape."""
+        self.registry.register(_QueueGauges(depths))
 
     def watch_node(self, runtimes: Callable[[], Iterable[RuntimeView]], states: tuple[str, ...],
                    nodes: Callable[[], Iterable[tuple[str, bool]]]) -> None:

@@ -34,11 +34,19 @@ class IntervalService(Service):
         self.clock = clock
         self.now = now
         self._loop: task.LoopingCall | None = None
+        self._current: defer.Deferred[None] | None = None
 
     def _call(self) -> defer.Deferred[None]:
         d = defer.maybeDeferred(self.work)
-        return d.addCallbacks(lambda _: None, lambda f: log.failure("{name} failed", failure=f,
-                                                                      name=self.name))
+        d.addCallbacks(lambda _: None, lambda f: log.failure("{name} failed", failure=f, name=self.name))
+        if not d.called:
+            self._current = d
+            d.addBoth(self._done)
+        return d
+
+    def _done(self, result: object) -> object:
+        self._current = None
+        return result
 
     def startService(self) -> None:
         super().startService()  # type: ignore[no-untyped-call]
@@ -49,11 +57,22 @@ class IntervalService(Service):
         self._loop.clock = self.clock
         self._loop.start(self.interval, now=now)
 
-    def stopService(self) -> None:
+    def stopService(self) -> defer.Deferred[None] | None:
+        """Stop the loop; a call under way is waited for (what it uses is stopped after it)."""
         super().stopService()  # type: ignore[no-untyped-call]
         if self._loop is not None and self._loop.running:
             self._loop.stop()
         self._loop = None
+        if self._current is None:
+            return None
+        waiting: defer.Deferred[None] = defer.Deferred()
+
+        def finished(result: object) -> object:
+            waiting.callback(None)
+            return result
+
+        self._current.addBoth(finished)
+        return waiting
 
     def set_interval(self, interval: float) -> None:
         if interval == self.interval:

@@ -56,7 +56,8 @@ class Options(usage.Options):
 
 
 class NodeService(service.Service):
-    """Starts a node (store, hashes, startup model) and only then opens its listener."""
+    """Opens the listener first (``/health`` answers 503 ``starting``), then starts the node
+    (store, weight hashes, startup model); a stop drains before the node stops."""
 
     def __init__(self, node: Node, reactor: Any, exit_on_failure: bool = False) -> None:
         self.node = node
@@ -73,7 +74,6 @@ class NodeService(service.Service):
     async def _start(self) -> None:
         from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint
 
-        await self.node.start()
         server = self.node.config.server
         endpoint_type = TCP6ServerEndpoint if ":" in server.host else TCP4ServerEndpoint
         endpoint = endpoint_type(self.reactor, server.port, interface=server.host)
@@ -81,9 +81,11 @@ class NodeService(service.Service):
         self.connections = WrappingFactory(build_site(self.node))
         self.port = await endpoint.listen(self.connections)  # type: ignore[no-untyped-call]
         address = self.port.getHost()
-        log.info("routerd node {node_id} ({role}) listening on http://{host}:{port}",
+        log.info("routerd node {node_id} ({role}) listening on http://{host}:{port} (starting)",
                  node_id=self.node.node_id, role=self.node.config.cluster.role,
                  host=address.host, port=address.port)
+        await self.node.start()
+        log.info("routerd node {node_id} is ready", node_id=self.node.node_id)
         self.node.on_fatal = self._fatal
         await self.node.after_listening()
         self.ready.callback(None)
@@ -107,15 +109,33 @@ class NodeService(service.Service):
             self.reactor.stop()
 
     async def _stop(self) -> None:
+        """Drain: stop accepting, let in-flight requests finish (``server.drain_timeout``), then
+        drop what is left and stop the node (backends, then the store)."""
+        self.node.phase = "draining"
         port, self.port = self.port, None
         if port is not None:
             stopping = port.stopListening()
             if stopping is not None:
                 await stopping
-            # Open keep-alive connections would otherwise go on being served.
-            for connection in list(self.connections.protocols if self.connections else ()):
-                connection.transport.abortConnection()
+            if self.ready.called:
+                await self.node.drain(self.node.config.server.drain_timeout)
+            await self._close_connections()
         await self.node.stop()
+
+    async def _close_connections(self, grace: float = 1.0) -> None:
+        """Close every open connection once what was written to it has gone out (an answer that
+        just finished must reach its client whole); abort any still open after ``grace`` s.
+        Open keep-alive connections would otherwise go on being served."""
+        from twisted.internet import task
+
+        open_now = list(self.connections.protocols if self.connections else ())
+        for connection in open_now:
+            connection.transport.loseConnection()
+        deadline = self.reactor.seconds() + grace
+        while self.connections and self.connections.protocols and self.reactor.seconds() < deadline:
+            await task.deferLater(self.reactor, 0.02, lambda: None)
+        for connection in list(self.connections.protocols if self.connections else ()):
+            connection.transport.abortConnection()
 
     def stopService(self) -> defer.Deferred[None]:
         super().stopService()  # type: ignore[no-untyped-call]

@@ -29,6 +29,7 @@ class FakeReply:
         self.headers: dict[bytes, bytes] = {}
         self.written: list[bytes] = []
         self.aborted = False
+        self.gone = False
 
     @property
     def started(self) -> bool:

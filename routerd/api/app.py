@@ -28,7 +28,7 @@ from routerd.api.push_routes import PushAPI
 from routerd.api.reload_routes import ReloadAPI
 from routerd.api.reply import RequestReply, incoming, query_arg
 from routerd.api.settings_routes import SettingsAPI
-from routerd.api.site import GuardResource, NodeSite
+from routerd.api.site import GuardResource, NodeSite, authenticated
 from routerd.api.webui import WebUI, webui_dir
 from routerd.catalog.model import Capabilities
 from routerd.cluster.client import ClusterError, RemoteError
@@ -110,9 +110,11 @@ class ClientAPI:
 
     def __init__(self, *, node_id: str, role: str, front: InferenceFront, listing: Listing,
                  image_listing: Callable[[], list[dict[str, Any]]], metrics: Callable[[], bytes],
+                 phase: Callable[[], str] = lambda: "ready",
                  ollama_control: OllamaControl | None = None) -> None:
         self.ollama_control = ollama_control
         self.node_id = node_id
+        self.phase = phase
         self.role = role
         self.front = front
         self.listing = listing
@@ -121,6 +123,13 @@ class ClientAPI:
 
     @app.route("/health", methods=["GET"])
     def health(self, request: IRequest) -> bytes:
+        """200 ``ok`` when ready, 503 ``starting``/``draining``; node details only to a caller
+        the guard found authenticated (load balancers need no key and learn nothing more)."""
+        phase = self.phase()
+        if phase != "ready":
+            return json_response(request, {"status": phase}, 503)
+        if not authenticated(request):
+            return json_response(request, {"status": "ok"})
         return json_response(request, {"status": "ok", "node_id": self.node_id, "role": self.role})
 
     @app.route("/metrics", methods=["GET"])
@@ -372,7 +381,8 @@ def build_site(node: Node) -> NodeSite:
     apis: list[Any] = [
         ClientAPI(node_id=node.node_id, role=node.role, front=node.front, listing=node.listing,
                   image_listing=node.image_listing,
-                  metrics=node.metrics.render, ollama_control=node.ollama_control),
+                  metrics=node.metrics.render, phase=lambda: node.phase,
+                  ollama_control=node.ollama_control),
         NodeAPI(node=node, admin=node.admin),
         AssetsAPI(node),
         OffloadAPI(coordinator=node.coordinator, lending=node.lending),
@@ -386,7 +396,8 @@ def build_site(node: Node) -> NodeSite:
         WebUI(webui_dir()),
     ]
     limit = node.config.limits.max_body_bytes
-    guard = GuardResource(Dispatch(apis), node.policy, limit, node.config.server.cors_origins)
-    site = NodeSite(guard, limit)
+    guard = GuardResource(Dispatch(apis), node.policy, limit, node.config.server.cors_origins,
+                          lambda: node.phase)
+    site = NodeSite(guard, limit, node.config.limits.replay_buffer_bytes)
     node.reloader.on_applied.append(lambda config: guard.update(node.policy, site, config))
     return site

@@ -11,10 +11,19 @@ from routerd.routing.call import Incoming
 class RequestReply:
     """A :class:`~routerd.routing.call.Reply` writing into a Twisted request."""
 
-    __slots__ = ("_request",)
+    __slots__ = ("_request", "_gone")
 
     def __init__(self, request: IRequest) -> None:
         self._request = request
+        self._gone = False
+        request.notifyFinish().addErrback(self._lost)  # type: ignore[attr-defined]
+
+    def _lost(self, _failure: object) -> None:
+        self._gone = True
+
+    @property
+    def gone(self) -> bool:
+        return self._gone
 
     @property
     def started(self) -> bool:

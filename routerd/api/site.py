@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 from twisted.internet.address import IPv4Address, IPv6Address
@@ -15,11 +16,20 @@ from routerd.api.errors import answer_error
 from routerd.api.webui import is_ui_path
 from routerd.cluster.auth import AuthPolicy
 from routerd.config.schema import Config
-from routerd.errors import HTTPError
+from routerd.errors import HTTPError, Saturated
+from routerd.lending.offload import offload_returned
 from routerd.logs import ACCESS_FORMAT, request_model
 
-# Paths anyone on an allowed network may read without a key.
-OPEN_PATHS = frozenset({"/health", "/metrics"})
+#: Paths answered while the node is starting or draining (the rest get 503 + Retry-After).
+_ALWAYS_SERVED = frozenset({"/health", "/metrics"})
+
+#: The request attribute the guard sets: whether the caller may see node details on ``/health``.
+AUTHENTICATED = "routerd_authenticated"
+
+
+def authenticated(request: IRequest) -> bool:
+    """Whether the guard found the caller authenticated for inference (False if unguarded)."""
+    return bool(getattr(request, AUTHENTICATED, False))
 
 
 class _Discard:
@@ -44,11 +54,34 @@ class _Discard:
         pass
 
 
+class BufferBudget:
+    """The bytes every live request's buffered body may hold together (``limits.replay_buffer_mb``)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def fits(self, size: int) -> bool:
+        return self.used + size <= self.limit
+
+    def take(self, size: int) -> bool:
+        if not self.fits(size):
+            return False
+        self.used += size
+        return True
+
+    def give(self, size: int) -> None:
+        self.used = max(0, self.used - size)
+
+
 class LimitedRequest(server.Request):
-    """A request that stops buffering a body larger than the site's limit."""
+    """A request that stops buffering a body larger than the site's limit, or one that would take
+    the node's buffered bodies past its replay buffer (refused 503, never dropped silently)."""
 
     too_large = False
+    over_buffer = False
     _received = 0
+    _held = 0
 
     def __init__(self, channel: Any, queued: Any = None) -> None:
         clock = getattr(getattr(channel, "site", None), "reactor", None)
@@ -60,24 +93,57 @@ class LimitedRequest(server.Request):
         else:
             super().__init__(channel, queued, parsePOSTFormSubmission=False)  # type: ignore[no-untyped-call]
 
+    def _budget(self) -> BufferBudget | None:
+        return getattr(getattr(self.channel, "site", None), "buffer", None)
+
     def gotLength(self, length: int | None) -> None:
         limit = getattr(getattr(self.channel, "site", None), "max_body_bytes", None)
         if limit is not None and length is not None and length > limit:
             self.too_large = True
             self.content = _Discard()
             return
+        budget = self._budget()
+        if budget is not None and length is not None and not budget.fits(length):
+            self.over_buffer = True
+            self.content = _Discard()
+            return
         super().gotLength(length)  # type: ignore[no-untyped-call]
 
     def handleContentChunk(self, data: bytes) -> None:
-        if self.too_large:
+        if self.too_large or self.over_buffer:
             return
         limit = getattr(getattr(self.channel, "site", None), "max_body_bytes", None)
         self._received += len(data)
         if limit is not None and self._received > limit:
             self.too_large = True
-            self.content = _Discard()
+            self._discard()
             return
+        budget = self._budget()
+        if budget is not None:
+            if not budget.take(len(data)):
+                self.over_buffer = True
+                self._discard()
+                return
+            self._held += len(data)
         super().handleContentChunk(data)  # type: ignore[no-untyped-call]
+
+    def _discard(self) -> None:
+        self.content = _Discard()
+        self._release()
+
+    def _release(self) -> None:
+        held, self._held = self._held, 0
+        budget = self._budget()
+        if held and budget is not None:
+            budget.give(held)
+
+    def finish(self) -> None:
+        self._release()
+        super().finish()  # type: ignore[no-untyped-call]
+
+    def connectionLost(self, reason: Any) -> None:
+        self._release()
+        super().connectionLost(reason)  # type: ignore[no-untyped-call]
 
 
 class GuardResource(resource.Resource):
@@ -86,17 +152,20 @@ class GuardResource(resource.Resource):
     isLeaf = True
 
     def __init__(self, inner: resource.IResource, policy: AuthPolicy, max_body_bytes: int,
-                 cors_origins: tuple[str, ...] = ()) -> None:
+                 cors_origins: tuple[str, ...] = (), phase: Callable[[], str] = lambda: "ready") -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.inner = inner
         self.policy = policy
         self.max_body_bytes = max_body_bytes
+        self.phase = phase
         self.cors = CorsPolicy.build(cors_origins)
 
     def update(self, policy: AuthPolicy, site: NodeSite, config: Config) -> None:
         """A reload: new keys and networks, body limit and CORS origins from now on."""
         self.policy = policy
         self.max_body_bytes = site.max_body_bytes = config.limits.max_body_bytes
+        if site.buffer is not None:
+            site.buffer.limit = config.limits.replay_buffer_bytes
         self.cors = CorsPolicy.build(config.server.cors_origins)
 
     def render(self, request: Request) -> bytes | int:
@@ -113,12 +182,27 @@ class GuardResource(resource.Resource):
             if getattr(request, "too_large", False):
                 raise HTTPError(413, f"request body is larger than {self.max_body_bytes} bytes",
                                 "request_too_large", "request_too_large")
+            if getattr(request, "over_buffer", False):
+                request.setHeader(b"retry-after", b"1")
+                raise Saturated(503, "this node's request buffer (limits.replay_buffer_mb) is full; "
+                                     "retry later", "buffer_full")
+            forwarded = request.getHeader(b"x-forwarded-for")
+            host = self.policy.client_host(_client_host(request),
+                                           forwarded.decode("latin-1") if forwarded else None)
             if is_ui_path(path):
                 # the WebUI's static files: allowed networks only, but no key (the pages ask for it)
-                if not self.policy.client_allowed(_client_host(request)):
+                if not self.policy.client_allowed(host):
                     raise HTTPError(403, "client address is not allowed", "forbidden", "forbidden")
-            elif path not in OPEN_PATHS:
-                self.policy.check(path, _client_host(request), request.getHeader(b"authorization"))
+            else:
+                ok = self.policy.check(path, host, request.getHeader(b"authorization"))
+                setattr(request, AUTHENTICATED, ok)
+            phase = self.phase()
+            if phase != "ready" and path not in _ALWAYS_SERVED:
+                if request.getHeader(b"x-routerd-offload") == b"1":
+                    # A borrowed request goes back to its owner, who serves it itself.
+                    raise offload_returned(f"helper node is {phase}")
+                request.setHeader(b"retry-after", b"1")
+                raise Saturated(503, f"this node is {phase}; retry later", phase)
         except HTTPError as err:
             return answer_error(cast(IRequest, request), err)
         return self.inner.render(request)  # type: ignore[no-any-return]
@@ -152,9 +236,11 @@ def _client_host(request: Request) -> str:
 class NodeSite(server.Site):
     requestFactory = LimitedRequest  # type: ignore[assignment]
 
-    def __init__(self, root: resource.IResource, max_body_bytes: int) -> None:
+    def __init__(self, root: resource.IResource, max_body_bytes: int,
+                 replay_buffer_bytes: int | None = None) -> None:
         super().__init__(root)  # type: ignore[no-untyped-call]
         self.max_body_bytes = max_body_bytes
+        self.buffer = BufferBudget(replay_buffer_bytes) if replay_buffer_bytes is not None else None
         self.displayTracebacks = False
 
     def log(self, request: Any) -> None:

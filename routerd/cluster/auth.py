@@ -1,9 +1,13 @@
 """Who may call what (contract §4).
 
-Three route classes: ``/router/v1/node/*`` needs the cluster token; other
-``/router/v1/*`` paths need an admin key when any is configured; every other
-path needs an inference key when any is configured.  Clients outside
-``server.allowed_cidrs`` are refused first.  Token comparison is constant-time.
+Route classes: ``/router/v1/node/*`` needs the cluster token; other ``/router/v1/*`` paths need an
+admin key when any is configured; ``/metrics`` needs an admin key (or an ``auth.metrics_keys``
+key) when any of those is configured; ``/health`` needs no key but shows node details only to a
+caller who could use the inference paths; every other path needs an inference key when any is
+configured, and an admin key is accepted wherever an inference key is.  Clients outside
+``server.allowed_cidrs`` are refused first, on every path.  The client address is the peer's,
+or — only when the peer is one of ``server.trusted_proxies`` — the nearest untrusted address of
+its ``X-Forwarded-For``.  Token comparison is constant-time.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ import attrs
 
 from routerd.errors import HTTPError
 
-RouteClass = Literal["cluster", "admin", "inference"]
+RouteClass = Literal["cluster", "admin", "inference", "health", "metrics"]
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+_Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def route_class(path: str) -> RouteClass:
@@ -26,6 +31,10 @@ def route_class(path: str) -> RouteClass:
         return "cluster"
     if path.startswith("/router/"):
         return "admin"
+    if path == "/health":
+        return "health"
+    if path == "/metrics":
+        return "metrics"
     return "inference"
 
 
@@ -48,44 +57,99 @@ def _matches(candidate: str, keys: Iterable[str]) -> bool:
     return found
 
 
+def _address(host: str) -> _Address | None:
+    try:
+        address = ipaddress.ip_address(host.strip().strip("[]"))
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _unauthorized(message: str) -> HTTPError:
+    return HTTPError(401, message, "unauthorized", "unauthorized")
+
+
 @attrs.frozen
 class AuthPolicy:
     inference_keys: tuple[str, ...]
     admin_keys: tuple[str, ...]
     cluster_token: str
     networks: tuple[_Network, ...]
+    metrics_keys: tuple[str, ...] = ()
+    trusted_proxies: tuple[_Network, ...] = ()
 
     @classmethod
     def build(cls, inference_keys: Iterable[str], admin_keys: Iterable[str], cluster_token: str,
-              allowed_cidrs: Iterable[str]) -> AuthPolicy:
+              allowed_cidrs: Iterable[str], *, metrics_keys: Iterable[str] = (),
+              trusted_proxies: Iterable[str] = ()) -> AuthPolicy:
         return cls(
             tuple(k.strip() for k in inference_keys),
             tuple(k.strip() for k in admin_keys),
             cluster_token.strip(),
             tuple(ipaddress.ip_network(c, strict=False) for c in allowed_cidrs),
+            tuple(k.strip() for k in metrics_keys),
+            tuple(ipaddress.ip_network(c, strict=False) for c in trusted_proxies),
         )
 
     def client_allowed(self, host: str) -> bool:
-        try:
-            address = ipaddress.ip_address(host)
-        except ValueError:
-            return False
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        return any(address in net for net in self.networks)
+        address = _address(host)
+        return address is not None and any(address in net for net in self.networks)
 
-    def check(self, path: str, client_host: str, authorization: bytes | None) -> None:
-        """Raise ``HTTPError`` (401/403) unless the caller may use ``path``."""
+    def _trusted(self, address: _Address | None) -> bool:
+        return address is not None and any(address in net for net in self.trusted_proxies)
+
+    def client_host(self, peer: str, forwarded_for: str | None) -> str:
+        """The address the CIDR check applies to.
+
+        ``X-Forwarded-For`` counts only when the peer is a trusted proxy; then the right-most
+        address that is not itself a trusted proxy is the client (entries to its left were written
+        by the client and prove nothing).  An unparseable entry stops the walk and is returned, so
+        the CIDR check refuses it.
+        """
+        if not forwarded_for or not self._trusted(_address(peer)):
+            return peer
+        hops = [hop.strip() for hop in forwarded_for.split(",") if hop.strip()]
+        client = peer
+        for hop in reversed(hops):
+            client = hop
+            if not self._trusted(_address(hop)):
+                break
+        return client
+
+    def check(self, path: str, client_host: str, authorization: bytes | None) -> bool:
+        """Raise ``HTTPError`` (401/403) unless the caller may use ``path``; returns whether the
+        caller is authenticated for inference (what ``/health`` shows node details to)."""
         if not self.client_allowed(client_host):
             raise HTTPError(403, "client address is not allowed", "forbidden", "forbidden")
         cls = route_class(path)
         token = bearer(authorization)
         if cls == "cluster":
             if not self.cluster_token:
-                raise HTTPError(401, "cluster token is required", "unauthorized", "unauthorized")
+                raise _unauthorized("cluster token is required")
             if not token or not _matches(token, (self.cluster_token,)):
-                raise HTTPError(401, "invalid cluster token", "unauthorized", "unauthorized")
-            return
-        keys = self.admin_keys if cls == "admin" else self.inference_keys
-        if keys and (not token or not _matches(token, keys)):
-            raise HTTPError(401, f"a valid {cls} key is required", "unauthorized", "unauthorized")
+                raise _unauthorized("invalid cluster token")
+            return True
+        if cls == "health":
+            return self.inference_allowed(token) or (
+                bool(token) and bool(self.cluster_token) and _matches(token, (self.cluster_token,)))
+        if cls == "metrics":
+            keys = self.admin_keys + self.metrics_keys
+            if keys and (not token or not _matches(token, keys)):
+                raise _unauthorized("a valid admin or metrics key is required")
+            return True
+        if cls == "admin":
+            if self.admin_keys and (not token or not _matches(token, self.admin_keys)):
+                raise _unauthorized("a valid admin key is required")
+            return True
+        if not self.inference_allowed(token):
+            raise _unauthorized("a valid inference key is required")
+        return True
+
+    def inference_allowed(self, token: str) -> bool:
+        """Whether ``token`` opens the inference paths: any token when no inference key is
+        configured, else an inference or admin key."""
+        if not self.inference_keys:
+            return True
+        return bool(token) and _matches(token, self.inference_keys + self.admin_keys)

@@ -123,24 +123,28 @@ def parse_config(
         bind=reader.string(s, "server", "bind", ServerConfig().bind),
         allowed_cidrs=reader.str_list(s, "server", "allowed_cidrs", ServerConfig().allowed_cidrs),
         cors_origins=tuple(o.strip().rstrip("/") for o in reader.str_list(s, "server", "cors_origins", ())),
+        trusted_proxies=reader.str_list(s, "server", "trusted_proxies", ()),
+        drain_timeout=reader.duration(s, "server", "drain_timeout", ServerConfig().drain_timeout),
     )
-    reader.unknown(s, "server", ("bind", "allowed_cidrs", "cors_origins"))
+    reader.unknown(s, "server", ("bind", "allowed_cidrs", "cors_origins", "trusted_proxies", "drain_timeout"))
     for origin in server.cors_origins:
         if origin != "*" and not _valid_origin(origin):
             errs.add("server.cors_origins", f"{origin!r} is not an origin (scheme://host[:port], or *)")
     _check_bind(server.bind, errs)
-    for cidr in server.allowed_cidrs:
-        try:
-            ipaddress.ip_network(cidr, strict=False)
-        except ValueError:
-            errs.add("server.allowed_cidrs", f"invalid network {cidr!r}")
+    for key, cidrs in (("allowed_cidrs", server.allowed_cidrs), ("trusted_proxies", server.trusted_proxies)):
+        for cidr in cidrs:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                errs.add(f"server.{key}", f"invalid network {cidr!r}")
 
     a = sections["auth"]
     auth = AuthConfig(
         inference_keys=reader.str_list(a, "auth", "inference_keys", ()),
         admin_keys=reader.str_list(a, "auth", "admin_keys", ()),
+        metrics_keys=reader.str_list(a, "auth", "metrics_keys", ()),
     )
-    reader.unknown(a, "auth", ("inference_keys", "admin_keys"))
+    reader.unknown(a, "auth", ("inference_keys", "admin_keys", "metrics_keys"))
 
     m = sections["models"]
     models = ModelsConfig(
@@ -207,8 +211,15 @@ def parse_config(
     limits = LimitsConfig(
         max_body_mb=reader.number(lim, "limits", "max_body_mb", 64.0),
         replay_buffer_mb=reader.number(lim, "limits", "replay_buffer_mb", 512.0),
+        max_queued_per_model=reader.integer(lim, "limits", "max_queued_per_model",
+                                            LimitsConfig().max_queued_per_model, 1, 1_000_000),
+        first_byte_timeout=reader.duration(lim, "limits", "first_byte_timeout",
+                                           LimitsConfig().first_byte_timeout),
+        idle_stream_timeout=reader.duration(lim, "limits", "idle_stream_timeout",
+                                            LimitsConfig().idle_stream_timeout),
     )
-    reader.unknown(lim, "limits", ("max_body_mb", "replay_buffer_mb"))
+    reader.unknown(lim, "limits", ("max_body_mb", "replay_buffer_mb", "max_queued_per_model",
+                                   "first_byte_timeout", "idle_stream_timeout"))
 
     if not _is_loopback_bind(server.bind) and not (auth.inference_keys or auth.admin_keys):
         errs.add("server.bind", f"{server.bind} is not a loopback address; configure auth.inference_keys "
@@ -450,7 +461,8 @@ def _check_cluster(cluster: ClusterConfig, auth: AuthConfig, errs: _Errors) -> N
 
 
 def _check_keys(auth: AuthConfig, cluster: ClusterConfig, errs: _Errors) -> None:
-    for name, keys in (("auth.inference_keys", auth.inference_keys), ("auth.admin_keys", auth.admin_keys)):
+    for name, keys in (("auth.inference_keys", auth.inference_keys), ("auth.admin_keys", auth.admin_keys),
+                       ("auth.metrics_keys", auth.metrics_keys)):
         for key in keys:
             if not key.strip():
                 errs.add(name, "cannot contain empty keys")
@@ -464,3 +476,15 @@ def _check_keys(auth: AuthConfig, cluster: ClusterConfig, errs: _Errors) -> None
         errs.add("cluster.token", "credentials cannot be reused across cluster.token and auth.inference_keys")
     if cluster.token and cluster.token in admin:
         errs.add("cluster.token", "credentials cannot be reused across cluster.token and auth.admin_keys")
+    metrics = set(auth.metrics_keys)
+    if metrics & (inference | admin) or (cluster.token and cluster.token in metrics):
+        errs.add("auth.metrics_keys", "credentials cannot be reused across metrics_keys and other keys")
+
+
+def reread_config(config: Config) -> Config:
+    """The config ``config`` was loaded from, read again (a reload); the embedded default is read
+    again too, and a config built in memory (no file, as tests build them) stays as it is."""
+    source = config.source
+    if source == embedded_default_path():
+        return load_config(None)
+    return load_config(source) if os.path.isfile(source) else config

@@ -24,6 +24,10 @@ class ServerConfig:
         "172.16.0.0/12",
         "192.168.0.0/16",
     )
+    #: Proxies (CIDRs) whose ``X-Forwarded-For`` names the client for the CIDR check.
+    trusted_proxies: tuple[str, ...] = ()
+    #: How long a SIGTERM waits for in-flight requests before stopping the backends.
+    drain_timeout: float = 30.0
     #: Browser origins (``https://host[:port]``, or ``*``) allowed to call the API (CORS).
     cors_origins: tuple[str, ...] = ()
 
@@ -40,6 +44,8 @@ class ServerConfig:
 class AuthConfig:
     inference_keys: tuple[str, ...] = ()
     admin_keys: tuple[str, ...] = ()
+    #: Keys that open ``/metrics`` only (admin keys open it too).
+    metrics_keys: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -108,6 +114,12 @@ class ClusterConfig:
 class LimitsConfig:
     max_body_mb: float = 64.0
     replay_buffer_mb: float = 512.0
+    #: Requests of one model waiting for its backend (not yet running) before new ones get 429.
+    max_queued_per_model: int = 256
+    #: A forwarded request's wait for the first byte of the answer (covers a model load).
+    first_byte_timeout: float = 600.0
+    #: Longest silence inside a forwarded answer once it has started.
+    idle_stream_timeout: float = 300.0
 
     @property
     def max_body_bytes(self) -> int:

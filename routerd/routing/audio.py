@@ -1,64 +1,107 @@
-"""Reading WAV (RIFF/PCM) audio: the format and duration of an uploaded clip (STT work terms)."""
+"""The duration of an uploaded audio clip (the STT work term), read with a real audio library.
+
+WAV, MP3, OGG (Vorbis, Opus, FLAC), FLAC and M4A/MP4 are read by ``mutagen`` from their
+headers; WebM/Matroska (which mutagen does not read) from its EBML ``Segment/Info/Duration``.
+A clip whose length cannot be read counts as 0 s (and is logged).
+"""
 
 from __future__ import annotations
 
+import io
 import struct
 
-_RIFF_HEADER = struct.Struct("<4sI4s")
-_CHUNK_HEADER = struct.Struct("<4sI")
-_FMT_BODY = struct.Struct("<HHIIHH")
+import mutagen
+from twisted.logger import Logger
 
-__all__ = ["WavInfo", "parse_wav", "wav_duration"]
+__all__ = ["audio_duration", "webm_duration"]
 
+log = Logger()
 
-class WavInfo:
-    """What the header of a WAV file says about its audio."""
-
-    __slots__ = ("channels", "rate", "bits_per_sample", "data_bytes")
-
-    def __init__(self, channels: int, rate: int, bits_per_sample: int, data_bytes: int) -> None:
-        self.channels = channels
-        self.rate = rate
-        self.bits_per_sample = bits_per_sample
-        self.data_bytes = data_bytes
-
-    @property
-    def duration(self) -> float:
-        """Seconds of audio: data bytes / (rate x channels x bytes per sample)."""
-        bytes_per_sample = max(1, self.bits_per_sample // 8)
-        return self.data_bytes / (self.rate * self.channels * bytes_per_sample)
+_EBML = 0x1A45DFA3
+_SEGMENT = 0x18538067
+_INFO = 0x1549A966
+_TIMECODE_SCALE = 0x2AD7B1
+_DURATION = 0x4489
+_UNKNOWN_SIZE = -1
 
 
-def parse_wav(data: bytes) -> WavInfo:
-    """Read the format and data size of a RIFF/WAVE file; ValueError if it is not one."""
-    if len(data) < _RIFF_HEADER.size:
-        raise ValueError("not a WAV file: too short")
-    riff, _size, wave = _RIFF_HEADER.unpack_from(data, 0)
-    if riff != b"RIFF" or wave != b"WAVE":
-        raise ValueError("not a WAV file: missing RIFF/WAVE header")
-    offset = _RIFF_HEADER.size
-    fmt: tuple[int, int, int] | None = None
-    while offset + _CHUNK_HEADER.size <= len(data):
-        chunk_id, chunk_size = _CHUNK_HEADER.unpack_from(data, offset)
-        body_start = offset + _CHUNK_HEADER.size
-        if chunk_id == b"fmt ":
-            if chunk_size < _FMT_BODY.size or body_start + _FMT_BODY.size > len(data):
-                raise ValueError("not a WAV file: truncated fmt chunk")
-            _tag, channels, rate, _byte_rate, _align, bits = _FMT_BODY.unpack_from(data, body_start)
-            if channels <= 0 or rate <= 0 or bits <= 0:
-                raise ValueError("not a WAV file: invalid fmt chunk")
-            fmt = (channels, rate, bits)
-        elif chunk_id == b"data":
-            if fmt is None:
-                raise ValueError("not a WAV file: data chunk before fmt chunk")
-            # Streamed files may carry a placeholder size; trust the bytes actually present.
-            available = len(data) - body_start
-            return WavInfo(fmt[0], fmt[1], fmt[2], min(chunk_size, available))
-        # Chunks are padded to an even length.
-        offset = body_start + chunk_size + (chunk_size & 1)
-    raise ValueError("not a WAV file: no data chunk")
+def audio_duration(data: bytes, filename: str = "") -> float:
+    """Seconds of audio in ``data`` (0.0 when no reader knows the format)."""
+    if data[:4] == b"\x1a\x45\xdf\xa3":
+        seconds = webm_duration(data)
+    else:
+        seconds = _mutagen_duration(data)
+    if seconds is None:
+        log.info("audio upload {filename} ({size} bytes): duration unknown, counted as 0 s",
+                 filename=filename or "-", size=len(data))
+        return 0.0
+    return seconds
 
 
-def wav_duration(data: bytes) -> float:
-    """Seconds of audio in a WAV file; ValueError if ``data`` is not a WAV file."""
-    return parse_wav(data).duration
+def _mutagen_duration(data: bytes) -> float | None:
+    try:
+        parsed = mutagen.File(io.BytesIO(data))
+    except Exception:  # noqa: BLE001 - any unreadable upload is "unknown", never a failed request
+        return None
+    length = getattr(getattr(parsed, "info", None), "length", None)
+    if not isinstance(length, int | float) or length < 0:
+        return None
+    return float(length)
+
+
+def _vint(data: bytes, pos: int, keep_marker: bool) -> tuple[int, int]:
+    """An EBML variable-length integer at ``pos``: (value, next position); ValueError if bad."""
+    if pos >= len(data):
+        raise ValueError("truncated")
+    first = data[pos]
+    width = 1
+    while width <= 8 and not first & (0x80 >> (width - 1)):
+        width += 1
+    if width > 8 or pos + width > len(data):
+        raise ValueError("bad vint")
+    value = first if keep_marker else first & (0xFF >> width)
+    for byte in data[pos + 1:pos + width]:
+        value = (value << 8) | byte
+    if not keep_marker and value == (1 << (7 * width)) - 1:
+        value = _UNKNOWN_SIZE
+    return value, pos + width
+
+
+def webm_duration(data: bytes) -> float | None:
+    """Seconds from a WebM/Matroska header (``Info/Duration`` × ``TimecodeScale``), or None."""
+    try:
+        return _webm(data)
+    except (ValueError, struct.error):
+        return None
+
+
+def _webm(data: bytes) -> float | None:
+    pos, end = 0, len(data)
+    while pos < end:
+        element, pos = _vint(data, pos, True)
+        size, pos = _vint(data, pos, False)
+        if element == _SEGMENT:
+            end = len(data) if size == _UNKNOWN_SIZE else min(len(data), pos + size)
+            continue  # walk the segment's children
+        if size == _UNKNOWN_SIZE:
+            return None
+        if element == _INFO:
+            return _info(data[pos:pos + size])
+        pos += size
+    return None
+
+
+def _info(data: bytes) -> float | None:
+    pos, scale, duration = 0, 1_000_000, None
+    while pos < len(data):
+        element, pos = _vint(data, pos, True)
+        size, pos = _vint(data, pos, False)
+        body = data[pos:pos + size]
+        if element == _TIMECODE_SCALE and 0 < size <= 8:
+            scale = int.from_bytes(body, "big")
+        elif element == _DURATION and size in (4, 8):
+            duration = struct.unpack(">f" if size == 4 else ">d", body)[0]
+        pos += size
+    if duration is None or duration < 0:
+        return None
+    return float(duration) * scale / 1e9

@@ -37,6 +37,10 @@ class Reply(Protocol):
     def abort(self) -> None:
         """End a started answer so the client sees it incomplete (no clean end)."""
 
+    @property
+    def gone(self) -> bool:
+        """Whether the client has disconnected (nothing more can reach it)."""
+
 
 @attrs.frozen
 class Incoming:

@@ -21,7 +21,16 @@ from routerd.errors import HTTPError
 from routerd.routing.body import BytesProducer
 from routerd.routing.call import Call, Reply
 from routerd.routing.guardians import REFUSAL_STATUSES, ImageRefused, refusal_message
-from routerd.routing.relay import collect, relay, response_header
+from routerd.routing.relay import (
+    FirstByteTimeout,
+    StreamBroken,
+    StreamIdle,
+    Timeouts,
+    collect,
+    relay,
+    response_header,
+    stream_idle,
+)
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
 from routerd.routing.selector import replace_model
 from routerd.urls import AllowList
@@ -62,10 +71,12 @@ class Outbound:
 
 
 class Forwarder:
-    def __init__(self, agent: IAgent, token: str, allowed: AllowList) -> None:
+    def __init__(self, agent: IAgent, token: str, allowed: AllowList,
+                 timeouts: Timeouts | None = None) -> None:
         self.agent = agent
         self.token = token
         self.allowed = allowed
+        self.timeouts = timeouts
 
     async def send(self, reply: Reply, out: Outbound) -> tuple[int, bytes]:
         """Send ``out`` and stream the answer into ``reply``; returns (status, last bytes).
@@ -82,14 +93,16 @@ class Forwarder:
         })
         for name, value in out.headers:
             headers.addRawHeader(name, value)
+        idle = stream_idle(self.timeouts)
         try:
-            response = await self.agent.request(b"POST", out.url.encode(), headers, BytesProducer(out.body))
+            pending = self.agent.request(b"POST", out.url.encode(), headers, BytesProducer(out.body))
+            response = await (self.timeouts.answer(pending) if self.timeouts is not None else pending)
         except TRANSPORT_ERRORS as exc:
             raise Unreachable(f"{exc.__class__.__name__}: {exc}") from None
         code = int(response.code)
         ctype = response_header(response, b"content-type") or "application/json"
         if code == 409 and out.returns_raise:
-            raw = await collect(response)
+            raw = await collect(response, idle)
             if b"offload_returned" in raw:
                 raise CameBack(raw.decode("utf-8", "replace")[:200])
             if out.on_answer is not None:
@@ -111,11 +124,11 @@ class Forwarder:
             if rewrite:
                 public = out.rewrite_to
                 converter = make_rewriter(ctype, lambda _old: public)
-                await relay(response, reply, converter.feed, converter.flush)
+                await relay(response, reply, converter.feed, converter.flush, idle)
             else:
-                await relay(response, reply, _same, _nothing)
+                await relay(response, reply, _same, _nothing, idle)
             return code, b""
-        return self._whole(reply, response, code, ctype, await collect(response), out)
+        return self._whole(reply, response, code, ctype, await collect(response, idle), out)
 
     def _head(self, reply: Reply, response: object, code: int, ctype: str) -> None:
         reply.set_status(code)
@@ -155,6 +168,14 @@ class Forwarder:
         except Unreachable as exc:
             raise HTTPError(502, f"node {record.node_id!r} is unreachable: {exc}", "backend_error",
                             "node_unreachable") from None
+        except FirstByteTimeout as exc:
+            raise HTTPError(504, f"node {record.node_id!r} did not answer within {exc.seconds:g} s",
+                            "timeout", "node_timeout") from None
+        except StreamIdle as exc:
+            if call.reply.started:
+                raise StreamBroken(f"node {record.node_id!r}: {exc}") from None
+            raise HTTPError(504, f"node {record.node_id!r} went silent mid-answer: {exc}",
+                            "timeout", "node_timeout") from None
         call.outcome.http_status = code
         call.outcome.status = "ok" if 200 <= code < 300 else f"http_{code}"
         return result

@@ -7,20 +7,38 @@ rewrite and fail the same way.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
 from twisted.web.client import ResponseDone
 from twisted.web.http import PotentialDataLoss
 
+from routerd.errors import HTTPError
+
+T = TypeVar("T")
 TAIL_KEEP = 8192
 _DONE = Failure(ResponseDone())
 
 
 class StreamBroken(Exception):
     """The upstream answer ended abnormally after the client's answer had started."""
+
+
+class StreamIdle(StreamBroken):
+    """The upstream answer went silent for longer than the idle-stream timeout (and was aborted)."""
+
+
+class Idle:
+    """An idle-stream timeout: ``seconds`` of silence on ``clock`` end an upstream answer."""
+
+    __slots__ = ("clock", "seconds")
+
+    def __init__(self, clock: IReactorTime, seconds: float) -> None:
+        self.clock = clock
+        self.seconds = seconds
 
 
 class Writer:
@@ -30,24 +48,99 @@ class Writer:
         raise NotImplementedError
 
 
+class FirstByteTimeout(HTTPError):
+    """No answer (status line and headers) arrived within the first-byte timeout; the upstream
+    call was cancelled.  A 504 unless the caller names the upstream more precisely."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(504, f"no answer within {seconds:g} s", "timeout", "upstream_timeout")
+        self.seconds = seconds
+
+
+class Timeouts:
+    """The limits on one upstream answer: ``first_byte`` seconds until its headers arrive, then
+    ``idle`` seconds of silence at most between chunks (``limits.first_byte_timeout`` and
+    ``limits.idle_stream_timeout``)."""
+
+    __slots__ = ("clock", "first_byte", "idle")
+
+    def __init__(self, clock: IReactorTime, first_byte: float, idle: float) -> None:
+        self.clock = clock
+        self.first_byte = first_byte
+        self.idle = idle
+
+    def stream(self) -> Idle:
+        return Idle(self.clock, self.idle)
+
+    async def answer(self, pending: Deferred[T]) -> T:
+        """``pending``'s result, or :class:`FirstByteTimeout` (``pending`` cancelled) when it
+        takes longer than ``first_byte`` seconds."""
+        expired: list[bool] = []
+
+        def expire() -> None:
+            expired.append(True)
+            pending.cancel()
+
+        timer = self.clock.callLater(self.first_byte, expire)
+        try:
+            return await pending
+        except Exception:
+            if expired:
+                raise FirstByteTimeout(self.first_byte) from None
+            raise
+        finally:
+            if timer.active():
+                timer.cancel()
+
+
+def stream_idle(timeouts: Timeouts | None) -> Idle | None:
+    return timeouts.stream() if timeouts is not None else None
+
+
 class Relay(Protocol):
     """Feeds an upstream body through a converter into ``sink``; ``done`` fires with the tail."""
 
     def __init__(self, sink: Any, feed: Callable[[bytes], bytes], flush: Callable[[], bytes],
-                 done: Deferred[bytes]) -> None:
+                 done: Deferred[bytes], idle: Idle | None = None) -> None:
         self.sink = sink
         self.feed = feed
         self.flush = flush
         self.done = done
         self.tail = b""
+        self.idle = idle
+        self._timer: IDelayedCall | None = None
+        self._arm()
+
+    def _arm(self) -> None:
+        if self.idle is None:
+            return
+        if self._timer is not None and self._timer.active():
+            self._timer.reset(self.idle.seconds)
+        else:
+            self._timer = self.idle.clock.callLater(self.idle.seconds, self._silent)
+
+    def _disarm(self) -> None:
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+
+    def _silent(self) -> None:
+        self._timer = None
+        if self.done.called:
+            return
+        assert self.idle is not None
+        self.done.errback(StreamIdle(f"no data for {self.idle.seconds:g} s"))
+        self.abort()
 
     def dataReceived(self, data: bytes) -> None:
+        self._arm()
         self.tail = (self.tail + data)[-TAIL_KEEP:]
         out = self.feed(data)
         if out and not self.done.called:
             self.sink.write(out)
 
     def connectionLost(self, reason: Failure = _DONE) -> None:
+        self._disarm()
         if self.done.called:
             return
         if reason.check(ResponseDone, PotentialDataLoss):
@@ -59,18 +152,20 @@ class Relay(Protocol):
             self.done.errback(StreamBroken(str(reason.value)))
 
     def abort(self) -> None:
+        self._disarm()
         if self.transport is not None:
             self.transport.stopProducing()  # type: ignore[attr-defined]
 
 
 async def relay(response: Any, sink: Any, feed: Callable[[bytes], bytes],
-                flush: Callable[[], bytes]) -> bytes:
+                flush: Callable[[], bytes], idle: Idle | None = None) -> bytes:
     """Stream ``response``'s body into ``sink``; returns the last bytes seen.
 
-    Cancelling the awaiting coroutine aborts the upstream connection.
+    Cancelling the awaiting coroutine aborts the upstream connection; so does ``idle`` seconds
+    of silence (raising :class:`StreamIdle`).
     """
     done: Deferred[bytes] = Deferred(lambda _d: protocol.abort())
-    protocol = Relay(sink, feed, flush, done)
+    protocol = Relay(sink, feed, flush, done, idle)
     response.deliverBody(protocol)
     return await done
 
@@ -83,10 +178,10 @@ class _Buffer:
         self.chunks.append(data)
 
 
-async def collect(response: Any) -> bytes:
+async def collect(response: Any, idle: Idle | None = None) -> bytes:
     """The whole upstream body (for answers that are converted whole)."""
     buffer = _Buffer()
-    await relay(response, buffer, _identity, _empty)
+    await relay(response, buffer, _identity, _empty, idle)
     return b"".join(buffer.chunks)
 
 

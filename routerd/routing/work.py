@@ -12,13 +12,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from routerd.routing.audio import wav_duration
+from routerd.routing.audio import audio_duration
 from routerd.routing.classify import Route
 from routerd.routing.multipart import MultipartError, parse_form
 from routerd.routing.plan import SECTIONS
+from routerd.routing.sse import parse_events
 
 _SIZE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*$")
-_USAGE = re.compile(rb'"usage"\s*:\s*(\{[^{}]*\})')
 
 DEFAULT_STEPS = 20
 DEFAULT_SIDE = 512
@@ -47,41 +47,49 @@ def image_work(kind: str, body: Mapping[str, Any]) -> tuple[float, ...]:
 
 
 def usage_from_json(payload: Mapping[str, Any]) -> tuple[int, int] | None:
-    """(prompt, output) tokens from an OpenAI ``usage`` or llama ``/completion`` answer."""
+    """(prompt, output) tokens of one answer or stream event: OpenAI ``usage`` (nested details
+    such as ``prompt_tokens_details`` allowed), else llama-server ``timings`` (``prompt_n``,
+    ``predicted_n``), else llama ``/completion``'s ``tokens_evaluated``/``tokens_predicted``."""
     usage = payload.get("usage")
     if isinstance(usage, Mapping):
-        prompt = usage.get("prompt_tokens")
-        output = usage.get("completion_tokens", 0)
-        if isinstance(prompt, int) and isinstance(output, int):
-            return prompt, output
-    prompt = payload.get("tokens_evaluated")
-    output = payload.get("tokens_predicted")
-    if isinstance(prompt, int) and isinstance(output, int):
+        found = _counts(usage.get("prompt_tokens"), usage.get("completion_tokens", 0))
+        if found is not None:
+            return found
+    timings = payload.get("timings")
+    if isinstance(timings, Mapping):
+        found = _counts(timings.get("prompt_n"), timings.get("predicted_n"))
+        if found is not None:
+            return found
+    return _counts(payload.get("tokens_evaluated"), payload.get("tokens_predicted"))
+
+
+def _counts(prompt: object, output: object) -> tuple[int, int] | None:
+    if isinstance(prompt, int) and isinstance(output, int) and not isinstance(prompt, bool) \
+            and not isinstance(output, bool) and prompt >= 0 and output >= 0:
         return prompt, output
     return None
 
 
+_USAGE_MARKS = (b'"usage"', b'"timings"', b'"tokens_predicted"')
+
+
 def usage_from_tail(tail: bytes) -> tuple[int, int] | None:
-    """The last ``usage`` object in the tail of an SSE stream, if any."""
-    found = None
-    for match in _USAGE.finditer(tail):
-        try:
-            data = json.loads(match.group(1))
-        except ValueError:
+    """Token counts from the last event of an SSE stream's tail that reports them (a final
+    ``usage``, nested or not, or llama-server ``timings``)."""
+    if not any(mark in tail for mark in _USAGE_MARKS):
+        return None
+    for event in reversed(parse_events(tail)):
+        if event.name == "error" or '"' not in event.data:
             continue
+        try:
+            data = json.loads(event.data)
+        except ValueError:
+            continue  # the tail may begin inside an event
         if isinstance(data, dict):
-            found = usage_from_json({"usage": data})
-    if found is None:
-        # llama-server's native /completion stream ends with token counts.
-        for line in reversed(tail.split(b"\n")):
-            if line.startswith(b"data: ") and b"tokens_predicted" in line:
-                try:
-                    data = json.loads(line[6:])
-                except ValueError:
-                    continue
-                if isinstance(data, dict):
-                    return usage_from_json(data)
-    return found
+            found = usage_from_json(data)
+            if found is not None:
+                return found
+    return None
 
 
 def request_work(route: Route, parsed: Mapping[str, Any] | None, body: bytes,
@@ -95,15 +103,12 @@ def request_work(route: Route, parsed: Mapping[str, Any] | None, body: bytes,
 
 
 def _audio_seconds(body: bytes, content_type: str) -> float:
-    """Seconds of audio in the uploaded WAV (0 when it is not a readable WAV)."""
+    """Seconds of audio in the uploaded file (0 when its format is not readable)."""
     try:
         parts = parse_form(body, content_type)
     except MultipartError:
         return 0.0
     for part in parts:
         if part.name == "file":
-            try:
-                return wav_duration(part.data)
-            except ValueError:
-                return 0.0
+            return audio_duration(part.data, part.filename or "")
     return 0.0

@@ -20,7 +20,7 @@ from twisted.python.failure import Failure
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.model import Capabilities, ModelConfig
 from routerd.cluster.master import MasterAgent
-from routerd.errors import HTTPError, StatusError, error_body
+from routerd.errors import HTTPError, Saturated, StatusError, error_body
 from routerd.lending.offload import Borrowed, offload_returned
 from routerd.lending.service import LendingService
 from routerd.metrics import NodeMetrics
@@ -65,7 +65,25 @@ class InferenceFront:
         self.loaded_config = loaded_config
         self.lending = lending
         self.recipes = recipes
+        #: Requests inside :meth:`handle` (a drain waits for this to reach 0).
+        self.active_calls = 0
         self._embeddings_turn = 0  # round-robin start of selector-less embeddings
+
+    async def drain(self, timeout: float) -> None:
+        """New requests are refused by the node's phase; requests still waiting for a backend slot
+        are refused (503) here, and running and lent ones go on for up to ``timeout`` seconds."""
+        from twisted.internet import task
+
+        refused = self.local.drain()
+        log.info("draining: {active} requests in flight, {refused} waiting requests refused",
+                 active=self.active_calls, refused=refused)
+        deadline = self.clock.seconds() + timeout
+        while self.active_calls > 0 and self.clock.seconds() < deadline:
+            await task.deferLater(self.clock, min(0.05, max(0.0, deadline - self.clock.seconds())),
+                                  lambda: None)
+        if self.active_calls:
+            log.warn("drain timeout ({timeout} s): {active} requests still in flight are cut off",
+                     timeout=timeout, active=self.active_calls)
 
     async def handle(self, incoming: Incoming, reply: Reply, route: Route, *,
                      cluster_call: bool = False, borrowed: Borrowed | None = None) -> bytes:
@@ -82,6 +100,7 @@ class InferenceFront:
         model_label = "-"
         lane = route.runtime
         self.metrics.in_flight.labels(lane).inc()
+        self.active_calls += 1
         started = self.clock.seconds()
         try:
             call = self._call(incoming, reply, route, request_id, started)
@@ -96,36 +115,48 @@ class InferenceFront:
                 model_label = model.local_id
                 result = await self._serve_local(call, model, self._public_id(route, model), borrowed)
             return result
-        except StatusError as err:
-            if call is not None:
-                call.outcome.status = err.code
-                call.outcome.http_status = err.status
-            return self._error(reply, route, err)
-        except StreamBroken as exc:
-            if call is not None:
-                call.outcome.status = "stream_broken"
-            log.warn("answer to {request_id} broke off mid-stream: {reason}", request_id=request_id,
-                     reason=str(exc))
-            reply.abort()
-            return b""
-        except CancelledError:
-            if call is not None:
-                call.outcome.status = "client_disconnected"
-                call.outcome.http_status = 499
-            raise
         except Exception as exc:  # noqa: BLE001 - any failure still answers the client once
-            log.failure("request {request_id} failed", failure=Failure(), request_id=request_id)
-            if call is not None:
-                call.outcome.status = "internal_error"
-            return self._error(reply, route, HTTPError(502, f"request failed: {exc}",
-                                                         "backend_error", "backend_error"))
+            if isinstance(exc, CancelledError) or reply.gone:
+                # A client that leaves is a normal event: everything it held is released by the
+                # cancellation (backend call aborted, slot and reservation freed).
+                if call is not None:
+                    call.outcome.status = "client_disconnected"
+                    call.outcome.http_status = 499
+                if reply.gone:
+                    log.info("client disconnected before the answer to {request_id} was complete",
+                             request_id=request_id)
+                    return b""
+                raise CancelledError() from None
+            return self._failed(reply, route, call, request_id, exc)
         finally:
+            self.active_calls -= 1
             self.metrics.in_flight.labels(lane).dec()
             status = call.outcome.status if call is not None else "bad_request"
             self.metrics.requests.labels(model_label, lane, route.kind, status).inc()
             self.metrics.request_duration.labels(model_label, lane).observe(self.clock.seconds() - started)
             if call is not None and call.stream and timed.first_write_at is not None and status == "ok":
                 self.metrics.first_token.labels(model_label, lane).observe(timed.first_write_at - started)
+
+    def _failed(self, reply: Reply, route: Route, call: Call | None, request_id: str,
+                exc: Exception) -> bytes:
+        """The one answer to a request that failed (the client is still there)."""
+        if isinstance(exc, StatusError):
+            if call is not None:
+                call.outcome.status = exc.code
+                call.outcome.http_status = exc.status
+            return self._error(reply, route, exc)
+        if isinstance(exc, StreamBroken):
+            if call is not None:
+                call.outcome.status = "stream_broken"
+            log.warn("answer to {request_id} broke off mid-stream: {reason}", request_id=request_id,
+                     reason=str(exc))
+            reply.abort()
+            return b""
+        log.failure("request {request_id} failed", failure=Failure(exc), request_id=request_id)
+        if call is not None:
+            call.outcome.status = "internal_error"
+        return self._error(reply, route, HTTPError(502, f"request failed: {exc}",
+                                                     "backend_error", "backend_error"))
 
     async def _serve_local(self, call: Call, model: ModelConfig, public_id: str,
                            borrowed: Borrowed | None) -> bytes:
@@ -424,6 +455,8 @@ class InferenceFront:
             return b""
         reply.set_status(err.status)
         reply.set_header(b"content-type", b"application/json")
+        if isinstance(err, Saturated):
+            reply.set_header(b"retry-after", str(err.retry_after).encode())
         return error_body(route.error_style, err.message, err.type, err.code)
 
 

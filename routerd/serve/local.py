@@ -21,7 +21,7 @@ from twisted.web.iweb import IAgent
 
 from routerd.backends.errors import BackendMissing, LoadFailed
 from routerd.catalog.model import ModelConfig
-from routerd.errors import HTTPError, StatusError
+from routerd.errors import HTTPError, Saturated, StatusError
 from routerd.lending.offload import OFFLOAD_RETURNED, offload_returned
 from routerd.routing import work
 from routerd.routing.adapters import AdapterError, kobold, ollama, whisper
@@ -30,7 +30,16 @@ from routerd.routing.call import ActiveRequest, Call
 from routerd.routing.guardians import REFUSAL_STATUSES, ImageRefused, refusal_message
 from routerd.routing.multipart import MultipartError
 from routerd.routing.plan import SECTIONS, BackendPlan, plan_backend_call
-from routerd.routing.relay import StreamBroken, collect, relay, response_header
+from routerd.routing.relay import (
+    FirstByteTimeout,
+    StreamBroken,
+    StreamIdle,
+    Timeouts,
+    collect,
+    relay,
+    response_header,
+    stream_idle,
+)
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
 from routerd.serve.assets import assets_unresolved
 from routerd.store.samples import RequestSample
@@ -56,7 +65,16 @@ class LocalInference:
 
     def __init__(self, *, node_id: str, clock: IReactorTime, runtimes: RuntimePool, agent: IAgent,
                  samples: SampleSink, on_acquire: Callable[[Call, ModelConfig], None] | None = None,
+                 timeouts: Timeouts | None = None, max_queued_per_model: int = 0,
                  blocked: Callable[[ModelConfig], str | None] = lambda _model: None) -> None:
+        self.timeouts = timeouts
+        #: Requests per model waiting for the backend slot (a load, or the slot busy); 0 = unbounded.
+        self.max_queued_per_model = max_queued_per_model
+        self.queued: dict[str, int] = {}
+        #: Set when the node drains: nothing new starts, waiting requests are refused (503).
+        self.draining = False
+        self._waiting: dict[str, Deferred[Any]] = {}  # request id -> its slot acquisition
+        self._refused: set[str] = set()
         self.node_id = node_id
         self.clock = clock
         self.runtimes = runtimes
@@ -83,9 +101,12 @@ class LocalInference:
             except (AdapterError, MultipartError) as exc:
                 raise HTTPError(400, str(exc)) from None
             call.outcome.work = work.request_work(call.route, call.parsed, call.body, call.content_type)
+            self._admit(call, model, public_id)
             entry = ActiveRequest(call.request_id, public_id, call.path, call.route.runtime,
                                   int(call.started * 1000), borrowed=call.borrowed)
             self.active[call.request_id] = entry
+            waiting = True
+            self.queued[model.local_id] = self.queued.get(model.local_id, 0) + 1
             try:
                 if self.on_acquire is not None:
                     self.on_acquire(call, model)
@@ -97,26 +118,70 @@ class LocalInference:
                 except BackendMissing as exc:
                     raise HTTPError(502, str(exc), "backend_error", "backend_missing") from None
                 entry.state = "running"
+                waiting = False
+                self._dequeue(model.local_id)
                 call.serving_since = self.clock.seconds()
                 try:
                     return await self._proxy(call, lease.base_url, plan, public_id)
+                except FirstByteTimeout as exc:
+                    raise HTTPError(504, f"the backend of {model.local_id!r} on node {self.node_id!r} did "
+                                    f"not answer within {exc.seconds:g} s", "timeout",
+                                    "backend_timeout") from None
+                except StreamIdle as exc:
+                    if call.reply.started:
+                        raise
+                    raise HTTPError(504, f"the backend of {model.local_id!r} on node {self.node_id!r} went "
+                                    f"silent mid-answer: {exc}", "timeout", "backend_timeout") from None
                 finally:
                     lease.release()
             finally:
+                if waiting:
+                    self._dequeue(model.local_id)
                 del self.active[call.request_id]
-        except CancelledError:
-            call.outcome.status = "client_disconnected"
-            call.outcome.http_status = 499
-            raise
-        except StreamBroken:
-            call.outcome.status = "stream_broken"
-            raise
-        except StatusError as err:
-            call.outcome.status = err.code
-            call.outcome.http_status = err.status
+        except Exception as exc:
+            if isinstance(exc, CancelledError) or call.reply.gone:
+                # The client left: whatever the backend call failed with, that is why.
+                call.outcome.status = "client_disconnected"
+                call.outcome.http_status = 499
+                if isinstance(exc, CancelledError):
+                    raise
+                raise CancelledError() from None
+            if isinstance(exc, StreamBroken):
+                call.outcome.status = "stream_broken"
+            elif isinstance(exc, StatusError):
+                call.outcome.status = exc.code
+                call.outcome.http_status = exc.status
             raise
         finally:
             self._record(call, model)
+
+    def _admit(self, call: Call, model: ModelConfig, public_id: str) -> None:
+        """Refuse (429) a request that would queue past ``max_queued_per_model``; otherwise tell
+        the client its place in the queue (1 = next for the backend)."""
+        if self.draining:
+            raise _draining()
+        depth = self.queued.get(model.local_id, 0)
+        if self.max_queued_per_model and depth >= self.max_queued_per_model:
+            raise Saturated(429, f"model {public_id!r} has {depth} requests queued (the limit is "
+                                 f"{self.max_queued_per_model}); retry later", "queue_full")
+        call.reply.set_header(b"x-routerd-queue-position", str(depth + 1).encode())
+
+    def drain(self) -> int:
+        """Stop starting requests: every request still waiting for a backend slot is answered
+        503 with ``Retry-After`` (its slot wait cancelled); returns how many were refused."""
+        self.draining = True
+        waiting = list(self._waiting.items())
+        for request_id, acquiring in waiting:
+            self._refused.add(request_id)
+            acquiring.cancel()
+        return len(waiting)
+
+    def _dequeue(self, model_id: str) -> None:
+        left = self.queued.get(model_id, 0) - 1
+        if left > 0:
+            self.queued[model_id] = left
+        else:
+            self.queued.pop(model_id, None)
 
     async def serve_unmodelled(self, call: Call) -> bytes:
         """Selector-less embeddings with no embeddings config loaded (reference §6.7): the request
@@ -174,19 +239,25 @@ class LocalInference:
         if reason is not None:
             raise assets_unresolved(model.local_id, reason)
         acquiring = self.runtimes.acquire(call.route.runtime, model)
-        if not call.borrowed:
-            return await acquiring
         rid = call.request_id
-        self._acquiring[rid] = acquiring
+        self._waiting[rid] = acquiring  # a drain refuses it (503; a borrowed one goes back)
+        if call.borrowed:
+            self._acquiring[rid] = acquiring
         try:
             return await acquiring
         except CancelledError:
             if rid in self._taken_back:
                 raise offload_returned("own work arrived while it waited for the runtime") from None
+            if rid in self._refused:
+                if call.borrowed:
+                    raise offload_returned("the helper node is draining") from None
+                raise _draining() from None
             raise
         finally:
             self._acquiring.pop(rid, None)
             self._taken_back.discard(rid)
+            self._waiting.pop(rid, None)
+            self._refused.discard(rid)
 
     def waiting_for_runtime(self, request_id: str) -> bool:
         """Whether borrowed request ``request_id`` waits for a free runtime or a model load."""
@@ -205,9 +276,10 @@ class LocalInference:
 
     async def _proxy(self, call: Call, base_url: str, plan: BackendPlan, public_id: str) -> bytes:
         reply = call.reply
-        response = await self.agent.request(
+        pending = self.agent.request(
             b"POST", (base_url + plan.path).encode(),
             Headers({b"content-type": [plan.content_type.encode()]}), BytesProducer(plan.body))
+        response = await (self.timeouts.answer(pending) if self.timeouts is not None else pending)
         code = int(response.code)
         call.outcome.http_status = code
         call.outcome.status = "ok" if 200 <= code < 300 else f"http_{code}"
@@ -225,7 +297,7 @@ class LocalInference:
         if ctype.startswith("text/event-stream") and 200 <= code < 300:
             return await self._stream(call, response, plan, public_id, ctype)
         if raw is None:
-            raw = await collect(response)
+            raw = await collect(response, stream_idle(self.timeouts))
         converted_type, converted = self._convert(call, plan, public_id, code, ctype, raw)
         reply.set_header(b"content-type", converted_type.encode())
         return converted
@@ -242,7 +314,7 @@ class LocalInference:
             converter = make_rewriter(ctype, lambda _old: public_id)
             reply.set_header(b"content-type", ctype.encode())
             reply.set_header(b"cache-control", b"no-cache")
-        tail = await relay(response, reply, converter.feed, converter.flush)
+        tail = await relay(response, reply, converter.feed, converter.flush, stream_idle(self.timeouts))
         usage = work.usage_from_tail(tail)
         if usage is not None:
             call.outcome.work = (float(usage[0]), float(usage[1]))
@@ -313,6 +385,11 @@ class LocalInference:
             finished_at_ms=self.now_ms(), http_status=call.outcome.http_status,
             request_bytes=len(call.body), node_id=self.node_id)
         self.samples.record_request_sample(sample)
+
+
+def _draining() -> Saturated:
+    return Saturated(503, "this node is draining (shutting down); retry on another node",
+                     "draining")
 
 
 def _loads(raw: bytes) -> dict[str, Any]:

@@ -45,6 +45,8 @@ LIVE_KEYS: tuple[str, ...] = (
     "auth.",
     "server.allowed_cidrs",
     "server.cors_origins",
+    "server.trusted_proxies",
+    "server.drain_timeout",
     "models.config_dir",
     "models.keep_alive",
     "cluster.sync_interval",

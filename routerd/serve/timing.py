@@ -34,5 +34,9 @@ class FirstWrite:
     def abort(self) -> None:
         self.inner.abort()
 
+    @property
+    def gone(self) -> bool:
+        return self.inner.gone
+
 
 __all__ = ["FirstWrite"]

@@ -121,6 +121,8 @@ class Store:
         # later samples collect here and go down in one transaction.
         self._pending: list[tuple[tuple[object, ...], Deferred[None]]] = []
         self._writing = False
+        self._idle: list[Deferred[None]] = []  # close() waiting for the sample writes to drain
+        self._closed = False
 
     @property
     def runner(self) -> DBRunner:
@@ -160,7 +162,15 @@ class Store:
         return cls(runner, clock)
 
     def close(self) -> Deferred[None]:
-        return self._runner.close()
+        """Write every pending request sample, then close (a stop must not lose or fail them)."""
+        self._closed = True
+        if self._pending and not self._writing:
+            self._flush_samples()
+        if not self._writing:
+            return self._runner.close()
+        drained: Deferred[None] = Deferred()
+        self._idle.append(drained)
+        return drained.addCallback(lambda _: self._runner.close())
 
     def now_ms(self) -> int:
         return int(self._clock.seconds() * 1000)
@@ -195,6 +205,11 @@ class Store:
                 section=sample.section,
             )
             return succeed(None)
+        if self._closed:
+            # A request that ended after the stop began: nothing left to write it to.
+            self.log.info("request sample for {model_id} not stored: the store is closing",
+                          model_id=sample.model_id)
+            return succeed(None)
         done: Deferred[None] = Deferred()
         self._pending.append((_request_row(sample), done))
         if not self._writing:
@@ -205,6 +220,9 @@ class Store:
         """Submit every pending request sample as one write job."""
         if not self._pending:
             self._writing = False
+            idle, self._idle = self._idle, []
+            for waiter in idle:
+                waiter.callback(None)
             return
         batch, self._pending = self._pending, []
         rows = [row for row, _ in batch]

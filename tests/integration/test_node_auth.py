@@ -33,7 +33,7 @@ def _auth(key: str) -> dict[str, str]:
 async def test_each_route_class_needs_its_own_credential(node: RunningNode) -> None:
     url = node.url
     assert (await treq.get(url + "/v1/models")).code == 401
-    assert (await treq.get(url + "/v1/models", headers=_auth(ADM))).code == 401
+    assert (await treq.get(url + "/v1/models", headers=_auth(ADM))).code == 200  # admin opens inference
     assert (await treq.get(url + "/v1/models", headers=_auth(INF))).code == 200
     assert (await treq.get(url + "/router/v1/models", headers=_auth(INF))).code == 401
     assert (await treq.get(url + "/router/v1/models", headers=_auth(ADM))).code == 200
@@ -43,7 +43,14 @@ async def test_each_route_class_needs_its_own_credential(node: RunningNode) -> N
     assert (await state.json())["node_id"] == "local"
     ollama = await treq.get(url + "/api/tags")
     assert ollama.code == 401 and isinstance((await ollama.json())["error"], str)
-    assert (await treq.get(url + "/health")).code == 200
+    health = await treq.get(url + "/health")
+    assert health.code == 200
+    assert await health.json() == {"status": "ok"}  # no node details without a key
+    detailed = await (await treq.get(url + "/health", headers=_auth(INF))).json()
+    assert detailed == {"status": "ok", "node_id": "local", "role": "standalone"}
+    assert (await treq.get(url + "/metrics")).code == 401
+    assert (await treq.get(url + "/metrics", headers=_auth(INF))).code == 401
+    assert (await treq.get(url + "/metrics", headers=_auth(ADM))).code == 200
 
 
 @pytest_twisted.ensureDeferred

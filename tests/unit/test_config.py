@@ -185,6 +185,26 @@ def test_durations_format_canonically() -> None:
     assert format_duration(0.25) == "250ms"
 
 
+def test_reliability_settings_parse_with_defaults_and_refuse_bad_values(tmp_path: Path) -> None:
+    default = _parse(tmp_path, {})
+    assert (default.limits.max_queued_per_model, default.limits.first_byte_timeout,
+            default.limits.idle_stream_timeout, default.server.drain_timeout) == (256, 600.0, 300.0, 30.0)
+    ok = _parse(tmp_path, {"server": {"trusted_proxies": ["127.0.0.1/32"], "drain_timeout": "5s"},
+                           "auth": {"metrics_keys": ["m" * 20]},
+                           "limits": {"max_queued_per_model": 4, "first_byte_timeout": "2m",
+                                      "idle_stream_timeout": "30s"}})
+    assert ok.server.trusted_proxies == ("127.0.0.1/32",) and ok.server.drain_timeout == 5.0
+    assert ok.auth.metrics_keys == ("m" * 20,)
+    assert (ok.limits.max_queued_per_model, ok.limits.first_byte_timeout,
+            ok.limits.idle_stream_timeout) == (4, 120.0, 30.0)
+    errors = _errors(tmp_path, {"server": {"trusted_proxies": ["nope"], "drain_timeout": "x"},
+                                "auth": {"metrics_keys": ["k" * 20], "admin_keys": ["k" * 20]},
+                                "limits": {"max_queued_per_model": 0, "first_byte_timeout": "-1s"}})
+    for key in ("server.trusted_proxies", "server.drain_timeout", "auth.metrics_keys",
+                "limits.max_queued_per_model", "limits.first_byte_timeout"):
+        assert any(e.startswith(key) for e in errors), (key, errors)
+
+
 def test_kobold_and_vllm_backend_modes_are_accepted_with_their_settings(tmp_path: Path) -> None:
     config = _parse(tmp_path, {"backend": {"mode": "kobold"},
                                "kobold": {"binary_path": "koboldcpp", "no_model": True,

@@ -6,8 +6,7 @@ import struct
 
 import pytest
 
-from routerd.routing.audio import parse_wav, wav_duration
-from routerd.sim.wav import make_wav
+from routerd.sim.wav import make_wav, parse_wav, wav_duration
 
 
 def _wav(fmt: bytes, chunks: list[tuple[bytes, bytes]]) -> bytes:

@@ -20,6 +20,7 @@ from routerd.routing.adapters.ollama._common import (
     iso_utc,
 )
 from routerd.routing.adapters.ollama.responses import error_message_from_body
+from routerd.routing.sse import Event, EventParser
 
 
 def _ndjson_line(record: Mapping[str, Any]) -> bytes:
@@ -63,9 +64,7 @@ class SSEToNDJSON:
         self._first_token_at: float | None = None
         self._buf = bytearray()
         self._sse: bool | None = None  # unknown until the first non-blank byte
-        self._data: list[bytes] = []
-        self._data_size = 0
-        self._event = ""
+        self._events = EventParser()
         self._finished = False
         self._done_reason: str | None = None
         self._usage: object = None
@@ -100,7 +99,7 @@ class SSEToNDJSON:
             pos = nl + 1
             out += self._line(line[:-1] if line.endswith(b"\r") else line)
         del self._buf[:pos]
-        if not self._finished and len(self._buf) + self._data_size > self._max_frame:
+        if not self._finished and len(self._buf) + self._events.pending_bytes > self._max_frame:
             out += self._fail("backend stream frame too large")
         return bytes(out)
 
@@ -117,7 +116,7 @@ class SSEToNDJSON:
             self._buf.clear()
             out += self._line(line.rstrip(b"\r"))
         if not self._finished:
-            out += self._dispatch()
+            out += self._dispatch(self._events.end())
         if not self._finished:
             if self._done_reason is not None:
                 out += self._finish()
@@ -128,33 +127,12 @@ class SSEToNDJSON:
     # -- SSE framing
 
     def _line(self, line: bytes) -> bytes:
-        if not line:
-            return self._dispatch()
-        if line.startswith(b":"):
-            return b""  # comment / keep-alive
-        name, sep, value = line.partition(b":")
-        if sep and value.startswith(b" "):
-            value = value[1:]
-        if name == b"data":
-            self._data.append(value)
-            self._data_size += len(value)
-        elif name == b"event":
-            self._event = value.decode("utf-8", "replace")
-        elif name == b"error":  # llama-server: "error: {json}"
-            self._event = "error"
-            self._data.append(value)
-            self._data_size += len(value)
-        return b""
+        return self._dispatch(self._events.line(line))
 
-    def _dispatch(self) -> bytes:
-        if not self._data:
-            self._event = ""
+    def _dispatch(self, parsed: Event | None) -> bytes:
+        if parsed is None:
             return b""
-        data = b"\n".join(self._data).decode("utf-8", "replace")
-        event = self._event
-        self._data = []
-        self._data_size = 0
-        self._event = ""
+        data, event = parsed.data, parsed.name
         if event == "error":
             return self._fail(error_message_from_body(500, data.encode("utf-8")))
         if data.strip() == "[DONE]":
@@ -313,5 +291,5 @@ class SSEToNDJSON:
     def _fail(self, message: str) -> bytes:
         self._finished = True
         self._buf.clear()
-        self._data = []
+        self._events = EventParser()
         return _ndjson_line({"error": message})

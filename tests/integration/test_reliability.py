@@ -1,0 +1,153 @@
+"""Reliability on real nodes: client disconnects free what they held and log at info, a hung
+slave is a 504, a stop drains (a live stream finishes, a hung request is cut at the timeout)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+import treq
+from twisted.internet import reactor, task
+from twisted.logger import LogLevel, globalLogPublisher
+
+from tests.integration.nodes import (
+    FAST_TEXT,
+    RunningNode,
+    node_config,
+    plan_cluster,
+    start_node,
+    wait_until,
+    write_models,
+)
+from tests.integration.rawhttp import raw_post
+
+MODELS = {"alpha": {"model": "../weights/alpha.sim.json", "contextsize": 4096}}
+WEIGHTS = {"alpha": FAST_TEXT}
+
+
+@pytest.fixture
+def events() -> Iterator[list[dict[str, Any]]]:
+    seen: list[dict[str, Any]] = []
+    globalLogPublisher.addObserver(seen.append)
+    yield seen
+    globalLogPublisher.removeObserver(seen.append)
+
+
+@pytest_twisted.async_yield_fixture
+async def node(tmp_path: Path) -> AsyncIterator[RunningNode]:
+    write_models(tmp_path, MODELS, WEIGHTS)
+    running = await start_node(node_config(tmp_path, {"models": {"startup_model": "alpha"}}))
+    yield running
+    await running.stop()
+
+
+def _chat(max_tokens: int, stream: bool) -> dict[str, Any]:
+    return {"model": "alpha", "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens,
+            "stream": stream}
+
+
+async def _slot_free_within(node: RunningNode, seconds: float) -> float:
+    started = reactor.seconds()
+    while reactor.seconds() - started < seconds:
+        if not node.node.local.active and all(s.users == 0 for s in node.node.runtimes.status()):
+            return reactor.seconds() - started
+        await task.deferLater(reactor, 0.005, lambda: None)
+    raise AssertionError(f"slot still held {seconds}s after the client left")
+
+
+def _critical(events: list[dict[str, Any]]) -> list[str]:
+    return [str(e.get("log_format")) for e in events
+            if e.get("log_level") in (LogLevel.critical, LogLevel.error)]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest_twisted.ensureDeferred
+async def test_a_client_disconnect_frees_the_slot_within_100ms_and_logs_at_info(
+        node: RunningNode, events: list[dict[str, Any]], stream: bool) -> None:
+    port = node.service.port.getHost().port
+    client = await raw_post(port, "/v1/chat/completions", _chat(400, stream))  # a 2 s answer
+    await task.deferLater(reactor, 0.15, lambda: None)
+    assert node.node.local.active, "the request should be in the backend"
+    client.drop()
+    await _slot_free_within(node, 0.1)
+    await task.deferLater(reactor, 0.05, lambda: None)
+    assert _critical(events) == []
+    assert any("disconnected" in str(e.get("log_format")) and e.get("log_level") == LogLevel.info
+               for e in events)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_hung_slave_is_a_504_naming_it_in_bounded_time_and_frees_both_sides(
+        tmp_path: Path, events: list[dict[str, Any]]) -> None:
+    plan = plan_cluster(tmp_path, ["slave-a"])
+    write_models(plan.root / "master", {}, {})
+    write_models(plan.root / "slave-a", MODELS, WEIGHTS)
+    master = await start_node(plan.master_config(limits={"first_byte_timeout": "1s"}))
+    slave = await start_node(plan.slave_config("slave-a"))
+    try:
+        registry = master.node.master.registry  # type: ignore[union-attr]
+        await wait_until(lambda: registry.find("slave-a", local_id="alpha") is not None)
+        # Load the model on the slave directly: the master's 1 s first-byte limit covers a load.
+        warm = await treq.post(slave.url + "/v1/chat/completions", json=_chat(2, False))
+        assert warm.code == 200
+        await warm.content()
+        backend = next(s.port for s in slave.node.runtimes.status() if s.kind == "text" and s.port)
+        hang = await treq.post(f"http://127.0.0.1:{backend}/sim/control", json={"hang": True})
+        assert hang.code == 200
+        await hang.content()
+        started = reactor.seconds()
+        response = await treq.post(master.url + "/v1/chat/completions", json=_chat(2, False))
+        body = await response.json()
+        elapsed = reactor.seconds() - started
+        assert response.code == 504
+        assert body["error"]["code"] == "node_timeout" and "'slave-a'" in body["error"]["message"]
+        assert 0.9 <= elapsed < 3.0
+        # The master's forward was cancelled, so the slave's client left: its slot is free again.
+        await wait_until(lambda: not slave.node.local.active, timeout=2.0)
+        assert all(s.users == 0 for s in slave.node.runtimes.status())
+        assert master.node.master.registry.find("slave-a", local_id="alpha") is not None  # type: ignore[union-attr]
+        assert _critical(events) == []
+    finally:
+        await slave.stop()
+        await master.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stop_during_a_stream_lets_it_finish_then_stops(tmp_path: Path,
+                                                                events: list[dict[str, Any]]) -> None:
+    """What SIGTERM does (twistd stops the service): the listener closes, the live stream
+    finishes whole, then the node stops; nothing critical is logged."""
+    write_models(tmp_path, MODELS, WEIGHTS)
+    running = await start_node(node_config(tmp_path, {"models": {"startup_model": "alpha"},
+                                                      "server": {"drain_timeout": "10s"}}))
+    port = running.service.port.getHost().port
+    client = await raw_post(port, "/v1/chat/completions", _chat(200, True))  # a 1 s stream
+    await client.first_data
+    started = reactor.seconds()
+    stopping = running.service.stopService()
+    assert running.node.phase == "draining"
+    await stopping
+    assert 0.5 < reactor.seconds() - started < 5.0
+    await client.closed
+    assert client.status == 200
+    assert client.received.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")  # the whole stream, cleanly ended
+    assert _critical(events) == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stop_cuts_a_hung_request_at_the_drain_timeout(tmp_path: Path) -> None:
+    write_models(tmp_path, MODELS, WEIGHTS)
+    running = await start_node(node_config(tmp_path, {"models": {"startup_model": "alpha"},
+                                                      "server": {"drain_timeout": "500ms"}}))
+    backend = next(s.port for s in running.node.runtimes.status() if s.kind == "text" and s.port)
+    hang = await treq.post(f"http://127.0.0.1:{backend}/sim/control", json={"hang": True})
+    await hang.content()
+    client = await raw_post(running.service.port.getHost().port, "/v1/chat/completions", _chat(2, False))
+    await wait_until(lambda: bool(running.node.local.active), timeout=2.0)
+    started = reactor.seconds()
+    await running.service.stopService()
+    assert 0.4 < reactor.seconds() - started < 4.0
+    await client.closed
