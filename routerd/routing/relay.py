@@ -106,7 +106,8 @@ class Relay(Protocol):
         self.feed = feed
         self.flush = flush
         self.done = done
-        self.tail = b""
+        self._tail: list[bytes] = []  # the last chunks, at least TAIL_KEEP bytes when there are
+        self._tail_size = 0
         self.idle = idle
         self._timer: IDelayedCall | None = None
         self._arm()
@@ -134,10 +135,19 @@ class Relay(Protocol):
 
     def dataReceived(self, data: bytes) -> None:
         self._arm()
-        self.tail = (self.tail + data)[-TAIL_KEEP:]
+        tail = self._tail
+        tail.append(data)
+        self._tail_size += len(data)
+        while self._tail_size - len(tail[0]) >= TAIL_KEEP:
+            self._tail_size -= len(tail.pop(0))
         out = self.feed(data)
         if out and not self.done.called:
             self.sink.write(out)
+
+    @property
+    def tail(self) -> bytes:
+        """The last TAIL_KEEP bytes seen (kept as chunks: no copy per chunk)."""
+        return b"".join(self._tail)[-TAIL_KEEP:]
 
     def connectionLost(self, reason: Failure = _DONE) -> None:
         self._disarm()

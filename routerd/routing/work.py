@@ -76,8 +76,20 @@ _USAGE_MARKS = (b'"usage"', b'"timings"', b'"tokens_predicted"')
 def usage_from_tail(tail: bytes) -> tuple[int, int] | None:
     """Token counts from the last event of an SSE stream's tail that reports them (a final
     ``usage``, nested or not, or llama-server ``timings``)."""
-    if not any(mark in tail for mark in _USAGE_MARKS):
+    last = max(tail.rfind(mark) for mark in _USAGE_MARKS)
+    if last < 0:
         return None
+    # The report is nearly always in the last event naming it: parse from that event's start
+    # (after the blank line before it) first, and the whole tail only when that finds nothing.
+    start = max(tail.rfind(b"\n\n", 0, last), tail.rfind(b"\r\n\r\n", 0, last))
+    if start > 0:
+        found = _usage_in(tail[start:])
+        if found is not None:
+            return found
+    return _usage_in(tail)
+
+
+def _usage_in(tail: bytes) -> tuple[int, int] | None:
     for event in reversed(parse_events(tail)):
         if event.name == "error" or '"' not in event.data:
             continue
