@@ -22,8 +22,10 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from routerd.backends.errors import BackendMissing
+from routerd.logs import literal
 
 log = Logger()
+_BACKEND_LINE = "{backend}: {line}"
 
 #: How many of a backend's last output lines are kept for error reasons.
 TAIL_LINES = 20
@@ -187,7 +189,9 @@ class _BackendProtocol(ProcessProtocol):
         if not line:
             return
         self.tail.append(line)
-        log.info("{backend}: {line}", backend=self.name, line=line)
+        # one or more lines per request from llama-server: rendered once (see routerd.logs.literal)
+        log.info(literal(_BACKEND_LINE.format(backend=self.name, line=line)), backend=self.name,
+                 line=line)
 
     def processEnded(self, reason: Failure) -> None:  # noqa: N802 - Twisted's name
         for fd in sorted(self._partial):

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from twisted.internet.error import ProcessDone, ProcessExitedAlready, ProcessTerminated
 from twisted.internet.task import Clock
-from twisted.logger import LogEvent, globalLogPublisher
+from twisted.logger import LogEvent, formatEvent, globalLogPublisher
 from twisted.python.failure import Failure
 
 from routerd.backends.errors import BackendMissing
@@ -140,7 +140,10 @@ def test_every_output_line_is_logged_under_the_backend_name_and_the_last_ones_ke
         protocol.childDataReceived(1, b"".join(b"line %d\n" % i for i in range(30)))
     finally:
         globalLogPublisher.removeObserver(events.append)
-    logged = [(e["backend"], e["line"]) for e in events if e.get("log_format") == "{backend}: {line}"]
+    lines = [e for e in events if "backend" in e and "line" in e]
+    assert [formatEvent(e) for e in lines[:2]] == ["llama-server: loading model",
+                                                   "llama-server: progress 10%"]
+    logged = [(e["backend"], e["line"]) for e in lines]
     assert logged[:4] == [
         ("llama-server", "loading model"),
         ("llama-server", "progress 10%"),
