@@ -21,7 +21,8 @@ class Dispatch(resource.Resource):
         super().__init__()  # type: ignore[no-untyped-call]
         self._exact: dict[str, list[tuple[frozenset[str], resource.IResource]]] = {}
         self._prefixes: list[tuple[str, frozenset[str], resource.IResource]] = []
-        for api in apis:
+        self.apis: tuple[Any, ...] = tuple(apis)  # what it serves (the OpenAPI test reads their rules)
+        for api in self.apis:
             app: Klein = api.app
             target = app.resource()
             for rule in app.url_map.iter_rules():

@@ -21,7 +21,7 @@ from routerd.lending.offload import offload_returned
 from routerd.logs import ACCESS_FORMAT, request_model
 
 #: Paths answered while the node is starting or draining (the rest get 503 + Retry-After).
-_ALWAYS_SERVED = frozenset({"/health", "/metrics"})
+_ALWAYS_SERVED = frozenset({"/health", "/metrics", "/openapi.json"})
 
 #: The request attribute the guard sets: whether the caller may see node details on ``/health``.
 AUTHENTICATED = "routerd_authenticated"
