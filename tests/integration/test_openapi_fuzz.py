@@ -1,0 +1,136 @@
+"""Stateless fuzzing (schemathesis) of every operation in ``openapi.yaml`` against a live node: a
+master on 127.0.0.1 with simulator backends.  Every answer: no 500, every error the contract's
+envelope for its path, status, content type and body as the document describes them."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+import requests
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from twisted.internet import threads
+
+from routerd.api.openapi import openapi_document
+from routerd.errors import style_for_path
+from tests.integration.nodes import TOKEN, FAST_TEXT, RunningNode, plan_cluster, start_node, write_models
+
+pytestmark = pytest.mark.slow
+
+#: Examples per operation: ~96 operations × 10 stays within the suite's one-minute budget; set
+#: ROUTERD_FUZZ_EXAMPLES for a longer hunt by hand.
+EXAMPLES = int(os.environ.get("ROUTERD_FUZZ_EXAMPLES", "10"))
+#: Inference bodies get a real model half the time, so the fuzzer reaches the backends and not
+#: only "model not found" ("chat", or "embed" on the embedding paths).
+_REAL_MODEL = {"/v1/embeddings": "embed", "/api/embed": "embed"}
+
+
+@pytest_twisted.async_yield_fixture
+async def master(tmp_path: Path) -> AsyncIterator[RunningNode]:
+    plan = plan_cluster(tmp_path, [])
+    write_models(plan.root / "master",
+                 {"chat": {"model": "../weights/chat.sim.json", "contextsize": 4096},
+                  "embed": {"embeddingsmodel": "../weights/embed.sim.json"}},
+                 {"chat": FAST_TEXT, "embed": {**FAST_TEXT, "embedding_dim": 4}})
+    running = await start_node(plan.master_config(limits={"first_byte_timeout": "20s"}))
+    yield running
+    await running.stop()
+
+
+def envelope_problem(path: str, response: requests.Response) -> str | None:
+    """Why an error answer is not the contract's envelope for ``path`` (None when it is)."""
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        return f"error body is not JSON: {response.content[:200]!r}"
+    if not isinstance(body, dict) or "error" not in body:
+        return f"error body has no 'error': {body!r}"
+    if style_for_path(path) == "ollama":
+        return None if isinstance(body["error"], str) else f"ollama error is not a string: {body!r}"
+    error = body["error"]
+    if not isinstance(error, dict) or not all(isinstance(error.get(k), str) for k in ("message", "type")) \
+            or not isinstance(error.get("code"), str | int):
+        return f"error is not {{message, type, code}}: {body!r}"
+    return None
+
+
+def _with_model(case: Any, path: str, pick: bool) -> Any:
+    if pick and isinstance(case.body, dict) and case.operation.path in _ROUTED:
+        case.body["model"] = _REAL_MODEL.get(case.operation.path, "chat")
+    del path
+    return case
+
+
+_ROUTED = {p for p, item in openapi_document()["paths"].items()
+           if "post" in item and p.startswith(("/v1/", "/api/", "/sdapi/", "/completion"))}
+
+
+def fuzz(base_url: str) -> tuple[list[str], dict[str, Counter[int]]]:
+    """Run every operation's strategy (in a thread: the reactor keeps serving); the failures and
+    the statuses each operation answered."""
+    import schemathesis
+    from schemathesis import GenerationMode
+    from schemathesis.specs.openapi.checks import (
+        content_type_conformance,
+        response_schema_conformance,
+        status_code_conformance,
+    )
+
+    schema = schemathesis.openapi.from_dict(json.loads(json.dumps(openapi_document())))
+    # schemathesis' not_a_server_error counts every 5xx; 501/502/503/504 are routerd's honest
+    # answers (unsupported family, node unreachable, no capable model, timeout): only 500 is a bug.
+    checks = [status_code_conformance, content_type_conformance, response_schema_conformance]
+    failures: list[str] = []
+    statuses: dict[str, Counter[int]] = defaultdict(Counter)
+    session = requests.Session()
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        headers = {"Authorization": f"Bearer {TOKEN}"} if operation.path.startswith("/router/v1/node/") else {}
+
+        # valid requests as the document describes them, and requests that break it
+        cases = st.one_of(operation.as_strategy(GenerationMode.POSITIVE),
+                          operation.as_strategy(GenerationMode.NEGATIVE))
+
+        @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=EXAMPLES == 10,
+                  suppress_health_check=list(HealthCheck))
+        @given(case=cases, pick=st.booleans())
+        def run(case: Any, pick: bool) -> None:
+            case = _with_model(case, operation.path, pick)
+            response = case.call(base_url=base_url, session=session, headers=headers, timeout=30)
+            label = f"{case.method} {case.formatted_path} -> {response.status_code}"
+            statuses[f"{operation.method.upper()} {operation.path}"][response.status_code] += 1
+            if response.status_code == 500:
+                failures.append(f"{label}: server error {response.content[:300]!r}")
+            if response.status_code >= 400:
+                problem = envelope_problem(case.formatted_path, response)
+                if problem:
+                    failures.append(f"{label}: {problem}")
+            try:
+                case.validate_response(response, checks=checks, headers=headers)
+            except BaseException as exc:  # schemathesis' FailureGroup: keep going, report them all
+                if isinstance(exc, KeyboardInterrupt | SystemExit):
+                    raise
+                failures.append(f"{label}: {str(exc)[:600]}")
+
+        run()
+    return failures, statuses
+
+
+@pytest_twisted.ensureDeferred
+async def test_fuzzing_every_operation_finds_no_500_and_no_malformed_answer(master: RunningNode) -> None:
+    random.seed(0)
+    failures, statuses = await threads.deferToThread(fuzz, master.url)
+    assert failures == [], "\n".join(failures[:40])
+    documented = {f"{m.upper()} {p}" for p, item in openapi_document()["paths"].items() for m in item}
+    assert set(statuses) == documented  # every operation was called
+    # the fuzzer reached real answers, not only refusals
+    for operation in ("POST /v1/chat/completions", "POST /v1/embeddings", "GET /v1/models"):
+        assert statuses[operation][200] > 0, (operation, statuses[operation])
