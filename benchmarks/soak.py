@@ -285,6 +285,7 @@ class Outcome:
     final: str = ""  # "ok", "http 502 backend_error", "lost ResponseFailed", ...
     answers: int = 0
     request_id: str | None = None
+    lent_to: str | None = None
     seconds: float = 0.0
     retries: Counter[str] = attrs.Factory(Counter)
 
@@ -331,6 +332,8 @@ async def one_request(http: HTTPClient, url: str, kind: str, soak_id: str, deadl
         outcome.answers += 1
         ids = response.headers.getRawHeaders(b"x-routerd-request-id")
         outcome.request_id = ids[0].decode() if ids else None
+        lent = response.headers.getRawHeaders(b"x-routerd-lent-to")
+        outcome.lent_to = lent[0].decode() if lent else None
         if response.code != 200:
             outcome.final = f"http {response.code} {_error_code(body)}"
         elif kind == "stream" and not body.rstrip().endswith(b"data: [DONE]"):
@@ -392,7 +395,8 @@ class Report:
             f"answered {self.answered}  ok {sum(1 for o in self.outcomes if o.final == 'ok')}  "
             f"lost {self.lost}  duplicated {len(self.duplicated)} (answered twice on the client: "
             f"{self.answered_twice}; ok answers missing from the access logs: {self.unlogged})",
-            f"latency of ok answers: p50 {p(0.5):.0f} ms  p99 {p(0.99):.0f} ms",
+            f"latency of ok answers: p50 {p(0.5):.0f} ms  p99 {p(0.99):.0f} ms; lent (answered by the "
+            f"helper): {sum(1 for o in self.outcomes if o.final == 'ok' and o.lent_to)}",
             "errors by class: " + (", ".join(f"{k}: {v}" for k, v in self.errors.most_common()) or "none"),
             "retried (not accepted): " + (", ".join(f"{k}: {v}" for k, v in retries.most_common()) or "none"),
             f"database made read-only by: {self.read_only_by}",
