@@ -60,7 +60,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import treq
 from treq.client import HTTPClient
 from twisted.internet import defer, reactor, task
 from twisted.internet.error import ConnectError, ConnectionRefusedError, DNSLookupError
@@ -274,7 +273,8 @@ def request_for(kind: str, soak_id: str) -> tuple[str, dict[str, Any]]:
         return "/v1/embeddings", {"headers": headers, "json": {"model": "embed", "input": ["soak", soak_id]}}
     if kind == "image":
         return "/v1/images/generations", {"headers": headers, "json": {
-            "model": "paint-paint", "prompt": f"a lighthouse {soak_id}", "size": "256x256", "steps": 4, "n": 1}}
+            "model": "paint-paint", "prompt": f"a lighthouse {soak_id}", "size": "256x256", "steps": 4,
+            "n": 1}}
     return "/v1/audio/transcriptions", {"headers": headers, "data": {"model": "ears"},
                                         "files": {"file": ("a.wav", "audio/wav", WAV)}}
 
@@ -391,7 +391,8 @@ class Report:
             retries.update(o.retries)
         by_kind = Counter(o.kind for o in self.outcomes)
         lines = [
-            f"requests {self.total} ({', '.join(f'{k} {by_kind[k]}' for k in KINDS)}) in {self.seconds:.1f} s",
+            f"requests {self.total} ({', '.join(f'{k} {by_kind[k]}' for k in KINDS)}) "
+            f"in {self.seconds:.1f} s",
             f"answered {self.answered}  ok {sum(1 for o in self.outcomes if o.final == 'ok')}  "
             f"lost {self.lost}  duplicated {len(self.duplicated)} (answered twice on the client: "
             f"{self.answered_twice}; ok answers missing from the access logs: {self.unlogged})",

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import pytest_twisted
 import requests
@@ -21,7 +22,7 @@ from twisted.internet import threads
 
 from routerd.api.openapi import openapi_document
 from routerd.errors import style_for_path
-from tests.integration.nodes import TOKEN, FAST_TEXT, RunningNode, plan_cluster, start_node, write_models
+from tests.integration.nodes import FAST_TEXT, TOKEN, RunningNode, plan_cluster, start_node, write_models
 
 pytestmark = pytest.mark.slow
 
@@ -62,21 +63,24 @@ def envelope_problem(path: str, response: requests.Response) -> str | None:
     return None
 
 
-def _with_model(case: Any, path: str, pick: bool) -> Any:
-    if pick and isinstance(case.body, dict) and case.operation.path in _ROUTED:
-        case.body["model"] = _REAL_MODEL.get(case.operation.path, "chat")
-    del path
-    return case
-
-
 _ROUTED = {p for p, item in openapi_document()["paths"].items()
            if "post" in item and p.startswith(("/v1/", "/api/", "/sdapi/", "/completion"))}
 
 
-def fuzz(base_url: str) -> tuple[list[str], dict[str, Counter[int]]]:
-    """Run every operation's strategy (in a thread: the reactor keeps serving); the failures and
-    the statuses each operation answered."""
-    import schemathesis
+def _with_model(case: Any, pick: bool) -> Any:
+    if pick and isinstance(case.body, dict) and case.operation.path in _ROUTED:
+        case.body["model"] = _REAL_MODEL.get(case.operation.path, "chat")
+    return case
+
+
+@attrs.define
+class Findings:
+    failures: list[str] = attrs.Factory(list)
+    statuses: dict[str, Counter[int]] = attrs.Factory(lambda: defaultdict(Counter))
+
+
+def fuzz_operation(operation: Any, base_url: str, session: requests.Session, findings: Findings) -> None:
+    """``EXAMPLES`` valid and invalid requests to one operation; what is wrong goes to ``findings``."""
     from schemathesis import GenerationMode
     from schemathesis.specs.openapi.checks import (
         content_type_conformance,
@@ -84,50 +88,56 @@ def fuzz(base_url: str) -> tuple[list[str], dict[str, Counter[int]]]:
         status_code_conformance,
     )
 
-    schema = schemathesis.openapi.from_dict(json.loads(json.dumps(openapi_document())))
     # schemathesis' not_a_server_error counts every 5xx; 501/502/503/504 are routerd's honest
     # answers (unsupported family, node unreachable, no capable model, timeout): only 500 is a bug.
     checks = [status_code_conformance, content_type_conformance, response_schema_conformance]
-    failures: list[str] = []
-    statuses: dict[str, Counter[int]] = defaultdict(Counter)
+    headers = {"Authorization": f"Bearer {TOKEN}"} if operation.path.startswith("/router/v1/node/") else {}
+    name = f"{operation.method.upper()} {operation.path}"
+    # valid requests as the document describes them, and requests that break it
+    cases = st.one_of(operation.as_strategy(GenerationMode.POSITIVE),
+                      operation.as_strategy(GenerationMode.NEGATIVE))
+
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=EXAMPLES == 10,
+              suppress_health_check=list(HealthCheck))
+    @given(case=cases, pick=st.booleans())
+    def run(case: Any, pick: bool) -> None:
+        case = _with_model(case, pick)
+        response = case.call(base_url=base_url, session=session, headers=headers, timeout=30)
+        label = f"{case.method} {case.formatted_path} -> {response.status_code}"
+        findings.statuses[name][response.status_code] += 1
+        if response.status_code == 500:
+            findings.failures.append(f"{label}: server error {response.content[:300]!r}")
+        if response.status_code >= 400:
+            problem = envelope_problem(case.formatted_path, response)
+            if problem:
+                findings.failures.append(f"{label}: {problem}")
+        try:
+            case.validate_response(response, checks=checks, headers=headers)
+        except BaseException as exc:  # schemathesis' FailureGroup: keep going, report them all
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+            findings.failures.append(f"{label}: {str(exc)[:600]}")
+
+    run()
+
+
+def fuzz(base_url: str) -> Findings:
+    """Every operation of the document (in a thread: the reactor keeps serving the node)."""
+    import schemathesis
+
+    schema = schemathesis.openapi.from_dict(json.loads(json.dumps(openapi_document())))
+    findings = Findings()
     session = requests.Session()
     for result in schema.get_all_operations():
-        operation = result.ok()
-        headers = {"Authorization": f"Bearer {TOKEN}"} if operation.path.startswith("/router/v1/node/") else {}
-
-        # valid requests as the document describes them, and requests that break it
-        cases = st.one_of(operation.as_strategy(GenerationMode.POSITIVE),
-                          operation.as_strategy(GenerationMode.NEGATIVE))
-
-        @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=EXAMPLES == 10,
-                  suppress_health_check=list(HealthCheck))
-        @given(case=cases, pick=st.booleans())
-        def run(case: Any, pick: bool) -> None:
-            case = _with_model(case, operation.path, pick)
-            response = case.call(base_url=base_url, session=session, headers=headers, timeout=30)
-            label = f"{case.method} {case.formatted_path} -> {response.status_code}"
-            statuses[f"{operation.method.upper()} {operation.path}"][response.status_code] += 1
-            if response.status_code == 500:
-                failures.append(f"{label}: server error {response.content[:300]!r}")
-            if response.status_code >= 400:
-                problem = envelope_problem(case.formatted_path, response)
-                if problem:
-                    failures.append(f"{label}: {problem}")
-            try:
-                case.validate_response(response, checks=checks, headers=headers)
-            except BaseException as exc:  # schemathesis' FailureGroup: keep going, report them all
-                if isinstance(exc, KeyboardInterrupt | SystemExit):
-                    raise
-                failures.append(f"{label}: {str(exc)[:600]}")
-
-        run()
-    return failures, statuses
+        fuzz_operation(result.ok(), base_url, session, findings)
+    return findings
 
 
 @pytest_twisted.ensureDeferred
 async def test_fuzzing_every_operation_finds_no_500_and_no_malformed_answer(master: RunningNode) -> None:
     random.seed(0)
-    failures, statuses = await threads.deferToThread(fuzz, master.url)
+    findings = await threads.deferToThread(fuzz, master.url)
+    failures, statuses = findings.failures, findings.statuses
     assert failures == [], "\n".join(failures[:40])
     documented = {f"{m.upper()} {p}" for p, item in openapi_document()["paths"].items() for m in item}
     assert set(statuses) == documented  # every operation was called
