@@ -16,8 +16,8 @@ Faults, each when that share of the requests has been answered:
 
 ====  =====================================================================================
 10 %  the helper (``slave-b``: routerd and its backends) is SIGKILLed; restarted ``--restart-after`` s later
-25 %  ``slave-a``'s text backend crashes mid-generation (``/sim/control {"crash_after": 0}``)
-30 %  ... and its replacement crashes mid-load (the same, as soon as it is listening, loading)
+25 %  ``slave-a``'s text backend crashes mid-generation (``/sim/control {"crash_after": 0}``),
+      and its replacement crashes mid-load (the same, as soon as it answers and is loading)
 45 %  the master is restarted (SIGTERM: drain; then started again on the same port)
 60 %  ``slave-a`` (its routerd) is frozen with SIGSTOP for ``--freeze`` s
 75 %  ``slave-a``'s database directory is read-only for ``--read-only`` s (a read-only bind mount;
@@ -33,7 +33,8 @@ other outcome is final.  Report:
 * duplicated: request IDs (``X-Routerd-Request-Id``, the same on every hop) whose answer was
   produced by a backend more than once, read from every node's access log (a line whose
   ``node=`` is the logging node itself and whose status is 2xx produced the answer);
-* RSS of each routerd process after the warm-up and after the run (slave-a is never restarted).
+* RSS of slave-a's routerd (never restarted) after a fault-free burst at full concurrency and
+  after the run.
 
 Targets: 0 lost, 0 duplicated, errors only where a backend really failed mid-answer (the crash
 faults), RSS of slave-a within 10 % of its post-warm-up value.
@@ -459,6 +460,17 @@ class Soak:
                 response = await self.http.post(self.master.url + path, json=body)
                 await response.content()
 
+    async def burst(self) -> None:
+        """``concurrency`` x 4 requests at full concurrency, no faults: the processes reach their
+        working size before the RSS baseline is read (growth is then what the run adds)."""
+        kinds = list(KINDS)
+
+        async def one(index: int) -> None:
+            await one_request(self.http, self.master.url, kinds[index % len(kinds)], f"burst-{index}", 60)
+
+        await defer.gatherResults([defer.ensureDeferred(one(i)) for i in range(self.plan.concurrency * 4)],
+                                  consumeErrors=True)
+
     async def at(self, share: float) -> None:
         while self.done < share * self.plan.requests:
             await sleep(0.1)
@@ -473,9 +485,8 @@ class Soak:
         helper.start()
         self.note("slave-b restarted")
         await self.at(0.25)
-        await self.crash_backend(owner, "llama-server", "mid-generation")
-        await self.at(0.30)
-        await self.crash_next_load(owner)
+        crashed = await self.crash_backend(owner, "llama-server", "mid-generation")
+        await self.crash_next_load(owner, set(crashed))
         await self.at(0.45)
         self.note("master SIGTERM (drain)")
         self.master.signal(signal.SIGTERM)
@@ -492,30 +503,30 @@ class Soak:
         await self.at(0.75)
         await self.read_only(owner.root / "store")
 
-    async def crash_backend(self, node: NodeProc, family: str, when: str) -> None:
-        ports = node.backend_ports(family)
+    async def crash_backend(self, node: NodeProc, family: str, when: str,
+                            ports: list[int] | None = None) -> list[int]:
+        ports = node.backend_ports(family) if ports is None else ports
         for port in ports:
             response = await self.http.post(f"http://127.0.0.1:{port}/sim/control", json={"crash_after": 0})
             await response.content()
         self.note(f"{node.name} {family} crashed {when} (ports {ports})")
+        return ports
 
-    async def crash_next_load(self, node: NodeProc) -> None:
-        """Wait for the owner's replacement text backend and crash it while it loads."""
+    async def crash_next_load(self, node: NodeProc, crashed: set[int]) -> None:
+        """Wait for the replacement of the crashed text backend and crash it while it loads."""
         end = time.monotonic() + 30
-        before = set(node.backend_ports("llama-server"))
         while time.monotonic() < end:
-            ports = set(node.backend_ports("llama-server"))
-            for port in ports:
+            for port in set(node.backend_ports("llama-server")) - crashed:
                 try:
                     response = await self.http.get(f"http://127.0.0.1:{port}/sim/control")
                     state = json.loads(await response.content())
                 except Exception:  # noqa: BLE001 - not listening yet
                     continue
                 if state.get("loading"):
-                    await self.crash_backend(node, "llama-server", "mid-load")
+                    await self.crash_backend(node, "llama-server", "mid-load", [port])
                     return
-            if ports and ports != before:
-                before = ports
+                # loaded before it was seen loading: crash it (mid-generation) for another try
+                crashed.update(await self.crash_backend(node, "llama-server", "mid-generation", [port]))
             await sleep(0.02)
         self.note("no loading backend caught within 30 s (crash mid-load skipped)")
 
@@ -573,6 +584,7 @@ async def run_soak(plan: SoakPlan, root: Path) -> Report:
         await soak.start_all()
         await soak.link()
         await soak.warm_up()
+        await soak.burst()
         rss_before = {name: rss_kb(node.pid) for name, node in cluster.nodes.items()}
         soak.t0 = started = time.monotonic()
         faults = defer.ensureDeferred(soak.faults_schedule())
