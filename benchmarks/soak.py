@@ -354,6 +354,7 @@ class SoakPlan:
     read_only_s: float = 10.0
     restart_after_s: float = 3.0
     deadline_s: float = 180.0
+    faults: bool = True
 
 
 @attrs.define
@@ -366,6 +367,7 @@ class Report:
     rss_kb: dict[str, tuple[int, int]]
     seconds: float
     read_only_by: str
+    rss_series: list[tuple[float, int]] = attrs.Factory(list)
 
     @property
     def answered(self) -> int:
@@ -404,6 +406,7 @@ class Report:
             f"database made read-only by: {self.read_only_by}",
             "RSS (KiB) after warm-up -> after the run: " + ", ".join(
                 f"{n} {a} -> {b} ({(b - a) * 100 / a:+.1f} %)" for n, (a, b) in self.rss_kb.items() if a),
+            "slave-a RSS (KiB) during the run: " + ", ".join(f"{t:.0f}s {kb}" for t, kb in self.rss_series),
             "faults: " + "; ".join(self.faults),
         ]
         return "\n".join(lines)
@@ -587,9 +590,14 @@ async def run_soak(plan: SoakPlan, root: Path) -> Report:
         await soak.burst()
         rss_before = {name: rss_kb(node.pid) for name, node in cluster.nodes.items()}
         soak.t0 = started = time.monotonic()
-        faults = defer.ensureDeferred(soak.faults_schedule())
+        series: list[tuple[float, int]] = []
+        sampler = task.LoopingCall(lambda: series.append((time.monotonic() - started,
+                                                          rss_kb(cluster.nodes["slave-a"].pid))))
+        sampler.start(5.0)
+        faults = defer.ensureDeferred(soak.faults_schedule()) if plan.faults else defer.succeed(None)
         outcomes = await soak.load()
         await faults
+        sampler.stop()
         seconds = time.monotonic() - started
         await sleep(3.0)  # let timers and caches settle before reading RSS
         rss_after = {name: rss_kb(node.pid) for name, node in cluster.nodes.items()}
@@ -598,7 +606,8 @@ async def run_soak(plan: SoakPlan, root: Path) -> Report:
     finally:
         cluster.stop()
     twice, unlogged = duplicates(cluster, outcomes)
-    return Report(plan.requests, outcomes, twice, unlogged, soak.faults, rss, seconds, soak.read_only_by)
+    return Report(plan.requests, outcomes, twice, unlogged, soak.faults, rss, seconds, soak.read_only_by,
+                  series)
 
 
 def main() -> None:
@@ -608,9 +617,11 @@ def main() -> None:
     parser.add_argument("--freeze", type=float, default=20.0)
     parser.add_argument("--read-only", type=float, default=10.0)
     parser.add_argument("--restart-after", type=float, default=3.0)
+    parser.add_argument("--no-faults", action="store_true", help="the same load without faults (a baseline)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     args = parser.parse_args()
-    plan = SoakPlan(args.requests, args.concurrency, args.freeze, args.read_only, args.restart_after)
+    plan = SoakPlan(args.requests, args.concurrency, args.freeze, args.read_only, args.restart_after,
+                    faults=not args.no_faults)
     root = Path(tempfile.mkdtemp(prefix="routerd-soak-"))
     result: list[Any] = []
 
