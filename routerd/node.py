@@ -16,17 +16,14 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from treq.client import HTTPClient
-from twisted.internet.defer import Deferred, ensureDeferred, fail, succeed
+from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 from twisted.web.client import Agent, HTTPConnectionPool
 
 from routerd import __version__
-from routerd.assets.book import BOOK_FILE, AssetBook
-from routerd.assets.index import AssetIndex
-from routerd.assets.pull import AssetPuller
 from routerd.backends.errors import LoadFailed
-from routerd.backends.runtimes import LoadEvent, Runtimes
+from routerd.backends.runtimes import Runtimes
 from routerd.backends.slot import SlotState
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.hashing import FileHashCache
@@ -36,7 +33,7 @@ from routerd.cluster.client import NodeClient
 from routerd.cluster.master import MasterAgent
 from routerd.cluster.slave import RegistrationRefused, SlaveAgent
 from routerd.config.lending import LendingSettings
-from routerd.config.load import embedded_default_path, load_config
+from routerd.config.load import reread_config
 from routerd.config.schema import Config
 from routerd.lending.admin import SettingsEditor, stored_guardians
 from routerd.lending.bootstrap import load_lending_state
@@ -47,7 +44,7 @@ from routerd.lending.pricing import fit_node
 from routerd.lending.restore import Restorer
 from routerd.lending.service import LendingService
 from routerd.lending.transport import InProcess, LendingTransport, NoMaster, ViaMaster
-from routerd.metrics import NodeMetrics, RuntimeView
+from routerd.metrics import NodeMetrics
 from routerd.registry.identity import MemoryPublicIdStore
 from routerd.registry.recipes import FILE_NAME as RECIPES_FILE
 from routerd.registry.recipes import RecipeBook, RecipeFile
@@ -59,14 +56,14 @@ from routerd.routing.forward import Forwarder
 from routerd.routing.relay import Timeouts
 from routerd.serve import documents
 from routerd.serve.admin import ModelAdmin
-from routerd.serve.assets import AssetService
+from routerd.serve.assets import build_asset_service
 from routerd.serve.front import InferenceFront
 from routerd.serve.keepalive import KeepAlive, OllamaControl
 from routerd.serve.local import LocalInference
 from routerd.serve.recipes import RecipeRouter, merge_listing
 from routerd.serve.reload import Reloader
+from routerd.serve.samples import Measurements
 from routerd.services import HookService, IntervalService, OrderedServices
-from routerd.store.samples import LoadSample, RequestSample
 from routerd.store.store import Store
 from routerd.urls import AllowList
 from routerd.wire.records import ModelRecord, Snapshot, snapshot_to_json
@@ -111,20 +108,20 @@ class Node:
         #: ``starting`` until start() has loaded the startup model, ``ready``, then ``draining``
         #: from a stop on (what ``/health`` answers).
         self.phase = "starting"
-        self.own_work_at = reactor.seconds()
+        self.samples = Measurements(reactor, self.metrics, lambda: self.store)
         limits = config.limits
         self.timeouts = Timeouts(reactor, limits.first_byte_timeout, limits.idle_stream_timeout)
-        self.runtimes = Runtimes(reactor, config, self.http, launcher=launcher, on_load=self._on_load,
+        self.runtimes = Runtimes(reactor, config, self.http, launcher=launcher, on_load=self.samples.on_load,
                                  port_allocator=port_allocator)
         self.local = LocalInference(node_id=self.node_id, clock=reactor, runtimes=self.runtimes,
-                                    agent=self.agent, samples=self, on_acquire=self._acquiring,
+                                    agent=self.agent, samples=self.samples, on_acquire=self._acquiring,
                                     timeouts=self.timeouts, max_queued_per_model=limits.max_queued_per_model,
                                     blocked=lambda model: self.assets.blocked(model))
         self.restorer = Restorer(clock=reactor, delay=lambda: self.lending.settings.offload_restore_delay,
                                  loaded_config=self._loaded_config,
                                  borrowed_in_flight=self._borrowed_in_flight,
                                  own_busy=self.local.own_busy, load=self._restore_load,
-                                 on_loaded=self._own_work_done)
+                                 on_loaded=self.samples.own_work_done)
         self.decisions = DecisionLog(None, reactor, self.node_id, __version__,
                                      cluster.lending.offload_decisions_retention)
         self.master: MasterAgent | None = None
@@ -138,7 +135,7 @@ class Node:
             routing_allowed = AllowList()
             client = NodeClient(self.http, cluster.token, AllowList(cluster.slave_urls),
                                 cluster.control_timeout, reactor)
-            self._public_ids = MemoryPublicIdStore(on_assign=self._save_public_id)
+            self._public_ids = MemoryPublicIdStore(on_assign=self.samples.save_public_id)
             registry = Registry(self.node_id, cluster.public_url, self._public_ids,
                                 local_ready=self._local_ready)
             self.master = MasterAgent(node_id=self.node_id, slave_urls=cluster.slave_urls,
@@ -171,7 +168,12 @@ class Node:
                                            serve_borrowed=self._serve_borrowed,
                                            observe_plan=self.metrics.plan_duration.observe)
             self.master.when_registered(self._slave_registered)
-        self.assets = self._asset_service(asset_client)
+        self.assets = build_asset_service(
+            config, clock=reactor, agent=self.agent, http=self.http, cache=self.hash_cache,
+            run_in_thread=run_in_thread, metrics_registry=self.metrics.registry, client=asset_client,
+            catalog=lambda: self.catalog, on_catalog=self._assets_bound,
+            peers=lambda: [] if self.master is None else [
+                n.node_url for n in self.master.registry.nodes() if n.healthy])
         self.recipes: RecipeRouter | None = None
         if self.master is not None:
             book = RecipeBook(RecipeFile(os.path.join(cluster.store_dir, RECIPES_FILE)),
@@ -195,14 +197,17 @@ class Node:
                                        trusted_proxies=config.server.trusted_proxies)
         self.decisions.observe(self.metrics.count_decision)
         self.metrics.watch_queues(lambda: self.local.queued)
-        self.metrics.watch_lending(self._lease_sides,
-                                   lambda: [(h["lane"], h["state"]) for h in self.lending.held_requests()])
-        self.metrics.watch_node(self._runtime_views, tuple(s.value for s in SlotState), self._node_health)
+        self.metrics.watch_lending(
+            lambda: documents.lease_sides(self.lending.live_lease_lanes(), self.coordinator),
+            lambda: [(h["lane"], h["state"]) for h in self.lending.held_requests()])
+        self.metrics.watch_node(lambda: documents.runtime_views(self.runtimes.slots()),
+                                tuple(s.value for s in SlotState),
+                                lambda: documents.node_health(self.node_id, self.master))
         self.keepalive = KeepAlive(reactor, config.models.keep_alive, self.runtimes.status,
                                    lambda model: self.admin.unload(model, None))
         self.ollama_control = OllamaControl(self.keepalive, lambda model: self.admin.load(model, site=True),
                                             lambda model: self.admin.unload(model, None, site=True))
-        self.reloader = Reloader(self, read_config=read_config or self._read_config,
+        self.reloader = Reloader(self, read_config=read_config or (lambda: reread_config(self.config)),
                                  hash_catalog=self._hash_catalog)
         self._refit_loop = IntervalService("cost refit", self._refit,
                                            cluster.lending.scheduling_refresh_interval, reactor, now=True)
@@ -263,22 +268,10 @@ class Node:
             self.slave.setServiceParent(self.services)  # type: ignore[no-untyped-call]
 
     async def drain(self, timeout: float) -> None:
-        """Stop taking work and let in-flight requests finish, for up to ``timeout`` seconds:
-        ``/health`` answers 503 ``draining``, new requests 503 with ``Retry-After``, requests still
-        waiting for a backend slot are refused (503), running and lent ones go on."""
-        from twisted.internet import task
-
+        """Stop taking work and let in-flight requests finish, for up to ``timeout`` seconds
+        (``/health`` answers 503 ``draining`` from now on; see ``InferenceFront.drain``)."""
         self.phase = "draining"
-        refused = self.local.drain()
-        self.log.info("draining: {active} requests in flight, {refused} waiting requests refused",
-                      active=self.front.active_calls, refused=refused)
-        deadline = self.reactor.seconds() + timeout
-        while self.front.active_calls > 0 and self.reactor.seconds() < deadline:
-            await task.deferLater(self.reactor, min(0.05, max(0.0, deadline - self.reactor.seconds())),
-                                  lambda: None)
-        if self.front.active_calls:
-            self.log.warn("drain timeout ({timeout} s): {active} requests still in flight are cut off",
-                          timeout=timeout, active=self.front.active_calls)
+        await self.front.drain(timeout)
 
     async def stop(self) -> None:
         self.phase = "draining"
@@ -293,13 +286,6 @@ class Node:
         return catalog.hashed(self.hash_cache, self._run_in_thread)
 
     # -- reload (serve.reload decides; these apply) ---------------------------
-
-    def _read_config(self) -> Config:
-        """The config file again (a config built in memory, as tests do, stays as it is)."""
-        source = self.config.source
-        if source == embedded_default_path():
-            return load_config(None)
-        return load_config(source) if os.path.isfile(source) else self.config
 
     async def apply_live_config(self, old: Config, new: Config) -> None:
         cluster = new.cluster
@@ -343,74 +329,10 @@ class Node:
 
     # -- assets (serve.assets decides) ----------------------------------------
 
-    def _asset_service(self, client: NodeClient | None) -> AssetService:
-        models, cluster = self.config.models, self.config.cluster
-        shared_dir = models.shared_dir or os.path.join(cluster.store_dir, "model-assets")
-        index = AssetIndex()
-        puller = AssetPuller(agent=self.agent, token=cluster.token, clock=self.reactor, shared_dir=shared_dir,
-                             index=index, slots=models.concurrent_asset_transfers,
-                             run_in_thread=self._run_in_thread,
-                             rate=max(1, int(models.asset_transfer_rate_mb * 1024 * 1024)),
-                             deadline=models.asset_transfer_deadline)
-
-        def post_json(base: str, path: str, body: Any) -> Deferred[Any]:
-            if client is None:
-                return fail(LookupError("a standalone node has no peers"))
-            return client.post_json(base, path, body)
-
-        def peers() -> list[str]:
-            if self.master is None:
-                return []
-            return [n.node_url for n in self.master.registry.nodes() if n.healthy]
-
-        return AssetService(clock=self.reactor, index=index, puller=puller, cache=self.hash_cache,
-                            run_in_thread=self._run_in_thread, file_roots=models.file_roots,
-                            shared_dir=shared_dir, own_url=self.public_url, catalog=lambda: self.catalog,
-                            on_catalog=self._assets_bound, post_json=post_json, peers=peers,
-                            master_url=cluster.master_url if self.role == "slave" else None,
-                            metrics_registry=self.metrics.registry, node_id=self.node_id,
-                            book=AssetBook(os.path.join(cluster.store_dir, BOOK_FILE)), hub_http=self.http,
-                            lookup_cache=models.asset_lookup_cache)
-
     async def _assets_bound(self, catalog: Catalog) -> None:
         self.catalog = await catalog.hashed(self.hash_cache, self._run_in_thread)
         if self.master is not None:
             self.master.registry.update_local(self.local_records())
-
-    # -- samples and public IDs -----------------------------------------------
-
-    def finished(self, call: Call) -> None:
-        """A request left the backend; own work (not borrowed) resets the idle clock."""
-        if not call.borrowed:
-            self.own_work_at = self.reactor.seconds()
-
-    def record_request_sample(self, sample: RequestSample) -> Deferred[None]:
-        if sample.section == "llm" and sample.status == "ok" and len(sample.work) == 2:
-            self.metrics.observe_text_request(sample.model_id, sample.work[0], sample.work[1],
-                                              sample.duration_ms / 1000)
-        if self.store is None:
-            return succeed(None)
-        return self.store.record_request_sample(sample)
-
-    def _save_public_id(self, identity: str, base: str, public_id: str) -> None:
-        if self.store is not None:
-            self.store.save_public_id(identity, base, public_id)
-
-    def _on_load(self, event: LoadEvent) -> None:
-        status = "ok" if event.ok else "failed"
-        self.metrics.loads.labels(event.model_id, event.kind, status).inc()
-        if event.ok:
-            self.metrics.load_duration.labels(event.model_id, event.kind).observe(event.duration_ms / 1000)
-            self.log.info("loaded {model} on the {runtime} runtime in {duration_ms} ms",
-                          model=event.model_id, runtime=event.kind, duration_ms=event.duration_ms)
-        else:
-            self.log.warn("loading {model} on the {runtime} runtime failed: {reason}",
-                          model=event.model_id, runtime=event.kind, reason=event.reason)
-        if self.store is not None:
-            self.store.record_load_sample(LoadSample(
-                config_filename=event.config_filename, model_id=event.model_id, runtime=event.kind,
-                duration_ms=event.duration_ms, status=status,
-                finished_at_ms=int(self.reactor.seconds() * 1000), reason=event.reason))
 
     # -- lending ----------------------------------------------------------------
 
@@ -458,9 +380,6 @@ class Node:
         if model is None or runtime is None:
             raise LoadFailed(f"{config} is no longer in the catalog")
         await self.runtimes.load(model, runtime)
-
-    def _own_work_done(self) -> None:
-        self.own_work_at = self.reactor.seconds()
 
     def _slave_registered(self, node_id: str) -> None:
         self.lending.push_soon(node_id)
@@ -512,28 +431,9 @@ class Node:
         return documents.state(self.node_id, int(self.reactor.seconds() * 1000), self.runtimes.status(),
                                self.local.active.values(), self.lending.held_requests())
 
-    def _runtime_views(self) -> list[RuntimeView]:
-        views = []
-        for slot in self.runtimes.slots():
-            s = slot.status()
-            views.append(RuntimeView(s.kind, slot.name, s.state, s.model_id or "", s.users, s.waiters))
-        return views
-
-    def _node_health(self) -> list[tuple[str, bool]]:
-        own = [(self.node_id, True)]
-        if self.master is None:
-            return own
-        return own + [(n.node_id, n.healthy) for n in self.master.registry.nodes()]
-
-    def _lease_sides(self) -> list[tuple[str, str]]:
-        sides: list[tuple[str, str]] = [(lane, "owner") for lane in self.lending.live_lease_lanes()]
-        if self.coordinator is not None:
-            sides += [(str(lease["lane"]), "book") for lease in self.coordinator.live_leases()]
-        return sides
-
     def runtime_status(self) -> RuntimeStatus:
         # borrowed work does not count as busy (spec "Probes")
-        idle_s = 0.0 if self.own_busy() else max(0.0, self.reactor.seconds() - self.own_work_at)
+        idle_s = 0.0 if self.own_busy() else max(0.0, self.reactor.seconds() - self.samples.own_work_at)
         return documents.runtime_status(
             self.node_id, self.config.backend.mode, self.runtimes.status(),
             self.runtimes.loaded_config("stt") or "", int(idle_s * 1000),

@@ -7,7 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-PATH_FIELDS: tuple[str, ...] = ("model", "mmproj", "embeddingsmodel", "sdmodel", "whispermodel", "ttsmodel")
+from routerd.catalog.model import MUSIC_FIELDS
+
+PATH_FIELDS: tuple[str, ...] = ("model", "mmproj", "embeddingsmodel", "sdmodel", "whispermodel", "ttsmodel",
+                                *MUSIC_FIELDS)
 
 
 def portable_config(raw: Mapping[str, Any], files: Mapping[str, tuple[str, str]],

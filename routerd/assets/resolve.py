@@ -24,11 +24,11 @@ from routerd.assets.pull import AssetPuller, PullFailed
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.hashing import FileHashCache
 from routerd.catalog.kcpps import image_id_for
-from routerd.catalog.model import ModelConfig
+from routerd.catalog.model import MUSIC_FIELDS, ModelConfig
 
 PORTABLE_FIELDS: Mapping[str, str] = {
     "model": "text_model", "mmproj": "mmproj", "embeddingsmodel": "embeddings_model",
-    "sdmodel": "sd_model", "whispermodel": "whisper_model", "ttsmodel": "tts_model",
+    "sdmodel": "sd_model", "whispermodel": "whisper_model", "ttsmodel": "tts_model", **MUSIC_FIELDS,
 }
 
 Sources = Callable[[list[str]], Awaitable[dict[str, list[str]]]]

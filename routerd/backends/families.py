@@ -5,7 +5,7 @@
 * ``vllm``: generation, pooling and speech slots, one ``vllm serve`` each.
 
 A model's own ``backend_mode`` picks its family (reference §4: a ``.kcpps`` overrides the node's
-``backend.mode``).  Text-side kinds (text, embeddings, multimodal, speech) are ``text``; image
+``backend.mode``).  Text-side kinds (text, embeddings, multimodal, speech, music) are ``text``; image
 is ``image``; transcription ``stt``.
 """
 
@@ -40,9 +40,10 @@ SlotFactory = Callable[..., RuntimeSlot]
 
 
 def text_side(model: ModelConfig) -> bool:
-    """Whether a config has anything the text side serves (text, embeddings, multimodal, speech)."""
+    """Whether a config has anything the text side serves (text, embeddings, multimodal, speech,
+    music)."""
     caps = model.capabilities
-    return caps.llm or caps.embeddings or caps.multimodal or caps.tts
+    return caps.llm or caps.embeddings or caps.multimodal or caps.tts or caps.music
 
 
 class Family:
@@ -173,7 +174,9 @@ class KoboldFamily(Family):
             return probe_text
         if caps.embeddings:
             return probe_kobold_capability("embeddings")
-        return probe_kobold_capability("tts")
+        if caps.tts:
+            return probe_kobold_capability("tts")
+        return probe_kobold_capability("music")
 
     def boot(self) -> None:
         if self.no_model:

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
 
-from routerd.catalog.model import ModelConfig
+from routerd.catalog.model import MUSIC_FIELDS, ModelConfig
 
 HOST = "127.0.0.1"
 RELOAD_PATH = "/api/admin/reload_config"
@@ -69,7 +69,8 @@ def runtime_config(model: ModelConfig) -> dict[str, Any]:
     out = {k: v for k, v in model.options.items()
            if k not in _ROUTER_KEYS and not k.startswith("router_")}
     paths = {"model": model.text_model, "mmproj": model.mmproj, "embeddingsmodel": model.embeddings_model,
-             "sdmodel": model.sd_model, "whispermodel": model.whisper_model, "ttsmodel": model.tts_model}
+             "sdmodel": model.sd_model, "whispermodel": model.whisper_model, "ttsmodel": model.tts_model,
+             **{key: getattr(model, attr) for key, attr in MUSIC_FIELDS.items()}}
     for key, path in paths.items():
         if path:
             out[key] = path

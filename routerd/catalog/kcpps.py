@@ -8,7 +8,8 @@ names the offending key.
 Rules kept deliberately simple (and relied on by the rest of routerd):
 
 * A weight key (``model``/``model_param``, ``mmproj``, ``embeddingsmodel``,
-  ``sdmodel``, ``whispermodel``, ``ttsmodel``) holds a path string; ``""``,
+  ``sdmodel``, ``whispermodel``, ``ttsmodel``, and KoboldCpp's music keys
+  ``musicllm``, ``musicembeddings``, ``musicdiffusion``, ``musicvae``) holds a path string; ``""``,
   ``null`` and ``[]`` mean "unset" (koboldcpp writes empty strings for unused
   slots).  A list of strings (koboldcpp's multi-file ``--model``) counts as its
   first non-empty entry.  ``model`` wins over ``model_param`` when both are set.
@@ -17,7 +18,8 @@ Rules kept deliberately simple (and relied on by the rest of routerd):
 * Capabilities: ``llm`` iff a text model is set; ``image`` iff ``sdmodel``;
   ``embeddings`` iff ``embeddingsmodel``, or ``"embeddings": true`` together with
   a text model; ``multimodal`` iff ``llm`` and ``mmproj``; ``stt`` iff
-  ``whispermodel``; ``tts`` iff ``ttsmodel``.  ``context`` is ``contextsize``;
+  ``whispermodel``; ``tts`` iff ``ttsmodel``; ``music`` iff ``musicllm`` or
+  ``musicdiffusion`` (what KoboldCpp needs to load music).  ``context`` is ``contextsize``;
   a vLLM config (``backend_mode`` ``vllm``) prefers
   ``vllm.settings.max_model_length``; either one fills in when the other is
   absent; 0 when neither is stated.
@@ -41,7 +43,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from routerd.catalog.model import Capabilities, InvalidConfig, ModelConfig
+from routerd.catalog.model import MUSIC_FIELDS, Capabilities, InvalidConfig, ModelConfig
 
 KCPPS_SUFFIX = ".kcpps"
 BACKEND_MODES: tuple[str, ...] = ("llama_sdcpp", "kobold", "vllm")
@@ -55,11 +57,13 @@ IMAGE_ID_ENDINGS: tuple[str, ...] = (".sim.json", ".safetensors", ".gguf", ".ckp
 WEIGHT_EXTENSIONS: tuple[str, ...] = IMAGE_ID_ENDINGS + (".bin", ".pt", ".pth", ".onnx")
 # Top-level keys whose (non-empty) value is always a path.
 PATH_KEYS: frozenset[str] = frozenset(
-    {"model", "model_param", "mmproj", "embeddingsmodel", "sdmodel", "whispermodel", "ttsmodel"}
+    {"model", "model_param", "mmproj", "embeddingsmodel", "sdmodel", "whispermodel", "ttsmodel",
+     *MUSIC_FIELDS}
 )
 PATH_MARKER = "<path>"
 # Weight keys that may be given portably as ``<key>_hash`` (+ ``<key>_filename``).
-PORTABLE_KEYS: tuple[str, ...] = ("model", "mmproj", "embeddingsmodel", "sdmodel", "whispermodel", "ttsmodel")
+PORTABLE_KEYS: tuple[str, ...] = ("model", "mmproj", "embeddingsmodel", "sdmodel", "whispermodel", "ttsmodel",
+                                  *MUSIC_FIELDS)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # Raw keys not carried in ``ModelConfig.options`` (cluster.md §3.3).
 OPTION_EXCLUDED_KEYS: frozenset[str] = frozenset({"mcp_servers", "mcp_enabled", "mcpfile"})
@@ -271,6 +275,7 @@ def _build(raw: Mapping[str, Any], path: str, default_backend_mode: str) -> Mode
     sd_raw = _path_value(raw, "sdmodel")
     whisper_raw = _path_value(raw, "whispermodel")
     tts_raw = _path_value(raw, "ttsmodel")
+    music_raw = {key: _path_value(raw, key) for key in MUSIC_FIELDS}
 
     context_size = _int_value(raw.get("contextsize"), "contextsize", 0)
     parallel = _int_value(raw.get("parallel"), "parallel", 1)
@@ -288,7 +293,12 @@ def _build(raw: Mapping[str, Any], path: str, default_backend_mode: str) -> Mode
     has["sdmodel"] = has["sdmodel"] or sd_raw is not None
     has["whispermodel"] = has["whispermodel"] or whisper_raw is not None
     has["ttsmodel"] = has["ttsmodel"] or tts_raw is not None
-    if not any(has[k] for k in ("model", "sdmodel", "whispermodel", "embeddingsmodel", "ttsmodel")):
+    for key, value in music_raw.items():
+        has[key] = has[key] or value is not None
+    # KoboldCpp loads music when a music LM or a music diffusion model is given.
+    music = has["musicllm"] or has["musicdiffusion"]
+    if not music and not any(has[k] for k in ("model", "sdmodel", "whispermodel", "embeddingsmodel",
+                                                 "ttsmodel")):
         raise _Invalid(NO_MODEL_FILE)
 
     llm = has["model"]
@@ -304,6 +314,7 @@ def _build(raw: Mapping[str, Any], path: str, default_backend_mode: str) -> Mode
         stt=has["whispermodel"],
         tts=has["ttsmodel"],
         context=context,
+        music=music,
     )
     options = {k: v for k, v in raw.items() if k not in OPTION_EXCLUDED_KEYS}
     return ModelConfig(
@@ -319,6 +330,10 @@ def _build(raw: Mapping[str, Any], path: str, default_backend_mode: str) -> Mode
         sd_model=_resolve(base_dir, sd_raw),
         whisper_model=_resolve(base_dir, whisper_raw),
         tts_model=_resolve(base_dir, tts_raw),
+        music_llm=_resolve(base_dir, music_raw["musicllm"]),
+        music_embeddings=_resolve(base_dir, music_raw["musicembeddings"]),
+        music_diffusion=_resolve(base_dir, music_raw["musicdiffusion"]),
+        music_vae=_resolve(base_dir, music_raw["musicvae"]),
         context_size=context_size,
         parallel=parallel,
         vllm_max_model_length=max_len,

@@ -11,6 +11,9 @@ import attrs
 # multimodal), sd-server (image) or whisper-server (speech-to-text).
 RuntimeKind = Literal["text", "image", "stt"]
 RUNTIME_KINDS: tuple[RuntimeKind, ...] = ("text", "image", "stt")
+#: KoboldCpp's music weight keys (``.kcpps``) and the ModelConfig attribute holding each path.
+MUSIC_FIELDS: Mapping[str, str] = {"musicllm": "music_llm", "musicembeddings": "music_embeddings",
+                                   "musicdiffusion": "music_diffusion", "musicvae": "music_vae"}
 
 
 @attrs.frozen
@@ -22,6 +25,8 @@ class Capabilities:
     stt: bool = False
     tts: bool = False
     context: int = 0  # 0 = the config states no context window
+    # KoboldCpp music generation (``musicllm``/``musicdiffusion``); served on the text side.
+    music: bool = False
 
     def serves(self, kind: RuntimeKind) -> bool:
         if kind == "text":
@@ -51,6 +56,10 @@ class ModelConfig:
     sd_model: str | None = None
     whisper_model: str | None = None
     tts_model: str | None = None
+    music_llm: str | None = None
+    music_embeddings: str | None = None
+    music_diffusion: str | None = None
+    music_vae: str | None = None
     context_size: int | None = None
     parallel: int | None = None
     vllm_max_model_length: int | None = None
@@ -69,6 +78,10 @@ class ModelConfig:
             "sdmodel": self.sd_model,
             "whispermodel": self.whisper_model,
             "ttsmodel": self.tts_model,
+            "musicllm": self.music_llm,
+            "musicembeddings": self.music_embeddings,
+            "musicdiffusion": self.music_diffusion,
+            "musicvae": self.music_vae,
         }
         return {k: v for k, v in fields.items() if v}
 
@@ -76,7 +89,8 @@ class ModelConfig:
         """Portable weight fields named only by ``<field>_hash`` that no file is bound to yet
         (cluster reference §8.5: they block loading before the backend starts)."""
         bound = self.weight_files()
-        return [f for f in ("model", "mmproj", "embeddingsmodel", "sdmodel", "whispermodel", "ttsmodel")
+        return [f for f in ("model", "mmproj", "embeddingsmodel", "sdmodel", "whispermodel", "ttsmodel",
+                            *MUSIC_FIELDS)
                 if self.options.get(f"{f}_hash") and f not in bound]
 
 

@@ -479,3 +479,12 @@ def _check_keys(auth: AuthConfig, cluster: ClusterConfig, errs: _Errors) -> None
     metrics = set(auth.metrics_keys)
     if metrics & (inference | admin) or (cluster.token and cluster.token in metrics):
         errs.add("auth.metrics_keys", "credentials cannot be reused across metrics_keys and other keys")
+
+
+def reread_config(config: Config) -> Config:
+    """The config ``config`` was loaded from, read again (a reload); the embedded default is read
+    again too, and a config built in memory (no file, as tests build them) stays as it is."""
+    source = config.source
+    if source == embedded_default_path():
+        return load_config(None)
+    return load_config(source) if os.path.isfile(source) else config

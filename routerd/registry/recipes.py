@@ -119,7 +119,7 @@ def _serves(lane: RecipeLane, caps: Capabilities, record: ModelRecord) -> bool:
         return caps.image and bool(record.image_id)
     if lane == "voice":
         return caps.stt or caps.tts
-    return False  # music: no backend family of this build serves it
+    return caps.music  # music: KoboldCpp's music weights (served on its text side)
 
 
 def validate(recipe: Recipe, records: Sequence[ModelRecord], *, own_node_id: str,
@@ -168,6 +168,8 @@ def request_lanes(runtime: str, section: str) -> tuple[RecipeLane, ...]:
         return ("image",)
     if runtime == "stt" or section in ("stt", "tts"):
         return ("voice",)
+    if section == "music":
+        return ("music",)
     if section == "embeddings":
         return ("embeddings", "text")
     return ("text",)

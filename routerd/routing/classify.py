@@ -31,6 +31,7 @@ RouteKind = Literal[
     "kobold_generate_stream",
     "kobold_transcribe",
     "kobold_tts",
+    "kobold_music",
     "llama_completion",
 ]
 # Lending lanes (lending spec §2.3).  STT and TTS requests are never lent: lane ``None``.
@@ -112,6 +113,10 @@ _ROUTES: Mapping[str, Route] = {
     "/api/extra/transcribe": _route("kobold_transcribe", "stt", None, "kobold"),
     # Kobold speech synthesis: text side, never lent (like /v1/audio/speech).
     "/api/extra/tts": _route("kobold_tts", "text", None, "kobold"),
+    # Kobold music (planner and generation): KoboldCpp's one process, text-side readiness (cluster
+    # spec "Registration and health"), never lent.
+    "/api/extra/music/prepare": _route("kobold_music", "text", None, "kobold"),
+    "/api/extra/music/generate": _route("kobold_music", "text", None, "kobold"),
     # llama-server native
     "/completion": _route("llama_completion", "text", "text", "llama", streamable=True),
 }

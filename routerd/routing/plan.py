@@ -5,9 +5,10 @@ body and the way its answer is converted back for the client, so the HTTP
 code only performs what the plan says.
 
 * ``llama_sdcpp``: Kobold generate becomes llama-server ``/completion``; transcription (OpenAI
-  form or Kobold's base64 JSON) becomes whisper-server ``/inference``; speech is 501 ``unsupported_backend``.
-* ``kobold``: KoboldCpp serves every route itself (OpenAI, Kobold, speech), so requests pass
-  through with the model rewritten to the local ID.
+  form or Kobold's base64 JSON) becomes whisper-server ``/inference``; speech and Kobold music are
+  501 ``unsupported_backend``.
+* ``kobold``: KoboldCpp serves every route itself (OpenAI, Kobold, speech, music), so requests
+  pass through with the model rewritten to the local ID.
 * ``vllm``: OpenAI routes pass through (speech and transcription included); Kobold and
   llama-server native routes are 501 ``unsupported_backend``.
 """
@@ -35,11 +36,13 @@ SECTIONS: Mapping[str, str] = {
     "embeddings": "embeddings", "ollama_embed": "embeddings",
     "image": "image", "sd_txt2img": "image", "sd_img2img": "image",
     "stt": "stt", "kobold_transcribe": "stt", "tts": "tts", "kobold_tts": "tts",
+    "kobold_music": "music",
 }
 
 # Which capability a route needs from the model it names.
 NEEDS: Mapping[str, str] = {
     "llm": "llm", "embeddings": "embeddings", "image": "image", "stt": "stt", "tts": "tts",
+    "music": "music",
 }
 
 
@@ -60,11 +63,11 @@ def _json(body: Mapping[str, Any]) -> bytes:
 #: Routes a backend family serves on the same path, so the request passes through.
 _PASS_THROUGH: Mapping[str, frozenset[str]] = {
     "kobold": frozenset({"tts", "kobold_tts", "kobold_generate", "kobold_generate_stream",
-                         "kobold_transcribe", "stt"}),
+                         "kobold_transcribe", "stt", "kobold_music"}),
     "vllm": frozenset({"tts", "stt"}),
 }
 _VLLM_UNSUPPORTED = frozenset({"kobold_tts", "kobold_generate", "kobold_generate_stream", "kobold_transcribe",
-                               "llama_completion", "image", "sd_txt2img", "sd_img2img"})
+                               "kobold_music", "llama_completion", "image", "sd_txt2img", "sd_img2img"})
 
 
 def plan_backend_call(route: Route, path: str, parsed: Mapping[str, Any] | None, raw: bytes,
@@ -79,6 +82,9 @@ def plan_backend_call(route: Route, path: str, parsed: Mapping[str, Any] | None,
         return _pass_through(path, parsed, raw, content_type, local_id, stream)
     if kind in ("tts", "kobold_tts"):
         raise HTTPError(501, "audio route is not supported by the selected split backend config",
+                        "unsupported_backend", "unsupported_backend")
+    if kind == "kobold_music":
+        raise HTTPError(501, "music route is not supported by the selected split backend config",
                         "unsupported_backend", "unsupported_backend")
     if kind == "kobold_transcribe":
         return _plan_kobold_transcribe(parsed, raw)

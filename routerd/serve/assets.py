@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 from prometheus_client import CollectorRegistry, Counter
@@ -21,7 +21,7 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from routerd.assets.book import AssetBook, Substitution
+from routerd.assets.book import BOOK_FILE, AssetBook, Substitution
 from routerd.assets.hf import BindRefused, parse_origin, verify_origin
 from routerd.assets.index import AssetIndex, build_index_blocking, is_sha256
 from routerd.assets.jobs import JobBoard, ResolutionJob
@@ -31,6 +31,7 @@ from routerd.assets.resolve import AssetResolver, AssetState, needs_of
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.hashing import FileHashCache
 from routerd.catalog.model import ModelConfig
+from routerd.config.schema import Config
 from routerd.errors import HTTPError
 from routerd.services import IntervalService
 from routerd.wire.records import ModelRecord
@@ -361,3 +362,36 @@ async def _ask(post_json: PostJson, url: str, hashes: list[str]) -> Any:
     except Exception as exc:  # noqa: BLE001 - one peer failing leaves the others
         log.info("asset lookup on {url} failed: {error}", url=url, error=str(exc))
         return None
+
+
+class _PostJSON(Protocol):
+    def post_json(self, base: str, path: str, body: Any) -> defer.Deferred[Any]: ...
+
+
+def build_asset_service(config: Config, *, clock: IReactorTime, agent: Any, http: Any, cache: FileHashCache,
+                        run_in_thread: Callable[..., Any], metrics_registry: CollectorRegistry,
+                        client: _PostJSON | None, catalog: Callable[[], Catalog],
+                        on_catalog: Callable[[Catalog], Awaitable[None]],
+                        peers: Callable[[], list[str]]) -> AssetService:
+    """A node's asset service from its config: the index, the puller (bounded slots, rate and
+    deadline) and the book of origins and substitutions under ``store_dir``."""
+    models, cluster = config.models, config.cluster
+    shared_dir = models.shared_dir or os.path.join(cluster.store_dir, "model-assets")
+    index = AssetIndex()
+    puller = AssetPuller(agent=agent, token=cluster.token, clock=clock, shared_dir=shared_dir,
+                         index=index, slots=models.concurrent_asset_transfers, run_in_thread=run_in_thread,
+                         rate=max(1, int(models.asset_transfer_rate_mb * 1024 * 1024)),
+                         deadline=models.asset_transfer_deadline)
+
+    def post_json(base: str, path: str, body: Any) -> defer.Deferred[Any]:
+        if client is None:
+            return defer.fail(LookupError("a standalone node has no peers"))
+        return client.post_json(base, path, body)
+
+    return AssetService(clock=clock, index=index, puller=puller, cache=cache, run_in_thread=run_in_thread,
+                        file_roots=models.file_roots, shared_dir=shared_dir, own_url=cluster.public_url,
+                        catalog=catalog, on_catalog=on_catalog, post_json=post_json, peers=peers,
+                        master_url=cluster.master_url if cluster.role == "slave" else None,
+                        metrics_registry=metrics_registry, node_id=cluster.node_id,
+                        book=AssetBook(os.path.join(cluster.store_dir, BOOK_FILE)), hub_http=http,
+                        lookup_cache=models.asset_lookup_cache)

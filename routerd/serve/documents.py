@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -17,6 +17,7 @@ from routerd.backends.slot import SlotStatus
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.model import RUNTIME_KINDS, Capabilities, ModelConfig, RuntimeKind
 from routerd.lanes import Lane
+from routerd.metrics import RuntimeView
 from routerd.registry.records import NodeInfo
 from routerd.routing.adapters.ollama import ListedModel
 from routerd.routing.call import ActiveRequest
@@ -157,3 +158,50 @@ def runtime_status(node_id: str, backend_mode: str, runtimes: Sequence[SlotStatu
         lanes=lanes,
         costs=costs,
     )
+
+
+# -- what the metrics read at each scrape -----------------------------------------------------------
+
+
+class _Slot(Protocol):
+    name: str
+
+    def status(self) -> SlotStatus: ...
+
+
+class _Leases(Protocol):
+    def live_leases(self) -> list[dict[str, Any]]: ...
+
+
+class _Nodes(Protocol):
+    def nodes(self) -> Sequence[NodeInfo]: ...
+
+
+class _Master(Protocol):
+    @property
+    def registry(self) -> _Nodes: ...
+
+
+def runtime_views(slots: Iterable[_Slot]) -> list[RuntimeView]:
+    """Each backend slot's state, model and load (``routerd_runtime_*``)."""
+    views = []
+    for slot in slots:
+        s = slot.status()
+        views.append(RuntimeView(s.kind, slot.name, s.state, s.model_id or "", s.users, s.waiters))
+    return views
+
+
+def node_health(node_id: str, master: _Master | None) -> list[tuple[str, bool]]:
+    """This node (healthy while it answers) and, on a master, each slave (``routerd_node_healthy``)."""
+    own = [(node_id, True)]
+    if master is None:
+        return own
+    return own + [(n.node_id, n.healthy) for n in master.registry.nodes()]
+
+
+def lease_sides(owner_lanes: Iterable[str], coordinator: _Leases | None) -> list[tuple[str, str]]:
+    """(lane, side) of every live lease: held by this owner, or in the master's book."""
+    sides: list[tuple[str, str]] = [(lane, "owner") for lane in owner_lanes]
+    if coordinator is not None:
+        sides += [(str(lease["lane"]), "book") for lease in coordinator.live_leases()]
+    return sides

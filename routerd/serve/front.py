@@ -69,6 +69,22 @@ class InferenceFront:
         self.active_calls = 0
         self._embeddings_turn = 0  # round-robin start of selector-less embeddings
 
+    async def drain(self, timeout: float) -> None:
+        """New requests are refused by the node's phase; requests still waiting for a backend slot
+        are refused (503) here, and running and lent ones go on for up to ``timeout`` seconds."""
+        from twisted.internet import task
+
+        refused = self.local.drain()
+        log.info("draining: {active} requests in flight, {refused} waiting requests refused",
+                 active=self.active_calls, refused=refused)
+        deadline = self.clock.seconds() + timeout
+        while self.active_calls > 0 and self.clock.seconds() < deadline:
+            await task.deferLater(self.clock, min(0.05, max(0.0, deadline - self.clock.seconds())),
+                                  lambda: None)
+        if self.active_calls:
+            log.warn("drain timeout ({timeout} s): {active} requests still in flight are cut off",
+                     timeout=timeout, active=self.active_calls)
+
     async def handle(self, incoming: Incoming, reply: Reply, route: Route, *,
                      cluster_call: bool = False, borrowed: Borrowed | None = None) -> bytes:
         """Serve one request; returns the final bytes to write (the HTTP edge finishes the answer)."""

@@ -22,8 +22,9 @@ from routerd.wire.records import ModelRecord
 
 log = Logger(namespace="routerd.serve.recipes")
 
+# Music runs on the text side (KoboldCpp's one process; cluster spec "Registration and health").
 _RUNTIME: dict[RecipeLane, RuntimeKind] = {"text": "text", "embeddings": "text", "image": "image",
-                                           "voice": "stt", "music": "stt"}
+                                           "voice": "stt", "music": "text"}
 
 
 def _iso(ms: int) -> str:

@@ -1,9 +1,12 @@
-"""A stand-in for KoboldCpp: one process serving text, embeddings, image and speech, switched
-between configs with ``POST /api/admin/reload_config`` (reference cluster.md §7.1, §7.2).
+"""A stand-in for KoboldCpp: one process serving text, embeddings, image, speech and music,
+switched between configs with ``POST /api/admin/reload_config`` (reference cluster.md §7.1, §7.2).
 
 Weights come from a ``.kcpps`` config (``--config``) or the per-lane flags (``--model``,
-``--sdmodel``, ``--ttsmodel``, ``--whispermodel``, ``--embeddingsmodel``); ``--nomodel`` starts
-with nothing loaded.  ``GET /api/extra/version`` reports which lanes the loaded config serves.
+``--sdmodel``, ``--ttsmodel``, ``--whispermodel``, ``--embeddingsmodel``, ``--musicllm``,
+``--musicdiffusion``); ``--nomodel`` starts with nothing loaded.  ``GET /api/extra/version``
+reports which lanes the loaded config serves.  Music weights are ``music`` simulator weights
+(``musicllm``: the planner, ``musicdiffusion``: the generator); ``musicembeddings`` and
+``musicvae`` must name existing files but are not read.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from twisted.web.server import Request
 
 from routerd.sim.flags import Flag
 from routerd.sim.llama import LlamaOptions, LlamaServer, _TextJob
-from routerd.sim.outputs import generate_tokens, speech_seconds, speech_wav, transcript
+from routerd.sim.outputs import generate_tokens, music_plan, music_wav, speech_seconds, speech_wav, transcript
 from routerd.sim.routes import add_control_routes, add_error_pages, add_route
 from routerd.sim.runtime import Handler, SimRuntime
 from routerd.sim.sd import SdOptions, SdServer
@@ -51,6 +54,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--ttsmodel",), "ttsmodel", str, None, "text-to-speech weights", "PATH"),
     Flag(("--embeddingsmodel",), "embeddingsmodel", str, None, "embeddings weights", "PATH"),
     Flag(("--mmproj",), "mmproj", str, None, "multimodal projector", "PATH"),
+    Flag(("--musicllm",), "musicllm", str, None, "music planner weights", "PATH"),
+    Flag(("--musicdiffusion",), "musicdiffusion", str, None, "music generator weights", "PATH"),
+    Flag(("--musicembeddings",), "musicembeddings", str, None, "music embeddings file", "PATH"),
+    Flag(("--musicvae",), "musicvae", str, None, "music VAE file", "PATH"),
     Flag(("--contextsize",), "contextsize", int, 0, "context size (0: from the weights)", "N"),
     Flag(("--nomodel",), "nomodel", bool, False, "start with no model loaded"),
     Flag(("--admin",), "admin", bool, False, "enable the admin API (reload_config)"),
@@ -68,7 +75,14 @@ _LANES: tuple[tuple[str, str, WeightsKind], ...] = (
     ("whispermodel", "stt", "stt"),
     ("ttsmodel", "tts", "tts"),
     ("embeddingsmodel", "embeddings", "text"),
+    ("musicllm", "music_planner", "music"),
+    ("musicdiffusion", "music", "music"),
 )
+#: Music files KoboldCpp loads besides the two weights (must exist; the simulator does not read them).
+_MUSIC_FILES = ("musicembeddings", "musicvae")
+#: Kobold's default music length in seconds (``duration``), and the longest it accepts.
+DEFAULT_MUSIC_SECONDS = 10.0
+MAX_MUSIC_SECONDS = 600.0
 
 
 @attrs.frozen
@@ -93,6 +107,10 @@ class ModelSet:
 
     def has(self, lane: str) -> bool:
         return lane in self.weights
+
+    @property
+    def has_music(self) -> bool:
+        return self.has("music") or self.has("music_planner")
 
 
 def _path_of(value: object, key: str) -> str | None:
@@ -120,6 +138,14 @@ def _build_set(name: str, values: Mapping[str, object], base_dir: str) -> ModelS
             path = os.path.join(base_dir, path)
         weights[lane] = load_weights(path, kind)
         paths[lane] = path
+    for key in _MUSIC_FILES:
+        path = _path_of(values.get(key), key)
+        if path is None:
+            continue
+        if not os.path.isabs(path):
+            path = os.path.join(base_dir, path)
+        if not os.path.isfile(path):
+            raise WeightsError(f"failed to open {key} file '{path}': no such file")
     context = values.get("contextsize")
     mmproj = _path_of(values.get("mmproj"), "mmproj")
     return ModelSet(name, weights, paths, context if isinstance(context, int) else 0, mmproj)
@@ -147,6 +173,7 @@ def _model_set_from_args(ns: argparse.Namespace) -> ModelSet:
     if ns.config:
         return model_set_from_config(ns.config)
     values = {key: getattr(ns, key) for key, _lane, _kind in _LANES}
+    values.update({key: getattr(ns, key) for key in _MUSIC_FILES})
     values["contextsize"] = ns.contextsize
     values["mmproj"] = ns.mmproj
     found = _build_set(os.path.basename(ns.model or "").removesuffix(".sim.json"), values, os.getcwd())
@@ -224,7 +251,7 @@ class KoboldServer:
             "result": "KoboldCpp", "version": VERSION, "protected": False,
             "txt2img": has("image"), "vision": self.models.mmproj is not None, "audio": False,
             "transcribe": has("stt"), "multiplayer": False, "websearch": False, "tts": has("tts"),
-            "embeddings": has("embeddings"), "music": False, "admin": 1 if self.admin else 0,
+            "embeddings": has("embeddings"), "music": self.models.has_music, "admin": 1 if self.admin else 0,
             "weights": self.rt.weights.label, "config": self.models.name,
         })
 
@@ -374,6 +401,67 @@ class KoboldServer:
         set_header(request, b"X-Sim-Request", uuid.uuid4().hex.encode())
         return audio
 
+    # -- music -----------------------------------------------------------------------------------
+
+    def _music_weights(self) -> Weights:
+        """The music weights: the generator's timing, labelled by every music weight loaded."""
+        found = [self.models.weights[lane] for lane in ("music", "music_planner") if self.models.has(lane)]
+        if not found:
+            raise HttpError(503, openai_error(503, "no music model is loaded", "unavailable_error"))
+        label = "+".join(w.label for w in found)
+        return attrs.evolve(found[0], label=label)
+
+    @staticmethod
+    def _music_text(body: Mapping[str, object], key: str) -> str:
+        value = body.get(key, "")
+        if not isinstance(value, str):
+            raise _bad(f"'{key}' must be a string")
+        return value
+
+    async def music_prepare(self, request: Request) -> bytes:
+        """``/api/extra/music/prepare``: the planner fills in the request's musical fields; the
+        answer is the request with them (JSON)."""
+        try:
+            body = read_json(request)
+        except BadRequest as exc:
+            raise _bad(str(exc)) from None
+        caption = self._music_text(body, "caption")
+        lyrics = self._music_text(body, "lyrics")
+        if not caption.strip():
+            raise _bad("'caption' is required")
+        weights = self._music_weights()
+        async with self.rt.slot():
+            await self.rt.work(count_tokens(caption + lyrics) / weights.prompt_tokens_per_s
+                               + 16 / weights.gen_tokens_per_s)
+        return send_json(request, 200, {**body, **music_plan(weights.label, caption, lyrics)})
+
+    async def music_generate(self, request: Request) -> bytes:
+        """``/api/extra/music/generate``: a WAV for the caption and lyrics (``duration`` seconds
+        of work at the weights' realtime factor; the clip itself stays short)."""
+        try:
+            body = read_json(request)
+        except BadRequest as exc:
+            raise _bad(str(exc)) from None
+        caption = self._music_text(body, "caption")
+        lyrics = self._music_text(body, "lyrics")
+        if not caption.strip() and not lyrics.strip():
+            raise _bad("'caption' or 'lyrics' is required")
+        seconds = body.get("duration", DEFAULT_MUSIC_SECONDS)
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) \
+                or not 0 < seconds <= MAX_MUSIC_SECONDS:
+            raise _bad(f"'duration' must be a number of seconds in (0, {MAX_MUSIC_SECONDS:g}]")
+        weights = self._music_weights()
+        async with self.rt.slot():
+            await self.rt.work(float(seconds) * weights.realtime_factor)
+        fields = json.dumps({k: body.get(k) for k in ("caption", "lyrics", "bpm", "keyscale",
+                                                      "timesignature", "audio_codes", "seed")},
+                            sort_keys=True)
+        audio = music_wav(weights.label, fields, float(seconds))
+        request.setResponseCode(200)
+        set_header(request, b"Content-Type", b"audio/wav")
+        set_header(request, b"X-Sim-Request", uuid.uuid4().hex.encode())
+        return audio
+
 
 def _loading(request: Request) -> bytes:
     return send_json(request, 503, {"detail": {"msg": "Server is loading a model",
@@ -408,6 +496,8 @@ def build_app(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:
         "/api/extra/transcribe": server.transcribe,
         "/v1/audio/transcriptions": server.transcriptions,
         "/v1/audio/translations": server.transcriptions,
+        "/api/extra/music/prepare": server.music_prepare,
+        "/api/extra/music/generate": server.music_generate,
     }
     for path, handler in posts.items():
         add_route(app, runtime, path, ["POST"], handler, work=True, loading_reply=_loading)

@@ -13,6 +13,8 @@ __all__ = [
     "digest",
     "embedding_vector",
     "generate_tokens",
+    "music_plan",
+    "music_wav",
     "png_b64",
     "speech_seconds",
     "speech_wav",
@@ -119,6 +121,45 @@ def speech_wav(label: str, text: str, voice: str = "") -> bytes:
     period = max(2, SPEECH_RATE // frequency)
     high, low = struct.pack("<h", 6000), struct.pack("<h", -6000)
     data = b"".join(high if (i % period) < period // 2 else low for i in range(frames))
+    fmt = struct.pack("<HHIIHH", 1, 1, SPEECH_RATE, SPEECH_RATE * 2, 2, 16)
+    body = (b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
+            + b"data" + struct.pack("<I", len(data)) + data)
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+#: Longest clip the simulator writes for a music request (the payload stays small).
+MUSIC_CLIP_MAX_S = 2.0
+_KEYS = ("C", "D", "E", "F", "G", "A", "B")
+
+
+def music_plan(label: str, caption: str, lyrics: str) -> dict[str, object]:
+    """What KoboldCpp's music planner fills in for a caption: tempo, key, time signature and
+    audio codes, chosen by sha256(label, caption, lyrics)."""
+    seed = digest(label, "music-plan", caption, lyrics)
+    return {
+        "bpm": 60 + seed[0] % 120,
+        "keyscale": f"{_KEYS[seed[1] % len(_KEYS)]} {'major' if seed[2] % 2 else 'minor'}",
+        "timesignature": str(2 + seed[3] % 3),
+        "audio_codes": ",".join(str(b) for b in seed[4:12]),
+    }
+
+
+def music_wav(label: str, fields: str, seconds: float) -> bytes:
+    """A small valid WAV (8 kHz, 16-bit mono, at most :data:`MUSIC_CLIP_MAX_S`) for a music
+    request: a two-tone square wave whose pitches come from sha256(label, fields), so different
+    weights or inputs give different audio."""
+    seed = digest(label, "music", fields)
+    low_hz = 110 + int.from_bytes(seed[:2], "big") % 330
+    high_hz = 440 + int.from_bytes(seed[2:4], "big") % 440
+    frames = max(1, round(min(seconds, MUSIC_CLIP_MAX_S) * SPEECH_RATE))
+    half = frames // 2
+    up, down = struct.pack("<h", 5000), struct.pack("<h", -5000)
+
+    def tone(count: int, hz: int) -> bytes:
+        period = max(2, SPEECH_RATE // hz)
+        return b"".join(up if (i % period) < period // 2 else down for i in range(count))
+
+    data = tone(half, low_hz) + tone(frames - half, high_hz)
     fmt = struct.pack("<HHIIHH", 1, 1, SPEECH_RATE, SPEECH_RATE * 2, 2, 16)
     body = (b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
             + b"data" + struct.pack("<I", len(data)) + data)

@@ -20,8 +20,8 @@ __all__ = [
     "write_weights",
 ]
 
-WeightsKind = Literal["text", "image", "stt", "tts"]
-KINDS: tuple[WeightsKind, ...] = ("text", "image", "stt", "tts")
+WeightsKind = Literal["text", "image", "stt", "tts", "music"]
+KINDS: tuple[WeightsKind, ...] = ("text", "image", "stt", "tts", "music")
 
 #: Timing and shape fields of a weights file and the values used when a file leaves them out.
 TIMING_DEFAULTS: dict[str, float | int] = {

@@ -6,9 +6,9 @@ from collections.abc import Iterable
 
 import attrs
 
-#: ``RequestSample.section`` values (analytics sections; text requests are ``llm``).  ``tts`` is
-#: recorded for completeness (the routing layer emits it) but never priced.
-SECTIONS: tuple[str, ...] = ("llm", "image", "stt", "embeddings", "tts")
+#: ``RequestSample.section`` values (analytics sections; text requests are ``llm``).  ``tts`` and
+#: ``music`` are recorded for completeness (the routing layer emits them) but never priced.
+SECTIONS: tuple[str, ...] = ("llm", "image", "stt", "embeddings", "tts", "music")
 #: ``LoadSample.runtime`` values.
 RUNTIMES: tuple[str, ...] = ("text", "image", "stt")
 #: The status of a successful request or load; anything else is an error code.

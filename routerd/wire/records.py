@@ -157,11 +157,24 @@ def strict_scalars(conv: cattrs.Converter) -> cattrs.Converter:
 #: Record fields added after the contract's list: sent only when set, so a record without them is
 #: exactly the contract's, and an older peer's record parses with them unset.
 _ADDITIVE_RECORD_FIELDS = ("parallel", "max_number_sequences", "asset_state", "asset_reason")
+#: Capability flags added after the contract's list: sent only when true (an older peer ignores
+#: the key, and its records parse here with the flag false).
+_ADDITIVE_CAPABILITIES = ("music",)
 
 
 def _make_converter() -> cattrs.Converter:
     conv = strict_scalars(make_converter(detailed_validation=True))
     conv.register_structure_hook_func(lambda t: t == dict[str, Any], _json_object)
+    capabilities_base = make_dict_unstructure_fn(Capabilities, conv)
+
+    def unstructure_capabilities(caps: Capabilities) -> dict[str, Any]:
+        out: dict[str, Any] = capabilities_base(caps)
+        for name in _ADDITIVE_CAPABILITIES:
+            if not out.get(name):
+                out.pop(name, None)
+        return out
+
+    conv.register_unstructure_hook(Capabilities, unstructure_capabilities)
     record_base = make_dict_unstructure_fn(ModelRecord, conv)
 
     def unstructure_record(record: ModelRecord) -> dict[str, Any]:

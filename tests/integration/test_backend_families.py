@@ -249,3 +249,82 @@ async def test_kobold_node_transcribes_on_both_routes_from_the_same_process(tmp_
         assert code == 400 and b"base64" in body  # KoboldCpp's own answer, passed through
     finally:
         await node.stop()
+
+
+MUSIC = {"kind": "music", "load_ms": 10, "realtime_factor": 0.01}
+
+
+def music_models(root: Path) -> None:
+    write_models(root, {
+        "chat": {"model": "../weights/t1.sim.json", "contextsize": 4096},
+        "band": {"model": "../weights/t2.sim.json", "musicllm": "../weights/lm.sim.json",
+                 "musicdiffusion": "../weights/dit.sim.json", "contextsize": 4096},
+    }, {"t1": FAST_TEXT, "t2": FAST_TEXT, "lm": MUSIC, "dit": MUSIC})
+
+
+async def music_round(node: RunningNode | str) -> tuple[dict[str, Any], bytes]:
+    code, _, body = await post(node, "/api/extra/music/prepare", {"caption": "calm piano"})
+    assert code == 200, body
+    planned = json.loads(body)
+    assert planned["caption"] == "calm piano" and planned["audio_codes"]
+    code, headers, audio = await post(node, "/api/extra/music/generate", {**planned, "duration": 2})
+    assert code == 200, audio
+    assert headers.getRawHeaders(b"content-type") == [b"audio/wav"] and wav_duration(audio) > 0
+    return planned, audio
+
+
+@pytest_twisted.ensureDeferred
+async def test_kobold_music_routes_pass_through_to_the_music_model_on_a_node_and_via_a_master(
+    tmp_path: Path,
+) -> None:
+    """Selector-less Kobold music requests go to the config with music weights (not the text-only
+    one) on KoboldCpp's one process, unchanged; a llama_sdcpp master forwards them to its kobold
+    slave and the same weights give the same answer."""
+    plan = plan_cluster(tmp_path, ["kob"])
+    write_models(plan.root / "master", {"plain": {"model": "../weights/plain.sim.json"}},
+                 {"plain": FAST_TEXT})
+    music_models(plan.root / "kob")
+    master = await start_node(plan.master_config())
+    slave = await start_node(node_config(plan.root / "kob", {
+        **family_extra("kobold"),
+        "server": {"bind": f"127.0.0.1:{plan.slave_ports['kob']}"},
+        "cluster": {"role": "slave", "node_id": "kob", "token": TOKEN, "master_url": plan.master_url,
+                    "public_url": plan.slave_url("kob"), "sync_interval": "200ms"}}))
+    try:
+        planned, audio = await music_round(slave)
+        statuses = [s for s in slave.node.runtimes.status() if s.pid is not None]
+        assert [(s.state, s.config_filename) for s in statuses] == [("ready", "band.kcpps")]
+        band = slave.node.catalog.get("band")
+        assert band is not None and band.capabilities.music
+        assert slave.node.runtimes.ready("text", band)
+        registry = master.node.master.registry  # type: ignore[union-attr]
+        await wait_until(lambda: any(r.local_id == "band" and r.capabilities.music
+                                     for r in registry.records()))
+        code, headers, body = await post(master, "/api/extra/music/generate",
+                                         {**planned, "duration": 2, "model": "band"})
+        assert code == 200 and headers.getRawHeaders(b"x-routerd-node") == [b"kob"], body
+        assert body == audio  # the slave's KoboldCpp answered, unchanged
+        forwarded, _ = await music_round(master)  # selector-less: the master finds the music model
+        assert forwarded == planned
+        code, _, body = await post(master, "/api/extra/music/generate", {"caption": "x", "model": "plain"})
+        assert code == 404, body  # a text-only model does not serve music
+    finally:
+        await slave.stop()
+        await master.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_llama_sdcpp_answers_music_with_unsupported_backend(tmp_path: Path) -> None:
+    write_models(tmp_path, {"band": {"model": "../weights/t.sim.json",
+                                     "musicdiffusion": "../weights/d.sim.json"}},
+                 {"t": FAST_TEXT, "d": MUSIC})
+    node = await start_node(node_config(tmp_path))
+    try:
+        code, _, body = await post(node, "/api/extra/music/generate", {"caption": "x"})
+        assert code == 501
+        error = json.loads(body)["error"]
+        assert error["type"] == "unsupported_backend"
+        assert error["message"] == "music route is not supported by the selected split backend config"
+        assert all(s.pid is None for s in node.node.runtimes.status())  # nothing was loaded for it
+    finally:
+        await node.stop()

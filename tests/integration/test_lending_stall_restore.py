@@ -131,7 +131,7 @@ async def test_a_helper_reloads_the_model_borrowed_work_displaced_after_the_rest
     assert helper.runtimes.loaded_config("text") == "beta.kcpps"  # borrowed work displaced xray
     await wait_until(lambda: helper.runtimes.loaded_config("text") == "xray.kcpps", timeout=5)
     assert reactor.seconds() - sent_at >= 1.0  # not before the restore delay
-    assert helper.own_work_at >= sent_at + 1.0  # the restore was own work: idle-for starts after it
+    assert helper.samples.own_work_at >= sent_at + 1.0  # the restore was own work: idle-for starts after it
     # without the restore flag the helper keeps the linked model
     assert await _borrowed_chat(trio, restore=False) == 200
     await _sleep(1.5)

@@ -141,3 +141,87 @@ async def test_vllm_max_num_seqs_bounds_concurrency(weights: Path) -> None:
     for d in pending:
         await sim.settle(d)
     assert sorted(round(t - started, 3) for t in done) == [0.161, 0.161, 0.322]
+
+
+def music_sim(root: Path, config: dict[str, Any], name: str = "song") -> SimHarness:
+    (root / "admin" / f"{name}.kcpps").write_text(json.dumps(config))
+    sim = SimHarness(["koboldcpp", "--config", str(root / "admin" / f"{name}.kcpps"), "--admin",
+                      "--adminpassword", "pw", "--admindir", str(root / "admin")])
+    sim.start_loaded()
+    return sim
+
+
+@pytest.fixture
+def music_weights(weights: Path) -> Path:
+    write_weights(weights / "plan.sim.json", "music", "PLAN", load_ms=10)
+    write_weights(weights / "dit.sim.json", "music", "DIT", load_ms=10, realtime_factor=0.5)
+    write_weights(weights / "dit2.sim.json", "music", "DIT2", load_ms=10, realtime_factor=0.5)
+    (weights / "vae.gguf").write_bytes(b"vae")
+    return weights
+
+
+@pytest_twisted.ensureDeferred
+async def test_kobold_reports_music_and_prepare_plans_the_caption_deterministically(
+    music_weights: Path,
+) -> None:
+    sim = music_sim(music_weights, {"musicllm": str(music_weights / "plan.sim.json"),
+                                    "musicdiffusion": str(music_weights / "dit.sim.json"),
+                                    "musicvae": str(music_weights / "vae.gguf")})
+    code, version = await get_json(sim, "/api/extra/version")
+    assert code == 200 and version["music"] is True and version["tts"] is False
+    code, body = await post(sim, "/api/extra/music/prepare", {"caption": "calm piano", "lyrics": ""})
+    assert code == 200
+    planned = json.loads(body)
+    assert planned["caption"] == "calm piano"  # the request comes back with the plan filled in
+    assert isinstance(planned["bpm"], int) and planned["keyscale"] and planned["audio_codes"]
+    _, again = await post(sim, "/api/extra/music/prepare", {"caption": "calm piano", "lyrics": ""})
+    assert json.loads(again) == planned
+    _, other = await post(sim, "/api/extra/music/prepare", {"caption": "loud drums", "lyrics": ""})
+    assert json.loads(other)["audio_codes"] != planned["audio_codes"]
+    code, body = await post(sim, "/api/extra/music/prepare", {"caption": 3})
+    assert code == 400 and b"caption" in body
+
+
+@pytest_twisted.ensureDeferred
+async def test_kobold_music_generate_is_a_wav_per_weights_and_input_timed_by_the_realtime_factor(
+    music_weights: Path,
+) -> None:
+    sim = music_sim(music_weights, {"musicdiffusion": str(music_weights / "dit.sim.json")})
+    started = sim.clock.seconds()
+    code, audio = await post(sim, "/api/extra/music/generate", {"caption": "calm piano", "duration": 4})
+    assert sim.clock.seconds() - started == pytest.approx(2.0)  # 4 s of music at realtime factor 0.5
+    assert code == 200 and audio[:4] == b"RIFF" and 0 < wav_duration(audio) <= 2.0
+    _, same = await post(sim, "/api/extra/music/generate", {"caption": "calm piano", "duration": 4})
+    assert same == audio
+    _, other = await post(sim, "/api/extra/music/generate", {"caption": "loud drums", "duration": 4})
+    assert other != audio
+    await sim.settle(sim.stub.post(sim.url("/sim/control"), json={"slowdown": 3}))
+    started = sim.clock.seconds()
+    code, _ = await post(sim, "/api/extra/music/generate", {"caption": "calm piano", "duration": 4})
+    assert code == 200 and sim.clock.seconds() - started == pytest.approx(6.0)  # the fault knob applies
+    code, body = await post(sim, "/api/extra/music/generate", {"caption": "x", "duration": "long"})
+    assert code == 400 and b"duration" in body
+    sim2 = music_sim(music_weights, {"musicdiffusion": str(music_weights / "dit2.sim.json")}, "two")
+    _, theirs = await post(sim2, "/api/extra/music/generate", {"caption": "calm piano", "duration": 4})
+    assert theirs[:4] == b"RIFF" and theirs != audio
+
+
+@pytest_twisted.ensureDeferred
+async def test_kobold_without_music_weights_reports_no_music_and_refuses_music_routes(weights: Path) -> None:
+    sim = kobold(weights)
+    code, version = await get_json(sim, "/api/extra/version")
+    assert code == 200 and version["music"] is False
+    for path in ("/api/extra/music/prepare", "/api/extra/music/generate"):
+        code, body = await post(sim, path, {"caption": "calm piano"})
+        assert code == 503 and b"no music model" in body
+
+
+def test_kobold_music_config_naming_a_missing_vae_does_not_load(music_weights: Path) -> None:
+    from routerd.sim.kobold import model_set_from_config
+    from routerd.sim.weights import WeightsError
+
+    path = music_weights / "admin" / "bad.kcpps"
+    path.write_text(json.dumps({"musicdiffusion": str(music_weights / "dit.sim.json"),
+                                "musicvae": str(music_weights / "missing.gguf")}))
+    with pytest.raises(WeightsError, match="musicvae"):
+        model_set_from_config(str(path))

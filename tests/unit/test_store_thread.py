@@ -70,4 +70,6 @@ async def test_opening_a_too_new_database_fails_and_releases_the_thread(tmp_path
     conn.close()
     with pytest.raises(SchemaTooNewError):
         await Store.open(path, reactor)
+    for thread in [t for t in threading.enumerate() if "routerd-store" in t.name]:
+        thread.join(timeout=5)  # released: it ends (it may still be returning when open() fails)
     assert [t.name for t in threading.enumerate() if "routerd-store" in t.name] == []

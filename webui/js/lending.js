@@ -1,5 +1,7 @@
 // Lending tab: the folded decision log of every node (site offload/decisions/folded), each node's
-// build and settings sync, the live leases with a countdown, and the lending settings.
+// build and settings sync, the live leases with a countdown, the lending settings, and the
+// guardian models (site guardians: which multimodal model answers image requests to each
+// text-only model, set per model, per node or for the cluster).
 
 import { del, get, post, query } from "./api.js";
 import { badge, clock, duration, errorBox, h, replace, table } from "./dom.js";
@@ -49,6 +51,7 @@ export function mount(container) {
   ctx.leaseBox = h("div", {});
   ctx.settings = h("div", {});
   ctx.settingsMessage = h("div", { className: "settings-message" });
+  mountGuardians(ctx);
   replace(container,
     h("h1", {}, "Lending"),
     h("section", { id: "decision-log" }, h("h2", {}, "Decision log"), ctx.filterBar, ctx.decisionErrors, ctx.pager,
@@ -56,7 +59,8 @@ export function mount(container) {
     h("div", { className: "columns" },
       h("section", { id: "lending-nodes" }, h("h2", {}, "Nodes"), ctx.nodes),
       h("section", { id: "leases" }, h("h2", {}, "Live leases"), ctx.leaseBox)),
-    h("section", { id: "settings" }, h("h2", {}, "Settings"), ctx.settingsMessage, ctx.settings));
+    h("section", { id: "settings" }, h("h2", {}, "Settings"), ctx.settingsMessage, ctx.settings),
+    ctx.guardians.section);
   ctx.ticker = setInterval(() => tickLeases(ctx), 200);
   return ctx;
 }
@@ -244,16 +248,151 @@ function renderSettings(ctx, doc, force) {
         onclick: () => clearOverride(ctx, "") }, "Clear every override")));
 }
 
+// -- guardians -----------------------------------------------------------------------------------
+
+const GUARDIANS = "/router/v1/site/guardians";
+const endpoint = (node, model) => `${node}/${model}`;
+
+function scopeTarget(setting) {
+  if (setting.scope === "model") return endpoint(setting.node_id, setting.model_id);
+  if (setting.scope === "node") return setting.node_id;
+  return "every text-only model";
+}
+
+/** Replace a select's options only when they changed, keeping the operator's choice. */
+function setOptions(select, options, placeholder) {
+  const wanted = options.map(([value, text]) => value + "\t" + text);
+  const known = [...select.options].slice(placeholder ? 1 : 0).map((o) => o.value + "\t" + o.textContent);
+  if (select.options.length > 0 && wanted.join("\n") === known.join("\n")) return;
+  const current = select.value;
+  replace(select, placeholder ? h("option", { value: "" }, placeholder) : null,
+    options.map(([value, text]) => h("option", { value, selected: value === current }, text)));
+}
+
+function mountGuardians(ctx) {
+  const g = { doc: null, nodes: [] };
+  g.message = h("div", { className: "guardian-message" });
+  g.applied = h("div", { className: "guardian-applied" });
+  g.settings = h("div", { className: "guardian-settings" });
+  g.scope = h("select", { name: "guardian-scope", onchange: () => renderGuardianForm(ctx) },
+    ["model", "node", "cluster"].map((s) => h("option", { value: s, selected: s === "cluster" }, s)));
+  g.target = h("select", { name: "guardian-target" });
+  g.targetLabel = h("label", {}, "for ", g.target);
+  g.guardian = h("select", { name: "guardian-model" });
+  g.form = h("div", { className: "filters guardian-form" },
+    h("label", {}, "scope ", g.scope), g.targetLabel, h("label", {}, "guardian ", g.guardian),
+    h("button", { type: "button", className: "set-guardian save", onclick: () => setGuardian(ctx) }, "Set guardian"));
+  g.section = h("section", { id: "guardians" }, h("h2", {}, "Guardians"),
+    h("p", { className: "empty" }, "A request with an image addressed to a text-only model goes to its guardian " +
+      "(a multimodal text model); the most specific setting wins: model, then node, then cluster."),
+    h("div", { className: "columns" },
+      h("div", {}, h("h3", {}, "Text-only models"), g.applied),
+      h("div", {}, h("h3", {}, "Settings"), g.settings, h("h3", {}, "Set a guardian"), g.form, g.message)));
+  ctx.guardians = g;
+}
+
+function renderGuardianForm(ctx) {
+  const g = ctx.guardians;
+  const doc = g.doc || { candidates: [], text_models: [] };
+  const scope = g.scope.value;
+  g.targetLabel.hidden = scope === "cluster";
+  if (scope === "model") {
+    setOptions(g.target, doc.text_models.map((m) => [endpoint(m.node_id, m.model_id),
+      `${m.node_id} / ${m.model_id}`]), "— text-only model —");
+  } else if (scope === "node") {
+    setOptions(g.target, g.nodes.map((n) => [n, n]), "— node —");
+  }
+  setOptions(g.guardian, doc.candidates.map((c) => [endpoint(c.node_id, c.model_id),
+    `${c.node_id} / ${c.model_id}${c.available ? "" : " (unavailable)"}`]), "— multimodal model —");
+}
+
+function renderGuardians(ctx, doc) {
+  const g = ctx.guardians;
+  g.doc = doc;
+  const applied = doc.text_models.map((m) => h("tr", { className: "text-model",
+    dataset: { model: endpoint(m.node_id, m.model_id), scope: m.guardian ? m.guardian.scope : "" } },
+  h("td", {}, m.node_id),
+  h("td", {}, m.model_id),
+  h("td", { className: "guardian" }, m.guardian ? endpoint(m.guardian.node_id, m.guardian.model_id) : "none"),
+  h("td", {}, m.guardian ? badge(m.guardian.scope, "scope") : "")));
+  replace(g.applied, applied.length
+    ? table(["node", "model", "guardian", "from"], applied, { className: "guardian-applied" })
+    : h("p", { className: "empty" }, "no text-only models in the cluster"));
+  const rows = doc.guardians.map((s) => h("tr", { className: "guardian-setting",
+    dataset: { scope: s.scope, target: s.scope === "cluster" ? "" : scopeTarget(s) } },
+  h("td", {}, badge(s.scope, "scope")),
+  h("td", {}, scopeTarget(s)),
+  h("td", { className: "guardian" }, endpoint(s.guardian.node_id, s.guardian.model_id)),
+  h("td", {}, h("button", { type: "button", className: "remove-guardian", onclick: () => removeGuardian(ctx, s) },
+    "Remove"))));
+  replace(g.settings, rows.length
+    ? table(["scope", "applies to", "guardian", ""], rows, { className: "guardian-settings" })
+    : h("p", { className: "empty" }, "no guardian set"));
+  renderGuardianForm(ctx);
+}
+
+function guardianError(ctx, err) {
+  // The section stays usable when the guardians API cannot answer (e.g. a master without a store).
+  replace(ctx.guardians.applied, h("p", { className: "error" }, `guardians unavailable: ${err.message}`));
+}
+
+async function setGuardian(ctx) {
+  const g = ctx.guardians;
+  const scope = g.scope.value;
+  const body = { scope };
+  if (!g.guardian.value) {
+    replace(g.message, h("div", { className: "error" }, "not set: choose a guardian"));
+    return;
+  }
+  const guardian = splitEndpoint(g.guardian.value);
+  body.guardian = guardian;
+  if (scope !== "cluster") {
+    if (!g.target.value) {
+      replace(g.message, h("div", { className: "error" }, `not set: choose the ${scope}`));
+      return;
+    }
+    if (scope === "model") Object.assign(body, splitEndpoint(g.target.value));
+    else body.node_id = g.target.value;
+  }
+  try {
+    renderGuardians(ctx, await post(GUARDIANS, body));
+    replace(g.message, h("div", { className: "ok" },
+      `guardian of ${scope === "cluster" ? "the cluster" : `${scope} ${g.target.value}`} set to ` +
+      endpoint(guardian.node_id, guardian.model_id)));
+  } catch (err) {
+    replace(g.message, h("div", { className: "error" }, `not set: ${err.message}`));
+  }
+}
+
+async function removeGuardian(ctx, setting) {
+  const g = ctx.guardians;
+  try {
+    const doc = await del(GUARDIANS + query({ scope: setting.scope, node_id: setting.node_id,
+      model_id: setting.model_id }));
+    renderGuardians(ctx, doc);
+    replace(g.message, h("div", { className: "ok" }, `removed the ${setting.scope} guardian` +
+      (setting.scope === "cluster" ? "" : ` of ${scopeTarget(setting)}`)));
+  } catch (err) {
+    replace(g.message, h("div", { className: "error" }, `not removed: ${err.message}`));
+  }
+}
+
+function splitEndpoint(value) {
+  const at = value.indexOf("/");
+  return { node_id: value.slice(0, at), model_id: value.slice(at + 1) };
+}
+
 // -- refresh -------------------------------------------------------------------------------------
 
 export async function refresh(ctx) {
   const f = ctx.filters;
   const started = performance.now();
-  const [folded, summary, settings] = await Promise.all([
+  const [folded, summary, settings, guardians] = await Promise.all([
     get("/router/v1/site/offload/decisions/folded" + query({ lane: f.lane, kind: f.kind, outcome: f.outcome,
       node_id: f.node_id, limit: f.limit, page: f.page, page_size: PAGE_SIZE })),
     get("/router/v1/site/offload/summary"),
     get("/router/v1/site/offload/settings"),
+    get(GUARDIANS).catch((err) => err),
   ]);
   const fetched = performance.now();
   renderDecisions(ctx, folded);
@@ -263,6 +402,9 @@ export async function refresh(ctx) {
   renderNodes(ctx, summary);
   renderLeases(ctx, ctx.leases);
   renderSettings(ctx, settings, false);
+  ctx.guardians.nodes = summary.nodes.map((n) => n.node_id);
+  if (guardians instanceof Error) guardianError(ctx, guardians);
+  else renderGuardians(ctx, guardians);
   window.routerdTimings = { lending_fetch_ms: fetched - started, lending_render_ms: rendered - fetched,
     lending_total_ms: rendered - started, rows: folded.total_rows, lines: folded.total_lines };
   ctx.decisions.dataset.totalRows = String(folded.total_rows);

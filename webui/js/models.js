@@ -1,16 +1,31 @@
 // Models page: the merged inventory by public ID, with each replica's node, local ID, weights
-// (same as the first replica's or different), loaded state and load/unload actions.
+// (same as the first replica's or different), loaded state and load/unload actions; then the
+// split recipes (site recipes: one public model made of components on several nodes), listed,
+// created from the models of the cluster (one component per lane) and deleted.
 
-import { get, post } from "./api.js";
+import { del, get, post, query } from "./api.js";
 import { badge, h, replace, table } from "./dom.js";
 import { refreshNow, showError } from "./app.js";
 
 const CAPS = ["llm", "multimodal", "embeddings", "image", "stt", "tts"];
 
+// The lanes a recipe may name, and which models serve each (the server's rule: text an LLM,
+// embeddings an embedding model, image an image model with an image ID, voice speech to text or
+// text to speech).  No backend family of this build serves music, so it is not offered.
+const LANES = [
+  ["text", (c) => c.llm],
+  ["embeddings", (c) => c.embeddings],
+  ["image", (c, r) => c.image && Boolean(r.image_id)],
+  ["voice", (c) => c.stt || c.tts],
+];
+const RECIPE_LANES = ["text", "embeddings", "image", "voice", "music"];
+const RECIPES = "/router/v1/site/recipes";
+
 export function mount(container) {
   const body = h("div", { className: "cards" });
-  replace(container, h("h1", {}, "Models"), body);
-  return { container, body };
+  const recipes = mountRecipes();
+  replace(container, h("h1", {}, "Models"), body, recipes.section);
+  return { container, body, recipes };
 }
 
 async function act(action, record, button) {
@@ -65,9 +80,120 @@ function modelCard(publicId, replicas) {
     table(["node", "local ID", "weights", "image ID", "state", ""], rows, { className: "replicas" }));
 }
 
+// -- recipes -------------------------------------------------------------------------------------
+
+function mountRecipes() {
+  const r = { lanes: {} };
+  r.list = h("div", { className: "recipe-list" });
+  r.message = h("div", { className: "recipe-message" });
+  r.id = h("input", { type: "text", name: "recipe-id", placeholder: "id", required: true });
+  r.publicId = h("input", { type: "text", name: "recipe-public-id", placeholder: "defaults to the id" });
+  r.publicImageId = h("input", { type: "text", name: "recipe-public-image-id",
+    placeholder: "<public ID>-image" });
+  r.overwrite = h("input", { type: "checkbox", name: "recipe-overwrite" });
+  for (const [lane] of LANES) r.lanes[lane] = h("select", { name: `recipe-${lane}` });
+  r.form = h("form", { className: "recipe-form", onsubmit: (e) => { e.preventDefault(); createRecipe(r); } },
+    h("div", { className: "filters" },
+      h("label", {}, "id ", r.id),
+      h("label", {}, "public ID ", r.publicId),
+      h("label", {}, "public image ID ", r.publicImageId)),
+    h("div", { className: "filters" }, LANES.map(([lane]) => h("label", {}, lane + " ", r.lanes[lane]))),
+    h("div", { className: "actions" },
+      h("button", { type: "submit", className: "create-recipe save" }, "Create recipe"),
+      h("label", {}, r.overwrite, " replace a recipe of the same id")));
+  r.section = h("section", { id: "recipes" }, h("h2", {}, "Recipes"),
+    h("p", { className: "empty" }, "A recipe is one public model made of components on several nodes: " +
+      "each lane's requests go to its component."),
+    r.list, h("h3", {}, "New recipe"), r.form, r.message);
+  return r;
+}
+
+const endpoint = (c) => `${c.node_id}/${c.model_id}`;
+
+function laneOptions(r, models) {
+  for (const [lane, serves] of LANES) {
+    const select = r.lanes[lane];
+    const options = models.filter((m) => serves(m.capabilities || {}, m))
+      .map((m) => endpoint({ node_id: m.node_id, model_id: m.local_id }))
+      .sort();
+    const known = [...select.options].slice(1).map((o) => o.value);
+    if (select.options.length > 0 && options.join("\n") === known.join("\n")) continue; // keep the choice
+    const current = select.value;
+    select.disabled = options.length === 0;
+    select.title = options.length === 0 ? `no model of the cluster serves the ${lane} lane` : "";
+    replace(select, h("option", { value: "" }, "— none —"),
+      options.map((value) => h("option", { value, selected: value === current }, value.replace("/", " / "))));
+  }
+}
+
+function recipeRow(r, recipe) {
+  const parts = RECIPE_LANES.filter((lane) => recipe[lane])
+    .map((lane) => h("div", { className: "component", dataset: { lane } },
+      badge(lane, "cap"), " ", `${recipe[lane].node_id} / ${recipe[lane].model_id}`));
+  return h("tr", { className: "recipe", dataset: { recipeId: recipe.id } },
+    h("td", {}, recipe.id),
+    h("td", { className: "public-ids" }, recipe.public_id,
+      recipe.public_image_id ? h("div", {}, recipe.public_image_id) : null),
+    h("td", { className: "components" }, parts),
+    h("td", {}, h("button", { type: "button", className: "delete-recipe",
+      onclick: () => deleteRecipe(r, recipe.id) }, "Delete")));
+}
+
+function renderRecipes(r, recipes) {
+  replace(r.list, recipes.length
+    ? table(["id", "public IDs", "components", ""], recipes.map((recipe) => recipeRow(r, recipe)),
+      { className: "recipes" })
+    : h("p", { className: "empty" }, "no recipes"));
+}
+
+async function createRecipe(r) {
+  const body = { id: r.id.value.trim() };
+  if (r.publicId.value.trim()) body.public_id = r.publicId.value.trim();
+  if (r.publicImageId.value.trim()) body.public_image_id = r.publicImageId.value.trim();
+  for (const [lane] of LANES) {
+    const value = r.lanes[lane].value;
+    if (!value) continue;
+    const at = value.indexOf("/");
+    body[lane] = { node_id: value.slice(0, at), model_id: value.slice(at + 1) };
+  }
+  if (r.overwrite.checked) body.overwrite = true;
+  try {
+    const saved = await post(RECIPES, body);
+    replace(r.message, h("div", { className: "ok" }, `recipe ${saved.recipe.id} saved`));
+    r.overwrite.checked = false;
+    await reloadRecipes(r);
+  } catch (err) {
+    replace(r.message, h("div", { className: "error" }, `not saved: ${err.message}`));
+  }
+}
+
+async function deleteRecipe(r, id) {
+  try {
+    await del(RECIPES + query({ id }));
+    replace(r.message, h("div", { className: "ok" }, `recipe ${id} deleted`));
+    await reloadRecipes(r);
+  } catch (err) {
+    replace(r.message, h("div", { className: "error" }, `not deleted: ${err.message}`));
+  }
+}
+
+async function reloadRecipes(r) {
+  try {
+    renderRecipes(r, (await get(RECIPES)).recipes || []);
+  } catch (err) {
+    showError(err);
+  }
+  refreshNow();
+}
+
+// -- refresh -------------------------------------------------------------------------------------
+
 export async function refresh(ctx) {
   const inventory = await get("/router/v1/site/inventory");
-  const groups = group(inventory.models || []);
+  const models = inventory.models || [];
+  renderRecipes(ctx.recipes, inventory.recipes || []);
+  laneOptions(ctx.recipes, models);
+  const groups = group(models);
   if (groups.length === 0) {
     replace(ctx.body, h("p", { className: "empty" }, "no models in the cluster"));
     return;
