@@ -67,9 +67,26 @@ _ROUTED = {p for p, item in openapi_document()["paths"].items()
            if "post" in item and p.startswith(("/v1/", "/api/", "/sdapi/", "/completion"))}
 
 
+def _valid_messages(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(m, dict) and m.get("role") in ("system", "user", "assistant")
+        and isinstance(m.get("content"), str) for m in value)
+
+
 def _with_model(case: Any, pick: bool) -> Any:
-    if pick and isinstance(case.body, dict) and case.operation.path in _ROUTED:
-        case.body["model"] = _REAL_MODEL.get(case.operation.path, "chat")
+    """Half the inference bodies name a real model, with the fields that model needs to answer
+    (the rest stay as generated) and a short generation, so the fuzzer reaches the backends."""
+    body = case.body
+    if not (pick and isinstance(body, dict) and case.operation.path in _ROUTED):
+        return case
+    body["model"] = _REAL_MODEL.get(case.operation.path, "chat")
+    if "messages" in body or case.operation.path in ("/v1/chat/completions", "/api/chat"):
+        if not _valid_messages(body.get("messages")):
+            body["messages"] = [{"role": "user", "content": "hello"}]
+    if case.operation.path in _REAL_MODEL and not isinstance(body.get("input"), str):
+        body["input"] = "hello"
+    for key in ("max_tokens", "n_predict", "max_length"):
+        body[key] = 4
     return case
 
 
