@@ -114,6 +114,12 @@ class NodeService(service.Service):
         self.node.phase = "draining"
         port, self.port = self.port, None
         if port is not None:
+            # Connections the kernel completed but the reactor has not accepted yet would be reset
+            # by the close (their clients lose a request no node saw): accept them first; each is
+            # then answered 503 draining with Retry-After.
+            accept_pending = getattr(port, "doRead", None)
+            if callable(accept_pending):
+                accept_pending()
             stopping = port.stopListening()
             if stopping is not None:
                 await stopping

@@ -24,6 +24,7 @@ from routerd.api.guardians_routes import GuardiansAPI
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.links_routes import LinksAPI
 from routerd.api.offload_routes import OffloadAPI
+from routerd.api.openapi import OpenAPI
 from routerd.api.push_routes import PushAPI
 from routerd.api.reload_routes import ReloadAPI
 from routerd.api.reply import RequestReply, incoming, query_arg
@@ -399,6 +400,7 @@ def build_site(node: Node) -> NodeSite:
         ReloadAPI(node.reloader),
         GuardiansAPI(node),
         WebUI(webui_dir()),
+        OpenAPI(),
     ]
     limit = node.config.limits.max_body_bytes
     guard = GuardResource(Dispatch(apis), node.policy, limit, node.config.server.cors_origins,

@@ -49,6 +49,8 @@ SITE_FOLD_MAX_LIMIT = 100000
 SITE_SUMMARY = "/router/v1/site/offload/summary"
 
 _DIGITS = re.compile(r"[0-9]+")
+#: SQLite's largest integer: a larger since_ms cannot be bound to the query (it was a 500).
+_MAX_SINCE_MS = 2**63 - 1
 
 
 def _arg(request: IRequest, name: str) -> str | None:
@@ -83,8 +85,8 @@ def parse_query(request: IRequest, default_limit: int, max_limit: int = MAX_LIMI
     since_ms: int | None = None
     text = _arg(request, "since_ms")
     if text is not None:
-        if not _DIGITS.fullmatch(text):
-            raise HTTPError(400, f"since_ms must be a non-negative integer, got {text!r}",
+        if not _DIGITS.fullmatch(text) or int(text) > _MAX_SINCE_MS:
+            raise HTTPError(400, f"since_ms must be an integer from 0 to {_MAX_SINCE_MS}, got {text!r}",
                             "invalid_request_error", "invalid_parameter")
         since_ms = int(text)
     return DecisionQuery(lane=lane, outcome=outcome, kind=kind, limit=limit, since_ms=since_ms)

@@ -36,7 +36,8 @@ class Dispatch(resource.Resource):
         self._exact: dict[str, list[tuple[frozenset[str], resource.IResource]]] = {}
         self._prefixes: list[tuple[str, frozenset[str], resource.IResource]] = []
         self._direct: dict[bytes, DirectHandler] = {}
-        for api in apis:
+        self.apis: tuple[Any, ...] = tuple(apis)  # what it serves (the OpenAPI test reads their rules)
+        for api in self.apis:
             direct = getattr(api, "direct_routes", None)
             if direct is not None:
                 self._direct.update(direct())

@@ -13,6 +13,7 @@ from klein import Klein
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.iweb import IRequest
+from werkzeug.exceptions import MethodNotAllowed, NotFound
 
 from routerd.errors import ErrorStyle, HTTPError, StatusError, error_body, style_for_path
 
@@ -37,6 +38,12 @@ def handle_failure(request: IRequest, failure: Failure) -> bytes:
     if failure.check(StatusError):
         return answer_error(request, failure.value)  # type: ignore[arg-type]
     path = request.path.decode("utf-8", "replace")
+    # The dispatcher matched a branch prefix but werkzeug's rule did not (its path converter
+    # refuses a newline, %0A, in the rest of the path): an unknown path, not a server error.
+    if failure.check(NotFound):
+        return answer_error(request, not_found(path))
+    if failure.check(MethodNotAllowed):
+        return answer_error(request, method_not_allowed(path))
     log.failure("unhandled error on {path}", failure=failure, path=path)
     return answer_error(request, HTTPError(500, "internal error", "internal_error", "internal_error"))
 

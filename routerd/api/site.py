@@ -19,10 +19,11 @@ from routerd.cluster.auth import AuthPolicy
 from routerd.config.schema import Config
 from routerd.errors import HTTPError, Saturated
 from routerd.lending.offload import offload_returned
+from routerd.lending.transport import RELAY_PATH
 from routerd.logs import ACCESS_FORMAT, literal, request_model
 
 #: Paths answered while the node is starting or draining (the rest get 503 + Retry-After).
-_ALWAYS_SERVED = frozenset({"/health", "/metrics"})
+_ALWAYS_SERVED = frozenset({"/health", "/metrics", "/openapi.json"})
 
 #: The request attribute the guard sets: whether the caller may see node details on ``/health``.
 AUTHENTICATED = "routerd_authenticated"
@@ -199,8 +200,9 @@ class GuardResource(resource.Resource):
                 setattr(request, AUTHENTICATED, ok)
             phase = self.phase()
             if phase != "ready" and path not in _ALWAYS_SERVED:
-                if request.getHeader(b"x-routerd-offload") == b"1":
-                    # A borrowed request goes back to its owner, who serves it itself.
+                if request.getHeader(b"x-routerd-offload") == b"1" or path == RELAY_PATH:
+                    # A borrowed request goes back to its owner, who serves it itself; so does
+                    # one an owner relays through a master that is starting or draining.
                     raise offload_returned(f"helper node is {phase}")
                 request.setHeader(b"retry-after", b"1")
                 raise Saturated(503, f"this node is {phase}; retry later", phase)

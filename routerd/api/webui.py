@@ -45,12 +45,15 @@ def webui_dir(package_root: Path | None = None, prefix: str | None = None) -> Pa
 
 def ui_file(root: Path, relative: str) -> Path | None:
     """The file ``relative`` names under ``root`` (``index.html`` for the folder itself), or None
-    when there is none or the name would leave ``root``."""
+    when there is none, the name would leave ``root`` or the OS refuses the name."""
     base = root.resolve()
-    target = (base / (relative or "index.html")).resolve()
-    if target.is_dir():
-        target = target / "index.html"
-    if base not in target.parents or not target.is_file():
+    try:
+        target = (base / (relative or "index.html")).resolve()
+        if target.is_dir():
+            target = target / "index.html"
+        if base not in target.parents or not target.is_file():
+            return None
+    except (OSError, ValueError):  # a NUL byte, a name too long: no such file
         return None
     return target
 

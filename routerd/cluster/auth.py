@@ -3,7 +3,8 @@
 Route classes: ``/router/v1/node/*`` needs the cluster token; other ``/router/v1/*`` paths need an
 admin key when any is configured; ``/metrics`` needs an admin key (or an ``auth.metrics_keys``
 key) when any of those is configured; ``/health`` needs no key but shows node details only to a
-caller who could use the inference paths; every other path needs an inference key when any is
+caller who could use the inference paths; ``/openapi.json`` (the API's description, nothing of the
+node) needs no key; every other path needs an inference key when any is
 configured, and an admin key is accepted wherever an inference key is.  Clients outside
 ``server.allowed_cidrs`` are refused first, on every path.  The client address is the peer's,
 or — only when the peer is one of ``server.trusted_proxies`` — the nearest untrusted address of
@@ -21,7 +22,7 @@ import attrs
 
 from routerd.errors import HTTPError
 
-RouteClass = Literal["cluster", "admin", "inference", "health", "metrics"]
+RouteClass = Literal["cluster", "admin", "inference", "health", "metrics", "docs"]
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -35,6 +36,8 @@ def route_class(path: str) -> RouteClass:
         return "health"
     if path == "/metrics":
         return "metrics"
+    if path == "/openapi.json":
+        return "docs"
     return "inference"
 
 
@@ -131,6 +134,8 @@ class AuthPolicy:
             if not token or not _matches(token, (self.cluster_token,)):
                 raise _unauthorized("invalid cluster token")
             return True
+        if cls == "docs":
+            return self.inference_allowed(token)
         if cls == "health":
             return self.inference_allowed(token) or (
                 bool(token) and bool(self.cluster_token) and _matches(token, (self.cluster_token,)))

@@ -26,10 +26,17 @@ from urllib.parse import urldefrag, urljoin
 
 import attrs
 from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.error import ConnectError, ConnectionClosed, DNSLookupError
+from twisted.internet.error import TimeoutError as ConnectTimeout
 from twisted.internet.protocol import Protocol as TwistedProtocol
 from twisted.internet.protocol import connectionDone
 from twisted.python.failure import Failure
-from twisted.web.client import ResponseDone
+from twisted.web.client import (
+    RequestTransmissionFailed,
+    ResponseDone,
+    ResponseFailed,
+    ResponseNeverReceived,
+)
 from twisted.web.http import PotentialDataLoss
 
 from routerd.urls import AllowList, URLError, normalise_url, split_target
@@ -58,6 +65,7 @@ __all__ = [
     "RequestTooLarge",
     "ResponseTooLarge",
     "TooManyRedirects",
+    "Unreachable",
     "TreqLike",
 ]
 
@@ -102,6 +110,16 @@ class ResponseTooLarge(ClusterError):
 
 class ClusterTimeout(ClusterError):
     pass
+
+
+class Unreachable(ClusterError):
+    """The node could not be reached or the connection broke before its answer (refused, reset,
+    DNS); a ClusterError like every other failed call, so callers need not know Twisted's errors."""
+
+
+#: Transport failures a cluster call reports as :class:`Unreachable`.
+_TRANSPORT_ERRORS = (ConnectError, ConnectTimeout, DNSLookupError, ConnectionClosed, ResponseFailed,
+                     ResponseNeverReceived, RequestTransmissionFailed)
 
 
 class InvalidResponse(ClusterError):
@@ -326,6 +344,9 @@ class NodeClient:
                     outer.errback(ClusterTimeout(f"{what} timed out after {limit:g}s"))
                 elif why:
                     outer.errback(CancelledError(f"{what} was cancelled"))
+                elif result.check(*_TRANSPORT_ERRORS):
+                    reason = result.getErrorMessage() or getattr(result.type, "__name__", "error")
+                    outer.errback(Unreachable(f"{what} failed: {reason}"))
                 else:
                     outer.errback(result)
             else:

@@ -100,7 +100,7 @@ class MasterAgent(MultiService):
         for url, value in await fan_out(self.slave_urls, self.client.models, POLL_CONCURRENCY):
             if isinstance(value, Failure):
                 if self.registry.mark_unhealthy(url):
-                    log.warn("health poll of {url} failed: {reason}", url=url, reason=str(value))
+                    log.warn("health poll of {url} failed: {reason}", url=url, reason=value.getErrorMessage())
                 continue
             try:
                 self._accept(value, url, "poll")

@@ -39,3 +39,7 @@ def test_the_sdist_and_wheel_build_pass_twine_check_and_the_installed_wheel_chec
     assert "ok" in out.splitlines()
     webui = list((env_dir / "share" / "routerd" / "webui").glob("*.html"))
     assert webui, "the WebUI is installed with the package"
+    # the OpenAPI document /openapi.json renders is package data
+    doc = run(python, "-c", "from routerd.api.openapi import openapi_document as d; print(d()['openapi'])",
+              cwd=tmp_path)
+    assert doc.strip().startswith("3.")

@@ -84,3 +84,14 @@ def test_the_folder_is_found_in_a_checkout_or_where_pip_installed_it(tmp_path: P
     assert webui_dir(package_root=tmp_path / "elsewhere", prefix=str(tmp_path / "none")) is None
     # this checkout ships one
     assert webui_dir() is not None
+
+
+def test_a_file_name_the_os_refuses_is_a_404_envelope_not_a_500(tmp_path: Path) -> None:
+    """Found by the schemathesis run: a NUL byte or an over-long name made ``Path.resolve`` raise
+    (ValueError / OSError ENAMETOOLONG), and a newline (``%0A``) made werkzeug's branch rule raise
+    NotFound after the dispatcher had matched its prefix; each was answered 500."""
+    http = client(ui_root(tmp_path))
+    for path in ("/ui/a%00b", "/ui/" + "x" * 300, "/ui/js/" + "y" * 5000, "/ui/a%0Ab", "/ui/%0A"):
+        code, headers, body = fetch(http, path)
+        assert code == 404, (path, body)
+        assert b'"type": "not_found"' in body

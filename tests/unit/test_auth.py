@@ -27,6 +27,7 @@ def test_route_classes_follow_the_path_prefix() -> None:
     assert route_class("/router/v1/site/inventory") == "admin"
     assert route_class("/v1/chat/completions") == "inference"
     assert route_class("/api/tags") == "inference"
+    assert route_class("/openapi.json") == "docs"
 
 
 def test_bearer_parsing_ignores_other_schemes() -> None:
@@ -117,11 +118,12 @@ def test_guard_passes_health_without_a_key_and_metrics_when_no_admin_key_is_conf
 INF, ADM, MET = "inf-key-000000000", "adm-key-000000000", "met-key-000000000"
 CREDENTIALS = {"none": None, "inference": INF, "admin": ADM, "metrics": MET, "cluster": TOKEN,
                "wrong": "wrong-key-0000000"}
-ROUTES = {"health": "/health", "metrics": "/metrics", "inference": "/v1/chat/completions",
+ROUTES = {"health": "/health", "metrics": "/metrics", "openapi": "/openapi.json",
+          "inference": "/v1/chat/completions",
           "ollama": "/api/tags", "admin": "/router/v1/models", "site": "/router/v1/site/inventory",
           "cluster": "/router/v1/node/state"}
 #: Which credentials open each route when every kind of key is configured (401 otherwise).
-OPENS = {"health": set(CREDENTIALS), "metrics": {"admin", "metrics"},
+OPENS = {"health": set(CREDENTIALS), "openapi": set(CREDENTIALS), "metrics": {"admin", "metrics"},
          "inference": {"inference", "admin"}, "ollama": {"inference", "admin"},
          "admin": {"admin"}, "site": {"admin"}, "cluster": {"cluster"}}
 

@@ -30,6 +30,7 @@ from routerd.cluster.client import (
     RequestTooLarge,
     ResponseTooLarge,
     TooManyRedirects,
+    Unreachable,
 )
 from routerd.urls import AllowList, URLError
 from routerd.wire.records import ModelRecord, Snapshot, WireError
@@ -492,3 +493,18 @@ def test_answer_arriving_before_the_deadline_wins(node: FakeNode, clock: Clock) 
     stub.flush()
     assert result(d) == {"late": False}
     assert clock.getDelayedCalls() == []
+
+
+def test_a_refused_connection_is_a_cluster_error_not_twisteds_own() -> None:
+    """Found by the fault soak: a slave whose master was not (yet, or while it restarted)
+    listening got Twisted's ConnectionRefusedError from ``register``; the slave only handles
+    ClusterError, so it failed to start.  Every transport failure is now ``Unreachable``."""
+    from tests.unit.memory_http import MemoryNetwork
+
+    clock = Clock()
+    network = MemoryNetwork()
+    client = NodeClient(network.client(clock), TOKEN, AllowList(("http://master.test:8080",)), 30.0, clock)
+    d = client.register("http://master.test:8080", Snapshot(node_id="slave-a"))
+    network.flush()
+    err = failure(d, Unreachable)
+    assert "refused" in err.reason.lower()

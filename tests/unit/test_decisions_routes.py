@@ -136,6 +136,16 @@ def test_bad_parameters_answer_400_with_a_reason(path: str, query: str) -> None:
     assert query.split("=")[0] in body["error"]["message"]
 
 
+@pytest.mark.parametrize("path", ["/router/v1/node/offload/decisions", "/router/v1/site/offload/decisions",
+                                  "/router/v1/site/offload/decisions/folded"])
+def test_since_ms_past_sqlites_integer_range_is_a_400_not_a_500(path: str) -> None:
+    """Found by the schemathesis run: the store raised OverflowError binding it (a 500)."""
+    node = FakeNode(master=FakeMaster())
+    code, body = get(node, f"{path}?since_ms=9223372036854775808")
+    assert code == 400
+    assert "since_ms" in body["error"]["message"]
+
+
 def test_node_decisions_flush_the_buffer_and_apply_the_filters() -> None:
     clock = task.Clock()
     node = FakeNode()

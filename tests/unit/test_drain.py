@@ -53,6 +53,23 @@ def test_draining_health_and_new_requests_and_borrowed_ones(tmp_path: Path) -> N
     assert world.launcher.spawned == []
 
 
+def test_a_draining_master_hands_a_relayed_lent_request_back_to_its_owner(tmp_path: Path) -> None:
+    """Found by the fault soak: an owner relaying a lent request through a master that had begun
+    to drain got 503 ``draining`` and passed it to its client; 409 ``offload_returned`` makes
+    the owner serve the request itself."""
+    world, node = _node(tmp_path)
+    world.start(node)
+    world.run(node.drain(5.0))
+    relayed, raw = world.call("POST", node, "/router/v1/node/offload/request", data=_chat(),
+                              headers={b"authorization": [b"Bearer " + TOKEN.encode()],
+                                       b"x-routerd-offload-owner": [b"slave-a"],
+                                       b"x-routerd-offload-owner-model": [b"chat"],
+                                       b"x-routerd-offload-lane": [b"text"],
+                                       b"x-routerd-offload-path": [b"/v1/chat/completions"]})
+    assert relayed.code == 409
+    assert json.loads(raw)["error"]["code"] == "offload_returned"
+
+
 def test_a_drain_refuses_requests_waiting_for_the_slot_with_503(tmp_path: Path) -> None:
     world, node = _node(tmp_path)
     world.start(node)
