@@ -24,8 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 import httptools
-from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.error import ConnectionDone
+from twisted.internet.defer import Deferred
+from twisted.internet.error import ConnectionDone, ConnectionRefusedError
 from twisted.internet.protocol import ClientFactory, Protocol
 from twisted.python.failure import Failure
 from twisted.web.client import ResponseDone, ResponseFailed
@@ -37,6 +37,9 @@ from zope.interface import implementer
 __all__ = ["BackendAgent", "BackendResponse"]
 
 _DONE = Failure(ResponseDone())
+#: Delays before connecting again to a backend that refused the connection (then the refusal fails
+#: the request).
+REFUSED_BACKOFF_S = (0.02, 0.05, 0.1)
 
 
 class _BodyTransport:
@@ -279,9 +282,13 @@ class _Pool:
     def request(self, head: bytes, body: bytes) -> Deferred[BackendResponse]:
         current: list[_Connection | None] = [None]
         connecting: list[Deferred[_Connection] | None] = [None]
+        backoff: list[Any] = []  # the delayed next connect attempt, while refused
 
         def cancel(_d: Deferred[BackendResponse]) -> None:
             self._resend.pop(id(answer), None)
+            for call in backoff:
+                if call.active():
+                    call.cancel()
             if connecting[0] is not None:
                 connecting[0].cancel()
             connection = current[0]
@@ -299,8 +306,20 @@ class _Pool:
         def fresh(answer_: Deferred[BackendResponse]) -> None:
             d = self._connect()
             connecting[0] = d
-            d.addCallbacks(on, lambda f: None if answer_.called else answer_.errback(
-                Failure(ResponseFailed([f])) if not f.check(CancelledError) else f))
+            d.addCallbacks(on, lambda f: refused(answer_, f))
+
+        def refused(answer_: Deferred[BackendResponse], failure: Failure) -> None:
+            connecting[0] = None
+            if answer_.called:
+                return
+            if failure.check(ConnectionRefusedError) and len(backoff) < len(REFUSED_BACKOFF_S):
+                # A backend that refuses is stopping or restarting (nothing was sent): try again a
+                # little later rather than fail at once, so a queue released onto a dying backend
+                # does not drain into errors before the node sees the process end.
+                backoff.append(self.agent.reactor.callLater(REFUSED_BACKOFF_S[len(backoff)],
+                                                            fresh, answer_))
+                return
+            answer_.errback(failure)  # the connect error itself, as Agent gives it
 
         while self.idle:
             connection = self.idle.pop()

@@ -173,3 +173,29 @@ def test_other_schemes_and_streaming_producers_go_to_the_fallback_agent() -> Non
     agent.request(b"GET", b"https://example.test/x")
     agent.request(b"POST", URL, None, object())
     assert fallback.calls == [b"https://example.test/x", URL]
+
+
+def test_a_refused_connect_is_tried_again_after_short_delays_then_fails_with_the_refusal() -> None:
+    """A backend that refuses (stopping or restarting; nothing was sent) is not failed at once: a
+    queue released onto a dying backend must not drain into errors before the node sees it end."""
+    from twisted.internet.error import ConnectionRefusedError
+
+    from routerd.serve.backend_http import REFUSED_BACKOFF_S
+
+    reactor, agent, _ = setup()
+    answer = post(agent)
+    for attempt, delay in enumerate(REFUSED_BACKOFF_S):
+        reactor.tcpClients[-1][2].clientConnectionFailed(None, Failure(ConnectionRefusedError()))
+        assert not answer.called and len(reactor.tcpClients) == attempt + 1
+        reactor.advance(delay)
+        assert len(reactor.tcpClients) == attempt + 2
+    protocol, _transport = connect(reactor)  # the last try gets through
+    protocol.dataReceived(OK)
+    assert result(answer).code == 200
+    reactor, agent, _ = setup()
+    refused = post(agent)
+    for delay in REFUSED_BACKOFF_S:
+        reactor.tcpClients[-1][2].clientConnectionFailed(None, Failure(ConnectionRefusedError()))
+        reactor.advance(delay)
+    reactor.tcpClients[-1][2].clientConnectionFailed(None, Failure(ConnectionRefusedError()))
+    assert isinstance(result(refused).value, ConnectionRefusedError)
