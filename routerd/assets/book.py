@@ -12,8 +12,6 @@ substitutions, kept in ``<store_dir>/model-assets.json`` (mode 0600, replaced at
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import threading
 from typing import Any
 
@@ -21,6 +19,7 @@ import attrs
 from twisted.logger import Logger
 
 from routerd.assets.index import is_sha256
+from routerd.files import write_json_atomically
 
 BOOK_FILE = "model-assets.json"
 _log = Logger(namespace="routerd.assets.book")
@@ -91,22 +90,7 @@ class AssetBook:
     def _save(self, origins: dict[str, str], subs: dict[str, Substitution]) -> None:
         if self.path is None:
             return
-        directory = os.path.dirname(self.path) or "."
-        os.makedirs(directory, exist_ok=True)
         payload = {"version": 1, "hf_origins": origins,
                    "substitutions": [s.to_json() for s in sorted(subs.values(),
                                                                  key=lambda s: s.expected_sha256)]}
-        fd, tmp = tempfile.mkstemp(prefix=".model-assets.", suffix=".tmp", dir=directory)
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(payload, handle, indent=1, sort_keys=True)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        write_json_atomically(self.path, payload)

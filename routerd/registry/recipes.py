@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
@@ -22,6 +21,7 @@ from twisted.logger import Logger
 
 from routerd.catalog.model import Capabilities
 from routerd.errors import HTTPError
+from routerd.files import write_json_atomically
 from routerd.wire.records import ModelRecord
 
 RecipeLane = Literal["text", "embeddings", "image", "voice", "music"]
@@ -217,23 +217,7 @@ class RecipeFile:
         return out
 
     def save(self, recipes: Sequence[Recipe]) -> None:
-        directory = os.path.dirname(self.path)
-        os.makedirs(directory, exist_ok=True)
-        payload = {"version": FILE_VERSION, "recipes": [r.to_json() for r in recipes]}
-        fd, tmp = tempfile.mkstemp(prefix=".split-recipes.", suffix=".tmp", dir=directory)
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(payload, handle, indent=1, sort_keys=True)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        write_json_atomically(self.path, {"version": FILE_VERSION, "recipes": [r.to_json() for r in recipes]})
 
 
 class RecipeStorage(Protocol):

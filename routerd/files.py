@@ -1,0 +1,33 @@
+"""Small files a node keeps beside its database (split recipes, asset origins): written whole or not
+at all, readable only by the node's user."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any
+
+
+def write_json_atomically(path: str, payload: Any, *, mode: int = 0o600) -> None:
+    """Write ``payload`` as JSON to ``path``: a temporary file in the same folder (``mode``),
+    flushed and fsynced, then renamed over ``path``; on any failure the old file stays as it was."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(payload, handle, indent=1, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+__all__ = ["write_json_atomically"]
