@@ -28,6 +28,7 @@ from routerd.store.links import LinkRow
 from routerd.store.store import Store
 from routerd.wire.lending import LANES, Endpoint, Lane, Link, lane_model_id, to_json
 from routerd.wire.records import ModelRecord
+from routerd.wire.records import text_ineligibility as record_text_ineligibility
 
 ACKNOWLEDGEMENT_REQUIRED = "acknowledgement_required"
 
@@ -89,22 +90,16 @@ class LaneModels:
     def find(self, end: Endpoint) -> ModelRecord | None:
         return self._by_endpoint.get(end)
 
-    def _config(self, record: ModelRecord) -> ModelConfig:
+    def ineligibility(self, record: ModelRecord) -> str | None:
+        """Why ``record`` cannot be linked in this lane on its own, or None.  The master's own models
+        are judged from its catalog; a peer's from the facts its record carries."""
+        if self.lane != "text":
+            return None
         if record.node_id == self._own_node_id:
             local = self._catalog.get(record.local_id)
             if local is not None:
-                return local
-        return ModelConfig(local_id=record.local_id, filename=record.filename, path="",
-                           backend_mode=record.backend_mode, capabilities=record.capabilities,
-                           config_hash=record.config_hash, image_id=record.image_id,
-                           model_hash=record.model_hash, parallel=record.parallel,
-                           vllm_max_sequences=record.max_number_sequences)
-
-    def ineligibility(self, record: ModelRecord) -> str | None:
-        """Why ``record`` cannot be linked in this lane on its own, or None."""
-        if self.lane == "text":
-            return text_ineligibility(self._config(record))
-        return None
+                return text_ineligibility(local)
+        return record_text_ineligibility(record)
 
     def pair_ineligibility(self, anchor: ModelRecord | None, record: ModelRecord) -> str | None:
         """Why ``record`` cannot be linked with ``anchor`` (when known), or None."""
