@@ -38,7 +38,7 @@ class QueueError(ValueError):
     """A call that does not fit the queue's state (unknown id, model not enrolled, duplicate id)."""
 
 
-@attrs.define
+@attrs.define(weakref_slot=False)
 class Entry:
     """One queued request (mutable; owned by the queue — read it, do not change it)."""
 

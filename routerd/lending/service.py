@@ -15,7 +15,7 @@ the head and served by this node.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from typing import Any, Literal
 
 import attrs
@@ -23,6 +23,7 @@ from twisted.internet import defer
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from routerd.catalog.model import ModelConfig
 from routerd.config.lending import LendingSettings
@@ -49,6 +50,10 @@ from routerd.wire.lending import (
 )
 
 log = Logger()
+
+#: Serves an admitted request on this node: ``(call, model, public_id) -> final bytes``.
+RunLocal = Callable[[Call, ModelConfig, str], Awaitable[bytes]]
+
 
 @attrs.frozen
 class Ticket:
@@ -184,26 +189,16 @@ class LendingService:
 
     # -- the request path ----------------------------------------------------------------------
 
-    async def serve(self, call: Call, model: ModelConfig, lane: Lane,
-                    run_local: Callable[[], Awaitable[bytes]],
-                    borrowed: Borrowed | None) -> bytes:
-        """Queue an enrolled model's request in the router and serve, lend or hand it back."""
-        queue = self.queues[lane]
+    async def serve(self, call: Call, model: ModelConfig, lane: Lane, run_local: RunLocal,
+                    borrowed: Borrowed | None, *, public_id: str) -> bytes:
+        """Queue an enrolled model's request in the router and serve, lend or hand it back.
+
+        Admitted, it runs as ``run_local(call, model, public_id)`` (one shared callable, not a
+        closure per request: a held request keeps as little as it can, issue 14)."""
         model_id = lane_key(lane, model)
+        waiter = self._arrive(call, model, model_id, lane, borrowed)
+        queue = self.queues[lane]
         rid = call.request_id
-        work, context = self.work_hint(call, model, lane)
-        waiter = self._park(rid)
-        if borrowed is not None:
-            self._borrowed[rid] = (lane, borrowed, self._now_ms())
-            effects = queue.arrive_borrowed(rid, model_id, self._now_ms(), node_busy=self.own_busy(),
-                                            work=work, context=context)
-        else:
-            reclaim = [e.request_id for e in queue.admitted()
-                       if e.borrowed and self.waiting_for_runtime(e.request_id)]
-            effects = queue.arrive(rid, model_id, self._now_ms(), work=work, context=context,
-                                   streaming=call.stream, reclaim=reclaim,
-                                   image=lane == "text" and has_image(call.parsed))
-        self._apply(lane, effects)
         owner = borrowed is None and queue.is_owner(model_id)
         if owner:
             self.report(lane, model_id, "enqueued")
@@ -212,7 +207,7 @@ class LendingService:
                 if not waiter.called:
                     call.shed_parsed()  # held: only the raw body stays in memory
                 try:
-                    ticket = await waiter
+                    ticket = await _Woken(waiter)
                 finally:
                     call.restore_parsed()
                 if ticket.kind == "returned":
@@ -221,7 +216,7 @@ class LendingService:
                 if ticket.kind == "admit":
                     self._in_backend.add(rid)
                     try:
-                        return await run_local()
+                        return await run_local(call, model, public_id)
                     finally:
                         self._in_backend.discard(rid)
                         reason = self._taken_back.pop(rid, None)
@@ -258,6 +253,27 @@ class LendingService:
         finally:
             self._waiters.pop(rid, None)
             self._borrowed.pop(rid, None)
+
+    def _arrive(self, call: Call, model: ModelConfig, model_id: str, lane: Lane,
+                borrowed: Borrowed | None) -> Deferred[Ticket]:
+        """Park the request and queue it; returns what wakes it.  Apart from :meth:`serve`, so the
+        arrival's temporaries (work hint, reclaim list, effects) are not kept while it waits."""
+        queue = self.queues[lane]
+        rid = call.request_id
+        work, context = self.work_hint(call, model, lane)
+        waiter = self._park(rid)
+        if borrowed is not None:
+            self._borrowed[rid] = (lane, borrowed, self._now_ms())
+            effects = queue.arrive_borrowed(rid, model_id, self._now_ms(), node_busy=self.own_busy(),
+                                            work=work, context=context)
+        else:
+            reclaim = [e.request_id for e in queue.admitted()
+                       if e.borrowed and self.waiting_for_runtime(e.request_id)]
+            effects = queue.arrive(rid, model_id, self._now_ms(), work=work, context=context,
+                                   streaming=call.stream, reclaim=reclaim,
+                                   image=lane == "text" and has_image(call.parsed))
+        self._apply(lane, effects)
+        return waiter
 
     def work_hint(self, call: Call, model: ModelConfig, lane: Lane) -> tuple[tuple[float, ...], int]:
         """The work terms (and, for text, the context) the queue and the planner price a request by.
@@ -409,6 +425,35 @@ class LendingService:
 
     def _now_ms(self) -> int:
         return int(self._now() * 1000)
+
+
+class _Woken(Generator["Deferred[Ticket]", object, Ticket]):
+    """``await _Woken(waiter)`` is ``await waiter`` without the generator ``Deferred.__await__``
+    makes: a held request keeps this slotted object instead (issue 14).  Twisted's coroutine driver
+    is yielded the Deferred as usual, then sends its result back or throws its failure in."""
+
+    __slots__ = ("_waiter",)
+
+    def __init__(self, waiter: Deferred[Ticket]) -> None:
+        self._waiter: Deferred[Ticket] | None = waiter
+
+    def __await__(self) -> Generator[Deferred[Ticket], object, Ticket]:
+        return self
+
+    def send(self, value: object) -> Deferred[Ticket]:
+        waiter, self._waiter = self._waiter, None
+        if waiter is None:  # resumed by the driver: ``value`` is what the waiter fired with
+            raise StopIteration(value)
+        if waiter.called and not waiter.paused:  # woken before it was awaited (admitted on arrival)
+            if isinstance(waiter.result, Failure):
+                return waiter.__await__().send(None)  # raises it as ``await waiter`` would
+            raise StopIteration(waiter.result)
+        return waiter
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Deferred[Ticket]:
+        self._waiter = None
+        exc = typ if isinstance(typ, BaseException) else (val if isinstance(val, BaseException) else typ(val))
+        raise exc.with_traceback(tb) if tb is not None else exc
 
 
 class _Coalescer:

@@ -43,7 +43,7 @@ class Reply(Protocol):
         """Whether the client has disconnected (nothing more can reach it)."""
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class Incoming:
     """What the HTTP edge read of a request: path, body and the headers and query routing reads."""
 
@@ -57,7 +57,7 @@ class Incoming:
         return self.headers.get(name, "")
 
 
-@attrs.define
+@attrs.define(weakref_slot=False)
 class Outcome:
     """What happened, for metrics and samples."""
 
@@ -66,7 +66,7 @@ class Outcome:
     work: tuple[float, ...] = ()
 
 
-@attrs.define
+@attrs.define(weakref_slot=False)  # slotted, no weak references: one per held request (issue 14)
 class Call:
     reply: Reply
     route: Route

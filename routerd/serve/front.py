@@ -9,7 +9,9 @@ Selector-less transcriptions on a master go through STT scheduling.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from twisted.internet.defer import CancelledError
@@ -50,6 +52,8 @@ from routerd.wire.records import ModelRecord
 
 log = Logger()
 
+_NO_QUERY: Mapping[str, list[str]] = MappingProxyType({})  # the usual query, shared by every call
+
 
 class InferenceFront:
     def __init__(self, *, node_id: str, clock: IReactorTime, catalog: Callable[[], Catalog],
@@ -60,6 +64,7 @@ class InferenceFront:
         self.clock = clock
         self.catalog = catalog
         self.local = local
+        self._serve_here = local.serve  # bound once: what an admitted queued request runs
         self.metrics = metrics
         self.master = master
         self.forwarder = forwarder
@@ -97,8 +102,8 @@ class InferenceFront:
                 request_id = given
         reply.set_header(b"x-routerd-request-id", request_id.encode())
         reply.set_header(b"x-routerd-node", self.node_id.encode())
-        reply = timed = FirstWrite(reply, self.clock)
         call: Call | None = None
+        timed: FirstWrite | None = None
         model_label = "-"
         lane = route.runtime
         metrics = self.metrics
@@ -109,6 +114,11 @@ class InferenceFront:
         started = self.clock.seconds()
         try:
             call = self._call(incoming, reply, route, request_id, started)
+            # The call holds what it needs of the request: the edge's header and query maps are
+            # not kept alive by this frame while the request waits (issue 14, held requests).
+            del incoming
+            if call.stream:  # time to first chunk is a stream's figure only
+                call.reply = timed = FirstWrite(reply, self.clock)
             call.borrowed = borrowed is not None
             call.restore_after_borrow = borrowed is not None and borrowed.restore
             if self.master is not None and not cluster_call:
@@ -140,7 +150,7 @@ class InferenceFront:
             status = call.outcome.status if call is not None else "bad_request"
             metrics.child(metrics.requests, model_label, lane, route.kind, status).inc()
             metrics.child(metrics.request_duration, model_label, lane).observe(self.clock.seconds() - started)
-            if call is not None and call.stream and timed.first_write_at is not None and status == "ok":
+            if timed is not None and timed.first_write_at is not None and status == "ok":
                 metrics.child(metrics.first_token, model_label, lane).observe(timed.first_write_at - started)
 
     def _failed(self, reply: Reply, route: Route, call: Call | None, request_id: str,
@@ -164,47 +174,50 @@ class InferenceFront:
         return self._error(reply, route, HTTPError(502, f"request failed: {exc}",
                                                      "backend_error", "backend_error"))
 
-    async def _serve_local(self, call: Call, model: ModelConfig, public_id: str,
-                           borrowed: Borrowed | None) -> bytes:
+    def _serve_local(self, call: Call, model: ModelConfig, public_id: str,
+                     borrowed: Borrowed | None) -> Awaitable[bytes]:
         """Serve on this node, or on its guardian when the request carries an image the model
         cannot read (spec "Guardian models"): a text-only model's guardian on this node answers
         at once, sharing the runtime (the text model is loaded back when the node is quiet); a
-        model whose backend refuses the image hands the request to the guardian."""
+        model whose backend refuses the image hands the request to the guardian.
+
+        Not a coroutine itself (nor is :meth:`_serve_model`): the caller awaits the serving one
+        directly, so a request held in a queue keeps no frame of these two (issue 14)."""
         entry = None if borrowed is not None else self._guardian_entry(call, self.node_id, model.local_id)
         if entry is None:
-            return await self._serve_model(call, model, public_id, borrowed)
+            return self._serve_model(call, model, public_id, borrowed)
+        return self._serve_guarded(call, model, public_id, entry)
+
+    async def _serve_guarded(self, call: Call, model: ModelConfig, public_id: str, entry: Guardian) -> bytes:
+        """:meth:`_serve_local` for a request its guardian setting applies to."""
         if _text_only(model.capabilities) and entry.guardian.node_id == self.node_id:
             answer = await self._to_guardian(call, self.node_id, model.local_id, entry, public_id, STRUCTURE)
             if answer is not None:
                 return answer
-            return await self._serve_model(call, model, public_id, borrowed)
+            return await self._serve_model(call, model, public_id, None)
         # a guardian elsewhere is the master's to reach (a slave cannot): only the master falls back
         call.guardian_fallback = entry.guardian.node_id == self.node_id or self.master is not None
         try:
-            return await self._serve_model(call, model, public_id, borrowed)
+            return await self._serve_model(call, model, public_id, None)
         except ImageRefused as refused:
             return await self._refused(call, self.node_id, model.local_id, entry, public_id, refused)
 
-    async def _serve_model(self, call: Call, model: ModelConfig, public_id: str,
-                           borrowed: Borrowed | None) -> bytes:
+    def _serve_model(self, call: Call, model: ModelConfig, public_id: str,
+                     borrowed: Borrowed | None) -> Awaitable[bytes]:
         """Serve on this node: straight to the backend, or through the lending queue when the
         model is enrolled in a link, or as borrowed work."""
         lane = call.route.lane
         lending = self.lending
-
-        def run() -> Awaitable[bytes]:
-            return self.local.serve(call, model, public_id)
-
         if borrowed is not None:
             if lane is None or lending is None:
                 raise offload_returned("this route is never lent")
             if not borrowed.load_allowed and self.loaded_config(call.route.runtime) != model.filename:
                 raise offload_returned("the linked model is not loaded and the link forbids loading it")
-            return await lending.serve(call, model, lane, run, borrowed)
+            return lending.serve(call, model, lane, self._serve_here, borrowed, public_id=public_id)
         if lane is not None and lending is not None \
                 and lending.enrolled(lane, lane_key(lane, model)):
-            return await lending.serve(call, model, lane, run, None)
-        return await run()
+            return lending.serve(call, model, lane, self._serve_here, None, public_id=public_id)
+        return self.local.serve(call, model, public_id)
 
     # -- guardian models (spec "Guardian models") ------------------------------
 
@@ -289,9 +302,14 @@ class InferenceFront:
         if result.model is None and route.model_required:
             raise HTTPError(400, "model is required")
         stream = wants_stream(route, parsed) if parsed is not None else False
-        return Call(reply=reply, route=route, path=incoming.path, body=body, content_type=content_type,
+        # Strings every request repeats are shared, not one copy per waiting request (issue 14):
+        # the path is one of the inference paths, a model name and a plain content type recur.
+        selector = result.model
+        return Call(reply=reply, route=route, path=sys.intern(incoming.path), body=body,
+                    content_type=content_type if ";" in content_type else sys.intern(content_type),
                     parsed=parsed, stream=stream, request_id=request_id, started=started,
-                    selector=result.model, query=incoming.query)
+                    selector=None if selector is None else sys.intern(selector),
+                    query=incoming.query or _NO_QUERY)
 
     def _borrowed_model(self, call: Call) -> ModelConfig:
         """The model a borrowed request names, in this node's own catalog only.

@@ -11,6 +11,8 @@ class FirstWrite:
     """Wraps a :class:`~routerd.routing.call.Reply`; ``first_write_at`` is the clock's time of the
     first non-empty ``write`` (``None`` until then)."""
 
+    __slots__ = ("inner", "clock", "first_write_at")
+
     def __init__(self, inner: Reply, clock: IReactorTime) -> None:
         self.inner = inner
         self.clock = clock

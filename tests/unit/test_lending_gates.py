@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 from twisted.internet.defer import Deferred
 
+from routerd.catalog.model import ModelConfig
 from routerd.lending.links import LinkSet
 from routerd.lending.planner import ModelFacts, PlanResult, plan
 from routerd.lending.queue import LaneQueue
@@ -96,13 +97,14 @@ def owner_with_profile() -> ServiceNode:
 
 
 def serve_call(owner: ServiceNode, call: Call) -> None:
-    def run_local() -> Deferred[bytes]:
+    def run_local(_call: Call, _model: ModelConfig, _public_id: str) -> Deferred[bytes]:
         d: Deferred[bytes] = Deferred()
         owner.local_calls.append(call.request_id)
         owner.running[call.request_id] = d
         return d
 
-    d = Deferred.fromCoroutine(owner.service.serve(call, MODEL_A, "text", run_local, None))
+    d = Deferred.fromCoroutine(owner.service.serve(call, MODEL_A, "text", run_local, None,
+                                                         public_id="A"))
     got = owner.answers.setdefault(call.request_id, [])
     d.addBoth(got.append)
 

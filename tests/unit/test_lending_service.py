@@ -139,13 +139,14 @@ class Node:
               *, stream: bool = False) -> Deferred[bytes]:
         call = make_call(rid, model.local_id, stream=stream)
 
-        def run_local() -> Deferred[bytes]:
+        def run_local(_call: Call, _model: ModelConfig, _public_id: str) -> Deferred[bytes]:
             d: Deferred[bytes] = Deferred()
             self.local_calls.append(rid)
             self.running[rid] = d
             return d
 
-        d = Deferred.fromCoroutine(self.service.serve(call, model, "text", run_local, borrowed))
+        d = Deferred.fromCoroutine(self.service.serve(call, model, "text", run_local, borrowed,
+                                                        public_id=model.local_id))
         got = self.answers.setdefault(rid, [])
         d.addBoth(lambda result: got.append(result))
         self.serving[rid] = d
