@@ -313,7 +313,7 @@ class LeanReply:
     """A :class:`~routerd.routing.call.Reply` written straight to the connection."""
 
     __slots__ = ("channel", "head", "body", "started_at", "status", "headers", "started", "gone",
-                 "finished", "sent", "held", "client", "pending")
+                 "finished", "sent", "held", "client", "pending", "model")
 
     def __init__(self, channel: LeanChannel, head: _Head, body: bytes, now: float) -> None:
         self.channel = channel
@@ -329,6 +329,7 @@ class LeanReply:
         self.held = 0  # bytes taken from the site's buffer budget
         self.client = "-"
         self.pending: Deferred[Any] | None = None
+        self.model: str | None = None  # named by routing (else the access line reads the body)
 
     # -- Reply -------------------------------------------------------------------
 
@@ -358,6 +359,10 @@ class LeanReply:
         transport = self.channel.transport
         if transport is not None:
             transport.abortConnection()  # type: ignore[attr-defined]
+
+    def name_model(self, name: str) -> None:
+        self.model = name
+        self.body = b""  # the access line no longer needs it
 
     # -- completion ----------------------------------------------------------------
 
@@ -435,13 +440,15 @@ class LeanReply:
     def _log(self) -> None:
         head = self.head
         headers = head.headers
-        query_model = None
-        if head.query:
-            values = parse_qs(head.query.decode("utf-8", "replace")).get("model")
-            query_model = values[0] if values else None
-        model = request_model(query_model, headers.get("x-routerd-model"), headers.get("content-type", ""),
-                              self.body)
-        self.body = b""
+        model = self.model
+        if model is None:
+            query_model = None
+            if head.query:
+                values = parse_qs(head.query.decode("utf-8", "replace")).get("model")
+                query_model = values[0] if values else None
+            model = request_model(query_model, headers.get("x-routerd-model"),
+                                  headers.get("content-type", ""), self.body)
+            self.body = b""
         out = self.headers
         log_access(method=head.method, path=head.path, status=self.status, bytes=self.sent,
                    ms=round((self.channel.server.seconds() - self.started_at) * 1000), model=model,

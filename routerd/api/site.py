@@ -13,7 +13,7 @@ from twisted.web.iweb import IRequest
 
 from routerd.api.cors import CorsPolicy
 from routerd.api.errors import answer_error
-from routerd.api.reply import BODY_ATTRIBUTE
+from routerd.api.reply import BODY_ATTRIBUTE, MODEL_ATTRIBUTE
 from routerd.api.webui import is_ui_path
 from routerd.cluster.auth import AuthPolicy
 from routerd.config.schema import Config
@@ -269,6 +269,7 @@ def access_line(request: Any, now: float) -> None:
     """Logs ``request``'s access line: request id, method, path, model, node, status, bytes, ms,
     lent-to, client."""
     started = getattr(request, "started_at", None)
+    named: str | None = getattr(request, MODEL_ATTRIBUTE, None)
     query_model = request.args.get(b"model", [b""])[0].decode("utf-8", "replace") or None
     body: bytes | None = getattr(request, BODY_ATTRIBUTE, None)
     content = getattr(request, "content", None)
@@ -278,8 +279,8 @@ def access_line(request: Any, now: float) -> None:
             body = content.read(65537)
         except (OSError, ValueError):
             body = None
-    model = request_model(query_model, _header(request, "in", b"x-routerd-model"),
-                          _header(request, "in", b"content-type") or "", body)
+    model = named or request_model(query_model, _header(request, "in", b"x-routerd-model"),
+                                   _header(request, "in", b"content-type") or "", body)
     log_access(method=request.method.decode("ascii", "replace"), path=request.path.decode("utf-8", "replace"),
                status=request.code, bytes=request.sentLength,
                ms=round((now - started) * 1000) if started else None, model=model,
