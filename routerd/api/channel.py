@@ -41,6 +41,7 @@ from routerd.api.site import GuardResource, NodeSite, log_access
 from routerd.errors import HTTPError
 from routerd.logs import request_model
 from routerd.routing.call import Incoming
+from routerd.transports import send
 
 log = Logger()
 
@@ -53,6 +54,8 @@ _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 #: Request headers whose presence sends the request to twisted.web.
 _HANDED_OVER = frozenset({b"transfer-encoding", b"expect", b"upgrade", b"origin"})
 _CRLF = b"\r\n"
+#: Answers shorter than this go out joined to their head (one copy, one send).
+_JOIN_BELOW = 64 * 1024
 
 
 class NodeServerFactory(protocol.Factory):
@@ -347,12 +350,12 @@ class LeanReply:
             return
         transport = self.channel.transport
         assert transport is not None
-        chunk = [b"%x\r\n" % len(data), data, _CRLF]
+        chunk = b"%x\r\n%b\r\n" % (len(data), data)
         if not self.started:
             self.started = True
-            transport.writeSequence([self._head_bytes(None), *chunk])
+            send(transport, self._head_bytes(None) + chunk)
         else:
-            transport.writeSequence(chunk)
+            send(transport, chunk)
         self.sent += len(data)
 
     def abort(self) -> None:
@@ -375,11 +378,16 @@ class LeanReply:
         assert transport is not None
         if not self.started:
             self.started = True
-            transport.writeSequence([self._head_bytes(len(body)), body])
+            head = self._head_bytes(len(body))
+            if len(body) < _JOIN_BELOW:
+                send(transport, head + body)
+            else:
+                send(transport, head)
+                send(transport, body)
         elif body:
-            transport.writeSequence([b"%x\r\n" % len(body), body, b"\r\n0\r\n\r\n"])
+            send(transport, b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body))
         else:
-            transport.write(b"0\r\n\r\n")
+            send(transport, b"0\r\n\r\n")
         self.sent += len(body)
         self._release()
         self._log()
