@@ -19,11 +19,13 @@ import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
+from time import time
 from typing import IO, Any
 
 from twisted.logger import (
     FileLogObserver,
     ILogObserver,
+    Logger,
     LogLevel,
     formatEvent,
     formatTime,
@@ -270,15 +272,35 @@ class LevelGate:
 
     def set(self, level: LogLevel) -> None:
         self.lowest = level
-        self._enabled = frozenset(each for each in LogLevel.iterconstants() if not each < level)
+        self.levels = frozenset(each for each in LogLevel.iterconstants() if not each < level)
 
     def enabled(self, level: LogLevel) -> bool:
-        return level in self._enabled
+        return level in self.levels
 
 
 #: The process's gate; ``routerd.tap`` sets it from ``--log-level`` when its filter covers every
 #: observer (not under ``twistd --logger``).
 gate = LevelGate()
+
+
+_ALL_LEVELS = frozenset(LogLevel.iterconstants())
+
+
+class QuickLogger(Logger):
+    """A ``twisted.logger.Logger`` for lines logged per request: an event below the process's
+    :data:`gate` is not even built, and the level is checked with one set lookup (twisted's
+    ``emit`` sorts the levels on every call).  Otherwise the same event as twisted's."""
+
+    def emit(self, level: LogLevel, format: str | None = None, **kwargs: object) -> None:  # noqa: A002
+        if level not in gate.levels:
+            if level not in _ALL_LEVELS:
+                super().emit(level, format, **kwargs)  # twisted's own complaint
+            return
+        kwargs.update(log_logger=self, log_level=level, log_namespace=self.namespace,
+                      log_source=self.source, log_format=format, log_time=time())
+        if "log_trace" in kwargs:
+            kwargs["log_trace"].append((self, self.observer))  # type: ignore[attr-defined]
+        self.observer(kwargs)
 
 
 def filtered(observer: ILogObserver, level: LogLevel) -> ILogObserver:

@@ -18,13 +18,13 @@ from typing import Any, Protocol
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.error import ProcessExitedAlready
 from twisted.internet.protocol import ProcessProtocol
-from twisted.logger import Logger, LogLevel
+from twisted.logger import LogLevel
 from twisted.python.failure import Failure
 
 from routerd.backends.errors import BackendMissing
-from routerd.logs import gate, literal
+from routerd.logs import QuickLogger, gate, literal
 
-log = Logger()
+log = QuickLogger()
 _BACKEND_LINE = "{backend}: {line}"
 
 #: How many of a backend's last output lines are kept for error reasons.

@@ -33,6 +33,7 @@ from routerd.logs import (
     IsoTimes,
     JsonLinesObserver,
     LevelGate,
+    QuickLogger,
     filtered,
     gate,
     iso_time,
@@ -285,3 +286,33 @@ def test_backend_lines_are_logged_once_rendered_and_kept_in_the_tail() -> None:
     finally:
         gate.set(LogLevel.debug)
     assert list(protocol.tail) == ['slot {"id": 0} done', "second", "part", "third"]
+
+
+def test_the_quick_logger_emits_the_event_twisteds_logger_emits() -> None:
+    """Same keys and values (but the time) as ``twisted.logger.Logger`` for the same call; the
+    same text once written."""
+    quick_events: list[dict[str, Any]] = []
+    twisted_events: list[dict[str, Any]] = []
+    QuickLogger(namespace="routerd.x", observer=quick_events.append).info("a {b}", b=1)
+    Logger(namespace="routerd.x", observer=twisted_events.append).info("a {b}", b=1)
+    [quick], [reference] = quick_events, twisted_events
+    assert quick.keys() == reference.keys()
+    assert {k: v for k, v in quick.items() if k not in ("log_time", "log_logger")} == {
+        k: v for k, v in reference.items() if k not in ("log_time", "log_logger")}
+    assert abs(quick["log_time"] - reference["log_time"]) < 5
+    quick["log_time"] = reference["log_time"]
+    assert _our_text([quick]) == _twisted_text([reference])
+
+
+def test_the_quick_logger_builds_no_event_below_the_gate_and_complains_of_bad_levels() -> None:
+    events: list[dict[str, Any]] = []
+    log = QuickLogger(namespace="routerd.x", observer=events.append)
+    try:
+        gate.set(LogLevel.warn)
+        log.info("dropped {x}", x=_Counting())
+        log.warn("kept")
+        assert [e["log_format"] for e in events] == ["kept"]
+    finally:
+        gate.set(LogLevel.debug)
+    log.emit("loud", "bad level")  # type: ignore[arg-type]
+    assert events[-1]["log_level"] is LogLevel.critical and "invalid log level" in events[-1]["log_format"]
