@@ -9,13 +9,13 @@ from typing import Any
 from twisted.application import service
 from twisted.internet import defer
 from twisted.logger import ILogObserver, Logger, globalLogPublisher
-from twisted.protocols.policies import WrappingFactory
 from twisted.python import usage
 from twisted.python.components import Componentized
 from twisted.python.logfile import LogFile
 
 from routerd import __version__
 from routerd.api.app import build_site
+from routerd.api.channel import NodeServerFactory
 from routerd.catalog.catalog import CatalogError
 from routerd.checking import check_config
 from routerd.cluster.slave import RegistrationRefused
@@ -64,7 +64,7 @@ class NodeService(service.Service):
         self.reactor = reactor
         self.exit_on_failure = exit_on_failure
         self.port: Any = None
-        self.connections: WrappingFactory | None = None
+        self.connections: NodeServerFactory | None = None
         self.ready: defer.Deferred[None] = defer.Deferred()
 
     def startService(self) -> None:
@@ -77,8 +77,8 @@ class NodeService(service.Service):
         server = self.node.config.server
         endpoint_type = TCP6ServerEndpoint if ":" in server.host else TCP4ServerEndpoint
         endpoint = endpoint_type(self.reactor, server.port, interface=server.host)
-        # WrappingFactory tracks open connections so a stop can drop them.
-        self.connections = WrappingFactory(build_site(self.node))
+        # The lean channel's factory tracks open connections so a stop can drop them.
+        self.connections = NodeServerFactory(build_site(self.node), lambda: self.node.phase)
         self.port = await endpoint.listen(self.connections)  # type: ignore[no-untyped-call]
         address = self.port.getHost()
         log.info("routerd node {node_id} ({role}) listening on http://{host}:{port} (starting)",
@@ -136,12 +136,12 @@ class NodeService(service.Service):
 
         open_now = list(self.connections.protocols if self.connections else ())
         for connection in open_now:
-            connection.transport.loseConnection()
+            connection.close()
         deadline = self.reactor.seconds() + grace
         while self.connections and self.connections.protocols and self.reactor.seconds() < deadline:
             await task.deferLater(self.reactor, 0.02, lambda: None)
         for connection in list(self.connections.protocols if self.connections else ()):
-            connection.transport.abortConnection()
+            connection.abort()
 
     def stopService(self) -> defer.Deferred[None]:
         super().stopService()  # type: ignore[no-untyped-call]
