@@ -8,7 +8,7 @@ from typing import Any
 
 from twisted.application import service
 from twisted.internet import defer
-from twisted.logger import ILogObserver, Logger, globalLogPublisher, textFileLogObserver
+from twisted.logger import ILogObserver, Logger, globalLogPublisher
 from twisted.python import usage
 from twisted.python.components import Componentized
 from twisted.python.logfile import LogFile
@@ -21,7 +21,7 @@ from routerd.checking import check_config
 from routerd.cluster.slave import RegistrationRefused
 from routerd.config.load import ConfigError, load_config
 from routerd.config.schema import Config
-from routerd.logs import FanOut, JsonLinesObserver, filtered, parse_level
+from routerd.logs import FanOut, JsonLinesObserver, filtered, gate, parse_level, text_observer
 from routerd.node import Node
 from routerd.serve.notify import sd_notify
 from routerd.serve.reload import install_sighup
@@ -179,11 +179,12 @@ def _log_observer(options: Options) -> ILogObserver | None:
     observers: list[ILogObserver] = []
     logfile_name = parent.get("logfile") or ""
     if logfile_name not in ("", "-"):
-        observers.append(textFileLogObserver(LogFile.fromFullPath(logfile_name)))
+        observers.append(text_observer(LogFile.fromFullPath(logfile_name)))
     elif json_target != "-":
-        observers.append(textFileLogObserver(sys.stdout))
+        observers.append(text_observer(sys.stdout))
     if json_observer is not None:
         observers.append(json_observer)
+    gate.set(level)  # every event reaches the observers through this filter: below it, skip rendering
     return filtered(FanOut(observers), level)
 
 
