@@ -37,7 +37,7 @@ from twisted.web.http import RESPONSES, datetimeToString
 
 from routerd.api.dispatch import LeanHandler, LeanRoutes
 from routerd.api.errors import reply_error, reply_failure
-from routerd.api.site import GuardResource, NodeSite, log_access
+from routerd.api.site import GuardResource, NodeSite, access_logged, log_access
 from routerd.errors import HTTPError
 from routerd.logs import request_model
 from routerd.routing.call import Incoming
@@ -390,7 +390,8 @@ class LeanReply:
             send(transport, b"0\r\n\r\n")
         self.sent += len(body)
         self._release()
-        self._log()
+        if access_logged():
+            self._log()
         self.channel.answered(self)
 
     def failed(self, failure: Failure) -> None:
