@@ -47,6 +47,8 @@ log = Logger()
 
 #: A head longer than this is twisted.web's to refuse.
 HEAD_LIMIT = 16 * 1024
+#: How often idle connections are looked for (seconds).
+_REAP_EVERY = 60.0
 #: Bytes buffered behind a request in flight before the connection stops reading.
 _PIPELINE_LIMIT = 64 * 1024
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -72,15 +74,33 @@ class NodeServerFactory(protocol.Factory):
         self.protocols: set[LeanChannel] = set()
         self._date_second = -1
         self._date = b""
+        self._reaper: Any = None
 
     def buildProtocol(self, addr: IAddress | None) -> LeanChannel:  # noqa: N802 - Twisted's name
         return LeanChannel(self, addr)
 
     def startFactory(self) -> None:  # noqa: N802 - Twisted's name
         self.site.doStart()  # type: ignore[no-untyped-call]
+        if self.site.timeOut and self._reaper is None:
+            self._reaper = self.site.reactor.callLater(_REAP_EVERY, self._reap)
 
     def stopFactory(self) -> None:  # noqa: N802 - Twisted's name
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None and reaper.active():
+            reaper.cancel()
         self.site.doStop()  # type: ignore[no-untyped-call]
+
+    def _reap(self) -> None:
+        """Close the connections the lean channel still owns that sat idle (no request in flight)
+        longer than the site's ``timeOut``, as twisted.web's channel times out its own."""
+        self._reaper = self.site.reactor.callLater(_REAP_EVERY, self._reap)
+        limit = self.site.timeOut
+        if not limit:
+            return
+        now = self.seconds()
+        for channel in list(self.protocols):
+            if channel.idle_since is not None and now - channel.idle_since > limit:
+                channel.close()
 
     def seconds(self) -> float:
         return float(self.site.reactor.seconds())
@@ -126,6 +146,9 @@ class LeanChannel(protocol.Protocol):
         self._closing = False
         self._serving = False  # inside _serve_buffered (an answer given at once must not recurse)
         self.lost = False
+        #: since when nothing was received or answered; None while a request is in flight or
+        #: once twisted.web's channel (with its own timeout) serves the connection
+        self.idle_since: float | None = factory.seconds()
 
     # -- connection --------------------------------------------------------------
 
@@ -147,6 +170,7 @@ class LeanChannel(protocol.Protocol):
         if self._inner is not None:
             self._inner.dataReceived(data)
             return
+        self.idle_since = self.server.seconds()
         self._parts.append(data)
         self._have += len(data)
         if self._busy is None:
@@ -260,6 +284,7 @@ class LeanChannel(protocol.Protocol):
         server = self.server
         reply = LeanReply(self, head, body, server.seconds())
         self._busy = reply
+        self.idle_since = None
         budget = server.site.buffer
         if budget is not None and body and budget.take(len(body)):
             reply.held = len(body)
@@ -289,6 +314,7 @@ class LeanChannel(protocol.Protocol):
         if self._busy is not reply:
             return
         self._busy = None
+        self.idle_since = self.server.seconds()
         if reply.head.close:
             self._closing = True
             self.transport.loseConnection()  # type: ignore[union-attr]
@@ -308,6 +334,7 @@ class LeanChannel(protocol.Protocol):
             self.transport.resumeProducing()  # type: ignore[union-attr]
         inner = self.server.site.buildProtocol(self.addr)  # type: ignore[no-untyped-call]
         self._inner = inner
+        self.idle_since = None
         inner.makeConnection(self.transport)
         if data:
             inner.dataReceived(data)

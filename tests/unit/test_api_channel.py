@@ -237,3 +237,25 @@ def test_klein_still_answers_the_lean_paths_for_a_twisted_request() -> None:
     served = Served()
     served.send(b"GET /health HTTP/1.1\r\n\r\n" + post(b'{"n":1}', extra=b"Origin: http://x\r\n"))
     assert served.api.calls and served.api.calls[0][1].body == b'{"n":1}'
+
+
+def test_connections_idle_longer_than_the_site_timeout_are_closed_but_not_busy_ones() -> None:
+    busy = Served()
+    clock = busy.site.reactor
+    busy.site.timeOut = 100
+    idle_transport = StringTransport()
+    idle = busy.factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 50001))
+    idle.makeConnection(idle_transport)
+    busy.factory.startFactory()
+    busy.send(post())  # in flight: never reaped
+    clock.advance(60)
+    assert not idle_transport.disconnecting
+    clock.advance(60)  # idle for 120 s > 100 s
+    assert idle_transport.disconnecting and not busy.transport.disconnecting
+    busy.api.calls[0][3].callback(b"done")
+    clock.advance(60)
+    assert not busy.transport.disconnecting  # idle since the answer: 60 s
+    clock.advance(60)
+    assert busy.transport.disconnecting
+    busy.factory.stopFactory()
+    assert not clock.getDelayedCalls()
