@@ -109,6 +109,8 @@ class InferenceFront:
         started = self.clock.seconds()
         try:
             call = self._call(incoming, reply, route, request_id, started)
+            if call.selector:
+                reply.name_model(call.selector)
             call.borrowed = borrowed is not None
             call.restore_after_borrow = borrowed is not None and borrowed.restore
             if self.master is not None and not cluster_call:
