@@ -292,7 +292,11 @@ class Node:
     # -- assets (serve.assets decides) ----------------------------------------
 
     async def _assets_bound(self, catalog: Catalog) -> None:
-        self.catalog = await catalog.hashed(self.hash_cache, self._run_in_thread)
+        current = self.catalog
+        hashed = await catalog.hashed(self.hash_cache, self._run_in_thread)
+        if self.catalog is not current:  # replaced while hashing: the newer one stands
+            return
+        self.catalog = hashed
         if self.master is not None:
             self.master.registry.update_local(self.local_records())
 
