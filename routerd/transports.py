@@ -30,3 +30,14 @@ def send(transport: Any, data: bytes) -> None:
             return
         data = data[sent:]
     transport.write(data)
+
+
+def no_delay(transport: Any) -> None:
+    """Turn off Nagle's algorithm on a TCP transport (others are left alone): a streamed answer's
+    chunks go out as written instead of waiting for the peer's ACK of the one before."""
+    set_no_delay = getattr(transport, "setTcpNoDelay", None)
+    if set_no_delay is not None:
+        try:
+            set_no_delay(True)
+        except OSError:
+            pass  # not a TCP socket after all (a UNIX socket or a test transport)

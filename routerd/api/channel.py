@@ -37,11 +37,11 @@ from twisted.web.http import RESPONSES, datetimeToString
 
 from routerd.api.dispatch import LeanHandler, LeanRoutes
 from routerd.api.errors import reply_error, reply_failure
-from routerd.api.site import GuardResource, NodeSite, log_access
+from routerd.api.site import GuardResource, NodeSite, access_logged, log_access
 from routerd.errors import HTTPError
 from routerd.logs import request_model
 from routerd.routing.call import Incoming
-from routerd.transports import send
+from routerd.transports import no_delay, send
 
 log = Logger()
 
@@ -131,6 +131,7 @@ class LeanChannel(protocol.Protocol):
 
     def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
         self.server.protocols.add(self)
+        no_delay(self.transport)
 
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:  # noqa: N802
         self.lost = True
@@ -353,9 +354,10 @@ class LeanReply:
         chunk = b"%x\r\n%b\r\n" % (len(data), data)
         if not self.started:
             self.started = True
-            send(transport, self._head_bytes(None) + chunk)
+            send(transport, self._head_bytes(None) + chunk)  # the first chunk goes out at once
         else:
-            send(transport, chunk)
+            # later chunks are queued: those written in one reactor turn leave in one send
+            transport.write(chunk)
         self.sent += len(data)
 
     def abort(self) -> None:
@@ -390,7 +392,8 @@ class LeanReply:
             send(transport, b"0\r\n\r\n")
         self.sent += len(body)
         self._release()
-        self._log()
+        if access_logged():
+            self._log()
         self.channel.answered(self)
 
     def failed(self, failure: Failure) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from twisted.internet.address import IPv4Address, IPv6Address
-from twisted.logger import Logger
+from twisted.logger import LogLevel
 from twisted.web import resource, server
 from twisted.web.http import Request
 from twisted.web.iweb import IRequest
@@ -20,7 +20,7 @@ from routerd.config.schema import Config
 from routerd.errors import HTTPError, Saturated
 from routerd.lending.offload import offload_returned
 from routerd.lending.transport import RELAY_PATH
-from routerd.logs import ACCESS_FORMAT, literal, request_model
+from routerd.logs import ACCESS_FORMAT, QuickLogger, gate, literal, request_model
 
 #: Paths answered while the node is starting or draining (the rest get 503 + Retry-After).
 _ALWAYS_SERVED = frozenset({"/health", "/metrics", "/openapi.json"})
@@ -256,7 +256,7 @@ class NodeSite(server.Site):
         access_line(request, self.reactor.seconds())
 
 
-access_log = Logger(namespace="routerd.access")
+access_log = QuickLogger(namespace="routerd.access")
 
 
 def _header(request: Any, where: str, name: bytes) -> str | None:
@@ -268,6 +268,8 @@ def _header(request: Any, where: str, name: bytes) -> str | None:
 def access_line(request: Any, now: float) -> None:
     """Logs ``request``'s access line: request id, method, path, model, node, status, bytes, ms,
     lent-to, client."""
+    if not access_logged():
+        return
     started = getattr(request, "started_at", None)
     named: str | None = getattr(request, MODEL_ATTRIBUTE, None)
     query_model = request.args.get(b"model", [b""])[0].decode("utf-8", "replace") or None
@@ -295,3 +297,8 @@ def log_access(**fields: Any) -> None:
     request_id client``.  Rendered here by str.format (C): an observer then formats a literal, not
     ten fields through twisted's Python-level formatter (issue 14)."""
     access_log.info(literal(ACCESS_FORMAT.format(**fields)), **fields)
+
+
+def access_logged() -> bool:
+    """Whether access lines are written at all (info enabled): else nothing is gathered for them."""
+    return gate.enabled(LogLevel.info)

@@ -34,7 +34,7 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent
 from zope.interface import implementer
 
-from routerd.transports import send
+from routerd.transports import no_delay, send
 
 __all__ = ["BackendAgent", "BackendResponse"]
 
@@ -134,6 +134,7 @@ class _Connection(Protocol):
         self._length: int | None = None
         self._chunked = False
         self.connected_d: Deferred[_Connection] | None = None
+        self._batch: list[bytes] = []  # body pieces parsed from the bytes being fed
 
     # -- sending ------------------------------------------------------------------------
 
@@ -159,6 +160,7 @@ class _Connection(Protocol):
     # -- Protocol ---------------------------------------------------------------------
 
     def connectionMade(self) -> None:
+        no_delay(self.transport)
         if self.connected_d is not None:
             d, self.connected_d = self.connected_d, None
             d.callback(self)
@@ -171,6 +173,17 @@ class _Connection(Protocol):
             self._fail(Failure(ResponseFailed([Failure(ValueError("backend answered with an upgrade"))])))
         except httptools.HttpParserError as exc:
             self._fail(Failure(ResponseFailed([Failure(exc)])))
+        else:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Hand the body pieces of one read to the response at once: a streamed answer's chunks
+        that arrived together are relayed (rewritten, written) together, not one by one."""
+        batch = self._batch
+        if batch:
+            self._batch = []
+            if self.response is not None:
+                self.response._data(batch[0] if len(batch) == 1 else b"".join(batch))
 
     def connectionLost(self, reason: Failure = _DONE) -> None:
         self.lost = True
@@ -189,6 +202,7 @@ class _Connection(Protocol):
                 response._end(Failure(ResponseFailed([reason])))
 
     def _fail(self, failure: Failure) -> None:
+        self._flush()
         answer, self.answer = self.answer, None
         response, self.response = self.response, None
         self.abort()
@@ -222,10 +236,10 @@ class _Connection(Protocol):
             answer.callback(response)
 
     def on_body(self, body: bytes) -> None:
-        if self.response is not None:
-            self.response._data(body)
+        self._batch.append(body)
 
     def on_message_complete(self) -> None:
+        self._flush()
         self.complete = True
         response, self.response = self.response, None
         keep = self.parser.should_keep_alive()

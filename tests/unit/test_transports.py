@@ -74,3 +74,19 @@ def test_a_closing_connection_and_other_transports_use_write() -> None:
     other = StringTransport()
     send(other, b"y")
     assert other.value() == b"y"
+
+
+def test_no_delay_turns_nagle_off_where_the_transport_can() -> None:
+    from routerd.transports import no_delay
+
+    class Tcp:
+        def __init__(self) -> None:
+            self.nodelay: list[bool] = []
+
+        def setTcpNoDelay(self, enabled: bool) -> None:  # noqa: N802 - Twisted's name
+            self.nodelay.append(enabled)
+
+    tcp = Tcp()
+    no_delay(tcp)
+    assert tcp.nodelay == [True]
+    no_delay(StringTransport())  # no such method: left alone
