@@ -18,7 +18,8 @@ from twisted.internet.tcp import Connection
 def send(transport: Any, data: bytes) -> None:
     """Write ``data`` to ``transport``: sent now when it can be, queued otherwise."""
     if isinstance(transport, Connection) and not transport.dataBuffer and not transport._tempDataBuffer \
-            and transport.connected and not transport.disconnecting:
+            and transport.connected and not transport.disconnecting \
+            and not getattr(transport, "_aborting", False):  # aborted: nothing more may go out
         try:
             sent = transport.socket.send(data)
         except (BlockingIOError, InterruptedError):
