@@ -8,20 +8,20 @@ from typing import Any
 
 from twisted.application import service
 from twisted.internet import defer
-from twisted.logger import ILogObserver, Logger, globalLogPublisher, textFileLogObserver
-from twisted.protocols.policies import WrappingFactory
+from twisted.logger import ILogObserver, Logger, globalLogPublisher
 from twisted.python import usage
 from twisted.python.components import Componentized
 from twisted.python.logfile import LogFile
 
 from routerd import __version__
 from routerd.api.app import build_site
+from routerd.api.channel import NodeServerFactory
 from routerd.catalog.catalog import CatalogError
 from routerd.checking import check_config
 from routerd.cluster.slave import RegistrationRefused
 from routerd.config.load import ConfigError, load_config
 from routerd.config.schema import Config
-from routerd.logs import FanOut, JsonLinesObserver, filtered, parse_level
+from routerd.logs import FanOut, JsonLinesObserver, filtered, gate, parse_level, text_observer
 from routerd.node import Node
 from routerd.serve.notify import sd_notify
 from routerd.serve.reload import install_sighup
@@ -64,7 +64,7 @@ class NodeService(service.Service):
         self.reactor = reactor
         self.exit_on_failure = exit_on_failure
         self.port: Any = None
-        self.connections: WrappingFactory | None = None
+        self.connections: NodeServerFactory | None = None
         self.ready: defer.Deferred[None] = defer.Deferred()
 
     def startService(self) -> None:
@@ -77,8 +77,8 @@ class NodeService(service.Service):
         server = self.node.config.server
         endpoint_type = TCP6ServerEndpoint if ":" in server.host else TCP4ServerEndpoint
         endpoint = endpoint_type(self.reactor, server.port, interface=server.host)
-        # WrappingFactory tracks open connections so a stop can drop them.
-        self.connections = WrappingFactory(build_site(self.node))
+        # The lean channel's factory tracks open connections so a stop can drop them.
+        self.connections = NodeServerFactory(build_site(self.node), lambda: self.node.phase)
         self.port = await endpoint.listen(self.connections)  # type: ignore[no-untyped-call]
         address = self.port.getHost()
         log.info("routerd node {node_id} ({role}) listening on http://{host}:{port} (starting)",
@@ -136,12 +136,12 @@ class NodeService(service.Service):
 
         open_now = list(self.connections.protocols if self.connections else ())
         for connection in open_now:
-            connection.transport.loseConnection()
+            connection.close()
         deadline = self.reactor.seconds() + grace
         while self.connections and self.connections.protocols and self.reactor.seconds() < deadline:
             await task.deferLater(self.reactor, 0.02, lambda: None)
         for connection in list(self.connections.protocols if self.connections else ()):
-            connection.transport.abortConnection()
+            connection.abort()
 
     def stopService(self) -> defer.Deferred[None]:
         super().stopService()  # type: ignore[no-untyped-call]
@@ -179,11 +179,12 @@ def _log_observer(options: Options) -> ILogObserver | None:
     observers: list[ILogObserver] = []
     logfile_name = parent.get("logfile") or ""
     if logfile_name not in ("", "-"):
-        observers.append(textFileLogObserver(LogFile.fromFullPath(logfile_name)))
+        observers.append(text_observer(LogFile.fromFullPath(logfile_name)))
     elif json_target != "-":
-        observers.append(textFileLogObserver(sys.stdout))
+        observers.append(text_observer(sys.stdout))
     if json_observer is not None:
         observers.append(json_observer)
+    gate.set(level)  # every event reaches the observers through this filter: below it, skip rendering
     return filtered(FanOut(observers), level)
 
 

@@ -46,3 +46,6 @@ class FakeReply:
 
     def abort(self) -> None:
         self.aborted = True
+
+    def name_model(self, name: str) -> None:
+        self.model = name

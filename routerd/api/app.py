@@ -12,14 +12,15 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+import attrs
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.web.iweb import IRequest
 
 from routerd import __version__
 from routerd.api.assets_routes import AssetsAPI
 from routerd.api.decisions_routes import DecisionsAPI
-from routerd.api.dispatch import Dispatch
-from routerd.api.errors import answer_error, api_app, master_only, not_found
+from routerd.api.dispatch import Dispatch, LeanRoutes
+from routerd.api.errors import api_app, master_only, method_not_allowed, not_found, reply_error
 from routerd.api.guardians_routes import GuardiansAPI
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.links_routes import LinksAPI
@@ -27,7 +28,7 @@ from routerd.api.offload_routes import OffloadAPI
 from routerd.api.openapi import OpenAPI
 from routerd.api.push_routes import PushAPI
 from routerd.api.reload_routes import ReloadAPI
-from routerd.api.reply import RequestReply, incoming, query_arg
+from routerd.api.reply import query_arg
 from routerd.api.settings_routes import SettingsAPI
 from routerd.api.site import GuardResource, NodeSite, authenticated
 from routerd.api.webui import WebUI, webui_dir
@@ -38,6 +39,7 @@ from routerd.lending.offload import borrowed_from_headers
 from routerd.lending.reports import site_states
 from routerd.routing.adapters import ollama
 from routerd.routing.adapters.ollama import Mode
+from routerd.routing.call import Incoming, Reply
 from routerd.routing.classify import INFERENCE_PATHS, Route, classify
 from routerd.routing.forward import INFERENCE_PREFIX
 from routerd.serve import documents
@@ -60,7 +62,6 @@ def _TEXT(caps: Capabilities) -> bool:
     return caps.llm or caps.embeddings
 
 
-_INFERENCE_METHODS = ["POST", "GET", "PUT", "DELETE", "PATCH"]
 # Ollama routes whose empty requests load / unload a model (see routerd.serve.keepalive).
 _OLLAMA_CONTROL: dict[str, Mode] = {"ollama_chat": "chat", "ollama_generate": "generate"}
 
@@ -169,21 +170,22 @@ class ClientAPI:
     def sd_models(self, request: IRequest) -> bytes:
         return json_response(request, self.image_listing())
 
-    def inference(self, request: IRequest) -> Any:
-        path = request.path.decode("utf-8", "replace")
-        route = classify(request.method.decode(), path)
+    def serve(self, method: str, path: str, facts: Incoming, reply: Reply) -> Deferred[bytes]:
+        """Serve the inference request ``facts`` (a client inference path) into ``reply``; both
+        HTTP edges call this: the lean channel (:mod:`routerd.api.channel`) and, for requests it
+        hands over, the Twisted one (:class:`~routerd.api.dispatch.Dispatch`)."""
+        route = classify(method, path)
         if route is None:
-            request.setHeader(b"allow", b"POST")
+            reply.set_header(b"allow", b"POST")
             raise HTTPError(405, f"method not allowed on {path}", "method_not_allowed", "method_not_allowed")
         if self.ollama_control is not None and route.kind in _OLLAMA_CONTROL:
-            return ensureDeferred(self._ollama(request, path, route))
-        return ensureDeferred(self.front.handle(incoming(request, path), RequestReply(request), route))
+            return ensureDeferred(self._ollama(path, facts, reply, route))
+        return ensureDeferred(self.front.handle(facts, reply, route))
 
-    async def _ollama(self, request: IRequest, path: str, route: Route) -> bytes:
+    async def _ollama(self, path: str, facts: Incoming, reply: Reply, route: Route) -> bytes:
         """Ollama's preload / unload requests are answered here; others are noted for their
         ``keep_alive`` and served as usual."""
         assert self.ollama_control is not None
-        facts = incoming(request, path)
         try:
             body = json.loads(facts.body) if facts.body.strip() else None
         except ValueError:
@@ -192,31 +194,32 @@ class ClientAPI:
             try:
                 answer = await self.ollama_control.handle(_OLLAMA_CONTROL[route.kind], body)
             except HTTPError as err:
-                return answer_error(request, err)
+                return reply_error(reply, path, err)
             if answer is not None:
-                return json_response(request, answer)
-        return await self.front.handle(facts, RequestReply(request), route)
+                reply.set_header(b"content-type", b"application/json")
+                return json.dumps(answer).encode()
+        return await self.front.handle(facts, reply, route)
 
-    for _path in sorted(INFERENCE_PATHS):
-        app.route(_path, methods=_INFERENCE_METHODS, endpoint="inference:" + _path)(inference)
-
-    def direct_routes(self) -> dict[bytes, Callable[[IRequest], Any]]:
-        """The inference paths, served by :class:`~routerd.api.dispatch.Dispatch` without Klein's
-        per-request URL matching (the hot path; the Klein routes above stay for their listing)."""
-        return {p.encode(): self.inference for p in INFERENCE_PATHS}
-
-    @app.route(INFERENCE_PREFIX + "/", branch=True, methods=["POST"])
-    def node_inference(self, request: IRequest) -> Any:
+    def serve_forwarded(self, method: str, path: str, facts: Incoming, reply: Reply) -> Deferred[bytes]:
         """Forwarded inference from the master (cluster token checked by the guard); borrowed
-        work when the master's relay marked it so."""
-        path = request.path.decode("utf-8", "replace")[len(INFERENCE_PREFIX):]
-        route = classify("POST", path) if path.startswith("/") and not path.startswith(("//", "/\\")) \
+        work when the master's relay marked it so.  ``path`` is the full path, with the prefix."""
+        inner = path[len(INFERENCE_PREFIX):]
+        route = classify("POST", inner) if inner.startswith("/") and not inner.startswith(("//", "/\\")) \
             else None
+        if method != "POST":
+            reply.set_header(b"allow", b"POST")
+            raise method_not_allowed(path)
         if route is None:
-            raise HTTPError(404, f"{path!r} is not an inference path", "not_found", "not_found")
-        facts = incoming(request, path)
-        return ensureDeferred(self.front.handle(facts, RequestReply(request), route, cluster_call=True,
+            raise HTTPError(404, f"{inner!r} is not an inference path", "not_found", "not_found")
+        facts = attrs.evolve(facts, path=inner)
+        return ensureDeferred(self.front.handle(facts, reply, route, cluster_call=True,
                                                 borrowed=borrowed_from_headers(facts.header)))
+
+    def lean_routes(self, table: LeanRoutes) -> None:
+        """The inference paths: served by the lean channel, or by Dispatch without Klein."""
+        for path in INFERENCE_PATHS:
+            table.add(path, self.serve)
+        table.add_prefix(INFERENCE_PREFIX + "/", self.serve_forwarded)
 
 
 class NodeAPI:

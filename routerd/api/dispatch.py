@@ -2,11 +2,13 @@
 app has its path (an exact path is a dict lookup; branch routes match by prefix), and an unknown
 path or method is answered here with the contract's 404/405 envelope.
 
-The inference paths skip Klein: an API object may offer ``direct_routes()`` (exact path ->
-handler), which are called straight from here (no werkzeug URL map bound and matched per request)
-with Klein's contract kept — the handler's bytes (or Deferred of bytes) are written and the request
-finished once; a client that disconnects cancels the handler's Deferred; a failure is answered by
-the same error handler the Klein apps use.
+The inference paths skip Klein: an API object may offer ``lean_routes(table)``, filling a
+:class:`LeanRoutes` with handlers that take the request's facts (:class:`~routerd.routing.call.Incoming`)
+and a :class:`~routerd.routing.call.Reply`, never a Twisted request.  The lean HTTP channel
+(:mod:`routerd.api.channel`) calls them for the requests it parses itself; a request it hands to
+twisted.web reaches them here, with Klein's contract kept — the handler's bytes (or Deferred of
+bytes) are written and the request finished once; a client that disconnects cancels the
+handler's Deferred; a failure is answered by the same error handler the Klein apps use.
 """
 
 from __future__ import annotations
@@ -22,10 +24,37 @@ from twisted.web import resource, server
 from twisted.web.iweb import IRequest
 
 from routerd.api.errors import answer_error, handle_failure, method_not_allowed, not_found
+from routerd.api.reply import RequestReply, incoming
+from routerd.routing.call import Incoming, Reply
 
 DirectHandler = Callable[[IRequest], Any]
+#: ``handler(method, path, facts, reply)`` -> the answer's final bytes, or a Deferred of them.
+LeanHandler = Callable[[str, str, Incoming, Reply], "Deferred[bytes] | bytes"]
 
 log = Logger()
+
+
+class LeanRoutes:
+    """The paths served from a request's facts alone: exact paths and path prefixes."""
+
+    def __init__(self) -> None:
+        self.exact: dict[bytes, LeanHandler] = {}
+        self.prefixes: list[tuple[bytes, LeanHandler]] = []
+
+    def add(self, path: str, handler: LeanHandler) -> None:
+        self.exact[path.encode()] = handler
+
+    def add_prefix(self, prefix: str, handler: LeanHandler) -> None:
+        self.prefixes.append((prefix.encode(), handler))
+
+    def find(self, path: bytes) -> LeanHandler | None:
+        """The handler of the raw request path ``path`` (no query), or None."""
+        handler = self.exact.get(path)
+        if handler is None:
+            for prefix, candidate in self.prefixes:
+                if path.startswith(prefix):
+                    return candidate
+        return handler
 
 
 class Dispatch(resource.Resource):
@@ -35,12 +64,12 @@ class Dispatch(resource.Resource):
         super().__init__()  # type: ignore[no-untyped-call]
         self._exact: dict[str, list[tuple[frozenset[str], resource.IResource]]] = {}
         self._prefixes: list[tuple[str, frozenset[str], resource.IResource]] = []
-        self._direct: dict[bytes, DirectHandler] = {}
+        self.lean = LeanRoutes()
         self.apis: tuple[Any, ...] = tuple(apis)  # what it serves (the OpenAPI test reads their rules)
         for api in self.apis:
-            direct = getattr(api, "direct_routes", None)
-            if direct is not None:
-                self._direct.update(direct())
+            lean = getattr(api, "lean_routes", None)
+            if lean is not None:
+                lean(self.lean)
             app: Klein = api.app
             target = app.resource()
             for rule in app.url_map.iter_rules():
@@ -52,11 +81,12 @@ class Dispatch(resource.Resource):
         self._prefixes.sort(key=lambda entry: -len(entry[0]))
 
     def render(self, request: IRequest) -> Any:
-        direct = self._direct.get(request.path)
-        if direct is not None:
-            return render_direct(request, direct)
         path = request.path.decode("utf-8", "replace")
         method = request.method.decode("ascii", "replace")
+        lean = self.lean.find(request.path)
+        if lean is not None:
+            return render_direct(request, lambda _: lean(method, path, incoming(request, path),
+                                                         RequestReply(request)))
         candidates = self._exact.get(path)
         if candidates is None:
             candidates = [(m, t) for prefix, m, t in self._prefixes if path.startswith(prefix)]

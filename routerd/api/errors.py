@@ -16,6 +16,7 @@ from twisted.web.iweb import IRequest
 from werkzeug.exceptions import MethodNotAllowed, NotFound
 
 from routerd.errors import ErrorStyle, HTTPError, StatusError, error_body, style_for_path
+from routerd.routing.call import Reply
 
 log = Logger()
 
@@ -27,6 +28,22 @@ def answer_error(request: IRequest, err: StatusError, style: ErrorStyle | None =
     request.setResponseCode(err.status)
     request.setHeader(b"content-type", b"application/json")
     return error_body(style, err.message, err.type, err.code)
+
+
+def reply_error(reply: Reply, path: str, err: StatusError) -> bytes:
+    """:func:`answer_error` for a :class:`~routerd.routing.call.Reply` (the lean HTTP edge)."""
+    reply.set_status(err.status)
+    reply.set_header(b"content-type", b"application/json")
+    return error_body(style_for_path(path), err.message, err.type, err.code)
+
+
+def reply_failure(reply: Reply, path: str, failure: Failure) -> bytes:
+    """:func:`handle_failure` for a :class:`~routerd.routing.call.Reply`: a StatusError's
+    envelope, else a logged 500."""
+    if failure.check(StatusError):
+        return reply_error(reply, path, failure.value)  # type: ignore[arg-type]
+    log.failure("unhandled error on {path}", failure=failure, path=path)
+    return reply_error(reply, path, HTTPError(500, "internal error", "internal_error", "internal_error"))
 
 
 def _handle(_api: Any, request: IRequest, failure: Failure) -> bytes:

@@ -43,6 +43,9 @@ class RequestReply:
         if transport is not None:
             transport.abortConnection()
 
+    def name_model(self, name: str) -> None:
+        setattr(self._request, MODEL_ATTRIBUTE, name)
+
 
 def header(request: IRequest, name: bytes) -> str:
     value = request.getHeader(name)
@@ -80,6 +83,8 @@ def read_body(request: IRequest) -> bytes:
 
 #: The request attribute holding its body once :func:`incoming` took it (the access line reads it).
 BODY_ATTRIBUTE = "routerd_body"
+#: The request attribute holding the model routing found named (the access line prefers it).
+MODEL_ATTRIBUTE = "routerd_model"
 
 
 class _Emptied:

@@ -18,13 +18,13 @@ from typing import Any, Protocol
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.error import ProcessExitedAlready
 from twisted.internet.protocol import ProcessProtocol
-from twisted.logger import Logger
+from twisted.logger import LogLevel
 from twisted.python.failure import Failure
 
 from routerd.backends.errors import BackendMissing
-from routerd.logs import literal
+from routerd.logs import QuickLogger, gate, literal
 
-log = Logger()
+log = QuickLogger()
 _BACKEND_LINE = "{backend}: {line}"
 
 #: How many of a backend's last output lines are kept for error reasons.
@@ -189,9 +189,11 @@ class _BackendProtocol(ProcessProtocol):
         if not line:
             return
         self.tail.append(line)
-        # one or more lines per request from llama-server: rendered once (see routerd.logs.literal)
-        log.info(literal(_BACKEND_LINE.format(backend=self.name, line=line)), backend=self.name,
-                 line=line)
+        # one or more lines per request from a backend: rendered once (see routerd.logs.literal),
+        # and not at all when info is below the node's --log-level (the tail keeps it anyway)
+        if gate.enabled(LogLevel.info):
+            log.info(literal(_BACKEND_LINE.format(backend=self.name, line=line)), backend=self.name,
+                     line=line)
 
     def processEnded(self, reason: Failure) -> None:  # noqa: N802 - Twisted's name
         for fd in sorted(self._partial):

@@ -139,7 +139,7 @@ class Runtimes:
         """Slots of families other than ``model``'s that run a process or hold a config."""
         own = self.family(model)
         return [s for f in self._families.values() if f is not own for s in f.slots()
-                if not s.closed and (s.status().pid is not None or s.state.value in _BUSY_STATES)]
+                if not s.closed and (s.has_process or s.state.value in _BUSY_STATES)]
 
     async def _switch_family_then(self, model: ModelConfig, then: Callable[[], Deferred[_T]]) -> _T:
         """One GPU, one family: stop every other family's process (after its users drain;

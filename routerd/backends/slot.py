@@ -262,6 +262,12 @@ class RuntimeSlot:
     def closed(self) -> bool:
         return self._state is S.CLOSED
 
+    @property
+    def has_process(self) -> bool:
+        """Whether a backend process is running for this slot (read per request: no status built)."""
+        process = self._process
+        return process is not None and process.pid is not None
+
     def loaded_config(self) -> ModelConfig | None:
         """The config the slot is ready with, else ``None``."""
         return self._config if self._state is S.READY else None

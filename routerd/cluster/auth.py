@@ -13,6 +13,7 @@ its ``X-Forwarded-For``.  Token comparison is constant-time.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 from collections.abc import Iterable
@@ -60,7 +61,10 @@ def _matches(candidate: str, keys: Iterable[str]) -> bool:
     return found
 
 
+@functools.lru_cache(maxsize=1024)
 def _address(host: str) -> _Address | None:
+    """``host`` as an address (IPv4-mapped IPv6 as IPv4); None when it is not one.  Cached: every
+    request's peer is checked, and clients are few (issue 14: the parse was ~3 % of a request)."""
     try:
         address = ipaddress.ip_address(host.strip().strip("[]"))
     except ValueError:

@@ -38,6 +38,9 @@ class Reply(Protocol):
     def abort(self) -> None:
         """End a started answer so the client sees it incomplete (no clean end)."""
 
+    def name_model(self, name: str) -> None:
+        """The model the request named, for its access line (read once by routing)."""
+
     @property
     def gone(self) -> bool:
         """Whether the client has disconnected (nothing more can reach it)."""

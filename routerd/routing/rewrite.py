@@ -188,7 +188,7 @@ def _left_alone(body: bytes, mapping: ModelMapping) -> bool:
     values = _MODEL_STRING.findall(body)
     if len(values) != body.count(_MODEL_KEY):
         return False
-    for raw in values:
+    for raw in set(values):
         try:
             value = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -370,8 +370,8 @@ class SseRewriter(_LineRewriter):
         return max(data.rfind(b"\n"), data.rfind(b"\r"))
 
     def _transform_lines(self, data: bytes) -> bytes:
-        if _MODEL_KEY not in data:
-            return data
+        if _MODEL_KEY not in data or _left_alone(data, self._mapping):
+            return data  # no model, or none that changes: the block passes as it came
         out: list[bytes] = []
         for line in data.splitlines(keepends=True):  # bytes split only at \n, \r, \r\n
             content = line.rstrip(b"\r\n")
@@ -400,8 +400,8 @@ class NdjsonRewriter(_LineRewriter):
         return data.rfind(b"\n")
 
     def _transform_lines(self, data: bytes) -> bytes:
-        if _MODEL_KEY not in data:
-            return data
+        if _MODEL_KEY not in data or _left_alone(data, self._mapping):
+            return data  # no model, or none that changes: the block passes as it came
         # ``data`` ends with b"\n", so the last element is b"" and join restores every LF.
         return b"\n".join(self._transform(content) for content in data.split(b"\n"))
 

@@ -140,10 +140,19 @@ class AssetService:
         return defer.ensureDeferred(self.resolve())
 
     async def resolve(self, observe: Any = None) -> None:
-        if observe is None:
-            catalog, states = await self.resolver.resolve(self.catalog())
-        else:
-            catalog, states = await self.resolver.resolve(self.catalog(), observe)
+        """Bind the current catalog's portable fields and hand the bound catalog to ``on_catalog``.
+
+        A catalog replaced while this ran (a reload, a start-up resolve still under way) is
+        resolved again rather than overwritten with a result computed from the old one."""
+        while True:
+            started_from = self.catalog()
+            if observe is None:
+                catalog, states = await self.resolver.resolve(started_from)
+            else:
+                catalog, states = await self.resolver.resolve(started_from, observe)
+            if self.catalog() is started_from:
+                break
+            log.info("the model catalog changed while its assets were resolved; resolving it again")
         self.states = states
         for local_id, state in sorted(states.items()):
             if state.state != "ready":

@@ -34,9 +34,13 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent
 from zope.interface import implementer
 
+from routerd.transports import no_delay, send
+
 __all__ = ["BackendAgent", "BackendResponse"]
 
 _DONE = Failure(ResponseDone())
+#: Bodies shorter than this go out joined to their head (one copy, one send).
+_JOIN_BELOW = 64 * 1024
 #: Delays before connecting again to a backend that refused the connection (then the refusal fails
 #: the request).
 REFUSED_BACKOFF_S = (0.02, 0.05, 0.1)
@@ -130,6 +134,7 @@ class _Connection(Protocol):
         self._length: int | None = None
         self._chunked = False
         self.connected_d: Deferred[_Connection] | None = None
+        self._batch: list[bytes] = []  # body pieces parsed from the bytes being fed
 
     # -- sending ------------------------------------------------------------------------
 
@@ -142,10 +147,11 @@ class _Connection(Protocol):
         self._length = None
         self._chunked = False
         assert self.transport is not None
-        if body:
-            self.transport.writeSequence([head, body])
+        if len(body) < _JOIN_BELOW:
+            send(self.transport, head + body)  # one segment, sent now when the socket is free
         else:
-            self.transport.write(head)
+            send(self.transport, head)
+            send(self.transport, body)
 
     def abort(self) -> None:
         if self.transport is not None and not self.lost:
@@ -154,6 +160,7 @@ class _Connection(Protocol):
     # -- Protocol ---------------------------------------------------------------------
 
     def connectionMade(self) -> None:
+        no_delay(self.transport)
         if self.connected_d is not None:
             d, self.connected_d = self.connected_d, None
             d.callback(self)
@@ -166,6 +173,17 @@ class _Connection(Protocol):
             self._fail(Failure(ResponseFailed([Failure(ValueError("backend answered with an upgrade"))])))
         except httptools.HttpParserError as exc:
             self._fail(Failure(ResponseFailed([Failure(exc)])))
+        else:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Hand the body pieces of one read to the response at once: a streamed answer's chunks
+        that arrived together are relayed (rewritten, written) together, not one by one."""
+        batch = self._batch
+        if batch:
+            self._batch = []
+            if self.response is not None:
+                self.response._data(batch[0] if len(batch) == 1 else b"".join(batch))
 
     def connectionLost(self, reason: Failure = _DONE) -> None:
         self.lost = True
@@ -184,6 +202,7 @@ class _Connection(Protocol):
                 response._end(Failure(ResponseFailed([reason])))
 
     def _fail(self, failure: Failure) -> None:
+        self._flush()
         answer, self.answer = self.answer, None
         response, self.response = self.response, None
         self.abort()
@@ -217,10 +236,10 @@ class _Connection(Protocol):
             answer.callback(response)
 
     def on_body(self, body: bytes) -> None:
-        if self.response is not None:
-            self.response._data(body)
+        self._batch.append(body)
 
     def on_message_complete(self) -> None:
+        self._flush()
         self.complete = True
         response, self.response = self.response, None
         keep = self.parser.should_keep_alive()

@@ -117,6 +117,8 @@ class InferenceFront:
             # The call holds what it needs of the request: the edge's header and query maps are
             # not kept alive by this frame while the request waits (issue 14, held requests).
             del incoming
+            if call.selector:
+                reply.name_model(call.selector)
             if call.stream:  # time to first chunk is a stream's figure only
                 call.reply = timed = FirstWrite(reply, self.clock)
             call.borrowed = borrowed is not None
@@ -168,6 +170,20 @@ class InferenceFront:
                      reason=str(exc))
             reply.abort()
             return b""
+        from routerd.routing.upstream import upstream_gone  # here: the import block is reworked in parallel
+
+        reason = upstream_gone(exc)
+        if reason is not None:
+            # An expected network event (the backend or node crashed, refused, reset): one line.
+            if call is not None:
+                call.outcome.status = "backend_error"
+            log.warn("upstream failed while answering {request_id}: {reason}", request_id=request_id,
+                     reason=reason)
+            if reply.started:
+                reply.abort()
+                return b""
+            return self._error(reply, route, HTTPError(502, f"the backend failed: {reason}",
+                                                         "backend_error", "backend_error"))
         log.failure("request {request_id} failed", failure=Failure(exc), request_id=request_id)
         if call is not None:
             call.outcome.status = "internal_error"

@@ -36,6 +36,9 @@ class FirstWrite:
     def abort(self) -> None:
         self.inner.abort()
 
+    def name_model(self, name: str) -> None:
+        self.inner.name_model(name)
+
     @property
     def gone(self) -> bool:
         return self.inner.gone

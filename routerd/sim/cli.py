@@ -14,10 +14,10 @@ from twisted.logger import (
     LogLevel,
     LogLevelFilterPredicate,
     globalLogBeginner,
-    textFileLogObserver,
 )
 from twisted.web.server import Site
 
+from routerd.logs import text_observer
 from routerd.sim.control import Knobs
 from routerd.sim.families import FAMILIES, Family, get_family
 from routerd.sim.flags import SIM_FLAGS, parse_flags
@@ -106,7 +106,7 @@ def make_server(
 
 def _start_logging() -> None:
     # twisted.logger's observers are zope interfaces, which mypy cannot check without a plugin.
-    text: Any = textFileLogObserver(sys.stderr)
+    text: Any = text_observer(sys.stderr)
     level: Any = LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)
     observer: Any = FilteringLogObserver(text, [level])
     globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)

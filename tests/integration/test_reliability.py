@@ -3,6 +3,8 @@ slave is a 504, a stop drains (a live stream finishes, a hung request is cut at 
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -188,3 +190,54 @@ async def test_a_stop_answers_connections_the_kernel_queued_instead_of_resetting
     for answer in answers:
         assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
         assert b"retry-after: 1" in answer.lower() and b"draining" in answer
+
+
+def _whole_answer(received: bytes) -> bool:
+    """One whole HTTP answer: its chunked body's last chunk, or Content-Length bytes of body."""
+    head, sep, body = received.partition(b"\r\n\r\n")
+    lines = [line.lower() for line in head.split(b"\r\n")]
+    if b"transfer-encoding: chunked" in lines:
+        return body.endswith(b"0\r\n\r\n")
+    length = [line.split(b":", 1)[1] for line in lines if line.startswith(b"content-length:")]
+    return bool(sep) and bool(length) and len(body) >= int(length[0])
+
+
+def _warnings_naming(events: list[dict[str, Any]], request_id: str) -> list[dict[str, Any]]:
+    return [e for e in events if e.get("log_level") == LogLevel.warn and e.get("request_id") == request_id]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest_twisted.ensureDeferred
+async def test_a_backend_killed_mid_answer_is_one_warning_and_one_answer_not_a_traceback(
+        node: RunningNode, events: list[dict[str, Any]], stream: bool) -> None:
+    """A backend that dies mid-answer is an expected failure: one warning line with the request ID
+    and the reason (never a critical traceback), and the client is answered once — a 502 JSON error
+    when nothing was sent yet, an aborted connection once a stream had started."""
+    port = node.service.port.getHost().port
+    client = await raw_post(port, "/v1/chat/completions", _chat(400, stream))  # a 2 s answer
+    if stream:
+        await client.first_data
+    else:
+        await task.deferLater(reactor, 0.15, lambda: None)
+    assert node.node.local.active, "the request should be in the backend"
+    request_id = next(iter(node.node.local.active))
+    pid = next(s.pid for s in node.node.runtimes.status() if s.pid is not None)
+    os.kill(pid, signal.SIGKILL)
+    if stream:
+        await client.closed  # aborted
+    else:  # answered whole (the connection itself may stay open for the next request)
+        await wait_until(lambda: _whole_answer(client.received), timeout=10)
+        await task.deferLater(reactor, 0.1, lambda: None)  # room for a second answer, if one came
+    assert _critical(events) == []
+    warned = _warnings_naming(events, request_id)
+    assert len(warned) == 1, [e.get("log_format") for e in warned]
+    assert warned[0].get("reason")
+    if stream:
+        assert client.status == 200
+        assert not client.received.endswith(b"0\r\n\r\n"), "an aborted stream has no last chunk"
+    else:
+        assert client.status == 502
+        head, _, body = client.received.partition(b"\r\n\r\n")
+        assert b"application/json" in head.lower()
+        assert client.received.count(b"HTTP/1.1 ") == 1  # answered once
+        assert b'"code": "backend_error"' in body and b"closed" in body  # the reason, as JSON

@@ -22,6 +22,8 @@ from twisted.web.iweb import IBodyProducer
 from twisted.web.server import Site
 from zope.interface import implementer
 
+from routerd.api.channel import NodeServerFactory
+
 
 class _Endpoints:
     def __init__(self, reactor: MemoryReactorClock) -> None:
@@ -59,13 +61,15 @@ class MemoryNetwork:
     def __init__(self) -> None:
         self._reactor = MemoryReactorClock()  # owns the transports' own timers, never advanced
         self._agent = Agent.usingEndpointFactory(self._reactor, _Endpoints(self._reactor))
-        self.sites: dict[str, Site] = {}
+        self.sites: dict[str, Site | NodeServerFactory] = {}
         self._pumps: list[iosim.IOPump] = []
         self.requests: list[tuple[bytes, bytes]] = []
 
-    def serve(self, netloc: str, site: Site) -> None:
-        site.reactor = self._reactor  # channel timers stay off the test's Clock
-        site.timeOut = None
+    def serve(self, netloc: str, site: Site | NodeServerFactory) -> None:
+        """Serve ``site`` (a twisted.web site, or a node's lean channel factory over one)."""
+        inner = site.site if isinstance(site, NodeServerFactory) else site
+        inner.reactor = self._reactor  # channel timers stay off the test's Clock
+        inner.timeOut = None
         self.sites[netloc] = site
 
     def unplug(self, netloc: str) -> None:

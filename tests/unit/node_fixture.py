@@ -24,6 +24,7 @@ from twisted.python.failure import Failure
 from twisted.web.server import Site
 
 from routerd.api.app import build_site
+from routerd.api.channel import NodeServerFactory
 from routerd.backends.testing import FakeLauncher, FakeProcess, PortCounter
 from routerd.config.load import load_config
 from routerd.node import Node
@@ -101,7 +102,8 @@ class World:
                     agent=self.network, port_allocator=self.ports, open_store=self._open_store(node_id),
                     run_in_thread=maybeDeferred)
         self.netlocs[node] = f"{node_id}.test:8080"
-        self.network.serve(self.netlocs[node], build_site(node))
+        # served as a real node listens: the lean channel, handing other requests to the site
+        self.network.serve(self.netlocs[node], NodeServerFactory(build_site(node), lambda: node.phase))
         return node
 
     def _open_store(self, node_id: str) -> Any:

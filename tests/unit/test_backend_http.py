@@ -199,3 +199,19 @@ def test_a_refused_connect_is_tried_again_after_short_delays_then_fails_with_the
         reactor.advance(delay)
     reactor.tcpClients[-1][2].clientConnectionFailed(None, Failure(ConnectionRefusedError()))
     assert isinstance(result(refused).value, ConnectionRefusedError)
+
+
+def test_chunks_that_arrive_in_one_read_are_delivered_together_and_reads_stay_apart() -> None:
+    """A streamed answer's chunks parsed from one read reach the body protocol as one piece (so
+    they are relayed, rewritten and written once), and a later read as another piece."""
+    reactor, agent, _ = setup()
+    answer = post(agent)
+    protocol, _transport = connect(reactor)
+    protocol.dataReceived(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    body = Body()
+    result(answer).deliverBody(body)
+    protocol.dataReceived(b"3\r\nabc\r\n2\r\nde\r\n1\r\nf\r\n")
+    assert body.data == [b"abcdef"]
+    protocol.dataReceived(b"2\r\ngh\r\n0\r\n\r\n")
+    assert body.data == [b"abcdef", b"gh"]
+    assert body.reason is not None and body.reason.check(ResponseDone)

@@ -7,8 +7,11 @@ OpenAI paths answer ``{"error": {"message", "type", "code"}}``; Ollama ``/api/*`
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from twisted.logger import LogLevel, globalLogPublisher
 
 from routerd.node import Node
 from tests.unit.node_fixture import TEXT, World
@@ -203,3 +206,52 @@ def test_a_backends_own_400_on_an_ollama_path_becomes_an_ollama_envelope(tmp_pat
     assert response.code == 400
     assert "context size" in ollama_error(body)
     assert len(world.launcher.spawned) == 1  # the backend, not the node, refused it
+
+
+def _log_events() -> tuple[list[dict[str, Any]], Callable[[], None]]:
+    seen: list[dict[str, Any]] = []
+    globalLogPublisher.addObserver(seen.append)
+    return seen, lambda: globalLogPublisher.removeObserver(seen.append)
+
+
+def test_a_backend_that_refuses_the_connection_is_one_warning_and_a_502_backend_error(tmp_path: Path) -> None:
+    world, node = solo(tmp_path, models={"startup_model": "chat"})
+    for port in world.launcher.sims:
+        world.network.unplug(f"127.0.0.1:{port}")  # the process is up; its port refuses
+    seen, stop = _log_events()
+    try:
+        response, body = world.call("POST", node, "/v1/chat/completions",
+                                    json={"model": "chat", "messages": MESSAGES})
+    finally:
+        stop()
+
+    assert response.code == 502
+    error = openai_error(body)
+    assert (error["type"], error["code"]) == ("backend_error", "backend_error")
+    assert "refused" in error["message"]
+    request_id = response.headers.getRawHeaders(b"x-routerd-request-id")[0].decode()
+    warned = [e for e in seen if e.get("request_id") == request_id and e["log_level"] == LogLevel.warn]
+    assert len(warned) == 1 and "refused" in warned[0]["reason"]
+    assert [e for e in seen if e["log_level"] in (LogLevel.critical, LogLevel.error)] == []
+
+
+def test_an_unexpected_exception_on_the_request_path_still_logs_its_traceback(tmp_path: Path) -> None:
+    """A bug is not an expected backend failure: it is logged critical with its traceback (and the
+    client still gets one 502)."""
+    world, node = solo(tmp_path, models={"startup_model": "chat"})
+
+    async def bug(*_args: Any, **_kwargs: Any) -> bytes:
+        raise ZeroDivisionError("a bug")
+
+    node.local.serve = bug  # type: ignore[method-assign]
+    seen, stop = _log_events()
+    try:
+        response, body = world.call("POST", node, "/v1/chat/completions",
+                                    json={"model": "chat", "messages": MESSAGES})
+    finally:
+        stop()
+
+    assert response.code == 502
+    assert openai_error(body)["code"] == "backend_error"
+    failures = [e for e in seen if e["log_level"] == LogLevel.critical and "log_failure" in e]
+    assert len(failures) == 1 and failures[0]["log_failure"].check(ZeroDivisionError)

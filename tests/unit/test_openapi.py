@@ -16,7 +16,7 @@ from openapi_spec_validator import validate
 from routerd.api.app import build_site
 from routerd.api.openapi import openapi_document
 from routerd.errors import style_for_path
-from routerd.routing.classify import INFERENCE_PATHS, allowed_methods
+from routerd.routing.classify import allowed_methods
 
 from .node_fixture import TEXT, World
 
@@ -51,9 +51,12 @@ def registered_operations(tmp_path: Path) -> set[tuple[str, str]]:
             if path in _CATCH_ALL:
                 continue
             methods = set(rule.methods or ()) - {"HEAD", "OPTIONS"}
-            if rule.rule in INFERENCE_PATHS:
-                methods = set(allowed_methods(rule.rule))
             found |= {(path, m.lower()) for m in methods}
+    # the inference paths are served without Klein (routerd.api.dispatch.LeanRoutes)
+    for raw in dispatch.lean.exact:
+        found |= {(raw.decode(), m.lower()) for m in allowed_methods(raw.decode())}
+    for prefix, _handler in dispatch.lean.prefixes:
+        found.add((prefix.decode() + "{path}", "post"))
     return found
 
 

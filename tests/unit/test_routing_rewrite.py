@@ -397,3 +397,17 @@ def test_a_body_whose_every_model_the_mapping_leaves_is_returned_without_decodin
     }
     for body, expected in cases.items():
         assert rewrite_json_model(body, same_but_b) == expected, body
+
+
+def test_a_block_of_sse_lines_whose_models_all_stay_passes_through_untouched_and_a_mixed_one_is_rewritten(
+) -> None:
+    """The stream fast path: a read of many events whose ``model`` values the mapping leaves as
+    they are is passed on unchanged; one event that must change still changes."""
+    def public(old: str) -> str | None:
+        return "public" if old == "local" else None
+
+    same = b"".join(b'data: {"model":"public","n":%d}\n\n' % i for i in range(20))
+    assert make_rewriter("text/event-stream", public).feed(same) == same
+    mixed = same + b'data: {"model":"local","n":99}\n\n'
+    out = make_rewriter("text/event-stream", public).feed(mixed)
+    assert out == same + b'data: {"model":"public","n":99}\n\n'

@@ -1,0 +1,95 @@
+"""The documents a node answers with — its records, listings, snapshot, state and runtime status —
+computed by ``serve.documents`` from the node's live state, and the metrics gauges fed from it.
+
+The catalog and config are read through callables: a reload replaces them on the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from routerd.backends.runtimes import Runtimes
+from routerd.backends.slot import SlotState
+from routerd.catalog.catalog import Catalog
+from routerd.catalog.model import Capabilities
+from routerd.cluster.master import MasterAgent
+from routerd.lending.coordinator import Coordinator
+from routerd.lending.service import LendingService
+from routerd.metrics import NodeMetrics
+from routerd.routing.adapters.ollama import ListedModel
+from routerd.serve import documents
+from routerd.serve.assets import AssetService
+from routerd.serve.local import LocalInference
+from routerd.serve.recipes import RecipeRouter, merge_listing
+from routerd.serve.samples import Measurements
+from routerd.wire.records import ModelRecord, Snapshot, snapshot_to_json
+from routerd.wire.status import RuntimeStatus
+
+
+class NodeDocuments:
+    def __init__(self, *, node_id: str, public_url: str, clock: Any, started_at: float,
+                 backend_mode: Callable[[], str], catalog: Callable[[], Catalog], runtimes: Runtimes,
+                 assets: AssetService, local: LocalInference, lending: LendingService,
+                 samples: Measurements, own_busy: Callable[[], bool], master: MasterAgent | None,
+                 recipes: RecipeRouter | None) -> None:
+        self.node_id, self.public_url, self.clock, self.started_at = node_id, public_url, clock, started_at
+        self.backend_mode, self.catalog, self.runtimes, self.assets = backend_mode, catalog, runtimes, assets
+        self.local, self.lending, self.samples, self.own_busy = local, lending, samples, own_busy
+        self.master, self.recipes = master, recipes
+
+    def local_ready(self, kind: Any, record: ModelRecord) -> bool:
+        """A master's own replica is eligible only while its lane is ready."""
+        model = self.catalog().get(record.local_id)
+        return model is not None and self.runtimes.ready(kind, model)
+
+    def local_records(self) -> list[ModelRecord]:
+        return self.assets.annotate(documents.local_records(self.catalog(), self.node_id, self.public_url,
+                                                            self.runtimes.loaded_config))
+
+    def records(self) -> list[ModelRecord]:
+        """The models this node lists: the merged registry on a master, else its own."""
+        if self.master is not None:
+            return documents.with_local_loaded(self.master.registry.records(), self.node_id, self.catalog(),
+                                               self.runtimes.loaded_config)
+        return self.local_records()
+
+    def listing(self, keep: Callable[[Capabilities], bool]) -> list[ListedModel]:
+        listed = documents.listing(self.records(), keep, self.catalog(), self.node_id, self.started_at)
+        if self.recipes is None:
+            return listed
+        return merge_listing(self.recipes.listed(keep), listed, lambda e: e.name)
+
+    def image_listing(self) -> list[dict[str, Any]]:
+        listed = documents.image_listing(self.records())
+        if self.recipes is None:
+            return listed
+        return merge_listing(self.recipes.image_listed(), listed, lambda e: e["model_name"])
+
+    def snapshot_wire(self) -> Snapshot:
+        return documents.snapshot(self.node_id, self.public_url, self.local_records())
+
+    def snapshot(self) -> dict[str, Any]:
+        return snapshot_to_json(self.snapshot_wire())
+
+    def state_document(self) -> dict[str, Any]:
+        return documents.state(self.node_id, int(self.clock.seconds() * 1000), self.runtimes.status(),
+                               self.local.active.values(), self.lending.held_requests())
+
+    def runtime_status(self) -> RuntimeStatus:
+        # borrowed work does not count as busy (spec "Probes")
+        idle_s = 0.0 if self.own_busy() else max(0.0, self.clock.seconds() - self.samples.own_work_at)
+        return documents.runtime_status(
+            self.node_id, self.backend_mode(), self.runtimes.status(),
+            self.runtimes.loaded_config("stt") or "", int(idle_s * 1000),
+            self.lending.sync_fingerprint(), self.lending.lane_statuses(), self.lending.costs)
+
+    def watch(self, metrics: NodeMetrics, coordinator: Coordinator | None) -> None:
+        """Feed the node's queue, lending and runtime gauges from this state."""
+        metrics.watch_queues(lambda: self.local.queued)
+        metrics.watch_lending(
+            lambda: documents.lease_sides(self.lending.live_lease_lanes(), coordinator),
+            lambda: [(h["lane"], h["state"]) for h in self.lending.held_requests()])
+        metrics.watch_node(lambda: documents.runtime_views(self.runtimes.slots()),
+                           tuple(s.value for s in SlotState),
+                           lambda: documents.node_health(self.node_id, self.master))

@@ -1,0 +1,163 @@
+"""What each role adds to a node's common graph: a standalone node lends nowhere, a master runs the
+registry, health poller, forwarder, lending coordinator and recipe book, a slave registers with its
+master and reaches the coordinator through it.
+
+``Node`` calls one of :func:`standalone_parts`, :func:`master_parts` or :func:`slave_parts` before
+its lending service exists (the service needs the role's transport), then — on a master —
+:func:`master_coordinator` and :func:`recipe_router`, which need the service and the catalog.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+from twisted.internet.defer import Deferred, ensureDeferred
+
+from routerd.catalog.catalog import Catalog
+from routerd.cluster.client import NodeClient
+from routerd.cluster.master import MasterAgent
+from routerd.cluster.slave import RegistrationRefused, SlaveAgent
+from routerd.config.lending import LendingSettings
+from routerd.config.schema import ClusterConfig
+from routerd.lending.admin import SettingsEditor, stored_guardians
+from routerd.lending.bootstrap import load_lending_state
+from routerd.lending.coordinator import Coordinator, ServeBorrowed
+from routerd.lending.offload import Borrowed, offload_returned
+from routerd.lending.service import LendingService
+from routerd.lending.transport import InProcess, LendingTransport, NoMaster, ViaMaster
+from routerd.registry.identity import MemoryPublicIdStore
+from routerd.registry.recipes import FILE_NAME as RECIPES_FILE
+from routerd.registry.recipes import RecipeBook, RecipeFile
+from routerd.registry.registry import Registry
+from routerd.registry.replicas import LocalReady
+from routerd.routing.call import Incoming, Reply
+from routerd.routing.classify import classify
+from routerd.routing.forward import Forwarder
+from routerd.routing.relay import Timeouts
+from routerd.serve.front import InferenceFront
+from routerd.serve.recipes import Loader, RecipeRouter
+from routerd.store.store import Store
+from routerd.urls import AllowList
+from routerd.wire.records import ModelRecord, Snapshot
+from routerd.wire.status import RuntimeStatus
+
+
+@attrs.define
+class RoleParts:
+    """The role's collaborators; ``None`` where the role has none."""
+
+    transport: LendingTransport
+    master: MasterAgent | None = None
+    slave: SlaveAgent | None = None
+    forwarder: Forwarder | None = None  # a master's, to its slaves
+    client: NodeClient | None = None  # the control-plane client (asset pulls from peers)
+    public_ids: MemoryPublicIdStore | None = None  # a master's public model IDs
+
+
+def standalone_parts() -> RoleParts:
+    return RoleParts(transport=NoMaster())
+
+
+def master_parts(cluster: ClusterConfig, reactor: Any, *, http: Any, agent: Any, timeouts: Timeouts,
+                 on_public_id: Callable[[str, str, str], None], local_ready: LocalReady,
+                 local_status: Callable[[], RuntimeStatus],
+                 coordinator: Callable[[], Coordinator]) -> RoleParts:
+    """The registry, health poller and forwarder; lending goes to the coordinator in process."""
+    routing_allowed = AllowList()
+    client = NodeClient(http, cluster.token, AllowList(cluster.slave_urls), cluster.control_timeout, reactor)
+    public_ids = MemoryPublicIdStore(on_assign=on_public_id)
+    registry = Registry(cluster.node_id, cluster.public_url, public_ids, local_ready=local_ready)
+    master = MasterAgent(node_id=cluster.node_id, slave_urls=cluster.slave_urls, registry=registry,
+                         client=client, routing_allowed=routing_allowed, clock=reactor,
+                         health_interval=cluster.health_interval, local_status=local_status)
+    return RoleParts(transport=InProcess(cluster.node_id, coordinator), master=master, client=client,
+                     forwarder=Forwarder(agent, cluster.token, routing_allowed, timeouts),
+                     public_ids=public_ids)
+
+
+def slave_parts(cluster: ClusterConfig, reactor: Any, *, http: Any, agent: Any, timeouts: Timeouts,
+                snapshot: Callable[[], Snapshot],
+                on_terminal: Callable[[RegistrationRefused], None]) -> RoleParts:
+    """The registration loop; lending goes through the master's offload endpoints."""
+    client = NodeClient(http, cluster.token, AllowList([cluster.master_url, cluster.public_url]),
+                        cluster.control_timeout, reactor)
+    slave = SlaveAgent(master_url=cluster.master_url, client=client, snapshot=snapshot, clock=reactor,
+                       sync_interval=cluster.sync_interval, on_terminal=on_terminal)
+    to_master = Forwarder(agent, cluster.token, AllowList([cluster.master_url]), timeouts)
+    return RoleParts(transport=ViaMaster(cluster.node_id, cluster.master_url, client, to_master),
+                     slave=slave, client=client)
+
+
+def master_coordinator(parts: RoleParts, service: LendingService, reactor: Any, *,
+                       serve_borrowed: ServeBorrowed,
+                       observe_plan: Callable[[float], None]) -> Coordinator:
+    """The master's lending coordinator; each accepted registration pushes links to that slave."""
+    assert parts.master is not None and parts.forwarder is not None
+    coordinator = Coordinator(node_id=parts.master.node_id, master=parts.master, service=service,
+                              clock=reactor, forwarder=parts.forwarder, serve_borrowed=serve_borrowed,
+                              observe_plan=observe_plan)
+    parts.master.when_registered(service.push_soon)
+    return coordinator
+
+
+def recipe_router(master: MasterAgent, store_dir: str, reactor: Any, *, catalog: Callable[[], Catalog],
+                  runtimes: Loader) -> RecipeRouter:
+    """The master's recipe book (``recipes.json`` in the store directory) and its router."""
+    book = RecipeBook(RecipeFile(os.path.join(store_dir, RECIPES_FILE)), own_node_id=master.node_id,
+                      records=master.registry.records, routing_only=lambda: len(catalog()) == 0,
+                      now_ms=lambda: int(reactor.seconds() * 1000))
+    return RecipeRouter(book=book, node_id=master.node_id, records=master.registry.records,
+                        catalog=catalog, runtimes=runtimes, remote=master.client)
+
+
+def apply_live_cluster(cluster: ClusterConfig, master: MasterAgent | None, slave: SlaveAgent | None) -> None:
+    """A reload's new intervals and control timeout, applied to the role's agent at once."""
+    if master is not None:
+        master.health_interval = cluster.health_interval
+        master.getServiceNamed("health poll").set_interval(cluster.health_interval)  # type: ignore[no-untyped-call]
+        master.client.control_timeout = cluster.control_timeout
+    if slave is not None:
+        slave.sync_interval = cluster.sync_interval
+        slave.getServiceNamed("registration").set_interval(cluster.sync_interval)  # type: ignore[no-untyped-call]
+        slave.client.control_timeout = cluster.control_timeout
+
+
+async def start_master(master: MasterAgent, public_ids: MemoryPublicIdStore | None, store: Store,
+                       lending: LendingService, lending_config: LendingSettings,
+                       own_records: list[ModelRecord]) -> None:
+    """A master's start: stored public IDs, links, settings and guardians, then its own records
+    in the registry and a first poll of every slave."""
+    assert public_ids is not None
+    public_ids.seed(await store.public_ids())
+    image, text, settings = await load_lending_state(store, lending_config)
+    lending.install_links(image, text)
+    lending.apply_settings(settings)
+    lending.install_guardians(await stored_guardians(store))
+    master.registry.update_local(own_records)
+    await master.poll_all()
+
+
+async def apply_live_lending(settings: LendingSettings, lending: LendingService, store: Store | None, *,
+                             master: bool) -> None:
+    """A reload's changed lending settings: a master layers them (default < config < stored
+    override) and pushes the result to its slaves; another node applies them as they are."""
+    lending.config_settings = settings
+    if master:
+        await SettingsEditor(store, lending).document(apply=True)
+    else:
+        lending.apply_settings(settings)
+
+
+def borrowed_server(front: Callable[[], InferenceFront]) -> ServeBorrowed:
+    """How a helper serves a borrowed request: through its own front, as a cluster call."""
+
+    def serve_borrowed(reply: Reply, incoming: Incoming, borrowed: Borrowed) -> Deferred[bytes]:
+        route = classify("POST", incoming.path)
+        if route is None:
+            raise offload_returned(f"{incoming.path} is not an inference path")
+        return ensureDeferred(front().handle(incoming, reply, route, cluster_call=True, borrowed=borrowed))
+
+    return serve_borrowed

@@ -1,0 +1,43 @@
+"""Writing to a TCP connection at once when nothing is queued on it (issue 14).
+
+``ITransport.write`` in Twisted only queues: it asks the reactor to watch the socket for writing
+(one ``epoll_ctl``), sends on the next loop iteration, then stops watching (another).  On the hot
+path every answer and every backend request paid that round.  :func:`send` writes straight to the
+socket when the transport has nothing queued (so bytes keep their order), as asyncio's transports
+do, and queues only what the kernel did not take; anything but a plain TCP connection (TLS, test
+transports), or a connection closing, goes through ``write`` as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.tcp import Connection
+
+
+def send(transport: Any, data: bytes) -> None:
+    """Write ``data`` to ``transport``: sent now when it can be, queued otherwise."""
+    if isinstance(transport, Connection) and not transport.dataBuffer and not transport._tempDataBuffer \
+            and transport.connected and not transport.disconnecting \
+            and not getattr(transport, "_aborting", False):  # aborted: nothing more may go out
+        try:
+            sent = transport.socket.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            sent = 0  # the transport's own write finds and reports the failure
+        if sent == len(data):
+            return
+        data = data[sent:]
+    transport.write(data)
+
+
+def no_delay(transport: Any) -> None:
+    """Turn off Nagle's algorithm on a TCP transport (others are left alone): a streamed answer's
+    chunks go out as written instead of waiting for the peer's ACK of the one before."""
+    set_no_delay = getattr(transport, "setTcpNoDelay", None)
+    if set_no_delay is not None:
+        try:
+            set_no_delay(True)
+        except OSError:
+            pass  # not a TCP socket after all (a UNIX socket or a test transport)
