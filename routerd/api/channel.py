@@ -388,6 +388,10 @@ class LeanReply:
         self.sent += len(data)
 
     def abort(self) -> None:
+        """End the answer incomplete: the connection is dropped and nothing more is written (not
+        even the last chunk the handler's return would add)."""
+        self.gone = True
+        self._release()
         transport = self.channel.transport
         if transport is not None:
             transport.abortConnection()  # type: ignore[attr-defined]

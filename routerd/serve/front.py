@@ -43,6 +43,7 @@ from routerd.routing.multipart import MultipartError
 from routerd.routing.plan import NEEDS, SECTIONS
 from routerd.routing.relay import StreamBroken
 from routerd.routing.selector import SelectorError, parse_json_object, select_model
+from routerd.routing.upstream import upstream_gone
 from routerd.serve.local import LocalInference
 from routerd.serve.memory import Trimmer
 from routerd.serve.recipes import RecipeRouter
@@ -170,7 +171,6 @@ class InferenceFront:
                      reason=str(exc))
             reply.abort()
             return b""
-        from routerd.routing.upstream import upstream_gone  # here: the import block is reworked in parallel
 
         reason = upstream_gone(exc)
         if reason is not None:

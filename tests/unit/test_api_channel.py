@@ -259,3 +259,16 @@ def test_connections_idle_longer_than_the_site_timeout_are_closed_but_not_busy_o
     assert busy.transport.disconnecting
     busy.factory.stopFactory()
     assert not clock.getDelayedCalls()
+
+
+def test_an_aborted_stream_gets_no_clean_end() -> None:
+    """A stream the request path aborts (the backend broke off) must look incomplete to the
+    client: no last chunk follows, whatever the handler returns afterwards."""
+    served = Served()
+    served.send(post())
+    _, _, reply, d = served.api.calls[0]
+    reply.write(b"data: 1\n\n")
+    reply.abort()
+    d.callback(b"")
+    out = served.written()
+    assert not out.endswith(b"0\r\n\r\n") and served.transport.disconnecting
