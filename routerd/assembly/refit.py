@@ -11,6 +11,11 @@ from routerd.lending.service import LendingService
 from routerd.services import IntervalService
 from routerd.store.store import Store
 
+#: The newest samples of each (model, section) a fit reads (issue 14): the window may hold millions
+#: on a busy node (24 h at 1,000 requests/s); a robust linear fit of the latest few thousand is as
+#: tight, and a refit then costs the same at every load instead of growing with the window.
+FIT_SAMPLES = 4000
+
 
 class CostRefit(IntervalService):
     """Runs :meth:`refit` now and every ``scheduling_refresh_interval`` (set again on a settings
@@ -32,6 +37,6 @@ class CostRefit(IntervalService):
         since = now_ms - int(settings.scheduling_sample_window * 1000)
         samples = []
         for section in ("image", "llm"):
-            samples.extend(await store.request_samples(None, section, since))
+            samples.extend(await store.request_samples(None, section, since, newest=FIT_SAMPLES))
         loads = await store.load_samples(since)
         lending.update_costs(await self.run_in_thread(fit_node, samples, loads, settings, now_ms))

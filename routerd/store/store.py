@@ -334,19 +334,27 @@ class Store:
     # --- sample queries ------------------------------------------------------------------------
 
     def request_samples(
-        self, model_id: str | None, section: str, since_ms: int, status: str | None = OK
+        self, model_id: str | None, section: str, since_ms: int, status: str | None = OK,
+        *, newest: int | None = None,
     ) -> Deferred[list[RequestSample]]:
         """Requests of ``model_id`` (None: every model) in ``section`` finished at or after
-        ``since_ms`` with ``status`` (None: any), oldest first."""
-        sql = f"SELECT {_REQUEST_COLUMNS} FROM request_samples WHERE section = ? AND finished_at >= ?"
+        ``since_ms`` with ``status`` (None: any), oldest first; with ``newest``, only the newest
+        that many of each model (chosen inside SQLite: nothing else is read into Python)."""
+        where = "section = ? AND finished_at >= ?"
         args: list[object] = [section, since_ms]
         if model_id is not None:
-            sql += " AND model_id = ?"
+            where += " AND model_id = ?"
             args.append(model_id)
         if status is not None:
-            sql += " AND status = ?"
+            where += " AND status = ?"
             args.append(status)
-        sql += " ORDER BY finished_at, id"
+        if newest is None:
+            sql = f"SELECT {_REQUEST_COLUMNS} FROM request_samples WHERE {where} ORDER BY finished_at, id"
+        else:
+            sql = (f"SELECT {_REQUEST_COLUMNS} FROM (SELECT {_REQUEST_COLUMNS}, id, ROW_NUMBER() OVER "
+                   f"(PARTITION BY model_id ORDER BY finished_at DESC, id DESC) AS newness "
+                   f"FROM request_samples WHERE {where}) WHERE newness <= ? ORDER BY finished_at, id")
+            args.append(newest)
 
         def query(conn: sqlite3.Connection) -> list[RequestSample]:
             return [_request_sample(row) for row in conn.execute(sql, args)]

@@ -237,3 +237,17 @@ def test_a_lone_sample_lingers_for_its_batch_and_a_read_or_close_writes_it_at_on
     last = store.record_request_sample(req(at=4))
     store.close()
     assert fired(last) is None and not clock.getDelayedCalls()
+
+
+def test_newest_reads_only_the_newest_samples_of_each_model_oldest_first() -> None:
+    """The refit's bounded read (issue 14): the newest N per model inside the window, in time order."""
+    store = Store.open_sync()
+    for at in range(100, 110):
+        fired(store.record_request_sample(req("a", at)))
+    for at in range(200, 203):
+        fired(store.record_request_sample(req("b", at)))
+    fired(store.record_request_sample(req("a", 50, section="image", work=(1.0,))))
+    got = fired(store.request_samples(None, "llm", 101, newest=4))
+    assert [(s.model_id, s.finished_at_ms) for s in got] == [
+        ("a", 106), ("a", 107), ("a", 108), ("a", 109), ("b", 200), ("b", 201), ("b", 202)]
+    assert len(fired(store.request_samples(None, "llm", 0))) == 13
