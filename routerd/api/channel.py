@@ -56,6 +56,9 @@ _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 #: Request headers whose presence sends the request to twisted.web.
 _HANDED_OVER = frozenset({b"transfer-encoding", b"expect", b"upgrade", b"origin"})
 _CRLF = b"\r\n"
+#: Request headers the access line reads after routing.
+_ACCESS_HEADERS = ("x-routerd-model", "content-type")
+_NO_HEADERS: dict[str, str] = {}
 #: Answers shorter than this go out joined to their head (one copy, one send).
 _JOIN_BELOW = 64 * 1024
 
@@ -129,6 +132,12 @@ class _Head:
         self.length = length
         self.close = close
         self.size = size  # bytes of the head, with its blank line
+
+    def forget_headers(self) -> None:
+        """Keep only the header values the access line may read (issue 14: held requests)."""
+        headers = self.headers
+        kept = {name: headers[name] for name in _ACCESS_HEADERS if name in headers}
+        self.headers = kept or _NO_HEADERS
 
 
 class LeanChannel(protocol.Protocol):
@@ -303,6 +312,8 @@ class LeanChannel(protocol.Protocol):
         except Exception:  # noqa: BLE001 - answered by the one error handler
             reply.failed(Failure())
             return
+        finally:
+            head.forget_headers()  # routing has read them; a held request keeps two values
         if isinstance(result, Deferred):
             reply.pending = result
             result.addCallbacks(reply.finish, reply.failed)
