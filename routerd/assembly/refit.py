@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from routerd.lending.pricing import fit_node, load_fitting
+from routerd.lending.pricing import fit_node
 from routerd.lending.service import LendingService
 from routerd.services import IntervalService
 from routerd.store.store import Store
@@ -25,16 +25,12 @@ class CostRefit(IntervalService):
                  run_in_thread: Callable[..., Any], interval: float) -> None:
         super().__init__("cost refit", self.refit, interval, clock, now=True)
         self.store, self.lending, self.run_in_thread = store, lending, run_in_thread
-        self._loaded = False
 
     async def refit(self) -> None:
         """Fit this node's own cost coefficients from its own samples (off the reactor thread)."""
         store = self.store()
         if store is None:
             return
-        if not self._loaded:
-            self._loaded = True
-            await self.run_in_thread(load_fitting)  # at start, not in the first busy minute
         lending = self.lending
         settings = lending.settings
         now_ms = int(self.clock.seconds() * 1000)

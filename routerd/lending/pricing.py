@@ -138,13 +138,6 @@ def _finite_or_zero(value: float) -> float:
     return value if math.isfinite(value) and value > 0 else 0.0
 
 
-def load_fitting() -> None:
-    """Import the fitting libraries (numpy, statsmodels: ~1 s of CPU).  A node calls this off the
-    reactor thread when it starts, so the first real fit does not pay it in the middle of traffic."""
-    import numpy  # noqa: F401
-    import statsmodels.api  # noqa: F401
-
-
 def linear_fit(work: np.ndarray, duration: np.ndarray, *, robust: bool = True) -> LinearFit | None:
     """Fit of ``duration`` on a constant and each work column, or None (collinear, negative slope).
 
