@@ -214,16 +214,22 @@ def _log_events() -> tuple[list[dict[str, Any]], Callable[[], None]]:
     return seen, lambda: globalLogPublisher.removeObserver(seen.append)
 
 
-def test_a_backend_that_refuses_the_connection_is_one_warning_and_a_502_backend_error(tmp_path: Path) -> None:
-    world, node = solo(tmp_path, models={"startup_model": "chat"})
-    for port in world.launcher.sims:
-        world.network.unplug(f"127.0.0.1:{port}")  # the process is up; its port refuses
+def _chat_logged(world: Any, node: Any) -> tuple[list[dict[str, Any]], Any, Any]:
+    """One chat request through ``node``, with every log event emitted meanwhile."""
     seen, stop = _log_events()
     try:
         response, body = world.call("POST", node, "/v1/chat/completions",
                                     json={"model": "chat", "messages": MESSAGES})
     finally:
         stop()
+    return seen, response, body
+
+
+def test_a_backend_that_refuses_the_connection_is_one_warning_and_a_502_backend_error(tmp_path: Path) -> None:
+    world, node = solo(tmp_path, models={"startup_model": "chat"})
+    for port in world.launcher.sims:
+        world.network.unplug(f"127.0.0.1:{port}")  # the process is up; its port refuses
+    seen, response, body = _chat_logged(world, node)
 
     assert response.code == 502
     error = openai_error(body)
@@ -244,12 +250,7 @@ def test_an_unexpected_exception_on_the_request_path_still_logs_its_traceback(tm
         raise ZeroDivisionError("a bug")
 
     node.local.serve = bug  # type: ignore[method-assign]
-    seen, stop = _log_events()
-    try:
-        response, body = world.call("POST", node, "/v1/chat/completions",
-                                    json={"model": "chat", "messages": MESSAGES})
-    finally:
-        stop()
+    seen, response, body = _chat_logged(world, node)
 
     assert response.code == 502
     assert openai_error(body)["code"] == "backend_error"
