@@ -36,9 +36,8 @@ from twisted.python.failure import Failure
 from twisted.web.http import RESPONSES, datetimeToString
 
 from routerd.api.dispatch import LeanHandler, LeanRoutes
-from routerd.api.errors import reply_error, reply_failure
+from routerd.api.errors import INTERNAL_ERROR, reply_error, reply_failure
 from routerd.api.site import GuardResource, NodeSite, access_logged, log_access
-from routerd.errors import HTTPError
 from routerd.logs import request_model
 from routerd.routing.call import Incoming
 from routerd.transports import no_delay, send
@@ -154,7 +153,6 @@ class LeanChannel(protocol.Protocol):
         self._paused = False
         self._closing = False
         self._serving = False  # inside _serve_buffered (an answer given at once must not recurse)
-        self.lost = False
         #: since when nothing was received or answered; None while a request is in flight or
         #: once twisted.web's channel (with its own timeout) serves the connection
         self.idle_since: float | None = factory.seconds()
@@ -166,7 +164,6 @@ class LeanChannel(protocol.Protocol):
         no_delay(self.transport)
 
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:  # noqa: N802
-        self.lost = True
         self.server.protocols.discard(self)
         if self._inner is not None:
             self._inner.connectionLost(reason)
@@ -446,14 +443,13 @@ class LeanReply:
         if self.started:
             log.failure("error after the answer to {path} started", failure=failure, path=self.head.path)
             self.finished = True
-            self._release()
             self.abort()
             return
         try:
             body = reply_failure(self, self.head.path, failure)
         except Exception:  # noqa: BLE001 - never leave the request open
             log.failure("error handler failed")
-            body = reply_error(self, self.head.path, _INTERNAL)
+            body = reply_error(self, self.head.path, INTERNAL_ERROR)
         self.finish(body)
 
     def lost(self) -> None:
@@ -513,5 +509,3 @@ def _out(headers: dict[bytes, tuple[bytes, bytes]], name: bytes) -> str:
     entry = headers.get(name)
     return entry[1].decode("utf-8", "replace") if entry is not None else "-"
 
-
-_INTERNAL = HTTPError(500, "internal error", "internal_error", "internal_error")

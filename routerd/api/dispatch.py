@@ -27,7 +27,6 @@ from routerd.api.errors import answer_error, handle_failure, method_not_allowed,
 from routerd.api.reply import RequestReply, incoming
 from routerd.routing.call import Incoming, Reply
 
-DirectHandler = Callable[[IRequest], Any]
 #: ``handler(method, path, facts, reply)`` -> the answer's final bytes, or a Deferred of them.
 LeanHandler = Callable[[str, str, Incoming, Reply], "Deferred[bytes] | bytes"]
 
@@ -85,8 +84,8 @@ class Dispatch(resource.Resource):
         method = request.method.decode("ascii", "replace")
         lean = self.lean.find(request.path)
         if lean is not None:
-            return render_direct(request, lambda _: lean(method, path, incoming(request, path),
-                                                         RequestReply(request)))
+            return render_direct(request, lambda: lean(method, path, incoming(request, path),
+                                                       RequestReply(request)))
         candidates = self._exact.get(path)
         if candidates is None:
             candidates = [(m, t) for prefix, m, t in self._prefixes if path.startswith(prefix)]
@@ -101,10 +100,10 @@ class Dispatch(resource.Resource):
         return answer_error(request, not_found(path))
 
 
-def render_direct(request: IRequest, handler: DirectHandler) -> Any:
+def render_direct(request: IRequest, handler: Callable[[], Any]) -> Any:
     """Run ``handler`` for ``request`` as a Klein route would be run (see the module docstring)."""
     try:
-        result = handler(request)
+        result = handler()
     except Exception:  # noqa: BLE001 - answered by the one error handler
         return handle_failure(request, Failure())
     if not isinstance(result, Deferred):

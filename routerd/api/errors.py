@@ -21,6 +21,10 @@ from routerd.routing.call import Reply
 log = Logger()
 
 
+#: The answer to a failure that is not an HTTP error (logged where it is caught).
+INTERNAL_ERROR = HTTPError(500, "internal error", "internal_error", "internal_error")
+
+
 def answer_error(request: IRequest, err: StatusError, style: ErrorStyle | None = None) -> bytes:
     """Set ``err``'s status and content type on ``request`` and return its envelope."""
     if style is None:
@@ -37,13 +41,23 @@ def reply_error(reply: Reply, path: str, err: StatusError) -> bytes:
     return error_body(style_for_path(path), err.message, err.type, err.code)
 
 
-def reply_failure(reply: Reply, path: str, failure: Failure) -> bytes:
-    """:func:`handle_failure` for a :class:`~routerd.routing.call.Reply`: a StatusError's
-    envelope, else a logged 500."""
+def failure_error(failure: Failure, path: str) -> StatusError:
+    """What a route that failed on ``path`` answers: its StatusError, else a logged 500."""
     if failure.check(StatusError):
-        return reply_error(reply, path, failure.value)  # type: ignore[arg-type]
+        return failure.value  # type: ignore[return-value]
+    # The dispatcher matched a branch prefix but werkzeug's rule did not (its path converter
+    # refuses a newline, %0A, in the rest of the path): an unknown path, not a server error.
+    if failure.check(NotFound):
+        return not_found(path)
+    if failure.check(MethodNotAllowed):
+        return method_not_allowed(path)
     log.failure("unhandled error on {path}", failure=failure, path=path)
-    return reply_error(reply, path, HTTPError(500, "internal error", "internal_error", "internal_error"))
+    return INTERNAL_ERROR
+
+
+def reply_failure(reply: Reply, path: str, failure: Failure) -> bytes:
+    """:func:`handle_failure` for a :class:`~routerd.routing.call.Reply`."""
+    return reply_error(reply, path, failure_error(failure, path))
 
 
 def _handle(_api: Any, request: IRequest, failure: Failure) -> bytes:
@@ -52,17 +66,7 @@ def _handle(_api: Any, request: IRequest, failure: Failure) -> bytes:
 
 def handle_failure(request: IRequest, failure: Failure) -> bytes:
     """The answer to a route that failed: a StatusError's envelope, else a logged 500."""
-    if failure.check(StatusError):
-        return answer_error(request, failure.value)  # type: ignore[arg-type]
-    path = request.path.decode("utf-8", "replace")
-    # The dispatcher matched a branch prefix but werkzeug's rule did not (its path converter
-    # refuses a newline, %0A, in the rest of the path): an unknown path, not a server error.
-    if failure.check(NotFound):
-        return answer_error(request, not_found(path))
-    if failure.check(MethodNotAllowed):
-        return answer_error(request, method_not_allowed(path))
-    log.failure("unhandled error on {path}", failure=failure, path=path)
-    return answer_error(request, HTTPError(500, "internal error", "internal_error", "internal_error"))
+    return answer_error(request, failure_error(failure, request.path.decode("utf-8", "replace")))
 
 
 def api_app() -> Klein:
