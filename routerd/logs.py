@@ -245,6 +245,11 @@ class FanOut:
             observer(event)
 
 
+def at_or_above(level: LogLevel) -> frozenset[LogLevel]:
+    """Every level at ``level`` or above."""
+    return frozenset(each for each in LogLevel.iterconstants() if not each < level)
+
+
 @implementer(ILogObserver)
 class LevelFilter:
     """Hands ``observer`` the events at ``level`` or above, except factory noise, before anything
@@ -254,7 +259,7 @@ class LevelFilter:
     def __init__(self, observer: ILogObserver, level: LogLevel) -> None:
         self.observer = observer
         self.level = level
-        self._allowed = frozenset(each for each in LogLevel.iterconstants() if not each < level)
+        self._allowed = at_or_above(level)
 
     def __call__(self, event: dict[str, Any]) -> None:
         if event.get("log_level") not in self._allowed or not event.get("log_namespace") or is_noise(event):
@@ -272,7 +277,7 @@ class LevelGate:
 
     def set(self, level: LogLevel) -> None:
         self.lowest = level
-        self.levels = frozenset(each for each in LogLevel.iterconstants() if not each < level)
+        self.levels = at_or_above(level)
 
     def enabled(self, level: LogLevel) -> bool:
         return level in self.levels

@@ -204,7 +204,6 @@ class GuardResource(resource.Resource):
             return answer_error(cast(IRequest, request), err)
         return self.inner.render(request)  # type: ignore[no-any-return]
 
-
     def admit(self, path: str, peer: str, forwarded_for: str | None, authorization: bytes | None) -> bool:
         """Raise ``HTTPError`` (401/403) unless the caller at ``peer`` may use ``path``; returns
         whether it is authenticated.  Both HTTP edges ask this (the lean channel too)."""
@@ -271,7 +270,20 @@ def access_line(request: Any, now: float) -> None:
     if not access_logged():
         return
     started = getattr(request, "started_at", None)
-    named: str | None = getattr(request, MODEL_ATTRIBUTE, None)
+    model: str | None = getattr(request, MODEL_ATTRIBUTE, None)  # named by routing
+    if model is None:
+        model = _named_model(request)
+    log_access(method=request.method.decode("ascii", "replace"), path=request.path.decode("utf-8", "replace"),
+               status=request.code, bytes=request.sentLength,
+               ms=round((now - started) * 1000) if started else None, model=model,
+               node=_header(request, "out", b"x-routerd-node") or "-",
+               lent_to=_header(request, "out", b"x-routerd-lent-to") or "-",
+               request_id=_header(request, "out", b"x-routerd-request-id") or "-",
+               client=_client_host(request))
+
+
+def _named_model(request: Any) -> str:
+    """The model a request names in its body, query or header (when routing named none)."""
     query_model = request.args.get(b"model", [b""])[0].decode("utf-8", "replace") or None
     body: bytes | None = getattr(request, BODY_ATTRIBUTE, None)
     content = getattr(request, "content", None)
@@ -281,15 +293,8 @@ def access_line(request: Any, now: float) -> None:
             body = content.read(65537)
         except (OSError, ValueError):
             body = None
-    model = named or request_model(query_model, _header(request, "in", b"x-routerd-model"),
-                                   _header(request, "in", b"content-type") or "", body)
-    log_access(method=request.method.decode("ascii", "replace"), path=request.path.decode("utf-8", "replace"),
-               status=request.code, bytes=request.sentLength,
-               ms=round((now - started) * 1000) if started else None, model=model,
-               node=_header(request, "out", b"x-routerd-node") or "-",
-               lent_to=_header(request, "out", b"x-routerd-lent-to") or "-",
-               request_id=_header(request, "out", b"x-routerd-request-id") or "-",
-               client=_client_host(request))
+    return request_model(query_model, _header(request, "in", b"x-routerd-model"),
+                         _header(request, "in", b"content-type") or "", body)
 
 
 def log_access(**fields: Any) -> None:
