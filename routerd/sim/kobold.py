@@ -418,15 +418,18 @@ class KoboldServer:
             raise _bad(f"'{key}' must be a string")
         return value
 
-    async def music_prepare(self, request: Request) -> bytes:
-        """``/api/extra/music/prepare``: the planner fills in the request's musical fields; the
-        answer is the request with them (JSON)."""
+    def _music_request(self, request: Request) -> tuple[dict[str, object], str, str]:
+        """A music request's JSON body, caption and lyrics (400 when unreadable)."""
         try:
             body = read_json(request)
         except BadRequest as exc:
             raise _bad(str(exc)) from None
-        caption = self._music_text(body, "caption")
-        lyrics = self._music_text(body, "lyrics")
+        return body, self._music_text(body, "caption"), self._music_text(body, "lyrics")
+
+    async def music_prepare(self, request: Request) -> bytes:
+        """``/api/extra/music/prepare``: the planner fills in the request's musical fields; the
+        answer is the request with them (JSON)."""
+        body, caption, lyrics = self._music_request(request)
         if not caption.strip():
             raise _bad("'caption' is required")
         weights = self._music_weights()
@@ -438,12 +441,7 @@ class KoboldServer:
     async def music_generate(self, request: Request) -> bytes:
         """``/api/extra/music/generate``: a WAV for the caption and lyrics (``duration`` seconds
         of work at the weights' realtime factor; the clip itself stays short)."""
-        try:
-            body = read_json(request)
-        except BadRequest as exc:
-            raise _bad(str(exc)) from None
-        caption = self._music_text(body, "caption")
-        lyrics = self._music_text(body, "lyrics")
+        body, caption, lyrics = self._music_request(request)
         if not caption.strip() and not lyrics.strip():
             raise _bad("'caption' or 'lyrics' is required")
         seconds = body.get("duration", DEFAULT_MUSIC_SECONDS)
