@@ -39,7 +39,10 @@ def cpu_seconds(pid: int) -> float:
 
 def write_node(root: Path, port: int, models: dict[str, dict[str, Any]],
                weights: dict[str, dict[str, Any]], cluster: dict[str, Any] | None = None,
-               extra: dict[str, Any] | None = None) -> Path:
+               extra: dict[str, Any] | None = None, server: dict[str, Any] | None = None) -> Path:
+    """A node's folder under ``root``: simulator weights, ``.kcpps`` models and ``node.yaml``
+    (listening on ``port``; ``cluster`` and ``server`` keys added to their sections, ``extra``
+    sections added whole)."""
     (root / "models").mkdir(parents=True, exist_ok=True)
     (root / "weights").mkdir(parents=True, exist_ok=True)
     for name, spec in weights.items():
@@ -48,7 +51,7 @@ def write_node(root: Path, port: int, models: dict[str, dict[str, Any]],
         (root / "models" / f"{name}.kcpps").write_text(json.dumps(spec))
     cfg = root / "node.yaml"
     cfg.write_text(json.dumps({
-        "server": {"bind": f"127.0.0.1:{port}"},
+        "server": {"bind": f"127.0.0.1:{port}", **(server or {})},
         "models": {"config_dir": "models"},
         "llama": {"binary_path": [*SIM, "llama-server"]},
         "cluster": {"store_dir": "store", **(cluster or {})},

@@ -68,11 +68,13 @@ from twisted.web.client import Agent, HTTPConnectionPool
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _harness import SIM, TWISTD, free_port  # noqa: E402
+from _harness import write_node as write_node_config  # noqa: E402
 
 from routerd.sim.wav import make_wav  # noqa: E402
 
-SIM = [sys.executable, "-m", "routerd.sim"]
-TWISTD = str(Path(sys.executable).parent / "twistd")
 TOKEN = "soak-cluster-token-0123456789"
 TEXT = {"kind": "text", "load_ms": 600, "prompt_tokens_per_s": 5000, "gen_tokens_per_s": 400,
         "context": 4096}
@@ -89,14 +91,6 @@ ACCESS = re.compile(r" (?P<status>\d{3}) \d+B .* node=(?P<node>\S+) lent_to=\S+ 
 KINDS = ("chat", "stream", "embed", "image", "stt")
 #: Share of requests of each kind (the rest of 100 are chats).
 MIX = {"stream": 25, "embed": 15, "image": 10, "stt": 15}
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def rss_kb(pid: int) -> int:
@@ -183,21 +177,11 @@ def _kcpps(key: str, name: str, **extra: Any) -> dict[str, Any]:
 
 def write_node(root: Path, port: int, models: dict[str, dict[str, Any]], weights: dict[str, dict[str, Any]],
                cluster: dict[str, Any]) -> None:
-    (root / "models").mkdir(parents=True, exist_ok=True)
-    (root / "weights").mkdir(parents=True, exist_ok=True)
-    for name, spec in weights.items():
-        (root / "weights" / f"{name}.sim.json").write_text(json.dumps({"weights": name, **spec}))
-    for name, spec in models.items():
-        (root / "models" / f"{name}.kcpps").write_text(json.dumps(spec))
-    (root / "node.yaml").write_text(json.dumps({
-        "server": {"bind": f"127.0.0.1:{port}", "drain_timeout": "20s"},
-        "models": {"config_dir": "models"},
-        "llama": {"binary_path": [*SIM, "llama-server"]},
+    write_node_config(root, port, models, weights, {"token": TOKEN, **LENDING, **cluster}, {
         "sdcpp": {"binary_path": [*SIM, "sd-server"]},
         "whispercpp": {"binary_path": [*SIM, "whisper-server"]},
         "limits": {"first_byte_timeout": "60s", "idle_stream_timeout": "30s"},
-        "cluster": {"store_dir": "store", "token": TOKEN, **LENDING, **cluster},
-    }))
+    }, server={"drain_timeout": "20s"})
 
 
 @attrs.define
