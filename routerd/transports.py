@@ -32,6 +32,20 @@ def send(transport: Any, data: bytes) -> None:
     transport.write(data)
 
 
+#: Bodies shorter than this go out joined to their head (one copy, one send).
+JOIN_BELOW = 64 * 1024
+
+
+def send_with_head(transport: Any, head: bytes, body: bytes) -> None:
+    """:func:`send` a message's head and body: joined when the body is small (one segment), else
+    one after the other (no copy of a large body)."""
+    if len(body) < JOIN_BELOW:
+        send(transport, head + body)
+    else:
+        send(transport, head)
+        send(transport, body)
+
+
 def no_delay(transport: Any) -> None:
     """Turn off Nagle's algorithm on a TCP transport (others are left alone): a streamed answer's
     chunks go out as written instead of waiting for the peer's ACK of the one before."""

@@ -40,7 +40,7 @@ from routerd.api.errors import INTERNAL_ERROR, reply_error, reply_failure
 from routerd.api.site import GuardResource, NodeSite, access_logged, log_access
 from routerd.logs import request_model
 from routerd.routing.call import Incoming
-from routerd.transports import no_delay, send
+from routerd.transports import no_delay, send, send_with_head
 
 log = Logger()
 
@@ -58,8 +58,6 @@ _CRLF = b"\r\n"
 #: Request headers the access line reads after routing.
 _ACCESS_HEADERS = ("x-routerd-model", "content-type")
 _NO_HEADERS: dict[str, str] = {}
-#: Answers shorter than this go out joined to their head (one copy, one send).
-_JOIN_BELOW = 64 * 1024
 
 
 class NodeServerFactory(protocol.Factory):
@@ -419,12 +417,7 @@ class LeanReply:
         assert transport is not None
         if not self.started:
             self.started = True
-            head = self._head_bytes(len(body))
-            if len(body) < _JOIN_BELOW:
-                send(transport, head + body)
-            else:
-                send(transport, head)
-                send(transport, body)
+            send_with_head(transport, self._head_bytes(len(body)), body)
         elif body:
             send(transport, b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body))
         else:

@@ -34,13 +34,11 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent
 from zope.interface import implementer
 
-from routerd.transports import no_delay, send
+from routerd.transports import no_delay, send_with_head
 
 __all__ = ["BackendAgent", "BackendResponse"]
 
 _DONE = Failure(ResponseDone())
-#: Bodies shorter than this go out joined to their head (one copy, one send).
-_JOIN_BELOW = 64 * 1024
 #: Delays before connecting again to a backend that refused the connection (then the refusal fails
 #: the request).
 REFUSED_BACKOFF_S = (0.02, 0.05, 0.1)
@@ -147,11 +145,7 @@ class _Connection(Protocol):
         self._length = None
         self._chunked = False
         assert self.transport is not None
-        if len(body) < _JOIN_BELOW:
-            send(self.transport, head + body)  # one segment, sent now when the socket is free
-        else:
-            send(self.transport, head)
-            send(self.transport, body)
+        send_with_head(self.transport, head, body)  # sent now when the socket is free
 
     def abort(self) -> None:
         if self.transport is not None and not self.lost:

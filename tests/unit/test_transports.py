@@ -90,3 +90,15 @@ def test_no_delay_turns_nagle_off_where_the_transport_can() -> None:
     no_delay(tcp)
     assert tcp.nodelay == [True]
     no_delay(StringTransport())  # no such method: left alone
+
+
+def test_a_small_body_leaves_joined_to_its_head_and_a_large_one_after_it_uncopied() -> None:
+    from routerd.transports import JOIN_BELOW, send_with_head
+
+    sock = FakeSocket()
+    send_with_head(connection(sock), b"HEAD", b"body")
+    assert sock.sent == [b"HEADbody"]
+    big = b"x" * JOIN_BELOW
+    sock = FakeSocket()
+    send_with_head(connection(sock), b"HEAD", big)
+    assert sock.sent == [b"HEAD", big]
