@@ -407,7 +407,7 @@ def build_site(node: Node) -> NodeSite:
     ]
     limit = node.config.limits.max_body_bytes
     guard = GuardResource(Dispatch(apis), node.policy, limit, node.config.server.cors_origins,
-                          lambda: node.phase)
+                          lambda: node.phase, node.config.server)
     site = NodeSite(guard, limit, node.config.limits.replay_buffer_bytes)
     node.reloader.on_applied.append(lambda config: guard.update(node.policy, site, config))
     return site

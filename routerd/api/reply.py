@@ -71,9 +71,14 @@ def query_arg(request: IRequest, name: str) -> str | None:
 
 
 def header_map(request: IRequest) -> dict[str, str]:
+    """The request's fields as its edge admitted them (:class:`~routerd.api.head.RequestHead`:
+    list fields joined, singletons once)."""
+    head = getattr(request, HEAD_ATTRIBUTE, None)
+    if head is not None:
+        return dict(head.fields)
     out: dict[str, str] = {}
     for name, values in request.requestHeaders.getAllRawHeaders():
-        out[name.decode("latin-1").lower()] = values[0].decode("latin-1")
+        out[name.decode("latin-1").lower()] = ", ".join(v.decode("latin-1") for v in values)
     return out
 
 
@@ -83,6 +88,8 @@ def read_body(request: IRequest) -> bytes:
 
 #: The request attribute holding its body once :func:`incoming` took it (the access line reads it).
 BODY_ATTRIBUTE = "routerd_body"
+#: The request attribute holding its :class:`~routerd.api.head.RequestHead` (set at admission).
+HEAD_ATTRIBUTE = "routerd_head"
 #: The request attribute holding the model routing found named (the access line prefers it).
 MODEL_ATTRIBUTE = "routerd_model"
 

@@ -1,32 +1,53 @@
-"""The HTTP front door of a node: body limits, access control, then the Klein app."""
+"""twisted.web's side of the node's HTTP edge: the channel, the request and the guard.
+
+Requests the lean channel (:mod:`routerd.api.channel`) does not serve itself reach twisted.web's
+``HTTPChannel``; :class:`NodeHTTPChannel` holds it to the same rules.  It builds the same
+:class:`~routerd.api.head.RequestHead` from what twisted parsed and asks the same
+:func:`~routerd.api.admission.decide` as soon as the head is complete, before a byte of body is
+buffered; a refusal (and any head twisted's own parser refuses) is written by the same
+:func:`~routerd.api.access.refusal` with ``Connection: close``.  An admitted request reserves its
+``Content-Length`` from the replay budget at once (a chunked body reserves as it arrives) and gives
+it back exactly once when it finishes or its connection is lost.  :class:`GuardResource` then only
+applies the verdict (CORS headers, a preflight's 204, the chunked body's 413/503).
+
+Twisted internals used here (``_command``, ``_path``, ``_version``, ``_receivedHeaderSize``,
+``_respondToBadRequestAndDisconnect``, ``_buffer``) are those of the Twisted range pinned in
+pyproject.toml; the channel tests (tests/unit/test_edge_parity.py) fail if they move.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, cast
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from twisted.internet.address import IPv4Address, IPv6Address
-from twisted.logger import LogLevel
-from twisted.web import resource, server
-from twisted.web.http import Request
+from twisted.web import http, resource, server
 from twisted.web.iweb import IRequest
 
+from routerd.api.access import access_logged, log_access, refusal
+from routerd.api.admission import EdgeRules, Verdict, buffer_full, decide
 from routerd.api.cors import CorsPolicy
 from routerd.api.errors import answer_error
-from routerd.api.reply import BODY_ATTRIBUTE, MODEL_ATTRIBUTE
+from routerd.api.head import (
+    MAX_FIELDS,
+    MAX_HEAD_BYTES,
+    RequestHead,
+    bad_request,
+    build_head,
+    content_length,
+    head_too_large,
+)
+from routerd.api.reply import BODY_ATTRIBUTE, HEAD_ATTRIBUTE, MODEL_ATTRIBUTE
 from routerd.api.webui import is_ui_path
 from routerd.cluster.auth import AuthPolicy
-from routerd.config.schema import Config
-from routerd.errors import HTTPError, Saturated
-from routerd.lending.offload import offload_returned
-from routerd.lending.transport import RELAY_PATH
-from routerd.logs import ACCESS_FORMAT, QuickLogger, gate, literal, request_model
-
-#: Paths answered while the node is starting or draining (the rest get 503 + Retry-After).
-_ALWAYS_SERVED = frozenset({"/health", "/metrics", "/openapi.json"})
+from routerd.config.schema import Config, ServerConfig
+from routerd.errors import HTTPError, StatusError
+from routerd.logs import request_model
 
 #: The request attribute the guard sets: whether the caller may see node details on ``/health``.
 AUTHENTICATED = "routerd_authenticated"
+#: The request attribute holding the admission verdict its channel reached at head time.
+VERDICT_ATTRIBUTE = "routerd_verdict"
 
 
 def authenticated(request: IRequest) -> bool:
@@ -63,6 +84,10 @@ class BufferBudget:
         self.limit = limit
         self.used = 0
 
+    @property
+    def free(self) -> int:
+        return max(0, self.limit - self.used)
+
     def fits(self, size: int) -> bool:
         return self.used + size <= self.limit
 
@@ -76,14 +101,102 @@ class BufferBudget:
         self.used = max(0, self.used - size)
 
 
+class GuardResource(resource.Resource):
+    """The node's edge rules (:class:`~routerd.api.admission.EdgeRules`, phase, budget, server
+    limits), and the resource that applies a request's verdict before the app sees it."""
+
+    isLeaf = True
+
+    def __init__(self, inner: resource.IResource, policy: AuthPolicy, max_body_bytes: int,
+                 cors_origins: tuple[str, ...] = (), phase: Callable[[], str] = lambda: "ready",
+                 server_config: ServerConfig | None = None) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.inner = inner
+        self.phase = phase
+        self.rules = EdgeRules(policy, max_body_bytes, CorsPolicy.build(cors_origins), is_ui_path)
+        self.limits: ServerConfig = server_config or ServerConfig()
+        self.budget: BufferBudget | None = None  # the site's (NodeSite sets it)
+
+    @property
+    def policy(self) -> AuthPolicy:
+        return self.rules.policy
+
+    @property
+    def max_body_bytes(self) -> int:
+        return self.rules.max_body_bytes
+
+    def update(self, policy: AuthPolicy, site: NodeSite, config: Config) -> None:
+        """A reload: new keys and networks, body limit, CORS origins and server limits from now on."""
+        self.rules = EdgeRules(policy, config.limits.max_body_bytes,
+                               CorsPolicy.build(config.server.cors_origins), is_ui_path)
+        self.limits = config.server
+        site.max_body_bytes = config.limits.max_body_bytes
+        if site.buffer is not None:
+            site.buffer.limit = config.limits.replay_buffer_bytes
+
+    def decide(self, head: RequestHead, peer: str) -> Verdict:
+        """The admission verdict on ``head`` from ``peer`` now (both edges ask this)."""
+        budget = self.budget
+        return decide(self.rules, head, peer, self.phase(), budget.free if budget is not None else None)
+
+    def render(self, request: IRequest) -> bytes | int:
+        verdict: Verdict | None = getattr(request, VERDICT_ATTRIBUTE, None)
+        if verdict is None:
+            # A request that did not come through NodeHTTPChannel (in-memory test clients): the
+            # same head rules and the same decision, made here.
+            try:
+                head = head_of(request)
+            except StatusError as err:
+                return answer_error(request, err)
+            setattr(request, HEAD_ATTRIBUTE, head)
+            verdict = self.decide(head, client_host(request))
+        for name, value in verdict.headers:
+            request.setHeader(name, value)
+        if verdict.error is not None:
+            return answer_error(request, verdict.error)
+        if verdict.preflight:
+            request.setResponseCode(204)
+            return b""
+        if getattr(request, "too_large", False):  # a chunked body past the limit
+            return answer_error(request, HTTPError(413, f"request body is larger than {self.max_body_bytes} "
+                                                   "bytes", "request_too_large", "request_too_large"))
+        if getattr(request, "over_buffer", False):  # a chunked body past the budget
+            request.setHeader(b"retry-after", b"1")
+            return answer_error(request, buffer_full())
+        setattr(request, AUTHENTICATED, verdict.authenticated)
+        return self.inner.render(request)  # type: ignore[no-any-return]
+
+
+def head_of(request: IRequest) -> RequestHead:
+    """The :class:`RequestHead` of a request twisted.web parsed (raises 400 & co. like the lean edge)."""
+    return build_head(request.method, request.uri, getattr(request, "clientproto", b"HTTP/1.1"),
+                      _field_lines(request))
+
+
+def _field_lines(request: IRequest) -> Iterator[tuple[bytes, bytes]]:
+    for name, values in request.requestHeaders.getAllRawHeaders():
+        for value in values:
+            yield name, value
+
+
+def client_host(request: IRequest) -> str:
+    peer = request.getClientAddress()
+    if isinstance(peer, IPv4Address | IPv6Address):
+        return peer.host
+    return "127.0.0.1"  # in-memory transports in tests
+
+
 class LimitedRequest(server.Request):
-    """A request that stops buffering a body larger than the site's limit, or one that would take
-    the node's buffered bodies past its replay buffer (refused 503, never dropped silently)."""
+    """A request admitted at head time (see the module docstring): its body's bytes are reserved
+    from the replay budget (all of a ``Content-Length`` at once, a chunked body as it arrives) and
+    given back once; a chunked body past the body limit or the budget is discarded, and answered
+    413 / 503 by the guard."""
 
     too_large = False
     over_buffer = False
     _received = 0
     _held = 0
+    _reserved = False
 
     def __init__(self, channel: Any, queued: Any = None) -> None:
         clock = getattr(getattr(channel, "site", None), "reactor", None)
@@ -98,35 +211,33 @@ class LimitedRequest(server.Request):
     def _budget(self) -> BufferBudget | None:
         return getattr(getattr(self.channel, "site", None), "buffer", None)
 
-    def gotLength(self, length: int | None) -> None:
-        limit = getattr(getattr(self.channel, "site", None), "max_body_bytes", None)
-        if limit is not None and length is not None and length > limit:
-            self.too_large = True
-            self.content = _Discard()
-            return
-        budget = self._budget()
-        if budget is not None and length is not None and not budget.fits(length):
-            self.over_buffer = True
-            self.content = _Discard()
-            return
-        super().gotLength(length)  # type: ignore[no-untyped-call]
+    def admitted(self, head: RequestHead, verdict: Verdict) -> None:
+        """The channel admitted this request: keep the verdict and reserve its body's bytes."""
+        setattr(self, HEAD_ATTRIBUTE, head)
+        setattr(self, VERDICT_ATTRIBUTE, verdict)
+        if verdict.reserve:
+            budget = self._budget()
+            if budget is not None and budget.take(verdict.reserve):
+                self._held = verdict.reserve
+        self._reserved = head.length is not None
 
     def handleContentChunk(self, data: bytes) -> None:
         if self.too_large or self.over_buffer:
             return
-        limit = getattr(getattr(self.channel, "site", None), "max_body_bytes", None)
-        self._received += len(data)
-        if limit is not None and self._received > limit:
-            self.too_large = True
-            self._discard()
-            return
-        budget = self._budget()
-        if budget is not None:
-            if not budget.take(len(data)):
-                self.over_buffer = True
+        if not self._reserved:  # a chunked body: the limit and the budget as it arrives
+            limit = getattr(getattr(self.channel, "site", None), "max_body_bytes", None)
+            self._received += len(data)
+            if limit is not None and self._received > limit:
+                self.too_large = True
                 self._discard()
                 return
-            self._held += len(data)
+            budget = self._budget()
+            if budget is not None:
+                if not budget.take(len(data)):
+                    self.over_buffer = True
+                    self._discard()
+                    return
+                self._held += len(data)
         super().handleContentChunk(data)  # type: ignore[no-untyped-call]
 
     def _discard(self) -> None:
@@ -148,114 +259,161 @@ class LimitedRequest(server.Request):
         super().connectionLost(reason)  # type: ignore[no-untyped-call]
 
 
-class GuardResource(resource.Resource):
-    """Refuses oversized bodies and unauthorised callers before the app sees them."""
+class NodeHTTPChannel(http.HTTPChannel):
+    """twisted.web's channel under the node's edge rules (see the module docstring).  ``state``
+    and ``since`` tell the lean channel's reaper which deadline applies (``head``, ``body``,
+    ``busy``, ``idle``)."""
 
-    isLeaf = True
+    totalHeadersSize = MAX_HEAD_BYTES
+    MAX_LENGTH = MAX_HEAD_BYTES
+    maxHeaders = MAX_FIELDS + 1  # the count is ours (431 at MAX_FIELDS + 1, see headerReceived)
 
-    def __init__(self, inner: resource.IResource, policy: AuthPolicy, max_body_bytes: int,
-                 cors_origins: tuple[str, ...] = (), phase: Callable[[], str] = lambda: "ready") -> None:
+    def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
-        self.inner = inner
-        self.policy = policy
-        self.max_body_bytes = max_body_bytes
-        self.phase = phase
-        self.cors = CorsPolicy.build(cors_origins)
+        self.refused = False
+        self.state = "idle"
+        self.since = 0.0
+        self.write_blocked = False
+        self._fields = 0
 
-    def update(self, policy: AuthPolicy, site: NodeSite, config: Config) -> None:
-        """A reload: new keys and networks, body limit and CORS origins from now on."""
-        self.policy = policy
-        self.max_body_bytes = site.max_body_bytes = config.limits.max_body_bytes
-        if site.buffer is not None:
-            site.buffer.limit = config.limits.replay_buffer_bytes
-        self.cors = CorsPolicy.build(config.server.cors_origins)
+    site: Any  # set by Site.buildProtocol
 
-    def render(self, request: Request) -> bytes | int:
-        path = request.path.decode("utf-8", "replace")
-        origin = _text_header(request, b"origin")
-        try:
-            if self.cors.enabled and request.method == b"OPTIONS" and origin is not None \
-                    and request.getHeader(b"access-control-request-method") is not None:
-                return self._preflight(request, origin)
-            if self.cors.allows(origin):
-                assert origin is not None
-                for name, value in self.cors.response_headers(origin).items():
-                    request.setHeader(name, value)
-            if getattr(request, "too_large", False):
-                raise HTTPError(413, f"request body is larger than {self.max_body_bytes} bytes",
-                                "request_too_large", "request_too_large")
-            if getattr(request, "over_buffer", False):
-                request.setHeader(b"retry-after", b"1")
-                raise Saturated(503, "this node's request buffer (limits.replay_buffer_mb) is full; "
-                                     "retry later", "buffer_full")
-            forwarded = request.getHeader(b"x-forwarded-for")
-            ok = self.admit(path, _client_host(request), forwarded.decode("latin-1") if forwarded else None,
-                            request.getHeader(b"authorization"))
-            setattr(request, AUTHENTICATED, ok)
-            phase = self.phase()
-            if phase != "ready" and path not in _ALWAYS_SERVED:
-                if request.getHeader(b"x-routerd-offload") == b"1" or path == RELAY_PATH:
-                    # A borrowed request goes back to its owner, who serves it itself; so does
-                    # one an owner relays through a master that is starting or draining.
-                    raise offload_returned(f"helper node is {phase}")
-                request.setHeader(b"retry-after", b"1")
-                raise Saturated(503, f"this node is {phase}; retry later", phase)
-        except HTTPError as err:
-            return answer_error(cast(IRequest, request), err)
-        return self.inner.render(request)  # type: ignore[no-any-return]
+    def _now(self) -> float:
+        return float(self.site.reactor.seconds())
 
-    def admit(self, path: str, peer: str, forwarded_for: str | None, authorization: bytes | None) -> bool:
-        """Raise ``HTTPError`` (401/403) unless the caller at ``peer`` may use ``path``; returns
-        whether it is authenticated.  Both HTTP edges ask this (the lean channel too)."""
-        host = self.policy.client_host(peer, forwarded_for)
-        if is_ui_path(path):
-            # the WebUI's static files: allowed networks only, but no key (the pages ask for it)
-            if not self.policy.client_allowed(host):
-                raise HTTPError(403, "client address is not allowed", "forbidden", "forbidden")
+    def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
+        super().connectionMade()  # type: ignore[no-untyped-call]
+        self.since = self._now()
+
+    def dataReceived(self, data: bytes) -> None:  # noqa: N802 - Twisted's name
+        if self.refused:
+            return
+        if self.state == "idle":
+            self.state, self.since = "head", self._now()
+        elif self.state == "body":
+            self.since = self._now()
+        super().dataReceived(data)  # type: ignore[no-untyped-call]
+
+    def lineReceived(self, line: bytes) -> None:  # noqa: N802 - Twisted's name
+        if not self.refused:
+            super().lineReceived(line)  # type: ignore[no-untyped-call]
+
+    def lineLengthExceeded(self, line: bytes) -> None:  # noqa: N802 - Twisted's name
+        self.refuse(head_too_large(f"a head line is longer than {MAX_HEAD_BYTES} bytes"))
+
+    def headerReceived(self, line: bytes) -> bool:  # noqa: N802 - Twisted's name
+        self._fields += 1
+        if self._fields > MAX_FIELDS:
+            self.refuse(head_too_large(f"more than {MAX_FIELDS} header fields"))
             return False
-        return self.policy.check(path, host, authorization)
+        name, _, value = line.partition(b":")
+        if name.lower() == b"content-length":
+            try:  # twisted's int() of thousands of digits raises; the rule is the shared one
+                content_length(value)
+            except StatusError as err:
+                self.refuse(err)
+                return False
+        return bool(super().headerReceived(line))  # type: ignore[no-untyped-call]
 
-    def _preflight(self, request: Request, origin: str) -> bytes:
-        """A CORS preflight: 204 for a listed origin on an allowed network, else 403."""
-        if not self.policy.client_allowed(_client_host(request)):
-            raise HTTPError(403, "client address is not allowed", "forbidden", "forbidden")
-        if not self.cors.allows(origin):
-            raise HTTPError(403, f"origin {origin} is not in server.cors_origins", "forbidden", "forbidden")
-        for name, value in self.cors.preflight_headers(
-                origin, _text_header(request, b"access-control-request-headers")).items():
-            request.setHeader(name, value)
-        request.setResponseCode(204)
-        return b""
+    def allHeadersReceived(self) -> None:  # noqa: N802 - Twisted's name
+        self._fields = 0
+        request = self.requests[-1]
+        try:
+            head = build_head(self._command, self._path, self._version, _field_lines(request))
+        except StatusError as err:
+            self.refuse(err)
+            return
+        guard = self.site.resource
+        verdict = guard.decide(head, _peer(self)) if isinstance(guard, GuardResource) else Verdict()
+        if verdict.error is not None:
+            self.refuse(verdict.error, verdict.headers, head)
+            return
+        request.admitted(head, verdict)
+        self.state, self.since = ("body" if head.length or head.chunked else "busy"), self._now()
+        super().allHeadersReceived()  # type: ignore[no-untyped-call]
+
+    def allContentReceived(self) -> None:  # noqa: N802 - Twisted's name
+        if self.refused:
+            return
+        self.state = "busy"
+        super().allContentReceived()  # type: ignore[no-untyped-call]
+
+    def rawDataReceived(self, data: bytes) -> None:  # noqa: N802 - Twisted's name
+        if not self.refused:
+            super().rawDataReceived(data)
+
+    def requestDone(self, request: Any) -> None:  # noqa: N802 - Twisted's name
+        self.state, self.since = "idle", self._now()
+        super().requestDone(request)  # type: ignore[no-untyped-call]
+        if self.state == "idle" and getattr(self, "_buffer", None):
+            self.state = "head"  # part of the next request is here: its head deadline runs
+
+    def pauseProducing(self) -> None:  # noqa: N802 - Twisted's name
+        self.write_blocked = True
+        self.since = self._now() if self.state == "busy" else self.since
+        super().pauseProducing()  # type: ignore[no-untyped-call]
+
+    def resumeProducing(self) -> None:  # noqa: N802 - Twisted's name
+        self.write_blocked = False
+        super().resumeProducing()  # type: ignore[no-untyped-call]
+
+    def _respondToBadRequestAndDisconnect(self) -> None:  # noqa: N802 - Twisted's name
+        if self._receivedHeaderSize > self.totalHeadersSize:
+            self.refuse(head_too_large(f"request head is larger than {MAX_HEAD_BYTES} bytes"))
+        else:
+            self.refuse(bad_request("malformed request head"))
+
+    def refuse(self, err: StatusError, headers: tuple[tuple[bytes, bytes], ...] = (),
+               head: RequestHead | None = None) -> None:
+        """Answer ``err`` before the body and close: nothing more of this connection is read."""
+        if self.refused or self.transport is None:
+            return
+        self.refused = True
+        self.state, self.since = "closing", self._now()
+        self.setTimeout(None)  # type: ignore[no-untyped-call]
+        method = head.method if head is not None else _text(getattr(self, "_command", None))
+        path = head.path if head is not None else _text(getattr(self, "_path", None))
+        self.transport.write(refusal(path, err, headers, http.datetimeToString(self._now())))
+        log_refusal(method, path, err.status, _peer(self), head)
+        self.loseConnection()  # type: ignore[no-untyped-call]
 
 
-def _text_header(request: Request, name: bytes) -> str | None:
-    value = request.getHeader(name)
-    return value.decode("latin-1") if value is not None else None
+def log_refusal(method: str, path: str, status: int, client: str, head: RequestHead | None) -> None:
+    """The access line of a request refused at head time (both edges)."""
+    if not access_logged():
+        return
+    model = "-"
+    if head is not None:
+        model = request_model(None, head.fields.get("x-routerd-model"), "", None)
+    log_access(method=method, path=path.partition("?")[0], status=status, bytes=0, ms=0, model=model,
+               node="-", lent_to="-", request_id="-", client=client)
 
 
-def _client_host(request: Request) -> str:
-    peer = request.getClientAddress()
-    if isinstance(peer, IPv4Address | IPv6Address):
-        return peer.host
-    return "127.0.0.1"  # in-memory transports in tests
+def _text(raw: Any) -> str:
+    return raw.decode("latin-1") if isinstance(raw, bytes) else "-"
+
+
+def _peer(channel: http.HTTPChannel) -> str:
+    peer = channel.transport.getPeer() if channel.transport is not None else None
+    return getattr(peer, "host", "127.0.0.1")
 
 
 class NodeSite(server.Site):
     requestFactory = LimitedRequest  # type: ignore[assignment]
+    protocol = NodeHTTPChannel  # type: ignore[assignment]  # HTTP/1.1 only: no H2 negotiation
 
     def __init__(self, root: resource.IResource, max_body_bytes: int,
                  replay_buffer_bytes: int | None = None) -> None:
         super().__init__(root)  # type: ignore[no-untyped-call]
         self.max_body_bytes = max_body_bytes
         self.buffer = BufferBudget(replay_buffer_bytes) if replay_buffer_bytes is not None else None
+        if isinstance(root, GuardResource):
+            root.budget = self.buffer
         self.displayTracebacks = False
 
     def log(self, request: Any) -> None:
         """One access line per answered request (namespace ``routerd.access``)."""
         access_line(request, self.reactor.seconds())
-
-
-access_log = QuickLogger(namespace="routerd.access")
 
 
 def _header(request: Any, where: str, name: bytes) -> str | None:
@@ -279,7 +437,7 @@ def access_line(request: Any, now: float) -> None:
                node=_header(request, "out", b"x-routerd-node") or "-",
                lent_to=_header(request, "out", b"x-routerd-lent-to") or "-",
                request_id=_header(request, "out", b"x-routerd-request-id") or "-",
-               client=_client_host(request))
+               client=client_host(request))
 
 
 def _named_model(request: Any) -> str:
@@ -295,15 +453,3 @@ def _named_model(request: Any) -> str:
             body = None
     return request_model(query_model, _header(request, "in", b"x-routerd-model"),
                          _header(request, "in", b"content-type") or "", body)
-
-
-def log_access(**fields: Any) -> None:
-    """Logs one access line (both HTTP edges): ``method path status bytes ms model node lent_to
-    request_id client``.  Rendered here by str.format (C): an observer then formats a literal, not
-    ten fields through twisted's Python-level formatter (issue 14)."""
-    access_log.info(literal(ACCESS_FORMAT.format(**fields)), **fields)
-
-
-def access_logged() -> bool:
-    """Whether access lines are written at all (info enabled): else nothing is gathered for them."""
-    return gate.enabled(LogLevel.info)

@@ -125,8 +125,14 @@ def parse_config(
         cors_origins=tuple(o.strip().rstrip("/") for o in reader.str_list(s, "server", "cors_origins", ())),
         trusted_proxies=reader.str_list(s, "server", "trusted_proxies", ()),
         drain_timeout=reader.duration(s, "server", "drain_timeout", ServerConfig().drain_timeout),
+        head_timeout=reader.duration(s, "server", "head_timeout", ServerConfig().head_timeout),
+        body_timeout=reader.duration(s, "server", "body_timeout", ServerConfig().body_timeout),
+        send_timeout=reader.duration(s, "server", "send_timeout", ServerConfig().send_timeout),
+        max_connections=reader.integer(s, "server", "max_connections", ServerConfig().max_connections,
+                                       1, 1_000_000),
     )
-    reader.unknown(s, "server", ("bind", "allowed_cidrs", "cors_origins", "trusted_proxies", "drain_timeout"))
+    reader.unknown(s, "server", ("bind", "allowed_cidrs", "cors_origins", "trusted_proxies", "drain_timeout",
+                                 "head_timeout", "body_timeout", "send_timeout", "max_connections"))
     for origin in server.cors_origins:
         if origin != "*" and not _valid_origin(origin):
             errs.add("server.cors_origins", f"{origin!r} is not an origin (scheme://host[:port], or *)")

@@ -30,6 +30,15 @@ class ServerConfig:
     drain_timeout: float = 30.0
     #: Browser origins (``https://host[:port]``, or ``*``) allowed to call the API (CORS).
     cors_origins: tuple[str, ...] = ()
+    #: Seconds a request head may take from its first byte to its blank line (then 408 + close).
+    head_timeout: float = 30.0
+    #: Seconds a request body may go without a byte arriving (then 408 + close).
+    body_timeout: float = 60.0
+    #: Seconds an answer's output may stay backed up (a client not reading), or a closing
+    #: connection stay open, before the connection is aborted.
+    send_timeout: float = 60.0
+    #: Open client connections beyond which a new one is answered 503 and closed.
+    max_connections: int = 4096
 
     @property
     def host(self) -> str:

@@ -145,7 +145,8 @@ def test_other_paths_are_handed_to_twisted_web_and_the_connection_goes_on_servin
     post(extra=b"Bad Header: x\r\n"),  # not a token: twisted.web judges it
     post().replace(b"HTTP/1.1", b"HTTP/1.0", 1),
     post(extra=b"Expect: 100-continue\r\n"),
-    b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: n\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"3\r\nabc\r\n0\r\n\r\n",
 ], ids=["origin", "bad-header-name", "http-1.0", "expect", "chunked-body"])
 def test_requests_the_channel_does_not_fully_understand_are_handed_over_whole(raw: bytes) -> None:
     served = Served()
@@ -155,12 +156,14 @@ def test_requests_the_channel_does_not_fully_understand_are_handed_over_whole(ra
         assert served.api.calls[0][1].body in (b'{"model":"m"}', b"abc")
 
 
-def test_a_body_over_the_limit_is_refused_413_by_twisted_web() -> None:
+def test_a_body_over_the_limit_is_refused_413_at_head_time_and_the_connection_closed() -> None:
+    """Issue 20: the lean channel refuses from the Content-Length, before reading the body."""
     served = Served(limit=8)
     served.send(post(b'{"model":"long"}'))
-    assert served.channel._inner is not None and not served.api.calls
+    assert served.channel._inner is None and not served.api.calls
     out = served.written()
     assert out.startswith(b"HTTP/1.1 413 ") and b"request_too_large" in out
+    assert b"connection: close" in out and served.transport.disconnecting
 
 
 def test_a_head_longer_than_the_limit_is_handed_over() -> None:
@@ -182,8 +185,12 @@ def test_a_caller_without_the_inference_key_is_refused_401_by_the_channel() -> N
     out = served.written()
     assert served.channel._inner is None and not served.api.calls
     assert out.startswith(b"HTTP/1.1 401 Unauthorized") and b"unauthorized" in out
+    assert b"connection: close" in out and served.transport.disconnecting  # its body is never read
     served.send(post(extra=b"Authorization: Bearer secret-key\r\n"))
-    assert len(served.api.calls) == 1
+    assert not served.api.calls  # nothing more is read on a refused connection
+    again = Served(keys=("secret-key",))
+    again.send(post(extra=b"Authorization: Bearer secret-key\r\n"))
+    assert len(again.api.calls) == 1
 
 
 def test_a_handler_error_is_answered_with_its_envelope_and_a_bug_with_500() -> None:
@@ -235,7 +242,7 @@ def test_klein_still_answers_the_lean_paths_for_a_twisted_request() -> None:
     """Dispatch keeps the inference paths for requests twisted.web parsed (handed-over ones)."""
     assert isinstance(Api.app, Klein)
     served = Served()
-    served.send(b"GET /health HTTP/1.1\r\n\r\n" + post(b'{"n":1}', extra=b"Origin: http://x\r\n"))
+    served.send(b"GET /health HTTP/1.1\r\nHost: n\r\n\r\n" + post(b'{"n":1}', extra=b"Origin: http://x\r\n"))
     assert served.api.calls and served.api.calls[0][1].body == b'{"n":1}'
 
 

@@ -1,0 +1,80 @@
+"""The one access line both HTTP edges write, and the answer heads they write themselves.
+
+``log_access`` renders ``method path status bytes ms model node lent_to request_id client`` once
+(namespace ``routerd.access``).  Every value a client chose (path, model, client address as
+forwarded) is escaped first: a control byte, a quote or a non-printable character becomes a
+backslash escape, so a text log line stays one line and the JSON log one valid object per line
+whatever a request carried (issue 20).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from twisted.logger import LogLevel
+from twisted.web.http import RESPONSES
+
+from routerd.errors import StatusError, error_body, style_for_path
+from routerd.logs import ACCESS_FORMAT, QuickLogger, gate, literal
+
+access_log = QuickLogger(namespace="routerd.access")
+
+#: Fields of the access line that carry what a client sent.
+_CLIENT_FIELDS = ("path", "model", "client", "method")
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable ASCII-or-Unicode escaped (``\\x1b``,
+    ``\\n`` …); spaces and quotes too, so a value never splits or fakes a field."""
+    if text.isprintable() and " " not in text and '"' not in text:
+        return text  # the common case: one C pass
+    return text.encode("unicode_escape").decode("ascii").replace(" ", "\\x20").replace('"', '\\"')
+
+
+def log_access(**fields: Any) -> None:
+    """Logs one access line (both HTTP edges; see the module docstring).  Rendered here by
+    str.format (C): an observer then formats a literal, not ten fields through twisted's
+    Python-level formatter (issue 14)."""
+    for name in _CLIENT_FIELDS:
+        value = fields.get(name)
+        if isinstance(value, str):
+            fields[name] = printable(value)
+    access_log.info(literal(ACCESS_FORMAT.format(**fields)), **fields)
+
+
+def access_logged() -> bool:
+    """Whether access lines are written at all (info enabled): else nothing is gathered for them."""
+    return gate.enabled(LogLevel.info)
+
+
+_CRLF = b"\r\n"
+
+
+def answer_head(status: int, headers: Iterable[tuple[bytes, bytes]], length: int | None, close: bool,
+                date: bytes, has_type: bool) -> bytes:
+    """An HTTP/1.1 answer head: ``Content-Length`` (or chunked when ``length`` is None), a JSON
+    content type unless ``has_type``, ``Connection: close`` when ``close``, and ``Date``."""
+    out = [b"HTTP/1.1 %d %s\r\n" % (status, RESPONSES.get(status, b"Unknown"))]
+    for name, value in headers:
+        out += (name, b": ", value, _CRLF)
+    if not has_type:
+        out.append(b"content-type: application/json\r\n")
+    if length is None:
+        out.append(b"transfer-encoding: chunked\r\n")
+    else:
+        out.append(b"content-length: %d\r\n" % length)
+    if close:
+        out.append(b"connection: close\r\n")
+    out += (b"date: ", date, b"\r\n\r\n")
+    return b"".join(out)
+
+
+def refusal(path: str, err: StatusError, headers: Iterable[tuple[bytes, bytes]], date: bytes) -> bytes:
+    """The whole answer to a request refused before its body was read (admission, a malformed head,
+    a deadline): the error envelope of ``path``'s family, ``Connection: close``."""
+    body = error_body(style_for_path(path), err.message, err.type, err.code)
+    return answer_head(err.status, headers, len(body), True, date, False) + body
+
+
+__all__ = ["access_log", "access_logged", "answer_head", "log_access", "printable", "refusal"]

@@ -1,0 +1,129 @@
+"""The one admission decision both HTTP edges apply (issue 20).
+
+:func:`decide` is pure: from the caller's address, the request's :class:`~routerd.api.head.RequestHead`,
+the node's phase, the free bytes of the replay budget and the node's :class:`EdgeRules`, it returns a
+:class:`Verdict`.  It runs as soon as a head is complete, before a byte of the body is read, on the
+lean channel and on twisted.web's channel alike; the edges only carry the verdict out.  In order:
+
+1. a CORS preflight (``OPTIONS`` with ``Origin`` and ``Access-Control-Request-Method``) from a listed
+   origin on an allowed network is answered 204 with its headers; any other preflight 403;
+2. the caller: ``server.allowed_cidrs`` (403) on the client address (the peer, or for a trusted proxy
+   the nearest untrusted entry of the joined ``X-Forwarded-For`` list), then the key its route class
+   needs (401): see :mod:`routerd.cluster.auth`.  The WebUI's static files need no key;
+3. the node's phase: while starting or draining only ``/health``, ``/metrics`` and ``/openapi.json``
+   are served; a borrowed request (``X-Routerd-Offload: 1``) or an owner's relay goes back to its
+   owner (409 ``offload_returned``), anything else gets 503 + ``Retry-After``;
+4. the body: a ``Content-Length`` over ``limits.max_body_bytes`` is a 413; one that does not fit in
+   the replay budget (``limits.replay_buffer_mb``) a 503 ``buffer_full`` + ``Retry-After``.  An
+   admitted request reserves its whole ``Content-Length`` from the budget at once (``reserve``).
+
+A refusal is answered with ``Connection: close``: its body is never read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+
+from routerd.api.cors import CorsPolicy
+from routerd.api.head import RequestHead
+from routerd.cluster.auth import AuthPolicy
+from routerd.errors import HTTPError, StatusError
+from routerd.lending.offload import offload_returned
+from routerd.lending.transport import RELAY_PATH
+
+#: Paths answered while the node is starting or draining (the rest get 503 + Retry-After).
+ALWAYS_SERVED = frozenset({"/health", "/metrics", "/openapi.json"})
+
+Headers = tuple[tuple[bytes, bytes], ...]
+
+
+@attrs.frozen
+class EdgeRules:
+    """What admission reads of the node's configuration (replaced whole on a reload)."""
+
+    policy: AuthPolicy
+    max_body_bytes: int
+    cors: CorsPolicy = CorsPolicy.build(())
+    #: Whether a path is one of the WebUI's static files (allowed networks, no key).
+    is_ui_path: Callable[[str], bool] = lambda path: False
+
+
+@attrs.frozen
+class Verdict:
+    """Admit (``error`` None) or refuse.  ``headers`` go on the answer either way (CORS);
+    ``reserve`` is the body's bytes to take from the replay budget before reading it."""
+
+    error: StatusError | None = None
+    headers: Headers = ()
+    authenticated: bool = False
+    preflight: bool = False
+    reserve: int = 0
+
+    @property
+    def refused(self) -> bool:
+        return self.error is not None
+
+
+def _refuse(error: StatusError, headers: Headers = (), retry_after: int | None = None) -> Verdict:
+    if retry_after is not None:
+        headers = (*headers, (b"Retry-After", str(retry_after).encode()))
+    return Verdict(error=error, headers=headers)
+
+
+def _cors_headers(values: dict[str, str]) -> Headers:
+    return tuple((name.encode("latin-1"), value.encode("latin-1")) for name, value in values.items())
+
+
+def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str, budget_free: int | None) -> Verdict:
+    """The verdict on ``head`` from ``peer`` (see the module docstring); ``budget_free`` is None
+    when the node keeps no replay budget."""
+    fields = head.fields
+    path = head.path
+    policy = rules.policy
+    cors = rules.cors
+    origin = fields.get("origin") if cors.enabled else None
+    host = policy.client_host(peer, fields.get("x-forwarded-for"))
+    if origin is not None and head.method == "OPTIONS" and "access-control-request-method" in fields:
+        if not policy.client_allowed(host):
+            return _refuse(HTTPError(403, "client address is not allowed", "forbidden", "forbidden"))
+        if not cors.allows(origin):
+            return _refuse(HTTPError(403, f"origin {origin} is not in server.cors_origins",
+                                     "forbidden", "forbidden"))
+        return Verdict(preflight=True, headers=_cors_headers(
+            cors.preflight_headers(origin, fields.get("access-control-request-headers"))))
+    headers: Headers = _cors_headers(cors.response_headers(origin)) \
+        if origin is not None and cors.allows(origin) else ()
+    authorization = fields.get("authorization")
+    try:
+        if rules.is_ui_path(path):
+            if not policy.client_allowed(host):
+                raise HTTPError(403, "client address is not allowed", "forbidden", "forbidden")
+            authenticated = False
+        else:
+            authenticated = policy.check(path, host, authorization.encode("latin-1")
+                                         if authorization is not None else None)
+    except StatusError as err:
+        return _refuse(err, headers)
+    if phase != "ready" and path not in ALWAYS_SERVED:
+        if fields.get("x-routerd-offload") == "1" or path == RELAY_PATH:
+            # A borrowed request goes back to its owner, who serves it itself; so does one an owner
+            # relays through a master that is starting or draining.
+            return _refuse(offload_returned(f"helper node is {phase}"), headers)
+        return _refuse(HTTPError(503, f"this node is {phase}; retry later", "overloaded", phase), headers, 1)
+    length = head.length or 0
+    if length > rules.max_body_bytes:
+        return _refuse(HTTPError(413, f"request body is larger than {rules.max_body_bytes} bytes",
+                                 "request_too_large", "request_too_large"), headers)
+    if budget_free is not None and length > budget_free:
+        return _refuse(buffer_full(), headers, 1)
+    return Verdict(headers=headers, authenticated=authenticated, reserve=length)
+
+
+def buffer_full() -> HTTPError:
+    return HTTPError(503, "this node's request buffer (limits.replay_buffer_mb) is full; retry later",
+                     "overloaded", "buffer_full")
+
+
+__all__ = ["ALWAYS_SERVED", "EdgeRules", "Verdict", "buffer_full", "decide"]

@@ -1,0 +1,169 @@
+"""One request head, built the same way by both HTTP edges (issue 20).
+
+The lean channel (:mod:`routerd.api.channel`) splits a head itself; twisted.web's ``HTTPChannel``
+(:class:`routerd.api.site.NodeHTTPChannel`) parses the ones handed to it.  Both give the request line
+and the field lines to :func:`build_head`, which applies the message rules of RFC 9110 §5 and
+RFC 9112 and returns the one :class:`RequestHead` every later rule reads (admission, routing, the
+access line), or raises :class:`~routerd.errors.HTTPError` (400, 431, 501, 505):
+
+- the method is a token; the version ``HTTP/1.0`` or ``HTTP/1.1`` (another ``HTTP/x.y``: 505);
+- the target is origin-form (``/`` then printable ASCII, no spaces, no control bytes, nothing
+  at or above 0x80): it is copied into backend request lines and log lines, so nothing else passes;
+- at most :data:`MAX_FIELDS` field lines of at most :data:`MAX_LINE` bytes each (431); names are
+  tokens; values hold no control bytes but HTAB (no NUL, CR, LF, DEL);
+- repeated lines of a list field are joined in order with ``", "`` (RFC 9110 §5.3), so
+  ``X-Forwarded-For`` written twice by two proxies reads as one list; a repeated singleton field
+  (:data:`SINGLETONS`: ``Authorization``, ``Host``, ``Content-Length``, ``Content-Type``) is a 400,
+  never "first wins" on one edge and "last wins" on the other;
+- an HTTP/1.1 request has exactly one ``Host`` (RFC 9112 §3.2);
+- ``Content-Length`` is 1–19 digits; with ``Transfer-Encoding`` it is a 400 (RFC 9112 §6.3, request
+  smuggling); the only transfer coding taken is ``chunked`` (501 otherwise), and not in HTTP/1.0.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from routerd.errors import HTTPError
+
+#: Bytes of a whole head (request line, field lines and their line ends).
+MAX_HEAD_BYTES = 16 * 1024
+#: Field lines of one head.
+MAX_FIELDS = 100
+#: Bytes of one line (the request line or one field line).
+MAX_LINE = 8 * 1024
+#: Fields a request may carry once only.
+SINGLETONS = frozenset({"authorization", "host", "content-length", "content-type"})
+
+_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_TARGET = re.compile(rb"/[\x21-\x7e]*")
+_VERSION = re.compile(rb"HTTP/[0-9]\.[0-9]")
+_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_LENGTH = re.compile(rb"[0-9]{1,19}")
+_VERSIONS = frozenset({b"HTTP/1.1", b"HTTP/1.0"})
+_NO_FIELDS: dict[str, str] = {}
+
+
+def bad_request(message: str) -> HTTPError:
+    return HTTPError(400, message, "invalid_request_error", "bad_request")
+
+
+def head_too_large(message: str) -> HTTPError:
+    return HTTPError(431, message, "invalid_request_error", "request_header_fields_too_large")
+
+
+class RequestHead:
+    """What a request's head says, after the rules above.  ``fields`` maps lower-case names to
+    their (joined) values; ``length`` is the ``Content-Length`` (None when absent)."""
+
+    __slots__ = ("method", "target", "path", "query", "version", "fields", "length", "chunked", "close")
+
+    def __init__(self, method: str, target: bytes, version: bytes, fields: dict[str, str],
+                 length: int | None, chunked: bool, close: bool) -> None:
+        self.method = method
+        self.target = target
+        raw_path, _, self.query = target.partition(b"?")
+        self.path = raw_path.decode("ascii")
+        self.version = version
+        self.fields = fields
+        self.length = length
+        self.chunked = chunked
+        self.close = close
+
+    def field(self, name: str) -> str | None:
+        return self.fields.get(name)
+
+    def keep_only(self, names: Iterable[str]) -> None:
+        """Let go of every field but ``names`` (a held request keeps the few the access line reads)."""
+        fields = self.fields
+        kept = {name: fields[name] for name in names if name in fields}
+        self.fields = kept or _NO_FIELDS
+
+
+def check_request_line(method: bytes, target: bytes, version: bytes) -> None:
+    """The request line's rules (see the module docstring)."""
+    if _VERSION.fullmatch(version) is None:
+        raise bad_request("malformed HTTP version")
+    if version not in _VERSIONS:
+        raise HTTPError(505, "only HTTP/1.0 and HTTP/1.1 are served", "invalid_request_error",
+                        "http_version_not_supported")
+    if _TOKEN.fullmatch(method) is None:
+        raise bad_request("malformed request method")
+    if len(target) > MAX_LINE:
+        raise HTTPError(414, "request target is too long", "invalid_request_error", "uri_too_long")
+    if _TARGET.fullmatch(target) is None:
+        raise bad_request("request target must be a path of printable ASCII (origin-form)")
+
+
+def build_head(method: bytes, target: bytes, version: bytes,
+               lines: Iterable[tuple[bytes, bytes]]) -> RequestHead:
+    """The head of a request line and its field lines ``(name, value)`` in arrival order (names in
+    any case, values with or without their optional whitespace)."""
+    check_request_line(method, target, version)
+    fields: dict[str, str] = {}
+    count = 0
+    for name, value in lines:
+        count += 1
+        if count > MAX_FIELDS:
+            raise head_too_large(f"more than {MAX_FIELDS} header fields")
+        if len(name) + len(value) > MAX_LINE:
+            raise head_too_large(f"a header field line is longer than {MAX_LINE} bytes")
+        if _TOKEN.fullmatch(name) is None:
+            raise bad_request("malformed header field name")
+        value = value.strip(b" \t")
+        if _BAD_VALUE.search(value) is not None:
+            raise bad_request("control character in a header field value")
+        key = name.decode("ascii").lower()
+        text = value.decode("latin-1")
+        known = fields.get(key)
+        if known is None:
+            fields[key] = text
+        elif key in SINGLETONS:
+            raise bad_request(f"repeated {key} header field")
+        elif text:
+            fields[key] = f"{known}, {text}" if known else text
+    return _framed(method, target, version, fields)
+
+
+def content_length(value: bytes) -> int:
+    """A ``Content-Length`` value (1–19 digits, optional whitespace around) as a number, else a 400."""
+    value = value.strip(b" \t")
+    if _LENGTH.fullmatch(value) is None:
+        raise bad_request("Content-Length must be 1 to 19 digits")
+    return int(value)
+
+
+def _framed(method: bytes, target: bytes, version: bytes, fields: dict[str, str]) -> RequestHead:
+    http11 = version == b"HTTP/1.1"
+    if http11 and "host" not in fields:
+        raise bad_request("an HTTP/1.1 request needs a Host header field")
+    length: int | None = None
+    raw_length = fields.get("content-length")
+    if raw_length is not None:
+        length = content_length(raw_length.encode("latin-1"))
+    coding = fields.get("transfer-encoding")
+    chunked = False
+    if coding is not None:
+        if length is not None:
+            raise bad_request("Content-Length and Transfer-Encoding together")
+        if not http11:
+            raise bad_request("Transfer-Encoding in an HTTP/1.0 request")
+        if coding.strip().lower() != "chunked":
+            raise HTTPError(501, "only the chunked transfer coding is accepted", "invalid_request_error",
+                            "not_implemented")
+        chunked = True
+    connection = fields.get("connection", "").lower()
+    if http11:
+        close = "close" in connection and "close" in _tokens(connection)
+    else:
+        close = "keep-alive" not in _tokens(connection)
+    return RequestHead(method.decode("ascii"), target, version, fields, length, chunked, close)
+
+
+def _tokens(value: str) -> set[str]:
+    return {part.strip() for part in value.split(",")}
+
+
+__all__ = ["MAX_FIELDS", "MAX_HEAD_BYTES", "MAX_LINE", "SINGLETONS", "RequestHead", "bad_request",
+           "build_head", "check_request_line", "content_length", "head_too_large"]
