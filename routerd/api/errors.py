@@ -14,6 +14,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.iweb import IRequest
 from werkzeug.exceptions import MethodNotAllowed, NotFound
+from werkzeug.routing import RequestRedirect
 
 from routerd.errors import ErrorStyle, HTTPError, StatusError, error_body, style_for_path
 from routerd.routing.call import Reply
@@ -47,7 +48,9 @@ def failure_error(failure: Failure, path: str) -> StatusError:
         return failure.value  # type: ignore[return-value]
     # The dispatcher matched a branch prefix but werkzeug's rule did not (its path converter
     # refuses a newline, %0A, in the rest of the path): an unknown path, not a server error.
-    if failure.check(NotFound):
+    # werkzeug's redirect to the path with its slashes merged or added (``/ui//x``): the contract's
+    # paths are exact, so an unknown path, not a server error.
+    if failure.check(NotFound, RequestRedirect):
         return not_found(path)
     if failure.check(MethodNotAllowed):
         return method_not_allowed(path)
@@ -72,6 +75,7 @@ def handle_failure(request: IRequest, failure: Failure) -> bytes:
 def api_app() -> Klein:
     """A class-level Klein for one API class, with the error handler installed."""
     app = Klein()
+    app.url_map.merge_slashes = False  # ``/ui//x`` is not ``/ui/x``: no redirect, the path as sent
     app.handle_errors(Exception)(_handle)  # type: ignore[arg-type]
     return app
 

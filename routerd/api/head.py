@@ -134,6 +134,14 @@ def content_length(value: bytes) -> int:
     return int(value)
 
 
+def transfer_coding(value: bytes) -> bool:
+    """A ``Transfer-Encoding`` value: ``chunked`` is taken (True), any other coding is a 501."""
+    if value.strip(b" \t").lower() != b"chunked":
+        raise HTTPError(501, "only the chunked transfer coding is accepted", "invalid_request_error",
+                        "not_implemented")
+    return True
+
+
 def _framed(method: bytes, target: bytes, version: bytes, fields: dict[str, str]) -> RequestHead:
     http11 = version == b"HTTP/1.1"
     if http11 and "host" not in fields:
@@ -149,10 +157,7 @@ def _framed(method: bytes, target: bytes, version: bytes, fields: dict[str, str]
             raise bad_request("Content-Length and Transfer-Encoding together")
         if not http11:
             raise bad_request("Transfer-Encoding in an HTTP/1.0 request")
-        if coding.strip().lower() != "chunked":
-            raise HTTPError(501, "only the chunked transfer coding is accepted", "invalid_request_error",
-                            "not_implemented")
-        chunked = True
+        chunked = transfer_coding(coding.encode("latin-1"))
     connection = fields.get("connection", "").lower()
     if http11:
         close = "close" in connection and "close" in _tokens(connection)
@@ -166,4 +171,4 @@ def _tokens(value: str) -> set[str]:
 
 
 __all__ = ["MAX_FIELDS", "MAX_HEAD_BYTES", "MAX_LINE", "SINGLETONS", "RequestHead", "bad_request",
-           "build_head", "check_request_line", "content_length", "head_too_large"]
+           "build_head", "check_request_line", "content_length", "transfer_coding", "head_too_large"]

@@ -34,8 +34,10 @@ from routerd.api.head import (
     RequestHead,
     bad_request,
     build_head,
+    check_request_line,
     content_length,
     head_too_large,
+    transfer_coding,
 )
 from routerd.api.reply import BODY_ATTRIBUTE, HEAD_ATTRIBUTE, MODEL_ATTRIBUTE
 from routerd.api.webui import is_ui_path
@@ -275,6 +277,7 @@ class NodeHTTPChannel(http.HTTPChannel):
         self.since = 0.0
         self.write_blocked = False
         self._fields = 0
+        self._first_line = True
 
     site: Any  # set by Site.buildProtocol
 
@@ -295,8 +298,18 @@ class NodeHTTPChannel(http.HTTPChannel):
         super().dataReceived(data)  # type: ignore[no-untyped-call]
 
     def lineReceived(self, line: bytes) -> None:  # noqa: N802 - Twisted's name
-        if not self.refused:
-            super().lineReceived(line)  # type: ignore[no-untyped-call]
+        if self.refused:
+            return
+        if self._first_line and line:
+            self._first_line = False
+            parts = line.split(b" ")
+            if len(parts) == 3:  # twisted's parser refuses other shapes, its own way (400)
+                try:
+                    check_request_line(*parts)
+                except StatusError as err:
+                    self.refuse(err)
+                    return
+        super().lineReceived(line)  # type: ignore[no-untyped-call]
 
     def lineLengthExceeded(self, line: bytes) -> None:  # noqa: N802 - Twisted's name
         self.refuse(head_too_large(f"a head line is longer than {MAX_HEAD_BYTES} bytes"))
@@ -307,9 +320,13 @@ class NodeHTTPChannel(http.HTTPChannel):
             self.refuse(head_too_large(f"more than {MAX_FIELDS} header fields"))
             return False
         name, _, value = line.partition(b":")
-        if name.lower() == b"content-length":
-            try:  # twisted's int() of thousands of digits raises; the rule is the shared one
-                content_length(value)
+        lower = name.lower()
+        if lower in (b"content-length", b"transfer-encoding"):
+            try:  # twisted's int() of thousands of digits raises, and it has its own TE answer
+                if lower == b"content-length":
+                    content_length(value)
+                else:
+                    transfer_coding(value)
             except StatusError as err:
                 self.refuse(err)
                 return False
@@ -336,6 +353,7 @@ class NodeHTTPChannel(http.HTTPChannel):
         if self.refused:
             return
         self.state = "busy"
+        self._first_line = True
         super().allContentReceived()  # type: ignore[no-untyped-call]
 
     def rawDataReceived(self, data: bytes) -> None:  # noqa: N802 - Twisted's name

@@ -6,7 +6,8 @@ import re
 
 import attrs
 
-_SPEC = re.compile(r"^bytes=(\d*)-(\d*)$")
+#: Positions of at most 19 digits (a 64-bit offset): a longer number is malformed, not a 500.
+_SPEC = re.compile(r"^bytes=(\d{0,19})-(\d{0,19})$")
 
 
 class RangeNotSatisfiable(ValueError):
