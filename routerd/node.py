@@ -107,6 +107,7 @@ class Node:
         self.local = LocalInference(node_id=self.node_id, clock=reactor, runtimes=self.runtimes,
                                     agent=self.backend_agent, samples=self.samples,
                                     on_acquire=self._acquiring,
+                                    on_claimed=lambda call, claimed: self.lending.own_claimed(call, claimed),
                                     timeouts=self.timeouts, max_queued_per_model=limits.max_queued_per_model,
                                     blocked=lambda model: self.assets.blocked(model))
         self.restorer = build_restorer(reactor, runtimes=self.runtimes, local=self.local,
@@ -133,7 +134,7 @@ class Node:
             transport=parts.transport, decisions=self.decisions, own_busy=self.own_busy,
             active_config=lambda lane: self.runtimes.loaded_config(lane) or "",
             on_settings=(self._settings_applied,), waiting_for_runtime=self.local.waiting_for_runtime,
-            take_back=self.local.take_back)
+            take_back=self.local.take_back, shared_lanes=self.runtimes.lanes_sharing)
         self.coordinator: Coordinator | None = None
         self._serve_borrowed = borrowed_server(lambda: self.front)
         self.recipes: RecipeRouter | None = None
@@ -315,5 +316,6 @@ class Node:
         return self.local.own_busy() or self.restorer.loading > 0
 
     def _acquiring(self, call: Call, model: ModelConfig) -> None:
+        self.lending.own_acquiring(call, model)  # own work first (spec "A helper's own work")
         self.restorer.acquired(call.route.runtime, model.filename, borrowed=call.borrowed,
                                restore=call.restore_after_borrow or call.guardian_restore)
