@@ -183,3 +183,34 @@ def test_own_work_waiting_in_one_lane_queue_refuses_borrowed_work_in_every_lane(
     result.addErrback(failures.append)
     returned_409(failures[0])
     assert [r["reason"] for r in node.rows("borrowed_returned")] == ["helper_busy_on_arrival"]
+
+
+def test_an_explicit_load_is_own_work_busy_not_accepting_and_takes_back_waiting_borrowed_work(
+        tmp_path: Path) -> None:
+    """Issue 21 §2: ``POST /router/v1/load`` on a helper holding borrowed work hands back the
+    borrowed request that has not started, refuses new borrowed work and reports no idle time while
+    the load runs (so no probe is planned on it), and restarts the idle clock when it ends."""
+    world, helper, http, base = helper_world(tmp_path)
+    running = http.request("POST", base + NODE_CHAT, json=chat("beta"), headers=borrowed_headers())
+    settle(world, 0.5)
+    waiting = http.request("POST", base + NODE_CHAT, json=chat("beta"), headers=borrowed_headers())
+    settle(world, 0.1)
+    assert helper.runtime_status().idle_for_ms > 0  # borrowed work does not make it busy
+
+    load = http.request("POST", base + "/router/v1/load", json={"model": "gamma"})
+    response = world.run(waiting)
+    assert response.code == 409
+    assert world.clock.seconds() < 1.0
+    assert [r["reason"] for r in rows(world, helper, "borrowed_returned")] == ["own_work_arrived"]
+    assert helper.runtime_status().idle_for_ms == 0
+    assert not helper.lending.lane_statuses()["text"].accepting_borrowed
+    refused = world.run(http.request("POST", base + NODE_CHAT, json=chat("beta"), headers=borrowed_headers()))
+    assert refused.code == 409
+
+    assert world.run(running).code == 200
+    assert world.run(load).code == 200
+    ended = world.clock.seconds()
+    assert helper.runtimes.loaded_config("text") == "gamma.kcpps"
+    assert helper.lending.lane_statuses()["text"].accepting_borrowed
+    settle(world, 1.0)
+    assert helper.runtime_status().idle_for_ms == int(round((world.clock.seconds() - ended) * 1000))
