@@ -135,7 +135,8 @@ class Node:
             transport=parts.transport, decisions=self.decisions, own_busy=self.own_busy,
             active_config=lambda lane: self.runtimes.loaded_config(lane) or "",
             on_settings=(self._settings_applied,), waiting_for_runtime=self.local.waiting_for_runtime,
-            take_back=self.local.take_back, shared_lanes=self.runtimes.lanes_sharing)
+            take_back=self.local.take_back, shared_lanes=self.runtimes.lanes_sharing,
+            max_queued=lambda: self.local.max_queued_per_model)
         # explicit loads (admin, Ollama preload, startup, reload, recipes) are this node's own work
         self.own_loads = OwnLoads(self.runtimes.load, starting=self._own_load_starting,
                                   done=self.samples.own_work_done)

@@ -27,6 +27,7 @@ from twisted.python.failure import Failure
 
 from routerd.catalog.model import ModelConfig, RuntimeKind
 from routerd.config.lending import LendingSettings
+from routerd.errors import queue_full
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.links import LinkSet
 from routerd.lending.offload import Borrowed, Returned, offload_returned
@@ -84,7 +85,8 @@ class LendingService:
                  on_settings: Iterable[Callable[[LendingSettings], None]] = (),
                  waiting_for_runtime: Callable[[str], bool] = lambda _rid: False,
                  take_back: Callable[[str], bool] = lambda _rid: False,
-                 shared_lanes: SharedLanes = _own_lane) -> None:
+                 shared_lanes: SharedLanes = _own_lane,
+                 max_queued: Callable[[], int] = lambda: 0) -> None:
         self.node_id = node_id
         self.role = role
         self.clock = clock
@@ -101,6 +103,8 @@ class LendingService:
         # The lanes whose work runs in the runtime a request or a load of this node takes (its own
         # lane; every lane with KoboldCpp's one process): its own work takes borrowed work back there.
         self.shared_lanes = shared_lanes
+        # ``limits.max_queued_per_model`` (read live: a reload changes it); 0 = unbounded
+        self.max_queued = max_queued
         self.config_settings = settings
         self.settings = settings
         self.links: dict[Lane, LinkSet] = {lane: LinkSet.build(lane, ()) for lane in LANES}
@@ -216,6 +220,8 @@ class LendingService:
         Admitted, it runs as ``run_local(call, model, public_id)`` (one shared callable, not a
         closure per request: a held request keeps as little as it can, issue 14)."""
         model_id = lane_key(lane, model)
+        if borrowed is None:
+            self._admit(lane, model_id, public_id)
         waiter = self._arrive(call, model, model_id, lane, borrowed)
         queue = self.queues[lane]
         rid = call.request_id
@@ -273,6 +279,16 @@ class LendingService:
         finally:
             self._waiters.pop(rid, None)
             self._borrowed.pop(rid, None)
+
+    def _admit(self, lane: Lane, model_id: str, public_id: str) -> None:
+        """Refuse (429 ``queue_full``) an own request that would wait in the router behind
+        ``limits.max_queued_per_model`` others of its model (borrowed work is bounded by leases)."""
+        limit = self.max_queued()
+        if not limit:
+            return
+        stat = self.queues[lane].stats([model_id])[0]
+        if stat.pending_count >= limit:
+            raise queue_full(public_id, stat.pending_count, limit)
 
     def _arrive(self, call: Call, model: ModelConfig, model_id: str, lane: Lane,
                 borrowed: Borrowed | None) -> Deferred[Ticket]:

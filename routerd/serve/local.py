@@ -21,7 +21,7 @@ from twisted.web.iweb import IAgent
 
 from routerd.backends.errors import BackendMissing, LoadFailed
 from routerd.catalog.model import ModelConfig
-from routerd.errors import HTTPError, Saturated, StatusError
+from routerd.errors import HTTPError, Saturated, StatusError, queue_full
 from routerd.lending.offload import OFFLOAD_RETURNED, offload_returned
 from routerd.routing import work
 from routerd.routing.adapters import AdapterError, kobold, ollama, whisper
@@ -168,8 +168,7 @@ class LocalInference:
             raise _draining()
         depth = self.queued.get(model.local_id, 0)
         if self.max_queued_per_model and depth >= self.max_queued_per_model:
-            raise Saturated(429, f"model {public_id!r} has {depth} requests queued (the limit is "
-                                 f"{self.max_queued_per_model}); retry later", "queue_full")
+            raise queue_full(public_id, depth, self.max_queued_per_model)
         call.reply.set_header(b"x-routerd-queue-position", str(depth + 1).encode())
 
     def drain(self) -> int:
