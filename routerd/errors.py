@@ -51,6 +51,13 @@ class Saturated(HTTPError):
         self.retry_after = retry_after
 
 
+def queue_full(public_id: str, depth: int, limit: int) -> Saturated:
+    """429 for a request that would queue past ``limits.max_queued_per_model`` (waiting for the
+    backend slot, or held in the router for a linked model)."""
+    return Saturated(429, f"model {public_id!r} has {depth} requests queued (the limit is {limit}); "
+                          "retry later", "queue_full")
+
+
 def style_for_path(path: str) -> ErrorStyle:
     if path.startswith("/api/") and not path.startswith(("/api/v1/", "/api/extra/")):
         return "ollama"

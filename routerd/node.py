@@ -40,7 +40,7 @@ from routerd.assembly.roles import (
 from routerd.backends.runtimes import Runtimes
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.hashing import FileHashCache
-from routerd.catalog.model import ModelConfig
+from routerd.catalog.model import ModelConfig, RuntimeKind
 from routerd.cluster.auth import AuthPolicy
 from routerd.cluster.slave import RegistrationRefused
 from routerd.config.lending import LendingSettings
@@ -57,6 +57,7 @@ from routerd.serve.assets import build_asset_service
 from routerd.serve.front import InferenceFront
 from routerd.serve.keepalive import KeepAlive, OllamaControl
 from routerd.serve.local import LocalInference
+from routerd.serve.own_loads import OwnLoads
 from routerd.serve.recipes import RecipeRouter
 from routerd.serve.reload import Reloader
 from routerd.serve.samples import Measurements
@@ -107,6 +108,7 @@ class Node:
         self.local = LocalInference(node_id=self.node_id, clock=reactor, runtimes=self.runtimes,
                                     agent=self.backend_agent, samples=self.samples,
                                     on_acquire=self._acquiring,
+                                    on_claimed=lambda call, claimed: self.lending.own_claimed(call, claimed),
                                     timeouts=self.timeouts, max_queued_per_model=limits.max_queued_per_model,
                                     blocked=lambda model: self.assets.blocked(model))
         self.restorer = build_restorer(reactor, runtimes=self.runtimes, local=self.local,
@@ -133,7 +135,11 @@ class Node:
             transport=parts.transport, decisions=self.decisions, own_busy=self.own_busy,
             active_config=lambda lane: self.runtimes.loaded_config(lane) or "",
             on_settings=(self._settings_applied,), waiting_for_runtime=self.local.waiting_for_runtime,
-            take_back=self.local.take_back)
+            take_back=self.local.take_back, shared_lanes=self.runtimes.lanes_sharing,
+            max_queued=lambda: self.local.max_queued_per_model)
+        # explicit loads (admin, Ollama preload, startup, reload, recipes) are this node's own work
+        self.own_loads = OwnLoads(self.runtimes.load, starting=self._own_load_starting,
+                                  done=self.samples.own_work_done)
         self.coordinator: Coordinator | None = None
         self._serve_borrowed = borrowed_server(lambda: self.front)
         self.recipes: RecipeRouter | None = None
@@ -142,7 +148,7 @@ class Node:
                                                   serve_borrowed=self._serve_borrowed,
                                                   observe_plan=self.metrics.plan_duration.observe)
             self.recipes = recipe_router(self.master, cluster.store_dir, reactor,
-                                         catalog=lambda: self.catalog, runtimes=self.runtimes)
+                                         catalog=lambda: self.catalog, runtimes=self.own_loads)
         self.assets = build_asset_service(
             config, clock=reactor, agent=self.agent, http=self.http, cache=self.hash_cache,
             run_in_thread=run_in_thread, metrics_registry=self.metrics.registry, client=parts.client,
@@ -154,6 +160,7 @@ class Node:
                                     forwarder=parts.forwarder, loaded_config=self.runtimes.loaded_config,
                                     lending=self.lending, recipes=self.recipes)
         self.admin = ModelAdmin(node_id=self.node_id, catalog=lambda: self.catalog, runtimes=self.runtimes,
+                                load=self.own_loads.load,
                                 blocked=self.assets.blocked,
                                 registry=self.master.registry if self.master is not None else None,
                                 remote=self.master.client if self.master is not None else None)
@@ -179,7 +186,7 @@ class Node:
         self.ollama_control = OllamaControl(self.keepalive, lambda model: self.admin.load(model, site=True),
                                             lambda model: self.admin.unload(model, None, site=True))
         self.reloader = Reloader(self, read_config=read_config or (lambda: reread_config(self.config)),
-                                 hash_catalog=self._hash_catalog)
+                                 hash_catalog=self._hash_catalog, own_loads=self.own_loads)
         self._refit_loop = CostRefit(reactor, store=lambda: self.store, lending=self.lending,
                                      run_in_thread=run_in_thread,
                                      interval=cluster.lending.scheduling_refresh_interval)
@@ -311,9 +318,14 @@ class Node:
     # -- restore after borrow or after a same-node guardian (assembly.restore, lending.restore) --
 
     def own_busy(self) -> bool:
-        """Own work runs: an own request in a backend, or a restore load (reference §7)."""
-        return self.local.own_busy() or self.restorer.loading > 0
+        """Own work runs: an own request in a backend, a restore load (reference §7) or an explicit
+        load (admin, Ollama preload, startup, reload, recipe; issue 21 §2)."""
+        return self.local.own_busy() or self.restorer.loading > 0 or self.own_loads.running > 0
+
+    def _own_load_starting(self, model: ModelConfig, kind: RuntimeKind | None) -> None:
+        self.lending.own_work_arrived(self.runtimes.lanes_sharing(kind, model))
 
     def _acquiring(self, call: Call, model: ModelConfig) -> None:
+        self.lending.own_acquiring(call, model)  # own work first (spec "A helper's own work")
         self.restorer.acquired(call.route.runtime, model.filename, borrowed=call.borrowed,
                                restore=call.restore_after_borrow or call.guardian_restore)

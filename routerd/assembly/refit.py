@@ -17,6 +17,13 @@ from routerd.store.store import Store
 FIT_SAMPLES = 4000
 
 
+def fit_sample_bound(min_samples: int) -> int:
+    """How many of the newest samples of each (model, section) a refit reads: ``FIT_SAMPLES``, or
+    ``scheduling_min_samples`` when that is higher (it accepts up to 100,000; a lower read would
+    leave every model unpriced for good, issue 21)."""
+    return max(FIT_SAMPLES, int(min_samples))
+
+
 class CostRefit(IntervalService):
     """Runs :meth:`refit` now and every ``scheduling_refresh_interval`` (set again on a settings
     change through ``set_interval``)."""
@@ -36,7 +43,8 @@ class CostRefit(IntervalService):
         now_ms = int(self.clock.seconds() * 1000)
         since = now_ms - int(settings.scheduling_sample_window * 1000)
         samples = []
+        newest = fit_sample_bound(settings.scheduling_min_samples)
         for section in ("image", "llm"):
-            samples.extend(await store.request_samples(None, section, since, newest=FIT_SAMPLES))
+            samples.extend(await store.request_samples(None, section, since, newest=newest))
         loads = await store.load_samples(since)
         lending.update_costs(await self.run_in_thread(fit_node, samples, loads, settings, now_ms))

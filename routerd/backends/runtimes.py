@@ -29,6 +29,7 @@ from routerd.backends.slot import (
 )
 from routerd.catalog.model import RUNTIME_KINDS, ModelConfig, RuntimeKind
 from routerd.config.schema import Config
+from routerd.lanes import LANES, Lane
 
 __all__ = [
     "BackendMissing",
@@ -124,6 +125,14 @@ class Runtimes:
 
     def serves(self, kind: RuntimeKind, model: ModelConfig) -> bool:
         return self._slot_for(kind, model) is not None
+
+    def lanes_sharing(self, kind: RuntimeKind | None, model: ModelConfig) -> tuple[Lane, ...]:
+        """The lending lanes whose work runs in the runtime ``model`` takes for ``kind`` (every kind
+        it serves for None): its own lane, and with KoboldCpp's one process every lane."""
+        kinds = [kind] if kind is not None else [k for k in RUNTIME_KINDS if self.serves(k, model)]
+        taken = [slot for k in kinds if (slot := self._slot_for(k, model)) is not None]
+        family = self.family(model)
+        return tuple(lane for lane in LANES if any(s in taken for s in family.slots_for_kind(lane)))
 
     def acquire(self, kind: RuntimeKind, model: ModelConfig) -> Deferred[RuntimeLease]:
         """A lease on the ``kind`` backend holding ``model`` (loading it if needed).

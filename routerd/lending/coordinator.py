@@ -13,11 +13,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import attrs
 from twisted.application.service import MultiService
 from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
+from routerd.lending.links import LinkSet
 from routerd.lending.offload import Borrowed, RelayRequest, borrowed_headers
 from routerd.lending.planner import FactKey, ModelFacts, plan
 from routerd.lending.service import HeldLease, LendingService
@@ -26,7 +28,7 @@ from routerd.routing.call import Call, Incoming, Reply
 from routerd.routing.forward import INFERENCE_PREFIX, CameBack, Forwarder, Outbound, Unreachable
 from routerd.routing.selector import replace_model
 from routerd.services import IntervalService
-from routerd.wire.lending import LANES, Lane, Lease, Trigger, lane_model_id, to_json
+from routerd.wire.lending import LANES, Endpoint, Lane, Lease, Trigger, lane_model_id, to_json
 from routerd.wire.records import text_ineligibility
 
 if TYPE_CHECKING:
@@ -222,6 +224,7 @@ class Coordinator(MultiService):
         if lease is None:
             self._refused(relay, "no_live_lease")
             raise CameBack("no live lease")
+        lease = _owners_helper(lease, relay, self.service.links[relay.lane])
         body = replace_model(call.route, call.body, call.content_type, lease.helper_model_id)
         borrowed = Borrowed(load_allowed=lease.load_helper_model, restore=lease.restore_helper_model,
                             owner_node_id=relay.owner_node_id, owner_model_id=relay.owner_model_id)
@@ -259,6 +262,22 @@ class Coordinator(MultiService):
         if helper is None or not helper.node_url:
             raise HelperGone(f"{helper_node_id} is not a known node")
         return await ask_over_http(self.master.client.get_json, helper.node_url)
+
+
+def _owners_helper(lease: Lease, relay: RelayRequest, links: LinkSet) -> Lease:
+    """The lease to relay under: the master's live one, moved to the helper the owner's own lease
+    named when the two differ (a newer plan chose another helper while the owner lent under the
+    older one) and the owner still links to it, with that link's load and restore flags."""
+    if not relay.helper_node_id or (relay.helper_node_id, relay.helper_model_id) == \
+            (lease.helper_node_id, lease.helper_model_id):
+        return lease
+    link = links.link(Endpoint(relay.owner_node_id, relay.owner_model_id),
+                      Endpoint(relay.helper_node_id, relay.helper_model_id))
+    if link is None:
+        return lease
+    return attrs.evolve(lease, helper_node_id=relay.helper_node_id, helper_model_id=relay.helper_model_id,
+                        load_helper_model=link.load_if_unloaded,
+                        restore_helper_model=link.restore_after_borrow)
 
 
 async def _awaited(d: defer.Deferred[bytes]) -> bytes:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import attrs
 
 from routerd.errors import HTTPError
-from routerd.wire.lending import LANES, Lane
+from routerd.wire.lending import LANES, Lane, Lease
 
 OFFLOAD_RETURNED = "offload_returned"
 
@@ -29,6 +29,8 @@ _OWNER = "x-routerd-offload-owner"
 _OWNER_MODEL = "x-routerd-offload-owner-model"
 _LANE = "x-routerd-offload-lane"
 _PATH = "x-routerd-offload-path"
+_HELPER = "x-routerd-offload-helper"
+_HELPER_MODEL = "x-routerd-offload-helper-model"
 
 
 class Returned(Exception):
@@ -51,19 +53,33 @@ class Borrowed:
 
 @attrs.frozen
 class RelayRequest:
-    """An owner's lent request, as the master's relay receives it."""
+    """An owner's lent request, as the master's relay receives it: with the helper named by the
+    lease the owner lent it under (empty from an owner of an older build), which the relay follows
+    so the owner's ``lent`` row, held list and ``X-Routerd-Lent-To`` name the helper that serves it."""
 
     lane: Lane
     owner_node_id: str
     owner_model_id: str
     path: str
+    helper_node_id: str = ""
+    helper_model_id: str = ""
+
+    @classmethod
+    def lent_under(cls, lease: Lease, owner_model_id: str, path: str) -> RelayRequest:
+        """The relay request of one request the owner lends under ``lease``."""
+        return cls(lease.lane, lease.owner_node_id, owner_model_id, path, lease.helper_node_id,
+                   lease.helper_model_id)
 
 
 def relay_headers(relay: RelayRequest) -> Headers:
-    return ((_OWNER.encode(), relay.owner_node_id.encode()),
-            (_OWNER_MODEL.encode(), relay.owner_model_id.encode()),
-            (_LANE.encode(), relay.lane.encode()),
-            (_PATH.encode(), relay.path.encode()))
+    out = [(_OWNER.encode(), relay.owner_node_id.encode()),
+           (_OWNER_MODEL.encode(), relay.owner_model_id.encode()),
+           (_LANE.encode(), relay.lane.encode()),
+           (_PATH.encode(), relay.path.encode())]
+    if relay.helper_node_id and relay.helper_model_id:
+        out += [(_HELPER.encode(), relay.helper_node_id.encode()),
+                (_HELPER_MODEL.encode(), relay.helper_model_id.encode())]
+    return tuple(out)
 
 
 def relay_from_headers(get: HeaderGetter) -> RelayRequest | None:
@@ -71,9 +87,12 @@ def relay_from_headers(get: HeaderGetter) -> RelayRequest | None:
     owner, model, lane, path = (get(name).strip() for name in (_OWNER, _OWNER_MODEL, _LANE, _PATH))
     if not owner or not model or not path:
         return None
+    helper, helper_model = get(_HELPER).strip(), get(_HELPER_MODEL).strip()
+    if not helper or not helper_model:
+        helper = helper_model = ""
     for known in LANES:
         if lane == known:
-            return RelayRequest(known, owner, model, path)
+            return RelayRequest(known, owner, model, path, helper, helper_model)
     return None
 
 

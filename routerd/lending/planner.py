@@ -14,6 +14,9 @@ owner only the helpers it links to are considered:
   its config; **restore** = 0 when loaded, else the load times of every config the switch would push
   out; **service** = the helper's own fit at the mean work (``helper``), else the owner job
   (``owner_fallback``).
+* A pair whose owner node is unreachable or whose owner model is disabled or gone is skipped with
+  ``owner_unavailable``; with a live owner holding work, a pair whose helper is so is skipped with
+  ``helper_unavailable`` (one row per linked pair per plan, none left out silently).
 * Skipped first, in this order: ``model_ineligible`` (the owner or the helper no longer meets
   text-lending eligibility, or one is multimodal and the other not: re-checked at every plan),
   ``helper_not_accepting``, ``helper_claimed`` (a helper node serves
@@ -65,9 +68,10 @@ class ModelFacts:
 
     ``config_filename`` identifies the config the helper would load (compared with the lane's
     ``active_config`` and looked up in load costs).  ``context`` is the text context window.
-    ``eligible`` is false for a model that is disabled or unavailable: such a model is left out of
-    the plan without a row.  ``ineligible`` says why a (text) model no longer meets lending
-    eligibility (empty when it does): its pairs are skipped with reason ``model_ineligible``.
+    ``eligible`` is false for a model that is disabled or unavailable: its pairs are skipped with
+    ``owner_unavailable`` or ``helper_unavailable``.  ``ineligible`` says why a (text) model no
+    longer meets lending eligibility (empty when it does): its pairs are skipped with reason
+    ``model_ineligible``.
     """
 
     config_filename: str
@@ -177,15 +181,13 @@ class _Candidate:
         self.reason: Reason | None = gate
         if gate is None and side.recently_busy:
             self.reason = "helper_recently_busy"
-        unpriced = side.move_unpriced
-        if unpriced is None:
-            if service is None:
-                unpriced = "service_unpriced"
-            else:
-                self.total = side.base_total + service
-        self.unpriced: Reason | None = unpriced
-        if unpriced is not None:
-            self.total = math.inf
+        # ``service`` is None only when the helper has no fit and the owner none either, so the
+        # owner is unpriced and ``owner_unpriced`` is reported first: ``service_unpriced`` (kept in
+        # the enumeration) is never produced under this rule order.
+        self.unpriced: Reason | None = side.move_unpriced
+        self.total = math.inf
+        if self.unpriced is None and service is not None:
+            self.total = side.base_total + service
 
     def order(self) -> tuple[str, str]:
         return (self.side.endpoint.node_id, self.side.endpoint.model_id)
@@ -320,6 +322,9 @@ def _plan_lane(
         status = statuses.get(owner.node_id)
         owner_facts = facts.get((lane, owner.node_id, owner.model_id))
         if status is None or owner_facts is None or not owner_facts.eligible:
+            # unreachable, or its model disabled or gone: every pair of it says so
+            for link in link_set.helpers_of(owner):
+                rows.append(_unavailable_row(trigger, lane, link, "owner_unavailable"))
             continue
         node_queue = queues.get(owner.node_id)
         if node_queue is None:
@@ -361,9 +366,11 @@ def _plan_lane(
         owner_priced = keep is not None and owner_job is not None
 
         candidates: list[_Candidate] = []
+        unavailable: list[Link] = []
         for link in link_set.helpers_of(owner):
             side = sides[link.helper]
             if side is None:
+                unavailable.append(link)  # its node unreachable, or its model disabled or gone
                 continue
             gate: Reason | None = None
             if owner_facts.ineligible or side.facts.ineligible or (
@@ -385,6 +392,8 @@ def _plan_lane(
             elif owner_job is not None:
                 service, source = owner_job, "owner_fallback"
             candidates.append(_Candidate(link, side, gate, service, source))
+        for link in unavailable:
+            rows.append(_unavailable_row(trigger, lane, link, "helper_unavailable", stat))
         if not candidates:
             continue
 
@@ -472,6 +481,17 @@ def _plan_lane(
                 )
             )
     return due
+
+
+def _unavailable_row(trigger: Trigger, lane: Lane, link: Link, reason: Reason,
+                     stat: QueueStat | None = None) -> PlanRow:
+    """The plan row of a linked pair the master cannot weigh: the owner or the helper is unreachable
+    or its model disabled or gone (skipped, with the owner's counts when it has them)."""
+    owner, helper = link.owner, link.helper
+    pending = stat.pending_count if stat is not None else 0
+    backlog = stat.backlog_count if stat is not None else 0
+    return PlanRow(trigger, lane, owner.node_id, owner.model_id, helper.node_id, helper.model_id, "skipped",
+                   reason, pending, backlog, 0.0, 0.0, 0.0, 0.0, 0.0, None, 0, 0)
 
 
 __all__ = ["UNLOADED_PROBE_FACTOR", "FactKey", "ModelFacts", "PlanResult", "displaced_configs", "plan"]

@@ -15,8 +15,10 @@ Only enrolled models (an owner or a helper in some link of the lane) are queued.
   until it finishes or comes back; a returned entry goes back to the head of the queue keeping its
   first arrival time and is never lent again.
 * A native arrival hands back every waiting borrowed entry, and every admitted one the caller says has
-  not claimed the runtime yet; a borrowed arrival is handed back at once while the lane holds any
-  native work (or the caller says the node is busy with its own work).
+  not claimed the runtime yet; so does the node's own work that is not queued in this lane but takes
+  its runtime (``own_work_elsewhere``: a model linked nowhere, the other lane of a shared process, an
+  explicit load).  A borrowed arrival is handed back at once while the lane holds any native work
+  (or the caller says the node is busy with its own work).
 * An optional hold check may keep the head waiting for a faster helper, only for the second slot:
   when something of the same model, and nothing else, is already admitted.
 """
@@ -195,6 +197,7 @@ class LaneQueue:
         streaming: bool = False,
         reclaim: Collection[str] = (),
         image: bool = False,
+        also_ahead: int = 0,
     ) -> Effects:
         """A native request for an enrolled model: queue it, hand back every waiting borrowed entry,
         and admit what fits.
@@ -202,18 +205,36 @@ class LaneQueue:
         ``reclaim`` names admitted borrowed entries that have not claimed the runtime yet (they
         still wait for a free runtime or for the helper model to load): those are handed back too,
         and their place is free for this node's own work.  One that holds the runtime finishes.
+        ``also_ahead`` counts borrowed jobs of another lane sharing this lane's runtime (KoboldCpp's
+        one process) that the request also waits behind.
         """
         entry = self._new_entry(request_id, model_id, now_ms, work, context, streaming, False)
         entry.image = image
+        returned = self._hand_back(reclaim)
+        entry.borrowed_ahead = self.borrowed_in_backend() + max(int(also_ahead), 0)
+        self._pending.append(entry)
+        return Effects(returned=returned) + self.pump(now_ms)
+
+    def own_work_elsewhere(self, now_ms: int, reclaim: Collection[str] = ()) -> Effects:
+        """This node's own work that is not queued in this lane claims the runtime this lane runs
+        on (a request for a model linked nowhere, a request on another lane of a shared process, an
+        explicit load): hand back every waiting borrowed entry and the admitted ones in ``reclaim``
+        (not holding the runtime yet), as a native arrival does."""
+        returned = self._hand_back(reclaim)
+        return Effects(returned=returned) + self.pump(now_ms)
+
+    def borrowed_in_backend(self) -> int:
+        """Borrowed entries admitted to the backend (what the node's own work now waits behind)."""
+        return sum(1 for e in self._admitted if e.borrowed)
+
+    def _hand_back(self, reclaim: Collection[str]) -> tuple[BorrowedReturn, ...]:
+        """Drop every waiting borrowed entry and the admitted ones named in ``reclaim``; answer the
+        returns (reason ``own_work_arrived``) in that order: reclaimed first, then waiting."""
         taken = [e for e in self._admitted if e.borrowed and e.request_id in reclaim]
-        entry.borrowed_ahead = sum(1 for e in self._admitted if e.borrowed) - len(taken)
         handed_back = taken + [e for e in self._pending if e.borrowed]
         for e in handed_back:
             self._forget(e)
-        self._pending = [e for e in self._pending if not e.borrowed]
-        self._pending.append(entry)
-        returned = tuple(BorrowedReturn(e.request_id, "own_work_arrived") for e in handed_back)
-        return Effects(returned=returned) + self.pump(now_ms)
+        return tuple(BorrowedReturn(e.request_id, "own_work_arrived") for e in handed_back)
 
     def arrive_borrowed(
         self,
@@ -326,13 +347,9 @@ class LaneQueue:
         entry.returned = True
         entry.lent_ms = None
         entry.helper_node_id = entry.helper_model_id = None
-        handed_back = [e for e in self._pending if e.borrowed]
-        for e in handed_back:
-            self._forget(e)
-        self._pending = [e for e in self._pending if not e.borrowed]
-        entry.borrowed_ahead = sum(1 for e in self._admitted if e.borrowed)
+        back = self._hand_back(())
+        entry.borrowed_ahead = self.borrowed_in_backend()
         self._pending.insert(0, entry)
-        back = tuple(BorrowedReturn(e.request_id, "own_work_arrived") for e in handed_back)
         return Effects(returned=back) + self.pump(now_ms)
 
     # -- endings ------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ its timer firing; it answers with what to do (:class:`Step`).  Its rules:
   asks for one too — records the runtime's currently loaded
   config as the target — only if none is recorded yet for that runtime and it differs from the
   incoming config, so a run of borrowed jobs restores what was there before the run — and
-  (re)arms the timer for one delay;
+  (re)arms the timer for one delay; a borrowed acquire without the flag records nothing but, while
+  a restore is pending, re-arms the timer too ("no further borrowed work arriving on either lane");
 * when the timer fires: borrowed work in flight (either lane) or own work running → re-arm for
   another delay; otherwise load every target as own work, then forget them.
 
@@ -64,7 +65,9 @@ class RestorePlan:
             self.targets.clear()
             return Step(cancel=True)
         if not restore:
-            return NOTHING
+            # borrowed work without the flag restores nothing of its own, but it is borrowed work
+            # arriving: a pending restore waits a full delay again (either lane)
+            return Step(arm=delay) if self.targets else NOTHING
         if kind not in self.targets and loaded and loaded != incoming:
             self.targets[kind] = loaded
         if not self.targets:

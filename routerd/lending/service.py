@@ -25,8 +25,9 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from routerd.catalog.model import ModelConfig
+from routerd.catalog.model import ModelConfig, RuntimeKind
 from routerd.config.lending import LendingSettings
+from routerd.errors import queue_full
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.links import LinkSet
 from routerd.lending.offload import Borrowed, Returned, offload_returned
@@ -55,6 +56,14 @@ log = Logger()
 RunLocal = Callable[[Call, ModelConfig, str], Awaitable[bytes]]
 
 
+#: The lending lanes sharing the runtime a ``(runtime kind, model)`` takes (``Runtimes.lanes_sharing``).
+SharedLanes = Callable[[RuntimeKind | None, ModelConfig], Iterable[Lane]]
+
+
+def _own_lane(kind: RuntimeKind | None, _model: ModelConfig) -> tuple[Lane, ...]:
+    return tuple(lane for lane in LANES if kind in (None, lane))
+
+
 @attrs.frozen
 class Ticket:
     kind: Literal["admit", "lend", "returned"]
@@ -75,7 +84,9 @@ class LendingService:
                  active_config: Callable[[Lane], str] = lambda _lane: "",
                  on_settings: Iterable[Callable[[LendingSettings], None]] = (),
                  waiting_for_runtime: Callable[[str], bool] = lambda _rid: False,
-                 take_back: Callable[[str], bool] = lambda _rid: False) -> None:
+                 take_back: Callable[[str], bool] = lambda _rid: False,
+                 shared_lanes: SharedLanes = _own_lane,
+                 max_queued: Callable[[], int] = lambda: 0) -> None:
         self.node_id = node_id
         self.role = role
         self.clock = clock
@@ -89,6 +100,11 @@ class LendingService:
         # ``take_back`` stops its wait (the run then fails with 409 ``offload_returned``).
         self.waiting_for_runtime = waiting_for_runtime
         self.take_back = take_back
+        # The lanes whose work runs in the runtime a request or a load of this node takes (its own
+        # lane; every lane with KoboldCpp's one process): its own work takes borrowed work back there.
+        self.shared_lanes = shared_lanes
+        # ``limits.max_queued_per_model`` (read live: a reload changes it); 0 = unbounded
+        self.max_queued = max_queued
         self.config_settings = settings
         self.settings = settings
         self.links: dict[Lane, LinkSet] = {lane: LinkSet.build(lane, ()) for lane in LANES}
@@ -109,6 +125,8 @@ class LendingService:
         self._events: dict[tuple[Lane, str], _Coalescer] = {}
         self._in_backend: set[str] = set()  # admitted requests whose local run is under way
         self._taken_back: dict[str, str] = {}  # in-backend borrowed request id → return reason
+        # own requests not queued here that wait behind borrowed work: id → (lane, ahead, since ms)
+        self._own_waiting: dict[str, tuple[Lane, int, int]] = {}
 
     # -- configuration (site APIs and the master's pushes) ------------------------------------
 
@@ -155,10 +173,16 @@ class LendingService:
     def enrolled(self, lane: Lane | None, model_id: str) -> bool:
         return lane is not None and self.queues[lane].is_enrolled(model_id)
 
+    def node_busy(self) -> bool:
+        """This node has own work: a request in a backend or a load of its own (``own_busy``), or an
+        own request waiting in any lane's router queue.  Borrowed work is refused until it has none
+        (spec "A helper's own work": "until its own queue is empty")."""
+        return self.own_busy() or not all(q.accepting_borrowed() for q in self.queues.values())
+
     def lane_statuses(self) -> dict[Lane, LaneStatus]:
         """Each lane's queue and whether it takes borrowed work (the runtime status's ``lanes``)."""
-        busy = self.own_busy()
-        return {lane: LaneStatus(accepting_borrowed=self.queues[lane].accepting_borrowed() and not busy,
+        busy = self.node_busy()
+        return {lane: LaneStatus(accepting_borrowed=not busy,
                                  active_config=self.active_config(lane) or "",
                                  queue=tuple(self.queues[lane].stats()))
                 for lane in LANES}
@@ -196,6 +220,8 @@ class LendingService:
         Admitted, it runs as ``run_local(call, model, public_id)`` (one shared callable, not a
         closure per request: a held request keeps as little as it can, issue 14)."""
         model_id = lane_key(lane, model)
+        if borrowed is None:
+            self._admit(lane, model_id, public_id)
         waiter = self._arrive(call, model, model_id, lane, borrowed)
         queue = self.queues[lane]
         rid = call.request_id
@@ -254,6 +280,16 @@ class LendingService:
             self._waiters.pop(rid, None)
             self._borrowed.pop(rid, None)
 
+    def _admit(self, lane: Lane, model_id: str, public_id: str) -> None:
+        """Refuse (429 ``queue_full``) an own request that would wait in the router behind
+        ``limits.max_queued_per_model`` others of its model (borrowed work is bounded by leases)."""
+        limit = self.max_queued()
+        if not limit:
+            return
+        stat = self.queues[lane].stats([model_id])[0]
+        if stat.pending_count >= limit:
+            raise queue_full(public_id, stat.pending_count, limit)
+
     def _arrive(self, call: Call, model: ModelConfig, model_id: str, lane: Lane,
                 borrowed: Borrowed | None) -> Deferred[Ticket]:
         """Park the request and queue it; returns what wakes it.  Apart from :meth:`serve`, so the
@@ -264,16 +300,62 @@ class LendingService:
         waiter = self._park(rid)
         if borrowed is not None:
             self._borrowed[rid] = (lane, borrowed, self._now_ms())
-            effects = queue.arrive_borrowed(rid, model_id, self._now_ms(), node_busy=self.own_busy(),
+            effects = queue.arrive_borrowed(rid, model_id, self._now_ms(), node_busy=self.node_busy(),
                                             work=work, context=context)
         else:
-            reclaim = [e.request_id for e in queue.admitted()
-                       if e.borrowed and self.waiting_for_runtime(e.request_id)]
+            # another lane sharing this runtime (KoboldCpp) gives its borrowed work back too
+            others = [other for other in self.shared_lanes(call.route.runtime, model) if other != lane]
+            _, also_ahead = self.own_work_arrived(others)
             effects = queue.arrive(rid, model_id, self._now_ms(), work=work, context=context,
-                                   streaming=call.stream, reclaim=reclaim,
-                                   image=lane == "text" and has_image(call.parsed))
+                                   streaming=call.stream, reclaim=self._reclaimable(queue),
+                                   image=lane == "text" and has_image(call.parsed), also_ahead=also_ahead)
         self._apply(lane, effects)
         return waiter
+
+    def _reclaimable(self, queue: LaneQueue) -> list[str]:
+        """Admitted borrowed requests of ``queue`` that have not claimed the runtime yet."""
+        return [e.request_id for e in queue.admitted()
+                if e.borrowed and self.waiting_for_runtime(e.request_id)]
+
+    # -- this node's own work outside the router queue (spec "A helper's own work") --------------
+
+    def own_work_arrived(self, lanes: Iterable[Lane]) -> tuple[Lane | None, int]:
+        """Own work not queued in ``lanes`` is about to claim their runtime (a request for a model
+        linked nowhere, a request on another lane of a shared process, an explicit load): every
+        borrowed request there that has not claimed the runtime goes back (409
+        ``offload_returned``, row ``borrowed_returned``/``own_work_arrived``).  Answers the first
+        lane with borrowed jobs still in the backend and how many there are in all (what the own
+        work now waits behind)."""
+        first: Lane | None = None
+        ahead = 0
+        for lane in lanes:
+            queue = self.queues[lane]
+            effects = queue.own_work_elsewhere(self._now_ms(), self._reclaimable(queue))
+            self._apply(lane, effects)
+            here = queue.borrowed_in_backend()
+            if here and first is None:
+                first = lane
+            ahead += here
+        return first, ahead
+
+    def own_acquiring(self, call: Call, model: ModelConfig) -> None:
+        """An own request not queued in the router (its model is linked nowhere in its lane) is
+        about to acquire its runtime: borrowed work there that has not started goes back, and if
+        borrowed jobs are still ahead of it, its wait is logged once it claims the runtime
+        (:meth:`own_claimed`)."""
+        rid = call.request_id
+        if call.borrowed or any(rid in queue for queue in self.queues.values()):
+            return  # borrowed, or queued here: the lane queue did this at its arrival
+        lane, ahead = self.own_work_arrived(self.shared_lanes(call.route.runtime, model))
+        if lane is not None:
+            self._own_waiting[rid] = (lane, ahead, self._now_ms())
+
+    def own_claimed(self, call: Call, claimed: bool) -> None:
+        """The request of :meth:`own_acquiring` holds the runtime (``claimed``) or gave up waiting."""
+        waited = self._own_waiting.pop(call.request_id, None)
+        if waited is not None and claimed:
+            lane, ahead, since = waited
+            self._waited_row(lane, call.request_id, ahead, since)
 
     def work_hint(self, call: Call, model: ModelConfig, lane: Lane) -> tuple[tuple[float, ...], int]:
         """The work terms (and, for text, the context) the queue and the planner price a request by.
@@ -316,12 +398,8 @@ class LendingService:
             self._wake(back.request_id, Ticket("returned", reason=back.reason))
         for rid in effects.admit:
             entry = self.queues[lane].entry(rid)
-            waited = entry is not None and not entry.borrowed and entry.borrowed_ahead > 0
-            if waited and entry is not None and self.decisions is not None:
-                # this node's own request waited behind borrowed work: say how long
-                self.decisions.record("helper", "native_waited_behind_borrowed", lane=lane,
-                                      request_id=rid, borrowed_ahead=entry.borrowed_ahead,
-                                      wait_ms=self._now_ms() - entry.arrived_ms)
+            if entry is not None and not entry.borrowed and entry.borrowed_ahead > 0:
+                self._waited_row(lane, rid, entry.borrowed_ahead, entry.arrived_ms)
             self._wake(rid, Ticket("admit"))
 
     # -- events and leases (owner) ---------------------------------------------------------------
@@ -413,6 +491,12 @@ class LendingService:
         if wait_ms:
             fields["wait_ms"] = wait_ms
         self.decisions.record("dispatch", outcome, **fields)
+
+    def _waited_row(self, lane: Lane, request_id: str, ahead: int, since_ms: int) -> None:
+        """This node's own request waited behind borrowed work: say behind how many, how long."""
+        if self.decisions is not None:
+            self.decisions.record("helper", "native_waited_behind_borrowed", lane=lane, request_id=request_id,
+                                  borrowed_ahead=ahead, wait_ms=self._now_ms() - since_ms)
 
     def _helper_row(self, outcome: str, lane: Lane, call: Call, reason: str) -> None:
         if self.decisions is not None:

@@ -66,7 +66,7 @@ class InProcess:
 
     async def lend(self, call: Call, lease: Lease, model_id: str, *,
                    answering: Callable[[], None] | None = None) -> bytes:
-        relay = RelayRequest(lease.lane, self.node_id, model_id, call.path)
+        relay = RelayRequest.lent_under(lease, model_id, call.path)
         try:
             return await self._coordinator().relay(call.reply, relay, call,
                                                    rewrite_to=call.selector or model_id, returns_raise=True,
@@ -101,7 +101,7 @@ class ViaMaster:
                    answering: Callable[[], None] | None = None) -> bytes:
         query = urlencode([(k, v) for k, vs in call.query.items() for v in vs])
         url = self.master_url.rstrip("/") + RELAY_PATH
-        relay = RelayRequest(lease.lane, self.node_id, model_id, call.path)
+        relay = RelayRequest.lent_under(lease, model_id, call.path)
         out = Outbound(url=url + (f"?{query}" if query else ""), body=call.body,
                        content_type=call.content_type, request_id=call.request_id,
                        headers=relay_headers(relay), rewrite_to=call.selector or model_id, returns_raise=True,

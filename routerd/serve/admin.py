@@ -44,8 +44,11 @@ class ModelAdmin:
 
     def __init__(self, *, node_id: str, catalog: Callable[[], Catalog], runtimes: Runtimes,
                  registry: Records | None = None, remote: RemoteControl | None = None,
-                 blocked: Callable[[ModelConfig], str | None] = lambda _model: None) -> None:
+                 blocked: Callable[[ModelConfig], str | None] = lambda _model: None,
+                 load: Callable[[ModelConfig], Awaitable[Any]] | None = None) -> None:
         self.node_id = node_id
+        # how a load runs: the node's own work (serve.own_loads) in a node; the runtimes' own here
+        self._load = load if load is not None else runtimes.load
         self.blocked = blocked  # why a config may not load yet (unresolved portable assets), or None
         self.catalog = catalog
         self.runtimes = runtimes
@@ -90,7 +93,7 @@ class ModelAdmin:
         if reason is not None:  # before the backend starts (reference §8.5)
             raise assets_unresolved(model.local_id, reason)
         try:
-            await self.runtimes.load(model)
+            await self._load(model)
         except LoadFailed as exc:
             raise HTTPError(502, f"model {model.local_id!r} failed to load: {exc}",
                             "backend_error", "load_failed") from None

@@ -21,7 +21,7 @@ from twisted.web.iweb import IAgent
 
 from routerd.backends.errors import BackendMissing, LoadFailed
 from routerd.catalog.model import ModelConfig
-from routerd.errors import HTTPError, Saturated, StatusError
+from routerd.errors import HTTPError, Saturated, StatusError, queue_full
 from routerd.lending.offload import OFFLOAD_RETURNED, offload_returned
 from routerd.routing import work
 from routerd.routing.adapters import AdapterError, kobold, ollama, whisper
@@ -65,6 +65,7 @@ class LocalInference:
 
     def __init__(self, *, node_id: str, clock: IReactorTime, runtimes: RuntimePool, agent: IAgent,
                  samples: SampleSink, on_acquire: Callable[[Call, ModelConfig], None] | None = None,
+                 on_claimed: Callable[[Call, bool], None] | None = None,
                  timeouts: Timeouts | None = None, max_queued_per_model: int = 0,
                  blocked: Callable[[ModelConfig], str | None] = lambda _model: None) -> None:
         self.timeouts = timeouts
@@ -83,6 +84,7 @@ class LocalInference:
         self.agent = agent
         self.samples = samples
         self.on_acquire = on_acquire  # told before every runtime acquire (restore after borrow)
+        self.on_claimed = on_claimed  # told after it: the runtime is the call's (True) or never was
         self.blocked = blocked  # why a config may not load yet (unresolved portable assets), or None
         self.active: dict[str, ActiveRequest] = {}
         self._acquiring: dict[str, Deferred[Any]] = {}  # borrowed requests waiting for the runtime
@@ -120,6 +122,8 @@ class LocalInference:
                 entry.state = "running"
                 waiting = False
                 self._dequeue(model.local_id)
+                if self.on_claimed is not None:
+                    self.on_claimed(call, True)
                 call.serving_since = self.clock.seconds()
                 try:
                     return await self._proxy(call, lease.base_url, plan, public_id)
@@ -137,6 +141,8 @@ class LocalInference:
             finally:
                 if waiting:
                     self._dequeue(model.local_id)
+                    if self.on_claimed is not None:
+                        self.on_claimed(call, False)
                 del self.active[call.request_id]
         except Exception as exc:
             if isinstance(exc, CancelledError) or call.reply.gone:
@@ -162,8 +168,7 @@ class LocalInference:
             raise _draining()
         depth = self.queued.get(model.local_id, 0)
         if self.max_queued_per_model and depth >= self.max_queued_per_model:
-            raise Saturated(429, f"model {public_id!r} has {depth} requests queued (the limit is "
-                                 f"{self.max_queued_per_model}); retry later", "queue_full")
+            raise queue_full(public_id, depth, self.max_queued_per_model)
         call.reply.set_header(b"x-routerd-queue-position", str(depth + 1).encode())
 
     def drain(self) -> int:

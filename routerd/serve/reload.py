@@ -36,6 +36,7 @@ from routerd.catalog.model import ModelConfig
 from routerd.cluster.auth import AuthPolicy
 from routerd.config.load import ConfigError
 from routerd.config.schema import Config
+from routerd.serve.own_loads import OwnLoads
 
 log = Logger()
 S = TypeVar("S")
@@ -201,8 +202,10 @@ class ReloadTarget(Protocol):
 
 class Reloader:
     def __init__(self, target: ReloadTarget, *, read_config: Callable[[], Config],
-                 hash_catalog: Callable[[Catalog], Deferred[Catalog]]) -> None:
+                 hash_catalog: Callable[[Catalog], Deferred[Catalog]],
+                 own_loads: OwnLoads | None = None) -> None:
         self.target = target
+        self.own_loads = own_loads  # a changed config's reload is the node's own work while it runs
         self.read_config = read_config
         self.hash_catalog = hash_catalog
         self.on_applied: list[Callable[[Config], None]] = []
@@ -263,7 +266,9 @@ class Reloader:
             assert action.config is not None
             log.info("{model}'s config changed: reloading it on {runtime} when idle",
                      model=action.model_id, runtime=action.name)
-            done = slot.load(action.config)
+            config = action.config
+            done = slot.load(config) if self.own_loads is None else \
+                self.own_loads.run(config, slot.kind, lambda: slot.load(config))
         done.addErrback(lambda failure: log.warn("{action} of {model} after a reload failed: {reason}",
                                                  action=action.action, model=action.model_id,
                                                  reason=failure.getErrorMessage()))

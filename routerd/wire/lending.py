@@ -81,6 +81,9 @@ Reason = Literal[
     "helper_recently_busy",
     # the owner or helper model no longer meets text-lending eligibility (spec "LLM lending")
     "model_ineligible",
+    # the owner's / helper's node is unreachable, or its model disabled or gone (issue 21)
+    "owner_unavailable",
+    "helper_unavailable",
 ]
 REASONS: tuple[Reason, ...] = get_args(Reason)
 

@@ -11,7 +11,9 @@ from typing import Any
 from twisted.internet.defer import Deferred, DeferredList
 
 from routerd.api.site import BufferBudget
+from routerd.lending.links import LinkSet
 from routerd.node import Node
+from routerd.wire.lending import Endpoint, Link
 from tests.unit.node_fixture import TEXT, World
 
 MESSAGES = [{"role": "user", "content": "hello"}]
@@ -78,3 +80,29 @@ async def _gather(sent: list[Deferred[Any]]) -> list[tuple[Any, bytes]]:
         assert ok
         out.append((response, await response.content()))
     return out
+
+
+def test_max_queued_per_model_bounds_requests_held_in_the_router_for_a_linked_model_too(
+        tmp_path: Path) -> None:
+    """Issue 21 §3: a linked model's requests wait in the lending queue, not for the backend slot;
+    the bound applies there too (429 ``queue_full`` + Retry-After), and held requests stay as they
+    were."""
+    world = World(tmp_path)
+    node = world.node("solo", {"chat": TEXT}, limits={"max_queued_per_model": 2},
+                      cluster={"scheduling_backend_depth": 1})
+    world.start(node)
+    link = Link(Endpoint("solo", "chat"), Endpoint("other", "x"), True, False)
+    node.lending.install_links(LinkSet.build("image", ()), LinkSet.build("text", [link]))
+    http = world.network.client(world.clock)
+    sent = [http.post(f"http://{world.netlocs[node]}/v1/chat/completions", data=_chat(),
+                      headers={b"content-type": [b"application/json"]}) for _ in range(4)]
+    while world.network.flush():
+        pass
+    assert [h["state"] for h in node.lending.held_requests()] == ["queued", "queued"]  # one admitted
+    results: Any = world.run(Deferred.fromCoroutine(_gather(sent)))
+    assert sorted(r.code for r, _ in results) == [200, 200, 200, 429]
+    refused, raw = next((r, b) for r, b in results if r.code == 429)
+    error = json.loads(raw)["error"]
+    assert error["code"] == "queue_full" and "'chat'" in error["message"] and "2 requests" in error["message"]
+    assert refused.headers.getRawHeaders(b"retry-after") == [b"1"]
+    assert node.lending.held_requests() == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import attrs
 from twisted.internet.task import Clock
 
 from routerd.backends.errors import LoadFailed, RuntimeClosed
@@ -12,7 +13,7 @@ from routerd.backends.runtimes import Runtimes
 from routerd.backends.slot import LoadEvent
 from routerd.backends.testing import FakeBackendHTTP, FakeLauncher, PortCounter
 from routerd.catalog.model import Capabilities, ModelConfig
-from routerd.config.schema import BinaryConfig, Config
+from routerd.config.schema import BackendConfig, BinaryConfig, Config, KoboldConfig
 
 from .test_backends_slot import failure_of, result_of
 
@@ -157,3 +158,20 @@ def test_stop_stops_every_process_and_fails_waiters() -> None:
     assert w.launcher.running == []
     failure_of(d, RuntimeClosed)
     failure_of(w.runtimes.acquire("text", TEXT), RuntimeClosed)
+
+
+def test_lanes_sharing_a_runtime_are_its_own_lane_with_llama_sdcpp_and_every_lane_with_kobold() -> None:
+    """Issue 21 §2: own work takes borrowed work back from every lane that shares its runtime or
+    process; separate llama-server/sd-server processes share nothing, KoboldCpp's one process
+    serves both lanes (and speech-to-text)."""
+    runtimes = World().runtimes
+    assert runtimes.lanes_sharing("text", COMBO) == ("text",)
+    assert runtimes.lanes_sharing("image", COMBO) == ("image",)
+    assert runtimes.lanes_sharing("stt", COMBO) == ()
+    assert runtimes.lanes_sharing(None, COMBO) == ("image", "text")  # a load of every part
+    assert runtimes.lanes_sharing(None, TEXT) == ("text",)
+    kobold = World(Config(backend=BackendConfig(mode="kobold"),
+                          kobold=KoboldConfig(command=(*SIM, "koboldcpp")))).runtimes
+    combo = attrs.evolve(COMBO, backend_mode="kobold")
+    assert kobold.lanes_sharing("text", combo) == ("image", "text")
+    assert kobold.lanes_sharing("stt", combo) == ("image", "text")

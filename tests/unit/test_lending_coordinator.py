@@ -21,7 +21,7 @@ from routerd.config.lending import LendingSettings
 from routerd.lending.coordinator import Coordinator
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.links import LinkSet
-from routerd.lending.offload import Borrowed, RelayRequest
+from routerd.lending.offload import Borrowed, RelayRequest, relay_from_headers, relay_headers
 from routerd.lending.service import LendingService
 from routerd.registry.records import NodeInfo
 from routerd.routing.call import Call, Incoming
@@ -524,3 +524,48 @@ def test_a_failing_tick_does_not_stop_the_refresh_tick() -> None:
     cluster.clock.advance(10)  # the next tick must still run
     assert cluster.master.polls == 2
     cluster.coordinator.stop()
+
+
+def test_the_relay_follows_the_helper_named_by_the_lease_the_owner_lent_under() -> None:
+    """Issue 21 §3: the owner lent under a lease naming s2/H; the master's book has since moved the
+    owner to s5/J.  The request goes to s2/H (with that link's flags), so the owner's ``lent`` row,
+    its held list and ``X-Routerd-Lent-To`` all name the helper that served it."""
+    a_to_j = Link(Endpoint("s1", "A"), Endpoint("s5", "J"), True, False)
+    a_to_h = Link(Endpoint("s1", "A"), Endpoint("s2", "H"), False, True)
+    cluster = Cluster(links=(a_to_h, a_to_j))
+    cluster.master.status = {"s1": owner_status("s1", "A"), "s5": helper_status("s5", "J")}
+    cluster.plan("tick")
+    assert cluster.coordinator.live_lease(("text", "s1", "A")).helper_node_id == "s5"  # type: ignore[union-attr]
+    request = FakeReply()
+    relay = RelayRequest("text", "s1", "A", CHAT, helper_node_id="s2", helper_model_id="H")
+    answer = Deferred.fromCoroutine(cluster.coordinator.relay(request, relay, make_call("A"), rewrite_to=None,
+                                                              returns_raise=False))
+    assert fired(answer) == b"helper answer"
+    (out,) = cluster.forwarder.sent
+    assert out.url == "http://s2:1" + INFERENCE_PREFIX + CHAT
+    assert json.loads(out.body)["model"] == "H"
+    assert (b"x-routerd-offload-restore", b"1") in out.headers  # s2/H's own link flags
+    assert not any(name == b"x-routerd-offload-load" for name, _ in out.headers)
+    assert request.headers[b"x-routerd-lent-to"] == b"s2/H"
+
+
+def test_a_relay_naming_a_helper_the_owner_does_not_link_to_goes_to_the_masters_lease() -> None:
+    cluster = Cluster()
+    cluster.standard_statuses()
+    cluster.plan("tick")
+    relay = RelayRequest("text", "s1", "A", CHAT, helper_node_id="s4", helper_model_id="K")  # B's helper
+    request = FakeReply()
+    fired(Deferred.fromCoroutine(cluster.coordinator.relay(request, relay, make_call("A"), rewrite_to=None,
+                                                           returns_raise=False)))
+    assert cluster.forwarder.sent[0].url == "http://s2:1" + INFERENCE_PREFIX + CHAT
+    assert request.headers[b"x-routerd-lent-to"] == b"s2/H"
+
+
+def test_relay_headers_carry_the_helper_of_the_owners_lease() -> None:
+    relay = RelayRequest("image", "s1", "A", "/v1/images/generations", helper_node_id="s2",
+                         helper_model_id="H")
+    headers = dict((k.decode(), v.decode()) for k, v in relay_headers(relay))
+    assert relay_from_headers(lambda name: headers.get(name, "")) == relay
+    older = {k: v for k, v in headers.items() if "helper" not in k}  # an owner of an older build
+    assert relay_from_headers(lambda name: older.get(name, "")) == attrs.evolve(relay, helper_node_id="",
+                                                                                 helper_model_id="")

@@ -409,21 +409,31 @@ def test_owners_without_waiting_work_are_not_planned() -> None:
     assert result == PlanResult([], [], None)
 
 
-def test_no_links_no_statuses_no_plan() -> None:
+def test_no_links_no_plan_and_unreachable_nodes_still_write_their_pairs_rows() -> None:
     assert plan("tick", NOW, [], {}, SETTINGS, {}) == PlanResult([], [], None)
     links = [LinkSet.build("image", [link("owner/A", "helper/B")])]
-    assert plan("tick", NOW, links, {}, SETTINGS, facts()) == PlanResult([], [], None)
+    result = plan("tick", NOW, links, {}, SETTINGS, facts())
+    assert result.leases == [] and result.next_probe_due_ms is None
+    assert [(r.owner_node_id, r.helper_node_id, r.outcome, r.reason) for r in result.rows] == [
+        ("owner", "helper", "skipped", "owner_unavailable")]
 
 
-def test_ineligible_or_unknown_models_are_left_out_without_a_row() -> None:
+def test_every_linked_pair_gets_a_row_even_when_its_owner_or_helper_is_unavailable() -> None:
+    """Issue 21 §3: one plan row per owner and helper pair per decision; a pair whose helper (or
+    owner) is unreachable, disabled or gone is skipped with a reason instead of left out."""
     owner = node("owner", stats=[queue("A", 16)], fits=[fit("A", 8 * S)])
     helper = node("helper", idle_s=120, fits=[fit("B", 8 * S)], loads={"b.kcpps": 19 * S})
     links = [LinkSet.build("image", [link("owner/A", "helper/B")])]
     statuses = {"owner": owner, "helper": helper}
     gone = facts(helper__B=ModelFacts("b.kcpps", eligible=False))
-    assert plan("tick", NOW, links, statuses, SETTINGS, gone).rows == []
+    row = only_row(plan("tick", NOW, links, statuses, SETTINGS, gone))
+    assert (row.outcome, row.reason, row.pending_count) == ("skipped", "helper_unavailable", 16)
+    unreachable = plan("tick", NOW, links, {"owner": owner}, SETTINGS, facts())
+    assert (only_row(unreachable).reason, unreachable.leases) == ("helper_unavailable", [])
     unknown = {k: v for k, v in facts().items() if k[1] != "owner"}
-    assert plan("tick", NOW, links, statuses, SETTINGS, unknown).rows == []
+    assert only_row(plan("tick", NOW, links, statuses, SETTINGS, unknown)).reason == "owner_unavailable"
+    disabled = facts(owner__A=ModelFacts("a.kcpps", eligible=False))
+    assert only_row(plan("tick", NOW, links, statuses, SETTINGS, disabled)).reason == "owner_unavailable"
 
 
 def test_uniform_fits_price_only_work_like_their_samples() -> None:

@@ -128,6 +128,24 @@ def test_each_borrowed_arrival_pushes_the_restore_back_by_a_full_delay() -> None
     assert len(helper.clock.getDelayedCalls()) == 0
 
 
+def test_a_borrowed_arrival_without_the_restore_flag_on_either_lane_still_pushes_the_restore_back() -> None:
+    """Issue 21 §3: the restore waits for "no further borrowed work arriving on either lane", with or
+    without the flag; an arrival without it records nothing of its own."""
+    helper = Helper()
+    restorer = helper.restorer()
+    helper.borrowed_job(restorer)
+    helper.clock.advance(1.0)
+    restorer.acquired("image", "sd-b.kcpps", borrowed=True, restore=False)  # other lane, no flag
+    helper.clock.advance(1.0)
+    assert helper.loads == []
+    restorer.acquired("text", "y.kcpps", borrowed=True, restore=False)  # same lane, no flag
+    helper.clock.advance(DELAY - 0.01)
+    assert helper.loads == []
+    helper.clock.advance(0.01)
+    assert helper.loads == [("text", "x.kcpps")]
+    assert restorer.plan.targets == {}
+
+
 def test_work_running_when_the_timer_fires_defers_the_restore_every_delay_until_quiet() -> None:
     helper = Helper()
     restorer = helper.restorer()

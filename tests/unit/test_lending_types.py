@@ -82,7 +82,7 @@ def test_enumerations_are_the_spec_and_contract_values() -> None:
     assert set(REASONS) == {
         "owner_unpriced", "switch_unpriced", "restore_unpriced", "service_unpriced", "cost_rejected",
         "outranked", "helper_not_accepting", "helper_claimed", "load_forbidden", "context_too_small",
-        "helper_recently_busy", "model_ineligible",
+        "helper_recently_busy", "model_ineligible", "owner_unavailable", "helper_unavailable",
     }  # fmt: skip
 
 
