@@ -15,7 +15,7 @@ from routerd.lending.admin import normalise_batch
 from routerd.node import Node
 from routerd.store.guardians import GuardianRow
 from routerd.store.store import Store
-from tests.unit.node_fixture import IMAGE, TEXT, World
+from tests.unit.node_fixture import IMAGE, TEXT, TOKEN, World
 
 PNG = "data:image/png;base64,iVBORw0KGgo="
 MMPROJ = {"mmproj": "../proj.gguf"}
@@ -166,3 +166,16 @@ def test_a_standalone_node_starts_with_the_settings_and_guardians_of_its_databas
     world.start(node)
     assert node.lending.settings.offload_restore_delay == 9.0
     assert node.lending.guardians.resolve("solo", "text") is not None
+
+
+def test_a_standalone_node_refuses_a_pushed_settings_snapshot(tmp_path: Path) -> None:
+    """Its settings are its own site's (stored in its database): a push would replace them."""
+    world = World(tmp_path)
+    node = world.node("solo", {"text": TEXT}, cluster={"token": TOKEN})
+    world.start(node)
+    response, content = world.call("POST", node, "/router/v1/node/offload/settings",
+                                    json={"values": {"offload_restore_delay": "9s"}, "fingerprint": "x"},
+                                    headers={"authorization": f"Bearer {TOKEN}"})
+    body = json.loads(content)
+    assert response.code == 409 and body["error"]["code"] == "is_master", body
+    assert node.lending.settings.offload_restore_delay != 9.0
