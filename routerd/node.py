@@ -35,7 +35,7 @@ from routerd.assembly.roles import (
     recipe_router,
     slave_parts,
     standalone_parts,
-    start_master,
+    start_site,
 )
 from routerd.backends.runtimes import Runtimes
 from routerd.catalog.catalog import Catalog
@@ -127,8 +127,11 @@ class Node:
             parts = slave_parts(cluster, reactor, http=self.http, agent=self.agent, timeouts=self.timeouts,
                                 snapshot=lambda: self.snapshot_wire(), on_terminal=self._fatal)
         else:
-            parts = standalone_parts()
+            parts = standalone_parts(cluster, reactor, http=self.http)
         self.master, self.slave = parts.master, parts.slave
+        #: What the site API reads (``assembly.roles``): the master's agent, a standalone node's
+        #: site of one, None on a slave.
+        self.site = parts.site
         self._public_ids = parts.public_ids
         self.lending = LendingService(
             node_id=self.node_id, settings=cluster.lending, clock=reactor, role=self.role,
@@ -147,7 +150,8 @@ class Node:
             self.coordinator = master_coordinator(parts, self.lending, reactor,
                                                   serve_borrowed=self._serve_borrowed,
                                                   observe_plan=self.metrics.plan_duration.observe)
-            self.recipes = recipe_router(self.master, cluster.store_dir, reactor,
+        if self.site is not None:
+            self.recipes = recipe_router(self.site, cluster.store_dir, reactor,
                                          catalog=lambda: self.catalog, runtimes=self.own_loads)
         self.assets = build_asset_service(
             config, clock=reactor, agent=self.agent, http=self.http, cache=self.hash_cache,
@@ -223,9 +227,9 @@ class Node:
         await self.assets.rebuild_index()
         if self.recipes is not None:
             self.recipes.book.load()
-        if self.master is not None:
-            await start_master(self.master, self._public_ids, self.store, self.lending,
-                               self.config.cluster.lending, self.local_records())
+        if self.site is not None:
+            await start_site(self.site, self._public_ids, self.store, self.lending,
+                             self.config.cluster.lending, self.local_records(), links=self.master is not None)
         # The first cost fit runs now but is not awaited (the refit service's first call).
         self.services.startService()  # type: ignore[no-untyped-call]
         startup = self.config.models.startup_model
@@ -278,7 +282,7 @@ class Node:
         apply_live_cluster(cluster, self.master, self.slave)
         if cluster.lending != old.cluster.lending:
             await apply_live_lending(cluster.lending, self.lending, self.store,
-                                     master=self.master is not None)
+                                     site=self.site is not None)
 
     async def announce(self) -> None:
         """After a reload: the asset index follows the new models (portable configs bound again);
@@ -286,9 +290,9 @@ class Node:
         await self.assets.rebuild_index()
         ensureDeferred(self.assets.resolve()).addErrback(  # may pull from peers: not awaited
             lambda f: self.log.failure("resolving model assets failed", failure=f))
-        if self.master is not None:
-            self.master.registry.update_local(self.local_records())
-            await self.master.poll_all()
+        if self.site is not None:
+            self.site.registry.update_local(self.local_records())
+            await self.site.poll_all()
         if self.slave is not None and self.slave.running:
             await self.slave.register_once()
 
@@ -304,8 +308,8 @@ class Node:
         if self.catalog is not current:  # replaced while hashing: the newer one stands
             return
         self.catalog = hashed
-        if self.master is not None:
-            self.master.registry.update_local(self.local_records())
+        if self.site is not None:
+            self.site.registry.update_local(self.local_records())
 
     # -- lending ----------------------------------------------------------------
 

@@ -269,10 +269,12 @@ class AdminAPI:
         self.node = node
         self.admin = admin
 
-    def _master(self) -> MasterAgent:
-        if self.node.master is None:
+    def _site(self) -> MasterAgent:
+        """The site the site routes read: the master's, or a standalone node's site of one; 404
+        on a slave (reference §12)."""
+        if self.node.site is None:
             raise master_only()
-        return self.node.master
+        return self.node.site
 
     @app.route("/router/v1/version", methods=["GET"])
     def version(self, request: IRequest) -> bytes:
@@ -301,29 +303,29 @@ class AdminAPI:
 
     @app.route("/router/v1/site/inventory", methods=["GET"])
     def inventory(self, request: IRequest) -> bytes:
-        master = self._master()
-        document = documents.inventory(self.node.node_id, self.node.public_url, master.registry.nodes(),
-                                       self.node.records())
+        site = self._site()
+        document = documents.inventory(self.node.node_id, self.node.public_url, site.registry.nodes(),
+                                       self.node.records(), role=self.node.role)
         if self.node.recipes is not None:
             document["recipes"] = [r.to_json() for r in self.node.recipes.book.recipes()]
         return json_response(request, document)
 
     @app.route("/router/v1/site/recipes", methods=["GET"])
     def recipes_list(self, request: IRequest) -> bytes:
-        self._master()
+        self._site()
         recipes = self.node.recipes.book.recipes() if self.node.recipes is not None else ()
         return json_response(request, {"recipes": [r.to_json() for r in recipes]})
 
     @app.route("/router/v1/site/recipes", methods=["POST"])
     def recipes_save(self, request: IRequest) -> bytes:
-        self._master()
+        self._site()
         assert self.node.recipes is not None
         saved = self.node.recipes.book.save(read_json(request))
         return json_response(request, {"ok": True, "recipe": saved.to_json()})
 
     @app.route("/router/v1/site/recipes", methods=["DELETE"])
     def recipes_delete(self, request: IRequest) -> bytes:
-        self._master()
+        self._site()
         assert self.node.recipes is not None
         recipe_id = query_arg(request, "id")
         if not recipe_id:
@@ -336,37 +338,37 @@ class AdminAPI:
 
     @app.route("/router/v1/site/nodes/state", methods=["GET"])
     async def nodes_state(self, request: IRequest) -> bytes:
-        master = self._master()
+        site = self._site()
         node_id = query_arg(request, "node_id")
         if not node_id:
             raise HTTPError(400, "node_id is required")
         if node_id == self.node.node_id:
             return json_response(request, self.node.state_document())
-        return json_response(request, await master.node_json(node_id, "/router/v1/node/state"))
+        return json_response(request, await site.node_json(node_id, "/router/v1/node/state"))
 
     @app.route("/router/v1/site/nodes/states", methods=["GET"])
     async def nodes_states(self, request: IRequest) -> bytes:
         """Every node's ``/state`` in one answer (the WebUI Nodes page), plus ``node_errors``."""
-        master = self._master()
-        return json_response(request, await site_states(master, self.node.node_id,
+        site = self._site()
+        return json_response(request, await site_states(site, self.node.node_id,
                                                         self.node.state_document()))
 
     @app.route("/router/v1/site/nodes/load", methods=["POST"])
     async def node_load(self, request: IRequest) -> bytes:
         """Load a model on one named node (``{node_id, model}``; model = that node's local ID)."""
-        master = self._master()
+        site = self._site()
         body = read_json(request)
         node_id = _node_arg(body)
         model = _model_arg(body)
         if node_id == self.node.node_id:
             return json_response(request, await self.admin.load(model))
-        await _on_remote(master, node_id, lambda url: master.client.load(url, model))
+        await _on_remote(site, node_id, lambda url: site.client.load(url, model))
         return json_response(request, {"ok": True, "model": model, "node_id": node_id})
 
     @app.route("/router/v1/site/nodes/unload", methods=["POST"])
     async def node_unload(self, request: IRequest) -> bytes:
         """Unload on one named node (``{node_id, model?, target?}`` as that node's ``/unload``)."""
-        master = self._master()
+        site = self._site()
         body = read_json(request)
         node_id = _node_arg(body)
         model, target = body.get("model"), body.get("target")
@@ -376,12 +378,12 @@ class AdminAPI:
             raise HTTPError(400, "target must be one of " + ", ".join(UNLOAD_TARGETS))
         if node_id == self.node.node_id:
             return json_response(request, await self.admin.unload(model, target))
-        await _on_remote(master, node_id, lambda url: master.client.unload(url, model, target))
+        await _on_remote(site, node_id, lambda url: site.client.unload(url, model, target))
         return json_response(request, {"ok": True, "model": model, "node_id": node_id})
 
     @app.route("/router/v1/site/", branch=True)
     def site_other(self, request: IRequest) -> bytes:
-        self._master()
+        self._site()
         raise not_found(request.path.decode("utf-8", "replace"))
 
 

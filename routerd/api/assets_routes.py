@@ -118,7 +118,7 @@ class AssetsAPI:
 
     def _site(self) -> None:
         """Site routes answer 404 on a slave (reference §12)."""
-        if self.node.role == "slave":
+        if self.node.site is None:
             raise master_only()
 
     def _target(self, node_id: Any, node_url: Any) -> NodeInfo | None:
@@ -339,7 +339,7 @@ class AssetsAPI:
 
     @app.route("/router/v1/site/model-files/hash", methods=["POST"])
     async def site_hash(self, request: IRequest) -> bytes:
-        master = self.node.master
+        master = self.node.site  # a standalone node's site of one knows no other node
         if master is None:
             raise master_only()
         body = read_json(request)

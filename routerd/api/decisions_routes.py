@@ -1,9 +1,9 @@
 """Decision log and lending summary routes: node API (contract §6) and site API (§7).
 
 Node API (cluster token): ``GET /router/v1/node/offload/decisions?lane&outcome&kind&limit&since_ms``
-→ ``{"records"}``; ``GET /router/v1/node/offload/summary``.  Site API (master only; 404 elsewhere):
-``GET /router/v1/site/offload/decisions?…&node_id…``, the same rows folded for the WebUI
-(``GET /router/v1/site/offload/decisions/folded?…&page&page_size``) and
+→ ``{"records"}``; ``GET /router/v1/node/offload/summary``.  Site API (a master or a standalone
+node; 404 on a slave): ``GET /router/v1/site/offload/decisions?…&node_id…``, the same rows folded
+for the WebUI (``GET /router/v1/site/offload/decisions/folded?…&page&page_size``) and
 ``GET /router/v1/site/offload/summary``.
 The documents are built by ``routerd.lending.reports``; this module parses and answers.
 """
@@ -93,7 +93,8 @@ def parse_query(request: IRequest, default_limit: int, max_limit: int = MAX_LIMI
 
 
 def _site(node: DecisionsNode) -> SiteNode:
-    if getattr(node, "master", None) is None:
+    """The node as a site (a master, or a standalone node: a site of one); 404 on a slave."""
+    if getattr(node, "site", None) is None:
         raise master_only()
     return cast(SiteNode, node)
 

@@ -1,5 +1,5 @@
 """Site guardians API (contract §7; spec "Guardian models"): ``/router/v1/site/guardians``.
-Master only (404 elsewhere); admin keys.
+Served by a master and by a standalone node (a site of one); 404 on a slave; admin keys.
 
 * ``GET`` → ``{guardians: [setting], candidates: [{node_id, model_id, filename, available}],
   text_models: [{node_id, model_id, filename, available, guardian: {scope, node_id, model_id}|null}]}``
@@ -55,7 +55,7 @@ class GuardiansNode(Protocol):
     def store(self) -> Store | None: ...
 
     @property
-    def master(self) -> _Master | None: ...
+    def site(self) -> _Master | None: ...
 
     @property
     def lending(self) -> GuardianTarget: ...
@@ -81,12 +81,12 @@ class GuardiansAPI:
         self.node = node
 
     def _editor(self) -> GuardianEditor:
-        master = self.node.master
-        if master is None:
+        site = self.node.site
+        if site is None:
             raise master_only()
         if self.node.store is None:
             raise HTTPError(404, "guardian models are not configured", "not_found", "not_found")
-        registry = master.registry
+        registry = site.registry
         nodes = {self.node.node_id, *(info.node_id for info in registry.nodes())}
         return GuardianEditor(self.node.store, self.node.lending, registry.records(), nodes)
 

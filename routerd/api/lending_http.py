@@ -58,7 +58,7 @@ class LendingNode(Protocol):
     def store(self) -> Store | None: ...
 
     @property
-    def master(self) -> MasterView | None: ...
+    def site(self) -> MasterView | None: ...
 
     @property
     def catalog(self) -> CatalogView: ...
@@ -71,11 +71,11 @@ class LendingNode(Protocol):
 
 
 
-def require_master(node: LendingNode) -> MasterView:
-    """The master agent, or 404 (site routes are closed on other nodes)."""
-    if node.master is None:
+def require_site(node: LendingNode) -> MasterView:
+    """The node's site (the master's, or a standalone node's site of one), or 404 on a slave."""
+    if node.site is None:
         raise master_only()
-    return node.master
+    return node.site
 
 
 def want_bool(value: Any, where: str, default: bool) -> bool:
@@ -100,7 +100,7 @@ __all__ = [
     "LendingView",
     "MasterView",
     "RegistryView",
-    "require_master",
+    "require_site",
     "want_bool",
     "want_str",
 ]

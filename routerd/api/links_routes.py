@@ -1,6 +1,7 @@
 """Site links API (contract §7; lending reference §2.4): ``/router/v1/site/routing-groups`` (image
 lane, model id = the model's image ID) and ``/router/v1/site/text-routing-groups`` (text lane,
-model id = its local ID).  Master only; 404 elsewhere.
+model id = its local ID).  Served by a master and by a standalone node, whose site of one has no
+other node to link to (every candidate list is empty); 404 on a slave.
 
 * ``GET [?node_id&model_id]`` → ``{links, anchor?, candidates?}``.  Candidates are every model of
   the lane on another node, ineligible ones included (``eligible: false`` with the reason).
@@ -23,7 +24,7 @@ from twisted.web.iweb import IRequest
 
 from routerd.api.errors import api_app
 from routerd.api.jsonio import json_response, read_json
-from routerd.api.lending_http import LendingNode, require_master, want_bool, want_str
+from routerd.api.lending_http import LendingNode, require_site, want_bool, want_str
 from routerd.api.reply import query_arg
 from routerd.errors import HTTPError
 from routerd.lending.admin import ACKNOWLEDGEMENT_REQUIRED, EditRequest, LaneModels, LinkEditor
@@ -95,10 +96,10 @@ class LinksAPI:
         self.node = node
 
     def _editor(self, lane: Lane) -> LinkEditor:
-        master = require_master(self.node)
+        site = require_site(self.node)
         if self.node.store is None:
             raise HTTPError(404, "routing links are not configured", "not_found", "not_found")
-        models = LaneModels(lane, master.registry.records(), self.node.node_id, self.node.catalog)
+        models = LaneModels(lane, site.registry.records(), self.node.node_id, self.node.catalog)
         return LinkEditor(lane, self.node.store, self.node.lending, models)
 
     async def get(self, request: IRequest, lane: Lane) -> bytes:

@@ -9,7 +9,8 @@
   invalid → 400, nothing applied), keys missing from the push take their built-in defaults →
   ``{"ok": true, "fingerprint": <applied>, "dropped": [keys]}``.
 
-A master refuses both with 409 ``is_master``: its links and settings come from its own database.
+A master or a standalone node (a site of one) refuses both with 409 ``is_master``: its links and
+settings come from its own database.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def parse_link_set(lane: Lane, value: Any) -> LinkSet:
 
 
 def _refuse_on_master(node: LendingNode, what: str) -> None:
-    if node.master is not None:
-        raise HTTPError(409, f"this node is the master; its {what} come from its own database",
+    if node.site is not None:  # a master, or a standalone node (a site of one)
+        raise HTTPError(409, f"this node serves its own site; its {what} come from its own database",
                         "cluster_error", "is_master")
 
 

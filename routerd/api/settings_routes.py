@@ -1,6 +1,6 @@
 """Site lending-settings API (contract §7; lending reference §1): ``/router/v1/site/offload/settings``.
 
-Master only (404 elsewhere).
+Served by a master and by a standalone node (a site of one); 404 on a slave.
 
 * ``GET`` → ``{entries, fingerprint, editable}``: every setting with its default, config value
   (when it differs from the default), stored override, effective value and source; the fingerprint
@@ -21,7 +21,7 @@ from twisted.web.iweb import IRequest
 
 from routerd.api.errors import api_app
 from routerd.api.jsonio import json_response, read_json
-from routerd.api.lending_http import LendingNode, require_master
+from routerd.api.lending_http import LendingNode, require_site
 from routerd.api.reply import query_arg
 from routerd.errors import HTTPError
 from routerd.lending.admin import SettingsEditor
@@ -36,7 +36,7 @@ class SettingsAPI:
         self.node = node
 
     def _editor(self) -> SettingsEditor:
-        require_master(self.node)
+        require_site(self.node)
         return SettingsEditor(self.node.store, self.node.lending)
 
     @app.route(PATH, methods=["GET"])

@@ -1,6 +1,11 @@
-"""What each role adds to a node's common graph: a standalone node lends nowhere, a master runs the
-registry, health poller, forwarder, lending coordinator and recipe book, a slave registers with its
-master and reaches the coordinator through it.
+"""What each role adds to a node's common graph: a standalone node lends nowhere and is a site of
+one, a master runs the registry, health poller, forwarder, lending coordinator and recipe book, a
+slave registers with its master and reaches the coordinator through it.
+
+The site API (contract §7) reads the node's *site*: the master's agent on a master, and on a
+standalone node the same agent and registry with no slaves listed (never polled, holding only the
+node's own records), so a standalone node serves the site API with the master's code.  A slave has
+no site.
 
 ``Node`` calls one of :func:`standalone_parts`, :func:`master_parts` or :func:`slave_parts` before
 its lending service exists (the service needs the role's transport), then — on a master —
@@ -55,10 +60,29 @@ class RoleParts:
     forwarder: Forwarder | None = None  # a master's, to its slaves
     client: NodeClient | None = None  # the control-plane client (asset pulls from peers)
     public_ids: MemoryPublicIdStore | None = None  # a master's public model IDs
+    site: MasterAgent | None = None  # what the site API reads: the master's agent, or a site of one
 
 
-def standalone_parts() -> RoleParts:
-    return RoleParts(transport=NoMaster())
+def standalone_parts(cluster: ClusterConfig, reactor: Any, *, http: Any) -> RoleParts:
+    """Nothing is lent; the site API reads a site of one (:func:`site_agent` with no slaves)."""
+    return RoleParts(transport=NoMaster(), site=site_agent(cluster, reactor, http=http, slave_urls=(),
+                                                           public_ids=MemoryPublicIdStore()))
+
+
+def site_agent(cluster: ClusterConfig, reactor: Any, *, http: Any, slave_urls: tuple[str, ...],
+               public_ids: MemoryPublicIdStore, local_ready: LocalReady | None = None,
+               local_status: Callable[[], RuntimeStatus] | None = None) -> MasterAgent:
+    """The master's agent over a registry of this node and ``slave_urls`` (none: a site of one,
+    whose client may call no node at all)."""
+    client = NodeClient(http, cluster.token, AllowList(slave_urls), cluster.control_timeout, reactor)
+    registry = Registry(cluster.node_id, cluster.public_url, public_ids, local_ready=local_ready)
+    return MasterAgent(node_id=cluster.node_id, slave_urls=slave_urls, registry=registry,
+                       client=client, routing_allowed=AllowList(), clock=reactor,
+                       health_interval=cluster.health_interval, local_status=local_status or _no_status)
+
+
+def _no_status() -> RuntimeStatus:
+    raise AssertionError("a site of one is never asked for runtime status")
 
 
 def master_parts(cluster: ClusterConfig, reactor: Any, *, http: Any, agent: Any, timeouts: Timeouts,
@@ -66,16 +90,12 @@ def master_parts(cluster: ClusterConfig, reactor: Any, *, http: Any, agent: Any,
                  local_status: Callable[[], RuntimeStatus],
                  coordinator: Callable[[], Coordinator]) -> RoleParts:
     """The registry, health poller and forwarder; lending goes to the coordinator in process."""
-    routing_allowed = AllowList()
-    client = NodeClient(http, cluster.token, AllowList(cluster.slave_urls), cluster.control_timeout, reactor)
     public_ids = MemoryPublicIdStore(on_assign=on_public_id)
-    registry = Registry(cluster.node_id, cluster.public_url, public_ids, local_ready=local_ready)
-    master = MasterAgent(node_id=cluster.node_id, slave_urls=cluster.slave_urls, registry=registry,
-                         client=client, routing_allowed=routing_allowed, clock=reactor,
-                         health_interval=cluster.health_interval, local_status=local_status)
-    return RoleParts(transport=InProcess(cluster.node_id, coordinator), master=master, client=client,
-                     forwarder=Forwarder(agent, cluster.token, routing_allowed, timeouts),
-                     public_ids=public_ids)
+    master = site_agent(cluster, reactor, http=http, slave_urls=cluster.slave_urls, public_ids=public_ids,
+                        local_ready=local_ready, local_status=local_status)
+    return RoleParts(transport=InProcess(cluster.node_id, coordinator), master=master, client=master.client,
+                     forwarder=Forwarder(agent, cluster.token, master.routing_allowed, timeouts),
+                     public_ids=public_ids, site=master)
 
 
 def slave_parts(cluster: ClusterConfig, reactor: Any, *, http: Any, agent: Any, timeouts: Timeouts,
@@ -125,27 +145,29 @@ def apply_live_cluster(cluster: ClusterConfig, master: MasterAgent | None, slave
         slave.client.control_timeout = cluster.control_timeout
 
 
-async def start_master(master: MasterAgent, public_ids: MemoryPublicIdStore | None, store: Store,
-                       lending: LendingService, lending_config: LendingSettings,
-                       own_records: list[ModelRecord]) -> None:
-    """A master's start: stored public IDs, links, settings and guardians, then its own records
-    in the registry and a first poll of every slave."""
-    assert public_ids is not None
-    public_ids.seed(await store.public_ids())
+async def start_site(site: MasterAgent, public_ids: MemoryPublicIdStore | None, store: Store,
+                     lending: LendingService, lending_config: LendingSettings,
+                     own_records: list[ModelRecord], *, links: bool) -> None:
+    """The start of a node that serves the site API: stored public IDs (a master's), links (a
+    master's: a site of one has no other node to link to), settings and guardians, then its own
+    records in the registry and a first poll of every slave (none on a site of one)."""
+    if public_ids is not None:
+        public_ids.seed(await store.public_ids())
     image, text, settings = await load_lending_state(store, lending_config)
-    lending.install_links(image, text)
+    if links:
+        lending.install_links(image, text)
     lending.apply_settings(settings)
     lending.install_guardians(await stored_guardians(store))
-    master.registry.update_local(own_records)
-    await master.poll_all()
+    site.registry.update_local(own_records)
+    await site.poll_all()
 
 
 async def apply_live_lending(settings: LendingSettings, lending: LendingService, store: Store | None, *,
-                             master: bool) -> None:
-    """A reload's changed lending settings: a master layers them (default < config < stored
-    override) and pushes the result to its slaves; another node applies them as they are."""
+                             site: bool) -> None:
+    """A reload's changed lending settings: a node serving the site API layers them (default <
+    config < stored override) and pushes the result to its slaves; a slave applies them as they are."""
     lending.config_settings = settings
-    if master:
+    if site:
         await SettingsEditor(store, lending).document(apply=True)
     else:
         lending.apply_settings(settings)

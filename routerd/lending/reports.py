@@ -84,17 +84,18 @@ class DecisionsNode(Protocol):
     def store(self) -> _DecisionSource | None: ...
 
     @property
-    def master(self) -> _Master | None: ...
+    def site(self) -> _Master | None: ...
 
     @property
     def lending(self) -> _Lending: ...
 
 
 class SiteNode(DecisionsNode, Protocol):
-    """The master: its agent and coordinator are there (the HTTP edge checks before calling)."""
+    """A node serving the site: its site agent is there (the HTTP edge checks before calling); the
+    coordinator is a master's only."""
 
     @property
-    def master(self) -> _Master: ...
+    def site(self) -> _Master: ...
 
     @property
     def coordinator(self) -> _Leases | None: ...
@@ -191,7 +192,7 @@ async def site_decisions(node: SiteNode, query: DecisionQuery,
                          node_ids: Sequence[str] | None, total_limit: int | None = None) -> dict[str, Any]:
     """The site decisions document: every selected node's rows merged newest first, truncated to
     ``total_limit`` rows (default: the query's own limit, which is also what each node is asked)."""
-    master = node.master
+    master = node.site
     include_self, remotes, errors = _select_nodes(master, node_ids, node.node_id)
     rows: list[dict[str, Any]] = []
     if include_self:
@@ -216,7 +217,7 @@ async def site_decisions(node: SiteNode, query: DecisionQuery,
 
 async def site_summary(node: SiteNode) -> dict[str, Any]:
     """The site summary: every node's build, settings fingerprint and held requests; live leases."""
-    master = node.master
+    master = node.site
     _include_self, remotes, errors = _select_nodes(master, None, node.node_id)
     own = local_summary(node)
     fingerprint = own["settings_fingerprint"]

@@ -125,9 +125,9 @@ def models_document(node_id: str, records: Sequence[ModelRecord], catalog: Catal
 
 
 def inventory(node_id: str, node_url: str, nodes: Iterable[NodeInfo],
-              records: Sequence[ModelRecord]) -> dict[str, Any]:
-    """The master's ``/router/v1/site/inventory``."""
-    out = [{"node_id": node_id, "node_url": node_url, "role": "master", "healthy": True,
+              records: Sequence[ModelRecord], role: str = "master") -> dict[str, Any]:
+    """``/router/v1/site/inventory`` of a master, or of a standalone node (``role``; no ``nodes``)."""
+    out = [{"node_id": node_id, "node_url": node_url, "role": role, "healthy": True,
             "build_version": __version__}]
     for info in nodes:
         out.append({"node_id": info.node_id, "node_url": info.node_url, "role": "slave",

@@ -129,9 +129,14 @@ class InferenceFront:
             elif borrowed is None and self._nothing_to_embed_with(call):
                 result = await self.local.serve_unmodelled(call)
             else:
-                model = self._borrowed_model(call) if borrowed is not None else self._local_model(call)
+                own = None if borrowed is not None else self._own_recipe(call)
+                if own is not None:
+                    public_id, model = own
+                else:
+                    model = self._borrowed_model(call) if borrowed is not None else self._local_model(call)
+                    public_id = self._public_id(route, model)
                 model_label = model.local_id
-                result = await self._serve_local(call, model, self._public_id(route, model), borrowed)
+                result = await self._serve_local(call, model, public_id, borrowed)
             return result
         except Exception as exc:  # noqa: BLE001 - any failure still answers the client once
             if isinstance(exc, CancelledError) or reply.gone:
@@ -340,6 +345,21 @@ class InferenceFront:
             if err.status in (404, 503):
                 raise offload_returned(f"cannot serve the borrowed request: {err.message}") from None
             raise
+
+    def _own_recipe(self, call: Call) -> tuple[str, ModelConfig] | None:
+        """``(public name, component config)`` when a standalone node's request names one of its
+        split recipes (reference §9.3, checked before its own models as on a master); else None.
+        A site of one holds its own records only, so every component is in this catalog."""
+        if self.recipes is None or call.selector is None:
+            return None
+        picked = self.recipes.route(call.selector, call.route.runtime, self._need(call.route))
+        if picked is None:
+            return None
+        name, record = picked
+        model = self.catalog().get(record.local_id)
+        if model is None:
+            raise HTTPError(404, f"model {call.selector!r} was not found", "not_found", "model_not_found")
+        return name, model
 
     def _need(self, route: Route) -> str:
         return NEEDS[SECTIONS[route.kind]]

@@ -97,17 +97,17 @@ class FakeLending:
 class FakeNode:
     node_id: str = MASTER
     store: Store | None = attrs.Factory(Store.open_sync)
-    master: FakeMaster | None = attrs.Factory(FakeMaster)
+    site: FakeMaster | None = attrs.Factory(FakeMaster)
     catalog: FakeCatalog = attrs.Factory(FakeCatalog)
     lending: FakeLending = attrs.Factory(FakeLending)
 
     @classmethod
     def slave(cls) -> FakeNode:
-        return cls(node_id="slave-a", master=None)
+        return cls(node_id="slave-a", site=None)
 
     def add(self, *records: ModelRecord) -> None:
-        assert self.master is not None
-        self.master.registry.models.extend(records)
+        assert self.site is not None
+        self.site.registry.models.extend(records)
 
 
 class Client:

@@ -93,7 +93,7 @@ class FakeMaster:
 class FakeNode:
     node_id: str = "master"
     store: Any = None
-    master: FakeMaster | None = None
+    site: FakeMaster | None = None
     lending: Any = attrs.Factory(FakeLending)
     coordinator: FakeCoordinator | None = None
 
@@ -129,7 +129,7 @@ def get(node: FakeNode, path: str) -> tuple[int, Any]:
 ])
 @pytest.mark.parametrize("path", ["/router/v1/node/offload/decisions", "/router/v1/site/offload/decisions"])
 def test_bad_parameters_answer_400_with_a_reason(path: str, query: str) -> None:
-    node = FakeNode(master=FakeMaster())
+    node = FakeNode(site=FakeMaster())
     code, body = get(node, f"{path}?{query}")
     assert code == 400
     assert body["error"]["type"] == "invalid_request_error"
@@ -140,7 +140,7 @@ def test_bad_parameters_answer_400_with_a_reason(path: str, query: str) -> None:
                                   "/router/v1/site/offload/decisions/folded"])
 def test_since_ms_past_sqlites_integer_range_is_a_400_not_a_500(path: str) -> None:
     """Found by the schemathesis run: the store raised OverflowError binding it (a 500)."""
-    node = FakeNode(master=FakeMaster())
+    node = FakeNode(site=FakeMaster())
     code, body = get(node, f"{path}?since_ms=9223372036854775808")
     assert code == 400
     assert "since_ms" in body["error"]["message"]
@@ -196,7 +196,7 @@ def test_node_summary_reports_build_fingerprint_and_held_requests() -> None:
 @pytest.mark.parametrize("path", ["/router/v1/site/offload/decisions", "/router/v1/site/offload/summary",
                                   "/router/v1/site/offload/decisions?limit=0"])
 def test_site_routes_answer_404_on_a_node_that_is_not_the_master(path: str) -> None:
-    code, body = get(FakeNode(master=None), path)
+    code, body = get(FakeNode(site=None), path)
     assert code == 404
     assert body["error"]["code"] == "not_found"
 
@@ -214,7 +214,7 @@ def _remote_rows(node_id: str, times: list[int]) -> Callable[[str], dict[str, An
 def _site(clock: task.Clock) -> FakeNode:
     master = FakeMaster(FakeRegistry([info("slave-a"), info("slave-b"), info("slave-c"),
                                       info("slave-d", healthy=False)]))
-    node = FakeNode(master=master)
+    node = FakeNode(site=master)
     log = with_log(node, clock)
     for at in (1.5, 4.5):
         clock.advance(at - clock.seconds())
@@ -239,8 +239,8 @@ def test_site_decisions_merge_every_node_newest_first_and_report_node_errors() -
         {"node_id": "slave-c", "error": "GET http://slave-c:8080/... timed out after 5s"},
         {"node_id": "slave-d", "error": "node is unhealthy"},
     ]
-    assert node.master is not None
-    calls = node.master.client.calls
+    assert node.site is not None
+    calls = node.site.client.calls
     assert sorted(base for base, _path, _t in calls) == [
         "http://slave-a:8080", "http://slave-b:8080", "http://slave-c:8080"]
     assert all(t == NODE_TIMEOUT_S for _b, _p, t in calls)
@@ -250,27 +250,27 @@ def test_site_decisions_merge_every_node_newest_first_and_report_node_errors() -
 def test_site_decisions_forward_the_filters_truncate_and_select_nodes() -> None:
     clock = task.Clock()
     node = _site(clock)
-    assert node.master is not None
+    assert node.site is not None
     _, body = get(node, "/router/v1/site/offload/decisions?limit=3&lane=image&outcome=lent&kind=dispatch"
                         "&since_ms=10&node_id=slave-a&node_id=slave-b&node_id=ghost")
     assert [(r["recorded_at"], r["node_id"]) for r in body["records"]] == [
         (5000, "slave-a"), (4500, "slave-b"), (3000, "slave-a")]
     assert body["node_errors"] == [{"node_id": "ghost", "error": "node is not known"}]
-    paths = {p for _b, p, _t in node.master.client.calls}
+    paths = {p for _b, p, _t in node.site.client.calls}
     assert len(paths) == 1
     query = parse_qs(urlsplit(paths.pop()).query)
     assert query == {"lane": ["image"], "outcome": ["lent"], "kind": ["dispatch"], "limit": ["3"],
                      "since_ms": ["10"]}
-    node.master.client.calls.clear()
+    node.site.client.calls.clear()
     _, body = get(node, "/router/v1/site/offload/decisions?node_id=master")
     assert {r["node_id"] for r in body["records"]} == {"master"}
-    assert node.master.client.calls == [] and body["node_errors"] == []
+    assert node.site.client.calls == [] and body["node_errors"] == []
 
 
 def test_site_decisions_report_a_malformed_answer() -> None:
-    node = FakeNode(master=FakeMaster(FakeRegistry([info("slave-a")])))
-    assert node.master is not None
-    node.master.client.answers = {"http://slave-a:8080": {"rows": []}}
+    node = FakeNode(site=FakeMaster(FakeRegistry([info("slave-a")])))
+    assert node.site is not None
+    node.site.client.answers = {"http://slave-a:8080": {"rows": []}}
     _, body = get(node, "/router/v1/site/offload/decisions")
     assert body == {"records": [], "node_errors": [{"node_id": "slave-a",
                                                     "error": "answer has no records list"}]}
@@ -278,22 +278,22 @@ def test_site_decisions_report_a_malformed_answer() -> None:
 
 def test_site_asks_at_most_eight_nodes_at_once() -> None:
     names = [f"slave-{i:02d}" for i in range(FANOUT + 4)]
-    node = FakeNode(master=FakeMaster(FakeRegistry([info(n) for n in names])))
-    assert node.master is not None
+    node = FakeNode(site=FakeMaster(FakeRegistry([info(n) for n in names])))
+    assert node.site is not None
     pending = {f"http://{n}:8080": Deferred() for n in names}
-    node.master.client.answers = dict(pending)
+    node.site.client.answers = dict(pending)
     client = StubTreq(Dispatch([DecisionsAPI(node)]))
     out: list[Any] = []
     client.get("http://node/router/v1/site/offload/decisions").addCallback(
         lambda r: out.append(r.code) or r.content()).addCallback(out.append)
     client.flush()
-    assert len(node.master.client.calls) == FANOUT and not out
+    assert len(node.site.client.calls) == FANOUT and not out
     for i, name in enumerate(names):
         pending[f"http://{name}:8080"].callback({"records": [
             {"id": 1, "recorded_at": i, "node_id": name, "kind": "plan", "outcome": "probe",
              "lane": "text", "router_version": ""}]})
     client.flush()
-    assert len(node.master.client.calls) == len(names)
+    assert len(node.site.client.calls) == len(names)
     assert out[0] == 200
     body = json.loads(out[1])
     assert [r["node_id"] for r in body["records"]] == list(reversed(names))
@@ -306,7 +306,7 @@ def test_site_summary_lists_every_node_sorted_with_sync_state_and_leases() -> No
     held = [{"request_id": "r9", "lane": "text", "model_id": "chat", "state": "lent", "waiting_ms": 5,
              "helper_node_id": "slave-a", "helper_model_id": "chat"}]
     master = FakeMaster(FakeRegistry([info("slave-b"), info("slave-a")]))
-    node = FakeNode(master=master, coordinator=FakeCoordinator([lease]))
+    node = FakeNode(site=master, coordinator=FakeCoordinator([lease]))
     master.client.answers = {
         "http://slave-a:8080": {"node_id": "slave-a", "build_version": "0.1.0",
                                 "settings_fingerprint": SETTINGS.fingerprint(), "held_requests": held},
@@ -335,7 +335,7 @@ def test_site_summary_lists_every_node_sorted_with_sync_state_and_leases() -> No
 def test_site_summary_reports_failed_nodes_and_guards_a_bare_lending_service() -> None:
     master = FakeMaster(FakeRegistry([info("slave-a"), info("slave-b", healthy=False)]))
     master.client.answers = {"http://slave-a:8080": ConnectionRefusedError("connection refused")}
-    node = FakeNode(master=master, lending=BareLending())
+    node = FakeNode(site=master, lending=BareLending())
     code, body = get(node, "/router/v1/site/offload/summary")
     assert code == 200
     assert [n["node_id"] for n in body["nodes"]] == ["master"]
@@ -349,15 +349,15 @@ def test_site_summary_reports_failed_nodes_and_guards_a_bare_lending_service() -
 
 def test_site_folded_decisions_fold_every_nodes_rows_and_paginate() -> None:
     clock = task.Clock()
-    node = FakeNode(master=FakeMaster())
+    node = FakeNode(site=FakeMaster())
     log = with_log(node, clock)
     for _ in range(3):
         clock.advance(1)
         log.record("plan", "granted", lane="text", trigger="enqueued", owner_node_id="slave-a",
                    owner_model_id="alpha",
                    helper_node_id="master", helper_model_id="beta", slots=2)
-    node.master.registry.infos.append(info("slave-a"))  # type: ignore[union-attr]
-    node.master.client.answers["http://slave-a:8080"] = _remote_rows("slave-a", [500, 1500, 2500, 4500])
+    node.site.registry.infos.append(info("slave-a"))  # type: ignore[union-attr]
+    node.site.client.answers["http://slave-a:8080"] = _remote_rows("slave-a", [500, 1500, 2500, 4500])
     code, body = get(node, "/router/v1/site/offload/decisions/folded?page_size=1")
     assert code == 200
     assert (body["total_rows"], body["total_lines"], body["pages"], body["page"]) == (7, 2, 2, 0)
@@ -373,25 +373,25 @@ def test_site_folded_decisions_fold_every_nodes_rows_and_paginate() -> None:
 
 
 def test_site_folded_decisions_gather_more_rows_than_one_node_may_return() -> None:
-    node = FakeNode(master=FakeMaster())
-    node.master.registry.infos.append(info("slave-a"))  # type: ignore[union-attr]
-    node.master.client.answers["http://slave-a:8080"] = _remote_rows("slave-a", [1, 2, 3])
+    node = FakeNode(site=FakeMaster())
+    node.site.registry.infos.append(info("slave-a"))  # type: ignore[union-attr]
+    node.site.client.answers["http://slave-a:8080"] = _remote_rows("slave-a", [1, 2, 3])
     code, body = get(node, "/router/v1/site/offload/decisions/folded?limit=20000")
     assert code == 200 and body["total_rows"] == 3
-    asked = node.master.client.calls[0][1]  # type: ignore[union-attr]
+    asked = node.site.client.calls[0][1]  # type: ignore[union-attr]
     assert "limit=5000" in asked  # each node is asked within its own cap
 
 
 @pytest.mark.parametrize("query", ["page=-1", "page=x", "page_size=0", "page_size=501", "limit=100001",
                                    "kind=audit"])
 def test_site_folded_decisions_refuse_bad_parameters(query: str) -> None:
-    code, body = get(FakeNode(master=FakeMaster()), f"/router/v1/site/offload/decisions/folded?{query}")
+    code, body = get(FakeNode(site=FakeMaster()), f"/router/v1/site/offload/decisions/folded?{query}")
     assert code == 400
     assert query.split("=")[0] in body["error"]["message"]
 
 
 def test_site_folded_decisions_answer_404_on_a_node_that_is_not_the_master() -> None:
-    code, _ = get(FakeNode(master=None), "/router/v1/site/offload/decisions/folded")
+    code, _ = get(FakeNode(site=None), "/router/v1/site/offload/decisions/folded")
     assert code == 404
 
 

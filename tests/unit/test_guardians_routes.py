@@ -57,7 +57,7 @@ class Lending:
 class Node:
     node_id: str = "master"
     store: Store | None = attrs.Factory(Store.open_sync)
-    master: Master | None = attrs.Factory(
+    site: Master | None = attrs.Factory(
         lambda: Master(Registry([TEXT_A, VISION_A, TEXT_B, VISION_B, SD_B])))
     lending: Lending = attrs.Factory(Lending)
 
@@ -170,7 +170,7 @@ def test_delete_by_scope_key_removes_installs_and_pushes() -> None:
 
 
 def test_the_route_is_closed_on_a_slave() -> None:
-    node = Node(node_id="slave-b", master=None)
+    node = Node(node_id="slave-b", site=None)
     assert GuardianClient(node).get(GUARDIANS_PATH)[0] == 404
 
 

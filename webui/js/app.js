@@ -25,7 +25,7 @@ function banner(message) {
 
 export function showError(err) {
   if (err instanceof ApiError && err.status === 404 && err.message.includes("master only")) {
-    banner("This node is not the master: the site API is served by the master only. " +
+    banner("This node is a slave: the site API is served by its master (or by a standalone node). " +
       "Open the WebUI on the master node.");
     return;
   }

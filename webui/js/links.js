@@ -2,7 +2,8 @@
 // node is a candidate, labelled same/different weights, ineligible ones shown disabled with the
 // reason.  The anchor lends to / borrows from the selected candidates, each with "load if
 // unloaded" and "restore after borrow".  A first link to different weights is saved only after an
-// explicit acknowledgement.  The lane's current links are listed and can be removed.
+// explicit acknowledgement.  The lane's current links are listed and can be removed.  A standalone
+// node (a site of one) has no other node to link to: the picker says links need a cluster.
 
 import { ApiError, del, get, post, query } from "./api.js";
 import { badge, h, replace, table } from "./dom.js";
@@ -65,6 +66,9 @@ function draftFrom(view) {
 async function load(ctx) {
   try {
     const inventory = await get("/router/v1/site/inventory");
+    const nodes = inventory.nodes || [];
+    ctx.standalone = nodes.length > 0 && nodes.every((n) => n.role === "standalone");
+    ctx.anchorSelect.disabled = ctx.standalone;
     const models = laneModels(ctx.lane, inventory);
     replace(ctx.anchorSelect, h("option", { value: "" }, "— choose a model —"),
       models.map((m) => h("option", { value: `${m.node_id}/${m.model_id}`,
@@ -96,8 +100,15 @@ function sideCell(entry, side, disabled, ctx) {
     flagBox(entry, side, "restore_after_borrow", disabled, ctx));
 }
 
+const CLUSTER_NEEDED = "Links need a cluster: a link lends work between models on two nodes, and this " +
+  "node is standalone. Make it a master with slaves (or a slave of a master) to link its models.";
+
 function render(ctx) {
   renderCurrent(ctx);
+  if (ctx.standalone) {
+    replace(ctx.editor, h("p", { className: "cluster-needed" }, CLUSTER_NEEDED));
+    return;
+  }
   if (!ctx.anchor || !ctx.view || !ctx.view.candidates) {
     replace(ctx.editor, h("p", { className: "empty" }, "choose the model whose links you want to edit"));
     return;
