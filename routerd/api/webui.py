@@ -15,7 +15,8 @@ from urllib.parse import unquote
 
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import api_app, not_found
+from routerd.api.errors import not_found
+from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 
 UI_PREFIX = "/ui/"
@@ -66,7 +67,7 @@ def _wants_html(request: IRequest) -> bool:
 class WebUI:
     """``/ui/*`` static files; ``/ui`` and a browser's ``/`` redirect to ``/ui/``."""
 
-    app = api_app()
+    routes = Routes()
 
     def __init__(self, root: Path | None) -> None:
         self.root = root
@@ -77,17 +78,18 @@ class WebUI:
         request.setHeader(b"content-type", b"text/plain; charset=utf-8")
         return b"see /ui/\n"
 
-    @app.route("/", methods=["GET", "HEAD"])
+    @routes.route("/", methods=["GET", "HEAD"], auth="inference")
     def root_page(self, request: IRequest) -> bytes:
         if not _wants_html(request):
             raise not_found("/")
         return self._redirect(request)
 
-    @app.route("/ui", methods=["GET", "HEAD"])
+    @routes.route("/ui", methods=["GET", "HEAD"], auth="inference")
     def ui_bare(self, request: IRequest) -> bytes:
         return self._redirect(request)
 
-    @app.route(UI_PREFIX, branch=True, methods=["GET", "HEAD"])
+    @routes.route(UI_PREFIX, branch=True, methods=["GET", "HEAD"], auth="inference",
+                  docs=(UI_PREFIX, UI_PREFIX + "{file}"))
     def files(self, request: IRequest) -> bytes:
         if self.root is None:
             raise HTTPError(404, "the WebUI files are not installed (webui/ next to the routerd "
