@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.web.iweb import IRequest
 
 from routerd import __version__
-from routerd.api.assets_routes import AssetsAPI
+from routerd.api.assets_routes import AssetsAPI, AssetsNode
 from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
 from routerd.api.errors import master_only, method_not_allowed, not_found, reply_error
-from routerd.api.guardians_routes import GuardiansAPI
+from routerd.api.guardians_routes import GuardiansAPI, GuardiansNode
 from routerd.api.jsonio import json_response, read_json
+from routerd.api.lending_http import LendingNode
 from routerd.api.links_routes import LinksAPI
 from routerd.api.offload_routes import OffloadAPI
 from routerd.api.openapi import OpenAPI
@@ -38,7 +39,7 @@ from routerd.catalog.model import Capabilities
 from routerd.cluster.client import ClusterError, RemoteError
 from routerd.errors import HTTPError
 from routerd.lending.offload import borrowed_from_headers
-from routerd.lending.reports import site_states
+from routerd.lending.reports import DecisionsNode, site_states
 from routerd.routing.adapters import ollama
 from routerd.routing.adapters.ollama import Mode
 from routerd.routing.call import Incoming, Reply
@@ -52,10 +53,20 @@ from routerd.wire.records import PROTOCOL_VERSION
 from routerd.wire.status import status_to_json
 
 if TYPE_CHECKING:
+    from routerd.catalog.catalog import Catalog
+    from routerd.cluster.auth import AuthPolicy
     from routerd.cluster.master import MasterAgent
-    from routerd.node import Node
+    from routerd.lending.coordinator import Coordinator
+    from routerd.lending.service import LendingService
+    from routerd.metrics import NodeMetrics
+    from routerd.serve.recipes import RecipeRouter
+    from routerd.serve.reload import Reloader
+    from routerd.store.store import Store
+    from routerd.wire.records import ModelRecord
+    from routerd.wire.status import RuntimeStatus
 
-__all__ = ["PROTOCOL_VERSION", "AdminAPI", "ClientAPI", "NodeAPI", "build_site"]
+__all__ = ["PROTOCOL_VERSION", "AdminAPI", "AdminNode", "ClientAPI", "NodeAPI", "NodeDocuments", "ServedNode",
+           "build_site"]
 
 Listing = Callable[[Callable[[Capabilities], bool]], list[ollama.ListedModel]]
 
@@ -220,12 +231,29 @@ class ClientAPI:
                                                 borrowed=borrowed_from_headers(facts.header)))
 
 
+class _Registrar(Protocol):
+    def register(self, body: Any) -> dict[str, Any]: ...
+
+
+class NodeDocuments(Protocol):
+    """What the node API reads of a node: its documents, and the master's registration."""
+
+    @property
+    def master(self) -> _Registrar | None: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    def runtime_status(self) -> RuntimeStatus: ...
+
+    def state_document(self) -> dict[str, Any]: ...
+
+
 class NodeAPI:
     """Node API (contract §6; cluster token): registration, documents, loads."""
 
     routes = Routes()
 
-    def __init__(self, *, node: Node, admin: ModelAdmin) -> None:
+    def __init__(self, *, node: NodeDocuments, admin: ModelAdmin) -> None:
         self.node = node
         self.admin = admin
 
@@ -258,12 +286,35 @@ class NodeAPI:
         return json_response(request, await self.admin.unload(body.get("model"), body.get("target")))
 
 
+class AdminNode(Protocol):
+    """What the admin and site API reads of a node."""
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def public_url(self) -> str: ...
+
+    @property
+    def catalog(self) -> Catalog: ...
+
+    @property
+    def master(self) -> MasterAgent | None: ...
+
+    @property
+    def recipes(self) -> RecipeRouter | None: ...
+
+    def records(self) -> list[ModelRecord]: ...
+
+    def state_document(self) -> dict[str, Any]: ...
+
+
 class AdminAPI:
     """Admin and site API (contract §7; admin keys): version, models, loads, inventory, node state."""
 
     routes = Routes()
 
-    def __init__(self, *, node: Node, admin: ModelAdmin) -> None:
+    def __init__(self, *, node: AdminNode, admin: ModelAdmin) -> None:
         self.node = node
         self.admin = admin
 
@@ -383,7 +434,55 @@ class AdminAPI:
         raise not_found(request.path.decode("utf-8", "replace"))
 
 
-def build_site(node: Node) -> NodeSite:
+class ServedNode(NodeDocuments, AdminNode, AssetsNode, LendingNode, DecisionsNode, GuardiansNode, Protocol):
+    """Everything :func:`build_site` reads of a node (``routerd.node.Node`` is one); each API class
+    is handed only the part it uses."""
+
+    @property
+    def master(self) -> MasterAgent | None: ...
+
+    @property
+    def store(self) -> Store | None: ...
+
+    @property
+    def catalog(self) -> Catalog: ...
+
+    @property
+    def lending(self) -> LendingService: ...
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def phase(self) -> str: ...
+
+    @property
+    def front(self) -> InferenceFront: ...
+
+    @property
+    def admin(self) -> ModelAdmin: ...
+
+    @property
+    def metrics(self) -> NodeMetrics: ...
+
+    @property
+    def ollama_control(self) -> OllamaControl: ...
+
+    @property
+    def coordinator(self) -> Coordinator | None: ...
+
+    @property
+    def reloader(self) -> Reloader: ...
+
+    @property
+    def policy(self) -> AuthPolicy: ...
+
+    def listing(self, wanted: Callable[[Capabilities], bool]) -> list[ollama.ListedModel]: ...
+
+    def image_listing(self) -> list[dict[str, Any]]: ...
+
+
+def build_site(node: ServedNode) -> NodeSite:
     """The listening site of ``node``: body limit and access guard, then every API class."""
     apis: list[Any] = [
         ClientAPI(node_id=node.node_id, role=node.role, front=node.front, listing=node.listing,

@@ -7,7 +7,8 @@ to ``models.file_roots`` that :func:`routerd.assets.paths.resolve_in_roots` has 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from twisted.internet import defer
 from twisted.protocols.basic import FileSender
@@ -25,8 +26,10 @@ from routerd.cluster.client import ClusterError, RemoteError
 from routerd.errors import HTTPError
 
 if TYPE_CHECKING:
-    from routerd.node import Node
+    from routerd.cluster.master import MasterAgent
+    from routerd.config.schema import Config
     from routerd.registry.records import NodeInfo
+    from routerd.serve.assets import AssetService
 
 LOOKUP_BODY_LIMIT = 1024 * 1024
 ASSET_PREFIX = "/router/v1/node/assets/"
@@ -63,10 +66,32 @@ def _hashes(request: IRequest) -> list[str]:
         raise HTTPError(400, str(exc)) from None
 
 
+class AssetsNode(Protocol):
+    """What the asset routes use of a node (``routerd.node.Node`` is one)."""
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def config(self) -> Config: ...  # models.file_roots, read per request (a reload may change it)
+
+    @property
+    def assets(self) -> AssetService: ...
+
+    @property
+    def master(self) -> MasterAgent | None: ...
+
+    @property
+    def run_in_thread(self) -> Callable[..., Any]: ...
+
+
 class AssetsAPI:
     routes = Routes()
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: AssetsNode) -> None:
         self.node = node
 
     @routes.route("/router/v1/node/assets/lookup", methods=["POST"], auth="cluster")
