@@ -503,7 +503,8 @@ def build_site(node: ServedNode) -> NodeSite:
         OpenAPI(),
     ]
     limit = node.config.limits.max_body_bytes
-    guard = GuardResource(Dispatch(apis), node.policy, limit, node.config.server.cors_origins,
+    dispatch = Dispatch(apis)  # dispatch.route_class: the auth class of a path, from the declared routes
+    guard = GuardResource(dispatch, node.policy, limit, node.config.server.cors_origins,
                           lambda: node.phase)
     site = NodeSite(guard, limit, node.config.limits.replay_buffer_bytes)
     node.reloader.on_applied.append(lambda config: guard.update(node.policy, site, config))

@@ -33,7 +33,7 @@ from routerd.api.errors import api_app
 from routerd.cluster.auth import RouteClass
 from routerd.cluster.auth import route_class as undeclared_class
 
-__all__ = ["ANY_METHOD", "Declared", "RouteTable", "Routes", "undeclared_class"]
+__all__ = ["ANY_METHOD", "Declared", "RouteTable", "Routes", "routes_of"]
 
 #: What a route declared with no methods answers (as werkzeug's rule without methods does).
 ANY_METHOD = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"})
