@@ -12,7 +12,6 @@ clusters cheaply.  The HTTP edge (``routerd.api``) is built on top of a node, ne
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Callable
 from typing import Any, cast
@@ -57,6 +56,7 @@ from routerd.serve.assets import build_asset_service
 from routerd.serve.front import InferenceFront
 from routerd.serve.keepalive import KeepAlive, OllamaControl
 from routerd.serve.local import LocalInference
+from routerd.serve.memory import freeze_start_up
 from routerd.serve.own_loads import OwnLoads
 from routerd.serve.recipes import RecipeRouter
 from routerd.serve.reload import Reloader
@@ -236,10 +236,7 @@ class Node:
         if startup:
             await self.admin.load(startup)
         self.phase = "ready"
-        # What start-up built (catalog, config, imports) lives as long as the node: out of the
-        # collector's sight, a full collection no longer walks it on the reactor thread (a
-        # 15-60 ms pause measured at start-up; issue 14's latency spikes).
-        gc.freeze()
+        freeze_start_up()  # start-up's objects out of full collections (routerd.serve.memory)
 
     async def after_listening(self) -> None:
         """Steps that need the listener open: portable configs are resolved (in the background;

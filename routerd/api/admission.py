@@ -9,10 +9,12 @@ lean channel and on twisted.web's channel alike; the edges only carry the verdic
    origin on an allowed network is answered 204 with its headers; any other preflight 403;
 2. the caller: ``server.allowed_cidrs`` (403) on the client address (the peer, or for a trusted proxy
    the nearest untrusted entry of the joined ``X-Forwarded-For`` list), then the key its route class
-   needs (401): see :mod:`routerd.cluster.auth`.  The WebUI's static files need no key;
-3. the node's phase: while starting or draining only ``/health``, ``/metrics`` and ``/openapi.json``
-   are served; a borrowed request (``X-Routerd-Offload: 1``) or an owner's relay goes back to its
-   owner (409 ``offload_returned``), anything else gets 503 + ``Retry-After``;
+   needs (401): see :mod:`routerd.cluster.auth`.  The class comes from the site's declared routes
+   (:class:`~routerd.api.routes.RouteTable`); the WebUI's files (``ui``) need no key;
+3. the node's phase: while starting or draining only the ``health``, ``metrics`` and ``docs`` routes
+   (``/health``, ``/metrics``, ``/openapi.json``) are served; a borrowed request
+   (``X-Routerd-Offload: 1``) or an owner's relay goes back to its owner (409 ``offload_returned``),
+   anything else gets 503 + ``Retry-After``;
 4. the body: a ``Content-Length`` over ``limits.max_body_bytes`` is a 413; one that does not fit in
    the replay budget (``limits.replay_buffer_mb``) a 503 ``buffer_full`` + ``Retry-After``.  An
    admitted request reserves its whole ``Content-Length`` from the budget at once (``reserve``).
@@ -28,13 +30,10 @@ import attrs
 
 from routerd.api.cors import CorsPolicy
 from routerd.api.head import RequestHead
-from routerd.cluster.auth import AuthPolicy
+from routerd.cluster.auth import ALWAYS_SERVED_CLASSES, AuthPolicy, RouteClass, route_class
 from routerd.errors import HTTPError, StatusError
 from routerd.lending.offload import offload_returned
 from routerd.lending.transport import RELAY_PATH
-
-#: Paths answered while the node is starting or draining (the rest get 503 + Retry-After).
-ALWAYS_SERVED = frozenset({"/health", "/metrics", "/openapi.json"})
 
 Headers = tuple[tuple[bytes, bytes], ...]
 
@@ -46,8 +45,9 @@ class EdgeRules:
     policy: AuthPolicy
     max_body_bytes: int
     cors: CorsPolicy = CorsPolicy.build(())
-    #: Whether a path is one of the WebUI's static files (allowed networks, no key).
-    is_ui_path: Callable[[str], bool] = lambda path: False
+    #: The route class of a path: the site's declared routes (``Dispatch.route_class``), by default
+    #: the path's namespace.
+    route_class: Callable[[str], RouteClass] = route_class
 
 
 @attrs.frozen
@@ -96,17 +96,13 @@ def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str, budget_fr
     headers: Headers = _cors_headers(cors.response_headers(origin)) \
         if origin is not None and cors.allows(origin) else ()
     authorization = fields.get("authorization")
+    cls = rules.route_class(path)
     try:
-        if rules.is_ui_path(path):
-            if not policy.client_allowed(host):
-                raise HTTPError(403, "client address is not allowed", "forbidden", "forbidden")
-            authenticated = False
-        else:
-            authenticated = policy.check(path, host, authorization.encode("latin-1")
-                                         if authorization is not None else None)
+        authenticated = policy.check(path, host, authorization.encode("latin-1")
+                                     if authorization is not None else None, cls)
     except StatusError as err:
         return _refuse(err, headers)
-    if phase != "ready" and path not in ALWAYS_SERVED:
+    if phase != "ready" and cls not in ALWAYS_SERVED_CLASSES:
         if fields.get("x-routerd-offload") == "1" or path == RELAY_PATH:
             # A borrowed request goes back to its owner, who serves it itself; so does one an owner
             # relays through a master that is starting or draining.
@@ -126,4 +122,4 @@ def buffer_full() -> HTTPError:
                      "overloaded", "buffer_full")
 
 
-__all__ = ["ALWAYS_SERVED", "EdgeRules", "Verdict", "buffer_full", "decide"]
+__all__ = ["EdgeRules", "Verdict", "buffer_full", "decide"]

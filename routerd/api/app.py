@@ -1,34 +1,37 @@
 """The HTTP edge of one node: the client API (contract §5), the node API (§6) and the admin API
 (§7), and :func:`build_site`, which puts every API class of ``routerd.api`` in front of a node.
 
-Each API is a class with a class-level Klein app (``api_app()``), built from the collaborators it
-calls; a route parses the request, calls one collaborator and answers.  Errors are raised as
-``StatusError`` and answered by the one handler in :mod:`routerd.api.errors`.
+Each API is a class whose routes are declared by its class-level :class:`~routerd.api.routes.Routes`
+(path, methods, auth class, handler), built from the collaborators it calls; a route parses the
+request, calls one collaborator and answers.  Errors are raised as ``StatusError`` and answered by
+the one handler in :mod:`routerd.api.errors`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.web.iweb import IRequest
 
 from routerd import __version__
-from routerd.api.assets_routes import AssetsAPI
+from routerd.api.assets_routes import AssetsAPI, AssetsNode
 from routerd.api.decisions_routes import DecisionsAPI
-from routerd.api.dispatch import Dispatch, LeanRoutes
-from routerd.api.errors import api_app, master_only, method_not_allowed, not_found, reply_error
-from routerd.api.guardians_routes import GuardiansAPI
+from routerd.api.dispatch import Dispatch
+from routerd.api.errors import master_only, method_not_allowed, not_found, reply_error
+from routerd.api.guardians_routes import GuardiansAPI, GuardiansNode
 from routerd.api.jsonio import json_response, read_json
+from routerd.api.lending_http import LendingNode
 from routerd.api.links_routes import LinksAPI
 from routerd.api.offload_routes import OffloadAPI
 from routerd.api.openapi import OpenAPI
 from routerd.api.push_routes import PushAPI
 from routerd.api.reload_routes import ReloadAPI
 from routerd.api.reply import query_arg
+from routerd.api.routes import Routes
 from routerd.api.settings_routes import SettingsAPI
 from routerd.api.site import GuardResource, NodeSite, authenticated
 from routerd.api.webui import WebUI, webui_dir
@@ -36,7 +39,7 @@ from routerd.catalog.model import Capabilities
 from routerd.cluster.client import ClusterError, RemoteError
 from routerd.errors import HTTPError
 from routerd.lending.offload import borrowed_from_headers
-from routerd.lending.reports import site_states
+from routerd.lending.reports import DecisionsNode, site_states
 from routerd.routing.adapters import ollama
 from routerd.routing.adapters.ollama import Mode
 from routerd.routing.call import Incoming, Reply
@@ -50,10 +53,20 @@ from routerd.wire.records import PROTOCOL_VERSION
 from routerd.wire.status import status_to_json
 
 if TYPE_CHECKING:
+    from routerd.catalog.catalog import Catalog
+    from routerd.cluster.auth import AuthPolicy
     from routerd.cluster.master import MasterAgent
-    from routerd.node import Node
+    from routerd.lending.coordinator import Coordinator
+    from routerd.lending.service import LendingService
+    from routerd.metrics import NodeMetrics
+    from routerd.serve.recipes import RecipeRouter
+    from routerd.serve.reload import Reloader
+    from routerd.store.store import Store
+    from routerd.wire.records import ModelRecord
+    from routerd.wire.status import RuntimeStatus
 
-__all__ = ["PROTOCOL_VERSION", "AdminAPI", "ClientAPI", "NodeAPI", "build_site"]
+__all__ = ["PROTOCOL_VERSION", "AdminAPI", "AdminNode", "ClientAPI", "NodeAPI", "NodeDocuments", "ServedNode",
+           "build_site"]
 
 Listing = Callable[[Callable[[Capabilities], bool]], list[ollama.ListedModel]]
 
@@ -108,7 +121,7 @@ async def _remote_answer(work: Awaitable[Any]) -> Any:
 class ClientAPI:
     """Health, metrics, model listings and inference (OpenAI, Ollama, SD-WebUI, Kobold)."""
 
-    app = api_app()
+    routes = Routes()
 
     def __init__(self, *, node_id: str, role: str, front: InferenceFront, listing: Listing,
                  image_listing: Callable[[], list[dict[str, Any]]], metrics: Callable[[], bytes],
@@ -123,7 +136,7 @@ class ClientAPI:
         self.image_listing = image_listing
         self.metrics = metrics
 
-    @app.route("/health", methods=["GET"])
+    @routes.route("/health", methods=["GET"], auth="health")
     def health(self, request: IRequest) -> bytes:
         """200 ``ok`` when ready, 503 ``starting``/``draining``; node details only to a caller
         the guard found authenticated (load balancers need no key and learn nothing more)."""
@@ -134,28 +147,28 @@ class ClientAPI:
             return json_response(request, {"status": "ok"})
         return json_response(request, {"status": "ok", "node_id": self.node_id, "role": self.role})
 
-    @app.route("/metrics", methods=["GET"])
+    @routes.route("/metrics", methods=["GET"], auth="metrics")
     def metrics_text(self, request: IRequest) -> bytes:
         request.setHeader(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
         return self.metrics()
 
-    @app.route("/v1/models", methods=["GET"])
+    @routes.route("/v1/models", methods=["GET"], auth="inference")
     def v1_models(self, request: IRequest) -> bytes:
         return json_response(request, ollama.openai_models(self.listing(_TEXT)))
 
-    @app.route("/api/tags", methods=["GET"])
+    @routes.route("/api/tags", methods=["GET"], auth="inference")
     def api_tags(self, request: IRequest) -> bytes:
         return json_response(request, ollama.ollama_tags(self.listing(_TEXT)))
 
-    @app.route("/api/ps", methods=["GET"])
+    @routes.route("/api/ps", methods=["GET"], auth="inference")
     def api_ps(self, request: IRequest) -> bytes:
         return json_response(request, ollama.ollama_ps(self.listing(_TEXT)))
 
-    @app.route("/api/version", methods=["GET"])
+    @routes.route("/api/version", methods=["GET"], auth="inference")
     def api_version(self, request: IRequest) -> bytes:
         return json_response(request, {"version": __version__})
 
-    @app.route("/api/show", methods=["POST"])
+    @routes.route("/api/show", methods=["POST"], auth="inference")
     def api_show(self, request: IRequest) -> bytes:
         body = read_json(request, optional=True)
         name = body.get("model", body.get("name"))
@@ -166,10 +179,11 @@ class ClientAPI:
             raise HTTPError(404, f"model '{name}' not found", "not_found", "model_not_found")
         return json_response(request, ollama.ollama_show(entries[0]))
 
-    @app.route("/sdapi/v1/sd-models", methods=["GET"])
+    @routes.route("/sdapi/v1/sd-models", methods=["GET"], auth="inference")
     def sd_models(self, request: IRequest) -> bytes:
         return json_response(request, self.image_listing())
 
+    @routes.lean(INFERENCE_PATHS, methods=["POST"], auth="inference")
     def serve(self, method: str, path: str, facts: Incoming, reply: Reply) -> Deferred[bytes]:
         """Serve the inference request ``facts`` (a client inference path) into ``reply``; both
         HTTP edges call this: the lean channel (:mod:`routerd.api.channel`) and, for requests it
@@ -200,6 +214,7 @@ class ClientAPI:
                 return json.dumps(answer).encode()
         return await self.front.handle(facts, reply, route)
 
+    @routes.lean(INFERENCE_PREFIX + "/", methods=["POST"], auth="cluster", branch=True)
     def serve_forwarded(self, method: str, path: str, facts: Incoming, reply: Reply) -> Deferred[bytes]:
         """Forwarded inference from the master (cluster token checked by the guard); borrowed
         work when the master's relay marked it so.  ``path`` is the full path, with the prefix."""
@@ -215,57 +230,97 @@ class ClientAPI:
         return ensureDeferred(self.front.handle(facts, reply, route, cluster_call=True,
                                                 borrowed=borrowed_from_headers(facts.header)))
 
-    def lean_routes(self, table: LeanRoutes) -> None:
-        """The inference paths: served by the lean channel, or by Dispatch without Klein."""
-        for path in INFERENCE_PATHS:
-            table.add(path, self.serve)
-        table.add_prefix(INFERENCE_PREFIX + "/", self.serve_forwarded)
+
+class _Registrar(Protocol):
+    def register(self, body: Any) -> dict[str, Any]: ...
+
+
+class NodeDocuments(Protocol):
+    """What the node API reads of a node: its documents, and the master's registration."""
+
+    @property
+    def master(self) -> _Registrar | None: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    def runtime_status(self) -> RuntimeStatus: ...
+
+    def state_document(self) -> dict[str, Any]: ...
 
 
 class NodeAPI:
     """Node API (contract §6; cluster token): registration, documents, loads."""
 
-    app = api_app()
+    routes = Routes()
 
-    def __init__(self, *, node: Node, admin: ModelAdmin) -> None:
+    def __init__(self, *, node: NodeDocuments, admin: ModelAdmin) -> None:
         self.node = node
         self.admin = admin
 
-    @app.route("/router/v1/node/register", methods=["POST"])
+    @routes.route("/router/v1/node/register", methods=["POST"], auth="cluster")
     def register(self, request: IRequest) -> bytes:
         if self.node.master is None:
             raise HTTPError(409, "this node is not the master", "cluster_error", "not_master")
         return json_response(request, self.node.master.register(read_json(request, optional=True)))
 
-    @app.route("/router/v1/node/models", methods=["GET"])
+    @routes.route("/router/v1/node/models", methods=["GET"], auth="cluster")
     def models(self, request: IRequest) -> bytes:
         return json_response(request, self.node.snapshot())
 
-    @app.route("/router/v1/node/runtime-status", methods=["GET"])
+    @routes.route("/router/v1/node/runtime-status", methods=["GET"], auth="cluster")
     def runtime_status(self, request: IRequest) -> bytes:
         return json_response(request, status_to_json(self.node.runtime_status()))
 
-    @app.route("/router/v1/node/state", methods=["GET"])
-    @app.route("/router/v1/state", methods=["GET"])
+    @routes.route("/router/v1/node/state", methods=["GET"], auth="cluster")
+    @routes.route("/router/v1/state", methods=["GET"], auth="admin")
     def state(self, request: IRequest) -> bytes:
         return json_response(request, self.node.state_document())
 
-    @app.route("/router/v1/node/load", methods=["POST"])
+    @routes.route("/router/v1/node/load", methods=["POST"], auth="cluster")
     async def load(self, request: IRequest) -> bytes:
         return json_response(request, await self.admin.load(_model_arg(read_json(request, optional=True))))
 
-    @app.route("/router/v1/node/unload", methods=["POST"])
+    @routes.route("/router/v1/node/unload", methods=["POST"], auth="cluster")
     async def unload(self, request: IRequest) -> bytes:
         body = read_json(request, optional=True)
         return json_response(request, await self.admin.unload(body.get("model"), body.get("target")))
 
 
+class AdminNode(Protocol):
+    """What the admin and site API reads of a node."""
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def public_url(self) -> str: ...
+
+    @property
+    def catalog(self) -> Catalog: ...
+
+    @property
+    def master(self) -> MasterAgent | None: ...
+
+    @property
+    def site(self) -> MasterAgent | None: ...  # the master's agent, or a standalone node's site of one
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def recipes(self) -> RecipeRouter | None: ...
+
+    def records(self) -> list[ModelRecord]: ...
+
+    def state_document(self) -> dict[str, Any]: ...
+
+
 class AdminAPI:
     """Admin and site API (contract §7; admin keys): version, models, loads, inventory, node state."""
 
-    app = api_app()
+    routes = Routes()
 
-    def __init__(self, *, node: Node, admin: ModelAdmin) -> None:
+    def __init__(self, *, node: AdminNode, admin: ModelAdmin) -> None:
         self.node = node
         self.admin = admin
 
@@ -276,17 +331,17 @@ class AdminAPI:
             raise master_only()
         return self.node.site
 
-    @app.route("/router/v1/version", methods=["GET"])
+    @routes.route("/router/v1/version", methods=["GET"], auth="admin")
     def version(self, request: IRequest) -> bytes:
         return json_response(request, {"version": __version__, "protocol_version": PROTOCOL_VERSION,
                                        "minimum_protocol_version": PROTOCOL_VERSION})
 
-    @app.route("/router/v1/models", methods=["GET"])
+    @routes.route("/router/v1/models", methods=["GET"], auth="admin")
     def models(self, request: IRequest) -> bytes:
         return json_response(request, documents.models_document(self.node.node_id, self.node.records(),
                                                                 self.node.catalog))
 
-    @app.route("/router/v1/load", methods=["POST"])
+    @routes.route("/router/v1/load", methods=["POST"], auth="admin")
     async def load(self, request: IRequest) -> bytes:
         name = _model_arg(read_json(request, optional=True))
         recipes = self.node.recipes
@@ -295,13 +350,13 @@ class AdminAPI:
             return json_response(request, await _remote_answer(recipes.load(recipe)))
         return json_response(request, await self.admin.load(name, site=True))
 
-    @app.route("/router/v1/unload", methods=["POST"])
+    @routes.route("/router/v1/unload", methods=["POST"], auth="admin")
     async def unload(self, request: IRequest) -> bytes:
         body = read_json(request, optional=True)
         answer = await self.admin.unload(body.get("model"), body.get("target"), site=True)
         return json_response(request, answer)
 
-    @app.route("/router/v1/site/inventory", methods=["GET"])
+    @routes.route("/router/v1/site/inventory", methods=["GET"], auth="admin")
     def inventory(self, request: IRequest) -> bytes:
         site = self._site()
         document = documents.inventory(self.node.node_id, self.node.public_url, site.registry.nodes(),
@@ -310,20 +365,20 @@ class AdminAPI:
             document["recipes"] = [r.to_json() for r in self.node.recipes.book.recipes()]
         return json_response(request, document)
 
-    @app.route("/router/v1/site/recipes", methods=["GET"])
+    @routes.route("/router/v1/site/recipes", methods=["GET"], auth="admin")
     def recipes_list(self, request: IRequest) -> bytes:
         self._site()
         recipes = self.node.recipes.book.recipes() if self.node.recipes is not None else ()
         return json_response(request, {"recipes": [r.to_json() for r in recipes]})
 
-    @app.route("/router/v1/site/recipes", methods=["POST"])
+    @routes.route("/router/v1/site/recipes", methods=["POST"], auth="admin")
     def recipes_save(self, request: IRequest) -> bytes:
         self._site()
         assert self.node.recipes is not None
         saved = self.node.recipes.book.save(read_json(request))
         return json_response(request, {"ok": True, "recipe": saved.to_json()})
 
-    @app.route("/router/v1/site/recipes", methods=["DELETE"])
+    @routes.route("/router/v1/site/recipes", methods=["DELETE"], auth="admin")
     def recipes_delete(self, request: IRequest) -> bytes:
         self._site()
         assert self.node.recipes is not None
@@ -336,7 +391,7 @@ class AdminAPI:
         removed = self.node.recipes.book.delete(recipe_id)
         return json_response(request, {"ok": True, "recipe": removed.to_json()})
 
-    @app.route("/router/v1/site/nodes/state", methods=["GET"])
+    @routes.route("/router/v1/site/nodes/state", methods=["GET"], auth="admin")
     async def nodes_state(self, request: IRequest) -> bytes:
         site = self._site()
         node_id = query_arg(request, "node_id")
@@ -346,14 +401,14 @@ class AdminAPI:
             return json_response(request, self.node.state_document())
         return json_response(request, await site.node_json(node_id, "/router/v1/node/state"))
 
-    @app.route("/router/v1/site/nodes/states", methods=["GET"])
+    @routes.route("/router/v1/site/nodes/states", methods=["GET"], auth="admin")
     async def nodes_states(self, request: IRequest) -> bytes:
         """Every node's ``/state`` in one answer (the WebUI Nodes page), plus ``node_errors``."""
         site = self._site()
         return json_response(request, await site_states(site, self.node.node_id,
                                                         self.node.state_document()))
 
-    @app.route("/router/v1/site/nodes/load", methods=["POST"])
+    @routes.route("/router/v1/site/nodes/load", methods=["POST"], auth="admin")
     async def node_load(self, request: IRequest) -> bytes:
         """Load a model on one named node (``{node_id, model}``; model = that node's local ID)."""
         site = self._site()
@@ -365,7 +420,7 @@ class AdminAPI:
         await _on_remote(site, node_id, lambda url: site.client.load(url, model))
         return json_response(request, {"ok": True, "model": model, "node_id": node_id})
 
-    @app.route("/router/v1/site/nodes/unload", methods=["POST"])
+    @routes.route("/router/v1/site/nodes/unload", methods=["POST"], auth="admin")
     async def node_unload(self, request: IRequest) -> bytes:
         """Unload on one named node (``{node_id, model?, target?}`` as that node's ``/unload``)."""
         site = self._site()
@@ -381,13 +436,64 @@ class AdminAPI:
         await _on_remote(site, node_id, lambda url: site.client.unload(url, model, target))
         return json_response(request, {"ok": True, "model": model, "node_id": node_id})
 
-    @app.route("/router/v1/site/", branch=True)
+    @routes.route("/router/v1/site/", branch=True, methods=None, auth="admin", docs=())  # a 404, no operation
     def site_other(self, request: IRequest) -> bytes:
         self._site()
         raise not_found(request.path.decode("utf-8", "replace"))
 
 
-def build_site(node: Node) -> NodeSite:
+class ServedNode(NodeDocuments, AdminNode, AssetsNode, LendingNode, DecisionsNode, GuardiansNode, Protocol):
+    """Everything :func:`build_site` reads of a node (``routerd.node.Node`` is one); each API class
+    is handed only the part it uses."""
+
+    @property
+    def master(self) -> MasterAgent | None: ...
+
+    @property
+    def site(self) -> MasterAgent | None: ...
+
+    @property
+    def store(self) -> Store | None: ...
+
+    @property
+    def catalog(self) -> Catalog: ...
+
+    @property
+    def lending(self) -> LendingService: ...
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def phase(self) -> str: ...
+
+    @property
+    def front(self) -> InferenceFront: ...
+
+    @property
+    def admin(self) -> ModelAdmin: ...
+
+    @property
+    def metrics(self) -> NodeMetrics: ...
+
+    @property
+    def ollama_control(self) -> OllamaControl: ...
+
+    @property
+    def coordinator(self) -> Coordinator | None: ...
+
+    @property
+    def reloader(self) -> Reloader: ...
+
+    @property
+    def policy(self) -> AuthPolicy: ...
+
+    def listing(self, wanted: Callable[[Capabilities], bool]) -> list[ollama.ListedModel]: ...
+
+    def image_listing(self) -> list[dict[str, Any]]: ...
+
+
+def build_site(node: ServedNode) -> NodeSite:
     """The listening site of ``node``: body limit and access guard, then every API class."""
     apis: list[Any] = [
         ClientAPI(node_id=node.node_id, role=node.role, front=node.front, listing=node.listing,
@@ -408,7 +514,8 @@ def build_site(node: Node) -> NodeSite:
         OpenAPI(),
     ]
     limit = node.config.limits.max_body_bytes
-    guard = GuardResource(Dispatch(apis), node.policy, limit, node.config.server.cors_origins,
+    dispatch = Dispatch(apis)  # dispatch.route_class: the auth class of a path, from the declared routes
+    guard = GuardResource(dispatch, node.policy, limit, node.config.server.cors_origins,
                           lambda: node.phase, node.config.server)
     site = NodeSite(guard, limit, node.config.limits.replay_buffer_bytes)
     node.reloader.on_applied.append(lambda config: guard.update(node.policy, site, config))

@@ -7,15 +7,17 @@ to ``models.file_roots`` that :func:`routerd.assets.paths.resolve_in_roots` has 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from twisted.internet import defer
 from twisted.protocols.basic import FileSender
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import api_app, master_only
+from routerd.api.errors import master_only
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.reply import query_arg
+from routerd.api.routes import Routes
 from routerd.assets.index import LookupError400, is_sha256, parse_hashes
 from routerd.assets.paths import UnsafePath, resolve_in_roots
 from routerd.assets.ranges import RangeNotSatisfiable, parse_range
@@ -24,8 +26,10 @@ from routerd.cluster.client import ClusterError, RemoteError
 from routerd.errors import HTTPError
 
 if TYPE_CHECKING:
-    from routerd.node import Node
+    from routerd.cluster.master import MasterAgent
+    from routerd.config.schema import Config
     from routerd.registry.records import NodeInfo
+    from routerd.serve.assets import AssetService
 
 LOOKUP_BODY_LIMIT = 1024 * 1024
 ASSET_PREFIX = "/router/v1/node/assets/"
@@ -62,29 +66,55 @@ def _hashes(request: IRequest) -> list[str]:
         raise HTTPError(400, str(exc)) from None
 
 
-class AssetsAPI:
-    app = api_app()
+class AssetsNode(Protocol):
+    """What the asset routes use of a node (``routerd.node.Node`` is one)."""
 
-    def __init__(self, node: Node) -> None:
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def config(self) -> Config: ...  # models.file_roots, read per request (a reload may change it)
+
+    @property
+    def assets(self) -> AssetService: ...
+
+    @property
+    def master(self) -> MasterAgent | None: ...
+
+    @property
+    def site(self) -> MasterAgent | None: ...
+
+    @property
+    def run_in_thread(self) -> Callable[..., Any]: ...
+
+
+class AssetsAPI:
+    routes = Routes()
+
+    def __init__(self, node: AssetsNode) -> None:
         self.node = node
 
-    @app.route("/router/v1/node/assets/lookup", methods=["POST"])
+    @routes.route("/router/v1/node/assets/lookup", methods=["POST"], auth="cluster")
     def lookup(self, request: IRequest) -> bytes:
         service = self.node.assets
         assets = service.index.lookup(_hashes(request))
         return json_response(request, {"assets": [service.describe(a.sha256, a.to_json()) for a in assets]})
 
-    @app.route("/router/v1/node/assets/lookup-cluster", methods=["POST"])
+    @routes.route("/router/v1/node/assets/lookup-cluster", methods=["POST"], auth="cluster")
     async def lookup_cluster(self, request: IRequest) -> bytes:
         if self.node.master is None:
             raise master_only()
         return json_response(request, await self.node.assets.lookup_cluster(_hashes(request)))
 
-    @app.route("/router/v1/node/assets/state", methods=["GET"])
+    @routes.route("/router/v1/node/assets/state", methods=["GET"], auth="cluster")
     def state(self, request: IRequest) -> bytes:
         return json_response(request, self.node.assets.state())
 
-    @app.route(ASSET_PREFIX, branch=True, methods=["GET"])
+    @routes.route(ASSET_PREFIX, branch=True, methods=["GET"], auth="cluster",
+                  docs=(ASSET_PREFIX + "{sha256}",))
     async def stream(self, request: IRequest) -> bytes:
         # the rest of the raw path, never decoded into a file-system path: only a hash matches
         sha256 = request.path.decode("latin-1")[len(ASSET_PREFIX):]
@@ -180,7 +210,7 @@ class AssetsAPI:
             return await service.bind(body)
         raise HTTPError(404, f"unknown asset operation {op!r}", "not_found", "not_found")
 
-    @app.route("/router/v1/site/model-assets/export", methods=["POST"])
+    @routes.route("/router/v1/site/model-assets/export", methods=["POST"], auth="admin")
     async def site_export(self, request: IRequest) -> bytes:
         answer = await self._site_op(request, "export")
         filename = str(answer.get("filename") or "model.kcpps") if isinstance(answer, dict) else "model.kcpps"
@@ -190,12 +220,12 @@ class AssetsAPI:
         config = answer.get("config") if isinstance(answer, dict) else None
         return json_response(request, config if isinstance(config, dict) else {})
 
-    @app.route("/router/v1/site/model-assets/resolve", methods=["POST"])
+    @routes.route("/router/v1/site/model-assets/resolve", methods=["POST"], auth="admin")
     async def site_resolve(self, request: IRequest) -> bytes:
         doc = await self._site_op(request, "resolve")
         return _resolution(request, doc)
 
-    @app.route("/router/v1/site/model-assets/resolve-batch", methods=["POST"])
+    @routes.route("/router/v1/site/model-assets/resolve-batch", methods=["POST"], auth="admin")
     async def site_resolve_batch(self, request: IRequest) -> bytes:
         self._site()
         items = read_json(request).get("requests")
@@ -221,11 +251,11 @@ class AssetsAPI:
                                           "code": getattr(err, "code", "internal_error")}})
         return json_response(request, {"results": results})
 
-    @app.route("/router/v1/site/model-assets/jobs", methods=["POST"])
+    @routes.route("/router/v1/site/model-assets/jobs", methods=["POST"], auth="admin")
     async def site_start_job(self, request: IRequest) -> bytes:
         return json_response(request, await self._site_op(request, "jobs"), 202)
 
-    @app.route("/router/v1/site/model-assets/jobs", methods=["GET"])
+    @routes.route("/router/v1/site/model-assets/jobs", methods=["GET"], auth="admin")
     async def site_jobs(self, request: IRequest) -> bytes:
         self._site()
         info = self._target(query_arg(request, "node_id"), query_arg(request, "node_url"))
@@ -241,7 +271,7 @@ class AssetsAPI:
             node_id = owner if known else None
         return self._target(node_id, query_arg(request, "node_url"))
 
-    @app.route("/router/v1/site/model-assets/jobs/<job_id>", methods=["GET"])
+    @routes.route("/router/v1/site/model-assets/jobs/<job_id>", methods=["GET"], auth="admin")
     async def site_job(self, request: IRequest, job_id: str) -> bytes:
         self._site()
         info = self._job_target(request, job_id)
@@ -249,7 +279,7 @@ class AssetsAPI:
             return json_response(request, self._job_local(job_id))
         return json_response(request, await self._forward(info, "GET", f"{NODE_OPS}/jobs/{job_id}"))
 
-    @app.route("/router/v1/site/model-assets/jobs/<job_id>/events", methods=["GET"])
+    @routes.route("/router/v1/site/model-assets/jobs/<job_id>/events", methods=["GET"], auth="admin")
     async def site_job_events(self, request: IRequest, job_id: str) -> bytes:
         self._site()
         after = _after(request)
@@ -259,42 +289,43 @@ class AssetsAPI:
         path = f"{NODE_OPS}/jobs/{job_id}/events?after_sequence={after}"
         return json_response(request, await self._forward(info, "GET", path))
 
-    @app.route("/router/v1/site/model-assets/candidates", methods=["POST"])
+    @routes.route("/router/v1/site/model-assets/candidates", methods=["POST"], auth="admin")
     async def site_candidates(self, request: IRequest) -> bytes:
         return json_response(request, await self._site_op(request, "candidates"))
 
-    @app.route("/router/v1/site/model-assets/substitute", methods=["POST"])
+    @routes.route("/router/v1/site/model-assets/substitute", methods=["POST"], auth="admin")
     async def site_substitute(self, request: IRequest) -> bytes:
         return json_response(request, await self._site_op(request, "substitute"))
 
-    @app.route("/router/v1/site/model-assets/bind", methods=["POST"])
+    @routes.route("/router/v1/site/model-assets/bind", methods=["POST"], auth="admin")
     async def site_bind(self, request: IRequest) -> bytes:
         return json_response(request, await self._site_op(request, "bind"))
 
     # -- node side of the site operations (cluster token) ---------------------------
 
-    @app.route(f"{NODE_OPS}/<op>", methods=["POST"])
+    @routes.route(f"{NODE_OPS}/<op>", methods=["POST"], auth="cluster")
     async def node_op(self, request: IRequest, op: str) -> bytes:
         if op not in ("export", "resolve", "jobs", "candidates", "substitute", "bind"):
             raise HTTPError(404, f"unknown asset operation {op[:40]!r}", "not_found", "not_found")
         return json_response(request, await self._local_op(op, read_json(request)),
                              202 if op == "jobs" else 200)
 
-    @app.route(f"{NODE_OPS}/jobs", methods=["POST"])  # an exact path: the dispatcher wants it named
+    # an exact path: the dispatcher wants it named
+    @routes.route(f"{NODE_OPS}/jobs", methods=["POST"], auth="cluster")
     def node_start_job(self, request: IRequest) -> bytes:
         service = self.node.assets
         job = service.start_job(read_json(request).get("model_id"))
         return json_response(request, service.job_document(job), 202)
 
-    @app.route(f"{NODE_OPS}/jobs", methods=["GET"])
+    @routes.route(f"{NODE_OPS}/jobs", methods=["GET"], auth="cluster")
     def node_jobs(self, request: IRequest) -> bytes:
         return json_response(request, self._jobs_local())
 
-    @app.route(f"{NODE_OPS}/jobs/<job_id>", methods=["GET"])
+    @routes.route(f"{NODE_OPS}/jobs/<job_id>", methods=["GET"], auth="cluster")
     def node_job(self, request: IRequest, job_id: str) -> bytes:
         return json_response(request, self._job_local(job_id))
 
-    @app.route(f"{NODE_OPS}/jobs/<job_id>/events", methods=["GET"])
+    @routes.route(f"{NODE_OPS}/jobs/<job_id>/events", methods=["GET"], auth="cluster")
     def node_job_events(self, request: IRequest, job_id: str) -> bytes:
         return json_response(request, self._events_local(job_id, _after(request)))
 
@@ -316,7 +347,7 @@ class AssetsAPI:
         return {"job_id": job.job_id, "state": job.state,
                 "events": [e for e in job.events if e["sequence"] > after]}
 
-    @app.route("/router/v1/site/model-assets/<sha256>", methods=["GET"])
+    @routes.route("/router/v1/site/model-assets/<sha256>", methods=["GET"], auth="admin")
     async def availability(self, request: IRequest, sha256: str) -> bytes:
         self._site()
         if not is_sha256(sha256):
@@ -337,7 +368,7 @@ class AssetsAPI:
             "nodes": sorted({urls.get(i["node_url"], i["node_url"]) for i in items}),
             "filename": first.get("filename"), "size": first.get("size"), "origin": origin})
 
-    @app.route("/router/v1/site/model-files/hash", methods=["POST"])
+    @routes.route("/router/v1/site/model-files/hash", methods=["POST"], auth="admin")
     async def site_hash(self, request: IRequest) -> bytes:
         master = self.node.site  # a standalone node's site of one knows no other node
         if master is None:
@@ -362,7 +393,7 @@ class AssetsAPI:
             return json_response(request, answer)
         return json_response(request, await self._hash_local(body.get("path")))
 
-    @app.route("/router/v1/node/site/model-files/hash", methods=["POST"])
+    @routes.route("/router/v1/node/site/model-files/hash", methods=["POST"], auth="cluster")
     async def node_hash(self, request: IRequest) -> bytes:
         return json_response(request, await self._hash_local(read_json(request).get("path")))
 

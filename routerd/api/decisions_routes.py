@@ -17,9 +17,10 @@ from typing import cast
 import attrs
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import api_app, master_only
+from routerd.api.errors import master_only
 from routerd.api.jsonio import json_response
 from routerd.api.reply import query_values
+from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 from routerd.lending.decisions import ALL_OUTCOMES, KINDS
 from routerd.lending.fold import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, fold, page
@@ -102,28 +103,28 @@ def _site(node: DecisionsNode) -> SiteNode:
 class DecisionsAPI:
     """The four decision-log and summary routes."""
 
-    app = api_app()
+    routes = Routes()
 
     def __init__(self, node: DecisionsNode) -> None:
         self.node = node
 
-    @app.route(NODE_DECISIONS, methods=["GET"])
+    @routes.route(NODE_DECISIONS, methods=["GET"], auth="cluster")
     async def node_decisions(self, request: IRequest) -> bytes:
         query = parse_query(request, DEFAULT_LIMIT)
         return json_response(request, {"records": await local_decisions(self.node, query)})
 
-    @app.route(NODE_SUMMARY, methods=["GET"])
+    @routes.route(NODE_SUMMARY, methods=["GET"], auth="cluster")
     def node_summary(self, request: IRequest) -> bytes:
         return json_response(request, local_summary(self.node))
 
-    @app.route(SITE_DECISIONS, methods=["GET"])
+    @routes.route(SITE_DECISIONS, methods=["GET"], auth="admin")
     async def site_decisions(self, request: IRequest) -> bytes:
         node = _site(self.node)
         query = parse_query(request, SITE_DEFAULT_LIMIT)
         wanted: Sequence[str] = [v for v in query_values(request, "node_id") if v]
         return json_response(request, await site_decisions(node, query, wanted or None))
 
-    @app.route(SITE_FOLDED, methods=["GET"])
+    @routes.route(SITE_FOLDED, methods=["GET"], auth="admin")
     async def site_folded(self, request: IRequest) -> bytes:
         """The merged rows folded by key (``routerd.lending.fold``), one page of lines."""
         node = _site(self.node)
@@ -137,7 +138,7 @@ class DecisionsAPI:
         document["node_errors"] = merged["node_errors"]
         return json_response(request, document)
 
-    @app.route(SITE_SUMMARY, methods=["GET"])
+    @routes.route(SITE_SUMMARY, methods=["GET"], auth="admin")
     async def site_summary(self, request: IRequest) -> bytes:
         return json_response(request, await site_summary(_site(self.node)))
 

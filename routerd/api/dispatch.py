@@ -1,14 +1,15 @@
-"""One resource over several API objects: each request goes to the object whose class-level Klein
-app has its path (an exact path is a dict lookup; branch routes match by prefix), and an unknown
+"""One resource over several API objects, built from their declared routes
+(:class:`~routerd.api.routes.RouteTable`): each request goes to the object whose route has its
+path (an exact path is a dict lookup; branch and template routes match by prefix), and an unknown
 path or method is answered here with the contract's 404/405 envelope.
 
-The inference paths skip Klein: an API object may offer ``lean_routes(table)``, filling a
-:class:`LeanRoutes` with handlers that take the request's facts (:class:`~routerd.routing.call.Incoming`)
-and a :class:`~routerd.routing.call.Reply`, never a Twisted request.  The lean HTTP channel
-(:mod:`routerd.api.channel`) calls them for the requests it parses itself; a request it hands to
-twisted.web reaches them here, with Klein's contract kept — the handler's bytes (or Deferred of
-bytes) are written and the request finished once; a client that disconnects cancels the
-handler's Deferred; a failure is answered by the same error handler the Klein apps use.
+The inference paths skip Klein: a route declared ``lean`` (:meth:`~routerd.api.routes.Routes.lean`)
+is a handler that takes the request's facts (:class:`~routerd.routing.call.Incoming`) and a
+:class:`~routerd.routing.call.Reply`, never a Twisted request; they fill a :class:`LeanRoutes`.
+The lean HTTP channel (:mod:`routerd.api.channel`) calls them for the requests it parses itself;
+a request it hands to twisted.web reaches them here, with Klein's contract kept — the handler's
+bytes (or Deferred of bytes) are written and the request finished once; a client that disconnects
+cancels the handler's Deferred; a failure is answered by the same error handler the Klein apps use.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from klein import Klein
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -25,6 +25,8 @@ from twisted.web.iweb import IRequest
 
 from routerd.api.errors import answer_error, handle_failure, method_not_allowed, not_found
 from routerd.api.reply import RequestReply, incoming
+from routerd.api.routes import RouteTable, routes_of
+from routerd.cluster.auth import RouteClass
 from routerd.routing.call import Incoming, Reply
 
 #: ``handler(method, path, facts, reply)`` -> the answer's final bytes, or a Deferred of them.
@@ -59,25 +61,37 @@ class LeanRoutes:
 class Dispatch(resource.Resource):
     isLeaf = True
 
-    def __init__(self, apis: Iterable[Any]) -> None:
+    def __init__(self, apis: Iterable[object]) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self._exact: dict[str, list[tuple[frozenset[str], resource.IResource]]] = {}
         self._prefixes: list[tuple[str, frozenset[str], resource.IResource]] = []
         self.lean = LeanRoutes()
-        self.apis: tuple[Any, ...] = tuple(apis)  # what it serves (the OpenAPI test reads their rules)
+        self.apis: tuple[object, ...] = tuple(apis)
+        #: Every route of every API object: what is served here, and the auth class of a path.
+        self.routes = RouteTable(self.apis)
         for api in self.apis:
-            lean = getattr(api, "lean_routes", None)
-            if lean is not None:
-                lean(self.lean)
-            app: Klein = api.app
-            target = app.resource()
-            for rule in app.url_map.iter_rules():
-                methods = frozenset(rule.methods or ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"))
-                if "<" in rule.rule:
-                    self._prefixes.append((rule.rule.split("<", 1)[0], methods, target))
-                else:
-                    self._exact.setdefault(rule.rule, []).append((methods, target))
+            routes = routes_of(api)
+            target: resource.IResource | None = None
+            for declared in routes.declared:
+                if declared.lean:
+                    handler: LeanHandler = getattr(api, declared.handler)
+                    if declared.branch:
+                        self.lean.add_prefix(declared.path, handler)
+                    else:
+                        self.lean.add(declared.path, handler)
+                    continue
+                if target is None:
+                    target = routes.bound(api).resource()
+                methods = declared.answered
+                if declared.branch or declared.prefix is None:
+                    self._exact.setdefault(declared.path, []).append((methods, target))
+                if declared.prefix is not None:
+                    self._prefixes.append((declared.prefix, methods, target))
         self._prefixes.sort(key=lambda entry: -len(entry[0]))
+
+    def route_class(self, path: str) -> RouteClass:
+        """The auth class of ``path`` (see :meth:`RouteTable.route_class`)."""
+        return self.routes.route_class(path)
 
     def render(self, request: IRequest) -> Any:
         path = request.path.decode("utf-8", "replace")

@@ -1,8 +1,9 @@
 """The one place an error becomes an HTTP answer, and the one route idiom.
 
-Every API module is a class with a class-level ``app = api_app()``: a Klein app whose only error
-handler is :func:`_handle`, so a route method just raises :class:`~routerd.errors.StatusError`
-(sync or async) and the envelope of its path family is written here.
+Every API class declares its routes with a class-level :class:`~routerd.api.routes.Routes`, whose
+Klein app (:func:`api_app`) has :func:`_handle` as its only error handler, so a route method just
+raises :class:`~routerd.errors.StatusError` (sync or async) and the envelope of its path family is
+written here.
 """
 
 from __future__ import annotations

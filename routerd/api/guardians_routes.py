@@ -23,9 +23,10 @@ from typing import Any, Protocol
 
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import api_app, master_only
+from routerd.api.errors import master_only
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.reply import query_arg
+from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 from routerd.lending.admin import GuardianEditor, GuardianTarget
 from routerd.registry.records import NodeInfo
@@ -75,7 +76,7 @@ def parse_settings(body: dict[str, Any]) -> list[Guardian]:
 
 
 class GuardiansAPI:
-    app = api_app()
+    routes = Routes()
 
     def __init__(self, node: GuardiansNode) -> None:
         self.node = node
@@ -90,16 +91,16 @@ class GuardiansAPI:
         nodes = {self.node.node_id, *(info.node_id for info in registry.nodes())}
         return GuardianEditor(self.node.store, self.node.lending, registry.records(), nodes)
 
-    @app.route(GUARDIANS_PATH, methods=["GET"])
+    @routes.route(GUARDIANS_PATH, methods=["GET"], auth="admin")
     async def get(self, request: IRequest) -> bytes:
         return json_response(request, await self._editor().view())
 
-    @app.route(GUARDIANS_PATH, methods=["POST"])
+    @routes.route(GUARDIANS_PATH, methods=["POST"], auth="admin")
     async def post(self, request: IRequest) -> bytes:
         editor = self._editor()
         return json_response(request, await editor.put(parse_settings(read_json(request))))
 
-    @app.route(GUARDIANS_PATH, methods=["DELETE"])
+    @routes.route(GUARDIANS_PATH, methods=["DELETE"], auth="admin")
     async def delete(self, request: IRequest) -> bytes:
         editor = self._editor()
         try:

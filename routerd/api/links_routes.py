@@ -22,10 +22,10 @@ from typing import Any
 
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import api_app
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.lending_http import LendingNode, require_site, want_bool, want_str
 from routerd.api.reply import query_arg
+from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 from routerd.lending.admin import ACKNOWLEDGEMENT_REQUIRED, EditRequest, LaneModels, LinkEditor
 from routerd.lending.links import Peer
@@ -90,7 +90,7 @@ def _anchor_query(request: IRequest, required: bool) -> Endpoint | None:
 class LinksAPI:
     """The three methods of both lanes' endpoints: parse, call the lane's ``LinkEditor``, answer."""
 
-    app = api_app()
+    routes = Routes()
 
     def __init__(self, node: LendingNode) -> None:
         self.node = node
@@ -116,27 +116,27 @@ class LinksAPI:
         assert anchor is not None
         return json_response(request, await editor.delete(anchor))
 
-    @app.route(LANE_PATHS["image"], methods=["GET"])
+    @routes.route(LANE_PATHS["image"], methods=["GET"], auth="admin")
     def get_image(self, request: IRequest) -> Any:
         return self.get(request, "image")
 
-    @app.route(LANE_PATHS["image"], methods=["POST"])
+    @routes.route(LANE_PATHS["image"], methods=["POST"], auth="admin")
     def post_image(self, request: IRequest) -> Any:
         return self.post(request, "image")
 
-    @app.route(LANE_PATHS["image"], methods=["DELETE"])
+    @routes.route(LANE_PATHS["image"], methods=["DELETE"], auth="admin")
     def delete_image(self, request: IRequest) -> Any:
         return self.delete(request, "image")
 
-    @app.route(LANE_PATHS["text"], methods=["GET"])
+    @routes.route(LANE_PATHS["text"], methods=["GET"], auth="admin")
     def get_text(self, request: IRequest) -> Any:
         return self.get(request, "text")
 
-    @app.route(LANE_PATHS["text"], methods=["POST"])
+    @routes.route(LANE_PATHS["text"], methods=["POST"], auth="admin")
     def post_text(self, request: IRequest) -> Any:
         return self.post(request, "text")
 
-    @app.route(LANE_PATHS["text"], methods=["DELETE"])
+    @routes.route(LANE_PATHS["text"], methods=["DELETE"], auth="admin")
     def delete_text(self, request: IRequest) -> Any:
         return self.delete(request, "text")
 

@@ -9,9 +9,10 @@ from typing import Any
 from twisted.internet.defer import ensureDeferred
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import answer_error, api_app
+from routerd.api.errors import answer_error
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.reply import RequestReply, incoming
+from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 from routerd.lending.coordinator import Coordinator
 from routerd.lending.offload import offload_returned, relay_from_headers
@@ -28,13 +29,13 @@ def _not_master() -> HTTPError:
 
 
 class OffloadAPI:
-    app = api_app()
+    routes = Routes()
 
     def __init__(self, *, coordinator: Coordinator | None, lending: LendingService) -> None:
         self.coordinator = coordinator
         self.lending = lending
 
-    @app.route("/router/v1/node/offload/event", methods=["POST"])
+    @routes.route("/router/v1/node/offload/event", methods=["POST"], auth="cluster")
     async def event(self, request: IRequest) -> bytes:
         if self.coordinator is None:
             raise _not_master()
@@ -49,7 +50,7 @@ class OffloadAPI:
         lease = await self.coordinator.event(lane, owner.strip(), model.strip(), trigger)
         return json_response(request, {"lease": to_json(lease) if lease is not None else None})
 
-    @app.route("/router/v1/node/offload/grant", methods=["POST"])
+    @routes.route("/router/v1/node/offload/grant", methods=["POST"], auth="cluster")
     def grant(self, request: IRequest) -> bytes:
         body = read_json(request)
         try:
@@ -61,11 +62,11 @@ class OffloadAPI:
         self.lending.receive_lease(lease, lease.lane, lease.owner_model_id, "grant")
         return json_response(request, to_json(lease))
 
-    @app.route("/router/v1/node/offload/borrowed", methods=["GET"])
+    @routes.route("/router/v1/node/offload/borrowed", methods=["GET"], auth="cluster")
     def borrowed(self, request: IRequest) -> bytes:
         return json_response(request, {"borrowed": self.lending.borrowed_requests()})
 
-    @app.route("/router/v1/node/offload/request", methods=["POST"])
+    @routes.route("/router/v1/node/offload/request", methods=["POST"], auth="cluster")
     def relay(self, request: IRequest) -> Any:
         """The master's relay: pass an owner's lent request to the helper its live lease names.
         Refusals are answered in the OpenAI envelope whatever the inference path."""

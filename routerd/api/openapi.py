@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import api_app
+from routerd.api.routes import Routes
 
 OPENAPI_PATH = "/openapi.json"
 
@@ -31,9 +31,9 @@ def _rendered() -> bytes:
 
 
 class OpenAPI:
-    app = api_app()
+    routes = Routes()
 
-    @app.route(OPENAPI_PATH, methods=["GET"])
+    @routes.route(OPENAPI_PATH, methods=["GET"], auth="docs")
     def document(self, request: IRequest) -> bytes:
         request.setHeader(b"content-type", b"application/json")
         return _rendered()

@@ -20,9 +20,9 @@ from typing import Any
 from twisted.logger import Logger
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import api_app
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.lending_http import LendingNode
+from routerd.api.routes import Routes
 from routerd.config.lending import SPECS, LendingSettings
 from routerd.errors import HTTPError
 from routerd.lending.admin import normalise_batch
@@ -54,12 +54,12 @@ def _refuse_on_master(node: LendingNode, what: str) -> None:
 
 
 class PushAPI:
-    app = api_app()
+    routes = Routes()
 
     def __init__(self, node: LendingNode) -> None:
         self.node = node
 
-    @app.route(LINKS_PATH, methods=["POST"])
+    @routes.route(LINKS_PATH, methods=["POST"], auth="cluster")
     def links(self, request: IRequest) -> bytes:
         _refuse_on_master(self.node, "links")
         body = read_json(request)
@@ -74,7 +74,7 @@ class PushAPI:
         return json_response(request, {"ok": True, "image": len(image), "text": len(text),
                                        "guardians": len(guardians)})
 
-    @app.route(SETTINGS_PATH, methods=["POST"])
+    @routes.route(SETTINGS_PATH, methods=["POST"], auth="cluster")
     def settings(self, request: IRequest) -> bytes:
         _refuse_on_master(self.node, "settings")
         body = read_json(request)

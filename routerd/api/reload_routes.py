@@ -9,19 +9,19 @@ from __future__ import annotations
 
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import api_app
 from routerd.api.jsonio import json_response
+from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 from routerd.serve.reload import Reloader, ReloadFailed
 
 
 class ReloadAPI:
-    app = api_app()
+    routes = Routes()
 
     def __init__(self, reloader: Reloader) -> None:
         self.reloader = reloader
 
-    @app.route("/router/v1/reload", methods=["POST"])
+    @routes.route("/router/v1/reload", methods=["POST"], auth="admin")
     async def reload(self, request: IRequest) -> bytes:
         try:
             report = await self.reloader.reload()

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import api_app
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.lending_http import LendingNode, require_site
 from routerd.api.reply import query_arg
+from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 from routerd.lending.admin import SettingsEditor
 
@@ -30,7 +30,7 @@ PATH = "/router/v1/site/offload/settings"
 
 
 class SettingsAPI:
-    app = api_app()
+    routes = Routes()
 
     def __init__(self, node: LendingNode) -> None:
         self.node = node
@@ -39,11 +39,11 @@ class SettingsAPI:
         require_site(self.node)
         return SettingsEditor(self.node.store, self.node.lending)
 
-    @app.route(PATH, methods=["GET"])
+    @routes.route(PATH, methods=["GET"], auth="admin")
     async def get(self, request: IRequest) -> bytes:
         return json_response(request, await self._editor().document())
 
-    @app.route(PATH, methods=["POST"])
+    @routes.route(PATH, methods=["POST"], auth="admin")
     async def post(self, request: IRequest) -> bytes:
         editor = self._editor()
         values = read_json(request).get("values")
@@ -51,7 +51,7 @@ class SettingsAPI:
             raise HTTPError(400, 'values is required: an object of {"key": value}')
         return json_response(request, await editor.set(values))
 
-    @app.route(PATH, methods=["DELETE"])
+    @routes.route(PATH, methods=["DELETE"], auth="admin")
     async def delete(self, request: IRequest) -> bytes:
         return json_response(request, await self._editor().clear(query_arg(request, "key")))
 

@@ -40,8 +40,7 @@ from routerd.api.head import (
     transfer_coding,
 )
 from routerd.api.reply import BODY_ATTRIBUTE, HEAD_ATTRIBUTE, MODEL_ATTRIBUTE
-from routerd.api.webui import is_ui_path
-from routerd.cluster.auth import AuthPolicy
+from routerd.cluster.auth import AuthPolicy, RouteClass, route_class
 from routerd.config.schema import Config, ServerConfig
 from routerd.errors import HTTPError, StatusError
 from routerd.logs import request_model
@@ -115,7 +114,9 @@ class GuardResource(resource.Resource):
         super().__init__()  # type: ignore[no-untyped-call]
         self.inner = inner
         self.phase = phase
-        self.rules = EdgeRules(policy, max_body_bytes, CorsPolicy.build(cors_origins), is_ui_path)
+        #: the auth class of a path, from the declared routes of the resource it guards
+        self.route_class: Callable[[str], RouteClass] = getattr(inner, "route_class", route_class)
+        self.rules = EdgeRules(policy, max_body_bytes, CorsPolicy.build(cors_origins), self.route_class)
         self.limits: ServerConfig = server_config or ServerConfig()
         self.budget: BufferBudget | None = None  # the site's (NodeSite sets it)
 
@@ -130,7 +131,7 @@ class GuardResource(resource.Resource):
     def update(self, policy: AuthPolicy, site: NodeSite, config: Config) -> None:
         """A reload: new keys and networks, body limit, CORS origins and server limits from now on."""
         self.rules = EdgeRules(policy, config.limits.max_body_bytes,
-                               CorsPolicy.build(config.server.cors_origins), is_ui_path)
+                               CorsPolicy.build(config.server.cors_origins), self.route_class)
         self.limits = config.server
         site.max_body_bytes = config.limits.max_body_bytes
         if site.buffer is not None:

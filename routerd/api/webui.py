@@ -15,7 +15,8 @@ from urllib.parse import unquote
 
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import api_app, not_found
+from routerd.api.errors import not_found
+from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 
 UI_PREFIX = "/ui/"
@@ -27,11 +28,6 @@ CONTENT_TYPES: dict[str, bytes] = {
     ".svg": b"image/svg+xml",
     ".txt": b"text/plain; charset=utf-8",
 }
-
-
-def is_ui_path(path: str) -> bool:
-    """Paths of the WebUI's files and its redirects (no key needed to fetch them)."""
-    return path in ("/", "/ui") or path.startswith(UI_PREFIX)
 
 
 def webui_dir(package_root: Path | None = None, prefix: str | None = None) -> Path | None:
@@ -66,7 +62,7 @@ def _wants_html(request: IRequest) -> bool:
 class WebUI:
     """``/ui/*`` static files; ``/ui`` and a browser's ``/`` redirect to ``/ui/``."""
 
-    app = api_app()
+    routes = Routes()
 
     def __init__(self, root: Path | None) -> None:
         self.root = root
@@ -77,17 +73,18 @@ class WebUI:
         request.setHeader(b"content-type", b"text/plain; charset=utf-8")
         return b"see /ui/\n"
 
-    @app.route("/", methods=["GET", "HEAD"])
+    @routes.route("/", methods=["GET", "HEAD"], auth="ui")
     def root_page(self, request: IRequest) -> bytes:
         if not _wants_html(request):
             raise not_found("/")
         return self._redirect(request)
 
-    @app.route("/ui", methods=["GET", "HEAD"])
+    @routes.route("/ui", methods=["GET", "HEAD"], auth="ui")
     def ui_bare(self, request: IRequest) -> bytes:
         return self._redirect(request)
 
-    @app.route(UI_PREFIX, branch=True, methods=["GET", "HEAD"])
+    @routes.route(UI_PREFIX, branch=True, methods=["GET", "HEAD"], auth="ui",
+                  docs=(UI_PREFIX, UI_PREFIX + "{file}"))
     def files(self, request: IRequest) -> bytes:
         if self.root is None:
             raise HTTPError(404, "the WebUI files are not installed (webui/ next to the routerd "
@@ -103,4 +100,4 @@ class WebUI:
         return target.read_bytes()
 
 
-__all__ = ["CONTENT_TYPES", "UI_PREFIX", "WebUI", "is_ui_path", "ui_file", "webui_dir"]
+__all__ = ["CONTENT_TYPES", "UI_PREFIX", "WebUI", "ui_file", "webui_dir"]

@@ -4,8 +4,9 @@ Route classes: ``/router/v1/node/*`` needs the cluster token; other ``/router/v1
 admin key when any is configured; ``/metrics`` needs an admin key (or an ``auth.metrics_keys``
 key) when any of those is configured; ``/health`` needs no key but shows node details only to a
 caller who could use the inference paths; ``/openapi.json`` (the API's description, nothing of the
-node) needs no key; every other path needs an inference key when any is
-configured, and an admin key is accepted wherever an inference key is.  Clients outside
+node) needs no key; the WebUI's files and redirects (``/``, ``/ui``, ``/ui/*``) need no key; every
+other path needs an inference key when any is configured, and an admin key is accepted wherever
+an inference key is.  Clients outside
 ``server.allowed_cidrs`` are refused first, on every path.  The client address is the peer's,
 or — only when the peer is one of ``server.trusted_proxies`` — the nearest untrusted address of
 its ``X-Forwarded-For``.  Token comparison is constant-time.
@@ -23,7 +24,10 @@ import attrs
 
 from routerd.errors import HTTPError
 
-RouteClass = Literal["cluster", "admin", "inference", "health", "metrics", "docs"]
+#: ``ui``: the WebUI's static files and redirects (allowed networks, no key: the pages ask for it).
+RouteClass = Literal["cluster", "admin", "inference", "health", "metrics", "docs", "ui"]
+#: Route classes served while a node is starting or draining.
+ALWAYS_SERVED_CLASSES: frozenset[RouteClass] = frozenset({"health", "metrics", "docs"})
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -39,6 +43,8 @@ def route_class(path: str) -> RouteClass:
         return "metrics"
     if path == "/openapi.json":
         return "docs"
+    if path in ("/", "/ui") or path.startswith("/ui/"):
+        return "ui"
     return "inference"
 
 
@@ -125,12 +131,17 @@ class AuthPolicy:
                 break
         return client
 
-    def check(self, path: str, client_host: str, authorization: bytes | None) -> bool:
-        """Raise ``HTTPError`` (401/403) unless the caller may use ``path``; returns whether the
-        caller is authenticated for inference (what ``/health`` shows node details to)."""
+    def check(self, path: str, client_host: str, authorization: bytes | None,
+              cls: RouteClass | None = None) -> bool:
+        """Raise ``HTTPError`` (401/403) unless the caller may use ``path`` (of route class ``cls``,
+        by default its namespace's); returns whether the caller is authenticated for inference
+        (what ``/health`` shows node details to)."""
         if not self.client_allowed(client_host):
             raise HTTPError(403, "client address is not allowed", "forbidden", "forbidden")
-        cls = route_class(path)
+        if cls is None:
+            cls = route_class(path)
+        if cls == "ui":
+            return False
         token = bearer(authorization)
         if cls == "cluster":
             if not self.cluster_token:

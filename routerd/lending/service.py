@@ -15,7 +15,7 @@ the head and served by this node.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal
 
 import attrs
@@ -23,10 +23,10 @@ from twisted.internet import defer
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
 from routerd.catalog.model import ModelConfig, RuntimeKind
 from routerd.config.lending import LendingSettings
+from routerd.deferreds import Woken
 from routerd.errors import queue_full
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.links import LinkSet
@@ -233,7 +233,7 @@ class LendingService:
                 if not waiter.called:
                     call.shed_parsed()  # held: only the raw body stays in memory
                 try:
-                    ticket = await _Woken(waiter)
+                    ticket = await Woken(waiter)
                 finally:
                     call.restore_parsed()
                 if ticket.kind == "returned":
@@ -509,35 +509,6 @@ class LendingService:
 
     def _now_ms(self) -> int:
         return int(self._now() * 1000)
-
-
-class _Woken(Generator["Deferred[Ticket]", object, Ticket]):
-    """``await _Woken(waiter)`` is ``await waiter`` without the generator ``Deferred.__await__``
-    makes: a held request keeps this slotted object instead (issue 14).  Twisted's coroutine driver
-    is yielded the Deferred as usual, then sends its result back or throws its failure in."""
-
-    __slots__ = ("_waiter",)
-
-    def __init__(self, waiter: Deferred[Ticket]) -> None:
-        self._waiter: Deferred[Ticket] | None = waiter
-
-    def __await__(self) -> Generator[Deferred[Ticket], object, Ticket]:
-        return self
-
-    def send(self, value: object) -> Deferred[Ticket]:
-        waiter, self._waiter = self._waiter, None
-        if waiter is None:  # resumed by the driver: ``value`` is what the waiter fired with
-            raise StopIteration(value)
-        if waiter.called and not waiter.paused:  # woken before it was awaited (admitted on arrival)
-            if isinstance(waiter.result, Failure):
-                return waiter.__await__().send(None)  # raises it as ``await waiter`` would
-            raise StopIteration(waiter.result)
-        return waiter
-
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Deferred[Ticket]:
-        self._waiter = None
-        exc = typ if isinstance(typ, BaseException) else (val if isinstance(val, BaseException) else typ(val))
-        raise exc.with_traceback(tb) if tb is not None else exc
 
 
 class _Coalescer:

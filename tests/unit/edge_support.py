@@ -9,7 +9,6 @@ import json
 import re
 from typing import Any
 
-from klein import Klein
 from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
@@ -17,8 +16,8 @@ from twisted.internet.testing import StringTransport
 from twisted.web.iweb import IRequest
 
 from routerd.api.channel import LeanChannel, NodeServerFactory
-from routerd.api.dispatch import Dispatch, LeanRoutes
-from routerd.api.errors import api_app
+from routerd.api.dispatch import Dispatch
+from routerd.api.routes import Routes
 from routerd.api.site import GuardResource, NodeSite
 from routerd.cluster.auth import AuthPolicy
 from routerd.config.schema import ServerConfig
@@ -31,17 +30,18 @@ ADMIN = "admin-key-0123456"
 class EdgeApi:
     """``/v1/chat/completions`` (a lean route answering at once) and ``GET /health`` (Klein)."""
 
-    app: Klein = api_app()
+    routes = Routes()
 
     def __init__(self) -> None:
         self.served: list[Incoming] = []
         self.hold = False  # answer later: the Deferreds wait in ``pending``
         self.pending: list[Deferred[bytes]] = []
 
-    @app.route("/health", methods=["GET"])
+    @routes.route("/health", methods=["GET"], auth="health")
     def health(self, request: IRequest) -> bytes:
         return b'{"status":"ok"}'
 
+    @routes.lean("/v1/chat/completions", methods=["POST"], auth="inference")
     def chat(self, method: str, path: str, facts: Incoming, reply: Reply) -> Deferred[bytes] | bytes:
         self.served.append(facts)
         reply.set_header(b"content-type", b"application/json")
@@ -50,9 +50,6 @@ class EdgeApi:
             self.pending.append(d)
             return d
         return b'{"ok":true}'
-
-    def lean_routes(self, table: LeanRoutes) -> None:
-        table.add("/v1/chat/completions", self.chat)
 
 
 class Edges:

@@ -14,8 +14,8 @@ from twisted.internet.testing import StringTransport
 from twisted.web.iweb import IRequest
 
 from routerd.api.channel import HEAD_LIMIT, LeanChannel, NodeServerFactory
-from routerd.api.dispatch import Dispatch, LeanRoutes
-from routerd.api.errors import api_app
+from routerd.api.dispatch import Dispatch
+from routerd.api.routes import Routes
 from routerd.api.site import GuardResource, NodeSite
 from routerd.cluster.auth import AuthPolicy
 from routerd.errors import HTTPError
@@ -26,23 +26,21 @@ class Api:
     """One lean route (``/v1/chat/completions``) whose answers the test decides, and one Klein
     route (``/health``) that twisted.web serves."""
 
-    app = api_app()
+    routes = Routes()
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, Incoming, Reply, Deferred[bytes]]] = []
         self.cancelled: list[str] = []
 
-    @app.route("/health", methods=["GET"])
+    @routes.route("/health", methods=["GET"], auth="health")
     def health(self, request: IRequest) -> bytes:
         return b"healthy"
 
+    @routes.lean("/v1/chat/completions", methods=["POST"], auth="inference")
     def chat(self, method: str, path: str, facts: Incoming, reply: Reply) -> Deferred[bytes]:
         d: Deferred[bytes] = Deferred(lambda _: self.cancelled.append(path))
         self.calls.append((path, facts, reply, d))
         return d
-
-    def lean_routes(self, table: LeanRoutes) -> None:
-        table.add("/v1/chat/completions", self.chat)
 
 
 class Served:
@@ -240,7 +238,7 @@ def test_a_full_buffer_budget_is_refused_503_by_twisted_web() -> None:
 
 def test_klein_still_answers_the_lean_paths_for_a_twisted_request() -> None:
     """Dispatch keeps the inference paths for requests twisted.web parsed (handed-over ones)."""
-    assert isinstance(Api.app, Klein)
+    assert isinstance(Api.routes.klein, Klein)
     served = Served()
     served.send(b"GET /health HTTP/1.1\r\nHost: n\r\n\r\n" + post(b'{"n":1}', extra=b"Origin: http://x\r\n"))
     assert served.api.calls and served.api.calls[0][1].body == b'{"n":1}'

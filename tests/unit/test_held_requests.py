@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 from twisted.internet.defer import CancelledError, Deferred
 
+from routerd.deferreds import Woken
 from routerd.lending.links import LinkSet
-from routerd.lending.service import Ticket, _Woken
+from routerd.lending.service import Ticket
 from routerd.routing.call import Call, Incoming
 from routerd.routing.classify import classify
 from routerd.wire.lending import Endpoint, Link
@@ -106,10 +107,10 @@ def test_a_stream_still_reports_its_time_to_first_chunk_and_a_plain_answer_is_no
     assert 'routerd_requests_total{lane="text",model="alpha",route="chat",status="ok"} 2.0' in rendered
 
 
-# -- the waiter a held request awaits (``await _Woken(d)`` is ``await d`` without a generator) --
+# -- the waiter a held request awaits (``await Woken(d)`` is ``await d`` without a generator) --
 
 async def _await(d: Deferred[Ticket]) -> Ticket:
-    return await _Woken(d)
+    return await Woken(d)
 
 
 def test_a_waiter_fired_before_it_is_awaited_resumes_at_once() -> None:
@@ -133,7 +134,7 @@ def test_cancelling_a_held_request_raises_cancelled_at_its_wait() -> None:
 
     async def held() -> Ticket:
         try:
-            return await _Woken(d)
+            return await Woken(d)
         except CancelledError:
             seen.append("cancelled")
             raise

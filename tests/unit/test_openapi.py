@@ -1,12 +1,11 @@
 """The hand-kept OpenAPI document (``routerd/api/openapi.yaml``): it is a valid OpenAPI 3 document,
-it lists exactly the routes the API registers (so it cannot drift silently), every error answer
+it lists exactly the routes the API declares (so it cannot drift silently), every error answer
 it describes is the contract's envelope for its path, and every node serves it at
 ``/openapi.json``."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -16,48 +15,19 @@ from openapi_spec_validator import validate
 from routerd.api.app import build_site
 from routerd.api.openapi import openapi_document
 from routerd.errors import style_for_path
-from routerd.routing.classify import allowed_methods
 
 from .node_fixture import TEXT, World
 
-#: Catch-all rules that only exist to answer 404 in the site envelope: not operations.
-_CATCH_ALL = {"/router/v1/site/{path}", "/router/v1/site/"}
-#: Klein registers a branch route twice: ``/prefix/`` and ``/prefix/<path:__rest__>``; the
-#: document lists the second (``{path}``, or its own name for the parameter).
-_BRANCH_ROOTS = {"/router/v1/node/inference/", "/router/v1/node/assets/"}
-_RENAMED = {"/router/v1/node/assets/{path}": "/router/v1/node/assets/{sha256}",
-            "/ui/{path}": "/ui/{file}"}
-
-
-def _template(rule: str) -> str:
-    """A werkzeug rule as an OpenAPI path template: ``<path:__rest__>`` → ``{path}``."""
-    text = re.sub(r"<path:__rest__>", "{path}", rule)
-    text = re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", text)
-    return _RENAMED.get(text, text)
-
 
 def registered_operations(tmp_path: Path) -> set[tuple[str, str]]:
-    """Every (path template, method) a node's API answers, read from the running site's apps."""
+    """Every (path template, method) a node's API answers, read from the running site's route
+    table (what its dispatcher is built from)."""
     world = World(tmp_path)
     node = world.node("solo", {"chat": TEXT})
     site = build_site(node)
     dispatch = site.resource.inner  # GuardResource → Dispatch
-    found: set[tuple[str, str]] = set()
-    for api in dispatch.apis:
-        for rule in api.app.url_map.iter_rules():
-            if rule.rule in _BRANCH_ROOTS:
-                continue
-            path = _template(rule.rule)
-            if path in _CATCH_ALL:
-                continue
-            methods = set(rule.methods or ()) - {"HEAD", "OPTIONS"}
-            found |= {(path, m.lower()) for m in methods}
-    # the inference paths are served without Klein (routerd.api.dispatch.LeanRoutes)
-    for raw in dispatch.lean.exact:
-        found |= {(raw.decode(), m.lower()) for m in allowed_methods(raw.decode())}
-    for prefix, _handler in dispatch.lean.prefixes:
-        found.add((prefix.decode() + "{path}", "post"))
-    return found
+    return {(path, method.lower()) for declared in dispatch.routes.routes
+            for path in declared.docs for method in declared.answered - {"HEAD", "OPTIONS"}}
 
 
 def documented_operations() -> set[tuple[str, str]]:

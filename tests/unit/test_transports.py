@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from twisted.internet.task import Clock
 from twisted.internet.tcp import Connection
 from twisted.internet.testing import StringTransport
 
@@ -102,3 +103,27 @@ def test_a_small_body_leaves_joined_to_its_head_and_a_large_one_after_it_uncopie
     sock = FakeSocket()
     send_with_head(connection(sock), b"HEAD", big)
     assert sock.sent == [b"HEAD", big]
+
+
+class _Unconnected:
+    """What ``tcp.Connection.__init__`` asks of its socket (no socket is opened)."""
+
+    def setblocking(self, flag: bool) -> None:
+        pass
+
+    def fileno(self) -> int:
+        return -1
+
+
+def test_the_connection_internals_send_reads_are_those_of_the_pinned_twisted() -> None:
+    """A guard for the pin in pyproject.toml (``twisted[tls]>=24.3,<27``): a real Connection of
+    the installed Twisted has every attribute ``send`` reads, with the meaning it assumes (a Twisted
+    that renamed one would make ``send`` skip its queue check, or fail)."""
+    conn = Connection(_Unconnected(), None, reactor=Clock())
+    assert conn.dataBuffer == b"" and conn._tempDataBuffer == []
+    assert not conn.disconnecting and conn._aborting is False
+    assert isinstance(conn.socket, _Unconnected) and hasattr(conn, "connected")
+    conn.connected = 1
+    conn.startWriting = lambda: None  # type: ignore[method-assign]  # no reactor to watch the socket
+    conn.write(b"queued")  # Twisted's own write queues in the buffer send checks first
+    assert conn._tempDataBuffer == [b"queued"]
