@@ -54,7 +54,10 @@ class Incoming:
     body: bytes
     content_type: str = ""
     query: Mapping[str, list[str]] = attrs.field(factory=dict)
-    headers: Mapping[str, str] = attrs.field(factory=dict)  # lower-case names, first values
+    headers: Mapping[str, str] = attrs.field(factory=dict)  # lower-case names, list fields joined
+    #: The name of the API key that admitted the request ("" when none or keys are unnamed); the
+    #: key itself never travels past the edge.
+    key_name: str = ""
 
     def header(self, name: str) -> str:
         return self.headers.get(name, "")
