@@ -95,3 +95,11 @@ def test_a_file_name_the_os_refuses_is_a_404_envelope_not_a_500(tmp_path: Path) 
         code, headers, body = fetch(http, path)
         assert code == 404, (path, body)
         assert b'"type": "not_found"' in body
+
+
+def test_a_doubled_slash_is_an_unknown_path_not_a_redirect_or_a_500(tmp_path: Path) -> None:
+    """Issue 20: werkzeug's merge_slashes redirect was answered 500 with a traceback, no key needed."""
+    http = client(ui_root(tmp_path))
+    for path in ("/ui//x", "/ui//etc/passwd", "/ui//index.html"):
+        status, _, body = fetch(http, path)
+        assert status == 404 and b'"code": "not_found"' in body, path

@@ -35,6 +35,13 @@ def test_multi_malformed_or_outside_ranges_are_not_satisfiable(header: str) -> N
         parse_range(header, 100)
 
 
+def test_a_position_of_thousands_of_digits_is_not_satisfiable_not_a_500() -> None:
+    """Issue 20: int() of a 5,000-digit position raised ValueError (a 500)."""
+    for header in ("bytes=" + "9" * 5000 + "-", "bytes=0-" + "9" * 5000, "bytes=-" + "9" * 20):
+        with pytest.raises(RangeNotSatisfiable):
+            parse_range(header, 100)
+
+
 def test_content_range_round_trips() -> None:
     assert parse_content_range(ByteRange(10, 19).content_range(100)) == (10, 19, 100)
     assert parse_content_range("bytes */100") is None

@@ -59,6 +59,8 @@ ROWS: list[tuple[str, bytes, str, dict[str, Any], tuple[int, str]]] = [
      (400, "bad_request")),
     ("101-header-fields", request(fields=(HOST, AUTH, *(b"X-F%d: v" % i for i in range(99)))),
      "127.0.0.1", {}, (431, "request_header_fields_too_large")),
+    ("4000-header-lines", request(fields=(HOST, AUTH, *(b"X-F%d: v" % i for i in range(4000)))),
+     "127.0.0.1", {}, (431, "request_header_fields_too_large")),
     ("http-2-version", request(version=b"HTTP/2.0"), "127.0.0.1", {}, (505, "http_version_not_supported")),
     ("body-over-the-limit", request(body=b"x" * 2000), "127.0.0.1", {}, (413, "request_too_large")),
     ("body-over-the-replay-budget", request(body=b"x" * 900), "127.0.0.1", {"buffer": 512},
