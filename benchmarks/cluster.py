@@ -1,4 +1,4 @@
-"""Cluster costs: a forwarded request against a local one, and one health-poll cycle over 100 slaves.
+"""Cluster costs: a forwarded request against a local one, and one health-poll cycle over 200 slaves.
 
 (a) Forwarding.  A master and one slave run as ``twistd`` processes, each with its own zero-delay
 simulator model (``local-zero`` on the master, ``remote-zero`` on the slave).  In the same run it
@@ -8,16 +8,16 @@ backend.  It prints requests/s, p50/p99 latency, the latency forwarding adds, an
 CPU milliseconds per request (from /proc of the master process only; the slave and backends are
 not counted).  Target: <= 1 ms master CPU per forwarded request.
 
-(b) Health polling.  A helper process opens N (100) tiny HTTP listeners on loopback that answer
+(b) Health polling.  A helper process opens N (200, issue 24) tiny HTTP listeners on loopback that answer
 ``GET /router/v1/node/models`` with a valid snapshot of three models (one identical on every node,
-so the registry merges 100 replicas), optionally after ``--poll-delay-ms`` milliseconds.  This
+so the registry merges N replicas), optionally after ``--poll-delay-ms`` milliseconds.  This
 process builds a master ``Node`` whose ``cluster.slave_urls`` lists them and times
 ``node.master.poll_all()``: the first cycle (every node new) and the following steady cycles, wall
 time and this process's CPU.  Target: one cycle within 1 s.  The master polls at most
 ``POLL_CONCURRENCY`` slaves at once, so a cycle takes about N / POLL_CONCURRENCY round trips; the
 delayed rows show how that scales with slow slaves.
 
-Run: .venv/bin/python benchmarks/cluster.py [--requests N] [--slaves 100] [--poll-delay-ms 0,10,40]
+Run: .venv/bin/python benchmarks/cluster.py [--requests N] [--slaves 200] [--poll-delay-ms 0,10,40]
      [--only forward|poll]
 """
 
@@ -264,7 +264,7 @@ async def polling(slaves: int, delays: list[float], cycles: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=2000, help="requests per row of (a)")
-    parser.add_argument("--slaves", type=int, default=100, help="fake slaves polled in (b)")
+    parser.add_argument("--slaves", type=int, default=200, help="fake slaves polled in (b)")
     parser.add_argument("--cycles", type=int, default=6, help="poll cycles per row of (b)")
     parser.add_argument("--poll-delay-ms", default="0,10,40",
                         help="comma-separated answer delays of the fake slaves in (b)")

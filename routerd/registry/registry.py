@@ -11,7 +11,8 @@ Every change bumps :attr:`Registry.revision`; a refused snapshot changes nothing
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import attrs
 
@@ -71,6 +72,8 @@ class Registry:
         self._records: list[ModelRecord] = []
         self._busy = BusyCounts()
         self._rotation = RoundRobin()
+        self._batching = 0
+        self._dirty = False
         self.revision = 0
 
     # -- feeding ----------------------------------------------------------------
@@ -143,7 +146,26 @@ class Registry:
             self._changed()
         return True
 
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Apply the updates made inside as one change: records and public IDs are rebuilt once,
+        on leaving (rebuilding is linear in the cluster's records, so a poll cycle that rebuilt per
+        node was quadratic: 200 new slaves took ~0.5 s of CPU).  Models of different nodes that
+        conflict for one public ID and first appear in the same batch are suffixed by node id,
+        as they are within one rebuild."""
+        self._batching += 1
+        try:
+            yield
+        finally:
+            self._batching -= 1
+            if not self._batching and self._dirty:
+                self._changed()
+
     def _changed(self) -> None:
+        if self._batching:
+            self._dirty = True
+            return
+        self._dirty = False
         merged: list[ModelRecord] = list(self._local)
         for node_id in sorted(self._nodes):
             entry = self._nodes[node_id]

@@ -399,3 +399,47 @@ def test_an_unchanged_refresh_recomputes_nothing() -> None:
     assert reg.revision == revision
     reg.update_node(snap("slave-a", rec("shared"), rec("other")), "http://slave-a")
     assert reg.revision == revision + 1
+
+
+# -- a poll cycle as one change (issue 24: the master at scale) ---------------------------------
+
+
+def test_a_batch_of_node_updates_rebuilds_records_and_public_ids_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A poll cycle over N new slaves used to rebuild every record N times (quadratic: ~0.5 s of
+    CPU for 200 slaves); inside ``batch`` it rebuilds once, to the records one by one would give."""
+    import routerd.registry.registry as registry_module
+
+    def nodes(reg: Registry) -> None:
+        for n in range(40):
+            reg.update_node(snap(f"slave-{n:02d}", rec("shared"), rec(f"own-{n}")), f"http://slave-{n}")
+        reg.mark_unhealthy("http://slave-3")
+
+    one_by_one = registry()
+    nodes(one_by_one)
+    calls: list[int] = []
+    real = registry_module.assign_public_ids
+
+    def counting(*args: object, **kwargs: object) -> list[ModelRecord]:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    batched = registry()
+    monkeypatch.setattr(registry_module, "assign_public_ids", counting)
+    before = batched.revision
+    with batched.batch():
+        nodes(batched)
+        assert batched.records() == [] and batched.revision == before  # nothing rebuilt yet
+    assert len(calls) == 1 and batched.revision == before + 1
+    assert batched.records() == one_by_one.records()
+    assert [n.healthy for n in batched.nodes()] == [n.healthy for n in one_by_one.nodes()]
+
+
+def test_a_batch_that_changes_nothing_rebuilds_nothing() -> None:
+    reg = registry()
+    reg.update_node(snap("slave-a", rec("chat")), "http://slave-a")
+    revision = reg.revision
+    with reg.batch():
+        reg.update_node(snap("slave-a", rec("chat")), "http://slave-a")  # an unchanged refresh
+    assert reg.revision == revision
