@@ -167,3 +167,20 @@ def test_the_generated_clusters_reach_grants_probes_and_every_common_skip_reason
     collect()
     assert {"granted", "probe", "skipped", "helper_claimed", "cost_rejected", "owner_unpriced",
             "outranked", "model_ineligible", "load_forbidden", "owner_fallback", "helper"} <= seen
+
+
+def test_the_benchmark_shape_gets_the_same_plan_from_both_planners() -> None:
+    """64 nodes x 32 owners x 4 helpers (``benchmarks/plan_bench.py``): 8,192 rows, leases and claims."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import plan_bench
+    finally:
+        sys.path.pop(0)
+    links, statuses, facts = plan_bench.build(64, 32, 4)
+    args = ("tick", 1_000_000, [links], statuses, LendingSettings(), facts)
+    new, old = plan(*args), planner_reference.plan(*args)
+    assert len(new.rows) == 8192 and new.leases
+    assert (new.rows, new.leases, new.next_probe_due_ms) == (old.rows, old.leases, old.next_probe_due_ms)
