@@ -1,4 +1,5 @@
-"""Cluster costs: a forwarded request against a local one, and one health-poll cycle over 100 slaves.
+"""Cluster costs: a forwarded request against a local one, one health-poll cycle over 200 slaves, and a
+master routing for 32 slaves against its local path.
 
 (a) Forwarding.  A master and one slave run as ``twistd`` processes, each with its own zero-delay
 simulator model (``local-zero`` on the master, ``remote-zero`` on the slave).  In the same run it
@@ -8,17 +9,24 @@ backend.  It prints requests/s, p50/p99 latency, the latency forwarding adds, an
 CPU milliseconds per request (from /proc of the master process only; the slave and backends are
 not counted).  Target: <= 1 ms master CPU per forwarded request.
 
-(b) Health polling.  A helper process opens N (100) tiny HTTP listeners on loopback that answer
+(b) Health polling.  A helper process opens N (200, issue 24) tiny HTTP listeners on loopback that answer
 ``GET /router/v1/node/models`` with a valid snapshot of three models (one identical on every node,
-so the registry merges 100 replicas), optionally after ``--poll-delay-ms`` milliseconds.  This
+so the registry merges N replicas), optionally after ``--poll-delay-ms`` milliseconds.  This
 process builds a master ``Node`` whose ``cluster.slave_urls`` lists them and times
 ``node.master.poll_all()``: the first cycle (every node new) and the following steady cycles, wall
 time and this process's CPU.  Target: one cycle within 1 s.  The master polls at most
 ``POLL_CONCURRENCY`` slaves at once, so a cycle takes about N / POLL_CONCURRENCY round trips; the
 delayed rows show how that scales with slow slaves.
 
-Run: .venv/bin/python benchmarks/cluster.py [--requests N] [--slaves 100] [--poll-delay-ms 0,10,40]
-     [--only forward|poll]
+(c) Routing at scale.  The helper process opens 32 fake slaves that also answer forwarded chats
+(``POST /router/v1/node/inference/...``) at once; a master ``twistd`` process polls them (one model,
+``chat-shared``, with 32 replicas it rotates over) and has its own zero-delay ``local-zero``.  At 1,
+16 and 64 clients, in alternating cells of the same run: requests/s, p50/p99 and the master's CPU
+per request for the local and the forwarded path, and forwarded ÷ local throughput.  Target (issue
+24): the forwarded path sustains the local path's throughput.
+
+Run: .venv/bin/python benchmarks/cluster.py [--requests N] [--slaves 200] [--poll-delay-ms 0,10,40]
+     [--routed-slaves 32] [--rounds 2] [--only forward|poll|route]
 """
 
 from __future__ import annotations
@@ -160,6 +168,13 @@ def fake_snapshot(index: int, url: str) -> dict[str, Any]:
             ]}
 
 
+CHAT_ANSWER = json.dumps({
+    "id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": "chat-shared",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+}).encode()
+
+
 def serve_fake_nodes(count: int, delay_ms: float) -> None:
     """Helper process: ``count`` listeners; prints their ports as one JSON line, runs until stdin closes."""
     from twisted.internet import reactor as _reactor
@@ -175,6 +190,14 @@ def serve_fake_nodes(count: int, delay_ms: float) -> None:
         def __init__(self, body: bytes) -> None:
             super().__init__()  # type: ignore[no-untyped-call]
             self.body = body
+
+        def render_POST(self, request: Any) -> Any:  # noqa: N802 - twisted.web's name
+            # A forwarded chat ((c)): answered at once, as a zero-delay backend would.
+            request.setHeader(b"content-type", b"application/json")
+            if not request.path.startswith(b"/router/v1/node/inference/"):
+                request.setResponseCode(404)
+                return b"{}"
+            return CHAT_ANSWER
 
         def render_GET(self, request: Any) -> Any:  # noqa: N802 - twisted.web's name
             request.setHeader(b"content-type", b"application/json")
@@ -261,14 +284,82 @@ async def polling(slaves: int, delays: list[float], cycles: int) -> None:
               f"worst {worst * 1000:.0f} ms ({verdict})")
 
 
+# -- (c) a master routing for many slaves against its local path ---------------------------------
+
+
+async def routing(slaves: int, requests: int, rounds: int) -> None:
+    """Master throughput forwarding ``chat-shared`` to ``slaves`` fake slaves (one helper process,
+    every slave a replica of the same model: the master rotates over all of them) against its own
+    zero-delay ``local-zero``, in alternating cells of the same run."""
+    root = tempdir()
+    helper = subprocess.Popen([sys.executable, __file__, "--serve-fake-nodes", str(slaves)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    master: NodeProcess | None = None
+    try:
+        assert helper.stdout is not None
+        urls = [f"http://127.0.0.1:{p}" for p in json.loads(helper.stdout.readline())]
+        port = free_port()
+        cfg = write_node(root / "master", port,
+                         {"local-zero": {"model": "../weights/local-zero.sim.json", "contextsize": 4096,
+                                         "parallel": 64}},
+                         {"local-zero": ZERO},
+                         {"role": "master", "node_id": "master", "token": TOKEN, "slave_urls": urls})
+        master = NodeProcess(cfg, port)
+        master.wait_ready()
+        end = time.monotonic() + 60
+        while True:
+            inventory = json.loads(urllib.request.urlopen(master.url + "/router/v1/site/inventory").read())
+            if sum(1 for n in inventory["nodes"] if n["healthy"]) >= slaves:
+                break
+            if time.monotonic() > end:
+                raise RuntimeError("the fake slaves never all became healthy")
+            time.sleep(0.2)
+        post(master.url + "/router/v1/load", {"model": "local-zero"})
+        url = master.url + "/v1/chat/completions"
+        http = client()
+        await run_load(http, url, chat("local-zero"), 8, 300)  # warm both paths
+        await run_load(http, url, chat("chat-shared"), 8, 300)
+        print(f"(c) a master routing for {slaves} simulated slaves (one helper process, real HTTP) against "
+              f"its local path; {requests} requests per cell, {rounds} rounds; CPU is the master process")
+        print(f"{'clients':>7} {'rnd':>3} {'path':>9} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
+              f"{'master CPU ms/req':>18} {'fwd/local req/s':>16}")
+        ratios: dict[int, list[float]] = {}
+        for conc in (1, 16, 64):
+            for rnd in range(1, rounds + 1):
+                rates: dict[str, float] = {}
+                for path, model in (("local", "local-zero"), ("forwarded", "chat-shared")):
+                    cpu0 = cpu_seconds(master.proc.pid)
+                    elapsed, latencies = await run_load(http, url, chat(model), conc, requests)
+                    cpu = (cpu_seconds(master.proc.pid) - cpu0) / requests
+                    rates[path] = requests / elapsed
+                    ratio = ""
+                    if path == "forwarded":
+                        ratios.setdefault(conc, []).append(rates["forwarded"] / rates["local"])
+                        ratio = f"{rates['forwarded'] / rates['local']:16.2f}"
+                    print(f"{conc:>7} {rnd:>3} {path:>9} {rates[path]:8.0f} {ms(pct(latencies, .5))} "
+                          f"{ms(pct(latencies, .99))} {cpu * 1000:18.3f} {ratio}")
+        for conc, got in ratios.items():
+            print(f"target: forwarded throughput >= local at {conc} clients: "
+                  f"{min(got):.2f}-{max(got):.2f} x local ({'met' if min(got) >= 1.0 else 'MISSED'})")
+    finally:
+        if master is not None:
+            master.stop()
+        if helper.stdin is not None:
+            helper.stdin.close()
+        helper.wait(10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=2000, help="requests per row of (a)")
-    parser.add_argument("--slaves", type=int, default=100, help="fake slaves polled in (b)")
+    parser.add_argument("--slaves", type=int, default=200, help="fake slaves polled in (b)")
     parser.add_argument("--cycles", type=int, default=6, help="poll cycles per row of (b)")
     parser.add_argument("--poll-delay-ms", default="0,10,40",
                         help="comma-separated answer delays of the fake slaves in (b)")
-    parser.add_argument("--only", choices=("forward", "poll"), default=None)
+    parser.add_argument("--routed-slaves", type=int, default=32,
+                        help="fake slaves the master routes to in (c)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of every cell of (c)")
+    parser.add_argument("--only", choices=("forward", "poll", "route"), default=None)
     parser.add_argument("--serve-fake-nodes", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--delay-ms", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -284,6 +375,10 @@ def main() -> None:
             print()
         if args.only in (None, "poll"):
             await polling(args.slaves, delays, args.cycles)
+        if args.only is None:
+            print()
+        if args.only in (None, "route"):
+            await routing(args.routed_slaves, args.requests, args.rounds)
 
     run(both)
 

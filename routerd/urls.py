@@ -27,6 +27,9 @@ __all__ = ["AllowList", "URLError", "TargetParts", "is_under", "normalise_url", 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _HOST_NAME = re.compile(r"^[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?$")
 _DOT_SEGMENTS = {".", "..", "%2e", "%2e%2e", ".%2e", "%2e."}
+# Whitespace (``\s`` is ``str.isspace``), control characters and backslashes: one regex scan, not a
+# Python call per character (the master checks every cluster call's URL).
+_BAD_CHARS = re.compile(r"[\s\x00-\x1f\\]")
 
 
 class URLError(ValueError):
@@ -58,7 +61,7 @@ def split_target(url: str) -> TargetParts:
     text = url.strip()
     if not text:
         raise URLError("URL is empty")
-    if any(ch.isspace() or ord(ch) < 0x20 or ch == "\\" for ch in text):
+    if _BAD_CHARS.search(text):
         raise URLError(f"URL {url!r} contains whitespace, control characters or backslashes")
     try:
         parts = urlsplit(text)
@@ -129,30 +132,46 @@ def is_under(base: str, target: str) -> bool:
         return False
     if allowed.origin != wanted.origin or _has_dot_segment(wanted.path):
         return False
-    prefix = allowed.path.rstrip("/")
-    path = wanted.path
+    return _path_under(allowed.path.rstrip("/"), wanted.path)
+
+
+def _path_under(prefix: str, path: str) -> bool:
     return not prefix or path == prefix or path.startswith(prefix + "/")
 
 
 class AllowList:
-    """The base URLs cluster calls may go to, kept in normalised form."""
+    """The base URLs cluster calls may go to, kept in normalised form.
+
+    Bases are also indexed by origin, so :meth:`permits` parses the target once and compares paths
+    only with the bases of its origin: it runs on every cluster call and forward, and a master
+    allows every slave (issue 24: one health-poll cycle over 200 slaves used to parse 80,000 URLs).
+    """
 
     def __init__(self, urls: Iterable[str] = ()) -> None:
         self._bases: set[str] = set()
+        self._paths: dict[str, set[str]] = {}  # origin -> path prefixes of its bases
         for url in urls:
             self.add(url)
 
     def add(self, url: str) -> str:
         """Allow ``url`` (raises :class:`URLError` if it is not a valid node URL)."""
-        base = normalise_url(url)
+        parts = split_target(url)
+        base = parts.base
         self._bases.add(base)
+        self._paths.setdefault(parts.origin, set()).add(parts.path.rstrip("/"))
         return base
 
     def remove(self, url: str) -> None:
         try:
-            self._bases.discard(normalise_url(url))
+            parts = split_target(url)
         except URLError:
-            pass
+            return
+        self._bases.discard(parts.base)
+        paths = self._paths.get(parts.origin)
+        if paths is not None:
+            paths.discard(parts.path.rstrip("/"))
+            if not paths:
+                del self._paths[parts.origin]
 
     def contains(self, url: str) -> bool:
         """Whether ``url`` itself is an allowed base (after normalisation)."""
@@ -165,8 +184,15 @@ class AllowList:
         return isinstance(url, str) and self.contains(url)
 
     def permits(self, target: str) -> bool:
-        """Whether the full URL ``target`` sits under one of the allowed bases."""
-        return any(is_under(base, target) for base in self._bases)
+        """Whether the full URL ``target`` sits under one of the allowed bases (:func:`is_under`)."""
+        try:
+            wanted = split_target(target)
+        except URLError:
+            return False
+        prefixes = self._paths.get(wanted.origin)
+        if not prefixes or _has_dot_segment(wanted.path):
+            return False
+        return any(_path_under(prefix, wanted.path) for prefix in prefixes)
 
     def bases(self) -> tuple[str, ...]:
         return tuple(sorted(self._bases))

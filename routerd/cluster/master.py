@@ -36,8 +36,9 @@ from routerd.wire.status import RuntimeStatus, parse_status
 
 log = Logger()
 
-# Bounded, but wide enough that a 100-slave cycle of ~40 ms answers stays well under 1 s.
-POLL_CONCURRENCY = 16
+# Bounded, but wide enough that a 200-slave cycle of ~40 ms answers stays well under 1 s (7 rounds;
+# issue 24, benchmarks/cluster.py (b)).
+POLL_CONCURRENCY = 32
 STATUS_CONCURRENCY = 8
 STATUS_DEADLINE_S = 5.0
 
@@ -96,16 +97,19 @@ class MasterAgent(MultiService):
 
     async def _poll_all(self) -> None:
         # Applied in configuration order, so when two URLs claim one node_id the
-        # first configured one wins.
-        for url, value in await fan_out(self.slave_urls, self.client.models, POLL_CONCURRENCY):
-            if isinstance(value, Failure):
-                if self.registry.mark_unhealthy(url):
-                    log.warn("health poll of {url} failed: {reason}", url=url, reason=value.getErrorMessage())
-                continue
-            try:
-                self._accept(value, url, "poll")
-            except StatusError:
-                pass  # logged, and the node marked unhealthy
+        # first configured one wins; as one registry change (one rebuild for the cycle).
+        answers = await fan_out(self.slave_urls, self.client.models, POLL_CONCURRENCY)
+        with self.registry.batch():
+            for url, value in answers:
+                if isinstance(value, Failure):
+                    if self.registry.mark_unhealthy(url):
+                        log.warn("health poll of {url} failed: {reason}", url=url,
+                                 reason=value.getErrorMessage())
+                    continue
+                try:
+                    self._accept(value, url, "poll")
+                except StatusError:
+                    pass  # logged, and the node marked unhealthy
 
     def _accept(self, snapshot: Snapshot, url: str, how: str) -> None:
         try:

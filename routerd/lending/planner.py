@@ -49,7 +49,6 @@ from routerd.wire.lending import (
     Lease,
     Link,
     ModelCost,
-    Outcome,
     PlanRow,
     QueueStat,
     Reason,
@@ -92,116 +91,102 @@ class PlanResult:
     next_probe_due_ms: int | None
 
 
-class _NodeCosts:
-    """One node's published costs, indexed for the lanes' sections."""
+class _NodeView:
+    """One node's status as one lane's plan reads it (built once per node and lane a plan)."""
 
-    __slots__ = ("models", "loads")
+    __slots__ = ("accepting", "active", "idle_ms", "fits", "loads", "displaceable", "restore_all")
 
-    def __init__(self, status: RuntimeStatus) -> None:
-        self.models: dict[tuple[str, str], ModelCost] = {
-            (c.model_id, c.section): c for c in status.costs.models
-        }
+    def __init__(self, status: RuntimeStatus, lane: Lane, section: str) -> None:
+        lane_status = status.lane(lane)
+        self.accepting = lane_status.accepting_borrowed
+        self.active = lane_status.active_config
+        self.idle_ms = max(int(status.idle_for_ms), 0)
+        #: The node's fits for this lane's section, by model id (a later duplicate wins).
+        self.fits: dict[str, ModelCost] = {c.model_id: c for c in status.costs.models if c.section == section}
         self.loads: dict[str, float] = {c.config_filename: c.load_ms for c in status.costs.loads}
+        #: Every config a load in this lane would push out (for a config not among them).
+        self.displaceable = displaced_configs(status, lane, "")
+        self.restore_all = self.restore_of(self.displaceable)
+
+    def restore(self, config: str) -> float | None:
+        """Load time of every config that loading ``config`` pushes out (None when one is unpriced)."""
+        if config in self.displaceable:
+            return self.restore_of([c for c in self.displaceable if c != config])
+        return self.restore_all
+
+    def restore_of(self, configs: list[str]) -> float | None:
+        total = 0.0
+        for config in configs:
+            load = self.loads.get(config)
+            if load is None:
+                return None
+            total += load
+        return total
 
 
 class _HelperSide:
-    """Everything about one helper model that does not depend on the owner (computed once a plan)."""
+    """Everything about one helper model that does not depend on the owner (computed once a plan).
+
+    ``width`` is the number of slopes of a linear fit (priced inline by the planner), -1 for a
+    uniform fit or none (priced by :func:`predict`)."""
 
     __slots__ = (
-        "endpoint", "facts", "accepting", "loaded", "idle_ms", "bar_ms", "switch", "restore",
-        "fit", "move_unpriced", "recently_busy", "base_total",
+        "node_id", "model_id", "order", "context", "multimodal", "ineligible", "accepting", "loaded",
+        "idle_ms", "bar_ms", "switch", "switch_ms", "restore_ms", "fit", "width", "base", "slopes",
+        "move_unpriced", "busy", "base_total", "gate", "probe_ready", "due_at",
     )  # fmt: skip
 
     def __init__(
-        self,
-        lane: Lane,
-        section: str,
-        endpoint: Endpoint,
-        status: RuntimeStatus,
-        facts: ModelFacts,
-        node_costs: _NodeCosts,
-        probe_idle_ms: float,
+        self, endpoint: Endpoint, facts: ModelFacts, view: _NodeView, probe_idle_ms: float, now_ms: int
     ) -> None:
-        lane_status = status.lane(lane)
         config = facts.config_filename
-        self.endpoint = endpoint
-        self.facts = facts
-        self.accepting = lane_status.accepting_borrowed
-        self.loaded = bool(config) and lane_status.active_config == config
-        self.idle_ms = max(int(status.idle_for_ms), 0)
+        self.node_id = endpoint.node_id
+        self.model_id = endpoint.model_id
+        self.order = (endpoint.node_id, endpoint.model_id)
+        self.context = facts.context
+        self.multimodal = facts.multimodal
+        self.ineligible = bool(facts.ineligible)
+        self.accepting = view.accepting
+        self.loaded = bool(config) and view.active == config
+        self.idle_ms = view.idle_ms
         self.bar_ms = probe_idle_ms if self.loaded else UNLOADED_PROBE_FACTOR * probe_idle_ms
-        self.switch: float | None = 0.0
-        self.restore: float | None = 0.0
+        switch: float | None = 0.0
+        restore: float | None = 0.0
         if not self.loaded:
-            self.switch = node_costs.loads.get(config)
-            for displaced in displaced_configs(status, lane, config):
-                load = node_costs.loads.get(displaced)
-                if load is None:
-                    self.restore = None
-                    break
-                self.restore += load
-        self.fit = node_costs.models.get((endpoint.model_id, section))
+            switch = view.loads.get(config)
+            restore = view.restore(config)
+        self.switch = switch
+        self.switch_ms = switch or 0.0
+        self.restore_ms = restore or 0.0
+        fit = self.fit = view.fits.get(endpoint.model_id)
+        self.width = -1
+        self.base = 0.0
+        self.slopes: tuple[float, ...] = ()
+        if fit is not None and fit.uniform_work is None:
+            self.width, self.base, self.slopes = len(fit.slopes_ms), fit.base_ms, fit.slopes_ms
         self.move_unpriced: Reason | None = None
         #: switch + restore, when both are priced.
         self.base_total = 0.0
-        if self.switch is not None and self.restore is not None:
-            self.base_total = self.switch + self.restore
-        if self.switch is None:
+        if switch is not None and restore is not None:
+            self.base_total = switch + restore
+        if switch is None:
             self.move_unpriced = "switch_unpriced"
-        elif self.restore is None:
+        elif restore is None:
             self.move_unpriced = "restore_unpriced"
         # Unloaded and busy with its own work more recently than the switch and the way back take.
-        self.recently_busy = (
-            not self.loaded
-            and self.switch is not None
-            and self.restore is not None
-            and self.idle_ms < self.switch + self.restore
+        recently_busy = (
+            not self.loaded and switch is not None and restore is not None and self.idle_ms < switch + restore
         )
-
-
-class _Candidate:
-    """One helper priced for one owner."""
-
-    __slots__ = ("link", "side", "gate", "service", "source", "unpriced", "reason", "total")
-
-    def __init__(
-        self,
-        link: Link,
-        side: _HelperSide,
-        gate: Reason | None,
-        service: float | None,
-        source: ServiceSource | None,
-    ) -> None:
-        self.link = link
-        self.side = side
-        self.gate = gate
-        self.service = service
-        self.source = source
-        #: Ineligibility: a gate, else ``helper_recently_busy``, else None.
-        self.reason: Reason | None = gate
-        if gate is None and side.recently_busy:
-            self.reason = "helper_recently_busy"
-        # ``service`` is None only when the helper has no fit and the owner none either, so the
-        # owner is unpriced and ``owner_unpriced`` is reported first: ``service_unpriced`` (kept in
-        # the enumeration) is never produced under this rule order.
-        self.unpriced: Reason | None = side.move_unpriced
-        self.total = math.inf
-        if self.unpriced is None and service is not None:
-            self.total = side.base_total + service
-
-    def order(self) -> tuple[str, str]:
-        return (self.side.endpoint.node_id, self.side.endpoint.model_id)
-
-    def skip_reason(self, owner_priced: bool, keep: float | None) -> Reason:
-        """Why the cost rule did not choose this helper (first match)."""
-        if self.reason is not None:
-            return self.reason
-        if not owner_priced:
-            return "owner_unpriced"
-        if self.unpriced is not None:
-            return self.unpriced
-        assert keep is not None
-        return "cost_rejected" if self.total >= keep else "outranked"
+        self.busy: Reason | None = "helper_recently_busy" if recently_busy else None
+        #: The gates that depend on this helper alone (the owner's come first, claims after).
+        self.gate: Reason | None = None
+        if self.ineligible:
+            self.gate = "model_ineligible"
+        elif not self.accepting:
+            self.gate = "helper_not_accepting"
+        #: Idle long enough for a probe; else when it will be.
+        self.probe_ready = self.idle_ms >= self.bar_ms
+        self.due_at = now_ms + self.bar_ms - self.idle_ms
 
 
 def displaced_configs(status: RuntimeStatus, lane: Lane, config_filename: str) -> list[str]:
@@ -245,7 +230,6 @@ def plan(
     leases: list[Lease] = []
     rows: list[PlanRow] = []
     due: float | None = None
-    costs: dict[str, _NodeCosts] = {}
     forced = list(in_force)
     for lane in LANES:
         link_set = sets.get(lane)
@@ -266,7 +250,6 @@ def plan(
             statuses,
             settings,
             facts,
-            costs,
             claimed,
             only_owners,
             leases,
@@ -277,24 +260,6 @@ def plan(
     return PlanResult(leases, rows, None if due is None else math.ceil(due))
 
 
-def _node_costs(cache: dict[str, _NodeCosts], status: RuntimeStatus) -> _NodeCosts:
-    found = cache.get(status.node_id)
-    if found is None:
-        found = cache[status.node_id] = _NodeCosts(status)
-    return found
-
-
-def _fast_predict(cost: ModelCost | None, work: list[float]) -> float | None:
-    """:func:`predict` without the checks a plan has already made, for the common linear case."""
-    if cost is None or cost.uniform_work is not None or len(work) != len(cost.slopes_ms):
-        return predict(cost, work)
-    total = cost.base_ms
-    for slope, w in zip(cost.slopes_ms, work):  # noqa: B905 - lengths checked above
-        if w > 0:
-            total += slope * w
-    return total
-
-
 def _plan_lane(
     lane: Lane,
     trigger: Trigger,
@@ -303,27 +268,39 @@ def _plan_lane(
     statuses: Mapping[str, RuntimeStatus],
     settings: LendingSettings,
     facts: Mapping[FactKey, ModelFacts],
-    costs: dict[str, _NodeCosts],
     claimed: set[str],
     only_owners: Collection[tuple[Lane, str, str]] | None,
     leases: list[Lease],
     rows: list[PlanRow],
 ) -> float | None:
+    # One pass per owner over its links, no object per pair but its row: thousands of pairs a plan
+    # on a big site (issue 24: 64 nodes x 32 owners x 4 helpers in <= 5 ms).  Decisions are the
+    # rules of the module docstring, checked against the previous planner by
+    # tests/unit/test_lending_planner_equivalence.py.
     section = LANE_SECTION[lane]
     text = lane == "text"
     probe_idle_ms = settings.offload_probe_idle * 1000.0
     ttl_ms = int(round(settings.scheduling_grant_ttl * 1000.0))
+    index = link_set.pair_index
+
+    views: dict[str, _NodeView] = {}
+
+    def view_of(node_id: str, status: RuntimeStatus) -> _NodeView:
+        found = views.get(node_id)
+        if found is None:
+            found = views[node_id] = _NodeView(status, lane, section)
+        return found
 
     queues: dict[str, dict[str, QueueStat]] = {}
-    owners: list[tuple[Endpoint, RuntimeStatus, ModelFacts, QueueStat]] = []
-    for owner in link_set.owners():
+    owners: list[tuple[Endpoint, RuntimeStatus, ModelFacts, QueueStat, tuple[tuple[Link, int], ...]]] = []
+    for owner, pairs in index.owners:
         if only_owners is not None and (lane, owner.node_id, owner.model_id) not in only_owners:
             continue
         status = statuses.get(owner.node_id)
         owner_facts = facts.get((lane, owner.node_id, owner.model_id))
         if status is None or owner_facts is None or not owner_facts.eligible:
             # unreachable, or its model disabled or gone: every pair of it says so
-            for link in link_set.helpers_of(owner):
+            for link, _position in pairs:
                 rows.append(_unavailable_row(trigger, lane, link, "owner_unavailable"))
             continue
         node_queue = queues.get(owner.node_id)
@@ -332,154 +309,166 @@ def _plan_lane(
         stat = node_queue.get(owner.model_id)
         if stat is None or stat.pending_count <= 0:
             continue
-        owners.append((owner, status, owner_facts, stat))
-    # Biggest backlog first (work, then count), then node id and model id.
-    owners.sort(
-        key=lambda o: (-sum(o[3].backlog_work), -o[3].backlog_count, o[0].node_id, o[0].model_id)
-    )
+        owners.append((owner, status, owner_facts, stat, pairs))
+    # Biggest backlog first (work, then count), then node id and model id (the order owners come
+    # in: the sort is stable).
+    owners.sort(key=lambda o: (-sum(o[3].backlog_work), -o[3].backlog_count))
 
-    sides: dict[Endpoint, _HelperSide | None] = {}
-    for owner_links in (link_set.helpers_of(o[0]) for o in owners):
-        for link in owner_links:
-            helper = link.helper
-            if helper in sides:
-                continue
-            status = statuses.get(helper.node_id)
-            helper_facts = facts.get((lane, helper.node_id, helper.model_id))
-            sides[helper] = None
-            if status is not None and helper_facts is not None and helper_facts.eligible:
-                node_costs = _node_costs(costs, status)
-                sides[helper] = _HelperSide(
-                    lane, section, helper, status, helper_facts, node_costs, probe_idle_ms
-                )
+    # Helper sides by position in the index, built the first time an owner reaches them.
+    helpers = index.helpers
+    sides: list[_HelperSide | None] = [None] * len(helpers)
+    built = bytearray(len(helpers))
 
+    def build_side(position: int) -> None:
+        helper = helpers[position]
+        status = statuses.get(helper.node_id)
+        helper_facts = facts.get((lane, helper.node_id, helper.model_id))
+        if status is not None and helper_facts is not None and helper_facts.eligible:
+            view = view_of(helper.node_id, status)
+            sides[position] = _HelperSide(helper, helper_facts, view, probe_idle_ms, now_ms)
+        built[position] = 1
+
+    append, Row = rows.append, PlanRow
     due: float | None = None
-    for owner, owner_status, owner_facts, stat in owners:
+    for owner, owner_status, owner_facts, stat, pairs in owners:
         count = stat.pending_count
         mean_work = [w / count for w in stat.pending_work]
+        width = len(mean_work)
         mean_context = stat.pending_context / count
-        owner_fit = _node_costs(costs, owner_status).models.get((owner.model_id, section))
+        owner_fit = view_of(owner.node_id, owner_status).fits.get(owner.model_id)
         keep = predict_queue(owner_fit, stat.backlog_count, stat.backlog_work)
         owner_job = predict(owner_fit, mean_work)
         if text and not any(w > 0 for w in stat.pending_work):
             keep = owner_job = None  # no token profile: the queue has no size to price
         owner_priced = keep is not None and owner_job is not None
-
-        candidates: list[_Candidate] = []
-        unavailable: list[Link] = []
-        for link in link_set.helpers_of(owner):
-            side = sides[link.helper]
-            if side is None:
-                unavailable.append(link)  # its node unreachable, or its model disabled or gone
-                continue
-            gate: Reason | None = None
-            if owner_facts.ineligible or side.facts.ineligible or (
-                text and side.facts.multimodal != owner_facts.multimodal
-            ):
-                gate = "model_ineligible"
-            elif not side.accepting:
-                gate = "helper_not_accepting"
-            elif link.helper.node_id in claimed:
-                gate = "helper_claimed"
-            elif not side.loaded and not link.load_if_unloaded:
-                gate = "load_forbidden"
-            elif text and mean_context > 0 and side.facts.context < mean_context:
-                gate = "context_too_small"
-            service = _fast_predict(side.fit, mean_work)
-            source: ServiceSource | None = None
-            if service is not None:
-                source = "helper"
-            elif owner_job is not None:
-                service, source = owner_job, "owner_fallback"
-            candidates.append(_Candidate(link, side, gate, service, source))
-        for link in unavailable:
-            rows.append(_unavailable_row(trigger, lane, link, "helper_unavailable", stat))
-        if not candidates:
-            continue
-
-        chosen: _Candidate | None = None
-        probe = False
-        if owner_priced:
-            assert keep is not None
-            payable = [c for c in candidates if c.reason is None and c.total < keep]
-            if payable:
-                chosen = min(payable, key=lambda c: (c.total, c.order()))
-        if chosen is None:
-            idle = [c for c in candidates if c.reason is None and c.side.idle_ms >= c.side.bar_ms]
-            if idle:
-                chosen = min(idle, key=lambda c: (-c.side.idle_ms, c.order()))
-                probe = True
-
-        slots = 0
-        if chosen is not None:
-            helper = chosen.side.endpoint
-            claimed.add(helper.node_id)
-            if probe:
-                slots = settings.offload_probe_helper_slots
-            else:
-                assert chosen.service is not None and owner_job is not None
-                if chosen.service <= owner_job:
-                    slots = settings.offload_faster_helper_slots
-                else:
-                    slots = settings.offload_slower_helper_slots
-            leases.append(
-                Lease(
-                    lane=lane,
-                    owner_node_id=owner.node_id,
-                    owner_model_id=owner.model_id,
-                    helper_node_id=helper.node_id,
-                    helper_model_id=helper.model_id,
-                    load_helper_model=chosen.link.load_if_unloaded,
-                    restore_helper_model=chosen.link.restore_after_borrow,
-                    helper_slots=slots,
-                    probe=probe,
-                    ttl_ms=ttl_ms,
-                    owner_job_ms=0.0 if probe or owner_job is None else owner_job,
-                    helper_switch_ms=0.0 if probe or chosen.side.switch is None else chosen.side.switch,
-                    helper_service_ms=0.0 if probe or chosen.service is None else chosen.service,
-                    helper_context=chosen.side.facts.context if text else 0,
-                    helper_multimodal=chosen.side.facts.multimodal,
-                )
-            )
-        else:
-            for c in candidates:
-                if c.gate is None and c.side.idle_ms < c.side.bar_ms:
-                    at = now_ms + c.side.bar_ms - c.side.idle_ms
-                    if due is None or at < due:
-                        due = at
-
         keep_ms = keep or 0.0
         owner_job_ms = owner_job or 0.0
-        for c in candidates:
-            if c is chosen:
-                outcome: Outcome = "probe" if probe else "granted"
-                reason = c.skip_reason(owner_priced, keep) if probe else None
+        owner_ineligible = bool(owner_facts.ineligible)
+        owner_multimodal = owner_facts.multimodal
+        context_gate = text and mean_context > 0
+        owner_node, owner_model, backlog = owner.node_id, owner.model_id, stat.backlog_count
+        w0 = mean_work[0] if width == 1 else 0.0
+
+        for link, position in pairs:  # the pairs it cannot weigh come first, as rows of their own
+            if not built[position]:
+                build_side(position)
+            if sides[position] is None:  # its node unreachable, or its model disabled or gone
+                append(_unavailable_row(trigger, lane, link, "helper_unavailable", stat))
+        first = len(rows)
+        # The cheapest payable helper: (total, order, row position, side, link, service).
+        best: tuple[float, tuple[str, str], int, _HelperSide, Link, float] | None = None
+        # The longest-idle helper a probe may go to: (idle, order, row position, side, link, reason).
+        idlest: tuple[int, tuple[str, str], int, _HelperSide, Link, Reason] | None = None
+        owner_due: float | None = None
+        for link, position in pairs:
+            side = sides[position]
+            if side is None:
+                continue
+            gate: Reason | None
+            if owner_ineligible or (text and side.multimodal != owner_multimodal):
+                gate = "model_ineligible"
             else:
-                outcome = "skipped"
-                reason = c.skip_reason(owner_priced, keep)
-            helper = c.side.endpoint
-            rows.append(
-                PlanRow(
-                    trigger,
-                    lane,
-                    owner.node_id,
-                    owner.model_id,
-                    helper.node_id,
-                    helper.model_id,
-                    outcome,
-                    reason,
-                    count,
-                    stat.backlog_count,
-                    keep_ms,
-                    c.side.switch or 0.0,
-                    c.side.restore or 0.0,
-                    c.service or 0.0,
-                    owner_job_ms,
-                    c.source,
-                    c.side.idle_ms,
-                    slots if c is chosen else 0,
-                )
+                gate = side.gate
+                if gate is None:
+                    if side.node_id in claimed:
+                        gate = "helper_claimed"
+                    elif not side.loaded and not link.load_if_unloaded:
+                        gate = "load_forbidden"
+                    elif context_gate and side.context < mean_context:
+                        gate = "context_too_small"
+            # predict(side.fit, mean_work), inline for a linear fit of the right shape
+            service: float | None
+            if side.width == width:
+                if width == 1:
+                    service = side.base + side.slopes[0] * w0 if w0 > 0 else side.base
+                else:
+                    service = side.base
+                    for slope, w in zip(side.slopes, mean_work):  # noqa: B905 - lengths equal
+                        if w > 0:
+                            service += slope * w
+            else:
+                service = predict(side.fit, mean_work)
+            source: ServiceSource | None = "helper"
+            if service is None:
+                # None still only when the owner has no fit either: the owner is unpriced and
+                # ``owner_unpriced`` is reported first, so ``service_unpriced`` (kept in the
+                # enumeration) is never produced under this rule order.
+                service, source = owner_job, None if owner_job is None else "owner_fallback"
+            skip: Reason | None = gate
+            if gate is None:
+                skip = side.busy
+                if skip is None:  # eligible: priced, then chosen or not
+                    if not owner_priced:
+                        skip = "owner_unpriced"
+                    elif side.move_unpriced is not None:
+                        skip = side.move_unpriced
+                    else:
+                        assert service is not None  # an owner job is the fallback
+                        total = side.base_total + service
+                        if total >= keep_ms:
+                            skip = "cost_rejected"
+                        else:
+                            skip = "outranked"
+                            if best is None or total < best[0] or (total == best[0] and side.order < best[1]):
+                                best = (total, side.order, len(rows), side, link, service)
+                    if side.probe_ready and (
+                        idlest is None
+                        or side.idle_ms > idlest[0]
+                        or (side.idle_ms == idlest[0] and side.order < idlest[1])
+                    ):
+                        idlest = (side.idle_ms, side.order, len(rows), side, link, skip)
+                if not side.probe_ready and (owner_due is None or side.due_at < owner_due):
+                    owner_due = side.due_at
+            append(
+                Row(
+                    trigger, lane, owner_node, owner_model, side.node_id, side.model_id, "skipped", skip,
+                    count, backlog, keep_ms, side.switch_ms, side.restore_ms, service or 0.0, owner_job_ms,
+                    source, side.idle_ms, 0,
+                )  # fmt: skip
             )
+        if len(rows) == first:
+            continue  # no helper to consider: no decision
+
+        if best is not None:
+            _total, _order, at_row, chosen, chosen_link, service = best
+            assert owner_job is not None
+            probe = False
+            reason = None
+            if service <= owner_job:
+                slots = settings.offload_faster_helper_slots
+            else:
+                slots = settings.offload_slower_helper_slots
+        elif idlest is not None:
+            _idle, _order, at_row, chosen, chosen_link, reason = idlest
+            service = None
+            probe = True
+            slots = settings.offload_probe_helper_slots
+        else:
+            if owner_due is not None and (due is None or owner_due < due):
+                due = owner_due
+            continue
+        claimed.add(chosen.node_id)
+        row = rows[at_row]
+        rows[at_row] = attrs.evolve(row, outcome="probe" if probe else "granted", reason=reason, slots=slots)
+        leases.append(
+            Lease(
+                lane=lane,
+                owner_node_id=owner_node,
+                owner_model_id=owner_model,
+                helper_node_id=chosen.node_id,
+                helper_model_id=chosen.model_id,
+                load_helper_model=chosen_link.load_if_unloaded,
+                restore_helper_model=chosen_link.restore_after_borrow,
+                helper_slots=slots,
+                probe=probe,
+                ttl_ms=ttl_ms,
+                owner_job_ms=0.0 if probe or owner_job is None else owner_job,
+                helper_switch_ms=0.0 if probe or chosen.switch is None else chosen.switch,
+                helper_service_ms=0.0 if probe or service is None else service,
+                helper_context=chosen.context if text else 0,
+                helper_multimodal=chosen.multimodal,
+            )
+        )
     return due
 
 

@@ -478,8 +478,7 @@ class InferenceFront:
 
     def _records_named(self, name: str) -> list[ModelRecord]:
         assert self.master is not None
-        return [r for r in self.master.registry.records()
-                if (r.public_id == name or r.public_image_id == name) and not r.disabled]
+        return [r for r in self.master.registry.named(name) if not r.disabled]
 
     def _check_known(self, name: str, route: Route, need: str) -> None:
         records = self._records_named(name)

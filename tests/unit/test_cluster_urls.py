@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from routerd.urls import URLError, is_under, normalise_url, split_target
+from routerd import urls
+from routerd.urls import AllowList, URLError, is_under, normalise_url, split_target
 
 
 @pytest.mark.parametrize("given_url, expected", [
@@ -100,3 +101,58 @@ def test_normalising_is_idempotent_and_case_blind(host: str, port: int | None, p
     assert once == normalise_url(url.lower())
     assert not once.endswith("/")
     assert is_under(once, url)
+
+
+# -- the allow-list at scale (issue 24: a master allows every slave and checks every call) ------------
+
+
+def test_permits_parses_the_target_once_however_many_bases_are_allowed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It used to parse every base and the target again per base: 400 parses a call with 200
+    slaves allowed, 80,000 a health-poll cycle."""
+    allowed = AllowList(f"http://127.0.0.1:{9000 + n}" for n in range(200))
+    calls: list[str] = []
+    real = urls.split_target
+
+    def counting(url: str) -> urls.TargetParts:
+        calls.append(url)
+        return real(url)
+
+    monkeypatch.setattr(urls, "split_target", counting)
+    assert allowed.permits("http://127.0.0.1:9150/router/v1/node/models")
+    assert not allowed.permits("http://127.0.0.1:9250/router/v1/node/models")
+    assert len(calls) == 2
+
+
+_BASES = st.sampled_from(["http://node", "http://node/base", "HTTP://NODE:80/base/", "http://node:8080",
+                          "https://node/a/b", "http://other/x", "http://[::1]:81/p", "not a url"])
+_TARGETS = st.builds(
+    lambda origin, path, query: origin + path + query,
+    st.sampled_from(["http://node", "HTTP://Node:80", "https://node", "http://node:8080", "http://other",
+                     "http://[::1]:81", "http://user@node", "ftp://node"]),
+    st.sampled_from(["", "/", "/base", "/base/", "/basement", "/base/x", "/base/../admin", "/a/b/c",
+                     "/x", "/p/q", "/base/%2e%2e/x", "/ba se"]),
+    st.sampled_from(["", "?y=1"]),
+)
+
+
+@given(added=st.lists(_BASES, max_size=5), removed=st.lists(_BASES, max_size=2), target=_TARGETS)
+def test_permits_answers_as_is_under_against_every_allowed_base(added: list[str], removed: list[str],
+                                                               target: str) -> None:
+    allowed = AllowList()
+    for base in added:
+        try:
+            allowed.add(base)
+        except URLError:
+            pass
+    for base in removed:
+        allowed.remove(base)
+    assert allowed.permits(target) is any(is_under(base, target) for base in allowed.bases())
+
+
+@given(st.text(max_size=12))
+def test_the_refused_characters_are_whitespace_controls_and_backslashes(text: str) -> None:
+    """One regex scan refuses exactly what the per-character test refused."""
+    refused = any(ch.isspace() or ord(ch) < 0x20 or ch == "\\" for ch in text)
+    assert (urls._BAD_CHARS.search(text) is not None) is refused
