@@ -21,8 +21,8 @@ streams, chunked.  Pipelined requests wait in the buffer until the answer before
 *and* the client has read it (the channel is the transport's producer: while its output is backed
 up nothing more is read or served); a client that disconnects cancels the handler.
 
-Anything else (another path or method, HTTP/1.0, chunked bodies, CORS, a head whose lines do not
-split cleanly) is handed over, with every byte of the connection from the start of that request
+Anything else (another path or method, HTTP/1.0, chunked bodies, CORS, a request line that is not
+three words) is handed over, with every byte of the connection from the start of that request
 on, to :class:`~routerd.api.site.NodeHTTPChannel`, which applies the same head rules and the same
 admission and serves the rest of the connection.  The hand-over happens only between requests.
 
@@ -36,7 +36,6 @@ connections a new one gets 503 ``too_many_connections`` and is closed.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
@@ -51,7 +50,7 @@ from twisted.web.http import datetimeToString
 from routerd.api.access import access_logged, answer_head, log_access, refusal
 from routerd.api.dispatch import LeanHandler, LeanRoutes
 from routerd.api.errors import INTERNAL_ERROR, reply_error, reply_failure
-from routerd.api.head import MAX_HEAD_BYTES, RequestHead, build_head
+from routerd.api.head import MAX_HEAD_BYTES, RequestHead, bad_request, build_head
 from routerd.api.site import GuardResource, NodeHTTPChannel, NodeSite, log_refusal
 from routerd.config.schema import ServerConfig
 from routerd.errors import HTTPError, StatusError
@@ -67,7 +66,6 @@ HEAD_LIMIT = MAX_HEAD_BYTES
 REAP_EVERY = 1.0
 #: Bytes buffered behind a request in flight before the connection stops reading.
 _PIPELINE_LIMIT = 64 * 1024
-_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 #: Request fields whose presence sends the request to twisted.web.
 _HANDED_OVER = frozenset({"transfer-encoding", "expect", "upgrade", "origin"})
 _CRLF = b"\r\n"
@@ -358,15 +356,17 @@ class LeanChannel(protocol.Protocol):
         if len(request_line) != 3:
             self._hand_over()
             return None
+        method, target, version = request_line
         pairs = []
         for line in lines[1:]:
             name, colon, value = line.partition(b":")
-            if not colon or _TOKEN.fullmatch(name) is None:
-                self._hand_over()  # obs-fold, a space before the colon…: twisted.web's to judge
+            if not colon:  # a field line without a colon, as twisted.web's channel refuses it
+                self._refuse(bad_request("malformed request head"), (), None, method, target)
                 return None
             pairs.append((name, value))
-        method, target, version = request_line
         try:
+            # a name that is no token (obs-fold, a space before the colon) is refused there, as
+            # NodeHTTPChannel refuses it
             request = build_head(method, target, version, pairs)
         except StatusError as err:
             self._refuse(err, (), None, method, target)

@@ -301,6 +301,11 @@ class NodeHTTPChannel(http.HTTPChannel):
     def lineReceived(self, line: bytes) -> None:  # noqa: N802 - Twisted's name
         if self.refused:
             return
+        if not self._first_line and line[:1] in (b" ", b"\t"):
+            # obs-fold (RFC 9112 §5.2): refused, as the lean channel refuses a line whose name is
+            # no token, instead of twisted's joining it to the field before
+            self.refuse(bad_request("malformed header field name"))
+            return
         if self._first_line and line:
             self._first_line = False
             parts = line.split(b" ")

@@ -80,6 +80,15 @@ def _address(host: str) -> _Address | None:
     return address
 
 
+@functools.lru_cache(maxsize=4096)
+def _within(networks: tuple[_Network, ...], host: str) -> bool:
+    """Whether ``host`` is inside one of ``networks``.  Cached: every request's client is checked,
+    clients are few, and ``ipaddress``'s containment test is Python code (edge micro-benchmark:
+    1.5 us of a request's 26)."""
+    address = _address(host)
+    return address is not None and any(address in net for net in networks)
+
+
 def _unauthorized(message: str) -> HTTPError:
     return HTTPError(401, message, "unauthorized", "unauthorized")
 
@@ -107,8 +116,7 @@ class AuthPolicy:
         )
 
     def client_allowed(self, host: str) -> bool:
-        address = _address(host)
-        return address is not None and any(address in net for net in self.networks)
+        return _within(self.networks, host)
 
     def _trusted(self, address: _Address | None) -> bool:
         return address is not None and any(address in net for net in self.trusted_proxies)
