@@ -105,7 +105,10 @@ def link_picker_says_links_need_a_cluster(b: Browser) -> None:
     assert not b.css("tr.candidate") and not b.css("button.save")
     b.click('.lanes button[data-lane="image"]')
     b.wait_text("#page-links .cluster-needed", "Links need a cluster")
-    assert Select(b.one('select[name="anchor"]')).first_selected_option.get_attribute("value") == ""
+    # the lane's page is drawn again after the click: read the select once it has settled
+    def no_anchor(_d: object) -> bool:
+        return Select(b.one('select[name="anchor"]')).first_selected_option.get_attribute("value") == ""
+    b.wait(no_anchor, what="the image lane's anchor select offers no anchor")
 
 
 @pytest_twisted.ensureDeferred
