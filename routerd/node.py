@@ -139,7 +139,8 @@ class Node:
             active_config=lambda lane: self.runtimes.loaded_config(lane) or "",
             on_settings=(self._settings_applied,), waiting_for_runtime=self.local.waiting_for_runtime,
             take_back=self.local.take_back, shared_lanes=self.runtimes.lanes_sharing,
-            max_queued=lambda: self.local.max_queued_per_model)
+            max_queued=lambda: self.local.max_queued_per_model,
+            key_weight=self._key_weight, aging=lambda: self.config.queue.aging)
         # explicit loads (admin, Ollama preload, startup, reload, recipes) are this node's own work
         self.own_loads = OwnLoads(self.runtimes.load, starting=self._own_load_starting,
                                   done=self.samples.own_work_done)
@@ -171,7 +172,8 @@ class Node:
         self.policy = AuthPolicy.build(config.auth.inference_keys, config.auth.admin_keys,
                                        cluster.token, config.server.allowed_cidrs,
                                        metrics_keys=config.auth.metrics_keys,
-                                       trusted_proxies=config.server.trusted_proxies)
+                                       trusted_proxies=config.server.trusted_proxies,
+                                       named_keys=config.auth.named_keys)
         self.decisions.observe(self.metrics.count_decision)
         self.documents = NodeDocuments(
             node_id=self.node_id, public_url=self.public_url, clock=reactor, started_at=self.started_at,
@@ -265,13 +267,21 @@ class Node:
     def _hash_catalog(self, catalog: Catalog) -> Deferred[Catalog]:
         return catalog.hashed(self.hash_cache, self._run_in_thread)
 
+    def _key_weight(self, key_name: str) -> float:
+        """The fair-share weight of the inference key named ``key_name`` (1 for unknown names)."""
+        for key in self.config.auth.inference_entries():
+            if key.name == key_name:
+                return key.limits.weight
+        return 1.0
+
     # -- reload (serve.reload decides; these apply) ---------------------------
 
     async def apply_live_config(self, old: Config, new: Config) -> None:
         cluster = new.cluster
         self.policy = AuthPolicy.build(new.auth.inference_keys, new.auth.admin_keys, cluster.token,
                                        new.server.allowed_cidrs, metrics_keys=new.auth.metrics_keys,
-                                       trusted_proxies=new.server.trusted_proxies)
+                                       trusted_proxies=new.server.trusted_proxies,
+                                       named_keys=new.auth.named_keys)
         self.keepalive.default_ttl = new.models.keep_alive
         self.timeouts.first_byte = new.limits.first_byte_timeout
         self.timeouts.idle = new.limits.idle_stream_timeout

@@ -18,6 +18,23 @@ PriorityClass = Literal["interactive", "standard", "batch"]
 PRIORITY_CLASSES: tuple[PriorityClass, ...] = ("interactive", "standard", "batch")
 DEFAULT_CLASS: PriorityClass = "standard"
 
+class PriorityError(ValueError):
+    """An ``X-Routerd-Priority`` value that names no class."""
+
+
+def requested_class(own: PriorityClass, asked: str) -> PriorityClass:
+    """The class a request runs in: its key's ``own`` class, lowered to ``asked`` (the
+    ``X-Routerd-Priority`` header) when that is lower; a higher ``asked`` keeps ``own``.  An
+    unknown value raises :class:`PriorityError`; an empty one keeps ``own``."""
+    value = asked.strip().lower()
+    if not value:
+        return own
+    if value not in PRIORITY_CLASSES:
+        raise PriorityError(f"X-Routerd-Priority must be one of {', '.join(PRIORITY_CLASSES)}, not {asked!r}")
+    wanted = PRIORITY_CLASSES[PRIORITY_CLASSES.index(value)]
+    return wanted if PRIORITY_CLASSES.index(wanted) > PRIORITY_CLASSES.index(own) else own
+
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _FIELDS = ("name", "key", "key_file", "key_env", "class", "limits")
 _LIMITS = ("max_concurrent", "requests_per_minute", "tokens_per_minute", "weight")
@@ -161,4 +178,4 @@ def _limits(value: Any, complain: Complain, where: str) -> KeyLimits | None:
 
 
 __all__ = ["DEFAULT_CLASS", "PRIORITY_CLASSES", "InferenceKey", "KeyLimits", "PriorityClass",
-           "read_inference_keys"]
+           "PriorityError", "read_inference_keys", "requested_class"]

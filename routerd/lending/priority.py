@@ -20,30 +20,13 @@ exactly the order the queue kept before classes existed (arrival order, returned
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Protocol
 
-PriorityClass = Literal["interactive", "standard", "batch"]
-CLASSES: tuple[PriorityClass, ...] = ("interactive", "standard", "batch")
-DEFAULT_CLASS: PriorityClass = "standard"
+from routerd.config.keys import DEFAULT_CLASS, PRIORITY_CLASSES, PriorityClass, PriorityError, requested_class
+
+CLASSES: tuple[PriorityClass, ...] = PRIORITY_CLASSES
 RANK: dict[PriorityClass, int] = {name: rank for rank, name in enumerate(CLASSES)}
 DEFAULT_AGING_MS = 30_000
-
-
-class PriorityError(ValueError):
-    """An ``X-Routerd-Priority`` value that names no class."""
-
-
-def requested_class(own: PriorityClass, asked: str) -> PriorityClass:
-    """The class a request runs in: its key's ``own`` class, lowered to ``asked`` (the
-    ``X-Routerd-Priority`` header) when that is lower; a higher ``asked`` keeps ``own``.  An
-    unknown value raises :class:`PriorityError`; an empty one keeps ``own``."""
-    value = asked.strip().lower()
-    if not value:
-        return own
-    if value not in CLASSES:
-        raise PriorityError(f"X-Routerd-Priority must be one of {', '.join(CLASSES)}, not {asked!r}")
-    wanted = CLASSES[CLASSES.index(value)]
-    return wanted if RANK[wanted] > RANK[own] else own
 
 
 def effective_rank(rank: int, arrived_ms: int, now_ms: int, aging_ms: int) -> int:

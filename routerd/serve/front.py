@@ -27,7 +27,7 @@ from routerd.lending.offload import Borrowed, offload_returned
 from routerd.lending.service import LendingService
 from routerd.metrics import NodeMetrics
 from routerd.registry.replicas import NoReplica, Reservation
-from routerd.routing.call import Call, Incoming, Reply, new_request_id
+from routerd.routing.call import Call, Incoming, Reply, new_request_id, request_class
 from routerd.routing.classify import Route, wants_stream
 from routerd.routing.embeddings import embeddings_candidates, rotated
 from routerd.routing.forward import Forwarder
@@ -330,7 +330,8 @@ class InferenceFront:
                     content_type=content_type if ";" in content_type else sys.intern(content_type),
                     parsed=parsed, stream=stream, request_id=request_id, started=started,
                     selector=None if selector is None else sys.intern(selector),
-                    query=incoming.query or _NO_QUERY)
+                    query=incoming.query or _NO_QUERY, priority=request_class(incoming),
+                    key_name=incoming.key_name)
 
     def _borrowed_model(self, call: Call) -> ModelConfig:
         """The model a borrowed request names, in this node's own catalog only.

@@ -40,7 +40,8 @@ def test_objects_carry_name_class_limits_and_read_the_secret_from_file_or_env(tm
         {"name": "ci", "key_env": "CI_KEY"},
     ]}}, env={"CI_KEY": "sk-from-env"})
     assert config.auth.inference_keys == ("sk-plain", "sk-chat", "sk-from-file", "sk-from-env")
-    assert config.auth.named_keys[1] == InferenceKey("chat", "sk-chat", "interactive", KeyLimits(max_concurrent=2))
+    chat = InferenceKey("chat", "sk-chat", "interactive", KeyLimits(max_concurrent=2))
+    assert config.auth.named_keys[1] == chat
     assert config.auth.named_keys[2].limits == KeyLimits(0, 60, 1000, 2.0)
     assert config.auth.named_keys[0].name == "key-1"
     assert "sk-chat" not in repr(config.auth.named_keys)
