@@ -42,6 +42,7 @@ from routerd.catalog.hashing import FileHashCache
 from routerd.catalog.model import ModelConfig, RuntimeKind
 from routerd.cluster.auth import AuthPolicy
 from routerd.cluster.slave import RegistrationRefused
+from routerd.config.keys import KeyLimits
 from routerd.config.lending import LendingSettings
 from routerd.config.load import reread_config
 from routerd.config.schema import Config
@@ -50,6 +51,7 @@ from routerd.lending.decisions import DecisionLog
 from routerd.lending.service import LendingService
 from routerd.metrics import NodeMetrics
 from routerd.routing.call import Call
+from routerd.routing.key_limits import KeyLimiter
 from routerd.routing.relay import Timeouts
 from routerd.serve.admin import ModelAdmin
 from routerd.serve.assets import build_asset_service
@@ -163,7 +165,8 @@ class Node:
         self.front = InferenceFront(node_id=self.node_id, clock=reactor, catalog=lambda: self.catalog,
                                     local=self.local, metrics=self.metrics, master=self.master,
                                     forwarder=parts.forwarder, loaded_config=self.runtimes.loaded_config,
-                                    lending=self.lending, recipes=self.recipes)
+                                    lending=self.lending, recipes=self.recipes,
+                                    limiter=KeyLimiter(self._key_limits))
         self.admin = ModelAdmin(node_id=self.node_id, catalog=lambda: self.catalog, runtimes=self.runtimes,
                                 load=self.own_loads.load,
                                 blocked=self.assets.blocked,
@@ -267,12 +270,17 @@ class Node:
     def _hash_catalog(self, catalog: Catalog) -> Deferred[Catalog]:
         return catalog.hashed(self.hash_cache, self._run_in_thread)
 
-    def _key_weight(self, key_name: str) -> float:
-        """The fair-share weight of the inference key named ``key_name`` (1 for unknown names)."""
+    def _key_limits(self, key_name: str) -> KeyLimits | None:
+        """The limits of the inference key named ``key_name`` (None for an unknown name)."""
         for key in self.config.auth.inference_entries():
             if key.name == key_name:
-                return key.limits.weight
-        return 1.0
+                return key.limits
+        return None
+
+    def _key_weight(self, key_name: str) -> float:
+        """The fair-share weight of the inference key named ``key_name`` (1 for unknown names)."""
+        limits = self._key_limits(key_name)
+        return limits.weight if limits is not None else 1.0
 
     # -- reload (serve.reload decides; these apply) ---------------------------
 

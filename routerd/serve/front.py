@@ -39,6 +39,7 @@ from routerd.routing.guardians import (
     ImageRefused,
 )
 from routerd.routing.images import has_image
+from routerd.routing.key_limits import KeyLimiter
 from routerd.routing.multipart import MultipartError
 from routerd.routing.plan import NEEDS, SECTIONS
 from routerd.routing.relay import StreamBroken
@@ -60,7 +61,8 @@ class InferenceFront:
     def __init__(self, *, node_id: str, clock: IReactorTime, catalog: Callable[[], Catalog],
                  local: LocalInference, metrics: NodeMetrics, master: MasterAgent | None = None,
                  forwarder: Forwarder | None = None, loaded_config: Callable[[Any], str | None],
-                 lending: LendingService | None = None, recipes: RecipeRouter | None = None) -> None:
+                 lending: LendingService | None = None, recipes: RecipeRouter | None = None,
+                 limiter: KeyLimiter | None = None) -> None:
         self.node_id = node_id
         self.clock = clock
         self.catalog = catalog
@@ -72,6 +74,8 @@ class InferenceFront:
         self.loaded_config = loaded_config
         self.lending = lending
         self.recipes = recipes
+        #: Per-key limits, counted for the requests clients send this node (not forwarded ones).
+        self.limiter = limiter if limiter is not None else KeyLimiter(lambda _name: None)
         #: Requests inside :meth:`handle` (a drain waits for this to reach 0).
         self.active_calls = 0
         self.trimmer = Trimmer(clock)  # memory back to the system after a crowd of requests
@@ -104,6 +108,7 @@ class InferenceFront:
         reply.set_header(b"x-routerd-request-id", request_id.encode())
         reply.set_header(b"x-routerd-node", self.node_id.encode())
         call: Call | None = None
+        limited = ""  # the key name the limiter counted this request against
         timed: FirstWrite | None = None
         model_label = "-"
         lane = route.runtime
@@ -118,6 +123,9 @@ class InferenceFront:
             # The call holds what it needs of the request: the edge's header and query maps are
             # not kept alive by this frame while the request waits (issue 14, held requests).
             del incoming
+            if not cluster_call and call.key_name:
+                self.limiter.admit(call.key_name, started)
+                limited = call.key_name
             if call.selector:
                 reply.name_model(call.selector)
             if call.stream:  # time to first chunk is a stream's figure only
@@ -152,6 +160,9 @@ class InferenceFront:
                 raise CancelledError() from None
             return self._failed(reply, route, call, request_id, exc)
         finally:
+            if limited:
+                assert call is not None
+                self.limiter.done(limited, self.clock.seconds(), _tokens(call))
             self.active_calls -= 1
             self.trimmer.left(self.active_calls)
             in_flight.dec()
@@ -519,6 +530,13 @@ class InferenceFront:
         if isinstance(err, Saturated):
             reply.set_header(b"retry-after", str(err.retry_after).encode())
         return error_body(route.error_style, err.message, err.type, err.code)
+
+
+def _tokens(call: Call) -> int:
+    """The tokens a finished text request used, where this node knows them (0 otherwise)."""
+    if call.route.runtime != "text":
+        return 0
+    return int(sum(call.outcome.work[:2]))
 
 
 def _text_only(caps: Capabilities) -> bool:
