@@ -70,8 +70,8 @@ def test_a_key_over_max_concurrent_gets_429_with_retry_after_and_a_reason(tmp_pa
     http = world.network.client(world.clock)
     body = json.dumps({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
     headers = {b"content-type": [b"application/json"], b"authorization": [b"Bearer sk-tight-0123456789"]}
-    sent = [http.post(f"http://{world.netlocs[node]}/v1/chat/completions", data=body.encode(), headers=headers)
-            for _ in range(2)]
+    url = f"http://{world.netlocs[node]}/v1/chat/completions"
+    sent = [http.post(url, data=body.encode(), headers=headers) for _ in range(2)]
     results: Any = world.run(Deferred.fromCoroutine(_gather(sent)))
     assert sorted(r.code for r, _ in results) == [200, 429]
     refused, raw = next((r, b) for r, b in results if r.code == 429)
