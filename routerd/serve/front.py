@@ -160,6 +160,8 @@ class InferenceFront:
                 raise CancelledError() from None
             return self._failed(reply, route, call, request_id, exc)
         finally:
+            if call is not None:
+                self._count_key(call, cluster_call, started)
             if limited:
                 assert call is not None
                 self.limiter.done(limited, self.clock.seconds(), _tokens(call))
@@ -171,6 +173,19 @@ class InferenceFront:
             metrics.child(metrics.request_duration, model_label, lane).observe(self.clock.seconds() - started)
             if timed is not None and timed.first_write_at is not None and status == "ok":
                 metrics.child(metrics.first_token, model_label, lane).observe(timed.first_write_at - started)
+
+    def _count_key(self, call: Call, cluster_call: bool, started: float) -> None:
+        """/metrics per key name and class: the requests and tokens of the node the client called,
+        the queue wait of the node that served it."""
+        metrics, key = self.metrics, call.key_name or "-"
+        if call.serving_since is not None:
+            metrics.child(metrics.key_queue_wait, key, call.priority).observe(call.serving_since - started)
+        if cluster_call:
+            return
+        metrics.child(metrics.key_requests, key, call.priority, call.outcome.status).inc()
+        tokens = _tokens(call)
+        if tokens:
+            metrics.child(metrics.key_tokens, key, call.priority).inc(tokens)
 
     def _failed(self, reply: Reply, route: Route, call: Call | None, request_id: str,
                 exc: Exception) -> bytes:

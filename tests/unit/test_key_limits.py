@@ -80,3 +80,7 @@ def test_a_key_over_max_concurrent_gets_429_with_retry_after_and_a_reason(tmp_pa
     assert error["code"] == "key_limited" and "'tight'" in error["message"]
     again, _ = world.call("POST", node, "/v1/chat/completions", data=body.encode(), headers=headers)
     assert again.code == 200  # the first one ended: its place is free
+    metrics = node.metrics.render().decode()
+    assert 'routerd_key_requests_total{class="standard",key="tight",status="key_limited"} 1.0' in metrics
+    assert 'routerd_key_requests_total{class="standard",key="tight",status="ok"} 2.0' in metrics
+    assert "sk-tight" not in metrics

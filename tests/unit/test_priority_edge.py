@@ -66,6 +66,9 @@ def test_an_interactive_keys_request_waits_ahead_of_a_batch_keys_flood(tmp_path:
     assert [r.code for r, _ in results] == [200] * 6
     chat_response = results[-1][0]
     assert chat_response.headers.getRawHeaders(b"x-routerd-queue-position") == [b"2"]  # 1 running + first
+    metrics = node.metrics.render().decode()
+    assert 'routerd_key_queue_wait_seconds_count{class="interactive",key="chat"} 1.0' in metrics
+    assert 'routerd_key_requests_total{class="batch",key="flood",status="ok"} 5.0' in metrics
 
 
 def test_priority_header_lowers_the_class_and_an_unknown_value_is_400(tmp_path: Path) -> None:
