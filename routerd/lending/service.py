@@ -32,7 +32,7 @@ from routerd.lending.decisions import DecisionLog
 from routerd.lending.links import LinkSet
 from routerd.lending.offload import Borrowed, Returned, offload_returned
 from routerd.lending.pricing import client_output_limit, estimate_text
-from routerd.lending.priority import RANK
+from routerd.lending.priority import CLASSES, RANK
 from routerd.lending.queue import Effects, LaneQueue
 from routerd.lending.transport import LendingTransport, NoMaster
 from routerd.lending.watch import HoldGate, LentCall
@@ -502,6 +502,11 @@ class LendingService:
             fields["trigger"] = trigger
         if request_id:
             fields["request_id"] = request_id
+            entry = self.queues[lane].entry(request_id)
+            if entry is not None:  # its class and key's name (never the key)
+                fields["priority"] = CLASSES[entry.priority]
+                if entry.key_name:
+                    fields["key_name"] = entry.key_name
         if wait_ms:
             fields["wait_ms"] = wait_ms
         self.decisions.record("dispatch", outcome, **fields)
