@@ -86,13 +86,11 @@ def chat(model: str, content: str = "tell me a short story please") -> dict[str,
 
 
 async def ask_chat(url: str, model: str, content: str = "tell me a short story please",
-                   key: str = "", headers: Mapping[str, str] | None = None) -> tuple[int, dict[str, Any], Any]:
+                   key: str = "") -> tuple[int, dict[str, Any], Any]:
     """POST a chat completion (with ``key`` as the bearer token when given); (status, JSON body,
     response)."""
-    sent = {name: [value] for name, value in (headers or {}).items()}
-    if key:
-        sent["Authorization"] = [f"Bearer {key}"]
-    response = await treq.post(url + "/v1/chat/completions", json=chat(model, content), headers=sent or None)
+    headers = {"Authorization": [f"Bearer {key}"]} if key else None
+    response = await treq.post(url + "/v1/chat/completions", json=chat(model, content), headers=headers)
     return response.code, json.loads(await response.content()), response
 
 
