@@ -9,9 +9,10 @@ admitted.
 * **Aging**: a waiting entry rises one class per ``aging_ms`` it has waited (from its first arrival),
   so a batch request is served like an interactive one after ``2 × aging``.
 * **Fair share** within the highest class that has waiting work: each key has a served counter that
-  grows by ``1 / weight`` per admitted request; the key with the lowest counter goes next, and a key
-  that starts waiting again is lifted to the lowest counter of the keys already waiting (an idle key
-  banks no credit).  Ties go to the entry first in the queue's own order.
+  grows by ``1 / weight`` per admitted request; the key with the lowest counter goes next.  A key's
+  counter counts as at least one round below the most-served key competing with it, so a key
+  back from idle (or from waiting behind a higher class) goes next in its class but banks no
+  credit.  Ties go to the entry first in the queue's own order.
 
 With every entry in one class and of one key the pick is always the first entry of the queue's list:
 exactly the order the queue kept before classes existed (arrival order, returned entries first).
@@ -58,44 +59,60 @@ class FairOrder:
     def __init__(self, aging_ms: int = DEFAULT_AGING_MS) -> None:
         self.aging_ms = aging_ms
         self._served: dict[str, float] = {}
+        self._picked: tuple[str, float] | None = None  # the last pick's key and counter once charged
 
     def served(self, key_name: str) -> float:
         return self._served.get(key_name, 0.0)
 
-    def waiting_again(self, key_name: str, waiting: Sequence[Ordered]) -> None:
-        """``key_name`` had nothing waiting and now has: lift its counter to the lowest counter of
-        the keys in ``waiting`` (the other entries waiting), so an idle spell banks no credit."""
-        others = {e.key_name for e in waiting if e.key_name != key_name}
-        if others:
-            floor = min(self.served(k) for k in others)
-            if self.served(key_name) < floor:
-                self._served[key_name] = floor
-
     def charge(self, entry: Ordered) -> None:
-        """``entry`` was admitted: its key has been served one more request."""
-        self._served[entry.key_name] = self.served(entry.key_name) + 1.0 / max(entry.weight, 1e-9)
+        """``entry`` (the last :meth:`pick`) was admitted: its key has been served one more."""
+        picked, self._picked = self._picked, None
+        if picked is not None and picked[0] == entry.key_name:
+            self._served[entry.key_name] = picked[1]
+        else:
+            self._served[entry.key_name] = self.served(entry.key_name) + _cost(entry)
 
     def reset(self) -> None:
         """Nothing is queued any more: every key starts even again (keeps the map small)."""
         self._served.clear()
+        self._picked = None
 
-    def pick(self, waiting: Sequence[Ordered], now_ms: int, skip: frozenset[int] = frozenset()) -> int | None:
-        """The index in ``waiting`` of the entry to serve next (None when nothing is eligible):
-        highest effective class, then the key served least, then the queue's own order.  ``skip``
-        lists indices not eligible (already taken by a simulation)."""
-        return self._pick(waiting, now_ms, skip, self._served)
+    def pick(self, waiting: Sequence[Ordered], now_ms: int) -> int | None:
+        """The index in ``waiting`` of the entry to serve next (None when nothing waits)."""
+        found = self._pick(waiting, now_ms, set(), self._served)
+        if found is None:
+            return None
+        index, counter = found
+        self._picked = (waiting[index].key_name, counter)
+        return index
 
-    def _pick(self, waiting: Sequence[Ordered], now_ms: int, skip: frozenset[int] | set[int],
-              served: dict[str, float]) -> int | None:
-        best: tuple[int, float, int] | None = None
+    def _pick(self, waiting: Sequence[Ordered], now_ms: int, skip: set[int],
+              served: dict[str, float]) -> tuple[int, float] | None:
+        """Highest effective class first; in it, the key served least — a key's counter counted
+        as at least one round (the largest ``1 / weight`` there) below the most-served key waiting
+        there (a key back from idle, or from waiting behind a higher class, banks no credit and goes
+        next); then the queue's own order.  Answers the index and the key's counter once charged."""
+        top: int | None = None
+        firsts: dict[str, int] = {}
         for i, e in enumerate(waiting):
             if i in skip:
                 continue
             rank = effective_rank(e.priority, e.arrived_ms, now_ms, self.aging_ms)
-            candidate = (rank, served.get(e.key_name, 0.0), i)
-            if best is None or candidate < best:
-                best = candidate
-        return None if best is None else best[2]
+            if top is None or rank < top:
+                top, firsts = rank, {e.key_name: i}
+            elif rank == top and e.key_name not in firsts:
+                firsts[e.key_name] = i
+        if not firsts:
+            return None
+        # one round below the most-served key: a backlogged key is never more than that behind
+        floor = max(served.get(key, 0.0) for key in firsts) - max(_cost(waiting[i]) for i in firsts.values())
+        best: tuple[float, int] | None = None
+        for key, i in firsts.items():
+            counter = max(served.get(key, 0.0), floor)
+            if best is None or (counter, i) < best:
+                best = (counter, i)
+        assert best is not None
+        return best[1], best[0] + _cost(waiting[best[1]])
 
     def service_order(self, waiting: Sequence[Ordered], now_ms: int) -> list[int]:
         """Indices of ``waiting`` in the order they would be served if nothing else arrived and the
@@ -104,14 +121,19 @@ class FairOrder:
         taken: set[int] = set()
         order: list[int] = []
         while len(order) < len(waiting):
-            i = self._pick(waiting, now_ms, taken, served)
-            if i is None:
+            found = self._pick(waiting, now_ms, taken, served)
+            if found is None:
                 break
-            e = waiting[i]
-            served[e.key_name] = served.get(e.key_name, 0.0) + 1.0 / max(e.weight, 1e-9)
-            taken.add(i)
-            order.append(i)
+            index, counter = found
+            served[waiting[index].key_name] = counter
+            taken.add(index)
+            order.append(index)
         return order
+
+
+def _cost(entry: Ordered) -> float:
+    """What serving one request of ``entry``'s key adds to its counter: 1 / its weight."""
+    return 1.0 / max(entry.weight, 1e-9)
 
 
 __all__ = [

@@ -200,8 +200,6 @@ class LaneQueue:
             weight=float(weight) if weight > 0 else 1.0,
         )
         self._by_id[request_id] = entry
-        if not any(e.key_name == key_name for e in self._pending):
-            self.order.waiting_again(key_name, self._pending)
         return entry
 
     def arrive(
