@@ -131,6 +131,9 @@ class LaneQueue:
         self.set_enrolled(enrolled, owners)
         self.hold = hold
         self._pending: list[Entry] = []
+        # how many waiting entries of each (class, key): with one kind only the order is the list's
+        # (the fast path: no per-pick scan, as before classes)
+        self._mix: dict[tuple[int, str], int] = {}
         self._admitted: list[Entry] = []
         self._lent: list[Entry] = []
         self._by_id: dict[str, Entry] = {}
@@ -233,7 +236,7 @@ class LaneQueue:
         entry.image = image
         returned = self._hand_back(reclaim)
         entry.borrowed_ahead = self.borrowed_in_backend() + max(int(also_ahead), 0)
-        self._pending.append(entry)
+        self._wait(entry)
         return Effects(returned=returned) + self.pump(now_ms)
 
     def own_work_elsewhere(self, now_ms: int, reclaim: Collection[str] = ()) -> Effects:
@@ -277,7 +280,7 @@ class LaneQueue:
         if model_id not in self._enrolled:
             return Effects(returned=(BorrowedReturn(request_id, "helper_busy_on_arrival"),))
         entry = self._new_entry(request_id, model_id, now_ms, work, context, False, True, priority)
-        self._pending.append(entry)
+        self._wait(entry)
         return self.pump(now_ms)
 
     def accepting_borrowed(self) -> bool:
@@ -295,13 +298,14 @@ class LaneQueue:
         for e in self._pending:
             e.holding = False
         while self._pending and len(self._admitted) < self._depth:
-            index = self.order.pick(self._pending, now_ms)
+            index = 0 if self._uniform() else self.order.pick(self._pending, now_ms)
             assert index is not None
             head = self._pending[index]
             if self._holds(head, now_ms):
                 head.holding = True
                 break
             self._pending.pop(index)
+            self._unmix(head)
             self.order.charge(head)
             head.state = "admitted"
             head.admitted_ms = now_ms
@@ -351,6 +355,8 @@ class LaneQueue:
         ids = {e.request_id for e in taken}
         self._pending = [e for e in self._pending if e.request_id not in ids]
         for e in taken:
+            self._unmix(e)
+        for e in taken:
             e.state = "lent"
             e.holding = False
             e.lent_ms = now_ms
@@ -363,6 +369,8 @@ class LaneQueue:
         """Waiting entries in the order lending takes them: what the owner would serve last goes
         first — the lowest effective class first (batch before interactive) and, within a class,
         in the class's serving order (fair share, then oldest first)."""
+        if self._uniform():
+            return list(self._pending)
         order = self.order.service_order(self._pending, now_ms)
         place = {index: n for n, index in enumerate(order)}
         aging = self.order.aging_ms
@@ -375,15 +383,20 @@ class LaneQueue:
 
     def serving_order(self, now_ms: int) -> list[Entry]:
         """Waiting entries in the order they would be admitted if nothing else arrived."""
+        if self._uniform():
+            return list(self._pending)
         return [self._pending[i] for i in self.order.service_order(self._pending, now_ms)]
 
     def position(self, request_id: str, now_ms: int) -> int:
         """A waiting entry's place in the serving order (1 = admitted next; 0 for an entry that
-        is not waiting)."""
-        for n, e in enumerate(self.serving_order(now_ms)):
-            if e.request_id == request_id:
-                return n + 1
-        return 0
+        is not waiting): exact with one class and one key, else :meth:`FairOrder.place`'s
+        one-pass count (the header of every arrival: no simulation of the whole queue)."""
+        entry = self._by_id.get(request_id)
+        if entry is None or entry.state != "pending":
+            return 0
+        pending = self._pending
+        index = next(i for i in range(len(pending) - 1, -1, -1) if pending[i] is entry)  # new: last
+        return index + 1 if self._uniform() else self.order.place(pending, index, now_ms)
 
     def returned(self, request_id: str, now_ms: int) -> Effects:
         """A lent request came back (409, failure or cut-off): back to the head, first arrival kept.
@@ -401,7 +414,7 @@ class LaneQueue:
         entry.helper_node_id = entry.helper_model_id = None
         back = self._hand_back(())
         entry.borrowed_ahead = self.borrowed_in_backend()
-        self._pending.insert(0, entry)
+        self._wait(entry, head=True)
         return Effects(returned=back) + self.pump(now_ms)
 
     # -- endings ------------------------------------------------------------------------------------
@@ -433,10 +446,36 @@ class LaneQueue:
         del self._by_id[entry.request_id]
         if not self._by_id:
             self.order.reset()
-        for bucket in (self._pending, self._admitted, self._lent):
-            if entry in bucket:
-                bucket.remove(entry)
-                return
+        # its state names its list; found by identity (Entry's generated == compares every field)
+        bucket = self._pending if entry.state == "pending" else \
+            self._admitted if entry.state == "admitted" else self._lent
+        for i, e in enumerate(bucket):
+            if e is entry:
+                del bucket[i]
+                break
+        if entry.state == "pending":
+            self._unmix(entry)
+
+    def _wait(self, entry: Entry, head: bool = False) -> None:
+        """Put ``entry`` among the waiting ones: last, or first (a returned one)."""
+        if head:
+            self._pending.insert(0, entry)
+        else:
+            self._pending.append(entry)
+        kind = (entry.priority, entry.key_name)
+        self._mix[kind] = self._mix.get(kind, 0) + 1
+
+    def _unmix(self, entry: Entry) -> None:
+        kind = (entry.priority, entry.key_name)
+        left = self._mix.get(kind, 0) - 1
+        if left > 0:
+            self._mix[kind] = left
+        else:
+            self._mix.pop(kind, None)
+
+    def _uniform(self) -> bool:
+        """Every waiting entry is of one class and one key: the serving order is the list's."""
+        return len(self._mix) <= 1
 
     def _get(self, request_id: str) -> Entry:
         try:

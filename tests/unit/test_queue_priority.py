@@ -231,20 +231,30 @@ def test_no_request_waits_beyond_its_aging_bound(plan: list[tuple[int, str, int]
             assert sum(plan_of[o][1] == other for o in passed_by) <= own_turns + 1
 
 
-def test_fair_order_service_order_matches_successive_picks() -> None:
-    """The simulated order (queue position, lending) is what pick+charge would do."""
+class _E:
+    def __init__(self, priority: int, key_name: str, arrived_ms: int, weight: float) -> None:
+        self.priority, self.key_name, self.arrived_ms, self.weight = priority, key_name, arrived_ms, weight
 
-    class E:
-        def __init__(self, priority: int, key_name: str, arrived_ms: int) -> None:
-            self.priority, self.key_name, self.arrived_ms, self.weight = priority, key_name, arrived_ms, 1.0
 
-    entries = [E(2, "a", 0), E(2, "a", 1), E(1, "b", 2), E(2, "c", 3), E(0, "a", 4)]
+_KEY_WEIGHTS = {"a": 1.0, "b": 2.0, "c": 0.5}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from(sorted(_KEY_WEIGHTS)), st.integers(0, 3000)),
+                max_size=25),
+       st.dictionaries(st.sampled_from(sorted(_KEY_WEIGHTS)), st.floats(0, 5)), st.integers(0, 4000))
+def test_fair_order_service_order_matches_successive_picks(
+        plan: list[tuple[int, str, int]], served: dict[str, float], now: int) -> None:
+    """The fast simulated order (queue position, lending) is exactly what successive pick+charge
+    calls give, whatever the counters, classes, ages and weights."""
+    entries = [_E(rank, key, at, _KEY_WEIGHTS[key]) for rank, key, at in plan]
     order = FairOrder(1000)
-    simulated = [entries[i] for i in order.service_order(entries, 10)]
+    order._served.update(served)
+    simulated = [entries[i] for i in order.service_order(entries, now)]
     live = list(entries)
     picked = []
     while live:
-        i = order.pick(live, 10)
+        i = order.pick(live, now)
         assert i is not None
         picked.append(live[i])
         order.charge(live.pop(i))
