@@ -159,6 +159,18 @@ class NodeMetrics:
         self.prompt_tokens = Counter(
             "routerd_prompt_tokens", "Prompt tokens processed by this node's backends", ("model",),
             registry=self.registry)
+        # per named key and class (issue 23): the key's name, never the key ("-" for none)
+        self.key_requests = Counter(
+            "routerd_key_requests", "Inference requests a client sent this node, by key name, class and "
+            "status (429s: status key_limited or queue_full)", ("key", "class", "status"),
+            registry=self.registry)
+        self.key_tokens = Counter(
+            "routerd_key_tokens", "Prompt and output tokens of those requests where this node knows them, "
+            "by key name and class", ("key", "class"), registry=self.registry)
+        self.key_queue_wait = Histogram(
+            "routerd_key_queue_wait_seconds", "Time a request served here waited before its backend "
+            "started it, by key name and class", ("key", "class"), buckets=_DURATION_BUCKETS,
+            registry=self.registry)
 
         self.lending_decisions = Counter(
             "routerd_lending_decisions",

@@ -42,6 +42,7 @@ from routerd.catalog.hashing import FileHashCache
 from routerd.catalog.model import ModelConfig, RuntimeKind
 from routerd.cluster.auth import AuthPolicy
 from routerd.cluster.slave import RegistrationRefused
+from routerd.config.keys import KeyLimits
 from routerd.config.lending import LendingSettings
 from routerd.config.load import reread_config
 from routerd.config.schema import Config
@@ -50,6 +51,7 @@ from routerd.lending.decisions import DecisionLog
 from routerd.lending.service import LendingService
 from routerd.metrics import NodeMetrics
 from routerd.routing.call import Call
+from routerd.routing.key_limits import KeyLimiter
 from routerd.routing.relay import Timeouts
 from routerd.serve.admin import ModelAdmin
 from routerd.serve.assets import build_asset_service
@@ -139,7 +141,8 @@ class Node:
             active_config=lambda lane: self.runtimes.loaded_config(lane) or "",
             on_settings=(self._settings_applied,), waiting_for_runtime=self.local.waiting_for_runtime,
             take_back=self.local.take_back, shared_lanes=self.runtimes.lanes_sharing,
-            max_queued=lambda: self.local.max_queued_per_model)
+            max_queued=lambda: self.local.max_queued_per_model,
+            key_weight=self._key_weight, aging=lambda: self.config.queue.aging)
         # explicit loads (admin, Ollama preload, startup, reload, recipes) are this node's own work
         self.own_loads = OwnLoads(self.runtimes.load, starting=self._own_load_starting,
                                   done=self.samples.own_work_done)
@@ -162,7 +165,8 @@ class Node:
         self.front = InferenceFront(node_id=self.node_id, clock=reactor, catalog=lambda: self.catalog,
                                     local=self.local, metrics=self.metrics, master=self.master,
                                     forwarder=parts.forwarder, loaded_config=self.runtimes.loaded_config,
-                                    lending=self.lending, recipes=self.recipes)
+                                    lending=self.lending, recipes=self.recipes,
+                                    limiter=KeyLimiter(self._key_limits))
         self.admin = ModelAdmin(node_id=self.node_id, catalog=lambda: self.catalog, runtimes=self.runtimes,
                                 load=self.own_loads.load,
                                 blocked=self.assets.blocked,
@@ -171,7 +175,8 @@ class Node:
         self.policy = AuthPolicy.build(config.auth.inference_keys, config.auth.admin_keys,
                                        cluster.token, config.server.allowed_cidrs,
                                        metrics_keys=config.auth.metrics_keys,
-                                       trusted_proxies=config.server.trusted_proxies)
+                                       trusted_proxies=config.server.trusted_proxies,
+                                       named_keys=config.auth.named_keys)
         self.decisions.observe(self.metrics.count_decision)
         self.documents = NodeDocuments(
             node_id=self.node_id, public_url=self.public_url, clock=reactor, started_at=self.started_at,
@@ -265,13 +270,26 @@ class Node:
     def _hash_catalog(self, catalog: Catalog) -> Deferred[Catalog]:
         return catalog.hashed(self.hash_cache, self._run_in_thread)
 
+    def _key_limits(self, key_name: str) -> KeyLimits | None:
+        """The limits of the inference key named ``key_name`` (None for an unknown name)."""
+        for key in self.config.auth.inference_entries():
+            if key.name == key_name:
+                return key.limits
+        return None
+
+    def _key_weight(self, key_name: str) -> float:
+        """The fair-share weight of the inference key named ``key_name`` (1 for unknown names)."""
+        limits = self._key_limits(key_name)
+        return limits.weight if limits is not None else 1.0
+
     # -- reload (serve.reload decides; these apply) ---------------------------
 
     async def apply_live_config(self, old: Config, new: Config) -> None:
         cluster = new.cluster
         self.policy = AuthPolicy.build(new.auth.inference_keys, new.auth.admin_keys, cluster.token,
                                        new.server.allowed_cidrs, metrics_keys=new.auth.metrics_keys,
-                                       trusted_proxies=new.server.trusted_proxies)
+                                       trusted_proxies=new.server.trusted_proxies,
+                                       named_keys=new.auth.named_keys)
         self.keepalive.default_ttl = new.models.keep_alive
         self.timeouts.first_byte = new.limits.first_byte_timeout
         self.timeouts.idle = new.limits.idle_stream_timeout

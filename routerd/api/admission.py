@@ -15,6 +15,7 @@ lean channel and on twisted.web's channel alike; the edges only carry the verdic
    (``/health``, ``/metrics``, ``/openapi.json``) are served; a borrowed request
    (``X-Routerd-Offload: 1``) or an owner's relay goes back to its owner (409 ``offload_returned``),
    anything else gets 503 + ``Retry-After``;
+   (an admitted request's verdict names its key and class: :attr:`Verdict.key_name`)
 4. the body: a ``Content-Length`` over ``limits.max_body_bytes`` is a 413; one that does not fit in
    the replay budget (``limits.replay_buffer_mb``) a 503 ``buffer_full`` + ``Retry-After``.  An
    admitted request reserves its whole ``Content-Length`` from the budget at once (``reserve``).
@@ -24,16 +25,18 @@ A refusal is answered with ``Connection: close``: its body is never read.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import attrs
 
 from routerd.api.cors import CorsPolicy
 from routerd.api.head import RequestHead
 from routerd.cluster.auth import ALWAYS_SERVED_CLASSES, AuthPolicy, RouteClass, route_class
+from routerd.config.keys import PRIORITY_CLASSES
 from routerd.errors import HTTPError, StatusError
 from routerd.lending.offload import offload_returned
 from routerd.lending.transport import RELAY_PATH
+from routerd.routing.call import KEY_CLASS_HEADER, KEY_NAME_HEADER
 
 Headers = tuple[tuple[bytes, bytes], ...]
 
@@ -60,6 +63,11 @@ class Verdict:
     authenticated: bool = False
     preflight: bool = False
     reserve: int = 0
+    #: The name and class of the inference key that admitted the request ("" when none): on the
+    #: inference paths from the key itself, on the cluster's paths from the master's
+    #: ``X-Routerd-Key-Name``/``-Class`` (the cluster token vouches for them).  Never the key.
+    key_name: str = ""
+    key_class: str = ""
 
     @property
     def refused(self) -> bool:
@@ -114,7 +122,22 @@ def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str, budget_fr
                                  "request_too_large", "request_too_large"), headers)
     if budget_free is not None and length > budget_free:
         return _refuse(buffer_full(), headers, 1)
-    return Verdict(headers=headers, authenticated=authenticated, reserve=length)
+    key_name, key_class = _key_of(policy, cls, fields, authorization)
+    return Verdict(headers=headers, authenticated=authenticated, reserve=length, key_name=key_name,
+                   key_class=key_class)
+
+
+def _key_of(policy: AuthPolicy, cls: RouteClass, fields: Mapping[str, str],
+            authorization: str | None) -> tuple[str, str]:
+    """The admitting key's name and class (see :attr:`Verdict.key_name`)."""
+    if cls == "inference":
+        key = policy.inference_key(authorization.encode("latin-1") if authorization is not None else None)
+        return ("", "") if key is None else (key.name, key.priority)
+    if cls == "cluster":
+        name = fields.get(KEY_NAME_HEADER, "")
+        klass = fields.get(KEY_CLASS_HEADER, "")
+        return name, klass if klass in PRIORITY_CLASSES else ""
+    return "", ""
 
 
 def buffer_full() -> HTTPError:

@@ -171,13 +171,16 @@ class _Refused(protocol.Protocol):
 class _Head:
     """A head the lean channel serves: the shared :class:`RequestHead` and its handler."""
 
-    __slots__ = ("handler", "request", "size", "client")
+    __slots__ = ("handler", "request", "size", "client", "key_name", "key_class")
 
-    def __init__(self, handler: LeanHandler, request: RequestHead, size: int, client: str) -> None:
+    def __init__(self, handler: LeanHandler, request: RequestHead, size: int, client: str,
+                 key_name: str = "", key_class: str = "") -> None:
         self.handler = handler
         self.request = request
         self.size = size  # bytes of the head, with its blank line
         self.client = client
+        self.key_name = key_name  # the admitting key's name and class (admission's verdict)
+        self.key_class = key_class
 
     @property
     def path(self) -> str:
@@ -386,7 +389,7 @@ class LeanChannel(protocol.Protocol):
             budget = self.server.site.buffer
             if budget is not None and budget.take(verdict.reserve):
                 self._reserved = verdict.reserve
-        return _Head(handler, request, end + 4, client)
+        return _Head(handler, request, end + 4, client, verdict.key_name, verdict.key_class)
 
     def _refuse(self, err: StatusError, headers: tuple[tuple[bytes, bytes], ...],
                 request: RequestHead | None, method: bytes = b"-", target: bytes = b"-") -> None:
@@ -417,7 +420,8 @@ class LeanChannel(protocol.Protocol):
         try:
             query = parse_qs(request.query.decode("ascii"), keep_blank_values=True) if request.query else {}
             facts = Incoming(path=path, body=body, content_type=request.fields.get("content-type", ""),
-                             query=query, headers=request.fields)
+                             query=query, headers=request.fields, key_name=head.key_name,
+                             key_class=head.key_class)
             result = head.handler(request.method, path, facts, reply)
         except Exception:  # noqa: BLE001 - answered by the one error handler
             reply.failed(Failure())

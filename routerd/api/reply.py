@@ -92,6 +92,8 @@ BODY_ATTRIBUTE = "routerd_body"
 HEAD_ATTRIBUTE = "routerd_head"
 #: The request attribute holding the model routing found named (the access line prefers it).
 MODEL_ATTRIBUTE = "routerd_model"
+#: The request attribute holding the admitting key's (name, class) from the admission verdict.
+KEY_ATTRIBUTE = "routerd_key"
 
 
 class _Emptied:
@@ -120,5 +122,7 @@ def incoming(request: IRequest, path: str) -> Incoming:
         request.content.close()
         request.content = _Emptied()
     setattr(request, BODY_ATTRIBUTE, body)
+    key_name, key_class = getattr(request, KEY_ATTRIBUTE, ("", ""))
     return Incoming(path=path, body=body, content_type=header(request, b"content-type"),
-                    query=query_args(request), headers=header_map(request))
+                    query=query_args(request), headers=header_map(request), key_name=key_name,
+                    key_class=key_class)

@@ -39,7 +39,7 @@ from routerd.api.head import (
     head_too_large,
     transfer_coding,
 )
-from routerd.api.reply import BODY_ATTRIBUTE, HEAD_ATTRIBUTE, MODEL_ATTRIBUTE
+from routerd.api.reply import BODY_ATTRIBUTE, HEAD_ATTRIBUTE, KEY_ATTRIBUTE, MODEL_ATTRIBUTE
 from routerd.cluster.auth import AuthPolicy, RouteClass, route_class
 from routerd.config.schema import Config, ServerConfig
 from routerd.errors import HTTPError, StatusError
@@ -167,6 +167,7 @@ class GuardResource(resource.Resource):
             request.setHeader(b"retry-after", b"1")
             return answer_error(request, buffer_full())
         setattr(request, AUTHENTICATED, verdict.authenticated)
+        setattr(request, KEY_ATTRIBUTE, (verdict.key_name, verdict.key_class))
         return self.inner.render(request)  # type: ignore[no-any-return]
 
 

@@ -22,6 +22,7 @@ from typing import Literal
 
 import attrs
 
+from routerd.config.keys import InferenceKey
 from routerd.errors import HTTPError
 
 #: ``ui``: the WebUI's static files and redirects (allowed networks, no key: the pages ask for it).
@@ -101,18 +102,23 @@ class AuthPolicy:
     networks: tuple[_Network, ...]
     metrics_keys: tuple[str, ...] = ()
     trusted_proxies: tuple[_Network, ...] = ()
+    #: The inference keys with their names, classes and limits (same order as ``inference_keys``).
+    named_keys: tuple[InferenceKey, ...] = ()
 
     @classmethod
     def build(cls, inference_keys: Iterable[str], admin_keys: Iterable[str], cluster_token: str,
               allowed_cidrs: Iterable[str], *, metrics_keys: Iterable[str] = (),
-              trusted_proxies: Iterable[str] = ()) -> AuthPolicy:
+              trusted_proxies: Iterable[str] = (), named_keys: Iterable[InferenceKey] = ()) -> AuthPolicy:
+        keys = tuple(k.strip() for k in inference_keys)
+        named = tuple(named_keys) or tuple(InferenceKey(f"key-{n}", k) for n, k in enumerate(keys, 1))
         return cls(
-            tuple(k.strip() for k in inference_keys),
+            keys,
             tuple(k.strip() for k in admin_keys),
             cluster_token.strip(),
             tuple(ipaddress.ip_network(c, strict=False) for c in allowed_cidrs),
             tuple(k.strip() for k in metrics_keys),
             tuple(ipaddress.ip_network(c, strict=False) for c in trusted_proxies),
+            named,
         )
 
     def client_allowed(self, host: str) -> bool:
@@ -174,6 +180,19 @@ class AuthPolicy:
         if not self.inference_allowed(token):
             raise _unauthorized("a valid inference key is required")
         return True
+
+    def inference_key(self, authorization: bytes | None) -> InferenceKey | None:
+        """The named inference key the caller's bearer token is (None for an admin key, no key or
+        an unknown one).  Every key is compared, in constant time, so timing tells nothing."""
+        token = bearer(authorization)
+        if not token:
+            return None
+        given = token.encode()
+        found: InferenceKey | None = None
+        for entry in self.named_keys:
+            if hmac.compare_digest(given, entry.key.encode()) and found is None:
+                found = entry
+        return found
 
     def inference_allowed(self, token: str) -> bool:
         """Whether ``token`` opens the inference paths: any token when no inference key is

@@ -19,6 +19,7 @@ import attrs
 import yaml
 
 from routerd.config.durations import DurationError, parse_duration
+from routerd.config.keys import read_inference_keys
 from routerd.config.lending import SETTINGS, LendingSettings, SettingError, normalise
 from routerd.config.schema import (
     BACKEND_MODES,
@@ -31,6 +32,7 @@ from routerd.config.schema import (
     KoboldConfig,
     LimitsConfig,
     ModelsConfig,
+    QueueConfig,
     ServerConfig,
 )
 
@@ -42,7 +44,7 @@ TOKEN_FILE_ENV = "ROUTERD_CLUSTER_TOKEN_FILE"
 _BINARY_SECTIONS = ("llama", "sdcpp", "whispercpp", "kobold", "vllm")
 #: Keys a family's section has besides ``binary_path`` and ``extra_args``.
 _FAMILY_KEYS: dict[str, tuple[str, ...]] = {"kobold": ("no_model", "reload_timeout")}
-_SECTIONS = ("server", "auth", "models", "backend", *_BINARY_SECTIONS, "cluster", "limits")
+_SECTIONS = ("server", "auth", "models", "backend", *_BINARY_SECTIONS, "cluster", "limits", "queue")
 
 
 class ConfigError(Exception):
@@ -145,8 +147,10 @@ def parse_config(
                 errs.add(f"server.{key}", f"invalid network {cidr!r}")
 
     a = sections["auth"]
+    named_keys = read_inference_keys(a.get("inference_keys"), env, reader.path_value, errs.add)
     auth = AuthConfig(
-        inference_keys=reader.str_list(a, "auth", "inference_keys", ()),
+        inference_keys=tuple(k.key for k in named_keys),
+        named_keys=named_keys,
         admin_keys=reader.str_list(a, "auth", "admin_keys", ()),
         metrics_keys=reader.str_list(a, "auth", "metrics_keys", ()),
     )
@@ -227,6 +231,10 @@ def parse_config(
     reader.unknown(lim, "limits", ("max_body_mb", "replay_buffer_mb", "max_queued_per_model",
                                    "first_byte_timeout", "idle_stream_timeout"))
 
+    q = sections["queue"]
+    queue = QueueConfig(aging=reader.duration(q, "queue", "aging", QueueConfig().aging))
+    reader.unknown(q, "queue", ("aging",))
+
     if not _is_loopback_bind(server.bind) and not (auth.inference_keys or auth.admin_keys):
         errs.add("server.bind", f"{server.bind} is not a loopback address; configure auth.inference_keys "
                                 "or auth.admin_keys before exposing routerd")
@@ -235,7 +243,7 @@ def parse_config(
     if errs.items:
         raise ConfigError(errs.items)
     return Config(server=server, auth=auth, models=models, backend=backend, cluster=cluster,
-                  limits=limits, source=source, **binaries)
+                  limits=limits, queue=queue, source=source, **binaries)
 
 
 def _section(data: Mapping[str, Any], name: str, errs: _Errors) -> Mapping[str, Any]:

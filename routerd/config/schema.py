@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import attrs
 
+from routerd.config.keys import InferenceKey
 from routerd.config.lending import LendingSettings
 
 ROLES = ("standalone", "master", "slave")
@@ -55,6 +56,15 @@ class AuthConfig:
     admin_keys: tuple[str, ...] = ()
     #: Keys that open ``/metrics`` only (admin keys open it too).
     metrics_keys: tuple[str, ...] = ()
+    #: The inference keys with their names, classes and limits (``inference_keys`` holds their
+    #: secrets in the same order); empty when built from plain strings in code.
+    named_keys: tuple[InferenceKey, ...] = ()
+
+    def inference_entries(self) -> tuple[InferenceKey, ...]:
+        """Every inference key named: the configured entries, or ``key-1``… for plain strings."""
+        if self.named_keys:
+            return self.named_keys
+        return tuple(InferenceKey(f"key-{n}", key.strip()) for n, key in enumerate(self.inference_keys, 1))
 
 
 @attrs.frozen
@@ -140,6 +150,12 @@ class LimitsConfig:
 
 
 @attrs.frozen
+class QueueConfig:
+    #: A waiting request rises one priority class per ``aging`` seconds (issue 23).
+    aging: float = 30.0
+
+
+@attrs.frozen
 class Config:
     server: ServerConfig = attrs.Factory(ServerConfig)
     auth: AuthConfig = attrs.Factory(AuthConfig)
@@ -152,4 +168,5 @@ class Config:
     vllm: BinaryConfig = attrs.Factory(BinaryConfig)
     cluster: ClusterConfig = attrs.Factory(ClusterConfig)
     limits: LimitsConfig = attrs.Factory(LimitsConfig)
+    queue: QueueConfig = attrs.Factory(QueueConfig)
     source: str = "<embedded default>"

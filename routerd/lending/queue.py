@@ -30,6 +30,7 @@ from typing import Literal
 
 import attrs
 
+from routerd.lending.priority import CLASSES, DEFAULT_AGING_MS, FairOrder, effective_rank
 from routerd.wire.lending import HeldRequest, Lane, QueueStat
 
 EntryState = Literal["pending", "admitted", "lent"]
@@ -61,6 +62,9 @@ class Entry:
     helper_model_id: str | None = None
     borrowed_ahead: int = 0  # borrowed entries admitted when this native entry arrived
     image: bool = False  # carries an image: lent only to a helper that reads images
+    priority: int = 1  # class rank (0 interactive, 1 standard, 2 batch): routerd.lending.priority
+    key_name: str = ""  # the name of the key that admitted it (fair share; never the key itself)
+    weight: float = 1.0  # the key's limits.weight (fair share)
 
 
 @attrs.frozen
@@ -117,14 +121,19 @@ class LaneQueue:
         enrolled: Collection[str] = (),
         owners: Collection[str] = (),
         hold: HoldCheck | None = None,
+        aging_ms: int = DEFAULT_AGING_MS,
     ) -> None:
         self.lane: Lane = lane
+        self.order = FairOrder(aging_ms)
         self._depth = max(int(depth), 1)
         self._enrolled: frozenset[str] = frozenset()
         self._owners: frozenset[str] = frozenset()
         self.set_enrolled(enrolled, owners)
         self.hold = hold
         self._pending: list[Entry] = []
+        # how many waiting entries of each (class, key): with one kind only the order is the list's
+        # (the fast path: no per-pick scan, as before classes)
+        self._mix: dict[tuple[int, str], int] = {}
         self._admitted: list[Entry] = []
         self._lent: list[Entry] = []
         self._by_id: dict[str, Entry] = {}
@@ -141,6 +150,10 @@ class LaneQueue:
         """Apply a new ``scheduling_backend_depth`` at once (a lower depth recalls nothing)."""
         self._depth = max(int(depth), 1)
         return self.pump(now_ms)
+
+    def set_aging(self, aging_ms: int) -> None:
+        """Apply a new ``queue.aging`` (from the next pick on)."""
+        self.order.aging_ms = max(int(aging_ms), 0)
 
     def set_enrolled(self, enrolled: Collection[str], owners: Collection[str] = ()) -> None:
         """Replace the enrolled models (owners ∪ helpers) and the owners among them.
@@ -167,6 +180,9 @@ class LaneQueue:
         context: int,
         streaming: bool,
         borrowed: bool,
+        priority: int = 1,
+        key_name: str = "",
+        weight: float = 1.0,
     ) -> Entry:
         if request_id in self._by_id:
             raise QueueError(f"request {request_id} is already queued")
@@ -182,6 +198,9 @@ class LaneQueue:
             context=max(int(context), 0),
             streaming=streaming,
             borrowed=borrowed,
+            priority=min(max(int(priority), 0), len(CLASSES) - 1),
+            key_name=key_name,
+            weight=float(weight) if weight > 0 else 1.0,
         )
         self._by_id[request_id] = entry
         return entry
@@ -198,6 +217,9 @@ class LaneQueue:
         reclaim: Collection[str] = (),
         image: bool = False,
         also_ahead: int = 0,
+        priority: int = 1,
+        key_name: str = "",
+        weight: float = 1.0,
     ) -> Effects:
         """A native request for an enrolled model: queue it, hand back every waiting borrowed entry,
         and admit what fits.
@@ -206,13 +228,15 @@ class LaneQueue:
         still wait for a free runtime or for the helper model to load): those are handed back too,
         and their place is free for this node's own work.  One that holds the runtime finishes.
         ``also_ahead`` counts borrowed jobs of another lane sharing this lane's runtime (KoboldCpp's
-        one process) that the request also waits behind.
+        one process) that the request also waits behind.  ``priority`` (class rank), ``key_name``
+        and ``weight`` place it in the serving order (:mod:`routerd.lending.priority`).
         """
-        entry = self._new_entry(request_id, model_id, now_ms, work, context, streaming, False)
+        entry = self._new_entry(request_id, model_id, now_ms, work, context, streaming, False,
+                                priority, key_name, weight)
         entry.image = image
         returned = self._hand_back(reclaim)
         entry.borrowed_ahead = self.borrowed_in_backend() + max(int(also_ahead), 0)
-        self._pending.append(entry)
+        self._wait(entry)
         return Effects(returned=returned) + self.pump(now_ms)
 
     def own_work_elsewhere(self, now_ms: int, reclaim: Collection[str] = ()) -> Effects:
@@ -245,6 +269,7 @@ class LaneQueue:
         node_busy: bool = False,
         work: Sequence[float] = (),
         context: int = 0,
+        priority: int = 1,
     ) -> Effects:
         """A borrowed request: handed straight back while this node has own work (``node_busy`` or
         native work in this lane), else queued behind everything like any entry."""
@@ -254,8 +279,8 @@ class LaneQueue:
             return Effects(returned=(BorrowedReturn(request_id, "helper_busy_on_arrival"),))
         if model_id not in self._enrolled:
             return Effects(returned=(BorrowedReturn(request_id, "helper_busy_on_arrival"),))
-        entry = self._new_entry(request_id, model_id, now_ms, work, context, False, True)
-        self._pending.append(entry)
+        entry = self._new_entry(request_id, model_id, now_ms, work, context, False, True, priority)
+        self._wait(entry)
         return self.pump(now_ms)
 
     def accepting_borrowed(self) -> bool:
@@ -273,11 +298,15 @@ class LaneQueue:
         for e in self._pending:
             e.holding = False
         while self._pending and len(self._admitted) < self._depth:
-            head = self._pending[0]
+            index = 0 if self._uniform() else self.order.pick(self._pending, now_ms)
+            assert index is not None
+            head = self._pending[index]
             if self._holds(head, now_ms):
                 head.holding = True
                 break
-            self._pending.pop(0)
+            self._pending.pop(index)
+            self._unmix(head)
+            self.order.charge(head)
             head.state = "admitted"
             head.admitted_ms = now_ms
             self._admitted.append(head)
@@ -305,7 +334,8 @@ class LaneQueue:
         max_context: int | None = None,
         vision: bool = True,
     ) -> list[str]:
-        """Mark up to ``n`` waiting entries of owner model ``model_id`` as lent, oldest first.
+        """Mark up to ``n`` waiting entries of owner model ``model_id`` as lent, in
+        :meth:`lending_order` (lowest class first; in one class oldest first, as before classes).
 
         Never takes admitted, borrowed, streaming or returned entries, nor one whose required
         context exceeds ``max_context``, nor (without ``vision``) one carrying an image: the owner
@@ -314,7 +344,7 @@ class LaneQueue:
         if n <= 0 or model_id not in self._owners:
             return []
         taken: list[Entry] = []
-        for e in sorted(self._pending, key=lambda e: (e.arrived_ms, e.seq)):
+        for e in self.lending_order(now_ms):
             if len(taken) >= n:
                 break
             if e.model_id != model_id or e.borrowed or e.streaming or e.returned:
@@ -325,6 +355,8 @@ class LaneQueue:
         ids = {e.request_id for e in taken}
         self._pending = [e for e in self._pending if e.request_id not in ids]
         for e in taken:
+            self._unmix(e)
+        for e in taken:
             e.state = "lent"
             e.holding = False
             e.lent_ms = now_ms
@@ -332,6 +364,39 @@ class LaneQueue:
             e.helper_model_id = helper_model_id
             self._lent.append(e)
         return [e.request_id for e in taken]
+
+    def lending_order(self, now_ms: int) -> list[Entry]:
+        """Waiting entries in the order lending takes them: what the owner would serve last goes
+        first — the lowest effective class first (batch before interactive) and, within a class,
+        in the class's serving order (fair share, then oldest first)."""
+        if self._uniform():
+            return list(self._pending)
+        order = self.order.service_order(self._pending, now_ms)
+        place = {index: n for n, index in enumerate(order)}
+        aging = self.order.aging_ms
+
+        def rank(index: int) -> tuple[int, int]:
+            e = self._pending[index]
+            return (-effective_rank(e.priority, e.arrived_ms, now_ms, aging), place[index])
+
+        return [self._pending[i] for i in sorted(range(len(self._pending)), key=rank)]
+
+    def serving_order(self, now_ms: int) -> list[Entry]:
+        """Waiting entries in the order they would be admitted if nothing else arrived."""
+        if self._uniform():
+            return list(self._pending)
+        return [self._pending[i] for i in self.order.service_order(self._pending, now_ms)]
+
+    def position(self, request_id: str, now_ms: int) -> int:
+        """A waiting entry's place in the serving order (1 = admitted next; 0 for an entry that
+        is not waiting): exact with one class and one key, else :meth:`FairOrder.place`'s
+        one-pass count (the header of every arrival: no simulation of the whole queue)."""
+        entry = self._by_id.get(request_id)
+        if entry is None or entry.state != "pending":
+            return 0
+        pending = self._pending
+        index = next(i for i in range(len(pending) - 1, -1, -1) if pending[i] is entry)  # new: last
+        return index + 1 if self._uniform() else self.order.place(pending, index, now_ms)
 
     def returned(self, request_id: str, now_ms: int) -> Effects:
         """A lent request came back (409, failure or cut-off): back to the head, first arrival kept.
@@ -349,7 +414,7 @@ class LaneQueue:
         entry.helper_node_id = entry.helper_model_id = None
         back = self._hand_back(())
         entry.borrowed_ahead = self.borrowed_in_backend()
-        self._pending.insert(0, entry)
+        self._wait(entry, head=True)
         return Effects(returned=back) + self.pump(now_ms)
 
     # -- endings ------------------------------------------------------------------------------------
@@ -379,10 +444,38 @@ class LaneQueue:
 
     def _forget(self, entry: Entry) -> None:
         del self._by_id[entry.request_id]
-        for bucket in (self._pending, self._admitted, self._lent):
-            if entry in bucket:
-                bucket.remove(entry)
-                return
+        if not self._by_id:
+            self.order.reset()
+        # its state names its list; found by identity (Entry's generated == compares every field)
+        bucket = self._pending if entry.state == "pending" else \
+            self._admitted if entry.state == "admitted" else self._lent
+        for i, e in enumerate(bucket):
+            if e is entry:
+                del bucket[i]
+                break
+        if entry.state == "pending":
+            self._unmix(entry)
+
+    def _wait(self, entry: Entry, head: bool = False) -> None:
+        """Put ``entry`` among the waiting ones: last, or first (a returned one)."""
+        if head:
+            self._pending.insert(0, entry)
+        else:
+            self._pending.append(entry)
+        kind = (entry.priority, entry.key_name)
+        self._mix[kind] = self._mix.get(kind, 0) + 1
+
+    def _unmix(self, entry: Entry) -> None:
+        kind = (entry.priority, entry.key_name)
+        left = self._mix.get(kind, 0) - 1
+        if left > 0:
+            self._mix[kind] = left
+        else:
+            self._mix.pop(kind, None)
+
+    def _uniform(self) -> bool:
+        """Every waiting entry is of one class and one key: the serving order is the list's."""
+        return len(self._mix) <= 1
 
     def _get(self, request_id: str) -> Entry:
         try:
@@ -462,6 +555,8 @@ class LaneQueue:
                 model_id=e.model_id,
                 state="held" if e.holding else "queued",
                 waiting_ms=max(now_ms - e.arrived_ms, 0),
+                priority=CLASSES[e.priority],
+                key_name=e.key_name or None,
             )
             for e in self._pending
             if not e.borrowed
@@ -475,6 +570,8 @@ class LaneQueue:
                 waiting_ms=max(now_ms - e.arrived_ms, 0),
                 helper_node_id=e.helper_node_id,
                 helper_model_id=e.helper_model_id,
+                priority=CLASSES[e.priority],
+                key_name=e.key_name or None,
             )
             for e in self._lent
         )

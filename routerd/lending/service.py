@@ -32,6 +32,7 @@ from routerd.lending.decisions import DecisionLog
 from routerd.lending.links import LinkSet
 from routerd.lending.offload import Borrowed, Returned, offload_returned
 from routerd.lending.pricing import client_output_limit, estimate_text
+from routerd.lending.priority import CLASSES, RANK
 from routerd.lending.queue import Effects, LaneQueue
 from routerd.lending.transport import LendingTransport, NoMaster
 from routerd.lending.watch import HoldGate, LentCall
@@ -86,7 +87,9 @@ class LendingService:
                  waiting_for_runtime: Callable[[str], bool] = lambda _rid: False,
                  take_back: Callable[[str], bool] = lambda _rid: False,
                  shared_lanes: SharedLanes = _own_lane,
-                 max_queued: Callable[[], int] = lambda: 0) -> None:
+                 max_queued: Callable[[], int] = lambda: 0,
+                 key_weight: Callable[[str], float] = lambda _name: 1.0,
+                 aging: Callable[[], float] = lambda: 30.0) -> None:
         self.node_id = node_id
         self.role = role
         self.clock = clock
@@ -105,6 +108,9 @@ class LendingService:
         self.shared_lanes = shared_lanes
         # ``limits.max_queued_per_model`` (read live: a reload changes it); 0 = unbounded
         self.max_queued = max_queued
+        # a key's limits.weight (fair share) by its name, and queue.aging in seconds (read live)
+        self.key_weight = key_weight
+        self.aging = aging
         self.config_settings = settings
         self.settings = settings
         self.links: dict[Lane, LinkSet] = {lane: LinkSet.build(lane, ()) for lane in LANES}
@@ -298,6 +304,7 @@ class LendingService:
         rid = call.request_id
         work, context = self.work_hint(call, model, lane)
         waiter = self._park(rid)
+        queue.set_aging(int(self.aging() * 1000))
         if borrowed is not None:
             self._borrowed[rid] = (lane, borrowed, self._now_ms())
             effects = queue.arrive_borrowed(rid, model_id, self._now_ms(), node_busy=self.node_busy(),
@@ -308,8 +315,15 @@ class LendingService:
             _, also_ahead = self.own_work_arrived(others)
             effects = queue.arrive(rid, model_id, self._now_ms(), work=work, context=context,
                                    streaming=call.stream, reclaim=self._reclaimable(queue),
-                                   image=lane == "text" and has_image(call.parsed), also_ahead=also_ahead)
+                                   image=lane == "text" and has_image(call.parsed), also_ahead=also_ahead,
+                                   priority=RANK[call.priority],
+                                   key_name=call.key_name, weight=self.key_weight(call.key_name))
         self._apply(lane, effects)
+        if borrowed is None:
+            # its place in the class order, counting what the backend already runs (the answer's
+            # X-Routerd-Queue-Position); 0 when it was admitted at once
+            place = queue.position(rid, self._now_ms())
+            call.queue_position = place + len(queue.admitted()) if place else 0
         return waiter
 
     def _reclaimable(self, queue: LaneQueue) -> list[str]:
@@ -488,6 +502,11 @@ class LendingService:
             fields["trigger"] = trigger
         if request_id:
             fields["request_id"] = request_id
+            entry = self.queues[lane].entry(request_id)
+            if entry is not None:  # its class and key's name (never the key)
+                fields["priority"] = CLASSES[entry.priority]
+                if entry.key_name:
+                    fields["key_name"] = entry.key_name
         if wait_ms:
             fields["wait_ms"] = wait_ms
         self.decisions.record("dispatch", outcome, **fields)

@@ -15,7 +15,16 @@ from typing import Any, Protocol
 
 import attrs
 
+from routerd.config.keys import DEFAULT_CLASS, PRIORITY_CLASSES, PriorityClass, PriorityError, requested_class
+from routerd.errors import HTTPError
 from routerd.routing.classify import Route
+
+#: What a master tells the node it forwards a request to: the name and class of the key that
+#: admitted it (read only on the cluster's paths, where the cluster token vouches for them).
+KEY_NAME_HEADER = "x-routerd-key-name"
+KEY_CLASS_HEADER = "x-routerd-key-class"
+#: A client's request to run in a lower class than its key's (never a higher one).
+PRIORITY_HEADER = "x-routerd-priority"
 
 
 def new_request_id() -> str:
@@ -58,9 +67,21 @@ class Incoming:
     #: The name of the API key that admitted the request ("" when none or keys are unnamed); the
     #: key itself never travels past the edge.
     key_name: str = ""
+    #: The class of that key (``interactive``/``standard``/``batch``; "" = the default).
+    key_class: str = ""
 
     def header(self, name: str) -> str:
         return self.headers.get(name, "")
+
+
+def request_class(incoming: Incoming) -> PriorityClass:
+    """The class ``incoming`` runs in: its key's, lowered by ``X-Routerd-Priority`` (never raised);
+    400 ``invalid_priority`` for a value that names no class."""
+    own = incoming.key_class if incoming.key_class in PRIORITY_CLASSES else DEFAULT_CLASS
+    try:
+        return requested_class(own, incoming.header(PRIORITY_HEADER))
+    except PriorityError as exc:
+        raise HTTPError(400, str(exc), "invalid_request_error", "invalid_priority") from None
 
 
 @attrs.define(weakref_slot=False)
@@ -91,6 +112,9 @@ class Call:
     guardian_restore: bool = False  # a same-node guardian answers: load the displaced model back
     guardian_fallback: bool = False  # a guardian applies: a backend refusing the image raises ImageRefused
     serving_since: float | None = None  # when the backend slot was acquired
+    priority: PriorityClass = DEFAULT_CLASS  # its class (key's class, maybe lowered by X-Routerd-Priority)
+    key_name: str = ""  # the name of the key that admitted it (never the key)
+    queue_position: int = 0  # its place in the router queue's class order on arrival (0: none)
     _shed: bool = attrs.field(default=False, init=False, repr=False)
 
     def shed_parsed(self) -> None:

@@ -19,7 +19,7 @@ from twisted.web.iweb import IAgent
 
 from routerd.errors import HTTPError
 from routerd.routing.body import BytesProducer
-from routerd.routing.call import Call, Reply
+from routerd.routing.call import KEY_CLASS_HEADER, KEY_NAME_HEADER, Call, Reply
 from routerd.routing.guardians import REFUSAL_STATUSES, ImageRefused, refusal_message
 from routerd.routing.relay import (
     FirstByteTimeout,
@@ -160,7 +160,7 @@ class Forwarder:
         url = base + INFERENCE_PREFIX + call.path + (f"?{query}" if query else "")
         stt = call.route.runtime == "stt"  # audio answers carry no model ID (reference §5.5)
         out = Outbound(url=url, body=body, content_type=call.content_type, request_id=call.request_id,
-                       rewrite_to=None if stt else public_id,
+                       headers=key_headers(call), rewrite_to=None if stt else public_id,
                        rewrite_errors=call.route.runtime != "image",
                        image_refusal_raises=image_refusal_raises)
         try:
@@ -179,6 +179,14 @@ class Forwarder:
         call.outcome.http_status = code
         call.outcome.status = "ok" if 200 <= code < 300 else f"http_{code}"
         return result
+
+
+def key_headers(call: Call) -> tuple[tuple[bytes, bytes], ...]:
+    """What the node a request is forwarded to reads of its key: name and class (never the key)."""
+    out = [(KEY_CLASS_HEADER.encode(), call.priority.encode())]
+    if call.key_name:
+        out.append((KEY_NAME_HEADER.encode(), call.key_name.encode()))
+    return tuple(out)
 
 
 def local_selector(call: Call, record: ModelRecord) -> str:

@@ -27,7 +27,7 @@ from routerd.lending.offload import Borrowed, offload_returned
 from routerd.lending.service import LendingService
 from routerd.metrics import NodeMetrics
 from routerd.registry.replicas import NoReplica, Reservation
-from routerd.routing.call import Call, Incoming, Reply, new_request_id
+from routerd.routing.call import Call, Incoming, Reply, new_request_id, request_class
 from routerd.routing.classify import Route, wants_stream
 from routerd.routing.embeddings import embeddings_candidates, rotated
 from routerd.routing.forward import Forwarder
@@ -39,6 +39,7 @@ from routerd.routing.guardians import (
     ImageRefused,
 )
 from routerd.routing.images import has_image
+from routerd.routing.key_limits import KeyLimiter
 from routerd.routing.multipart import MultipartError
 from routerd.routing.plan import NEEDS, SECTIONS
 from routerd.routing.relay import StreamBroken
@@ -60,7 +61,8 @@ class InferenceFront:
     def __init__(self, *, node_id: str, clock: IReactorTime, catalog: Callable[[], Catalog],
                  local: LocalInference, metrics: NodeMetrics, master: MasterAgent | None = None,
                  forwarder: Forwarder | None = None, loaded_config: Callable[[Any], str | None],
-                 lending: LendingService | None = None, recipes: RecipeRouter | None = None) -> None:
+                 lending: LendingService | None = None, recipes: RecipeRouter | None = None,
+                 limiter: KeyLimiter | None = None) -> None:
         self.node_id = node_id
         self.clock = clock
         self.catalog = catalog
@@ -72,6 +74,8 @@ class InferenceFront:
         self.loaded_config = loaded_config
         self.lending = lending
         self.recipes = recipes
+        #: Per-key limits, counted for the requests clients send this node (not forwarded ones).
+        self.limiter = limiter if limiter is not None else KeyLimiter(lambda _name: None)
         #: Requests inside :meth:`handle` (a drain waits for this to reach 0).
         self.active_calls = 0
         self.trimmer = Trimmer(clock)  # memory back to the system after a crowd of requests
@@ -104,6 +108,7 @@ class InferenceFront:
         reply.set_header(b"x-routerd-request-id", request_id.encode())
         reply.set_header(b"x-routerd-node", self.node_id.encode())
         call: Call | None = None
+        limited = ""  # the key name the limiter counted this request against
         timed: FirstWrite | None = None
         model_label = "-"
         lane = route.runtime
@@ -118,6 +123,9 @@ class InferenceFront:
             # The call holds what it needs of the request: the edge's header and query maps are
             # not kept alive by this frame while the request waits (issue 14, held requests).
             del incoming
+            if not cluster_call and call.key_name:
+                self.limiter.admit(call.key_name, started)
+                limited = call.key_name
             if call.selector:
                 reply.name_model(call.selector)
             if call.stream:  # time to first chunk is a stream's figure only
@@ -152,6 +160,11 @@ class InferenceFront:
                 raise CancelledError() from None
             return self._failed(reply, route, call, request_id, exc)
         finally:
+            if call is not None:
+                self._count_key(call, cluster_call, started)
+            if limited:
+                assert call is not None
+                self.limiter.done(limited, self.clock.seconds(), _tokens(call))
             self.active_calls -= 1
             self.trimmer.left(self.active_calls)
             in_flight.dec()
@@ -160,6 +173,19 @@ class InferenceFront:
             metrics.child(metrics.request_duration, model_label, lane).observe(self.clock.seconds() - started)
             if timed is not None and timed.first_write_at is not None and status == "ok":
                 metrics.child(metrics.first_token, model_label, lane).observe(timed.first_write_at - started)
+
+    def _count_key(self, call: Call, cluster_call: bool, started: float) -> None:
+        """/metrics per key name and class: the requests and tokens of the node the client called,
+        the queue wait of the node that served it."""
+        metrics, key = self.metrics, call.key_name or "-"
+        if call.serving_since is not None:
+            metrics.child(metrics.key_queue_wait, key, call.priority).observe(call.serving_since - started)
+        if cluster_call:
+            return
+        metrics.child(metrics.key_requests, key, call.priority, call.outcome.status).inc()
+        tokens = _tokens(call)
+        if tokens:
+            metrics.child(metrics.key_tokens, key, call.priority).inc(tokens)
 
     def _failed(self, reply: Reply, route: Route, call: Call | None, request_id: str,
                 exc: Exception) -> bytes:
@@ -330,7 +356,8 @@ class InferenceFront:
                     content_type=content_type if ";" in content_type else sys.intern(content_type),
                     parsed=parsed, stream=stream, request_id=request_id, started=started,
                     selector=None if selector is None else sys.intern(selector),
-                    query=incoming.query or _NO_QUERY)
+                    query=incoming.query or _NO_QUERY, priority=request_class(incoming),
+                    key_name=incoming.key_name)
 
     def _borrowed_model(self, call: Call) -> ModelConfig:
         """The model a borrowed request names, in this node's own catalog only.
@@ -517,6 +544,13 @@ class InferenceFront:
         if isinstance(err, Saturated):
             reply.set_header(b"retry-after", str(err.retry_after).encode())
         return error_body(route.error_style, err.message, err.type, err.code)
+
+
+def _tokens(call: Call) -> int:
+    """The tokens a finished text request used, where this node knows them (0 otherwise)."""
+    if call.route.runtime != "text":
+        return 0
+    return int(sum(call.outcome.work[:2]))
 
 
 def _text_only(caps: Capabilities) -> bool:

@@ -169,7 +169,8 @@ class LocalInference:
         depth = self.queued.get(model.local_id, 0)
         if self.max_queued_per_model and depth >= self.max_queued_per_model:
             raise queue_full(public_id, depth, self.max_queued_per_model)
-        call.reply.set_header(b"x-routerd-queue-position", str(depth + 1).encode())
+        position = call.queue_position or depth + 1  # the router queue's class order, if it waited there
+        call.reply.set_header(b"x-routerd-queue-position", str(position).encode())
 
     def drain(self) -> int:
         """Stop starting requests: every request still waiting for a backend slot is answered

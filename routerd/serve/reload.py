@@ -55,6 +55,7 @@ LIVE_KEYS: tuple[str, ...] = (
     "cluster.control_timeout",
     "cluster.lending.",
     "limits.",
+    "queue.",
 )
 
 

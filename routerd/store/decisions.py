@@ -16,6 +16,7 @@ from typing import Any
 TEXT_COLUMNS: tuple[str, ...] = (
     "node_id", "kind", "trigger", "lane", "owner_node_id", "owner_model_id", "helper_node_id",
     "helper_model_id", "outcome", "reason", "request_id", "service_source", "router_version",
+    "priority", "key_name",
 )
 #: Integer columns.
 INT_COLUMNS: tuple[str, ...] = (
@@ -32,7 +33,7 @@ COLUMNS: tuple[str, ...] = (
     "helper_node_id", "helper_model_id", "outcome", "reason", "request_id", "pending_count",
     "backlog_count", "keep_ms", "switch_ms", "restore_ms", "service_ms", "owner_job_ms",
     "service_source", "helper_idle_ms", "slots", "lent_out", "borrowed_ahead", "wait_ms",
-    "router_version",
+    "router_version", "priority", "key_name",
 )
 
 #: Columns a JSON row always carries, even when empty.

@@ -170,9 +170,16 @@ DROP TABLE public_ids;
 ALTER TABLE public_ids_v2 RENAME TO public_ids;
 """
 
+# v3 (issue 23): a decision about a request names its priority class and its key's name.
+_V3_SQL = """
+ALTER TABLE offload_decisions ADD COLUMN priority TEXT NOT NULL DEFAULT '';
+ALTER TABLE offload_decisions ADD COLUMN key_name TEXT NOT NULL DEFAULT '';
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "samples, decision log, routing links, lending settings, guardians, public IDs", _V1_SQL),
     Migration(2, "public IDs keyed by identity and base ID", _V2_SQL),
+    Migration(3, "decision log: a request's priority class and key name", _V3_SQL),
 )
 
 

@@ -318,6 +318,9 @@ class HeldRequest:
     waiting_ms: int
     helper_node_id: str | None = None
     helper_model_id: str | None = None
+    #: The request's class (``interactive``/``standard``/``batch``) and its key's name (issue 23).
+    priority: str | None = None
+    key_name: str | None = None
 
 
 # -- JSON --------------------------------------------------------------------------------------------

@@ -181,7 +181,9 @@ def link_to_different_weights(b: Browser) -> None:
 def burst_is_lent(b: Browser) -> str:
     """While the burst runs: the master's card lists held requests, some lent to slave-a/beta."""
     b.tab("nodes")
-    return b.wait_text('.node-card[data-node-id="master"] tr.held-row.lent', "slave-a/beta", timeout=20)
+    row = b.wait_text('.node-card[data-node-id="master"] tr.held-row.lent', "slave-a/beta", timeout=20)
+    assert "standard" in row  # each held request shows its class (issue 23)
+    return row
 
 
 def lending_tab_shows_a_live_lease(b: Browser) -> None:

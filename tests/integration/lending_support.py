@@ -60,7 +60,8 @@ class Trio:
 async def start_trio(root: Path, owner: Models, helper: Models, *, master_extra: Mapping[str, Any] = LENDING,
                      slave_extra: Mapping[str, Any] = LENDING,
                      owner_sections: Mapping[str, Mapping[str, Any]] | None = None,
-                     helper_sections: Mapping[str, Mapping[str, Any]] | None = None) -> Trio:
+                     helper_sections: Mapping[str, Mapping[str, Any]] | None = None,
+                     master_sections: Mapping[str, Mapping[str, Any]] | None = None) -> Trio:
     """Start the three nodes and wait until the master knows every model of both slaves.
     ``owner_sections``/``helper_sections``: more config sections for a slave (another backend
     family)."""
@@ -69,7 +70,7 @@ async def start_trio(root: Path, owner: Models, helper: Models, *, master_extra:
     for name, models in (("owner", owner), ("helper", helper)):
         write_models(plan.root / name, {m: kcpps for m, (kcpps, _w) in models.items()},
                      {m: weights for m, (_k, weights) in models.items()})
-    master = await start_node(plan.master_config(dict(master_extra)))
+    master = await start_node(plan.master_config(dict(master_extra), sections=master_sections))
     owner_node = await start_node(plan.slave_config("owner", extra_cluster=dict(slave_extra),
                                                        sections=owner_sections))
     helper_node = await start_node(plan.slave_config("helper", extra_cluster=dict(slave_extra),
@@ -85,18 +86,21 @@ def chat(model: str, content: str = "tell me a short story please") -> dict[str,
 
 
 async def ask_chat(url: str, model: str, content: str = "tell me a short story please",
-                   ) -> tuple[int, dict[str, Any], Any]:
-    """POST a chat completion; (status, JSON body, response)."""
-    response = await treq.post(url + "/v1/chat/completions", json=chat(model, content))
+                   key: str = "") -> tuple[int, dict[str, Any], Any]:
+    """POST a chat completion (with ``key`` as the bearer token when given); (status, JSON body,
+    response)."""
+    headers = {"Authorization": [f"Bearer {key}"]} if key else None
+    response = await treq.post(url + "/v1/chat/completions", json=chat(model, content), headers=headers)
     return response.code, json.loads(await response.content()), response
 
 
-async def warm_and_link(trio: Trio, owner: str = "alpha", helper: str = "beta") -> None:
+async def warm_and_link(trio: Trio, owner: str = "alpha", helper: str = "beta", key: str = "") -> None:
     """Three requests to each text model, a cost refit on both slaves, then the text link
-    ``owner/<owner> -> helper/<helper>`` (loads allowed), waited for until both slaves have it."""
+    ``owner/<owner> -> helper/<helper>`` (loads allowed), waited for until both slaves have it.
+    ``key``: the inference key the warm-up requests carry."""
     for model in (owner, helper):
         for _ in range(3):
-            code, _, _ = await ask_chat(trio.master.url, model)
+            code, _, _ = await ask_chat(trio.master.url, model, key=key)
             assert code == 200
     for node in (trio.owner, trio.helper):
         await node.node._refit()

@@ -111,10 +111,13 @@ class ClusterPlan:
         return self.url(self.slave_ports[name])
 
     def master_config(self, extra_cluster: Mapping[str, Any] | None = None,
-                      listed: list[str] | None = None, limits: Mapping[str, Any] | None = None) -> Config:
+                      listed: list[str] | None = None, limits: Mapping[str, Any] | None = None,
+                      sections: Mapping[str, Mapping[str, Any]] | None = None) -> Config:
+        """The master's config; ``sections`` adds other top-level sections (``auth``, ``queue``)."""
         names = list(self.slave_ports) if listed is None else listed
         root = self.root / "master"
         return node_config(root, {
+            **(sections or {}),
             "limits": dict(limits or {}),
             "server": {"bind": f"127.0.0.1:{self.master_port}"},
             "cluster": {"role": "master", "node_id": "master", "token": TOKEN,

@@ -34,7 +34,7 @@ def test_insert_then_query_round_trips_every_column_and_omits_empty_ones() -> No
                helper_model_id="h", reason="cost_rejected", request_id="r1", pending_count=3,
                backlog_count=5, keep_ms=1200.5, switch_ms=300.0, restore_ms=50.0, service_ms=400.0,
                owner_job_ms=240.0, service_source="owner_fallback", helper_idle_ms=7000,
-               slots=2, lent_out=1, borrowed_ahead=1, wait_ms=15)
+               slots=2, lent_out=1, borrowed_ahead=1, wait_ms=15, priority="batch", key_name="nightly")
     sparse = {"recorded_at": 2000, "kind": "helper", "outcome": "borrowed_returned", "lane": "text"}
     fired(store.insert_decisions([full, sparse]))
     newest, oldest = fired(store.query_decisions())

@@ -116,7 +116,7 @@ def test_a_returned_request_goes_to_the_head_keeping_its_first_arrival() -> None
     assert q.returned("A1", 50).admit == ()
     assert [e.request_id for e in q.pending()] == ["A1", "A2", "A3"]
     listing = q.held_listing(100)
-    assert listing[0] == HeldRequest("A1", "image", "A", "queued", 99)
+    assert listing[0] == HeldRequest("A1", "image", "A", "queued", 99, priority="standard")
 
 
 def test_a_returned_request_is_never_lent_again() -> None:
@@ -231,8 +231,8 @@ def test_held_listing_marks_queued_and_lent_requests_with_their_wait() -> None:
     fill(q, 3)
     q.withdraw_for_lending("A", 1, 10, "helper", "H")
     assert q.held_listing(100) == [
-        HeldRequest("A2", "image", "A", "queued", 98),
-        HeldRequest("A1", "image", "A", "lent", 99, "helper", "H"),
+        HeldRequest("A2", "image", "A", "queued", 98, priority="standard"),
+        HeldRequest("A1", "image", "A", "lent", 99, "helper", "H", priority="standard"),
     ]
 
 

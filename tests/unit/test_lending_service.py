@@ -19,6 +19,7 @@ from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
 from routerd.catalog.model import Capabilities, ModelConfig
+from routerd.config.keys import PriorityClass
 from routerd.config.lending import LendingSettings
 from routerd.errors import HTTPError
 from routerd.lending.decisions import DecisionLog
@@ -136,8 +137,10 @@ class Node:
         return await d
 
     def serve(self, rid: str, model: ModelConfig = MODEL_A, borrowed: Borrowed | None = None,
-              *, stream: bool = False) -> Deferred[bytes]:
+              *, stream: bool = False, priority: PriorityClass = "standard",
+              key_name: str = "") -> Deferred[bytes]:
         call = make_call(rid, model.local_id, stream=stream)
+        call.priority, call.key_name = priority, key_name
 
         def run_local(_call: Call, _model: ModelConfig, _public_id: str) -> Deferred[bytes]:
             d: Deferred[bytes] = Deferred()
@@ -248,6 +251,19 @@ def test_a_lease_lends_exactly_its_slot_count_of_held_requests(slots: int) -> No
     assert node.local_calls == ["r0", "r1"]  # the two in A's pipe never move
     assert len(node.queue.pending()) == 8 - slots
     assert [r["outcome"] for r in node.rows()] == ["lease_updated"] + ["lent"] * slots
+
+
+def test_lending_takes_batch_work_first_and_its_row_names_class_and_key() -> None:
+    """Issue 23: the owner lends what it would serve last (before, the oldest: ``chat``); the
+    decision row names the class and the key's name."""
+    node = Node(depth=2)
+    node.serve_many(2)
+    node.serve("chat", priority="interactive", key_name="alice")
+    node.serve("job", priority="batch", key_name="nightly")
+    node.answer(0, lease(1))
+    assert node.lent_ids() == ["job"]
+    lent_row = next(r for r in node.rows() if r["outcome"] == "lent")
+    assert (lent_row["priority"], lent_row["key_name"]) == ("batch", "nightly")
 
 
 def test_ten_request_flow_tops_up_the_owner_and_lends_only_on_answers() -> None:

@@ -59,6 +59,7 @@ def test_field_names_are_exactly_the_contracts() -> None:
     ]  # fmt: skip
     assert names(HeldRequest) == [
         "request_id", "lane", "model_id", "state", "waiting_ms", "helper_node_id", "helper_model_id",
+        "priority", "key_name",
     ]  # fmt: skip
 
 

@@ -36,6 +36,7 @@ DECISION_COLUMNS = [
     "helper_node_id", "helper_model_id", "outcome", "reason", "request_id", "pending_count",
     "backlog_count", "keep_ms", "switch_ms", "restore_ms", "service_ms", "owner_job_ms", "service_source",
     "helper_idle_ms", "slots", "lent_out", "borrowed_ahead", "wait_ms", "router_version",
+    "priority", "key_name",  # v3 (issue 23)
 ]  # fmt: skip
 
 

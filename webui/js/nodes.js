@@ -48,13 +48,23 @@ function active(list) {
       h("td", {}, duration(a.elapsed_ms)))), { className: "active" });
 }
 
+// Priority classes, highest first (issue 23): waiting requests are listed in that order.
+const CLASS_ORDER = { interactive: 0, standard: 1, batch: 2 };
+
+function byClass(list) {
+  return list.map((r, i) => [r, i]).sort(([a, i], [b, j]) =>
+    ((CLASS_ORDER[a.priority] ?? 1) - (CLASS_ORDER[b.priority] ?? 1)) || i - j).map(([r]) => r);
+}
+
 function held(list) {
   if (!list || list.length === 0) return h("p", { className: "empty" }, "none");
-  return table(["request", "lane", "model", "state", "helper", "waiting"],
-    list.map((r) => h("tr", { className: "held-row " + r.state },
+  return table(["request", "lane", "model", "class", "key", "state", "helper", "waiting"],
+    byClass(list).map((r) => h("tr", { className: "held-row " + r.state, dataset: { priority: r.priority || "" } },
       h("td", { className: "rid" }, r.request_id),
       h("td", {}, r.lane),
       h("td", {}, r.model_id),
+      h("td", { className: "priority" }, r.priority ? badge(r.priority, "class-" + r.priority) : ""),
+      h("td", { className: "key" }, r.key_name || ""),
       h("td", {}, badge(r.state)),
       h("td", {}, r.helper_node_id ? `${r.helper_node_id}/${r.helper_model_id}` : ""),
       h("td", {}, duration(r.waiting_ms)))), { className: "held" });

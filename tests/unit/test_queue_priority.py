@@ -1,0 +1,261 @@
+"""The router queue's order under priority classes, aging and per-key fair share (issue 23), as a
+pure object driven by a fake clock (the ``now_ms`` values)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from routerd.lending.priority import FairOrder, PriorityError, effective_rank, requested_class
+from routerd.lending.queue import LaneQueue
+
+INTERACTIVE, STANDARD, BATCH = 0, 1, 2
+
+
+def queue(depth: int = 1, aging_ms: int = 30_000) -> LaneQueue:
+    return LaneQueue("text", depth, enrolled={"A", "B"}, owners={"A", "B"}, aging_ms=aging_ms)
+
+
+def drain(q: LaneQueue, now_ms: int) -> list[str]:
+    """Finish the running entries one by one at ``now_ms``: the order the rest is admitted in."""
+    order: list[str] = []
+    while q.admitted():
+        rid = q.admitted()[0].request_id
+        order += q.finished(rid, now_ms).admit
+    return order
+
+
+# -- classes -----------------------------------------------------------------------------------------
+
+
+def test_an_interactive_request_passes_a_batch_flood() -> None:
+    """Before classes the interactive request waited behind all 50 batch jobs."""
+    q = queue()
+    for i in range(50):
+        q.arrive(f"b{i}", "A", i, priority=BATCH, key_name="flood")
+    q.arrive("chat", "A", 60, priority=INTERACTIVE, key_name="user")
+    assert q.finished("b0", 100).admit == ("chat",)
+
+
+def test_classes_are_served_highest_first_then_in_arrival_order() -> None:
+    q = queue()
+    q.arrive("run", "A", 0)
+    q.arrive("b1", "A", 1, priority=BATCH)
+    q.arrive("s1", "A", 2, priority=STANDARD)
+    q.arrive("i1", "A", 3, priority=INTERACTIVE)
+    q.arrive("s2", "A", 4, priority=STANDARD)
+    q.arrive("b2", "A", 5, priority=BATCH)
+    assert drain(q, 10) == ["i1", "s1", "s2", "b1", "b2"]
+
+
+def test_aging_lifts_a_waiting_request_one_class_per_period() -> None:
+    """A batch request that has waited one aging period ranks with standard work (arrival order
+    then puts it first); before aging it stayed behind every standard request."""
+    q = queue(aging_ms=1000)
+    q.arrive("run", "A", 0)
+    q.arrive("old-batch", "A", 0, priority=BATCH)
+    q.arrive("s1", "A", 500, priority=STANDARD)
+    assert q.finished("run", 999).admit == ("s1",)
+    q.arrive("s2", "A", 1000, priority=STANDARD)
+    assert q.finished("s1", 1000).admit == ("old-batch",)
+
+
+def test_effective_rank_never_rises_above_interactive() -> None:
+    assert effective_rank(BATCH, 0, 10_000, 1000) == INTERACTIVE
+    assert effective_rank(BATCH, 0, 1999, 1000) == STANDARD
+    assert effective_rank(BATCH, 0, 10_000, 0) == BATCH  # aging off
+
+
+def test_priority_header_may_lower_never_raise_and_refuses_unknown_values() -> None:
+    assert requested_class("interactive", "batch") == "batch"
+    assert requested_class("standard", "Standard") == "standard"
+    assert requested_class("batch", "interactive") == "batch"
+    assert requested_class("standard", "") == "standard"
+    with pytest.raises(PriorityError):
+        requested_class("standard", "urgent")
+
+
+# -- fair share --------------------------------------------------------------------------------------
+
+
+def test_a_second_keys_single_request_waits_one_job_not_the_whole_burst() -> None:
+    """Same class: key ``solo`` arrives behind 20 of ``burst`` and is admitted after one of them."""
+    q = queue()
+    for i in range(20):
+        q.arrive(f"burst{i}", "A", i, priority=BATCH, key_name="burst")
+    q.arrive("solo", "A", 30, priority=BATCH, key_name="solo")
+    order = drain(q, 40)
+    assert order.index("solo") <= 1
+
+
+def test_keys_in_one_class_alternate_round_robin() -> None:
+    q = queue()
+    q.arrive("run", "A", 0, key_name="x")
+    for i in range(3):
+        q.arrive(f"a{i}", "A", 1 + i, key_name="a")
+    for i in range(3):
+        q.arrive(f"b{i}", "A", 10 + i, key_name="b")
+    assert drain(q, 20) == ["a0", "b0", "a1", "b1", "a2", "b2"]
+
+
+def test_weights_share_a_class_in_proportion() -> None:
+    q = queue()
+    q.arrive("run", "A", 0, key_name="x")
+    for i in range(6):
+        q.arrive(f"h{i}", "A", 1 + i, key_name="heavy", weight=2.0)
+        q.arrive(f"l{i}", "A", 1 + i, key_name="light", weight=1.0)
+    first_six = drain(q, 20)[:6]
+    assert sum(r.startswith("h") for r in first_six) == 4
+
+
+def test_an_idle_key_banks_no_credit() -> None:
+    """Key ``b`` served nothing while ``a`` ran 10 jobs: when ``b`` sends a burst it shares evenly
+    with ``a`` from then on instead of taking the next 10 slots."""
+    q = queue()
+    for i in range(12):
+        q.arrive(f"a{i}", "A", i, key_name="a")
+    for i in range(10):
+        q.finished(f"a{i}", 100 + i)
+    for i in range(4):
+        q.arrive(f"b{i}", "A", 200 + i, key_name="b")
+    order = drain(q, 300)
+    assert order[:3] in (["a11", "b0", "b1"], ["b0", "a11", "b1"])
+
+
+# -- lending -----------------------------------------------------------------------------------------
+
+
+def test_lending_takes_batch_before_interactive() -> None:
+    """Before classes lending took the oldest (the interactive one here)."""
+    q = queue()
+    q.arrive("run", "A", 0)
+    q.arrive("chat", "A", 1, priority=INTERACTIVE)
+    q.arrive("job", "A", 2, priority=BATCH)
+    assert q.withdraw_for_lending("A", 1, 3, "helper", "H") == ["job"]
+
+
+def test_queue_position_follows_the_class_order() -> None:
+    q = queue()
+    q.arrive("run", "A", 0)
+    for i in range(5):
+        q.arrive(f"b{i}", "A", 1 + i, priority=BATCH)
+    q.arrive("chat", "A", 10, priority=INTERACTIVE)
+    assert q.position("chat", 10) == 1
+    assert q.position("b0", 10) == 2
+    assert q.position("run", 10) == 0
+
+
+def test_held_listing_shows_class_and_key_name() -> None:
+    q = queue()
+    q.arrive("run", "A", 0)
+    q.arrive("chat", "A", 1, priority=INTERACTIVE, key_name="alice")
+    held = q.held_listing(5)
+    assert (held[0].priority, held[0].key_name) == ("interactive", "alice")
+
+
+# -- properties --------------------------------------------------------------------------------------
+
+arrivals = st.lists(
+    st.tuples(st.integers(0, 2), st.sampled_from(["k1", "k2", "k3"]), st.integers(0, 5000)),
+    min_size=1, max_size=30)
+
+
+def _run(q: LaneQueue, plan: list[tuple[int, str, int]], job_ms: int,
+         one_class: bool, one_key: bool) -> tuple[list[str], dict[str, int], dict[str, int]]:
+    """Arrivals at increasing times, each admitted job running ``job_ms``; answers the admission
+    order, each request's arrival and admission time."""
+    now = 0
+    arrived: dict[str, int] = {}
+    admitted_at: dict[str, int] = {}
+    order: list[str] = []
+    events = sorted((t, i) for i, (_, _, t) in enumerate(plan))
+    pending = list(events)
+    running: list[tuple[int, str]] = []
+
+    def take(effects_admit: tuple[str, ...], at: int) -> None:
+        for rid in effects_admit:
+            order.append(rid)
+            admitted_at[rid] = at
+            running.append((at + job_ms, rid))
+
+    while pending or running:
+        next_arrival = pending[0][0] if pending else None
+        running.sort()
+        next_finish = running[0][0] if running else None
+        if next_finish is not None and (next_arrival is None or next_finish <= next_arrival):
+            now, rid = running.pop(0)
+            take(q.finished(rid, now).admit, now)
+        else:
+            assert next_arrival is not None
+            now, i = pending.pop(0)
+            cls, key, _ = plan[i]
+            rid = f"r{i}"
+            arrived[rid] = now
+            take(q.arrive(rid, "A", now, priority=STANDARD if one_class else cls,
+                          key_name="k" if one_key else key).admit, now)
+    return order, arrived, admitted_at
+
+
+@settings(max_examples=200, deadline=None)
+@given(arrivals, st.integers(1, 3))
+def test_one_class_one_key_is_exactly_fifo(plan: list[tuple[int, str, int]], depth: int) -> None:
+    """With every request in one class (and of one key) the admission order is arrival order:
+    today's FIFO."""
+    q = queue(depth=depth)
+    order, arrived, _ = _run(q, plan, 700, one_class=True, one_key=True)
+    assert order == sorted(order, key=lambda r: (arrived[r], int(r[1:])))
+
+
+@settings(max_examples=200, deadline=None)
+@given(arrivals, st.integers(1, 3))
+def test_no_request_waits_beyond_its_aging_bound(plan: list[tuple[int, str, int]], depth: int) -> None:
+    """Once a request has waited its class's aging bound (rank × aging) it is served like an
+    interactive one: no request that arrived after it and is of its key is admitted before it,
+    and a later request of another key passes it only in that key's fair turns — at most one
+    more time than its own key (its older requests) is served meanwhile."""
+    aging = 1000
+    q = queue(depth=depth, aging_ms=aging)
+    plan_of = {f"r{i}": p for i, p in enumerate(plan)}
+    order, arrived, admitted_at = _run(q, plan, 700, one_class=False, one_key=False)
+    assert sorted(order) == sorted(plan_of)  # nobody starves
+    keys = {p[1] for p in plan}
+    for rid in order:
+        cls, key, _ = plan_of[rid]
+        bound = arrived[rid] + cls * aging
+        meanwhile = [o for o in order[:order.index(rid)] if admitted_at[o] >= bound]
+        passed_by = [o for o in meanwhile if arrived[o] > arrived[rid]]
+        assert not [o for o in passed_by if plan_of[o][1] == key]
+        own_turns = sum(plan_of[o][1] == key for o in meanwhile)
+        for other in keys - {key}:
+            assert sum(plan_of[o][1] == other for o in passed_by) <= own_turns + 1
+
+
+class _E:
+    def __init__(self, priority: int, key_name: str, arrived_ms: int, weight: float) -> None:
+        self.priority, self.key_name, self.arrived_ms, self.weight = priority, key_name, arrived_ms, weight
+
+
+_KEY_WEIGHTS = {"a": 1.0, "b": 2.0, "c": 0.5}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from(sorted(_KEY_WEIGHTS)), st.integers(0, 3000)),
+                max_size=25),
+       st.dictionaries(st.sampled_from(sorted(_KEY_WEIGHTS)), st.floats(0, 5)), st.integers(0, 4000))
+def test_fair_order_service_order_matches_successive_picks(
+        plan: list[tuple[int, str, int]], served: dict[str, float], now: int) -> None:
+    """The fast simulated order (queue position, lending) is exactly what successive pick+charge
+    calls give, whatever the counters, classes, ages and weights."""
+    entries = [_E(rank, key, at, _KEY_WEIGHTS[key]) for rank, key, at in plan]
+    order = FairOrder(1000)
+    order._served.update(served)
+    simulated = [entries[i] for i in order.service_order(entries, now)]
+    live = list(entries)
+    picked = []
+    while live:
+        i = order.pick(live, now)
+        assert i is not None
+        picked.append(live[i])
+        order.charge(live.pop(i))
+    assert simulated == picked
