@@ -52,6 +52,7 @@ from routerd.metrics import NodeMetrics
 from routerd.routing.call import Call
 from routerd.routing.relay import Timeouts
 from routerd.serve.admin import ModelAdmin
+from routerd.serve.analytics import AnalyticsRecorder
 from routerd.serve.assets import build_asset_service
 from routerd.serve.front import InferenceFront
 from routerd.serve.keepalive import KeepAlive, OllamaControl
@@ -100,7 +101,8 @@ class Node:
         #: ``starting`` until start() has loaded the startup model, ``ready``, then ``draining``
         #: from a stop on (what ``/health`` answers).
         self.phase = "starting"
-        self.samples = Measurements(reactor, self.metrics, lambda: self.store)
+        self.analytics = AnalyticsRecorder(reactor, config.analytics, self.node_id, lambda: self.store)
+        self.samples = Measurements(reactor, self.metrics, lambda: self.store, self.analytics)
         limits = config.limits
         self.timeouts = Timeouts(reactor, limits.first_byte_timeout, limits.idle_stream_timeout)
         self.runtimes = Runtimes(reactor, config, self.http, launcher=launcher, on_load=self.samples.on_load,
@@ -162,7 +164,7 @@ class Node:
         self.front = InferenceFront(node_id=self.node_id, clock=reactor, catalog=lambda: self.catalog,
                                     local=self.local, metrics=self.metrics, master=self.master,
                                     forwarder=parts.forwarder, loaded_config=self.runtimes.loaded_config,
-                                    lending=self.lending, recipes=self.recipes)
+                                    lending=self.lending, recipes=self.recipes, analytics=self.analytics)
         self.admin = ModelAdmin(node_id=self.node_id, catalog=lambda: self.catalog, runtimes=self.runtimes,
                                 load=self.own_loads.load,
                                 blocked=self.assets.blocked,
@@ -202,6 +204,10 @@ class Node:
         self.services = OrderedServices()  # type: ignore[no-untyped-call]
         for child in (HookService("connection pool", on_stop=self.clients.close),
                       HookService("router database", on_stop=self._close_store),
+                      # analytics' buffered rows are written before the store closes
+                      HookService("analytics", on_stop=self.analytics.flush),
+                      IntervalService("analytics flush", self.analytics.tick, config.analytics.flush_interval,
+                                      reactor),
                       HookService("backends", on_start=self.runtimes.boot, on_stop=self.runtimes.stop),
                       HookService("restore after borrow", on_stop=self.restorer.stop),
                       HookService("decision log", on_start=lambda: self.decisions.start(self.store),

@@ -18,6 +18,7 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.web.iweb import IRequest
 
 from routerd import __version__
+from routerd.api.analytics_routes import AnalyticsAPI, AnalyticsNode
 from routerd.api.assets_routes import AssetsAPI, AssetsNode
 from routerd.api.cook_routes import CookAPI
 from routerd.api.decisions_routes import DecisionsAPI
@@ -433,7 +434,8 @@ class AdminAPI:
         raise not_found(request.path.decode("utf-8", "replace"))
 
 
-class ServedNode(NodeDocuments, AdminNode, AssetsNode, LendingNode, DecisionsNode, GuardiansNode, Protocol):
+class ServedNode(NodeDocuments, AdminNode, AssetsNode, LendingNode, DecisionsNode, GuardiansNode,
+                 AnalyticsNode, Protocol):
     """Everything :func:`build_site` reads of a node (``routerd.node.Node`` is one); each API class
     is handed only the part it uses."""
 
@@ -496,6 +498,7 @@ def build_site(node: ServedNode) -> NodeSite:
         OffloadAPI(coordinator=node.coordinator, lending=node.lending),
         PushAPI(node),
         DecisionsAPI(node),
+        AnalyticsAPI(node),
         AdminAPI(node=node, admin=node.admin),
         LinksAPI(node),
         SettingsAPI(node),

@@ -23,6 +23,7 @@ from routerd.config.lending import SETTINGS, LendingSettings, SettingError, norm
 from routerd.config.schema import (
     BACKEND_MODES,
     ROLES,
+    AnalyticsConfig,
     AuthConfig,
     BackendConfig,
     BinaryConfig,
@@ -42,7 +43,7 @@ TOKEN_FILE_ENV = "ROUTERD_CLUSTER_TOKEN_FILE"
 _BINARY_SECTIONS = ("llama", "sdcpp", "whispercpp", "kobold", "vllm")
 #: Keys a family's section has besides ``binary_path`` and ``extra_args``.
 _FAMILY_KEYS: dict[str, tuple[str, ...]] = {"kobold": ("no_model", "reload_timeout")}
-_SECTIONS = ("server", "auth", "models", "backend", *_BINARY_SECTIONS, "cluster", "limits")
+_SECTIONS = ("server", "auth", "models", "backend", *_BINARY_SECTIONS, "cluster", "limits", "analytics")
 
 
 class ConfigError(Exception):
@@ -227,6 +228,8 @@ def parse_config(
     reader.unknown(lim, "limits", ("max_body_mb", "replay_buffer_mb", "max_queued_per_model",
                                    "first_byte_timeout", "idle_stream_timeout"))
 
+    analytics = _analytics(sections["analytics"], reader)
+
     if not _is_loopback_bind(server.bind) and not (auth.inference_keys or auth.admin_keys):
         errs.add("server.bind", f"{server.bind} is not a loopback address; configure auth.inference_keys "
                                 "or auth.admin_keys before exposing routerd")
@@ -235,7 +238,20 @@ def parse_config(
     if errs.items:
         raise ConfigError(errs.items)
     return Config(server=server, auth=auth, models=models, backend=backend, cluster=cluster,
-                  limits=limits, source=source, **binaries)
+                  limits=limits, analytics=analytics, source=source, **binaries)
+
+
+def _analytics(section: Mapping[str, Any], reader: _Reader) -> AnalyticsConfig:
+    """The ``analytics`` section (contract §2): every duration must be positive."""
+    default = AnalyticsConfig()
+    durations = ("flush_interval", "raw_retention", "minute_retention", "hour_retention", "day_retention")
+    values = {key: reader.duration(section, "analytics", key, getattr(default, key)) for key in durations}
+    config = AnalyticsConfig(
+        enabled=reader.boolean(section, "analytics", "enabled", default.enabled),
+        max_buffered=reader.integer(section, "analytics", "max_buffered", default.max_buffered, 1, 1_000_000),
+        **values)
+    reader.unknown(section, "analytics", ("enabled", "max_buffered", *durations))
+    return config
 
 
 def _section(data: Mapping[str, Any], name: str, errs: _Errors) -> Mapping[str, Any]:

@@ -91,6 +91,12 @@ class Call:
     guardian_restore: bool = False  # a same-node guardian answers: load the displaced model back
     guardian_fallback: bool = False  # a guardian applies: a backend refusing the image raises ImageRefused
     serving_since: float | None = None  # when the backend slot was acquired
+    # What analytics records of the call (contract §9), set where it happens:
+    key_name: str = ""  # the admitting API key's name (Incoming.key_name), never the key
+    model_id: str = ""  # the model (its section key) that served or lent it on this node
+    forwarded_to: str = ""  # the node the master forwarded it to (that node records it)
+    lent_to: str = ""  # "helper_node/helper_model" when this owner lent it away
+    guardian: bool = False  # a guardian model answered it
     _shed: bool = attrs.field(default=False, init=False, repr=False)
 
     def shed_parsed(self) -> None:
