@@ -99,8 +99,9 @@ class CookAPI:
                 "reload": await self._rescan()}
 
     def _files_local(self) -> dict[str, Any]:
-        roots = self.node.config.models.file_roots
-        return {"node_id": self.node.node_id, "file_roots": len(roots), "files": model_files(roots)}
+        models = self.node.config.models
+        return {"node_id": self.node.node_id, "file_roots": len(models.file_roots),
+                "files": model_files(models.file_roots), "cooked": CookShelf(models.config_dir).cooked()}
 
     async def _rescan(self) -> dict[str, Any]:
         try:

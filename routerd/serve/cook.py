@@ -214,16 +214,32 @@ class CookShelf:
         os.unlink(path)
         return path
 
+    def cooked(self) -> list[dict[str, Any]]:
+        """The configs of the folder Cook wrote: ``{id, files}`` each, by ID."""
+        out = []
+        for name in sorted(os.listdir(self.config_dir)) if os.path.isdir(self.config_dir) else ():
+            if name.endswith(KCPPS_SUFFIX) and ID_PATTERN.match(name[:-len(KCPPS_SUFFIX)]):
+                mark = _mark(os.path.join(self.config_dir, name))
+                if mark is not None:
+                    out.append({"id": name[:-len(KCPPS_SUFFIX)], "files": mark.get("files", {})})
+        return out
+
     @staticmethod
     def _cooked_or_refuse(path: str) -> None:
-        try:
-            with open(path, encoding="utf-8-sig") as handle:
-                raw = json.load(handle)
-        except (OSError, ValueError):
-            raw = None
-        if not isinstance(raw, dict) or not isinstance(raw.get(MARK), dict):
+        if _mark(path) is None:
             raise CookError(f"{os.path.basename(path)} was not written by Cook; it is left as it is",
                             "not_cooked")
+
+
+def _mark(path: str) -> dict[str, Any] | None:
+    """The :data:`MARK` of the config at ``path``, or None when it has none or cannot be read."""
+    try:
+        with open(path, encoding="utf-8-sig") as handle:
+            raw = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    mark = raw.get(MARK) if isinstance(raw, dict) else None
+    return mark if isinstance(mark, dict) else None
 
 
 __all__ = ["FILE_FIELDS", "MARK", "CookError", "CookOrder", "CookShelf", "Cooked", "cook", "model_files",

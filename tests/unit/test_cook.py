@@ -160,6 +160,8 @@ def test_a_master_cooks_on_its_slave_through_the_node_route_and_the_model_appear
 
     code, applied = call(world, master, "POST", "/router/v1/site/cook/apply", order)
     assert code == 200, applied
+    code, files = call(world, master, "GET", "/router/v1/site/cook/files?node_id=slave")
+    assert files["cooked"] == [{"id": "cooked", "files": {"model": "llm/cooked.sim.json"}}]  # not "far"
     assert "cooked" in applied["reload"]["models"]["added"]
     assert (tmp_path / "slave" / "models" / "cooked.kcpps").exists()
     world.clock.advance(60)
