@@ -5,6 +5,10 @@ expose, preview it with what ``routerd check`` says, apply it (written whole int
 The site routes (admin) take ``node_id`` (default: the node serving the site API); for another node
 the master forwards the body through that node's ``/router/v1/node/cook/*`` route (cluster token),
 so paths are always resolved by the node that holds the files (:mod:`routerd.serve.cook`).
+
+A body ``{"recipe": {...}}`` cooks a split recipe across nodes instead (the fields of
+``POST /router/v1/site/recipes``): preview validates it as a save would, apply saves it
+(:class:`routerd.registry.recipes.RecipeBook`); the site's recipe routes list and delete it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from routerd.serve.reload import ReloadFailed
 if TYPE_CHECKING:
     from routerd.cluster.master import MasterAgent
     from routerd.config.schema import Config
+    from routerd.serve.recipes import RecipeRouter
     from routerd.serve.reload import ReloadReport
 
 NODE_COOK = "/router/v1/node/cook"
@@ -51,6 +56,9 @@ class CookNode(Protocol):
 
     @property
     def reloader(self) -> _Reloads: ...
+
+    @property
+    def recipes(self) -> RecipeRouter | None: ...
 
 
 def _refusal(exc: CookError) -> HTTPError:
@@ -139,9 +147,24 @@ class CookAPI:
         answer = await remote_answer(self._master().client.get_json(url, f"{NODE_COOK}/files"))
         return json_response(request, answer)
 
+    def _recipe(self, body: dict[str, Any], save: bool) -> dict[str, Any]:
+        """A split recipe: validated (preview) or saved (apply) by the site's recipe book."""
+        self._target(None)  # a slave answers 404 like every site route
+        if set(body) != {"recipe"} or not isinstance(body["recipe"], dict):
+            raise HTTPError(400, "a split recipe is cooked as {\"recipe\": {...}} and nothing else",
+                            "invalid_request_error", "invalid_cook")
+        recipes = self.node.recipes
+        if recipes is None:
+            raise HTTPError(404, "split recipes are not served here", "not_found", "not_found")
+        recipe = recipes.book.save(body["recipe"]) if save else recipes.book.check(body["recipe"])
+        return {"kind": "recipe", "recipe": recipe.to_json(), "applied": save,
+                "check": {"ok": True, "errors": []}}
+
     @routes.route(f"{SITE_COOK}/preview", methods=["POST"], auth="admin")
     async def site_preview(self, request: IRequest) -> bytes:
         body = read_json(request)
+        if "recipe" in body:
+            return json_response(request, self._recipe(body, save=False))
         url = self._target(body.get("node_id"))
         if url is None:
             return json_response(request, self._preview_local(body))
@@ -151,6 +174,8 @@ class CookAPI:
     @routes.route(f"{SITE_COOK}/apply", methods=["POST"], auth="admin")
     async def site_apply(self, request: IRequest) -> bytes:
         body = read_json(request)
+        if "recipe" in body:
+            return json_response(request, self._recipe(body, save=True))
         url = self._target(body.get("node_id"))
         if url is None:
             return json_response(request, await self._apply_local(body))

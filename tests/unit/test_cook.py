@@ -190,3 +190,20 @@ def test_bad_input_answers_400_with_a_reason_and_writes_nothing(tmp_path: Path) 
                       {"id": "x", "files": {"model": "llm/cooked.sim.json"}})  # the master has no file roots
     assert code == 403 and body["error"]["code"] == "no_file_roots"
     assert sorted(p.name for p in (tmp_path / "slave" / "models").iterdir()) == ["far.kcpps"]
+
+
+def test_a_split_recipe_across_nodes_is_previewed_without_saving_and_applied_into_the_recipe_book(
+        tmp_path: Path) -> None:
+    world, master, _slave = cluster(tmp_path)
+    recipe = {"id": "duo", "text": {"node_id": "slave", "model_id": "far"}}
+    code, preview = call(world, master, "POST", "/router/v1/site/cook/preview", {"recipe": recipe})
+    assert code == 200 and preview["kind"] == "recipe" and preview["applied"] is False, preview
+    assert call(world, master, "GET", "/router/v1/site/recipes")[1]["recipes"] == []
+    code, bad = call(world, master, "POST", "/router/v1/site/cook/preview",
+                     {"recipe": {"id": "duo", "text": {"node_id": "slave", "model_id": "ghost"}}})
+    assert code == 400 and bad["error"]["code"] == "component_not_found"
+    code, mixed = call(world, master, "POST", "/router/v1/site/cook/apply", {"recipe": recipe, "id": "x"})
+    assert code == 400 and mixed["error"]["code"] == "invalid_cook"
+    code, applied = call(world, master, "POST", "/router/v1/site/cook/apply", {"recipe": recipe})
+    assert code == 200 and applied["applied"] is True
+    assert [r["id"] for r in call(world, master, "GET", "/router/v1/site/recipes")[1]["recipes"]] == ["duo"]

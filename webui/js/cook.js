@@ -37,7 +37,8 @@ export function mount(container) {
   const row = (label, el) => h("tr", {}, h("th", {}, h("label", { htmlFor: el.id }, label)), h("td", {}, el));
   replace(container, h("h1", {}, "Cook"),
     h("p", { className: "empty" }, "Build a model config from the files a node's models.file_roots expose. " +
-      "Preview shows the config and what routerd check says of it; Apply writes it on that node and rescans."),
+      "Preview shows the config and what routerd check says of it; Apply writes it on that node and rescans. " +
+      "A split recipe across nodes is made on the Models page (Recipes)."),
     h("div", { className: "cook-grid" }, h("section", { id: "cook-form" },
       h("table", { className: "form" }, h("tbody", {},
         row("node", ctx.nodeSelect), row("model ID", ctx.id),
