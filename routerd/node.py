@@ -54,6 +54,7 @@ from routerd.routing.relay import Timeouts
 from routerd.serve.admin import ModelAdmin
 from routerd.serve.analytics import AnalyticsRecorder
 from routerd.serve.assets import build_asset_service
+from routerd.serve.bench import BenchBook, BenchRunner
 from routerd.serve.front import InferenceFront
 from routerd.serve.keepalive import KeepAlive, OllamaControl
 from routerd.serve.local import LocalInference
@@ -170,6 +171,12 @@ class Node:
                                 blocked=self.assets.blocked,
                                 registry=self.master.registry if self.master is not None else None,
                                 remote=self.master.client if self.master is not None else None)
+        self.bench = BenchRunner(node_id=self.node_id, clock=reactor, catalog=lambda: self.catalog,
+                                 loaded_config=self.runtimes.loaded_config, load=self.admin.load,
+                                 handle=lambda incoming, reply, route: self.front.handle(
+                                     incoming, reply, route, cluster_call=True),
+                                 book=BenchBook(cluster.store_dir, run_in_thread),
+                                 on_result=lambda _result: self._records_changed())
         self.policy = AuthPolicy.build(config.auth.inference_keys, config.auth.admin_keys,
                                        cluster.token, config.server.allowed_cidrs,
                                        metrics_keys=config.auth.metrics_keys,
@@ -179,7 +186,8 @@ class Node:
             node_id=self.node_id, public_url=self.public_url, clock=reactor, started_at=self.started_at,
             backend_mode=lambda: self.config.backend.mode, catalog=lambda: self.catalog,
             runtimes=self.runtimes, assets=self.assets, local=self.local, lending=self.lending,
-            samples=self.samples, own_busy=self.own_busy, master=self.master, recipes=self.recipes)
+            samples=self.samples, own_busy=self.own_busy, master=self.master, recipes=self.recipes,
+            benchmark=lambda model_id: self.bench.book.latest(model_id))
         self.documents.watch(self.metrics, self.coordinator)
         # the documents the HTTP edge and the cluster agents read (assembly.documents computes them)
         docs = self.documents
@@ -233,6 +241,7 @@ class Node:
         await self.assets.rebuild_index()
         if self.recipes is not None:
             self.recipes.book.load()
+        self.bench.book.load()
         if self.site is not None:
             await start_site(self.site, self._public_ids, self.store, self.lending,
                              self.config.cluster.lending, self.local_records(), links=self.master is not None)
@@ -298,6 +307,12 @@ class Node:
             await self.site.poll_all()
         if self.slave is not None and self.slave.running:
             await self.slave.register_once()
+
+    def _records_changed(self) -> None:
+        """This node's records changed (a benchmark result): the site's registry reads them again;
+        a slave's master sees them at its next poll."""
+        if self.site is not None:
+            self.site.registry.update_local(self.local_records())
 
     def _fatal(self, exc: RegistrationRefused) -> None:
         self.log.critical("{reason}; stopping", reason=str(exc))

@@ -20,6 +20,7 @@ from twisted.web.iweb import IRequest
 from routerd import __version__
 from routerd.api.analytics_routes import AnalyticsAPI, AnalyticsNode
 from routerd.api.assets_routes import AssetsAPI, AssetsNode
+from routerd.api.bench_routes import BenchAPI, BenchNode
 from routerd.api.cook_routes import CookAPI
 from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
@@ -435,7 +436,7 @@ class AdminAPI:
 
 
 class ServedNode(NodeDocuments, AdminNode, AssetsNode, LendingNode, DecisionsNode, GuardiansNode,
-                 AnalyticsNode, Protocol):
+                 AnalyticsNode, BenchNode, Protocol):
     """Everything :func:`build_site` reads of a node (``routerd.node.Node`` is one); each API class
     is handed only the part it uses."""
 
@@ -499,6 +500,7 @@ def build_site(node: ServedNode) -> NodeSite:
         PushAPI(node),
         DecisionsAPI(node),
         AnalyticsAPI(node),
+        BenchAPI(node),
         AdminAPI(node=node, admin=node.admin),
         LinksAPI(node),
         SettingsAPI(node),

@@ -253,7 +253,7 @@ def node_document(node_id: str, query: Query, now_ms: int, enabled: bool,
     return {
         "node_id": node_id, "enabled": enabled, "period": query.period, "since_ms": since,
         "until_ms": until, "bucket_ms": width, "level": level, "filters": query.filters(),
-        "totals": figures(total),
+        "totals": {**figures(total), **mergeable(total)},
         "models": models,
         "nodes": [{"node_id": node_id, "enabled": enabled, **figures(total)}],
         "series": [series_point(bucket, sums, by_lane, detail=True)

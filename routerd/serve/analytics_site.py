@@ -21,7 +21,7 @@ from routerd.errors import HTTPError
 from routerd.lending.reports import FANOUT, NODE_TIMEOUT_S, select_nodes
 from routerd.registry.records import NodeInfo
 from routerd.serve.analytics import LOAD_ERRORS_KEPT, series_point
-from routerd.store.analytics import ANALYTICS_LANES, PERIODS, Query, Sums, figures
+from routerd.store.analytics import ANALYTICS_LANES, FIGURES, PERIODS, Query, Sums, figures
 
 NODE_ANALYTICS = "/router/v1/node/analytics"
 NODE_ANALYTICS_FLUSH = "/router/v1/node/analytics/flush"
@@ -105,17 +105,17 @@ def merge(docs: Sequence[Mapping[str, Any]], query: Query, now_ms: int) -> dict[
     """Node analytics documents → one site document (pure; contract §9)."""
     since, until, level, width = query.window(now_ms)
     total = Sums()
-    models: dict[tuple[str, str, str], Sums] = {}
+    models: list[dict[str, Any]] = []
     nodes: list[dict[str, Any]] = []
     points: dict[int, tuple[Sums, dict[str, int]]] = {}
     for doc in docs:
         node_id = str(doc.get("node_id", ""))
-        own = Sums()
+        # a node's model rows are one per (model, lane) of that node: its own figures stand
         for row in _objects(doc.get("models")):
-            sums = Sums.from_json(row)
-            key = (str(row.get("model", "")), str(row.get("node_id") or node_id), str(row.get("lane", "")))
-            models.setdefault(key, Sums()).merge(sums)
-            own.merge(sums)
+            models.append({"model": str(row.get("model", "")), "node_id": str(row.get("node_id") or node_id),
+                           "lane": str(row.get("lane", "")), **_figures_of(row)})
+        totals = doc.get("totals")
+        own = Sums.from_json(totals if isinstance(totals, dict) else {})
         total.merge(own)
         nodes.append({"node_id": node_id, "enabled": doc.get("enabled") is True, **figures(own)})
         for point in _objects(doc.get("series")):
@@ -137,11 +137,20 @@ def merge(docs: Sequence[Mapping[str, Any]], query: Query, now_ms: int) -> dict[
     return {
         "period": query.period, "since_ms": since, "until_ms": until, "bucket_ms": width, "level": level,
         "filters": query.filters(), "totals": figures(total),
-        "models": [{"model": model, "node_id": node, "lane": lane, **figures(sums)}
-                   for (model, node, lane), sums in sorted(models.items())],
+        "models": sorted(models, key=lambda m: (m["model"], m["node_id"], m["lane"])),
         "nodes": sorted(nodes, key=lambda n: str(n["node_id"])),
         "series": series,
     }
+
+
+def _figures_of(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A node's figures as given; a field that is not a number is 0 (a count) or null."""
+    out: dict[str, Any] = {}
+    for name in FIGURES:
+        value = row.get(name)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        out[name] = value if number else (None if name.endswith(("_ms", "_per_s")) else 0)
+    return out
 
 
 def _objects(value: object) -> list[Mapping[str, Any]]:

@@ -223,11 +223,11 @@ class Sums:
         self.values["load_failures"] += row.status != "ok"
 
     def merge(self, other: Sums) -> None:
+        values = self.values
         for name, value in other.values.items():
-            self.values[name] = self.values.get(name, 0) + value
-        for mine, theirs in ((self.duration_hist, other.duration_hist), (self.ttft_hist, other.ttft_hist)):
-            for index, count in enumerate(theirs[:HIST_BUCKETS]):
-                mine[index] += count
+            values[name] = values.get(name, 0) + value
+        self.duration_hist = [a + b for a, b in zip(self.duration_hist, other.duration_hist, strict=True)]
+        self.ttft_hist = [a + b for a, b in zip(self.ttft_hist, other.ttft_hist, strict=True)]
 
     def columns(self) -> tuple[object, ...]:
         return (*(self.values[name] for name in SUMS), *self.duration_hist, *self.ttft_hist)
@@ -252,6 +252,9 @@ class Sums:
 
 
 def _hist(value: object) -> list[int]:
+    if isinstance(value, list) and len(value) == HIST_BUCKETS \
+            and all(type(count) is int and count >= 0 for count in value):
+        return value  # the usual, well-formed answer
     out = [0] * HIST_BUCKETS
     if isinstance(value, list):
         for index, count in enumerate(value[:HIST_BUCKETS]):
@@ -298,6 +301,12 @@ def figures(s: Sums) -> dict[str, Any]:
         "ttft_p50_ms": percentile(s.ttft_hist, 0.5), "ttft_p95_ms": percentile(s.ttft_hist, 0.95),
         "tokens_per_s": round(float(v["gen_tokens"]) * 1000.0 / gen_ms, 2) if gen_ms > 0 else None,
     }
+
+
+#: The keys :func:`figures` answers, in order.
+FIGURES: tuple[str, ...] = ("requests", "errors", "prompt_tokens", "completion_tokens", "images",
+                            "audio_seconds", "vectors", "loads", "load_failures", "lent", "borrowed",
+                            "guardian", "p50_ms", "p95_ms", "ttft_p50_ms", "ttft_p95_ms", "tokens_per_s")
 
 
 def mergeable(s: Sums) -> dict[str, Any]:
@@ -386,6 +395,6 @@ def counts(conn: sqlite3.Connection) -> dict[str, int]:
             for table in ("analytics_requests", "analytics_loads", "analytics_rollups")}
 
 
-__all__ = ["ANALYTICS_LANES", "HIST_BUCKETS", "LEVELS", "PERIODS", "SCHEMA_SQL", "SUMS", "LoadRow", "Query",
-           "RequestRow", "Sums", "bucket_of", "bucket_value", "counts", "figures", "mergeable", "percentile",
+__all__ = ["ANALYTICS_LANES", "FIGURES", "HIST_BUCKETS", "LEVELS", "PERIODS", "SCHEMA_SQL", "SUMS", "LoadRow",
+           "Query", "RequestRow", "Sums", "bucket_of", "bucket_value", "counts", "figures", "mergeable", "percentile",
            "prune", "query", "rollup", "write_batch"]

@@ -43,7 +43,8 @@ class Site:
     browser: Browser
 
 
-def _config(plan: ClusterPlan, name: str, cluster: dict[str, Any], models: dict[str, Any] | None = None) -> Any:
+def _config(plan: ClusterPlan, name: str, cluster: dict[str, Any],
+            models: dict[str, Any] | None = None) -> Any:
     port = plan.master_port if name == "master" else plan.slave_ports[name]
     return node_config(plan.root / name, {
         "server": {"bind": f"127.0.0.1:{port}"},
@@ -108,7 +109,7 @@ def overview(b: Browser) -> None:
     b.open("")  # the first page is the Overview
     b.one("#page-overview")
     b.wait_text('.kpi[data-kpi="requests"] .kpi-value', "6")
-    b.wait(lambda d: b.one("#chart-lanes").get_attribute("data-drawn") == "uplot", what="uPlot drew the chart")
+    b.wait(lambda d: b.one("#chart-lanes").get_attribute("data-drawn") == "uplot", what="uPlot drew it")
     assert b.css("#chart-lanes canvas"), "a canvas from uPlot"
     assert int(b.one("#chart-lanes").get_attribute("data-points")) >= 24
     b.wait_text("#attention-list", "broken")
@@ -129,8 +130,8 @@ def analytics(b: Browser) -> None:
     b.screenshot("analytics")
     b.wait(lambda d: len(Select(b.one('select[name="node_id"]')).options) >= 3, what="the node choices")
     Select(b.one('select[name="node_id"]')).select_by_value("slave-a")
-    b.wait(lambda d: "alpha" not in b.text("table.figures.models") and "beta" in b.text("table.figures.models"),
-           what="only slave-a's models")
+    b.wait(lambda d: "alpha" not in b.text("table.figures.models")
+           and "beta" in b.text("table.figures.models"), what="only slave-a's models")
 
 
 def errors(b: Browser) -> None:
@@ -147,8 +148,8 @@ def cook(b: Browser) -> None:
     b.wait(lambda d: any(o.get_attribute("value") == "slave-a" for o in Select(b.one("#cook-node")).options),
            what="slave-a offered")
     Select(b.one("#cook-node")).select_by_value("slave-a")
-    b.wait(lambda d: any(o.get_attribute("value") == "brew.sim.json" for o in Select(b.one("#cook-model")).options),
-           what="the slave's files offered")
+    b.wait(lambda d: any(o.get_attribute("value") == "brew.sim.json"
+                         for o in Select(b.one("#cook-model")).options), what="the slave's files offered")
     b.one("#cook-id").send_keys("brew")
     Select(b.one("#cook-model")).select_by_value("brew.sim.json")
     b.one("#cook-contextsize").send_keys("2048")
@@ -181,7 +182,7 @@ def without_the_chart_library(b: Browser) -> None:
     b.driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*uPlot.esm.js*"]})
     b.driver.get("about:blank")
     b.open("analytics")
-    b.wait(lambda d: b.one("#chart-requests").get_attribute("data-drawn") == "table", what="fallback to table")
+    b.wait(lambda d: b.one("#chart-requests").get_attribute("data-drawn") == "table", what="the table")
     assert b.one("#chart-requests details").get_attribute("open") is not None
     assert not b.css("#chart-requests canvas")
     b.wait_text("table.figures.models", "alpha")

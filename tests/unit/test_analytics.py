@@ -277,10 +277,12 @@ def test_the_site_merges_histograms_so_its_p95_is_the_whole_sites_not_an_average
 
 def test_a_node_answer_with_junk_fields_counts_them_as_zero() -> None:
     doc = {"node_id": "x", "enabled": True, "models": [{"model": "m", "lane": "text", "requests": "many",
-                                                        "duration_hist": ["x", -1, True]}],
+                                                        "p95_ms": "slow"}],
+           "totals": {"requests": "many", "duration_hist": ["x", -1, True]},
            "series": [{"t_ms": "soon"}, "junk"]}
     site = merge([doc], Query(period="1h"), NOW)
     assert site["totals"]["requests"] == 0 and site["totals"]["p50_ms"] is None
+    assert site["models"][0]["requests"] == 0 and site["models"][0]["p95_ms"] is None
 
 
 def test_bad_period_or_lane_is_a_400_naming_it() -> None:
