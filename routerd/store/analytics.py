@@ -395,6 +395,8 @@ def counts(conn: sqlite3.Connection) -> dict[str, int]:
             for table in ("analytics_requests", "analytics_loads", "analytics_rollups")}
 
 
-__all__ = ["ANALYTICS_LANES", "FIGURES", "HIST_BUCKETS", "LEVELS", "PERIODS", "SCHEMA_SQL", "SUMS", "LoadRow",
-           "Query", "RequestRow", "Sums", "bucket_of", "bucket_value", "counts", "figures", "mergeable", "percentile",
-           "prune", "query", "rollup", "write_batch"]
+__all__ = [
+    "ANALYTICS_LANES", "FIGURES", "HIST_BUCKETS", "LEVELS", "PERIODS", "SCHEMA_SQL", "SUMS", "LoadRow",
+    "Query", "RequestRow", "Sums", "bucket_of", "bucket_value", "counts", "figures", "mergeable",
+    "percentile", "prune", "query", "rollup", "write_batch",
+]
