@@ -173,7 +173,18 @@ def cook_refusal_and_delete(b: Browser) -> None:
 def bench(b: Browser) -> None:
     b.tab("bench")
     b.wait(lambda d: len(Select(b.one('select[name="model"]')).options) >= 2, what="models offered")
-    b.one("#bench-history")
+    for _ in range(2):  # two runs: a history and a line in the model's chart
+        Select(b.one('select[name="model"]')).select_by_value("alpha")
+        b.click("button.run-bench")
+        b.wait(lambda d: "running" not in b.text(".bench-message") and b.text(".bench-message"),
+               timeout=60, what="the run finishes")
+        assert "tok/s generation" in b.text(".bench-message"), b.text(".bench-message")
+    b.wait(lambda d: len(b.css("tr.bench-result")) >= 2, what="both runs in the history")
+    assert "text-v1" in b.text("#bench-history")
+    b.wait(lambda d: b.one("#chart-bench-master_alpha").get_attribute("data-drawn") == "uplot",
+           what="the model's chart")
+    assert b.one("#chart-bench-master_alpha").get_attribute("data-points") == "2"
+    b.screenshot("bench")
 
 
 def without_the_chart_library(b: Browser) -> None:
