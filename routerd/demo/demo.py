@@ -32,7 +32,6 @@ import attrs
 import yaml
 
 from routerd.catalog.kcpps import PATH_KEYS
-from routerd.config.schema import Config
 from routerd.demo.launcher import (
     Cluster,
     DemoError,
@@ -61,11 +60,6 @@ Kind = Literal["owner", "replica", "guardian", "image", "fast"]
 # -- configs (pure but for the file copies) -----------------------------------------------------
 
 
-def analytics_available() -> bool:
-    """True when this build has the ``analytics`` config section (issue 22, built beside the demo)."""
-    return "analytics" in attrs.fields_dict(Config)
-
-
 def copy_models(source: Path, target: Path) -> list[str]:
     """Copy every ``.kcpps`` of ``source`` into ``target`` with weight paths made absolute (they
     resolve against the config's folder, which changes); the copied local IDs."""
@@ -82,8 +76,7 @@ def copy_models(source: Path, target: Path) -> list[str]:
     return copied
 
 
-def demo_config(data: Mapping[str, Any], models_dir: Path, weights_dir: Path,
-                analytics: bool) -> dict[str, Any]:
+def demo_config(data: Mapping[str, Any], models_dir: Path, weights_dir: Path) -> dict[str, Any]:
     """A node's written config, changed for the demo: its own model folder, the example weights as
     file roots, analytics on, and quick health checks and syncs."""
     out = {key: dict(value) if isinstance(value, dict) else value for key, value in data.items()}
@@ -95,8 +88,7 @@ def demo_config(data: Mapping[str, Any], models_dir: Path, weights_dir: Path,
         cluster["health_interval"] = "1s"
     else:
         cluster["sync_interval"] = "2s"
-    if analytics:
-        out["analytics"] = {**out.get("analytics", {}), "enabled": True, "flush_interval": "5s"}
+    out["analytics"] = {**out.get("analytics", {}), "enabled": True, "flush_interval": "5s"}
     return out
 
 
@@ -104,7 +96,6 @@ def prepare_demo(config_dir: Path, run_dir: Path, base_port: int) -> list[NodeSp
     """Write the demo's three configs and model folders into ``run_dir``; master first."""
     nodes = prepare(config_dir, run_dir, base_port, routing_only=False)
     weights = (config_dir / "weights").resolve()
-    analytics = analytics_available()
     for spec in nodes:
         data = yaml.safe_load(spec.config.read_text(encoding="utf-8"))
         models_dir = run_dir / "models" / spec.name
@@ -114,7 +105,7 @@ def prepare_demo(config_dir: Path, run_dir: Path, base_port: int) -> list[NodeSp
             projector.write_bytes(b"demo projector")
             (models_dir / f"{GUARDIAN['model_id']}.kcpps").write_text(json.dumps(
                 {"model": str(weights / VISION_WEIGHTS), "mmproj": str(projector), "contextsize": 4096}))
-        written = demo_config(data, models_dir, weights, analytics)
+        written = demo_config(data, models_dir, weights)
         spec.config.write_text(f"# written by {PROG}\n" + yaml.safe_dump(written, sort_keys=False),
                                encoding="utf-8")
     return nodes
@@ -297,10 +288,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     def on_ready(cluster: Cluster, _inventory: dict[str, Any]) -> Any:
         master = cluster.master.spec.url
         configure(master)
-        analytics = "on" if analytics_available() else "not in this build"
         cluster.say(f"{PROG}: {OWNER['node_id']}/{OWNER['model_id']} lends to "
                     f"{HELPER['node_id']}/{HELPER['model_id']}; guardian {GUARDIAN['node_id']}/"
-                    f"{GUARDIAN['model_id']}; analytics {analytics}")
+                    f"{GUARDIAN['model_id']}; analytics on (written every 5 s)")
         cluster.say(f"{PROG}: open the WebUI at {master}/ui/  (Lending shows the decisions as they happen)")
         if args.no_load:
             return lambda: None

@@ -1,6 +1,7 @@
 """``routerd demo`` as a real process (issue 22): it starts three nodes on loopback, prints the
 WebUI address, its load makes the owner lend (decision-log rows ``lent`` on the owner, read through
-the master's site API), and Ctrl-C stops the load and every node, leaving no process behind."""
+the master's site API) and shows in site analytics, and Ctrl-C stops the load and every node,
+leaving no process behind."""
 
 from __future__ import annotations
 
@@ -57,6 +58,13 @@ def test_routerd_demo_lends_under_its_load_and_stops_cleanly_on_ctrl_c(tmp_path:
             time.sleep(1)
         assert lent, "the owner lent part of a wave to its helper"
         assert get_json(master + "/router/v1/site/guardians")["guardians"]
+        # analytics is on and written every 5 s: the charts' numbers move, lent work included
+        totals: dict[str, Any] = {}
+        end = time.monotonic() + 30
+        while not (totals.get("requests") and totals.get("lent")) and time.monotonic() < end:
+            totals = get_json(master + "/router/v1/site/analytics?period=1h")["totals"]
+            time.sleep(1)
+        assert totals["requests"] > 0 and totals["lent"] > 0, totals
     finally:
         proc.send_signal(signal.SIGINT)
         try:
