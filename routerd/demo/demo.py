@@ -78,16 +78,11 @@ def copy_models(source: Path, target: Path) -> list[str]:
 
 def demo_config(data: Mapping[str, Any], models_dir: Path, weights_dir: Path) -> dict[str, Any]:
     """A node's written config, changed for the demo: its own model folder, the example weights as
-    file roots, analytics on, and quick health checks and syncs."""
+    file roots and analytics on."""
     out = {key: dict(value) if isinstance(value, dict) else value for key, value in data.items()}
     models = out.setdefault("models", {})
     models["config_dir"] = str(models_dir)
     models["file_roots"] = [str(weights_dir)]
-    cluster = out.setdefault("cluster", {})
-    if cluster.get("role") == "master":
-        cluster["health_interval"] = "1s"
-    else:
-        cluster["sync_interval"] = "2s"
     out["analytics"] = {**out.get("analytics", {}), "enabled": True, "flush_interval": "5s"}
     return out
 
