@@ -6,6 +6,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from routerd.catalog.catalog import Catalog
 from routerd.config.load import load_config
 from routerd.demo.demo import (
@@ -66,3 +68,13 @@ def test_a_wave_backs_up_the_owner_then_goes_quiet_and_every_kind_is_sent() -> N
     for kind in kinds:
         path, body = request_for(kind)  # type: ignore[arg-type]
         assert path.startswith("/v1/") and body["model"]
+
+
+def test_routerd_demo_is_a_subcommand_of_the_routerd_command_with_its_own_options(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from routerd.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["demo", "--base-port", "70000"])
+    assert exited.value.code == 2
+    assert "--base-port must be between 1 and 65533" in capsys.readouterr().err
