@@ -270,7 +270,7 @@ def series_point(bucket: int, sums: Sums, by_lane: dict[str, int], *, detail: bo
         point[name] = shown[name]
     point["by_lane"] = {lane: by_lane.get(lane, 0) for lane in ("text", "image", "stt")}
     if detail:
-        point.update(mergeable(sums))
+        point.update(mergeable(sums, ttft=False))
     return point
 
 

@@ -233,11 +233,14 @@ class Sums:
         return (*(self.values[name] for name in SUMS), *self.duration_hist, *self.ttft_hist)
 
     @classmethod
-    def from_columns(cls, row: Sequence[Any]) -> Sums:
+    def from_columns(cls, row: Sequence[Any], *, ttft: bool = True) -> Sums:
+        """Sums from a query row of :data:`SUMS` then the histograms (``ttft`` False: the duration
+        histogram only, the TTFT one left empty)."""
         n = len(SUMS)
         values = {name: row[i] or 0 for i, name in enumerate(SUMS)}
-        return cls(values, [int(c or 0) for c in row[n:n + HIST_BUCKETS]],
-                   [int(c or 0) for c in row[n + HIST_BUCKETS:n + 2 * HIST_BUCKETS]])
+        ttft_hist = [int(c or 0) for c in row[n + HIST_BUCKETS:n + 2 * HIST_BUCKETS]] if ttft \
+            else [0] * HIST_BUCKETS
+        return cls(values, [int(c or 0) for c in row[n:n + HIST_BUCKETS]], ttft_hist)
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Sums:
@@ -253,7 +256,7 @@ class Sums:
 
 def _hist(value: object) -> list[int]:
     if isinstance(value, list) and len(value) == HIST_BUCKETS \
-            and all(type(count) is int and count >= 0 for count in value):
+            and all(type(count) is int for count in value) and min(value) >= 0:
         return value  # the usual, well-formed answer
     out = [0] * HIST_BUCKETS
     if isinstance(value, list):
@@ -309,10 +312,14 @@ FIGURES: tuple[str, ...] = ("requests", "errors", "prompt_tokens", "completion_t
                             "guardian", "p50_ms", "p95_ms", "ttft_p50_ms", "ttft_p95_ms", "tokens_per_s")
 
 
-def mergeable(s: Sums) -> dict[str, Any]:
-    """The parts of some sums a node adds to its answer so the master can merge them."""
-    return {"gen_ms": round(float(s.values["gen_ms"]), 3), "gen_tokens": int(s.values["gen_tokens"]),
-            "duration_hist": list(s.duration_hist), "ttft_hist": list(s.ttft_hist)}
+def mergeable(s: Sums, *, ttft: bool = True) -> dict[str, Any]:
+    """The parts of some sums a node adds to its answer so the master can merge them (``ttft``
+    False: without the TTFT histogram, which a series point does not show)."""
+    out = {"gen_ms": round(float(s.values["gen_ms"]), 3), "gen_tokens": int(s.values["gen_tokens"]),
+           "duration_hist": list(s.duration_hist)}
+    if ttft:
+        out["ttft_hist"] = list(s.ttft_hist)
+    return out
 
 
 # --- SQL (on the store's thread) ------------------------------------------------------------------
@@ -368,6 +375,8 @@ class Query:
 
 
 _SUM_SQL = ", ".join(f"SUM({c})" for c in (*SUMS, *_D, *_T))
+#: A series point shows no TTFT: its query leaves that histogram out.
+_SERIES_SQL = ", ".join(f"SUM({c})" for c in (*SUMS, *_D))
 
 
 def query(conn: sqlite3.Connection, q: Query, now_ms: int) -> tuple[list[tuple[str, str, str, Sums]],
@@ -383,8 +392,8 @@ def query(conn: sqlite3.Connection, q: Query, now_ms: int) -> tuple[list[tuple[s
     tables = [(str(r[0]), str(r[1]), str(r[2]), Sums.from_columns(r[3:])) for r in conn.execute(
         f"SELECT node_id, model_id, lane, {_SUM_SQL} FROM analytics_rollups WHERE {where} "
         "GROUP BY node_id, model_id, lane ORDER BY model_id, node_id, lane", args)]
-    series = [(int(r[0]), str(r[1]), Sums.from_columns(r[2:])) for r in conn.execute(
-        f"SELECT bucket_ms, lane, {_SUM_SQL} FROM analytics_rollups WHERE {where} "
+    series = [(int(r[0]), str(r[1]), Sums.from_columns(r[2:], ttft=False)) for r in conn.execute(
+        f"SELECT bucket_ms, lane, {_SERIES_SQL} FROM analytics_rollups WHERE {where} "
         "GROUP BY bucket_ms, lane ORDER BY bucket_ms, lane", args)]
     return tables, series
 
