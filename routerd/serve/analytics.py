@@ -53,34 +53,32 @@ def request_row(call: Call | None, route: Route, *, node_id: str, model_label: s
                 started: float, finished: float, first_write: float | None) -> RequestRow | None:
     """The analytics row of a request the front finished, or None when another node records it
     (a master's forwarded request that reached its node)."""
-    if call is not None and call.forwarded_to and status not in NOT_DELIVERED:
-        return None
     duration_ms = max(0.0, (finished - started) * 1000.0)
-    model = (call.model_id or call.selector or "") if call is not None else ""
-    row = RequestRow(at_ms=int(finished * 1000), node_id=node_id, model_id=model or model_label,
-                     lane=route.runtime, route=route.kind, status=status, duration_ms=duration_ms)
-    if call is None:
-        return row
+    if call is None:  # refused before it was a call (a bad body or selector)
+        return RequestRow(at_ms=int(finished * 1000), node_id=node_id, model_id=model_label,
+                          lane=route.runtime, route=route.kind, status=status, duration_ms=duration_ms)
+    if call.forwarded_to and status not in NOT_DELIVERED:
+        return None
     outcome = call.outcome
     section = SECTIONS[route.kind]
     prompt = completion = images = vectors = 0
     audio = 0.0
-    ok = status == "ok" and not call.lent_to
-    if ok and section == "llm" and len(outcome.work) == 2:
-        prompt, completion = int(outcome.work[0]), int(outcome.work[1])
-    elif ok and section == "image" and call.parsed is not None:
-        images = image_count("sdapi" if route.family == "sdapi" else "openai", call.parsed)
-    elif ok and section == "stt" and outcome.work:
-        audio = float(outcome.work[0])
-    elif ok and section == "embeddings":
-        vectors = vector_count(call.parsed)
+    if status == "ok" and not call.lent_to:  # a lent request's work is the helper's row
+        if section == "llm" and len(outcome.work) == 2:
+            prompt, completion = int(outcome.work[0]), int(outcome.work[1])
+        elif section == "image" and call.parsed is not None:
+            images = image_count("sdapi" if route.family == "sdapi" else "openai", call.parsed)
+        elif section == "stt" and outcome.work:
+            audio = float(outcome.work[0])
+        elif section == "embeddings":
+            vectors = vector_count(call.parsed)
     ttft = max(0.0, (first_write - started) * 1000.0) if first_write is not None and call.stream else None
     return RequestRow(
-        at_ms=row.at_ms, node_id=node_id, model_id=row.model_id, lane=row.lane, route=row.route,
-        status=status, http_status=outcome.http_status, duration_ms=duration_ms, ttft_ms=ttft,
-        prompt_tokens=prompt, completion_tokens=completion, images=images, audio_seconds=audio,
-        vectors=vectors, lent=bool(call.lent_to), borrowed=call.borrowed, guardian=call.guardian,
-        key_name=call.key_name)
+        at_ms=int(finished * 1000), node_id=node_id, model_id=call.model_id or call.selector or model_label,
+        lane=route.runtime, route=route.kind, status=status, http_status=outcome.http_status,
+        duration_ms=duration_ms, ttft_ms=ttft, prompt_tokens=prompt, completion_tokens=completion,
+        images=images, audio_seconds=audio, vectors=vectors, lent=bool(call.lent_to),
+        borrowed=call.borrowed, guardian=call.guardian, key_name=call.key_name)
 
 
 def load_row(*, at_ms: int, node_id: str, model_id: str, config_filename: str, runtime: str, ok: bool,

@@ -374,3 +374,12 @@ def test_a_node_with_analytics_off_answers_enabled_false(tmp_path: Path) -> None
     assert document["nodes"] == [{"node_id": "solo", "enabled": False, **figures(Sums())}]
     assert document["totals"]["requests"] == 0
     world.run(node.stop())
+
+
+def test_a_request_refused_before_it_was_parsed_is_still_a_row_with_its_status() -> None:
+    route = classify("POST", "/v1/chat/completions")
+    assert route is not None
+    row = request_row(None, route, node_id="n", model_label="-", status="bad_request", started=1.0,
+                      finished=1.002, first_write=None)
+    assert row is not None and (row.status, row.model_id, row.lane) == ("bad_request", "-", "text")
+    assert row.duration_ms == pytest.approx(2.0)
