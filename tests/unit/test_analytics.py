@@ -33,7 +33,7 @@ from routerd.store.analytics import (
 from routerd.store.migrations import migrate
 from routerd.store.runner import connect
 
-from .node_fixture import TEXT, World
+from .node_fixture import IMAGE, TEXT, World
 
 HOUR = 3_600_000
 DAY = 24 * HOUR
@@ -383,3 +383,18 @@ def test_a_request_refused_before_it_was_parsed_is_still_a_row_with_its_status()
                       finished=1.002, first_write=None)
     assert row is not None and (row.status, row.model_id, row.lane) == ("bad_request", "-", "text")
     assert row.duration_ms == pytest.approx(2.0)
+
+
+def test_an_image_models_requests_and_loads_share_its_row_under_its_local_id(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    node = world.node("solo", {"paint": IMAGE}, analytics={"enabled": True},
+                      auth={"admin_keys": ["admin-key-for-analytics"]})
+    world.start(node)
+    response, _ = world.call("POST", node, "/v1/images/generations",
+                             json={"model": "paint-paint", "prompt": "a cat", "n": 2})
+    assert response.code == 200
+    world.call("POST", node, "/router/v1/site/analytics/flush", headers=ADMIN)
+    response, body = world.call("GET", node, "/router/v1/site/analytics?period=1h&lane=image", headers=ADMIN)
+    rows = json.loads(body)["models"]
+    assert [(r["model"], r["requests"], r["images"], r["loads"]) for r in rows] == [("paint", 1, 2, 1)]
+    world.run(node.stop())
