@@ -270,23 +270,32 @@ RollupKey = tuple[str, int, str, str, str]  # level, bucket_ms, node_id, model_i
 
 
 def rollup(requests: Iterable[RequestRow], loads: Iterable[LoadRow]) -> dict[RollupKey, Sums]:
-    """What a batch adds to every rollup level."""
-    out: dict[RollupKey, Sums] = {}
-
-    def sums(at_ms: int, node: str, model: str, lane: str) -> Iterable[Sums]:
-        for level, width in LEVELS.items():
-            key = (level, at_ms - at_ms % width, node, model, lane)
-            found = out.get(key)
-            if found is None:
-                found = out[key] = Sums()
-            yield found
-
+    """What a batch adds to every rollup level: each row is added to its minute, and each minute's
+    sums to its hour and day (a busy batch has far fewer minutes than rows)."""
+    minute_ms = LEVELS["minute"]
+    minutes: dict[RollupKey, Sums] = {}
     for row in requests:
-        for target in sums(row.at_ms, row.node_id, row.model_id, row.lane):
-            target.add_request(row)
+        key = ("minute", row.at_ms - row.at_ms % minute_ms, row.node_id, row.model_id, row.lane)
+        found = minutes.get(key)
+        if found is None:
+            found = minutes[key] = Sums()
+        found.add_request(row)
     for load in loads:
-        for target in sums(load.at_ms, load.node_id, load.model_id, load.runtime):
-            target.add_load(load)
+        key = ("minute", load.at_ms - load.at_ms % minute_ms, load.node_id, load.model_id, load.runtime)
+        found = minutes.get(key)
+        if found is None:
+            found = minutes[key] = Sums()
+        found.add_load(load)
+    out = dict(minutes)
+    for (_level, bucket, node, model, lane), sums in minutes.items():
+        for level in ("hour", "day"):
+            width = LEVELS[level]
+            coarse = (level, bucket - bucket % width, node, model, lane)
+            found = out.get(coarse)
+            if found is None:
+                out[coarse] = Sums(dict(sums.values), list(sums.duration_hist), list(sums.ttft_hist))
+            else:
+                found.merge(sums)
     return out
 
 
