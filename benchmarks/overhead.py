@@ -13,10 +13,11 @@ is being measured) and from a Python client otherwise (``--python`` forces it).
 Targets (issue 14), judged by the ratios of one run: routerd CPU per request <= 0.5 x the floor's
 at c=1/16/64; CPU per stream <= 0.75 x; added TTFC <= the floor's; p99 at c=1 <= 1.5 x.
 
-A fourth path, ``analytics``, is a second routerd node with ``analytics.enabled`` in front of its
-own zero-delay backend; its buffered rows are flushed (written, with their rollups) before and after
-each of its cells, so the cell's CPU includes writing what it recorded.  Its row's ratios are
-against the ``routerd`` row of the same round (issue 22: CPU per request <= 1.10 x).
+A fourth path, ``analytics``, is the same routerd process with ``analytics.enabled`` switched on
+by a reload just before its cell and off again after it (the reload's own CPU outside the cell);
+the rows it buffered are written (with their rollups) inside the cell, so its CPU includes writing
+what it recorded.  Its ratios are against the ``routerd`` row of the same round: the same process,
+backend and connections, analytics off (issue 22: CPU per request <= 1.10 x).
 
 Run: .venv/bin/python benchmarks/overhead.py [--seconds 8] [--rounds 2] [--python]
 """
@@ -97,30 +98,54 @@ def wrk_cell(url: str, body: dict[str, Any], conc: int, seconds: float) -> WrkRe
             _seconds(worst_m.group(1)), int(errors_m.group(1)) if errors_m else 0)
 
 
-def flush(url: str | None) -> None:
-    """Write a node's buffered analytics rows now (their cost is the cell's that made them)."""
-    if url is not None:
-        urllib.request.urlopen(urllib.request.Request(url, data=b"{}", method="POST"), timeout=60).read()
+class Analytics:
+    """Switches a node's ``analytics.enabled`` by rewriting its YAML and reloading it, and writes
+    its buffered rows."""
+
+    def __init__(self, cfg: Path, url: str) -> None:
+        self.cfg, self.url = cfg, url
+
+    def _post(self, path: str) -> Any:
+        request = urllib.request.Request(self.url + path, data=b"{}", method="POST")
+        return json.loads(urllib.request.urlopen(request, timeout=60).read())
+
+    def switch(self, on: bool) -> None:
+        data = json.loads(self.cfg.read_text())
+        data["analytics"] = {"enabled": on}
+        self.cfg.write_text(json.dumps(data))
+        answer = self._post("/router/v1/reload")
+        if answer.get("restart_required"):
+            raise RuntimeError(f"analytics did not apply live: {answer}")
+
+    def flush(self) -> None:
+        self._post("/router/v1/site/analytics/flush")
 
 
 async def measure_cell(http: Any, url: str, conc: int, args: argparse.Namespace, pid: int | None,
-                       flush_url: str | None = None) -> Cell:
-    flush(flush_url)
+                       analytics: Analytics | None = None) -> Cell:
+    if analytics is not None:
+        analytics.switch(True)
     cpu0 = cpu_seconds(pid) if pid is not None else 0.0
     if args.wrk:
         count, elapsed, p50, p99, worst, errors = wrk_cell(url, BODY, conc, args.seconds)
     else:
         elapsed, lat = await run_load(http, url, BODY, conc, args.requests)
         count, p50, p99, worst, errors = len(lat), pct(lat, .5), pct(lat, .99), max(lat), 0
-    flush(flush_url)
+    if analytics is not None:
+        analytics.flush()  # writing what the cell recorded is the cell's cost
     cpu = (cpu_seconds(pid) - cpu0) / max(1, count) if pid is not None else None
+    if analytics is not None:
+        analytics.switch(False)
     return Cell(count, elapsed, p50, p99, worst, cpu, errors)
 
 
-async def stream_cell(http: Any, url: str, rounds: int, pid: int | None) -> tuple[float, float | None]:
+async def stream_cell(http: Any, url: str, rounds: int, pid: int | None,
+                      analytics: Analytics | None = None) -> tuple[float, float | None]:
     """Median time to first chunk over ``rounds`` sequential streams, and proxy CPU per stream."""
     import treq
 
+    if analytics is not None:
+        analytics.switch(True)
     cpu0 = cpu_seconds(pid) if pid is not None else 0.0
     firsts: list[float] = []
     payload = json.dumps(STREAM).encode()
@@ -136,7 +161,11 @@ async def stream_cell(http: Any, url: str, rounds: int, pid: int | None) -> tupl
 
         await treq.collect(response, got)
         firsts.append(first[0])
+    if analytics is not None:
+        analytics.flush()
     cpu = (cpu_seconds(pid) - cpu0) / rounds if pid is not None else None
+    if analytics is not None:
+        analytics.switch(False)
     return median(firsts), cpu
 
 
@@ -164,31 +193,23 @@ def main() -> None:
     cfg = write_node(root, port, {"zero": {"model": "../weights/zero.sim.json", "contextsize": 4096,
                                            "parallel": 64}}, {"zero": ZERO})
     node = NodeProcess(cfg, port)
-    analytics_port = free_port()
-    analytics_cfg = write_node(root / "analytics", analytics_port,
-                               {"zero": {"model": "../weights/zero.sim.json", "contextsize": 4096,
-                                         "parallel": 64}}, {"zero": ZERO},
-                               extra={"analytics": {"enabled": True}})
-    analytics = NodeProcess(analytics_cfg, analytics_port)
+    analytics = Analytics(cfg, node.url)
     naive: subprocess.Popen[bytes] | None = None
     try:
         node.wait_ready()
-        analytics.wait_ready()
         load = json.dumps({"model": "zero"}).encode()
-        for url in (node.url, analytics.url):
-            req = urllib.request.Request(url + "/router/v1/load", data=load)
-            urllib.request.urlopen(req, timeout=60).read()
+        req = urllib.request.Request(node.url + "/router/v1/load", data=load)
+        urllib.request.urlopen(req, timeout=60).read()
         state = json.loads(urllib.request.urlopen(node.url + "/router/v1/state").read())
         backend = f"http://127.0.0.1:{[r for r in state['runtimes'] if r['kind'] == 'text'][0]['port']}"
         naive_port = free_port()
         naive = subprocess.Popen([sys.executable, str(NAIVE), str(naive_port), backend],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         NodeProcess.wait_url(f"http://127.0.0.1:{naive_port}/health")
-        flush_url = analytics.url + "/router/v1/site/analytics/flush"
         paths = {"direct": (backend + "/v1/chat/completions", None),
                  "naive": (f"http://127.0.0.1:{naive_port}/v1/chat/completions", naive.pid),
                  "routerd": (node.url + "/v1/chat/completions", node.proc.pid),
-                 "analytics": (analytics.url + "/v1/chat/completions", analytics.proc.pid)}
+                 "analytics": (node.url + "/v1/chat/completions", node.proc.pid)}
 
         async def measure() -> None:
             http = client()
@@ -202,7 +223,7 @@ def main() -> None:
             for conc in levels:
                 for rnd in range(1, args.rounds + 1):
                     cells = {name: await measure_cell(http, url, conc, args, pid,
-                                                      flush_url if name == "analytics" else None)
+                                                      analytics if name == "analytics" else None)
                              for name, (url, pid) in paths.items()}
                     for name, cell in cells.items():
                         ratios = ""
@@ -221,7 +242,8 @@ def main() -> None:
                   f"{'ratio CPU':>9}")
             http = client()  # fresh connections: the old ones idled through the wrk cells
             for rnd in range(1, args.rounds + 1):
-                got = {name: await stream_cell(http, url, args.streams, pid)
+                got = {name: await stream_cell(http, url, args.streams, pid,
+                                               analytics if name == "analytics" else None)
                        for name, (url, pid) in paths.items()}
                 for name, (ttfc, cpu) in got.items():
                     added = ttfc - got["direct"][0]
@@ -236,7 +258,6 @@ def main() -> None:
             naive.terminate()
             naive.wait(10)
         node.stop()
-        analytics.stop()
 
 
 if __name__ == "__main__":
