@@ -142,8 +142,8 @@ def raw_rows(root: Path, count: int, batch: int) -> None:
                            prompt_tokens=rng.randrange(2000), completion_tokens=rng.randrange(800),
                            key_name="team-analytics") for i in range(n)]
         conn.execute("BEGIN")
-        conn.executemany(f"INSERT INTO analytics_requests ({sql._REQUEST_COLUMNS}) "
-                         f"VALUES ({', '.join('?' * 18)})", [r.values() for r in rows])
+        conn.executemany(f"INSERT INTO analytics_requests ({sql.REQUEST_COLUMNS}) "
+                         f"VALUES ({', '.join('?' * len(RequestRow._fields))})", rows)
         conn.execute("COMMIT")
         written += n
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -116,6 +116,7 @@ class Analytics:
         answer = self._post("/router/v1/reload")
         if answer.get("restart_required"):
             raise RuntimeError(f"analytics did not apply live: {answer}")
+        time.sleep(2.0)  # what a reload starts in the background (asset index, resolve) settles first
 
     def flush(self) -> None:
         self._post("/router/v1/site/analytics/flush")

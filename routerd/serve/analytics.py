@@ -45,6 +45,8 @@ LOAD_ERRORS_KEPT = 200
 #: Statuses of a forwarded request that never reached the node it was sent to (the master records
 #: those; the other node records every request it answered).
 NOT_DELIVERED = frozenset({"node_unreachable"})
+#: Request rows a node keeps in memory for ``/analytics/recent``.
+RECENT_KEPT = 100
 #: How often the flush loop also prunes (seconds).
 PRUNE_EVERY_S = 3600.0
 
@@ -109,6 +111,25 @@ class LoadErrors:
         return removed
 
 
+def recent_json(rows: Sequence[RequestRow], model: str | None = None, lane: str | None = None,
+                limit: int = RECENT_KEPT) -> list[dict[str, Any]]:
+    """The newest request rows first, as ``/analytics/recent`` answers them (contract §9)."""
+    out: list[dict[str, Any]] = []
+    for row in reversed(rows):
+        if (model is None or row.model_id == model) and (lane is None or row.lane == lane):
+            out.append({"at_ms": row.at_ms, "node_id": row.node_id, "model": row.model_id, "lane": row.lane,
+                        "route": row.route, "status": row.status, "http_status": row.http_status,
+                        "duration_ms": round(row.duration_ms, 1),
+                        "ttft_ms": None if row.ttft_ms is None else round(row.ttft_ms, 1),
+                        "prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens,
+                        "images": row.images, "audio_seconds": row.audio_seconds, "vectors": row.vectors,
+                        "lent": row.lent, "borrowed": row.borrowed, "guardian": row.guardian,
+                        "key_name": row.key_name})
+            if len(out) >= limit:
+                break
+    return out
+
+
 def load_error_json(row: LoadRow) -> dict[str, Any]:
     return {"node_id": row.node_id, "model": row.model_id, "config_filename": row.config_filename,
             "runtime": row.runtime, "at_ms": row.at_ms, "duration_ms": int(row.duration_ms),
@@ -133,6 +154,8 @@ class AnalyticsRecorder:
         self.node_id = node_id
         self.store = store
         self.load_errors = LoadErrors()
+        #: The newest request rows, written or not (``/analytics/recent``: the Overview's list).
+        self.recent: deque[RequestRow] = deque(maxlen=RECENT_KEPT)
         self._requests: list[RequestRow] = []
         self._loads: list[LoadRow] = []
         self._pruned_at: float | None = None
@@ -157,6 +180,7 @@ class AnalyticsRecorder:
         if not self.config.enabled:
             return
         self._requests.append(row)
+        self.recent.append(row)
         if self.buffered >= self.config.max_buffered:
             self.flush()
 
@@ -272,5 +296,5 @@ def series_point(bucket: int, sums: Sums, by_lane: dict[str, int], *, detail: bo
     return point
 
 
-__all__ = ["LEVELS", "LOAD_ERRORS_KEPT", "AnalyticsRecorder", "AnalyticsStore", "LoadErrors",
-           "load_error_json", "load_row", "node_document", "request_row", "series_point"]
+__all__ = ["LEVELS", "LOAD_ERRORS_KEPT", "RECENT_KEPT", "AnalyticsRecorder", "AnalyticsStore", "LoadErrors",
+           "load_error_json", "load_row", "node_document", "recent_json", "request_row", "series_point"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -100,9 +100,11 @@ CREATE TABLE analytics_rollups (
 SCHEMA_SQL = _schema()
 
 
-@attrs.frozen
-class RequestRow:
-    """One finished request, as analytics records it (contract §9)."""
+class RequestRow(NamedTuple):
+    """One finished request, as analytics records it (contract §9).
+
+    A named tuple of plain values (one is made for every request: cheaper to build than a class
+    instance, and the garbage collector stops tracking it), in the order of its table's columns."""
 
     at_ms: int
     node_id: str
@@ -123,16 +125,8 @@ class RequestRow:
     guardian: bool = False
     key_name: str = ""
 
-    def values(self) -> tuple[object, ...]:
-        return (self.at_ms, self.node_id, self.model_id, self.lane, self.route, self.status,
-                self.http_status, float(self.duration_ms), self.ttft_ms, self.prompt_tokens,
-                self.completion_tokens, self.images, float(self.audio_seconds), self.vectors,
-                int(self.lent), int(self.borrowed), int(self.guardian), self.key_name)
 
-
-_REQUEST_COLUMNS = ("at_ms, node_id, model_id, lane, route, status, http_status, duration_ms, ttft_ms, "
-                    "prompt_tokens, completion_tokens, images, audio_seconds, vectors, lent, borrowed, "
-                    "guardian, key_name")
+REQUEST_COLUMNS = ", ".join(RequestRow._fields)
 
 
 @attrs.frozen
@@ -345,8 +339,8 @@ _UPSERT = (
 def write_batch(conn: sqlite3.Connection, requests: Sequence[RequestRow], loads: Sequence[LoadRow]) -> None:
     """Insert a batch's raw rows and add it into the rollups (the caller's one transaction)."""
     if requests:
-        conn.executemany(f"INSERT INTO analytics_requests ({_REQUEST_COLUMNS}) "
-                         f"VALUES ({', '.join('?' * 18)})", [r.values() for r in requests])
+        conn.executemany(f"INSERT INTO analytics_requests ({REQUEST_COLUMNS}) "
+                         f"VALUES ({', '.join('?' * len(RequestRow._fields))})", requests)
     if loads:
         conn.executemany(f"INSERT INTO analytics_loads ({_LOAD_COLUMNS}) VALUES ({', '.join('?' * 9)})",
                          [r.values() for r in loads])
@@ -416,5 +410,5 @@ def counts(conn: sqlite3.Connection) -> dict[str, int]:
 __all__ = [
     "ANALYTICS_LANES", "FIGURES", "HIST_BUCKETS", "LEVELS", "PERIODS", "SCHEMA_SQL", "SUMS", "LoadRow",
     "Query", "RequestRow", "Sums", "bucket_of", "bucket_value", "counts", "figures", "mergeable",
-    "percentile", "prune", "query", "rollup", "write_batch",
+    "REQUEST_COLUMNS", "percentile", "prune", "query", "rollup", "write_batch",
 ]

@@ -339,6 +339,22 @@ def test_requests_on_a_node_appear_in_its_site_analytics_after_a_flush(tmp_path:
     world.run(node.stop())
 
 
+def test_recent_requests_are_listed_newest_first_with_their_key_name(tmp_path: Path) -> None:
+    world, node = standalone(tmp_path)
+    for content in ("one", "two"):
+        world.call("POST", node, "/v1/chat/completions", json={"model": "chat", "messages": [
+            {"role": "user", "content": content}]})
+    world.call("POST", node, "/router/v1/benchmarks/run", json={"model": "chat"}, headers=ADMIN)
+    response, body = world.call("GET", node, "/router/v1/site/analytics/recent?limit=3", headers=ADMIN)
+    rows = json.loads(body)["requests"]
+    assert response.code == 200 and len(rows) == 3
+    assert [r["key_name"] for r in rows] == ["(benchmark)", "", ""]  # a benchmark's request says so
+    assert rows[0]["at_ms"] >= rows[1]["at_ms"] >= rows[2]["at_ms"] and rows[0]["ttft_ms"] is not None
+    response, body = world.call("GET", node, "/router/v1/site/analytics/recent?lane=video", headers=ADMIN)
+    assert response.code == 400
+    world.run(node.stop())
+
+
 def test_a_stop_writes_the_buffered_rows(tmp_path: Path) -> None:
     world, node = standalone(tmp_path)
     world.call("POST", node, "/v1/chat/completions", json={"model": "chat", "messages": []})
