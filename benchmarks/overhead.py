@@ -13,11 +13,8 @@ is being measured) and from a Python client otherwise (``--python`` forces it).
 Targets (issue 14), judged by the ratios of one run: routerd CPU per request <= 0.5 x the floor's
 at c=1/16/64; CPU per stream <= 0.75 x; added TTFC <= the floor's; p99 at c=1 <= 1.5 x.
 
-A fourth path, ``analytics``, is the same routerd process with ``analytics.enabled`` switched on
-by a reload just before its cell and off again after it (the reload's own CPU outside the cell);
-the rows it buffered are written (with their rollups) inside the cell, so its CPU includes writing
-what it recorded.  Its ratios are against the ``routerd`` row of the same round: the same process,
-backend and connections, analytics off (issue 22: CPU per request <= 1.10 x).
+Last, routerd with analytics on against off (issue 22; ``benchmarks/analytics_ab.py``): the same
+process switched by a reload, cell by cell, at each concurrency and for streams (target <= 1.10 x).
 
 Run: .venv/bin/python benchmarks/overhead.py [--seconds 8] [--rounds 2] [--python]
 """
@@ -98,55 +95,21 @@ def wrk_cell(url: str, body: dict[str, Any], conc: int, seconds: float) -> WrkRe
             _seconds(worst_m.group(1)), int(errors_m.group(1)) if errors_m else 0)
 
 
-class Analytics:
-    """Switches a node's ``analytics.enabled`` by rewriting its YAML and reloading it, and writes
-    its buffered rows."""
-
-    def __init__(self, cfg: Path, url: str) -> None:
-        self.cfg, self.url = cfg, url
-
-    def _post(self, path: str) -> Any:
-        request = urllib.request.Request(self.url + path, data=b"{}", method="POST")
-        return json.loads(urllib.request.urlopen(request, timeout=60).read())
-
-    def switch(self, on: bool) -> None:
-        data = json.loads(self.cfg.read_text())
-        data["analytics"] = {"enabled": on}
-        self.cfg.write_text(json.dumps(data))
-        answer = self._post("/router/v1/reload")
-        if answer.get("restart_required"):
-            raise RuntimeError(f"analytics did not apply live: {answer}")
-        time.sleep(2.0)  # what a reload starts in the background (asset index, resolve) settles first
-
-    def flush(self) -> None:
-        self._post("/router/v1/site/analytics/flush")
-
-
-async def measure_cell(http: Any, url: str, conc: int, args: argparse.Namespace, pid: int | None,
-                       analytics: Analytics | None = None) -> Cell:
-    if analytics is not None:
-        analytics.switch(True)
+async def measure_cell(http: Any, url: str, conc: int, args: argparse.Namespace, pid: int | None) -> Cell:
     cpu0 = cpu_seconds(pid) if pid is not None else 0.0
     if args.wrk:
         count, elapsed, p50, p99, worst, errors = wrk_cell(url, BODY, conc, args.seconds)
     else:
         elapsed, lat = await run_load(http, url, BODY, conc, args.requests)
         count, p50, p99, worst, errors = len(lat), pct(lat, .5), pct(lat, .99), max(lat), 0
-    if analytics is not None:
-        analytics.flush()  # writing what the cell recorded is the cell's cost
     cpu = (cpu_seconds(pid) - cpu0) / max(1, count) if pid is not None else None
-    if analytics is not None:
-        analytics.switch(False)
     return Cell(count, elapsed, p50, p99, worst, cpu, errors)
 
 
-async def stream_cell(http: Any, url: str, rounds: int, pid: int | None,
-                      analytics: Analytics | None = None) -> tuple[float, float | None]:
+async def stream_cell(http: Any, url: str, rounds: int, pid: int | None) -> tuple[float, float | None]:
     """Median time to first chunk over ``rounds`` sequential streams, and proxy CPU per stream."""
     import treq
 
-    if analytics is not None:
-        analytics.switch(True)
     cpu0 = cpu_seconds(pid) if pid is not None else 0.0
     firsts: list[float] = []
     payload = json.dumps(STREAM).encode()
@@ -162,11 +125,7 @@ async def stream_cell(http: Any, url: str, rounds: int, pid: int | None,
 
         await treq.collect(response, got)
         firsts.append(first[0])
-    if analytics is not None:
-        analytics.flush()
     cpu = (cpu_seconds(pid) - cpu0) / rounds if pid is not None else None
-    if analytics is not None:
-        analytics.switch(False)
     return median(firsts), cpu
 
 
@@ -194,7 +153,6 @@ def main() -> None:
     cfg = write_node(root, port, {"zero": {"model": "../weights/zero.sim.json", "contextsize": 4096,
                                            "parallel": 64}}, {"zero": ZERO})
     node = NodeProcess(cfg, port)
-    analytics = Analytics(cfg, node.url)
     naive: subprocess.Popen[bytes] | None = None
     try:
         node.wait_ready()
@@ -209,8 +167,7 @@ def main() -> None:
         NodeProcess.wait_url(f"http://127.0.0.1:{naive_port}/health")
         paths = {"direct": (backend + "/v1/chat/completions", None),
                  "naive": (f"http://127.0.0.1:{naive_port}/v1/chat/completions", naive.pid),
-                 "routerd": (node.url + "/v1/chat/completions", node.proc.pid),
-                 "analytics": (node.url + "/v1/chat/completions", node.proc.pid)}
+                 "routerd": (node.url + "/v1/chat/completions", node.proc.pid)}
 
         async def measure() -> None:
             http = client()
@@ -223,17 +180,13 @@ def main() -> None:
                   f"{'CPU ms/req':>10}  {'ratio CPU':>9} {'ratio p99':>9}")
             for conc in levels:
                 for rnd in range(1, args.rounds + 1):
-                    cells = {name: await measure_cell(http, url, conc, args, pid,
-                                                      analytics if name == "analytics" else None)
+                    cells = {name: await measure_cell(http, url, conc, args, pid)
                              for name, (url, pid) in paths.items()}
                     for name, cell in cells.items():
                         ratios = ""
                         if name == "routerd":
                             ratios = (f"  {_ratio(cell.cpu, cells['naive'].cpu):>9} "
                                       f"{_ratio(cell.p99, cells['naive'].p99):>9}")
-                        elif name == "analytics":  # against routerd with analytics off
-                            ratios = (f"  {_ratio(cell.cpu, cells['routerd'].cpu):>9} "
-                                      f"{_ratio(cell.p99, cells['routerd'].p99):>9}")
                         bad = f"  ({cell.errors} non-2xx)" if cell.errors else ""
                         rate = cell.count / cell.elapsed
                         print(f"{conc:>3} {rnd:>3} {name:>8} {rate:8.0f} {_ms(cell.p50)} {_ms(cell.p99)} "
@@ -243,15 +196,29 @@ def main() -> None:
                   f"{'ratio CPU':>9}")
             http = client()  # fresh connections: the old ones idled through the wrk cells
             for rnd in range(1, args.rounds + 1):
-                got = {name: await stream_cell(http, url, args.streams, pid,
-                                               analytics if name == "analytics" else None)
+                got = {name: await stream_cell(http, url, args.streams, pid)
                        for name, (url, pid) in paths.items()}
                 for name, (ttfc, cpu) in got.items():
                     added = ttfc - got["direct"][0]
                     ratio = f"  {_ratio(cpu, got['naive'][1]):>9}" if name == "routerd" else ""
-                    if name == "analytics":
-                        ratio = f"  {_ratio(cpu, got['routerd'][1]):>9}"
                     print(f"{rnd:>3} {name:>8} {_ms(ttfc)} {_ms(added)} {_ms(cpu):>13}{ratio}")
+
+            # issue 22: the same node with analytics on against off (benchmarks/analytics_ab.py)
+            from analytics_ab import Analytics, compare
+
+            routerd_url = paths["routerd"][0]
+
+            def cell(conc: int) -> Any:
+                async def load() -> int:
+                    return (await measure_cell(http, routerd_url, conc, args, None)).count
+                return load
+
+            async def streams() -> int:
+                await stream_cell(http, routerd_url, args.streams, None)
+                return args.streams
+
+            cells = [*((f"c={conc}", cell(conc)) for conc in levels), ("stream", streams)]
+            await compare(Analytics(cfg, node.url), node.proc.pid, cells, args.rounds)
 
         run(measure)
     finally:
