@@ -13,10 +13,8 @@ is being measured) and from a Python client otherwise (``--python`` forces it).
 Targets (issue 14), judged by the ratios of one run: routerd CPU per request <= 0.5 x the floor's
 at c=1/16/64; CPU per stream <= 0.75 x; added TTFC <= the floor's; p99 at c=1 <= 1.5 x.
 
-A fourth path, ``analytics``, is a second routerd node with ``analytics.enabled`` in front of its
-own zero-delay backend; its buffered rows are flushed (written, with their rollups) before and after
-each of its cells, so the cell's CPU includes writing what it recorded.  Its row's ratios are
-against the ``routerd`` row of the same round (issue 22: CPU per request <= 1.10 x).
+Last, routerd with analytics on against off (issue 22; ``benchmarks/analytics_ab.py``): the same
+process switched by a reload, cell by cell, at each concurrency and for streams (target <= 1.10 x).
 
 Run: .venv/bin/python benchmarks/overhead.py [--seconds 8] [--rounds 2] [--python]
 """
@@ -97,22 +95,13 @@ def wrk_cell(url: str, body: dict[str, Any], conc: int, seconds: float) -> WrkRe
             _seconds(worst_m.group(1)), int(errors_m.group(1)) if errors_m else 0)
 
 
-def flush(url: str | None) -> None:
-    """Write a node's buffered analytics rows now (their cost is the cell's that made them)."""
-    if url is not None:
-        urllib.request.urlopen(urllib.request.Request(url, data=b"{}", method="POST"), timeout=60).read()
-
-
-async def measure_cell(http: Any, url: str, conc: int, args: argparse.Namespace, pid: int | None,
-                       flush_url: str | None = None) -> Cell:
-    flush(flush_url)
+async def measure_cell(http: Any, url: str, conc: int, args: argparse.Namespace, pid: int | None) -> Cell:
     cpu0 = cpu_seconds(pid) if pid is not None else 0.0
     if args.wrk:
         count, elapsed, p50, p99, worst, errors = wrk_cell(url, BODY, conc, args.seconds)
     else:
         elapsed, lat = await run_load(http, url, BODY, conc, args.requests)
         count, p50, p99, worst, errors = len(lat), pct(lat, .5), pct(lat, .99), max(lat), 0
-    flush(flush_url)
     cpu = (cpu_seconds(pid) - cpu0) / max(1, count) if pid is not None else None
     return Cell(count, elapsed, p50, p99, worst, cpu, errors)
 
@@ -164,31 +153,21 @@ def main() -> None:
     cfg = write_node(root, port, {"zero": {"model": "../weights/zero.sim.json", "contextsize": 4096,
                                            "parallel": 64}}, {"zero": ZERO})
     node = NodeProcess(cfg, port)
-    analytics_port = free_port()
-    analytics_cfg = write_node(root / "analytics", analytics_port,
-                               {"zero": {"model": "../weights/zero.sim.json", "contextsize": 4096,
-                                         "parallel": 64}}, {"zero": ZERO},
-                               extra={"analytics": {"enabled": True}})
-    analytics = NodeProcess(analytics_cfg, analytics_port)
     naive: subprocess.Popen[bytes] | None = None
     try:
         node.wait_ready()
-        analytics.wait_ready()
         load = json.dumps({"model": "zero"}).encode()
-        for url in (node.url, analytics.url):
-            req = urllib.request.Request(url + "/router/v1/load", data=load)
-            urllib.request.urlopen(req, timeout=60).read()
+        req = urllib.request.Request(node.url + "/router/v1/load", data=load)
+        urllib.request.urlopen(req, timeout=60).read()
         state = json.loads(urllib.request.urlopen(node.url + "/router/v1/state").read())
         backend = f"http://127.0.0.1:{[r for r in state['runtimes'] if r['kind'] == 'text'][0]['port']}"
         naive_port = free_port()
         naive = subprocess.Popen([sys.executable, str(NAIVE), str(naive_port), backend],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         NodeProcess.wait_url(f"http://127.0.0.1:{naive_port}/health")
-        flush_url = analytics.url + "/router/v1/site/analytics/flush"
         paths = {"direct": (backend + "/v1/chat/completions", None),
                  "naive": (f"http://127.0.0.1:{naive_port}/v1/chat/completions", naive.pid),
-                 "routerd": (node.url + "/v1/chat/completions", node.proc.pid),
-                 "analytics": (analytics.url + "/v1/chat/completions", analytics.proc.pid)}
+                 "routerd": (node.url + "/v1/chat/completions", node.proc.pid)}
 
         async def measure() -> None:
             http = client()
@@ -201,17 +180,13 @@ def main() -> None:
                   f"{'CPU ms/req':>10}  {'ratio CPU':>9} {'ratio p99':>9}")
             for conc in levels:
                 for rnd in range(1, args.rounds + 1):
-                    cells = {name: await measure_cell(http, url, conc, args, pid,
-                                                      flush_url if name == "analytics" else None)
+                    cells = {name: await measure_cell(http, url, conc, args, pid)
                              for name, (url, pid) in paths.items()}
                     for name, cell in cells.items():
                         ratios = ""
                         if name == "routerd":
                             ratios = (f"  {_ratio(cell.cpu, cells['naive'].cpu):>9} "
                                       f"{_ratio(cell.p99, cells['naive'].p99):>9}")
-                        elif name == "analytics":  # against routerd with analytics off
-                            ratios = (f"  {_ratio(cell.cpu, cells['routerd'].cpu):>9} "
-                                      f"{_ratio(cell.p99, cells['routerd'].p99):>9}")
                         bad = f"  ({cell.errors} non-2xx)" if cell.errors else ""
                         rate = cell.count / cell.elapsed
                         print(f"{conc:>3} {rnd:>3} {name:>8} {rate:8.0f} {_ms(cell.p50)} {_ms(cell.p99)} "
@@ -226,9 +201,24 @@ def main() -> None:
                 for name, (ttfc, cpu) in got.items():
                     added = ttfc - got["direct"][0]
                     ratio = f"  {_ratio(cpu, got['naive'][1]):>9}" if name == "routerd" else ""
-                    if name == "analytics":
-                        ratio = f"  {_ratio(cpu, got['routerd'][1]):>9}"
                     print(f"{rnd:>3} {name:>8} {_ms(ttfc)} {_ms(added)} {_ms(cpu):>13}{ratio}")
+
+            # issue 22: the same node with analytics on against off (benchmarks/analytics_ab.py)
+            from analytics_ab import Analytics, compare
+
+            routerd_url = paths["routerd"][0]
+
+            def cell(conc: int) -> Any:
+                async def load() -> int:
+                    return (await measure_cell(http, routerd_url, conc, args, None)).count
+                return load
+
+            async def streams() -> int:
+                await stream_cell(http, routerd_url, args.streams, None)
+                return args.streams
+
+            cells = [*((f"c={conc}", cell(conc)) for conc in levels), ("stream", streams)]
+            await compare(Analytics(cfg, node.url), node.proc.pid, cells, args.rounds)
 
         run(measure)
     finally:
@@ -236,7 +226,6 @@ def main() -> None:
             naive.terminate()
             naive.wait(10)
         node.stop()
-        analytics.stop()
 
 
 if __name__ == "__main__":

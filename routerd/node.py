@@ -103,6 +103,8 @@ class Node:
         #: from a stop on (what ``/health`` answers).
         self.phase = "starting"
         self.analytics = AnalyticsRecorder(reactor, config.analytics, self.node_id, lambda: self.store)
+        self._analytics_loop = IntervalService("analytics flush", self.analytics.tick,
+                                               config.analytics.flush_interval, reactor)
         self.samples = Measurements(reactor, self.metrics, lambda: self.store, self.analytics)
         limits = config.limits
         self.timeouts = Timeouts(reactor, limits.first_byte_timeout, limits.idle_stream_timeout)
@@ -214,8 +216,7 @@ class Node:
                       HookService("router database", on_stop=self._close_store),
                       # analytics' buffered rows are written before the store closes
                       HookService("analytics", on_stop=self.analytics.flush),
-                      IntervalService("analytics flush", self.analytics.tick, config.analytics.flush_interval,
-                                      reactor),
+                      self._analytics_loop,
                       HookService("backends", on_start=self.runtimes.boot, on_stop=self.runtimes.stop),
                       HookService("restore after borrow", on_stop=self.restorer.stop),
                       HookService("decision log", on_start=lambda: self.decisions.start(self.store),
@@ -291,6 +292,8 @@ class Node:
         self.timeouts.first_byte = new.limits.first_byte_timeout
         self.timeouts.idle = new.limits.idle_stream_timeout
         self.local.max_queued_per_model = new.limits.max_queued_per_model
+        self.analytics.config = new.analytics  # on or off, retentions, buffer bound: from now on
+        self._analytics_loop.set_interval(new.analytics.flush_interval)
         apply_live_cluster(cluster, self.master, self.slave)
         if cluster.lending != old.cluster.lending:
             await apply_live_lending(cluster.lending, self.lending, self.store,

@@ -21,22 +21,25 @@ from routerd.api.jsonio import json_response
 from routerd.api.reply import query_arg
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
-from routerd.serve.analytics import LOAD_ERRORS_KEPT, AnalyticsRecorder
+from routerd.serve.analytics import LOAD_ERRORS_KEPT, RECENT_KEPT, AnalyticsRecorder, recent_json
 from routerd.serve.analytics_site import (
     NODE_ANALYTICS,
     NODE_ANALYTICS_FLUSH,
     NODE_LOAD_ERRORS,
+    NODE_RECENT,
     Site,
     parse_query,
     site_analytics,
     site_clear_load_errors,
     site_flush,
     site_load_errors,
+    site_recent,
 )
 
 SITE_ANALYTICS = "/router/v1/site/analytics"
 SITE_ANALYTICS_FLUSH = "/router/v1/site/analytics/flush"
 SITE_LOAD_ERRORS = "/router/v1/site/load-errors"
+SITE_RECENT = "/router/v1/site/analytics/recent"
 _DIGITS = re.compile(r"[0-9]{1,6}")
 
 
@@ -57,14 +60,20 @@ def _args(request: IRequest, *names: str) -> dict[str, str | None]:
     return {name: query_arg(request, name) or None for name in names}
 
 
-def _limit(request: IRequest) -> int:
+def _limit(request: IRequest, most: int = LOAD_ERRORS_KEPT) -> int:
     text = query_arg(request, "limit")
     if not text:
-        return LOAD_ERRORS_KEPT
-    if not _DIGITS.fullmatch(text) or not 1 <= int(text) <= LOAD_ERRORS_KEPT:
-        raise HTTPError(400, f"limit must be an integer from 1 to {LOAD_ERRORS_KEPT}, got {text!r}",
+        return most
+    if not _DIGITS.fullmatch(text) or not 1 <= int(text) <= most:
+        raise HTTPError(400, f"limit must be an integer from 1 to {most}, got {text!r}",
                         "invalid_request_error", "invalid_parameter")
     return int(text)
+
+
+def _recent_args(request: IRequest) -> tuple[str | None, str | None, int]:
+    args = _args(request, "model", "lane")
+    lane = parse_query({"lane": args["lane"]}).lane  # the same 400 for an unknown lane
+    return args["model"], lane, _limit(request, RECENT_KEPT)
 
 
 class AnalyticsAPI:
@@ -102,6 +111,12 @@ class AnalyticsAPI:
     def node_clear_load_errors(self, request: IRequest) -> bytes:
         return json_response(request, {"ok": True, "removed": self.node.analytics.load_errors.clear()})
 
+    @routes.route(NODE_RECENT, methods=["GET"], auth="cluster")
+    def node_recent(self, request: IRequest) -> bytes:
+        model, lane, limit = _recent_args(request)
+        rows = recent_json(self.node.analytics.recent, model, lane, limit)
+        return json_response(request, {"requests": rows})
+
     # --- site API ----------------------------------------------------------------------------------
 
     @routes.route(SITE_ANALYTICS, methods=["GET"], auth="admin")
@@ -117,6 +132,15 @@ class AnalyticsAPI:
     async def site_flush(self, request: IRequest) -> bytes:
         site = self._site()
         return json_response(request, await site_flush(site, self.node.node_id, self.node.analytics.flush))
+
+    @routes.route(SITE_RECENT, methods=["GET"], auth="admin")
+    async def site_recent(self, request: IRequest) -> bytes:
+        site = self._site()
+        model, lane, limit = _recent_args(request)
+        own = recent_json(self.node.analytics.recent, model, lane, limit)
+        node_id = query_arg(request, "node_id") or None
+        return json_response(request, await site_recent(site, self.node.node_id, own, node_id, model, lane,
+                                                        limit))
 
     @routes.route(SITE_LOAD_ERRORS, methods=["GET"], auth="admin")
     async def site_load_errors(self, request: IRequest) -> bytes:
@@ -135,4 +159,5 @@ class AnalyticsAPI:
             site, self.node.node_id, clear, query_arg(request, "node_id") or None))
 
 
-__all__ = ["SITE_ANALYTICS", "SITE_ANALYTICS_FLUSH", "SITE_LOAD_ERRORS", "AnalyticsAPI", "AnalyticsNode"]
+__all__ = ["SITE_ANALYTICS", "SITE_ANALYTICS_FLUSH", "SITE_LOAD_ERRORS", "SITE_RECENT", "AnalyticsAPI",
+           "AnalyticsNode"]

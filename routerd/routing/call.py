@@ -93,7 +93,7 @@ class Call:
     serving_since: float | None = None  # when the backend slot was acquired
     # What analytics records of the call (contract §9), set where it happens:
     key_name: str = ""  # the admitting API key's name (Incoming.key_name), never the key
-    model_id: str = ""  # the model (its section key) that served or lent it on this node
+    model_id: str = ""  # the local ID of the model that served or lent it on this node
     forwarded_to: str = ""  # the node the master forwarded it to (that node records it)
     lent_to: str = ""  # "helper_node/helper_model" when this owner lent it away
     guardian: bool = False  # a guardian model answered it

@@ -45,6 +45,8 @@ LOAD_ERRORS_KEPT = 200
 #: Statuses of a forwarded request that never reached the node it was sent to (the master records
 #: those; the other node records every request it answered).
 NOT_DELIVERED = frozenset({"node_unreachable"})
+#: Request rows a node keeps in memory for ``/analytics/recent``.
+RECENT_KEPT = 100
 #: How often the flush loop also prunes (seconds).
 PRUNE_EVERY_S = 3600.0
 
@@ -53,34 +55,32 @@ def request_row(call: Call | None, route: Route, *, node_id: str, model_label: s
                 started: float, finished: float, first_write: float | None) -> RequestRow | None:
     """The analytics row of a request the front finished, or None when another node records it
     (a master's forwarded request that reached its node)."""
-    if call is not None and call.forwarded_to and status not in NOT_DELIVERED:
-        return None
     duration_ms = max(0.0, (finished - started) * 1000.0)
-    model = (call.model_id or call.selector or "") if call is not None else ""
-    row = RequestRow(at_ms=int(finished * 1000), node_id=node_id, model_id=model or model_label,
-                     lane=route.runtime, route=route.kind, status=status, duration_ms=duration_ms)
-    if call is None:
-        return row
+    if call is None:  # refused before it was a call (a bad body or selector)
+        return RequestRow(at_ms=int(finished * 1000), node_id=node_id, model_id=model_label,
+                          lane=route.runtime, route=route.kind, status=status, duration_ms=duration_ms)
+    if call.forwarded_to and status not in NOT_DELIVERED:
+        return None
     outcome = call.outcome
     section = SECTIONS[route.kind]
     prompt = completion = images = vectors = 0
     audio = 0.0
-    ok = status == "ok" and not call.lent_to
-    if ok and section == "llm" and len(outcome.work) == 2:
-        prompt, completion = int(outcome.work[0]), int(outcome.work[1])
-    elif ok and section == "image" and call.parsed is not None:
-        images = image_count("sdapi" if route.family == "sdapi" else "openai", call.parsed)
-    elif ok and section == "stt" and outcome.work:
-        audio = float(outcome.work[0])
-    elif ok and section == "embeddings":
-        vectors = vector_count(call.parsed)
+    if status == "ok" and not call.lent_to:  # a lent request's work is the helper's row
+        if section == "llm" and len(outcome.work) == 2:
+            prompt, completion = int(outcome.work[0]), int(outcome.work[1])
+        elif section == "image" and call.parsed is not None:
+            images = image_count("sdapi" if route.family == "sdapi" else "openai", call.parsed)
+        elif section == "stt" and outcome.work:
+            audio = float(outcome.work[0])
+        elif section == "embeddings":
+            vectors = vector_count(call.parsed)
     ttft = max(0.0, (first_write - started) * 1000.0) if first_write is not None and call.stream else None
     return RequestRow(
-        at_ms=row.at_ms, node_id=node_id, model_id=row.model_id, lane=row.lane, route=row.route,
-        status=status, http_status=outcome.http_status, duration_ms=duration_ms, ttft_ms=ttft,
-        prompt_tokens=prompt, completion_tokens=completion, images=images, audio_seconds=audio,
-        vectors=vectors, lent=bool(call.lent_to), borrowed=call.borrowed, guardian=call.guardian,
-        key_name=call.key_name)
+        at_ms=int(finished * 1000), node_id=node_id, model_id=call.model_id or call.selector or model_label,
+        lane=route.runtime, route=route.kind, status=status, http_status=outcome.http_status,
+        duration_ms=duration_ms, ttft_ms=ttft, prompt_tokens=prompt, completion_tokens=completion,
+        images=images, audio_seconds=audio, vectors=vectors, lent=bool(call.lent_to),
+        borrowed=call.borrowed, guardian=call.guardian, key_name=call.key_name)
 
 
 def load_row(*, at_ms: int, node_id: str, model_id: str, config_filename: str, runtime: str, ok: bool,
@@ -111,6 +111,25 @@ class LoadErrors:
         return removed
 
 
+def recent_json(rows: Sequence[RequestRow], model: str | None = None, lane: str | None = None,
+                limit: int = RECENT_KEPT) -> list[dict[str, Any]]:
+    """The newest request rows first, as ``/analytics/recent`` answers them (contract §9)."""
+    out: list[dict[str, Any]] = []
+    for row in reversed(rows):
+        if (model is None or row.model_id == model) and (lane is None or row.lane == lane):
+            out.append({"at_ms": row.at_ms, "node_id": row.node_id, "model": row.model_id, "lane": row.lane,
+                        "route": row.route, "status": row.status, "http_status": row.http_status,
+                        "duration_ms": round(row.duration_ms, 1),
+                        "ttft_ms": None if row.ttft_ms is None else round(row.ttft_ms, 1),
+                        "prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens,
+                        "images": row.images, "audio_seconds": row.audio_seconds, "vectors": row.vectors,
+                        "lent": row.lent, "borrowed": row.borrowed, "guardian": row.guardian,
+                        "key_name": row.key_name})
+            if len(out) >= limit:
+                break
+    return out
+
+
 def load_error_json(row: LoadRow) -> dict[str, Any]:
     return {"node_id": row.node_id, "model": row.model_id, "config_filename": row.config_filename,
             "runtime": row.runtime, "at_ms": row.at_ms, "duration_ms": int(row.duration_ms),
@@ -135,6 +154,8 @@ class AnalyticsRecorder:
         self.node_id = node_id
         self.store = store
         self.load_errors = LoadErrors()
+        #: The newest request rows, written or not (``/analytics/recent``: the Overview's list).
+        self.recent: deque[RequestRow] = deque(maxlen=RECENT_KEPT)
         self._requests: list[RequestRow] = []
         self._loads: list[LoadRow] = []
         self._pruned_at: float | None = None
@@ -159,6 +180,7 @@ class AnalyticsRecorder:
         if not self.config.enabled:
             return
         self._requests.append(row)
+        self.recent.append(row)
         if self.buffered >= self.config.max_buffered:
             self.flush()
 
@@ -270,9 +292,9 @@ def series_point(bucket: int, sums: Sums, by_lane: dict[str, int], *, detail: bo
         point[name] = shown[name]
     point["by_lane"] = {lane: by_lane.get(lane, 0) for lane in ("text", "image", "stt")}
     if detail:
-        point.update(mergeable(sums))
+        point.update(mergeable(sums, ttft=False))
     return point
 
 
-__all__ = ["LEVELS", "LOAD_ERRORS_KEPT", "AnalyticsRecorder", "AnalyticsStore", "LoadErrors",
-           "load_error_json", "load_row", "node_document", "request_row", "series_point"]
+__all__ = ["LEVELS", "LOAD_ERRORS_KEPT", "RECENT_KEPT", "AnalyticsRecorder", "AnalyticsStore", "LoadErrors",
+           "load_error_json", "load_row", "node_document", "recent_json", "request_row", "series_point"]

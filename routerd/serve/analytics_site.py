@@ -26,6 +26,7 @@ from routerd.store.analytics import ANALYTICS_LANES, FIGURES, PERIODS, Query, Su
 NODE_ANALYTICS = "/router/v1/node/analytics"
 NODE_ANALYTICS_FLUSH = "/router/v1/node/analytics/flush"
 NODE_LOAD_ERRORS = "/router/v1/node/load-errors"
+NODE_RECENT = "/router/v1/node/analytics/recent"
 
 
 class _Registry(Protocol):
@@ -192,6 +193,26 @@ async def site_load_errors(site: Site, own_id: str, own: list[dict[str, Any]], n
     return {"errors": rows[:limit], "node_errors": sorted(errors, key=lambda e: e["node_id"])}
 
 
+async def site_recent(site: Site, own_id: str, own: list[dict[str, Any]], node_id: str | None,
+                      model: str | None, lane: str | None, limit: int) -> dict[str, Any]:
+    """Every selected node's newest requests, newest first, at most ``limit``."""
+    params = {k: v for k, v in (("model", model), ("lane", lane), ("limit", str(limit))) if v}
+    path = NODE_RECENT + "?" + urlencode(params)
+    include_self, answers, errors = await _ask(
+        site, own_id, node_id, lambda info: site.client.get_json(info.node_url, path, timeout=NODE_TIMEOUT_S))
+    rows = list(own) if include_self else []
+    for info, answer in answers:
+        listed = answer.get("requests") if isinstance(answer, dict) else None
+        if isinstance(answer, Failure):
+            errors.append({"node_id": info.node_id, "error": failure_text(answer)})
+        elif not isinstance(listed, list):
+            errors.append({"node_id": info.node_id, "error": "recent answer has no requests list"})
+        else:
+            rows.extend({**row, "node_id": info.node_id} for row in listed if isinstance(row, dict))
+    rows.sort(key=_newest_first)
+    return {"requests": rows[:limit], "node_errors": sorted(errors, key=lambda e: e["node_id"])}
+
+
 def _newest_first(row: Mapping[str, Any]) -> int:
     at = row.get("at_ms")
     return -at if isinstance(at, int) else 0
@@ -212,5 +233,6 @@ async def site_clear_load_errors(site: Site, own_id: str, own: Callable[[], int]
     return {"ok": True, "removed": removed, "node_errors": sorted(errors, key=lambda e: e["node_id"])}
 
 
-__all__ = ["NODE_ANALYTICS", "NODE_ANALYTICS_FLUSH", "NODE_LOAD_ERRORS", "Site", "merge", "node_params",
-           "parse_query", "site_analytics", "site_clear_load_errors", "site_flush", "site_load_errors"]
+__all__ = ["NODE_ANALYTICS", "NODE_ANALYTICS_FLUSH", "NODE_LOAD_ERRORS", "NODE_RECENT", "Site", "merge",
+           "node_params", "parse_query", "site_analytics", "site_clear_load_errors", "site_flush",
+           "site_load_errors", "site_recent"]

@@ -49,7 +49,7 @@ from routerd.serve.local import LocalInference
 from routerd.serve.memory import Trimmer
 from routerd.serve.recipes import RecipeRouter
 from routerd.serve.timing import FirstWrite
-from routerd.wire.lending import lane_key, section_key
+from routerd.wire.lending import lane_key
 from routerd.wire.records import ModelRecord
 
 log = Logger()
@@ -237,7 +237,7 @@ class InferenceFront:
                      borrowed: Borrowed | None) -> Awaitable[bytes]:
         """Serve on this node: straight to the backend, or through the lending queue when the
         model is enrolled in a link, or as borrowed work."""
-        call.model_id = section_key(SECTIONS[call.route.kind], model)
+        call.model_id = model.local_id  # as its loads are keyed: one analytics row per model
         lane = call.route.lane
         lending = self.lending
         if borrowed is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -100,9 +100,11 @@ CREATE TABLE analytics_rollups (
 SCHEMA_SQL = _schema()
 
 
-@attrs.frozen
-class RequestRow:
-    """One finished request, as analytics records it (contract §9)."""
+class RequestRow(NamedTuple):
+    """One finished request, as analytics records it (contract §9).
+
+    A named tuple of plain values (one is made for every request: cheaper to build than a class
+    instance, and the garbage collector stops tracking it), in the order of its table's columns."""
 
     at_ms: int
     node_id: str
@@ -123,16 +125,8 @@ class RequestRow:
     guardian: bool = False
     key_name: str = ""
 
-    def values(self) -> tuple[object, ...]:
-        return (self.at_ms, self.node_id, self.model_id, self.lane, self.route, self.status,
-                self.http_status, float(self.duration_ms), self.ttft_ms, self.prompt_tokens,
-                self.completion_tokens, self.images, float(self.audio_seconds), self.vectors,
-                int(self.lent), int(self.borrowed), int(self.guardian), self.key_name)
 
-
-_REQUEST_COLUMNS = ("at_ms, node_id, model_id, lane, route, status, http_status, duration_ms, ttft_ms, "
-                    "prompt_tokens, completion_tokens, images, audio_seconds, vectors, lent, borrowed, "
-                    "guardian, key_name")
+REQUEST_COLUMNS = ", ".join(RequestRow._fields)
 
 
 @attrs.frozen
@@ -233,11 +227,14 @@ class Sums:
         return (*(self.values[name] for name in SUMS), *self.duration_hist, *self.ttft_hist)
 
     @classmethod
-    def from_columns(cls, row: Sequence[Any]) -> Sums:
+    def from_columns(cls, row: Sequence[Any], *, ttft: bool = True) -> Sums:
+        """Sums from a query row of :data:`SUMS` then the histograms (``ttft`` False: the duration
+        histogram only, the TTFT one left empty)."""
         n = len(SUMS)
         values = {name: row[i] or 0 for i, name in enumerate(SUMS)}
-        return cls(values, [int(c or 0) for c in row[n:n + HIST_BUCKETS]],
-                   [int(c or 0) for c in row[n + HIST_BUCKETS:n + 2 * HIST_BUCKETS]])
+        ttft_hist = [int(c or 0) for c in row[n + HIST_BUCKETS:n + 2 * HIST_BUCKETS]] if ttft \
+            else [0] * HIST_BUCKETS
+        return cls(values, [int(c or 0) for c in row[n:n + HIST_BUCKETS]], ttft_hist)
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Sums:
@@ -253,7 +250,7 @@ class Sums:
 
 def _hist(value: object) -> list[int]:
     if isinstance(value, list) and len(value) == HIST_BUCKETS \
-            and all(type(count) is int and count >= 0 for count in value):
+            and all(type(count) is int for count in value) and min(value) >= 0:
         return value  # the usual, well-formed answer
     out = [0] * HIST_BUCKETS
     if isinstance(value, list):
@@ -267,23 +264,32 @@ RollupKey = tuple[str, int, str, str, str]  # level, bucket_ms, node_id, model_i
 
 
 def rollup(requests: Iterable[RequestRow], loads: Iterable[LoadRow]) -> dict[RollupKey, Sums]:
-    """What a batch adds to every rollup level."""
-    out: dict[RollupKey, Sums] = {}
-
-    def sums(at_ms: int, node: str, model: str, lane: str) -> Iterable[Sums]:
-        for level, width in LEVELS.items():
-            key = (level, at_ms - at_ms % width, node, model, lane)
-            found = out.get(key)
-            if found is None:
-                found = out[key] = Sums()
-            yield found
-
+    """What a batch adds to every rollup level: each row is added to its minute, and each minute's
+    sums to its hour and day (a busy batch has far fewer minutes than rows)."""
+    minute_ms = LEVELS["minute"]
+    minutes: dict[RollupKey, Sums] = {}
     for row in requests:
-        for target in sums(row.at_ms, row.node_id, row.model_id, row.lane):
-            target.add_request(row)
+        key = ("minute", row.at_ms - row.at_ms % minute_ms, row.node_id, row.model_id, row.lane)
+        found = minutes.get(key)
+        if found is None:
+            found = minutes[key] = Sums()
+        found.add_request(row)
     for load in loads:
-        for target in sums(load.at_ms, load.node_id, load.model_id, load.runtime):
-            target.add_load(load)
+        key = ("minute", load.at_ms - load.at_ms % minute_ms, load.node_id, load.model_id, load.runtime)
+        found = minutes.get(key)
+        if found is None:
+            found = minutes[key] = Sums()
+        found.add_load(load)
+    out = dict(minutes)
+    for (_level, bucket, node, model, lane), sums in minutes.items():
+        for level in ("hour", "day"):
+            width = LEVELS[level]
+            coarse = (level, bucket - bucket % width, node, model, lane)
+            found = out.get(coarse)
+            if found is None:
+                out[coarse] = Sums(dict(sums.values), list(sums.duration_hist), list(sums.ttft_hist))
+            else:
+                found.merge(sums)
     return out
 
 
@@ -309,10 +315,14 @@ FIGURES: tuple[str, ...] = ("requests", "errors", "prompt_tokens", "completion_t
                             "guardian", "p50_ms", "p95_ms", "ttft_p50_ms", "ttft_p95_ms", "tokens_per_s")
 
 
-def mergeable(s: Sums) -> dict[str, Any]:
-    """The parts of some sums a node adds to its answer so the master can merge them."""
-    return {"gen_ms": round(float(s.values["gen_ms"]), 3), "gen_tokens": int(s.values["gen_tokens"]),
-            "duration_hist": list(s.duration_hist), "ttft_hist": list(s.ttft_hist)}
+def mergeable(s: Sums, *, ttft: bool = True) -> dict[str, Any]:
+    """The parts of some sums a node adds to its answer so the master can merge them (``ttft``
+    False: without the TTFT histogram, which a series point does not show)."""
+    out = {"gen_ms": round(float(s.values["gen_ms"]), 3), "gen_tokens": int(s.values["gen_tokens"]),
+           "duration_hist": list(s.duration_hist)}
+    if ttft:
+        out["ttft_hist"] = list(s.ttft_hist)
+    return out
 
 
 # --- SQL (on the store's thread) ------------------------------------------------------------------
@@ -329,8 +339,8 @@ _UPSERT = (
 def write_batch(conn: sqlite3.Connection, requests: Sequence[RequestRow], loads: Sequence[LoadRow]) -> None:
     """Insert a batch's raw rows and add it into the rollups (the caller's one transaction)."""
     if requests:
-        conn.executemany(f"INSERT INTO analytics_requests ({_REQUEST_COLUMNS}) "
-                         f"VALUES ({', '.join('?' * 18)})", [r.values() for r in requests])
+        conn.executemany(f"INSERT INTO analytics_requests ({REQUEST_COLUMNS}) "
+                         f"VALUES ({', '.join('?' * len(RequestRow._fields))})", requests)
     if loads:
         conn.executemany(f"INSERT INTO analytics_loads ({_LOAD_COLUMNS}) VALUES ({', '.join('?' * 9)})",
                          [r.values() for r in loads])
@@ -368,6 +378,8 @@ class Query:
 
 
 _SUM_SQL = ", ".join(f"SUM({c})" for c in (*SUMS, *_D, *_T))
+#: A series point shows no TTFT: its query leaves that histogram out.
+_SERIES_SQL = ", ".join(f"SUM({c})" for c in (*SUMS, *_D))
 
 
 def query(conn: sqlite3.Connection, q: Query, now_ms: int) -> tuple[list[tuple[str, str, str, Sums]],
@@ -383,8 +395,8 @@ def query(conn: sqlite3.Connection, q: Query, now_ms: int) -> tuple[list[tuple[s
     tables = [(str(r[0]), str(r[1]), str(r[2]), Sums.from_columns(r[3:])) for r in conn.execute(
         f"SELECT node_id, model_id, lane, {_SUM_SQL} FROM analytics_rollups WHERE {where} "
         "GROUP BY node_id, model_id, lane ORDER BY model_id, node_id, lane", args)]
-    series = [(int(r[0]), str(r[1]), Sums.from_columns(r[2:])) for r in conn.execute(
-        f"SELECT bucket_ms, lane, {_SUM_SQL} FROM analytics_rollups WHERE {where} "
+    series = [(int(r[0]), str(r[1]), Sums.from_columns(r[2:], ttft=False)) for r in conn.execute(
+        f"SELECT bucket_ms, lane, {_SERIES_SQL} FROM analytics_rollups WHERE {where} "
         "GROUP BY bucket_ms, lane ORDER BY bucket_ms, lane", args)]
     return tables, series
 
@@ -398,5 +410,5 @@ def counts(conn: sqlite3.Connection) -> dict[str, int]:
 __all__ = [
     "ANALYTICS_LANES", "FIGURES", "HIST_BUCKETS", "LEVELS", "PERIODS", "SCHEMA_SQL", "SUMS", "LoadRow",
     "Query", "RequestRow", "Sums", "bucket_of", "bucket_value", "counts", "figures", "mergeable",
-    "percentile", "prune", "query", "rollup", "write_batch",
+    "REQUEST_COLUMNS", "percentile", "prune", "query", "rollup", "write_batch",
 ]

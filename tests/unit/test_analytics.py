@@ -33,7 +33,7 @@ from routerd.store.analytics import (
 from routerd.store.migrations import migrate
 from routerd.store.runner import connect
 
-from .node_fixture import TEXT, World
+from .node_fixture import IMAGE, TEXT, World
 
 HOUR = 3_600_000
 DAY = 24 * HOUR
@@ -339,6 +339,22 @@ def test_requests_on_a_node_appear_in_its_site_analytics_after_a_flush(tmp_path:
     world.run(node.stop())
 
 
+def test_recent_requests_are_listed_newest_first_with_their_key_name(tmp_path: Path) -> None:
+    world, node = standalone(tmp_path)
+    for content in ("one", "two"):
+        world.call("POST", node, "/v1/chat/completions", json={"model": "chat", "messages": [
+            {"role": "user", "content": content}]})
+    world.call("POST", node, "/router/v1/benchmarks/run", json={"model": "chat"}, headers=ADMIN)
+    response, body = world.call("GET", node, "/router/v1/site/analytics/recent?limit=3", headers=ADMIN)
+    rows = json.loads(body)["requests"]
+    assert response.code == 200 and len(rows) == 3
+    assert [r["key_name"] for r in rows] == ["(benchmark)", "", ""]  # a benchmark's request says so
+    assert rows[0]["at_ms"] >= rows[1]["at_ms"] >= rows[2]["at_ms"] and rows[0]["ttft_ms"] is not None
+    response, body = world.call("GET", node, "/router/v1/site/analytics/recent?lane=video", headers=ADMIN)
+    assert response.code == 400
+    world.run(node.stop())
+
+
 def test_a_stop_writes_the_buffered_rows(tmp_path: Path) -> None:
     world, node = standalone(tmp_path)
     world.call("POST", node, "/v1/chat/completions", json={"model": "chat", "messages": []})
@@ -373,4 +389,28 @@ def test_a_node_with_analytics_off_answers_enabled_false(tmp_path: Path) -> None
     document = json.loads(body)
     assert document["nodes"] == [{"node_id": "solo", "enabled": False, **figures(Sums())}]
     assert document["totals"]["requests"] == 0
+    world.run(node.stop())
+
+
+def test_a_request_refused_before_it_was_parsed_is_still_a_row_with_its_status() -> None:
+    route = classify("POST", "/v1/chat/completions")
+    assert route is not None
+    row = request_row(None, route, node_id="n", model_label="-", status="bad_request", started=1.0,
+                      finished=1.002, first_write=None)
+    assert row is not None and (row.status, row.model_id, row.lane) == ("bad_request", "-", "text")
+    assert row.duration_ms == pytest.approx(2.0)
+
+
+def test_an_image_models_requests_and_loads_share_its_row_under_its_local_id(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    node = world.node("solo", {"paint": IMAGE}, analytics={"enabled": True},
+                      auth={"admin_keys": ["admin-key-for-analytics"]})
+    world.start(node)
+    response, _ = world.call("POST", node, "/v1/images/generations",
+                             json={"model": "paint-paint", "prompt": "a cat", "n": 2})
+    assert response.code == 200
+    world.call("POST", node, "/router/v1/site/analytics/flush", headers=ADMIN)
+    response, body = world.call("GET", node, "/router/v1/site/analytics?period=1h&lane=image", headers=ADMIN)
+    rows = json.loads(body)["models"]
+    assert [(r["model"], r["requests"], r["images"], r["loads"]) for r in rows] == [("paint", 1, 2, 1)]
     world.run(node.stop())
