@@ -115,6 +115,8 @@ def overview(b: Browser) -> None:
     b.wait_text("#attention-list", "broken")
     assert "failed load" in b.text("#attention-list")
     b.wait_text('.overview-node[data-node-id="slave-a"]', "healthy")
+    b.wait(lambda d: len(b.css("tr.recent-request")) >= 5, what="the newest requests of both nodes")
+    assert "beta" in b.text("#recent-finished") and "alpha" in b.text("#recent-finished")
     b.screenshot("overview")
     b.click('.periods button[data-period="7d"]')
     b.wait(lambda d: int(b.one("#chart-lanes").get_attribute("data-points")) >= 7 * 24,

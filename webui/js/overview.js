@@ -1,8 +1,9 @@
 // Overview (the first page): the period's KPIs from site analytics, "Requests by lane" over 24h / 7d
 // / 30d, what needs attention (unhealthy nodes, failed loads, nodes not running the master's
-// settings, models with unresolved assets), a card per node and the requests in flight now.
+// settings, models with unresolved assets), a card per node, the newest finished requests of every
+// node (site analytics/recent) and the requests in flight now.
 
-import { badge, duration, h, replace, table } from "./dom.js";
+import { badge, clock, duration, h, replace, table } from "./dom.js";
 import { get, query } from "./api.js";
 import { chart } from "./charts.js";
 import { count, millis, optional, percent, PERIODS, periodPicker, rate } from "./figures.js";
@@ -18,6 +19,7 @@ export function mount(container) {
   ctx.attention = h("div", { id: "attention-list" });
   ctx.cards = h("div", { className: "cards node-summary" });
   ctx.recent = h("div", {});
+  ctx.finished = h("div", { id: "recent-finished" });
   replace(container,
     h("h1", {}, "Overview"),
     h("section", { id: "overview-kpis" },
@@ -27,7 +29,8 @@ export function mount(container) {
       h("section", { id: "lanes-chart" }, ctx.lanes.el),
       h("section", { id: "attention" }, h("h2", {}, "Needs attention"), ctx.attention)),
     h("section", { id: "overview-nodes" }, h("h2", {}, "Nodes"), ctx.cards),
-    h("section", { id: "recent" }, h("h2", {}, "Recent requests (in flight now)"), ctx.recent));
+    h("section", { id: "recent" }, h("h2", {}, "Recent requests"), ctx.finished,
+      h("h3", {}, "In flight now"), ctx.recent));
   return ctx;
 }
 
@@ -105,6 +108,28 @@ function nodeCard(node, figures, state) {
       : h("span", { className: "empty" }, "nothing loaded")));
 }
 
+function flags(r) {
+  return [r.lent ? badge("lent", "lent") : null, r.borrowed ? badge("borrowed", "queued") : null,
+    r.guardian ? badge("guardian", "warn") : null];
+}
+
+function renderFinished(ctx, doc) {
+  if (!doc || doc.__error) {
+    replace(ctx.finished, h("p", { className: "empty" }, "Recent requests need analytics: " + (doc ? doc.__error : "no answer")));
+    return;
+  }
+  const rows = (doc.requests || []).slice(0, 15);
+  replace(ctx.finished, rows.length
+    ? table(["time", "node", "model", "lane", "route", "status", "took", "tokens in / out", "key", ""],
+      rows.map((r) => h("tr", { className: "recent-request" }, h("td", {}, clock(r.at_ms)), h("td", {}, r.node_id),
+        h("td", {}, r.model), h("td", {}, r.lane), h("td", {}, r.route),
+        h("td", {}, badge(r.status === "ok" ? String(r.http_status || "ok") : `${r.status} ${r.http_status || ""}`, r.status === "ok" ? "ok" : "bad")),
+        h("td", { className: "num" }, millis(r.duration_ms)),
+        h("td", { className: "num" }, `${count(r.prompt_tokens)} / ${count(r.completion_tokens)}`),
+        h("td", {}, r.key_name || ""), h("td", {}, flags(r)))), { className: "recent-finished" })
+    : h("p", { className: "empty" }, "no request recorded yet"));
+}
+
 function renderRecent(ctx, states) {
   const rows = [];
   for (const state of (states && states.states) || []) {
@@ -126,13 +151,15 @@ function renderRecent(ctx, states) {
 export async function refresh(ctx) {
   const now = Date.now();
   const wantAnalytics = now - ctx.fetchedAt >= ANALYTICS_EVERY_MS;
-  const [inventory, summary, states, loadErrors, analytics] = await Promise.all([
+  const [inventory, summary, states, loadErrors, analytics, recent] = await Promise.all([
     get("/router/v1/site/inventory"),
     optional("/router/v1/site/offload/summary"),
     optional("/router/v1/site/nodes/states"),
     optional("/router/v1/site/load-errors" + query({ limit: 20 })),
     wantAnalytics ? optional("/router/v1/site/analytics" + query({ period: ctx.period })) : Promise.resolve(ctx.analytics),
+    optional("/router/v1/site/analytics/recent" + query({ limit: 15 })),
   ]);
+  renderFinished(ctx, recent);
   if (wantAnalytics) {
     ctx.analytics = analytics;
     ctx.fetchedAt = now;
