@@ -204,20 +204,9 @@ def main() -> None:
                     print(f"{rnd:>3} {name:>8} {_ms(ttfc)} {_ms(added)} {_ms(cpu):>13}{ratio}")
 
             # issue 22: the same node with analytics on against off (benchmarks/analytics_ab.py)
-            from analytics_ab import Analytics, compare
+            from analytics_ab import Analytics, cells_of, compare
 
-            routerd_url = paths["routerd"][0]
-
-            def cell(conc: int) -> Any:
-                async def load() -> int:
-                    return (await measure_cell(http, routerd_url, conc, args, None)).count
-                return load
-
-            async def streams() -> int:
-                await stream_cell(http, routerd_url, args.streams, None)
-                return args.streams
-
-            cells = [*((f"c={conc}", cell(conc)) for conc in levels), ("stream", streams)]
+            cells = cells_of(client, paths["routerd"][0], args, levels)
             await compare(Analytics(cfg, node.url), node.proc.pid, cells, args.rounds)
 
         run(measure)
