@@ -10,7 +10,7 @@ the one handler in :mod:`routerd.api.errors`.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -18,7 +18,10 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.web.iweb import IRequest
 
 from routerd import __version__
+from routerd.api.analytics_routes import AnalyticsAPI, AnalyticsNode
 from routerd.api.assets_routes import AssetsAPI, AssetsNode
+from routerd.api.bench_routes import BenchAPI, BenchNode
+from routerd.api.cook_routes import CookAPI
 from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
 from routerd.api.errors import master_only, method_not_allowed, not_found, reply_error
@@ -30,6 +33,7 @@ from routerd.api.offload_routes import OffloadAPI
 from routerd.api.openapi import OpenAPI
 from routerd.api.push_routes import PushAPI
 from routerd.api.reload_routes import ReloadAPI
+from routerd.api.remote import remote_answer
 from routerd.api.reply import query_arg
 from routerd.api.routes import Routes
 from routerd.api.settings_routes import SettingsAPI
@@ -104,17 +108,6 @@ async def _on_remote(master: MasterAgent, node_id: str, call: Callable[[str], De
         raise HTTPError(exc.status, exc.message, exc.type, exc.code) from None
     except ClusterError as exc:
         raise HTTPError(502, f"node {node_id!r} did not answer: {exc.reason}", "backend_error",
-                        "node_unreachable") from None
-
-
-async def _remote_answer(work: Awaitable[Any]) -> Any:
-    """Await a call that talks to other nodes; their errors answered as given, or 502."""
-    try:
-        return await work
-    except RemoteError as exc:
-        raise HTTPError(exc.status, exc.message, exc.type, exc.code) from None
-    except ClusterError as exc:
-        raise HTTPError(502, f"a node did not answer: {exc.reason}", "backend_error",
                         "node_unreachable") from None
 
 
@@ -347,7 +340,7 @@ class AdminAPI:
         recipes = self.node.recipes
         recipe = recipes.book.by_public_id(name) if recipes is not None else None
         if recipes is not None and recipe is not None:
-            return json_response(request, await _remote_answer(recipes.load(recipe)))
+            return json_response(request, await remote_answer(recipes.load(recipe)))
         return json_response(request, await self.admin.load(name, site=True))
 
     @routes.route("/router/v1/unload", methods=["POST"], auth="admin")
@@ -442,7 +435,8 @@ class AdminAPI:
         raise not_found(request.path.decode("utf-8", "replace"))
 
 
-class ServedNode(NodeDocuments, AdminNode, AssetsNode, LendingNode, DecisionsNode, GuardiansNode, Protocol):
+class ServedNode(NodeDocuments, AdminNode, AssetsNode, LendingNode, DecisionsNode, GuardiansNode,
+                 AnalyticsNode, BenchNode, Protocol):
     """Everything :func:`build_site` reads of a node (``routerd.node.Node`` is one); each API class
     is handed only the part it uses."""
 
@@ -505,11 +499,14 @@ def build_site(node: ServedNode) -> NodeSite:
         OffloadAPI(coordinator=node.coordinator, lending=node.lending),
         PushAPI(node),
         DecisionsAPI(node),
+        AnalyticsAPI(node),
+        BenchAPI(node),
         AdminAPI(node=node, admin=node.admin),
         LinksAPI(node),
         SettingsAPI(node),
         ReloadAPI(node.reloader),
         GuardiansAPI(node),
+        CookAPI(node),
         WebUI(webui_dir()),
         OpenAPI(),
     ]

@@ -259,9 +259,11 @@ class LendingService:
                             if owner:
                                 self.report(lane, model_id, "completed")
                 assert ticket.lease is not None
+                call.lent_to = f"{ticket.lease.helper_node_id}/{ticket.lease.helper_model_id}"
                 try:
                     result = await self.lent_calls.lend(self.transport, call, ticket.lease, model_id)
                 except Returned as exc:
+                    call.lent_to = ""  # back here: it is served (or lent again) like any other
                     log.info("lent request {request_id} came back: {reason}", request_id=rid, reason=str(exc))
                     self._dispatch_row("returned", lane, model_id, ticket.lease, request_id=rid)
                     waiter = self._park(rid)
