@@ -21,7 +21,7 @@ from routerd import __version__
 from routerd.api.assets_routes import AssetsAPI, AssetsNode
 from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
-from routerd.api.errors import master_only, method_not_allowed, not_found, reply_error
+from routerd.api.errors import master_only, not_found, reply_error, require_post
 from routerd.api.guardians_routes import GuardiansAPI, GuardiansNode
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.lending_http import LendingNode
@@ -221,9 +221,7 @@ class ClientAPI:
         inner = path[len(INFERENCE_PREFIX):]
         route = classify("POST", inner) if inner.startswith("/") and not inner.startswith(("//", "/\\")) \
             else None
-        if method != "POST":
-            reply.set_header(b"allow", b"POST")
-            raise method_not_allowed(path)
+        require_post(method, path, reply)
         if route is None:
             raise HTTPError(404, f"{inner!r} is not an inference path", "not_found", "not_found")
         facts = attrs.evolve(facts, path=inner)
