@@ -26,13 +26,15 @@ class NodeClients:
         self.backend_agent: IAgent = self.agent if agent is not None else BackendAgent(reactor, self.agent)
         # treq for node-to-node calls and readiness probes (cookies/redirects handled by NodeClient)
         self.http = cast(Any, http if http is not None else HTTPClient(self.agent))
-        #: Other nodes: forwards and relays (``peer_agent``), control calls (``peer_http``).
+        #: Other nodes: forwards, relays, events and grants on ``peer_agent`` (the peers' lean
+        #: routes), the other control calls on ``control_agent``; ``peer_http`` picks by path.
         self.peer_agent: IAgent = self.agent if agent is not None else peer_agent(reactor, self.agent)
-        self.peer_http: Any = http if http is not None else PeerHTTP(self.peer_agent)
+        self.control_agent: IAgent = self.agent if agent is not None else peer_agent(reactor, self.agent)
+        self.peer_http: Any = http if http is not None else PeerHTTP(self.peer_agent, self.control_agent)
 
     def close(self) -> Any:
         """Close the lean clients' idle connections and the pool's cached ones (a Deferred)."""
-        for lean in (self.backend_agent, self.peer_agent):
+        for lean in (self.backend_agent, self.peer_agent, self.control_agent):
             if isinstance(lean, BackendAgent):
                 lean.close()
         return self.pool.closeCachedConnections()
