@@ -257,3 +257,19 @@ def test_a_lent_answer_before_the_bound_leaves_no_timer_behind() -> None:
     d.callback(b"helper r1")
     assert node.answered("r1") == b"helper r1"
     assert len(node.clock.getDelayedCalls()) == pending_calls - 1
+
+
+def test_the_same_settings_pushed_again_while_a_lent_slot_awaits_its_next_lease_keep_the_hold() -> None:
+    """Issue 24, lending (f): the master pushes its settings again at every registration.  Pushed
+    between a lent answer and the master's next lease (the lent slot momentarily free), unchanged
+    settings re-ran admission, the hold was judged then, released, and the owner took the held
+    request into its second slot; now the held request is lent on the master's next answer."""
+    node = reference_burst()
+    at(node, 30)
+    node.lent[0].answer.callback(b"helper r2")
+    node.service.apply_settings(attrs.evolve(node.service.settings))  # equal, a new object
+    assert "r3" not in node.local_calls
+    node.answer(len(node.events) - 1, measured())
+    assert node.lent_ids() == ["r2", "r3"]
+    node.service.apply_settings(attrs.evolve(node.service.settings, offload_hold_for_faster_helper=False))
+    assert node.service.settings.offload_hold_for_faster_helper is False  # a change still applies
