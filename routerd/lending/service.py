@@ -113,7 +113,7 @@ class LendingService:
         self.holds = HoldGate(node_id=node_id, clock=clock,
                               enabled=lambda: self.settings.offload_hold_for_faster_helper,
                               lease=self._lease_until, queue=lambda lane: self.queues[lane],
-                              repump=self._repump, decisions=decisions)
+                              repump=self._repump, decisions=decisions, refilling=self._answer_awaited)
         self.lent_calls = LentCall(clock)
         self.queues: dict[Lane, LaneQueue] = {
             lane: LaneQueue(lane, settings.scheduling_backend_depth, hold=self.holds.check(lane))
@@ -475,6 +475,11 @@ class LendingService:
         held = self.leases.get((lane, model_id))
         return None if held is None else (held.lease, held.expires_at * 1000.0)
 
+    def _answer_awaited(self, lane: Lane, model_id: str) -> bool:
+        """Whether a queue event of (lane, model) is on its way to the master (its answer lends)."""
+        coalescer = self._events.get((lane, model_id))
+        return coalescer is not None and coalescer.in_flight
+
     def _repump(self, lane: Lane) -> None:
         self._apply(lane, self.queues[lane].pump(self._now_ms()))
 
@@ -550,6 +555,10 @@ class _Coalescer:
             follow, self.queued = self.queued, None
             if follow is not None and self.service.worth_reporting(self.lane, self.model_id):
                 self._run(follow)
+            else:
+                # No answer is awaited any more: a request held for it (hold condition 4) is
+                # judged again now, whether or not the answer came.
+                self.service._repump(self.lane)
 
         d = defer.ensureDeferred(_call(sender, self.lane, self.model_id, trigger))
         d.addCallbacks(answered, failed).addBoth(next_one)

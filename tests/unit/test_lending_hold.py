@@ -121,3 +121,12 @@ def test_a_loaded_helper_with_no_switch_still_has_a_limit() -> None:
 @pytest.mark.parametrize("unmeasured", [lease(probe=True), lease(service=0), lease(job=0)])
 def test_probes_and_unmeasured_leases_are_never_cut_off(unmeasured: Lease) -> None:
     assert CutOffRule().give_up_ms(unmeasured) is None
+
+
+def test_a_free_lent_slot_holds_while_the_masters_answer_that_refills_it_is_awaited() -> None:
+    """Issue 24: condition 4 counts a slot the awaited answer lends into as busy; with nothing lent
+    at all the alarm is the lease's expiry (no lent request can overrun)."""
+    assert not judge_hold(**burst(lease=lease(slots=2))).hold  # type: ignore[arg-type]
+    assert judge_hold(**burst(lease=lease(slots=2), refilling=True)).hold  # type: ignore[arg-type]
+    verdict = judge_hold(**burst(lent_at_ms=[], refilling=True, lease_expires_ms=40 * S))  # type: ignore[arg-type]
+    assert verdict.hold and verdict.alarm_ms == 40 * S
