@@ -96,8 +96,8 @@ async def warm_and_link(trio: Trio, owner: str = "alpha", helper: str = "beta") 
     ``owner/<owner> -> helper/<helper>`` (loads allowed), waited for until both slaves have it."""
     for model in (owner, helper):
         for _ in range(3):
-            code, _, _ = await ask_chat(trio.master.url, model)
-            assert code == 200
+            code, payload, _ = await ask_chat(trio.master.url, model)
+            assert code == 200, (model, code, payload)
     for node in (trio.owner, trio.helper):
         await node.node._refit()
         assert node.node.lending.costs.models, "a cost fit from the warm-up samples"
