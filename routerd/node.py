@@ -125,16 +125,18 @@ class Node:
                                      cluster.lending.offload_decisions_retention)
         self.on_fatal: Callable[[BaseException], None] = lambda _exc: None
         if self.role == "master":
-            parts = master_parts(cluster, reactor, http=self.http, agent=self.agent, timeouts=self.timeouts,
+            parts = master_parts(cluster, reactor, http=self.clients.peer_http, agent=self.clients.peer_agent,
+                                 timeouts=self.timeouts,
                                  on_public_id=self.samples.save_public_id,
                                  local_ready=lambda kind, record: self.documents.local_ready(kind, record),
                                  local_status=lambda: self.runtime_status(),
                                  coordinator=lambda: cast(Coordinator, self.coordinator))
         elif self.role == "slave":
-            parts = slave_parts(cluster, reactor, http=self.http, agent=self.agent, timeouts=self.timeouts,
+            parts = slave_parts(cluster, reactor, http=self.clients.peer_http, agent=self.clients.peer_agent,
+                                timeouts=self.timeouts,
                                 snapshot=lambda: self.snapshot_wire(), on_terminal=self._fatal)
         else:
-            parts = standalone_parts(cluster, reactor, http=self.http)
+            parts = standalone_parts(cluster, reactor, http=self.clients.peer_http)
         self.master, self.slave = parts.master, parts.slave
         #: What the site API reads (``assembly.roles``): the master's agent, a standalone node's
         #: site of one, None on a slave.

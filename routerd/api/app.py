@@ -24,7 +24,7 @@ from routerd.api.bench_routes import BenchAPI, BenchNode
 from routerd.api.cook_routes import CookAPI
 from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
-from routerd.api.errors import master_only, method_not_allowed, not_found, reply_error
+from routerd.api.errors import master_only, not_found, reply_error, require_post
 from routerd.api.guardians_routes import GuardiansAPI, GuardiansNode
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.lending_http import LendingNode
@@ -214,9 +214,7 @@ class ClientAPI:
         inner = path[len(INFERENCE_PREFIX):]
         route = classify("POST", inner) if inner.startswith("/") and not inner.startswith(("//", "/\\")) \
             else None
-        if method != "POST":
-            reply.set_header(b"allow", b"POST")
-            raise method_not_allowed(path)
+        require_post(method, path, reply)
         if route is None:
             raise HTTPError(404, f"{inner!r} is not an inference path", "not_found", "not_found")
         facts = attrs.evolve(facts, path=inner)

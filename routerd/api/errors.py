@@ -89,5 +89,13 @@ def method_not_allowed(path: str) -> HTTPError:
     return HTTPError(405, f"method not allowed on {path}", "method_not_allowed", "method_not_allowed")
 
 
+def require_post(method: str, path: str, reply: Reply) -> None:
+    """A lean route answers POST only (the lean table is looked up by path whatever the method):
+    405 with ``Allow: POST`` otherwise."""
+    if method != "POST":
+        reply.set_header(b"allow", b"POST")
+        raise method_not_allowed(path)
+
+
 def master_only() -> HTTPError:
     return HTTPError(404, "site routes are served by the master only", "not_found", "not_found")
