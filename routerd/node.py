@@ -61,6 +61,7 @@ from routerd.serve.own_loads import OwnLoads
 from routerd.serve.recipes import RecipeRouter
 from routerd.serve.reload import Reloader
 from routerd.serve.samples import Measurements
+from routerd.serve.video import VideoJobs
 from routerd.services import HookService, IntervalService, OrderedServices
 from routerd.store.store import Store
 
@@ -159,6 +160,9 @@ class Node:
             catalog=lambda: self.catalog, on_catalog=self._assets_bound,
             peers=lambda: [] if self.master is None else [
                 n.node_url for n in self.master.registry.nodes() if n.healthy])
+        self.jobs = VideoJobs(node_id=self.node_id, clock=reactor, agent=self.backend_agent,
+                              forwarder=parts.forwarder, node_url=self._node_url)
+        self.local.jobs = self.jobs
         self.front = InferenceFront(node_id=self.node_id, clock=reactor, catalog=lambda: self.catalog,
                                     local=self.local, metrics=self.metrics, master=self.master,
                                     forwarder=parts.forwarder, loaded_config=self.runtimes.loaded_config,
@@ -292,6 +296,11 @@ class Node:
             await self.site.poll_all()
         if self.slave is not None and self.slave.running:
             await self.slave.register_once()
+
+    def _node_url(self, node_id: str) -> str | None:
+        """Where a master reaches node ``node_id`` (a video job's polls go there)."""
+        info = self.master.registry.node(node_id) if self.master is not None else None
+        return info.node_url if info is not None else None
 
     def _fatal(self, exc: RegistrationRefused) -> None:
         self.log.critical("{reason}; stopping", reason=str(exc))

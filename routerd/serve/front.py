@@ -79,14 +79,15 @@ class InferenceFront:
 
     async def drain(self, timeout: float) -> None:
         """New requests are refused by the node's phase; requests still waiting for a backend slot
-        are refused (503) here, and running and lent ones go on for up to ``timeout`` seconds."""
+        are refused (503) here, and running and lent ones (and running video jobs) go on for up to
+        ``timeout`` seconds."""
         from twisted.internet import task
 
         refused = self.local.drain()
         log.info("draining: {active} requests in flight, {refused} waiting requests refused",
                  active=self.active_calls, refused=refused)
         deadline = self.clock.seconds() + timeout
-        while self.active_calls > 0 and self.clock.seconds() < deadline:
+        while self.active_calls + self.local.jobs_running > 0 and self.clock.seconds() < deadline:
             await task.deferLater(self.clock, min(0.05, max(0.0, deadline - self.clock.seconds())),
                                   lambda: None)
         if self.active_calls:
@@ -444,8 +445,11 @@ class InferenceFront:
                 return record.public_id, await self._serve_local(call, model, name, None)
             assert self.forwarder is not None
             try:
-                return record.public_id, await self.forwarder.forward(
-                    call, record, name, image_refusal_raises=entry is not None)
+                answer = await self.forwarder.forward(call, record, name,
+                                                      image_refusal_raises=entry is not None)
+                if route.kind == "sd_vid_gen" and self.local.jobs is not None:
+                    self.local.jobs.forwarded(call, answer, record.node_id, name)  # its polls go there
+                return record.public_id, answer
             except ImageRefused as refused:
                 assert entry is not None
                 reservation.release()
