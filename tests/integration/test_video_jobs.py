@@ -71,7 +71,8 @@ async def box(tmp_path: Path) -> AsyncIterator[RunningNode]:
 @pytest_twisted.ensureDeferred
 async def test_a_standalone_node_runs_a_video_job_holding_its_runtime_until_it_ends(box: RunningNode) -> None:
     started = reactor.seconds()
-    code, accepted, response = await _call("POST", box.url + "/sdcpp/v1/vid_gen", {"model": IMAGE_ID, **VIDEO})
+    code, accepted, response = await _call("POST", box.url + "/sdcpp/v1/vid_gen",
+                                           {"model": IMAGE_ID, **VIDEO})
     assert code == 202, accepted
     assert accepted["poll_url"] == f"/sdcpp/v1/jobs/{accepted['id']}" and accepted["model"] == IMAGE_ID
     assert response.headers.getRawHeaders(b"x-routerd-node") == [box.node.node_id.encode()]
@@ -88,7 +89,8 @@ async def test_a_standalone_node_runs_a_video_job_holding_its_runtime_until_it_e
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_queued_job_is_cancelled_and_an_unknown_job_is_404_on_a_standalone_node(box: RunningNode) -> None:
+async def test_a_queued_job_is_cancelled_and_an_unknown_job_is_404_on_a_standalone_node(
+        box: RunningNode) -> None:
     _, first, _ = await _call("POST", box.url + "/sdcpp/v1/vid_gen", {"model": IMAGE_ID, **VIDEO})
     _, second, _ = await _call("POST", box.url + "/sdcpp/v1/vid_gen", {"model": IMAGE_ID, **VIDEO})
     code, cancelled, _ = await _call("POST", box.url + second["poll_url"] + "/cancel")
