@@ -207,6 +207,8 @@ class Node:
         for child in (HookService("connection pool", on_stop=self.clients.close),
                       HookService("router database", on_stop=self._close_store),
                       HookService("backends", on_start=self.runtimes.boot, on_stop=self.runtimes.stop),
+                      # stopped before the backends: running video jobs end and give their runtime back
+                      HookService("video jobs", on_stop=self.jobs.stop),
                       HookService("restore after borrow", on_stop=self.restorer.stop),
                       HookService("decision log", on_start=lambda: self.decisions.start(self.store),
                                   on_stop=self.decisions.stop),

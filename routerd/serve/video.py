@@ -52,6 +52,7 @@ class VideoJobs:
         self.node_url = node_url
         self.table = table if table is not None else JobTable()
         self._sleeping: dict[str, tuple[Deferred[None], IDelayedCall]] = {}
+        self._polling: dict[str, Deferred[Any]] = {}  # the watcher's poll under way, per job
 
     # -- a submission on this node ----------------------------------------------------------------
 
@@ -74,6 +75,7 @@ class VideoJobs:
             call.outcome.status = "ok" if 200 <= code < 300 else f"http_{code}"
             reply.set_status(code)
             return raw, None
+        self.table.expire(self.clock.seconds())  # ended jobs nobody polls are let go here too
         job = self.table.add_local(new_job_id(), public_id, backend_id, base_url, document,
                                    self.clock.seconds())
         log.info("video job {job_id} of {model} runs as {backend_id} at {base_url}", job_id=job.job_id,
@@ -89,7 +91,11 @@ class VideoJobs:
             while not job.terminal:
                 await self._sleep(job, poll_delay(self.clock.seconds() - job.created))
                 if not job.terminal:
-                    await self._poll_backend(job)
+                    polling = self._polling[job.job_id] = Deferred.fromCoroutine(self._poll_backend(job))
+                    try:
+                        await polling
+                    finally:
+                        self._polling.pop(job.job_id, None)
         except Exception as exc:  # noqa: BLE001 - the runtime must be given back whatever happened
             log.failure("watching video job {job_id} failed", job_id=job.job_id)
             self.table.fail(job, "router_error", f"routerd stopped watching the job: {exc}",
@@ -138,7 +144,17 @@ class VideoJobs:
         document = _object(answer)
         job_id = document.get("id") if document is not None else None
         if call.outcome.http_status == 202 and isinstance(job_id, str) and job_id:
+            self.table.expire(self.clock.seconds())
             self.table.add_remote(job_id, public_id, node_id, self.clock.seconds())
+
+    def stop(self) -> None:
+        """The node stops: every job still running here ends as failed (its runtime given back)."""
+        for job in self.table.running():
+            self.table.fail(job, "node_stopping", "the node running the job stopped", self.clock.seconds())
+            self._wake(job.job_id)
+            polling = self._polling.get(job.job_id)
+            if polling is not None:
+                polling.cancel()
 
     # -- polls and cancels -------------------------------------------------------------------------
 

@@ -170,3 +170,33 @@ def test_a_master_forwards_the_job_and_passes_its_polls_and_cancels_to_the_ownin
     assert done["result"]["weights"] == "paint"
     response, _ = world.call("GET", master, "/sdcpp/v1/jobs/rjob_unknown")
     assert response.code == 404
+
+
+def test_a_job_whose_backend_dies_fails_and_gives_its_runtime_back(tmp_path: Path) -> None:
+    world, node = _box(tmp_path)
+    _, accepted = _submit(world, node)
+    world.clock.advance(1.0)
+    [process] = [p for p in world.launcher.running if p.name == "sd-server"]
+    process.exit(3, "simulated crash")
+    done = _poll_until_done(world, node, accepted["id"])
+    assert done["status"] == "failed" and done["error"]["code"] == "backend_lost"
+    world.clock.advance(1.0)
+    assert node.local.jobs_running == 0 and node.state_document()["active_requests"] == []
+    response, _ = _submit(world, node)  # the runtime loads again for the next job
+    assert response.code == 202
+
+
+def test_a_drain_waits_for_running_jobs_and_a_stop_ends_the_ones_left(tmp_path: Path) -> None:
+    world, node = _box(tmp_path)
+    _, first = _submit(world, node)
+    world.run(node.drain(JOB_S + 5))
+    assert node.local.jobs_running == 0
+    response, body = world.call("GET", node, f"/sdcpp/v1/jobs/{first['id']}")
+    assert _json(body)["status"] == "completed"
+
+    world2, node2 = _box(tmp_path / "second")
+    _, second = _submit(world2, node2)
+    world2.clock.advance(1.0)
+    world2.run(node2.stop())
+    assert node2.jobs.table.jobs[second["id"]].status == "failed"
+    assert node2.local.jobs_running == 0
