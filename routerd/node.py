@@ -65,6 +65,7 @@ from routerd.serve.own_loads import OwnLoads
 from routerd.serve.recipes import RecipeRouter
 from routerd.serve.reload import Reloader
 from routerd.serve.samples import Measurements
+from routerd.serve.video import VideoJobs
 from routerd.services import HookService, IntervalService, OrderedServices
 from routerd.store.store import Store
 
@@ -169,6 +170,9 @@ class Node:
             catalog=lambda: self.catalog, on_catalog=self._assets_bound,
             peers=lambda: [] if self.master is None else [
                 n.node_url for n in self.master.registry.nodes() if n.healthy])
+        self.jobs = VideoJobs(node_id=self.node_id, clock=reactor, agent=self.backend_agent,
+                              forwarder=parts.forwarder, node_url=self._node_url)
+        self.local.jobs = self.jobs
         self.front = InferenceFront(node_id=self.node_id, clock=reactor, catalog=lambda: self.catalog,
                                     local=self.local, metrics=self.metrics, master=self.master,
                                     forwarder=parts.forwarder, loaded_config=self.runtimes.loaded_config,
@@ -225,6 +229,8 @@ class Node:
                       HookService("analytics", on_stop=self.analytics.flush),
                       self._analytics_loop,
                       HookService("backends", on_start=self.runtimes.boot, on_stop=self.runtimes.stop),
+                      # stopped before the backends: running video jobs end and give their runtime back
+                      HookService("video jobs", on_stop=self.jobs.stop),
                       HookService("restore after borrow", on_stop=self.restorer.stop),
                       HookService("decision log", on_start=lambda: self.decisions.start(self.store),
                                   on_stop=self.decisions.stop),
@@ -336,6 +342,11 @@ class Node:
         a slave's master sees them at its next poll."""
         if self.site is not None:
             self.site.registry.update_local(self.local_records())
+
+    def _node_url(self, node_id: str) -> str | None:
+        """Where a master reaches node ``node_id`` (a video job's polls go there)."""
+        info = self.master.registry.node(node_id) if self.master is not None else None
+        return info.node_url if info is not None else None
 
     def _fatal(self, exc: RegistrationRefused) -> None:
         self.log.critical("{reason}; stopping", reason=str(exc))

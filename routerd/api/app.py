@@ -24,8 +24,9 @@ from routerd.api.bench_routes import BenchAPI, BenchNode
 from routerd.api.cook_routes import CookAPI
 from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
-from routerd.api.errors import master_only, not_found, reply_error, require_post
+from routerd.api.errors import master_only, not_found, reply_error, require_method, require_post
 from routerd.api.guardians_routes import GuardiansAPI, GuardiansNode
+from routerd.api.jobs_routes import JobsAPI
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.lending_http import LendingNode
 from routerd.api.links_routes import LinksAPI
@@ -49,10 +50,12 @@ from routerd.routing.adapters.ollama import Mode
 from routerd.routing.call import Incoming, Reply
 from routerd.routing.classify import INFERENCE_PATHS, Route, classify
 from routerd.routing.forward import INFERENCE_PREFIX
+from routerd.routing.jobs import job_path
 from routerd.serve import documents
 from routerd.serve.admin import UNLOAD_TARGETS, ModelAdmin
 from routerd.serve.front import InferenceFront
 from routerd.serve.keepalive import OllamaControl
+from routerd.serve.video import VideoJobs
 from routerd.wire.records import PROTOCOL_VERSION
 from routerd.wire.status import status_to_json
 
@@ -119,8 +122,9 @@ class ClientAPI:
     def __init__(self, *, node_id: str, role: str, front: InferenceFront, listing: Listing,
                  image_listing: Callable[[], list[dict[str, Any]]], metrics: Callable[[], bytes],
                  phase: Callable[[], str] = lambda: "ready",
-                 ollama_control: OllamaControl | None = None) -> None:
+                 ollama_control: OllamaControl | None = None, jobs: VideoJobs | None = None) -> None:
         self.ollama_control = ollama_control
+        self.jobs = jobs
         self.node_id = node_id
         self.phase = phase
         self.role = role
@@ -212,6 +216,10 @@ class ClientAPI:
         """Forwarded inference from the master (cluster token checked by the guard); borrowed
         work when the master's relay marked it so.  ``path`` is the full path, with the prefix."""
         inner = path[len(INFERENCE_PREFIX):]
+        job = job_path(inner)
+        if job is not None and self.jobs is not None:  # a master passing on a video job's poll
+            require_method(method, "POST" if job[1] == "cancel" else "GET", path, reply)
+            return ensureDeferred(self.jobs.answer(job[0], job[1], reply))
         route = classify("POST", inner) if inner.startswith("/") and not inner.startswith(("//", "/\\")) \
             else None
         require_post(method, path, reply)
@@ -472,6 +480,9 @@ class ServedNode(NodeDocuments, AdminNode, AssetsNode, LendingNode, DecisionsNod
     def ollama_control(self) -> OllamaControl: ...
 
     @property
+    def jobs(self) -> VideoJobs: ...
+
+    @property
     def coordinator(self) -> Coordinator | None: ...
 
     @property
@@ -491,7 +502,8 @@ def build_site(node: ServedNode) -> NodeSite:
         ClientAPI(node_id=node.node_id, role=node.role, front=node.front, listing=node.listing,
                   image_listing=node.image_listing,
                   metrics=node.metrics.render, phase=lambda: node.phase,
-                  ollama_control=node.ollama_control),
+                  ollama_control=node.ollama_control, jobs=node.jobs),
+        JobsAPI(node.jobs),
         NodeAPI(node=node, admin=node.admin),
         AssetsAPI(node),
         OffloadAPI(coordinator=node.coordinator, lending=node.lending),

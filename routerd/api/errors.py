@@ -89,12 +89,17 @@ def method_not_allowed(path: str) -> HTTPError:
     return HTTPError(405, f"method not allowed on {path}", "method_not_allowed", "method_not_allowed")
 
 
-def require_post(method: str, path: str, reply: Reply) -> None:
-    """A lean route answers POST only (the lean table is looked up by path whatever the method):
-    405 with ``Allow: POST`` otherwise."""
-    if method != "POST":
-        reply.set_header(b"allow", b"POST")
+def require_method(method: str, allowed: str, path: str, reply: Reply) -> None:
+    """A lean route answers its one method (the lean table is looked up by path whatever the
+    method): 405 with ``Allow`` otherwise."""
+    if method != allowed:
+        reply.set_header(b"allow", allowed.encode())
         raise method_not_allowed(path)
+
+
+def require_post(method: str, path: str, reply: Reply) -> None:
+    """:func:`require_method` for POST, what most lean routes answer."""
+    require_method(method, "POST", path, reply)
 
 
 def master_only() -> HTTPError:

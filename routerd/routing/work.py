@@ -14,6 +14,7 @@ from typing import Any
 
 from routerd.routing.audio import audio_duration
 from routerd.routing.classify import Route
+from routerd.routing.jobs import video_work
 from routerd.routing.multipart import MultipartError, parse_form
 from routerd.routing.plan import SECTIONS
 from routerd.routing.sse import parse_events
@@ -125,6 +126,8 @@ def request_work(route: Route, parsed: Mapping[str, Any] | None, body: bytes,
     section = SECTIONS[route.kind]
     if section == "image" and parsed is not None:
         return image_work("sdapi" if route.family == "sdapi" else "openai", parsed)
+    if section == "video":
+        return video_work(parsed)
     if section == "stt":
         return (_audio_seconds(body, content_type),)
     return ()

@@ -85,14 +85,15 @@ class InferenceFront:
 
     async def drain(self, timeout: float) -> None:
         """New requests are refused by the node's phase; requests still waiting for a backend slot
-        are refused (503) here, and running and lent ones go on for up to ``timeout`` seconds."""
+        are refused (503) here, and running and lent ones (and running video jobs) go on for up to
+        ``timeout`` seconds."""
         from twisted.internet import task
 
         refused = self.local.drain()
         log.info("draining: {active} requests in flight, {refused} waiting requests refused",
                  active=self.active_calls, refused=refused)
         deadline = self.clock.seconds() + timeout
-        while self.active_calls > 0 and self.clock.seconds() < deadline:
+        while self.active_calls + self.local.jobs_running > 0 and self.clock.seconds() < deadline:
             await task.deferLater(self.clock, min(0.05, max(0.0, deadline - self.clock.seconds())),
                                   lambda: None)
         if self.active_calls:
@@ -485,8 +486,11 @@ class InferenceFront:
             call.model_id = record.local_id
             call.forwarded_to = record.node_id
             try:
-                return record.public_id, await self.forwarder.forward(
-                    call, record, name, image_refusal_raises=entry is not None)
+                answer = await self.forwarder.forward(call, record, name,
+                                                      image_refusal_raises=entry is not None)
+                if route.kind == "sd_vid_gen" and self.local.jobs is not None:
+                    self.local.jobs.forwarded(call, answer, record.node_id, name)  # its polls go there
+                return record.public_id, answer
             except ImageRefused as refused:
                 assert entry is not None
                 reservation.release()
