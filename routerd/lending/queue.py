@@ -5,7 +5,9 @@ value, and performs the :class:`Effects` it answers (start the admitted requests
 requests back with 409).  No Twisted, no timers.
 
 Entries are *native* (this node's own clients) or *borrowed* (lent to this node by another owner).
-Only enrolled models (an owner or a helper in some link of the lane) are queued.
+Every native request of the lane is queued here, whatever its model (issue 23: one class order for
+the node's whole router queue); only enrolled models (an owner or a helper in some link of the lane)
+take borrowed work, and only owners' entries are lent.
 
 * At most ``depth`` entries of the lane are admitted to the backend at once; the rest wait here, in
   arrival order.  The depth counts the lane, not each model: the lane's runtime serves one model at
@@ -16,8 +18,8 @@ Only enrolled models (an owner or a helper in some link of the lane) are queued.
   first arrival time and is never lent again.
 * A native arrival hands back every waiting borrowed entry, and every admitted one the caller says has
   not claimed the runtime yet; so does the node's own work that is not queued in this lane but takes
-  its runtime (``own_work_elsewhere``: a model linked nowhere, the other lane of a shared process, an
-  explicit load).  A borrowed arrival is handed back at once while the lane holds any native work
+  its runtime (``own_work_elsewhere``: the other lane of a shared process, an explicit load).
+  A borrowed arrival is handed back at once while the lane holds any native work
   (or the caller says the node is busy with its own work).
 * An optional hold check may keep the head waiting for a faster helper, only for the second slot:
   when something of the same model, and nothing else, is already admitted.
@@ -186,7 +188,7 @@ class LaneQueue:
     ) -> Entry:
         if request_id in self._by_id:
             raise QueueError(f"request {request_id} is already queued")
-        if model_id not in self._enrolled:
+        if borrowed and model_id not in self._enrolled:
             raise QueueError(f"model {model_id} is not enrolled in the {self.lane} lane")
         self._seq += 1
         entry = Entry(
@@ -221,8 +223,8 @@ class LaneQueue:
         key_name: str = "",
         weight: float = 1.0,
     ) -> Effects:
-        """A native request for an enrolled model: queue it, hand back every waiting borrowed entry,
-        and admit what fits.
+        """A native request (for any model of the lane, linked or not): queue it, hand back every
+        waiting borrowed entry, and admit what fits.
 
         ``reclaim`` names admitted borrowed entries that have not claimed the runtime yet (they
         still wait for a free runtime or for the helper model to load): those are handed back too,
@@ -241,8 +243,8 @@ class LaneQueue:
 
     def own_work_elsewhere(self, now_ms: int, reclaim: Collection[str] = ()) -> Effects:
         """This node's own work that is not queued in this lane claims the runtime this lane runs
-        on (a request for a model linked nowhere, a request on another lane of a shared process, an
-        explicit load): hand back every waiting borrowed entry and the admitted ones in ``reclaim``
+        on (a request on another lane of a shared process, an explicit load): hand back every
+        waiting borrowed entry and the admitted ones in ``reclaim``
         (not holding the runtime yet), as a native arrival does."""
         returned = self._hand_back(reclaim)
         return Effects(returned=returned) + self.pump(now_ms)

@@ -86,9 +86,10 @@ def test_max_queued_per_model_bounds_requests_held_in_the_router_for_a_linked_mo
         tmp_path: Path) -> None:
     """Issue 21 §3: a linked model's requests wait in the lending queue, not for the backend slot;
     the bound applies there too (429 ``queue_full`` + Retry-After), and held requests stay as they
-    were."""
+    were.  The bound counts every request of the model that waits: the one admitted to the backend
+    while it still loads, and the two held here."""
     world = World(tmp_path)
-    node = world.node("solo", {"chat": TEXT}, limits={"max_queued_per_model": 2},
+    node = world.node("solo", {"chat": TEXT}, limits={"max_queued_per_model": 3},
                       cluster={"scheduling_backend_depth": 1})
     world.start(node)
     link = Link(Endpoint("solo", "chat"), Endpoint("other", "x"), True, False)
@@ -103,6 +104,6 @@ def test_max_queued_per_model_bounds_requests_held_in_the_router_for_a_linked_mo
     assert sorted(r.code for r, _ in results) == [200, 200, 200, 429]
     refused, raw = next((r, b) for r, b in results if r.code == 429)
     error = json.loads(raw)["error"]
-    assert error["code"] == "queue_full" and "'chat'" in error["message"] and "2 requests" in error["message"]
+    assert error["code"] == "queue_full" and "'chat'" in error["message"] and "3 requests" in error["message"]
     assert refused.headers.getRawHeaders(b"retry-after") == [b"1"]
     assert node.lending.held_requests() == []

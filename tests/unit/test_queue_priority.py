@@ -162,7 +162,8 @@ arrivals = st.lists(
 
 
 def _run(q: LaneQueue, plan: list[tuple[int, str, int]], job_ms: int,
-         one_class: bool, one_key: bool) -> tuple[list[str], dict[str, int], dict[str, int]]:
+         one_class: bool, one_key: bool,
+         model: str = "A") -> tuple[list[str], dict[str, int], dict[str, int]]:
     """Arrivals at increasing times, each admitted job running ``job_ms``; answers the admission
     order, each request's arrival and admission time."""
     now = 0
@@ -192,7 +193,7 @@ def _run(q: LaneQueue, plan: list[tuple[int, str, int]], job_ms: int,
             cls, key, _ = plan[i]
             rid = f"r{i}"
             arrived[rid] = now
-            take(q.arrive(rid, "A", now, priority=STANDARD if one_class else cls,
+            take(q.arrive(rid, model, now, priority=STANDARD if one_class else cls,
                           key_name="k" if one_key else key).admit, now)
     return order, arrived, admitted_at
 
@@ -205,6 +206,25 @@ def test_one_class_one_key_is_exactly_fifo(plan: list[tuple[int, str, int]], dep
     q = queue(depth=depth)
     order, arrived, _ = _run(q, plan, 700, one_class=True, one_key=True)
     assert order == sorted(order, key=lambda r: (arrived[r], int(r[1:])))
+
+
+@settings(max_examples=200, deadline=None)
+@given(arrivals, st.integers(1, 3))
+def test_a_model_linked_nowhere_keeps_exactly_fifo_with_one_class_and_one_key(
+        plan: list[tuple[int, str, int]], depth: int) -> None:
+    """A standalone node's queue (nothing enrolled) takes its model's requests (before, the arrival
+    raised: they went straight to the backend) and, with one class and one key, admits them in
+    arrival order, as the backend's own first come, first served did; with classes it serves the
+    highest first."""
+    q = LaneQueue("text", depth)
+    order, arrived, _ = _run(q, plan, 700, one_class=True, one_key=True, model="solo")
+    assert order == sorted(order, key=lambda r: (arrived[r], int(r[1:])))
+    mixed = LaneQueue("text", depth)
+    order, arrived, admitted_at = _run(mixed, plan, 700, one_class=False, one_key=True, model="solo")
+    plan_of = {f"r{i}": p for i, p in enumerate(plan)}
+    for n, rid in enumerate(order):  # (no aging within 5 s) nothing of a lower class passed a waiting one
+        waiting = [later for later in order[n + 1:] if arrived[later] < admitted_at[rid]]
+        assert all(plan_of[later][0] >= plan_of[rid][0] for later in waiting), (rid, waiting)
 
 
 @settings(max_examples=200, deadline=None)
