@@ -21,6 +21,9 @@ take borrowed work, and only owners' entries are lent.
   its runtime (``own_work_elsewhere``: the other lane of a shared process, an explicit load).
   A borrowed arrival is handed back at once while the lane holds any native work
   (or the caller says the node is busy with its own work).
+* Behind work already in the backend, the head is admitted only if no higher class than its own had a
+  native arrival within the last aging period (a request admitted there waits inside the backend,
+  where a later interactive request cannot pass it: issue 23's p99 at depth 2).
 * An optional hold check may keep the head waiting for a faster helper, only for the second slot:
   when something of the same model, and nothing else, is already admitted.
 """
@@ -141,6 +144,8 @@ class LaneQueue:
         self._by_id: dict[str, Entry] = {}
         self._seq = 0
         self._last_own_completion: dict[str, int] = {}
+        # when a native request of each class rank last arrived (the second slot's class rule)
+        self._class_seen: dict[int, int] = {}
 
     # -- configuration ------------------------------------------------------------------------------
 
@@ -236,6 +241,7 @@ class LaneQueue:
         entry = self._new_entry(request_id, model_id, now_ms, work, context, streaming, False,
                                 priority, key_name, weight)
         entry.image = image
+        self._class_seen[entry.priority] = now_ms
         returned = self._hand_back(reclaim)
         entry.borrowed_ahead = self.borrowed_in_backend() + max(int(also_ahead), 0)
         self._wait(entry)
@@ -303,6 +309,8 @@ class LaneQueue:
             index = 0 if self._uniform() else self.order.pick(self._pending, now_ms)
             assert index is not None
             head = self._pending[index]
+            if self._admitted and self._outranked(head, now_ms):
+                break  # the backend is busy: keep the next place for the higher class that is about
             if self._holds(head, now_ms):
                 head.holding = True
                 break
@@ -314,6 +322,18 @@ class LaneQueue:
             self._admitted.append(head)
             admitted.append(head.request_id)
         return Effects(admit=tuple(admitted))
+
+    def _outranked(self, head: Entry, now_ms: int) -> bool:
+        """Whether ``head`` may not take a place behind the work already in the backend because a
+        higher class than its own (effective) one had a native arrival within the last aging
+        period: a request admitted behind a running one waits in the backend, where a higher-class
+        arrival could no longer pass it.  While that class is about, lower classes go to the backend
+        one at a time (the runtime idles for a round trip between them); with one class, never."""
+        window = self.order.aging_ms
+        if window <= 0 or not self._class_seen:
+            return False
+        rank = effective_rank(head.priority, head.arrived_ms, now_ms, window)
+        return any(r < rank and now_ms - seen < window for r, seen in self._class_seen.items())
 
     def _holds(self, head: Entry, now_ms: int) -> bool:
         if self.hold is None or head.borrowed or head.streaming or head.returned:

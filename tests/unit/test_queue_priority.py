@@ -38,6 +38,29 @@ def test_an_interactive_request_passes_a_batch_flood() -> None:
     assert q.finished("b0", 100).admit == ("chat",)
 
 
+def test_behind_the_backend_s_work_a_lower_class_waits_while_a_higher_one_is_about() -> None:
+    """Depth 2: a batch request admitted behind a running one waits inside the backend, where an
+    interactive request arriving next cannot pass it (p99 ≈ 1.27 J before).  While interactive
+    work has arrived within the last aging period, batch work takes the second place no more;
+    the interactive request takes it and waits for the running job only.  Once the period is over,
+    batch work fills both places again."""
+    q = LaneQueue("text", 2, aging_ms=30_000)
+    assert q.arrive("i0", "solo", 0, priority=INTERACTIVE, key_name="chat").admit == ("i0",)
+    assert q.finished("i0", 100).admit == ()
+    admitted = [rid for n in range(4) for rid in q.arrive(f"b{n}", "solo", 200 + n, priority=BATCH,
+                                                          key_name="bulk").admit]
+    assert admitted == ["b0"]  # before: ["b0", "b1"], b1 waiting in the backend
+    assert q.arrive("i1", "solo", 250, priority=INTERACTIVE, key_name="chat").admit == ("i1",)
+    assert q.finished("b0", 300).admit == ()  # i1 runs; b1 waits here, not in the backend
+    assert q.finished("i1", 400).admit == ("b1",)
+    assert q.finished("b1", 30_300).admit == ("b2", "b3")  # no interactive arrival for 30 s: both places
+
+
+def test_with_one_class_both_places_fill_as_before() -> None:
+    q = LaneQueue("text", 2, aging_ms=30_000)
+    assert [rid for n in range(3) for rid in q.arrive(f"b{n}", "solo", n, priority=BATCH).admit] == ["b0", "b1"]
+
+
 def test_classes_are_served_highest_first_then_in_arrival_order() -> None:
     q = queue()
     q.arrive("run", "A", 0)
