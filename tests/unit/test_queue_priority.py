@@ -58,7 +58,8 @@ def test_behind_the_backend_s_work_a_lower_class_waits_while_a_higher_one_is_abo
 
 def test_with_one_class_both_places_fill_as_before() -> None:
     q = LaneQueue("text", 2, aging_ms=30_000)
-    assert [rid for n in range(3) for rid in q.arrive(f"b{n}", "solo", n, priority=BATCH).admit] == ["b0", "b1"]
+    admitted = [rid for n in range(3) for rid in q.arrive(f"b{n}", "solo", n, priority=BATCH).admit]
+    assert admitted == ["b0", "b1"]
 
 
 def test_classes_are_served_highest_first_then_in_arrival_order() -> None:
