@@ -6,7 +6,9 @@ requests wait in the lending queue).  Both backends are slowed (the simulator's 
 nothing drains; N clients then send one 4 KB chat request each straight to the owner.  Printed:
 the owner process's RSS before, while all N are held (the peak of the owner's in-flight gauge), and
 after the backends are sped up again and every request was answered.  Target: growth <= 64 MB,
-and back down after the drain.
+and back down after the drain.  The slaves allow ``--requests`` + 1000 connections
+(``server.max_connections``, 4096 by default: past it the held requests and the ``/metrics`` polls
+were refused 503).
 
 Run: .venv/bin/python benchmarks/held.py [--requests 10000] [--body-bytes 4096]
 """
@@ -131,7 +133,8 @@ def main() -> None:
             kcpps = {model: {"model": f"../weights/{model}.sim.json", **SPEC}}
             cfg = write_node(root / name, ports[name], kcpps, {model: SLOW},
                              {"role": "slave", "node_id": name, "master_url": urls["master"],
-                             "public_url": urls[name], **cluster}, limits)
+                             "public_url": urls[name], **cluster}, limits,
+                             {"max_connections": args.requests + 1000})
             nodes.append(NodeProcess(cfg, ports[name]))
             nodes[-1].wait_ready()
             post(urls[name] + "/router/v1/load", {"model": model})

@@ -68,8 +68,15 @@ simulators (``alpha`` and ``bravo`` are ``sdmodel`` configs, known to lending by
 
 Scenario (f) has a helper 16x faster than the owner: the optimum gives it every job but the two in
 the owner's backend, which only the hold for a faster helper achieves (without it the owner would
-take a third job into its second slot).  Scenario (h) hangs the helper's backend (simulator
-``/sim/control {"hang": true}``) after the link is made: every lent request must be cut off
+take a third job into its second slot).  Its margin is thin: the helper's 30 jobs (30 x 40 ms)
+end 80 ms before the owner's two (2 x 640 ms), and the spec sends a request still waiting when the
+owner would idle to the owner, so a burst whose helper jobs take ~7 % over 40 ms costs a whole
+third owner job (about 1.4-1.5 x its optimum): whether 28 x S <= 2 x J decides it.  It runs three
+bursts of each kind and compares the medians (two had a median that was the mean of a good burst
+and such a one), and prints each lending burst's ratio (issue 24).
+
+Scenario (h) hangs the helper's backend (simulator ``/sim/control {"hang": true}``) after the
+link is made: every lent request must be cut off
 (3 x (switch + service) + 30 s, the real constant) and served by the owner; its target is every
 request answered and the makespan within the cut-off bound plus the owner's own drain (N x J).
 
@@ -229,7 +236,7 @@ SCENARIOS = (
     # Not run by default: (d) once the helper has idled past the unloaded probe bar.
     Scenario("e", "(d), helper idle past the probe bar", 3, 80, 80, 1500, True, "none", True),
     Scenario("f", "32 jobs, 16x faster helper, loaded (hold)", 32, 640, 40, 100, False, "optimum",
-             repeats=2, optimum_target=1.10),
+             repeats=3, optimum_target=1.10),
     Scenario("g", "(b) with restore after borrow", 40, 80, 40, 400, True, "optimum", repeats=3,
              restore=True, optimum_target=1.10),
     Scenario("g2", "(d) with restore after borrow", 3, 80, 80, 1500, True, "without", repeats=5,
@@ -621,6 +628,9 @@ def report(results: list[Result]) -> None:
                   f"of lent {r.dispatch_outcomes.get('lent', 0)}")
         if s.repeats > 1:
             print(f"    bursts: without {runs(r.without_runs)}, with {runs(r.with_runs)}")
+            if s.target == "optimum" and not r.burst_ratios and r.best.makespan_ms:
+                print("    each lending burst / optimum: "
+                      + " ".join(f"{w / r.best.makespan_ms:.2f}" for w in r.with_runs))
             print(f"    spread: without {spread(r.without_runs)}, with {spread(r.with_runs)}")
         if r.burst_ratios:
             print("    each burst against the optimum with its own load: "

@@ -5,7 +5,8 @@ re-serialised with ``json``, a treq call on a persistent pool, the answer's ``mo
 streams passed through chunk by chunk.  ``benchmarks/overhead.py`` runs it beside routerd so every
 run prints routerd ÷ floor ratios.
 
-Run: python benchmarks/naive_proxy.py PORT BACKEND_URL
+Run: python benchmarks/naive_proxy.py PORT BACKEND_URL [MODEL]  (MODEL: what the backend calls it,
+``zero`` by default; ``benchmarks/cluster.py`` puts it in front of a slave node)
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ pool = HTTPConnectionPool(reactor, persistent=True)
 pool.maxPersistentPerHost = 128
 http = treq.client.HTTPClient(Agent(reactor, pool=pool))
 BACKEND = sys.argv[2] if len(sys.argv) > 2 else "http://127.0.0.1:8080"
+MODEL = sys.argv[3] if len(sys.argv) > 3 else "zero"  # the name the backend knows the model by
 
 
 @app.route("/v1/chat/completions", methods=["POST"])
 async def chat(request: IRequest) -> Any:
     body = json.loads(request.content.read())
     public = body.get("model")
-    body["model"] = "zero"
+    body["model"] = MODEL
     response = await http.post(BACKEND + "/v1/chat/completions", json.dumps(body).encode(),
                                headers={b"content-type": [b"application/json"]}, unbuffered=True)
     request.setResponseCode(response.code)

@@ -17,6 +17,9 @@ is being measured) and from a Python client otherwise (``--python`` forces it).
 Targets (issue 14), judged by the ratios of one run: routerd CPU per request <= 0.5 x the floor's
 at c=1/16/64; CPU per stream <= 0.75 x; added TTFC <= the floor's; p99 at c=1 <= 1.5 x.
 
+Last, routerd with analytics on against off (issue 22; ``benchmarks/analytics_ab.py``): the same
+process switched by a reload, cell by cell, at each concurrency and for streams (target <= 1.10 x).
+
 Run: .venv/bin/python benchmarks/overhead.py [--seconds 8] [--rounds 2] [--python]
 """
 
@@ -244,6 +247,12 @@ def main() -> None:
                     if got:
                         spans.append(f"÷{anchor} {min(got):.2f}-{max(got):.2f}")
                 print(f"  {cell:>7}: " + ", ".join(spans))
+
+            # issue 22: the same node with analytics on against off (benchmarks/analytics_ab.py)
+            from analytics_ab import Analytics, cells_of, compare
+
+            cells = cells_of(client, paths["routerd"][0], args, levels)
+            await compare(Analytics(cfg, node.url), node.proc.pid, cells, args.rounds)
 
         run(measure)
     finally:

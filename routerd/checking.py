@@ -9,30 +9,14 @@ at once.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import sys
-from collections.abc import Iterable
 
 from routerd.backends.check import check_families
 from routerd.catalog.catalog import Catalog, CatalogError
-from routerd.catalog.kcpps import PATH_KEYS
-from routerd.catalog.model import ModelConfig
+from routerd.catalog.problems import KCPPS_KEYS, NEAR_MISS, did_you_mean, near_miss_keys, weight_problems
 from routerd.config.load import ConfigError, load_config
-
-#: Every ``.kcpps`` key routerd reads (contract §3).  koboldcpp writes many more, so an unknown key is
-#: only reported when it is a near miss of one of these.
-KCPPS_KEYS: tuple[str, ...] = tuple(sorted(PATH_KEYS | {
-    "backend_mode", "contextsize", "parallel", "vllm", "extra_args", "embeddings"}))
-#: How close an unknown key must be to a read key to count as a misspelling of it.
-NEAR_MISS = 0.8
-
-
-def did_you_mean(key: str, known: Iterable[str], cutoff: float = 0.6) -> str | None:
-    """The known name closest to ``key``, if any is close enough."""
-    matches = difflib.get_close_matches(key, list(known), n=1, cutoff=cutoff)
-    return matches[0] if matches else None
 
 
 def check_config(path: str | None) -> tuple[bool, list[str]]:
@@ -49,7 +33,7 @@ def check_config(path: str | None) -> tuple[bool, list[str]]:
     for bad in catalog.invalid:
         errors.append(f"{bad.filename}: {bad.reason}")
     for model in catalog.models:
-        errors.extend(_model_errors(model))
+        errors.extend(weight_problems(model))
     errors.extend(_near_misses(catalog.config_dir))
     family_errors, notes = check_families(config, catalog.models)
     errors.extend(family_errors)
@@ -62,16 +46,6 @@ def check_config(path: str | None) -> tuple[bool, list[str]]:
     return not errors, sorted(set(errors), key=errors.index)
 
 
-def _model_errors(model: ModelConfig) -> list[str]:
-    out = []
-    for field, weights in model.weight_files().items():
-        if not os.path.isfile(weights):
-            out.append(f"{model.filename}: {field} {weights} does not exist")
-        elif not os.access(weights, os.R_OK):
-            out.append(f"{model.filename}: {field} {weights} is not readable")
-    return out
-
-
 def _near_misses(config_dir: str) -> list[str]:
     out = []
     for name in sorted(os.listdir(config_dir)):
@@ -82,14 +56,9 @@ def _near_misses(config_dir: str) -> list[str]:
                 raw = json.load(handle)
         except (OSError, ValueError):
             continue  # reported by the catalog
-        if not isinstance(raw, dict):
-            continue
-        for key in raw:
-            if key in KCPPS_KEYS:
-                continue
-            guess = did_you_mean(key, KCPPS_KEYS, NEAR_MISS)
-            if guess is not None and guess not in raw:
-                out.append(f"{name}: unknown key {key!r} (did you mean {guess!r}?)")
+        if isinstance(raw, dict):
+            out.extend(near_miss_keys(name, raw))
     return out
 
 
+__all__ = ["KCPPS_KEYS", "NEAR_MISS", "check_config", "did_you_mean"]

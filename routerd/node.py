@@ -54,7 +54,9 @@ from routerd.routing.call import Call
 from routerd.routing.key_limits import KeyLimiter
 from routerd.routing.relay import Timeouts
 from routerd.serve.admin import ModelAdmin
+from routerd.serve.analytics import AnalyticsRecorder
 from routerd.serve.assets import build_asset_service
+from routerd.serve.bench import BenchBook, BenchRunner
 from routerd.serve.front import InferenceFront
 from routerd.serve.keepalive import KeepAlive, OllamaControl
 from routerd.serve.local import LocalInference
@@ -63,6 +65,7 @@ from routerd.serve.own_loads import OwnLoads
 from routerd.serve.recipes import RecipeRouter
 from routerd.serve.reload import Reloader
 from routerd.serve.samples import Measurements
+from routerd.serve.video import VideoJobs
 from routerd.services import HookService, IntervalService, OrderedServices
 from routerd.store.store import Store
 
@@ -102,7 +105,10 @@ class Node:
         #: ``starting`` until start() has loaded the startup model, ``ready``, then ``draining``
         #: from a stop on (what ``/health`` answers).
         self.phase = "starting"
-        self.samples = Measurements(reactor, self.metrics, lambda: self.store)
+        self.analytics = AnalyticsRecorder(reactor, config.analytics, self.node_id, lambda: self.store)
+        self._analytics_loop = IntervalService("analytics flush", self.analytics.tick,
+                                               config.analytics.flush_interval, reactor)
+        self.samples = Measurements(reactor, self.metrics, lambda: self.store, self.analytics)
         limits = config.limits
         self.timeouts = Timeouts(reactor, limits.first_byte_timeout, limits.idle_stream_timeout)
         self.runtimes = Runtimes(reactor, config, self.http, launcher=launcher, on_load=self.samples.on_load,
@@ -120,16 +126,18 @@ class Node:
                                      cluster.lending.offload_decisions_retention)
         self.on_fatal: Callable[[BaseException], None] = lambda _exc: None
         if self.role == "master":
-            parts = master_parts(cluster, reactor, http=self.http, agent=self.agent, timeouts=self.timeouts,
+            parts = master_parts(cluster, reactor, http=self.clients.peer_http, agent=self.clients.peer_agent,
+                                 timeouts=self.timeouts,
                                  on_public_id=self.samples.save_public_id,
                                  local_ready=lambda kind, record: self.documents.local_ready(kind, record),
                                  local_status=lambda: self.runtime_status(),
                                  coordinator=lambda: cast(Coordinator, self.coordinator))
         elif self.role == "slave":
-            parts = slave_parts(cluster, reactor, http=self.http, agent=self.agent, timeouts=self.timeouts,
+            parts = slave_parts(cluster, reactor, http=self.clients.peer_http, agent=self.clients.peer_agent,
+                                timeouts=self.timeouts,
                                 snapshot=lambda: self.snapshot_wire(), on_terminal=self._fatal)
         else:
-            parts = standalone_parts(cluster, reactor, http=self.http)
+            parts = standalone_parts(cluster, reactor, http=self.clients.peer_http)
         self.master, self.slave = parts.master, parts.slave
         #: What the site API reads (``assembly.roles``): the master's agent, a standalone node's
         #: site of one, None on a slave.
@@ -163,16 +171,25 @@ class Node:
             catalog=lambda: self.catalog, on_catalog=self._assets_bound,
             peers=lambda: [] if self.master is None else [
                 n.node_url for n in self.master.registry.nodes() if n.healthy])
+        self.jobs = VideoJobs(node_id=self.node_id, clock=reactor, agent=self.backend_agent,
+                              forwarder=parts.forwarder, node_url=self._node_url)
+        self.local.jobs = self.jobs
         self.front = InferenceFront(node_id=self.node_id, clock=reactor, catalog=lambda: self.catalog,
                                     local=self.local, metrics=self.metrics, master=self.master,
                                     forwarder=parts.forwarder, loaded_config=self.runtimes.loaded_config,
-                                    lending=self.lending, recipes=self.recipes,
+                                    lending=self.lending, recipes=self.recipes, analytics=self.analytics,
                                     limiter=KeyLimiter(self._key_limits))
         self.admin = ModelAdmin(node_id=self.node_id, catalog=lambda: self.catalog, runtimes=self.runtimes,
                                 load=self.own_loads.load,
                                 blocked=self.assets.blocked,
                                 registry=self.master.registry if self.master is not None else None,
                                 remote=self.master.client if self.master is not None else None)
+        self.bench = BenchRunner(node_id=self.node_id, clock=reactor, catalog=lambda: self.catalog,
+                                 loaded_config=self.runtimes.loaded_config, load=self.admin.load,
+                                 handle=lambda incoming, reply, route: self.front.handle(
+                                     incoming, reply, route, cluster_call=True),
+                                 book=BenchBook(cluster.store_dir, run_in_thread),
+                                 on_result=lambda _result: self._records_changed())
         self.policy = AuthPolicy.build(config.auth.inference_keys, config.auth.admin_keys,
                                        cluster.token, config.server.allowed_cidrs,
                                        metrics_keys=config.auth.metrics_keys,
@@ -183,7 +200,8 @@ class Node:
             node_id=self.node_id, public_url=self.public_url, clock=reactor, started_at=self.started_at,
             backend_mode=lambda: self.config.backend.mode, catalog=lambda: self.catalog,
             runtimes=self.runtimes, assets=self.assets, local=self.local, lending=self.lending,
-            samples=self.samples, own_busy=self.own_busy, master=self.master, recipes=self.recipes)
+            samples=self.samples, own_busy=self.own_busy, master=self.master, recipes=self.recipes,
+            benchmark=lambda model_id: self.bench.book.latest(model_id))
         self.documents.watch(self.metrics, self.coordinator)
         # the documents the HTTP edge and the cluster agents read (assembly.documents computes them)
         docs = self.documents
@@ -208,7 +226,12 @@ class Node:
         self.services = OrderedServices()  # type: ignore[no-untyped-call]
         for child in (HookService("connection pool", on_stop=self.clients.close),
                       HookService("router database", on_stop=self._close_store),
+                      # analytics' buffered rows are written before the store closes
+                      HookService("analytics", on_stop=self.analytics.flush),
+                      self._analytics_loop,
                       HookService("backends", on_start=self.runtimes.boot, on_stop=self.runtimes.stop),
+                      # stopped before the backends: running video jobs end and give their runtime back
+                      HookService("video jobs", on_stop=self.jobs.stop),
                       HookService("restore after borrow", on_stop=self.restorer.stop),
                       HookService("decision log", on_start=lambda: self.decisions.start(self.store),
                                   on_stop=self.decisions.stop),
@@ -233,6 +256,7 @@ class Node:
         await self.assets.rebuild_index()
         if self.recipes is not None:
             self.recipes.book.load()
+        self.bench.book.load()
         if self.site is not None:
             await start_site(self.site, self._public_ids, self.store, self.lending,
                              self.config.cluster.lending, self.local_records(), links=self.master is not None)
@@ -295,6 +319,8 @@ class Node:
         self.timeouts.first_byte = new.limits.first_byte_timeout
         self.timeouts.idle = new.limits.idle_stream_timeout
         self.local.max_queued_per_model = new.limits.max_queued_per_model
+        self.analytics.config = new.analytics  # on or off, retentions, buffer bound: from now on
+        self._analytics_loop.set_interval(new.analytics.flush_interval)
         apply_live_cluster(cluster, self.master, self.slave)
         if cluster.lending != old.cluster.lending:
             await apply_live_lending(cluster.lending, self.lending, self.store,
@@ -311,6 +337,17 @@ class Node:
             await self.site.poll_all()
         if self.slave is not None and self.slave.running:
             await self.slave.register_once()
+
+    def _records_changed(self) -> None:
+        """This node's records changed (a benchmark result): the site's registry reads them again;
+        a slave's master sees them at its next poll."""
+        if self.site is not None:
+            self.site.registry.update_local(self.local_records())
+
+    def _node_url(self, node_id: str) -> str | None:
+        """Where a master reaches node ``node_id`` (a video job's polls go there)."""
+        info = self.master.registry.node(node_id) if self.master is not None else None
+        return info.node_url if info is not None else None
 
     def _fatal(self, exc: RegistrationRefused) -> None:
         self.log.critical("{reason}; stopping", reason=str(exc))

@@ -12,7 +12,9 @@ lean channel and on twisted.web's channel alike; the edges only carry the verdic
    needs (401): see :mod:`routerd.cluster.auth`.  The class comes from the site's declared routes
    (:class:`~routerd.api.routes.RouteTable`); the WebUI's files (``ui``) need no key;
 3. the node's phase: while starting or draining only the ``health``, ``metrics`` and ``docs`` routes
-   (``/health``, ``/metrics``, ``/openapi.json``) are served; a borrowed request
+   (``/health``, ``/metrics``, ``/openapi.json``) are served, and while draining the polls and
+   cancels of video jobs (``/sdcpp/v1/jobs/…``, a master's under ``/router/v1/node/inference``): a
+   drain lets running jobs end, and their clients fetch the results; a borrowed request
    (``X-Routerd-Offload: 1``) or an owner's relay goes back to its owner (409 ``offload_returned``),
    anything else gets 503 + ``Retry-After``;
    (an admitted request's verdict names its key and class: :attr:`Verdict.key_name`)
@@ -37,6 +39,8 @@ from routerd.errors import HTTPError, StatusError
 from routerd.lending.offload import offload_returned
 from routerd.lending.transport import RELAY_PATH
 from routerd.routing.call import KEY_CLASS_HEADER, KEY_NAME_HEADER
+from routerd.routing.forward import INFERENCE_PREFIX
+from routerd.routing.jobs import job_path
 
 Headers = tuple[tuple[bytes, bytes], ...]
 
@@ -110,7 +114,7 @@ def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str, budget_fr
                                      if authorization is not None else None, cls)
     except StatusError as err:
         return _refuse(err, headers)
-    if phase != "ready" and cls not in ALWAYS_SERVED_CLASSES:
+    if phase != "ready" and cls not in ALWAYS_SERVED_CLASSES and not _job_call(phase, path):
         if fields.get("x-routerd-offload") == "1" or path == RELAY_PATH:
             # A borrowed request goes back to its owner, who serves it itself; so does one an owner
             # relays through a master that is starting or draining.
@@ -138,6 +142,15 @@ def _key_of(policy: AuthPolicy, cls: RouteClass, fields: Mapping[str, str],
         klass = fields.get(KEY_CLASS_HEADER, "")
         return name, klass if klass in PRIORITY_CLASSES else ""
     return "", ""
+
+
+def _job_call(phase: str, path: str) -> bool:
+    """A video job's poll or cancel on a draining node (running jobs end during a drain)."""
+    if phase != "draining":
+        return False
+    if path.startswith(INFERENCE_PREFIX + "/"):
+        path = path[len(INFERENCE_PREFIX):]
+    return job_path(path) is not None
 
 
 def buffer_full() -> HTTPError:

@@ -10,7 +10,7 @@ the one handler in :mod:`routerd.api.errors`.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -18,11 +18,15 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.web.iweb import IRequest
 
 from routerd import __version__
+from routerd.api.analytics_routes import AnalyticsAPI, AnalyticsNode
 from routerd.api.assets_routes import AssetsAPI, AssetsNode
+from routerd.api.bench_routes import BenchAPI, BenchNode
+from routerd.api.cook_routes import CookAPI
 from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
-from routerd.api.errors import master_only, method_not_allowed, not_found, reply_error
+from routerd.api.errors import master_only, not_found, reply_error, require_method, require_post
 from routerd.api.guardians_routes import GuardiansAPI, GuardiansNode
+from routerd.api.jobs_routes import JobsAPI
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.lending_http import LendingNode
 from routerd.api.links_routes import LinksAPI
@@ -30,6 +34,7 @@ from routerd.api.offload_routes import OffloadAPI
 from routerd.api.openapi import OpenAPI
 from routerd.api.push_routes import PushAPI
 from routerd.api.reload_routes import ReloadAPI
+from routerd.api.remote import remote_answer
 from routerd.api.reply import query_arg
 from routerd.api.routes import Routes
 from routerd.api.settings_routes import SettingsAPI
@@ -45,10 +50,12 @@ from routerd.routing.adapters.ollama import Mode
 from routerd.routing.call import Incoming, Reply
 from routerd.routing.classify import INFERENCE_PATHS, Route, classify
 from routerd.routing.forward import INFERENCE_PREFIX
+from routerd.routing.jobs import job_path
 from routerd.serve import documents
 from routerd.serve.admin import UNLOAD_TARGETS, ModelAdmin
 from routerd.serve.front import InferenceFront
 from routerd.serve.keepalive import OllamaControl
+from routerd.serve.video import VideoJobs
 from routerd.wire.records import PROTOCOL_VERSION
 from routerd.wire.status import status_to_json
 
@@ -107,17 +114,6 @@ async def _on_remote(master: MasterAgent, node_id: str, call: Callable[[str], De
                         "node_unreachable") from None
 
 
-async def _remote_answer(work: Awaitable[Any]) -> Any:
-    """Await a call that talks to other nodes; their errors answered as given, or 502."""
-    try:
-        return await work
-    except RemoteError as exc:
-        raise HTTPError(exc.status, exc.message, exc.type, exc.code) from None
-    except ClusterError as exc:
-        raise HTTPError(502, f"a node did not answer: {exc.reason}", "backend_error",
-                        "node_unreachable") from None
-
-
 class ClientAPI:
     """Health, metrics, model listings and inference (OpenAI, Ollama, SD-WebUI, Kobold)."""
 
@@ -126,8 +122,9 @@ class ClientAPI:
     def __init__(self, *, node_id: str, role: str, front: InferenceFront, listing: Listing,
                  image_listing: Callable[[], list[dict[str, Any]]], metrics: Callable[[], bytes],
                  phase: Callable[[], str] = lambda: "ready",
-                 ollama_control: OllamaControl | None = None) -> None:
+                 ollama_control: OllamaControl | None = None, jobs: VideoJobs | None = None) -> None:
         self.ollama_control = ollama_control
+        self.jobs = jobs
         self.node_id = node_id
         self.phase = phase
         self.role = role
@@ -219,11 +216,13 @@ class ClientAPI:
         """Forwarded inference from the master (cluster token checked by the guard); borrowed
         work when the master's relay marked it so.  ``path`` is the full path, with the prefix."""
         inner = path[len(INFERENCE_PREFIX):]
+        job = job_path(inner)
+        if job is not None and self.jobs is not None:  # a master passing on a video job's poll
+            require_method(method, "POST" if job[1] == "cancel" else "GET", path, reply)
+            return ensureDeferred(self.jobs.answer(job[0], job[1], reply))
         route = classify("POST", inner) if inner.startswith("/") and not inner.startswith(("//", "/\\")) \
             else None
-        if method != "POST":
-            reply.set_header(b"allow", b"POST")
-            raise method_not_allowed(path)
+        require_post(method, path, reply)
         if route is None:
             raise HTTPError(404, f"{inner!r} is not an inference path", "not_found", "not_found")
         facts = attrs.evolve(facts, path=inner)
@@ -347,7 +346,7 @@ class AdminAPI:
         recipes = self.node.recipes
         recipe = recipes.book.by_public_id(name) if recipes is not None else None
         if recipes is not None and recipe is not None:
-            return json_response(request, await _remote_answer(recipes.load(recipe)))
+            return json_response(request, await remote_answer(recipes.load(recipe)))
         return json_response(request, await self.admin.load(name, site=True))
 
     @routes.route("/router/v1/unload", methods=["POST"], auth="admin")
@@ -442,7 +441,8 @@ class AdminAPI:
         raise not_found(request.path.decode("utf-8", "replace"))
 
 
-class ServedNode(NodeDocuments, AdminNode, AssetsNode, LendingNode, DecisionsNode, GuardiansNode, Protocol):
+class ServedNode(NodeDocuments, AdminNode, AssetsNode, LendingNode, DecisionsNode, GuardiansNode,
+                 AnalyticsNode, BenchNode, Protocol):
     """Everything :func:`build_site` reads of a node (``routerd.node.Node`` is one); each API class
     is handed only the part it uses."""
 
@@ -480,6 +480,9 @@ class ServedNode(NodeDocuments, AdminNode, AssetsNode, LendingNode, DecisionsNod
     def ollama_control(self) -> OllamaControl: ...
 
     @property
+    def jobs(self) -> VideoJobs: ...
+
+    @property
     def coordinator(self) -> Coordinator | None: ...
 
     @property
@@ -499,17 +502,21 @@ def build_site(node: ServedNode) -> NodeSite:
         ClientAPI(node_id=node.node_id, role=node.role, front=node.front, listing=node.listing,
                   image_listing=node.image_listing,
                   metrics=node.metrics.render, phase=lambda: node.phase,
-                  ollama_control=node.ollama_control),
+                  ollama_control=node.ollama_control, jobs=node.jobs),
+        JobsAPI(node.jobs),
         NodeAPI(node=node, admin=node.admin),
         AssetsAPI(node),
         OffloadAPI(coordinator=node.coordinator, lending=node.lending),
         PushAPI(node),
         DecisionsAPI(node),
+        AnalyticsAPI(node),
+        BenchAPI(node),
         AdminAPI(node=node, admin=node.admin),
         LinksAPI(node),
         SettingsAPI(node),
         ReloadAPI(node.reloader),
         GuardiansAPI(node),
+        CookAPI(node),
         WebUI(webui_dir()),
         OpenAPI(),
     ]

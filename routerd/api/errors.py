@@ -89,5 +89,18 @@ def method_not_allowed(path: str) -> HTTPError:
     return HTTPError(405, f"method not allowed on {path}", "method_not_allowed", "method_not_allowed")
 
 
+def require_method(method: str, allowed: str, path: str, reply: Reply) -> None:
+    """A lean route answers its one method (the lean table is looked up by path whatever the
+    method): 405 with ``Allow`` otherwise."""
+    if method != allowed:
+        reply.set_header(b"allow", allowed.encode())
+        raise method_not_allowed(path)
+
+
+def require_post(method: str, path: str, reply: Reply) -> None:
+    """:func:`require_method` for POST, what most lean routes answer."""
+    require_method(method, "POST", path, reply)
+
+
 def master_only() -> HTTPError:
     return HTTPError(404, "site routes are served by the master only", "not_found", "not_found")

@@ -1,6 +1,8 @@
-"""A node's HTTP clients: one persistent connection pool behind an ``Agent`` for node-to-node calls
-and readiness probes (treq over it), and the lean keep-alive client for its own backends
-(issue 14).  Tests inject their own agent and treq client; the backend client is then that agent.
+"""A node's HTTP clients: one persistent connection pool behind an ``Agent`` for readiness probes,
+asset pulls and anything the lean clients hand back (treq over it); the lean keep-alive client for
+its own backends (issue 14); and another for other nodes (issue 24: forwards, relays and the
+control calls, :mod:`routerd.serve.peer_http`).  Tests inject their own agent and treq client; the
+backend and peer clients are then those.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from twisted.web.client import Agent, HTTPConnectionPool
 from twisted.web.iweb import IAgent
 
 from routerd.serve.backend_http import BackendAgent
+from routerd.serve.peer_http import PeerHTTP, peer_agent
 
 
 class NodeClients:
@@ -23,9 +26,15 @@ class NodeClients:
         self.backend_agent: IAgent = self.agent if agent is not None else BackendAgent(reactor, self.agent)
         # treq for node-to-node calls and readiness probes (cookies/redirects handled by NodeClient)
         self.http = cast(Any, http if http is not None else HTTPClient(self.agent))
+        #: Other nodes: forwards, relays, events and grants on ``peer_agent`` (the peers' lean
+        #: routes), the other control calls on ``control_agent``; ``peer_http`` picks by path.
+        self.peer_agent: IAgent = self.agent if agent is not None else peer_agent(reactor, self.agent)
+        self.control_agent: IAgent = self.agent if agent is not None else peer_agent(reactor, self.agent)
+        self.peer_http: Any = http if http is not None else PeerHTTP(self.peer_agent, self.control_agent)
 
     def close(self) -> Any:
-        """Close the backend client's connections and the pool's cached ones (a Deferred)."""
-        if isinstance(self.backend_agent, BackendAgent):
-            self.backend_agent.close()
+        """Close the lean clients' idle connections and the pool's cached ones (a Deferred)."""
+        for lean in (self.backend_agent, self.peer_agent, self.control_agent):
+            if isinstance(lean, BackendAgent):
+                lean.close()
         return self.pool.closeCachedConnections()

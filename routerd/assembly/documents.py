@@ -32,11 +32,13 @@ class NodeDocuments:
                  backend_mode: Callable[[], str], catalog: Callable[[], Catalog], runtimes: Runtimes,
                  assets: AssetService, local: LocalInference, lending: LendingService,
                  samples: Measurements, own_busy: Callable[[], bool], master: MasterAgent | None,
-                 recipes: RecipeRouter | None) -> None:
+                 recipes: RecipeRouter | None,
+                 benchmark: Callable[[str], dict[str, Any] | None] = lambda _model: None) -> None:
         self.node_id, self.public_url, self.clock, self.started_at = node_id, public_url, clock, started_at
         self.backend_mode, self.catalog, self.runtimes, self.assets = backend_mode, catalog, runtimes, assets
         self.local, self.lending, self.samples, self.own_busy = local, lending, samples, own_busy
         self.master, self.recipes = master, recipes
+        self.benchmark = benchmark  # a model's latest benchmark result (serve.bench), or None
 
     def local_ready(self, kind: Any, record: ModelRecord) -> bool:
         """A master's own replica is eligible only while its lane is ready."""
@@ -44,8 +46,9 @@ class NodeDocuments:
         return model is not None and self.runtimes.ready(kind, model)
 
     def local_records(self) -> list[ModelRecord]:
-        return self.assets.annotate(documents.local_records(self.catalog(), self.node_id, self.public_url,
-                                                            self.runtimes.loaded_config))
+        records = self.assets.annotate(documents.local_records(self.catalog(), self.node_id, self.public_url,
+                                                               self.runtimes.loaded_config))
+        return documents.with_benchmarks(records, self.benchmark)
 
     def records(self) -> list[ModelRecord]:
         """The models this node lists: the merged registry on a master, else its own."""

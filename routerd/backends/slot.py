@@ -35,7 +35,7 @@ import attrs
 from twisted.internet.defer import Deferred, fail, gatherResults, succeed
 from twisted.logger import Logger
 
-from routerd.backends.errors import LoadFailed, RuntimeClosed
+from routerd.backends.errors import LoadFailed, RuntimeClosed, with_output
 from routerd.backends.process import ProcessHandle, ProcessLauncher, Scheduler, describe_exit
 from routerd.catalog.model import ModelConfig, RuntimeKind
 
@@ -575,7 +575,7 @@ class RuntimeSlot:
         if attempt.finished:
             return
         lines = attempt.process.last_lines() if attempt.process is not None else []
-        reason = _with_output(
+        reason = with_output(
             f"{self.name} for {attempt.config.local_id!r} not ready after {self._load_timeout_s:g}s", lines
         )
         self._load_failed(attempt, reason)
@@ -587,14 +587,14 @@ class RuntimeSlot:
         attempt = self._attempt
         if self._state is S.LOADING and attempt is not None and attempt.process is handle:
             how = describe_exit(code)
-            reason = _with_output(
+            reason = with_output(
                 f"{self.name} for {attempt.config.local_id!r} exited with {how} during the load",
                 handle.last_lines(),
             )
             self._load_failed(attempt, reason)
         elif self._state is S.READY:
             model = self._config.local_id if self._config else "?"
-            reason = _with_output(
+            reason = with_output(
                 f"{self.name} for {model!r} exited with {describe_exit(code)}", handle.last_lines()
             )
             log.warn("{backend}: backend died: {reason}", backend=self.name, reason=reason)
@@ -691,12 +691,6 @@ class RuntimeSlot:
                 self._pump()
 
         stopping.addBoth(settled)
-
-
-def _with_output(reason: str, lines: list[str]) -> str:
-    if not lines:
-        return reason
-    return reason + "; last output:\n" + "\n".join(lines)
 
 
 __all__ = [

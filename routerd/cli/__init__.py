@@ -1,6 +1,6 @@
 """The ``routerd`` console command.
 
-``routerd run``/``check``/``version`` work on this machine; every other subcommand scripts a running
+``routerd run``/``check``/``version``/``demo`` work on this machine; every other subcommand scripts a running
 node's HTTP API, at ``--url`` (or ``ROUTERD_URL``, default ``http://127.0.0.1:8080``) with the bearer
 key ``--key`` (or ``ROUTERD_KEY``).
 """
@@ -38,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a node in the foreground (twistd -n routerd …)",
                        add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
+    p = sub.add_parser("demo", help="a three-node simulated cluster with lending and load; Ctrl-C stops it "
+                                    "(routerd demo --help)", add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
     p = sub.add_parser("check", help="validate a config and its model configs; print ok or every error")
     p.add_argument("--config", "-c", help="YAML config (default: the embedded default)")
     sub.add_parser("version", help="print the routerd, Twisted and Python versions")
@@ -53,6 +56,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     # ``routerd run`` hands everything after ``run`` to twistd and the routerd plugin untouched.
     if args_list and args_list[0] == "run":
         return run.run(args_list[1:])
+    if args_list and args_list[0] == "demo":  # its own options (routerd.demo.demo.parse_args)
+        from routerd.demo import demo
+        return demo.main(args_list[1:])
     args = _parser().parse_args(args_list)
     if args.name == "check":
         ok, errors = run.check(args.config)

@@ -268,6 +268,10 @@ class NodeClient:
         """``POST`` ``body`` as JSON to ``base+path`` and the decoded JSON answer."""
         return self._call("POST", base, path, body, timeout)
 
+    def delete_json(self, base: str, path: str, *, timeout: float | None = None) -> Deferred[Any]:
+        """``DELETE base+path`` and the decoded JSON answer."""
+        return self._call("DELETE", base, path, None, timeout)
+
     # -- node API ---------------------------------------------------------------
 
     def register(self, master_url: str, snapshot: Snapshot) -> Deferred[RegisterReply]:

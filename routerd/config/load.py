@@ -24,6 +24,7 @@ from routerd.config.lending import SETTINGS, LendingSettings, SettingError, norm
 from routerd.config.schema import (
     BACKEND_MODES,
     ROLES,
+    AnalyticsConfig,
     AuthConfig,
     BackendConfig,
     BinaryConfig,
@@ -44,7 +45,8 @@ TOKEN_FILE_ENV = "ROUTERD_CLUSTER_TOKEN_FILE"
 _BINARY_SECTIONS = ("llama", "sdcpp", "whispercpp", "kobold", "vllm")
 #: Keys a family's section has besides ``binary_path`` and ``extra_args``.
 _FAMILY_KEYS: dict[str, tuple[str, ...]] = {"kobold": ("no_model", "reload_timeout")}
-_SECTIONS = ("server", "auth", "models", "backend", *_BINARY_SECTIONS, "cluster", "limits", "queue")
+_SECTIONS = ("server", "auth", "models", "backend", *_BINARY_SECTIONS, "cluster", "limits", "queue",
+             "analytics")
 
 
 class ConfigError(Exception):
@@ -234,6 +236,7 @@ def parse_config(
     q = sections["queue"]
     queue = QueueConfig(aging=reader.duration(q, "queue", "aging", QueueConfig().aging))
     reader.unknown(q, "queue", ("aging",))
+    analytics = _analytics(sections["analytics"], reader)
 
     if not _is_loopback_bind(server.bind) and not (auth.inference_keys or auth.admin_keys):
         errs.add("server.bind", f"{server.bind} is not a loopback address; configure auth.inference_keys "
@@ -243,7 +246,20 @@ def parse_config(
     if errs.items:
         raise ConfigError(errs.items)
     return Config(server=server, auth=auth, models=models, backend=backend, cluster=cluster,
-                  limits=limits, queue=queue, source=source, **binaries)
+                  limits=limits, queue=queue, analytics=analytics, source=source, **binaries)
+
+
+def _analytics(section: Mapping[str, Any], reader: _Reader) -> AnalyticsConfig:
+    """The ``analytics`` section (contract §2): every duration must be positive."""
+    default = AnalyticsConfig()
+    durations = ("flush_interval", "raw_retention", "minute_retention", "hour_retention", "day_retention")
+    values = {key: reader.duration(section, "analytics", key, getattr(default, key)) for key in durations}
+    config = AnalyticsConfig(
+        enabled=reader.boolean(section, "analytics", "enabled", default.enabled),
+        max_buffered=reader.integer(section, "analytics", "max_buffered", default.max_buffered, 1, 1_000_000),
+        **values)
+    reader.unknown(section, "analytics", ("enabled", "max_buffered", *durations))
+    return config
 
 
 def _section(data: Mapping[str, Any], name: str, errs: _Errors) -> Mapping[str, Any]:

@@ -156,6 +156,22 @@ class QueueConfig:
 
 
 @attrs.frozen
+class AnalyticsConfig:
+    """The ``analytics`` section (contract §2, §9); durations in seconds."""
+
+    enabled: bool = False
+    #: How often buffered request and load rows are written to the router database.
+    flush_interval: float = 180.0
+    #: How long raw rows are kept, and each rollup level.
+    raw_retention: float = 720 * 3600.0
+    minute_retention: float = 48 * 3600.0
+    hour_retention: float = 2160 * 3600.0
+    day_retention: float = 8760 * 3600.0
+    #: Rows held in memory before they are written whatever the interval.
+    max_buffered: int = 50_000
+
+
+@attrs.frozen
 class Config:
     server: ServerConfig = attrs.Factory(ServerConfig)
     auth: AuthConfig = attrs.Factory(AuthConfig)
@@ -169,4 +185,5 @@ class Config:
     cluster: ClusterConfig = attrs.Factory(ClusterConfig)
     limits: LimitsConfig = attrs.Factory(LimitsConfig)
     queue: QueueConfig = attrs.Factory(QueueConfig)
+    analytics: AnalyticsConfig = attrs.Factory(AnalyticsConfig)
     source: str = "<embedded default>"

@@ -470,7 +470,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"routerd-cluster: {exc}", file=sys.stderr)
         return 2
     print(f"routerd-cluster: starting {', '.join(n.name for n in nodes)} from {config_dir}", flush=True)
+    return run_cluster(nodes, run_dir, own_run_dir, args.timeout)
 
+
+#: Called once every node is healthy, with the cluster and the master's inventory; it may start work
+#: of its own (``routerd demo``'s load) and returns what stops that work again.
+OnReady = Callable[["Cluster", dict[str, Any]], Callable[[], None]]
+
+
+def run_cluster(nodes: Sequence[NodeSpec], run_dir: Path, own_run_dir: bool, timeout: float,
+                on_ready: OnReady | None = None, prog: str = "routerd-cluster") -> int:
+    """Start ``nodes``, print what is ready, run until Ctrl-C / SIGTERM or a node exits, stop every
+    node (slaves first); the exit status.  ``on_ready`` runs once all are healthy; what it returns
+    is called before the nodes are stopped."""
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -479,17 +491,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     cluster = Cluster(nodes, run_dir, stop)
     status = 0
+    stop_work: Callable[[], None] = lambda: None  # noqa: E731
     try:
-        inventory = cluster.start(args.timeout)
-        cluster.say(describe(nodes, inventory, run_dir))
+        inventory = cluster.start(timeout)
+        cluster.say(describe(nodes, inventory, run_dir).replace("routerd-cluster:", f"{prog}:"))
+        if on_ready is not None:
+            stop_work = on_ready(cluster, inventory)
         status = cluster.watch()
     except Interrupted:
         status = 0
     except DemoError as exc:
-        cluster.say(f"routerd-cluster: {exc}")
+        cluster.say(f"{prog}: {exc}")
         status = 1
     finally:
-        cluster.say("routerd-cluster: stopping")
+        cluster.say(f"{prog}: stopping")
+        stop_work()
         clean = cluster.shutdown()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -498,10 +514,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if status == 0 and own_run_dir:
         shutil.rmtree(run_dir, ignore_errors=True)
     elif status != 0:
-        cluster.say(f"routerd-cluster: logs kept in {run_dir}")
-    cluster.say("routerd-cluster: stopped")
+        cluster.say(f"{prog}: logs kept in {run_dir}")
+    cluster.say(f"{prog}: stopped")
     return status
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -20,7 +20,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from routerd.lending.links import LinkSet
-from routerd.lending.offload import Borrowed, RelayRequest, borrowed_headers
+from routerd.lending.offload import GRANT_PATH, Borrowed, RelayRequest, borrowed_headers
 from routerd.lending.planner import FactKey, ModelFacts, plan
 from routerd.lending.service import HeldLease, LendingService
 from routerd.lending.stall_check import HelperGone, StallCheck, ask_over_http
@@ -165,7 +165,7 @@ class Coordinator(MultiService):
         node = self.master.registry.node(lease.owner_node_id)
         if node is None:
             return
-        d = self.master.client.post_json(node.node_url, "/router/v1/node/offload/grant", to_json(lease))
+        d = self.master.client.post_json(node.node_url, GRANT_PATH, to_json(lease))
         d.addErrback(lambda f: log.warn("lease push to {node} failed: {reason}", node=lease.owner_node_id,
                                         reason=f.getErrorMessage()))
 

@@ -11,8 +11,19 @@ It holds iff every condition holds:
 1. the setting ``offload_hold_for_faster_helper`` is on;
 2. the lease for the model is live (``expires_at > now``);
 3. the lease carries measured speeds for both sides (not a probe; owner job and helper service > 0);
-4. every lent slot is busy (lent in flight ≥ slots);
-5. no lent request has overrun: ``now > lent_at + switch + 2 × service`` for none of them;
+4. every lent slot is busy (lent in flight ≥ slots), or the master's next answer is on its way
+   (``refilling``: a queue event of the model is in flight, and that answer lends into the free
+   slot).  A lent answer frees its slot until the master answers the owner's event; judged in that
+   window, a hold whose helper is on schedule ended and the owner took a third job (issue 24,
+   ``benchmarks/lending.py`` (f)).  The spec's "goes to the helper on the master's next answer";
+5. no lent request has overrun: ``now > lent_at + switch + (slots + 1) × service`` for none of
+   them.  A request lent into a lease of ``slots`` slots may wait behind the ``slots - 1`` lent
+   before it (whether or not they are still out) and is due at the latest ``slots`` services after
+   it was lent; it overruns one service after that.  With one slot that is the reference's
+   ``lent_at + switch + 2 × service``.  (Issue 24: judged by the one-slot formula, the request
+   lent behind another into a two-slot lease "overran" the instant it was due, so a little
+   transfer latency released the hold and the owner took a third job: ``benchmarks/lending.py``
+   (f), 16x faster helper, at 1.5 x its optimum.);
 6. the helper finishes this request before the owner would:
 
    * owner finish = ``max(generating_since + J, now) + (in_flight − 1) × J + J``;
@@ -73,9 +84,10 @@ def helper_finish_ms(lent_at_ms: Sequence[float], now_ms: float, switch_ms: floa
     return max(busy, now_ms) + service_ms
 
 
-def overrun_at_ms(lent_at_ms: float, switch_ms: float, service_ms: float) -> float:
-    """The instant after which a request lent at ``lent_at_ms`` has overrun."""
-    return lent_at_ms + switch_ms + OVERRUN_SERVICES * service_ms
+def overrun_at_ms(lent_at_ms: float, switch_ms: float, service_ms: float, slots: int = 1) -> float:
+    """The instant after which a request lent at ``lent_at_ms`` under a lease of ``slots`` slots has
+    overrun: it may wait behind ``slots - 1`` others, then ``OVERRUN_SERVICES`` services of its own."""
+    return lent_at_ms + switch_ms + (max(slots, 1) - 1 + OVERRUN_SERVICES) * service_ms
 
 
 def judge_hold(
@@ -87,21 +99,24 @@ def judge_hold(
     generating_since_ms: float,
     now_ms: float,
     lent_at_ms: Sequence[float],
+    refilling: bool = False,
 ) -> HoldVerdict:
     """Whether to keep the head of the queue waiting for the lease's helper (see the module doc).
 
     ``lent_at_ms`` lists when each request of the model now lent out was lent, in lent order.
     ``in_flight`` counts the owner's admitted requests (all native, of the same model: the caller's
-    precondition, which :class:`~routerd.lending.queue.LaneQueue` checks).
+    precondition, which :class:`~routerd.lending.queue.LaneQueue` checks).  ``refilling``: the
+    master's answer to an event of the model is awaited (condition 4).
     """
     if not enabled or lease is None or in_flight < 1 or lease_expires_ms <= now_ms:
         return NO_HOLD
     if not lease.has_speeds():
         return NO_HOLD
-    if len(lent_at_ms) < lease.slots():
+    if len(lent_at_ms) < lease.slots() and not refilling:
         return NO_HOLD
     switch, service, job = lease.helper_switch_ms, lease.helper_service_ms, lease.owner_job_ms
-    first_overrun = min(overrun_at_ms(at, switch, service) for at in lent_at_ms)
+    first_overrun = overrun_at_ms(min(lent_at_ms), switch, service, lease.slots()) if lent_at_ms \
+        else math.inf
     if now_ms > first_overrun:
         return NO_HOLD
     owner = owner_finish_ms(generating_since_ms, now_ms, in_flight, job)
@@ -109,7 +124,7 @@ def judge_hold(
     if not helper < owner:
         return NO_HOLD
     # The first whole millisecond at which ``now > first_overrun`` holds, or the lease's expiry.
-    alarm = min(math.floor(first_overrun) + 1, math.ceil(lease_expires_ms))
+    alarm = min(math.floor(first_overrun) + 1 if lent_at_ms else math.inf, math.ceil(lease_expires_ms))
     return HoldVerdict(True, int(alarm), owner, helper, owner - now_ms)
 
 

@@ -188,6 +188,10 @@ def _select_nodes(master: _Master, wanted: Sequence[str] | None,
     return include_self, remotes, errors
 
 
+#: The node selection every site report makes (analytics and load errors too).
+select_nodes = _select_nodes
+
+
 async def site_decisions(node: SiteNode, query: DecisionQuery,
                          node_ids: Sequence[str] | None, total_limit: int | None = None) -> dict[str, Any]:
     """The site decisions document: every selected node's rows merged newest first, truncated to
@@ -273,6 +277,7 @@ __all__ = [
     "SiteNode",
     "local_decisions",
     "local_summary",
+    "select_nodes",
     "site_decisions",
     "site_states",
     "site_summary",

@@ -123,7 +123,7 @@ class LendingService:
         self.holds = HoldGate(node_id=node_id, clock=clock,
                               enabled=lambda: self.settings.offload_hold_for_faster_helper,
                               lease=self._lease_until, queue=lambda lane: self.queues[lane],
-                              repump=self._repump, decisions=decisions)
+                              repump=self._repump, decisions=decisions, refilling=self._answer_awaited)
         self.lent_calls = LentCall(clock)
         self.queues: dict[Lane, LaneQueue] = {
             lane: LaneQueue(lane, settings.scheduling_backend_depth, hold=self.holds.check(lane))
@@ -158,10 +158,17 @@ class LendingService:
         return sync_fingerprint(self.settings.fingerprint(), self.guardians)
 
     def apply_settings(self, settings: LendingSettings) -> None:
-        """Run with these effective settings from now on (no restart)."""
+        """Run with these effective settings from now on (no restart).  Admission is re-run only
+        when they changed: the master pushes the same settings again at every registration, and
+        re-running it then judged a held request at whatever instant the push arrived, such as
+        between a lent answer and the master's next lease, when a lent slot is momentarily free
+        (issue 24: the owner took a third job in ``benchmarks/lending.py`` (f))."""
+        changed = settings != self.settings
         self.settings = settings
-        for lane in LANES:
-            self._apply(lane, self.queues[lane].set_depth(settings.scheduling_backend_depth, self._now_ms()))
+        if changed:
+            for lane in LANES:
+                self._apply(lane, self.queues[lane].set_depth(settings.scheduling_backend_depth,
+                                                              self._now_ms()))
         for hook in self.on_settings:
             hook(settings)
 
@@ -263,9 +270,11 @@ class LendingService:
                             if owner:
                                 self.report(lane, model_id, "completed")
                 assert ticket.lease is not None
+                call.lent_to = f"{ticket.lease.helper_node_id}/{ticket.lease.helper_model_id}"
                 try:
                     result = await self.lent_calls.lend(self.transport, call, ticket.lease, model_id)
                 except Returned as exc:
+                    call.lent_to = ""  # back here: it is served (or lent again) like any other
                     log.info("lent request {request_id} came back: {reason}", request_id=rid, reason=str(exc))
                     self._dispatch_row("returned", lane, model_id, ticket.lease, request_id=rid)
                     waiter = self._park(rid)
@@ -487,6 +496,11 @@ class LendingService:
         held = self.leases.get((lane, model_id))
         return None if held is None else (held.lease, held.expires_at * 1000.0)
 
+    def _answer_awaited(self, lane: Lane, model_id: str) -> bool:
+        """Whether a queue event of (lane, model) is on its way to the master (its answer lends)."""
+        coalescer = self._events.get((lane, model_id))
+        return coalescer is not None and coalescer.in_flight
+
     def _repump(self, lane: Lane) -> None:
         self._apply(lane, self.queues[lane].pump(self._now_ms()))
 
@@ -567,6 +581,10 @@ class _Coalescer:
             follow, self.queued = self.queued, None
             if follow is not None and self.service.worth_reporting(self.lane, self.model_id):
                 self._run(follow)
+            else:
+                # No answer is awaited any more: a request held for it (hold condition 4) is
+                # judged again now, whether or not the answer came.
+                self.service._repump(self.lane)
 
         d = defer.ensureDeferred(_call(sender, self.lane, self.model_id, trigger))
         d.addCallbacks(answered, failed).addBoth(next_one)

@@ -40,14 +40,16 @@ class HoldGate:
     """Hold checks for every lane queue of one node (see the module doc).
 
     ``enabled`` reads the setting, ``lease`` the live lease of (lane, model) with its expiry in ms on
-    this node's clock, ``queue`` a lane's queue, and ``repump`` re-runs admission of a lane and
-    performs what it admits.
+    this node's clock, ``queue`` a lane's queue, ``repump`` re-runs admission of a lane and
+    performs what it admits, and ``refilling`` says whether the master's answer to an event of
+    (lane, model) is awaited (it lends into a lent slot just freed).
     """
 
     def __init__(self, *, node_id: str, clock: IReactorTime | None, enabled: Callable[[], bool],
                  lease: Callable[[Lane, str], tuple[Lease, float] | None],
                  queue: Callable[[Lane], LaneQueue], repump: Callable[[Lane], None],
-                 decisions: _Recorder | None) -> None:
+                 decisions: _Recorder | None,
+                 refilling: Callable[[Lane, str], bool] = lambda _lane, _model: False) -> None:
         self.node_id = node_id
         self.clock = clock
         self.enabled = enabled
@@ -55,6 +57,7 @@ class HoldGate:
         self.queue = queue
         self.repump = repump
         self.decisions = decisions
+        self.refilling = refilling
         self._logged: dict[Lane, set[str]] = {}
         self._alarms: dict[Lane, tuple[int, IDelayedCall]] = {}
 
@@ -72,7 +75,8 @@ class HoldGate:
         lent = self.queue(lane).lent(entry.model_id)
         verdict = judge_hold(enabled=self.enabled(), lease=lease, lease_expires_ms=expires_ms,
                              in_flight=query.in_flight, generating_since_ms=query.generating_since_ms,
-                             now_ms=query.now_ms, lent_at_ms=[e.lent_ms or 0 for e in lent])
+                             now_ms=query.now_ms, lent_at_ms=[e.lent_ms or 0 for e in lent],
+                             refilling=self.refilling(lane, entry.model_id))
         if not verdict.hold or lease is None or verdict.alarm_ms is None:
             self._disarm(lane)
             return False

@@ -254,8 +254,9 @@ class RecipeBook:
     def by_public_id(self, name: str) -> Recipe | None:
         return next((r for r in self._recipes if name in (r.public_id, r.public_image_id)), None)
 
-    def save(self, body: Mapping[str, Any]) -> Recipe:
-        """Validate, persist, then publish; an existing id needs ``overwrite: true``."""
+    def check(self, body: Mapping[str, Any]) -> Recipe:
+        """The recipe ``body`` describes, validated as :meth:`save` would, without saving it
+        (Cook's preview); :class:`RecipeError` naming what is wrong."""
         recipe = parse_recipe(body, self.now_ms())
         existing = self.get(recipe.id)
         if existing is not None and body.get("overwrite") is not True:
@@ -264,6 +265,12 @@ class RecipeBook:
         others = [r for r in self._recipes if r.id != recipe.id]
         validate(recipe, self.records(), own_node_id=self.own_node_id, routing_only=self.routing_only(),
                  taken_ids=[n for r in others for n in (r.public_id, r.public_image_id) if n])
+        return recipe
+
+    def save(self, body: Mapping[str, Any]) -> Recipe:
+        """Validate, persist, then publish; an existing id needs ``overwrite: true``."""
+        recipe = self.check(body)
+        others = [r for r in self._recipes if r.id != recipe.id]
         updated = (*others, recipe)
         self.storage.save(updated)
         self._recipes = updated

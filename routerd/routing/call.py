@@ -115,6 +115,11 @@ class Call:
     priority: PriorityClass = DEFAULT_CLASS  # its class (key's class, maybe lowered by X-Routerd-Priority)
     key_name: str = ""  # the name of the key that admitted it (never the key)
     queue_position: int = 0  # its place in the router queue's class order on arrival (0: none)
+    # What analytics records of the call (contract §9), set where it happens:
+    model_id: str = ""  # the local ID of the model that served or lent it on this node
+    forwarded_to: str = ""  # the node the master forwarded it to (that node records it)
+    lent_to: str = ""  # "helper_node/helper_model" when this owner lent it away
+    guardian: bool = False  # a guardian model answered it
     _shed: bool = attrs.field(default=False, init=False, repr=False)
 
     def shed_parsed(self) -> None:

@@ -22,6 +22,7 @@ RouteKind = Literal[
     "image",
     "sd_txt2img",
     "sd_img2img",
+    "sd_vid_gen",
     "stt",
     "tts",
     "ollama_chat",
@@ -35,7 +36,7 @@ RouteKind = Literal[
     "llama_completion",
 ]
 # Lending lanes (lending spec §2.3).  STT and TTS requests are never lent: lane ``None``.
-Family = Literal["openai", "ollama", "sdapi", "kobold", "llama"]
+Family = Literal["openai", "ollama", "sdapi", "sdcpp", "kobold", "llama"]
 ErrorStyle = Literal["openai", "ollama"]
 
 
@@ -105,6 +106,9 @@ _ROUTES: Mapping[str, Route] = {
     # SD WebUI
     "/sdapi/v1/txt2img": _route("sd_txt2img", "image", "image", "sdapi"),
     "/sdapi/v1/img2img": _route("sd_img2img", "image", "image", "sdapi"),
+    # stable-diffusion.cpp's native video job (202 + a poll URL, routerd.routing.jobs): the image
+    # runtime and its readiness (cluster spec "Registration and health"), never lent (lane None).
+    "/sdcpp/v1/vid_gen": _route("sd_vid_gen", "image", None, "sdcpp"),
     # Kobold
     "/api/v1/generate": _route("kobold_generate", "text", "text", "kobold"),
     "/api/extra/generate/stream": _route(

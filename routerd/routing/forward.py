@@ -68,6 +68,8 @@ class Outbound:
     #: A 400/500 refusing the request's image raises ImageRefused instead of being passed on
     #: (spec "Guardian models": the guardian answers instead).
     image_refusal_raises: bool = False
+    #: ``GET`` for a video job's poll (``routerd.serve.video``); a GET sends no body.
+    method: bytes = b"POST"
 
 
 class Forwarder:
@@ -95,7 +97,8 @@ class Forwarder:
             headers.addRawHeader(name, value)
         idle = stream_idle(self.timeouts)
         try:
-            pending = self.agent.request(b"POST", out.url.encode(), headers, BytesProducer(out.body))
+            body = BytesProducer(out.body) if out.method != b"GET" else None
+            pending = self.agent.request(out.method, out.url.encode(), headers, body)
             response = await (self.timeouts.answer(pending) if self.timeouts is not None else pending)
         except TRANSPORT_ERRORS as exc:
             raise Unreachable(f"{exc.__class__.__name__}: {exc}") from None

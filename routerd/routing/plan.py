@@ -28,7 +28,7 @@ from routerd.routing.adapters import kobold, ollama, whisper
 from routerd.routing.classify import Route
 from routerd.routing.multipart import Part, build_form, make_boundary, parse_form
 
-ResponseMode = Literal["openai", "ollama_chat", "ollama_generate", "ollama_embed", "kobold", "whisper"]
+ResponseMode = Literal["openai", "ollama_chat", "ollama_generate", "ollama_embed", "kobold", "whisper", "job"]
 
 SECTIONS: Mapping[str, str] = {
     "chat": "llm", "completion": "llm", "ollama_chat": "llm", "ollama_generate": "llm",
@@ -36,13 +36,13 @@ SECTIONS: Mapping[str, str] = {
     "embeddings": "embeddings", "ollama_embed": "embeddings",
     "image": "image", "sd_txt2img": "image", "sd_img2img": "image",
     "stt": "stt", "kobold_transcribe": "stt", "tts": "tts", "kobold_tts": "tts",
-    "kobold_music": "music",
+    "kobold_music": "music", "sd_vid_gen": "video",
 }
 
 # Which capability a route needs from the model it names.
 NEEDS: Mapping[str, str] = {
     "llm": "llm", "embeddings": "embeddings", "image": "image", "stt": "stt", "tts": "tts",
-    "music": "music",
+    "music": "music", "video": "image",
 }
 
 
@@ -78,6 +78,11 @@ def plan_backend_call(route: Route, path: str, parsed: Mapping[str, Any] | None,
     if family == "vllm" and kind in _VLLM_UNSUPPORTED:
         raise HTTPError(501, f"{path} is not supported by the vllm backend family",
                         "unsupported_backend", "unsupported_backend")
+    if kind == "sd_vid_gen":
+        if family != "llama_sdcpp":  # KoboldCpp renders video through its image routes; vLLM none
+            raise HTTPError(501, f"{path} is served by stable-diffusion.cpp's sd-server only, not by the "
+                            f"{family} backend family", "unsupported_backend", "unsupported_backend")
+        return BackendPlan(path, raw, "application/json", "job", False)
     if kind in _PASS_THROUGH.get(family, frozenset()):
         return _pass_through(path, parsed, raw, content_type, local_id, stream)
     if kind in ("tts", "kobold_tts"):

@@ -14,6 +14,7 @@ from typing import Any
 
 from routerd.routing.audio import audio_duration
 from routerd.routing.classify import Route
+from routerd.routing.jobs import video_work
 from routerd.routing.multipart import MultipartError, parse_form
 from routerd.routing.plan import SECTIONS
 from routerd.routing.sse import parse_events
@@ -30,6 +31,13 @@ def _positive_int(value: Any, default: int) -> int:
     return int(value)
 
 
+def image_count(kind: str, body: Mapping[str, Any]) -> int:
+    """How many images an image request asks for (``sdapi``: batch size × iterations; else ``n``)."""
+    if kind == "sdapi":
+        return _positive_int(body.get("batch_size"), 1) * _positive_int(body.get("n_iter"), 1)
+    return _positive_int(body.get("n"), 1)
+
+
 def image_work(kind: str, body: Mapping[str, Any]) -> tuple[float, ...]:
     """``steps × width × height × count`` of an image request."""
     steps = _positive_int(body.get("steps", body.get("sample_steps")), DEFAULT_STEPS)
@@ -37,13 +45,22 @@ def image_work(kind: str, body: Mapping[str, Any]) -> tuple[float, ...]:
     if kind == "sdapi":
         width = _positive_int(body.get("width"), DEFAULT_SIDE)
         height = _positive_int(body.get("height"), DEFAULT_SIDE)
-        count = _positive_int(body.get("batch_size"), 1) * _positive_int(body.get("n_iter"), 1)
     else:
         size = body.get("size")
         if isinstance(size, str) and (m := _SIZE.match(size)):
             width, height = int(m.group(1)), int(m.group(2))
-        count = _positive_int(body.get("n"), 1)
-    return (float(steps * width * height * count),)
+    return (float(steps * width * height * image_count(kind, body)),)
+
+
+def vector_count(body: Mapping[str, Any] | None) -> int:
+    """How many vectors an embeddings request asks for: one per ``input`` item (Ollama's older
+    ``prompt`` is one)."""
+    if body is None:
+        return 0
+    given = body.get("input", body.get("prompt"))
+    if isinstance(given, list):
+        return len(given)
+    return 1 if isinstance(given, str) else 0
 
 
 def usage_from_json(payload: Mapping[str, Any]) -> tuple[int, int] | None:
@@ -109,6 +126,8 @@ def request_work(route: Route, parsed: Mapping[str, Any] | None, body: bytes,
     section = SECTIONS[route.kind]
     if section == "image" and parsed is not None:
         return image_work("sdapi" if route.family == "sdapi" else "openai", parsed)
+    if section == "video":
+        return video_work(parsed)
     if section == "stt":
         return (_audio_seconds(body, content_type),)
     return ()

@@ -44,6 +44,16 @@ def local_records(catalog: Catalog, node_id: str, node_url: str,
             for m in catalog.models]
 
 
+def with_benchmarks(records: Iterable[ModelRecord],
+                    latest: Callable[[str], dict[str, Any] | None]) -> list[ModelRecord]:
+    """Records carrying their model's latest benchmark result (contract §9), where there is one."""
+    out = []
+    for record in records:
+        result = latest(record.local_id)
+        out.append(record if result is None else attrs.evolve(record, benchmark=result))
+    return out
+
+
 def with_local_loaded(records: Iterable[ModelRecord], node_id: str, catalog: Catalog,
                       loaded_config: LoadedConfig) -> list[ModelRecord]:
     """The master's merged records with its own models' ``loaded`` read live."""

@@ -45,6 +45,7 @@ from routerd.routing.plan import NEEDS, SECTIONS
 from routerd.routing.relay import StreamBroken
 from routerd.routing.selector import SelectorError, parse_json_object, select_model
 from routerd.routing.upstream import upstream_gone
+from routerd.serve.analytics import AnalyticsRecorder, request_row
 from routerd.serve.local import LocalInference
 from routerd.serve.memory import Trimmer
 from routerd.serve.recipes import RecipeRouter
@@ -61,8 +62,9 @@ class InferenceFront:
                  local: LocalInference, metrics: NodeMetrics, master: MasterAgent | None = None,
                  forwarder: Forwarder | None = None, loaded_config: Callable[[Any], str | None],
                  lending: LendingService | None = None, recipes: RecipeRouter | None = None,
-                 limiter: KeyLimiter | None = None) -> None:
+                 limiter: KeyLimiter | None = None, analytics: AnalyticsRecorder | None = None) -> None:
         self.node_id = node_id
+        self.analytics = analytics
         self.clock = clock
         self.catalog = catalog
         self.local = local
@@ -82,14 +84,15 @@ class InferenceFront:
 
     async def drain(self, timeout: float) -> None:
         """New requests are refused by the node's phase; requests still waiting for a backend slot
-        are refused (503) here, and running and lent ones go on for up to ``timeout`` seconds."""
+        are refused (503) here, and running and lent ones (and running video jobs) go on for up to
+        ``timeout`` seconds."""
         from twisted.internet import task
 
         refused = self.local.drain()
         log.info("draining: {active} requests in flight, {refused} waiting requests refused",
                  active=self.active_calls, refused=refused)
         deadline = self.clock.seconds() + timeout
-        while self.active_calls > 0 and self.clock.seconds() < deadline:
+        while self.active_calls + self.local.jobs_running > 0 and self.clock.seconds() < deadline:
             await task.deferLater(self.clock, min(0.05, max(0.0, deadline - self.clock.seconds())),
                                   lambda: None)
         if self.active_calls:
@@ -172,6 +175,13 @@ class InferenceFront:
             metrics.child(metrics.request_duration, model_label, lane).observe(self.clock.seconds() - started)
             if timed is not None and timed.first_write_at is not None and status == "ok":
                 metrics.child(metrics.first_token, model_label, lane).observe(timed.first_write_at - started)
+            analytics = self.analytics
+            if analytics is not None and analytics.enabled:
+                row = request_row(call, route, node_id=self.node_id, model_label=model_label, status=status,
+                                  started=started, finished=self.clock.seconds(),
+                                  first_write=timed.first_write_at if timed is not None else None)
+                if row is not None:
+                    analytics.request(row)
 
     def _count_key(self, call: Call, cluster_call: bool, started: float) -> None:
         """/metrics per key name and class: the requests and tokens of the node the client called,
@@ -253,6 +263,7 @@ class InferenceFront:
         """Serve on this node: through the lane's router queue (every own request of a lane, linked
         or not, waits there in one class order: issue 23), as borrowed work, or straight to the
         backend (a route with no lane)."""
+        call.model_id = model.local_id  # as its loads are keyed: one analytics row per model
         lane = call.route.lane
         lending = self.lending
         if borrowed is not None:
@@ -306,6 +317,7 @@ class InferenceFront:
         self._mark_guardian(call, node_id, model_id, entry, reason)
         reservation = registry.reserve(record, call.route.runtime)
         try:
+            call.forwarded_to = record.node_id
             return await self.forwarder.forward(call, record, public_id)
         finally:
             reservation.release()
@@ -322,6 +334,7 @@ class InferenceFront:
     def _mark_guardian(self, call: Call, node_id: str, model_id: str, entry: Guardian,
                        reason: str) -> None:
         call.reply.set_header(GUARDIAN_HEADER, entry.label.encode())
+        call.guardian = True
         log.info("request {request_id} for {node}/{model} goes to guardian {guardian} ({reason})",
                  request_id=call.request_id, node=node_id, model=model_id, guardian=entry.label,
                  reason=reason)
@@ -469,9 +482,14 @@ class InferenceFront:
                     raise HTTPError(404, f"model {name!r} was not found", "not_found", "model_not_found")
                 return record.public_id, await self._serve_local(call, model, name, None)
             assert self.forwarder is not None
+            call.model_id = record.local_id
+            call.forwarded_to = record.node_id
             try:
-                return record.public_id, await self.forwarder.forward(
-                    call, record, name, image_refusal_raises=entry is not None)
+                answer = await self.forwarder.forward(call, record, name,
+                                                      image_refusal_raises=entry is not None)
+                if route.kind == "sd_vid_gen" and self.local.jobs is not None:
+                    self.local.jobs.forwarded(call, answer, record.node_id, name)  # its polls go there
+                return record.public_id, answer
             except ImageRefused as refused:
                 assert entry is not None
                 reservation.release()

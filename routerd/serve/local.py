@@ -42,6 +42,7 @@ from routerd.routing.relay import (
 )
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
 from routerd.serve.assets import assets_unresolved
+from routerd.serve.video import VideoJobs
 from routerd.store.samples import RequestSample
 from routerd.wire.lending import section_key
 
@@ -89,6 +90,10 @@ class LocalInference:
         self.active: dict[str, ActiveRequest] = {}
         self._acquiring: dict[str, Deferred[Any]] = {}  # borrowed requests waiting for the runtime
         self._taken_back: set[str] = set()
+        #: Video jobs (``serve.video``): set by the node; None serves no job route.
+        self.jobs: VideoJobs | None = None
+        #: Video jobs accepted by a backend here and not ended: each holds its runtime.
+        self.jobs_running = 0
 
     def now_ms(self) -> int:
         return int(self.clock.seconds() * 1000)
@@ -96,6 +101,7 @@ class LocalInference:
     async def serve(self, call: Call, model: ModelConfig, public_id: str) -> bytes:
         """Serve ``call`` with ``model``; returns the final bytes (the caller finishes the request)."""
         call.reply.set_header(b"x-routerd-node", self.node_id.encode())
+        taken = False  # a video job the backend accepted: its end gives the runtime back (_job_ended)
         try:
             try:
                 plan = plan_backend_call(call.route, call.path, call.parsed, call.body, call.content_type,
@@ -126,6 +132,13 @@ class LocalInference:
                     self.on_claimed(call, True)
                 call.serving_since = self.clock.seconds()
                 try:
+                    if plan.mode == "job":
+                        answer, running = await self._submit_job(call, lease.base_url, plan, public_id)
+                        if running is not None:
+                            taken = True
+                            self.jobs_running += 1
+                            running.addCallback(self._job_ended, call, model, lease)
+                        return answer
                     return await self._proxy(call, lease.base_url, plan, public_id)
                 except FirstByteTimeout as exc:
                     raise HTTPError(504, f"the backend of {model.local_id!r} on node {self.node_id!r} did "
@@ -137,13 +150,15 @@ class LocalInference:
                     raise HTTPError(504, f"the backend of {model.local_id!r} on node {self.node_id!r} went "
                                     f"silent mid-answer: {exc}", "timeout", "backend_timeout") from None
                 finally:
-                    lease.release()
+                    if not taken:
+                        lease.release()
             finally:
                 if waiting:
                     self._dequeue(model.local_id)
                     if self.on_claimed is not None:
                         self.on_claimed(call, False)
-                del self.active[call.request_id]
+                if not taken:
+                    del self.active[call.request_id]
         except Exception as exc:
             if isinstance(exc, CancelledError) or call.reply.gone:
                 # The client left: whatever the backend call failed with, that is why.
@@ -159,7 +174,25 @@ class LocalInference:
                 call.outcome.http_status = exc.status
             raise
         finally:
-            self._record(call, model)
+            if not taken:
+                self._record(call, model)
+
+    def _submit_job(self, call: Call, base_url: str, plan: BackendPlan,
+                    public_id: str) -> Deferred[tuple[bytes, Deferred[str] | None]]:
+        if self.jobs is None:
+            raise HTTPError(501, f"{call.path} is not served by this node", "unsupported_backend",
+                            "unsupported_backend")
+        return Deferred.fromCoroutine(self.jobs.submit(call, base_url, plan, public_id))
+
+    def _job_ended(self, status: str, call: Call, model: ModelConfig, lease: Any) -> None:
+        """A video job ended: the runtime is given back, and its duration (from the runtime being
+        the job's to the end the watcher saw) is recorded as the request's sample."""
+        lease.release()
+        self.jobs_running -= 1
+        self.active.pop(call.request_id, None)
+        call.outcome.status = _JOB_OUTCOMES.get(status, f"job_{status}")
+        call.outcome.http_status = 200
+        self._record(call, model)
 
     def _admit(self, call: Call, model: ModelConfig, public_id: str) -> None:
         """Refuse (429) a request that would queue past ``max_queued_per_model``; otherwise tell
@@ -391,6 +424,10 @@ class LocalInference:
             finished_at_ms=self.now_ms(), http_status=call.outcome.http_status,
             request_bytes=len(call.body), node_id=self.node_id)
         self.samples.record_request_sample(sample)
+
+
+#: A video job's final status as its request's outcome (metrics and sample status).
+_JOB_OUTCOMES = {"completed": "ok", "failed": "job_failed", "cancelled": "cancelled"}
 
 
 def _draining() -> Saturated:

@@ -4,7 +4,7 @@ A reload re-reads the YAML and rescans ``models.config_dir``:
 
 * **Config.** :func:`config_changes` compares the running config with the new one key by key
   (dotted names such as ``auth.admin_keys``). Keys in :data:`LIVE_KEYS` (keys, CIDRs, CORS origins,
-  the models folder, keep-alive, intervals and timeouts, lending settings, limits) take effect at
+  the models folder, keep-alive, intervals and timeouts, lending settings, limits, analytics) take effect at
   once; any other changed key (bind address, role, node ID, token, URLs, store, binaries, ...)
   needs a restart and is named in the answer and the log, its running value kept.
   :func:`live_config` builds the config the node runs with from then on.
@@ -56,6 +56,7 @@ LIVE_KEYS: tuple[str, ...] = (
     "cluster.lending.",
     "limits.",
     "queue.",
+    "analytics.",
 )
 
 

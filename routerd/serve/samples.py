@@ -1,6 +1,6 @@
 """Where a node's measurements go: request and load samples into the router database (the cost fits
-read them) and the metrics, and the clock of this node's own work (its idle time, which lending's
-probes read; borrowed work does not reset it)."""
+read them), the metrics and analytics' load rows, and the clock of this node's own work (its idle
+time, which lending's probes read; borrowed work does not reset it)."""
 
 from __future__ import annotations
 
@@ -27,14 +27,20 @@ class _SampleStore(Protocol):
     def save_public_id(self, identity: str, base: str, public_id: str) -> object: ...
 
 
+class _LoadRecorder(Protocol):
+    def load(self, *, model_id: str, config_filename: str, runtime: str, ok: bool, duration_ms: float,
+             reason: str) -> None: ...
+
+
 class Measurements:
     """The sample sink ``LocalInference`` and ``Runtimes`` report to."""
 
     def __init__(self, clock: IReactorTime, metrics: NodeMetrics,
-                 store: Callable[[], _SampleStore | None]) -> None:
+                 store: Callable[[], _SampleStore | None], analytics: _LoadRecorder | None = None) -> None:
         self.clock = clock
         self.metrics = metrics
         self.store = store
+        self.analytics = analytics  # analytics rows and the failed-load list (serve.analytics)
         #: When this node's own work last ended (or a non-borrowed load); idle-for counts from it.
         self.own_work_at = clock.seconds()
 
@@ -71,6 +77,10 @@ class Measurements:
         else:
             log.warn("loading {model} on the {runtime} runtime failed: {reason}",
                      model=event.model_id, runtime=event.kind, reason=event.reason)
+        if self.analytics is not None:
+            self.analytics.load(model_id=event.model_id, config_filename=event.config_filename,
+                                runtime=event.kind, ok=event.ok, duration_ms=event.duration_ms,
+                                reason=event.reason)
         store = self.store()
         if store is not None:
             store.record_load_sample(LoadSample(

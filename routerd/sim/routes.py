@@ -29,7 +29,8 @@ def add_route(
 ) -> None:
     """Serve ``handler`` at ``path`` behind the runtime's exit/hang/loading guards."""
 
-    def endpoint(request: Request) -> Deferred[bytes | None] | bytes:
+    def endpoint(request: Request, **_path_parts: object) -> Deferred[bytes | None] | bytes:
+        # a path template's parts (``<job_id>``) are read from ``request.path`` by the handler
         return runtime.serve(request, handler, work=work, loading_reply=loading_reply)
 
     app.route(path, methods=list(methods), endpoint=f"{','.join(methods)} {path}")(endpoint)

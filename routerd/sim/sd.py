@@ -1,24 +1,31 @@
-"""A stand-in for stable-diffusion.cpp's ``sd-server`` (A1111-style and OpenAI image routes)."""
+"""A stand-in for stable-diffusion.cpp's ``sd-server``: A1111-style and OpenAI image routes, and the
+native asynchronous video job (``POST /sdcpp/v1/vid_gen`` → 202 ``{id, kind, status, created,
+poll_url}``; ``GET /sdcpp/v1/jobs/{id}``; ``POST /sdcpp/v1/jobs/{id}/cancel``: 200 for a queued or
+finished job, 409 while it generates; 404 for an unknown one), as sd-server's ``routes_sdcpp.cpp``
+and ``async_jobs.cpp`` answer them.  A video job takes ``steps × megapixels × frames ×
+ms_per_step_megapixel`` and holds the process's one generation slot meanwhile."""
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 from collections.abc import Callable
 
 import attrs
 from klein import Klein
+from twisted.internet.defer import Deferred
 from twisted.web.server import Request
 
 from routerd.sim.flags import Flag
-from routerd.sim.outputs import png_b64
+from routerd.sim.outputs import digest, png_b64
 from routerd.sim.routes import add_control_routes, add_error_pages, add_route
 from routerd.sim.runtime import SimRuntime
 from routerd.sim.timing import DEFAULT_IMAGE_SIZE, DEFAULT_STEPS, image_seconds
 from routerd.sim.web import BadRequest, HttpError, openai_error, read_json, send_json
 from routerd.sim.weights import Weights, weights_display_name
 
-__all__ = ["FLAGS", "ImageJob", "SdOptions", "build_app", "options_from_args"]
+__all__ = ["FLAGS", "ImageJob", "SdOptions", "VideoJob", "build_app", "options_from_args"]
 
 FLAGS: tuple[Flag, ...] = (
     Flag(("-l", "--listen-ip", "--host"), "host", str, "127.0.0.1", "address to listen on", "HOST"),
@@ -66,6 +73,35 @@ class ImageJob:
         return json.dumps(attrs.asdict(self), sort_keys=True)
 
 
+#: sd-server's video containers and their MIME types.
+VIDEO_FORMATS = {"webm": "video/webm", "webp": "image/webp", "avi": "video/x-msvideo"}
+
+
+@attrs.define
+class VideoJob:
+    """One ``vid_gen`` job, answered as sd-server's ``make_async_job_json``."""
+
+    id: str
+    created: int
+    prompt: str
+    steps: int
+    width: int
+    height: int
+    frames: int
+    fps: int
+    output_format: str
+    status: str = "queued"
+    started: int | None = None
+    completed: int | None = None
+    result: dict[str, object] | None = None
+    error: dict[str, str] | None = None
+
+    def document(self, queue_position: int) -> dict[str, object]:
+        return {"id": self.id, "kind": "vid_gen", "status": self.status, "created": self.created,
+                "started": self.started, "completed": self.completed,
+                "queue_position": queue_position, "result": self.result, "error": self.error}
+
+
 def _bad(message: str) -> HttpError:
     return HttpError(400, openai_error(400, message, "invalid_request_error"))
 
@@ -111,6 +147,8 @@ class SdServer:
         self.rt = runtime
         self.opts = options
         self._weights = weights if weights is not None else (lambda: runtime.weights)
+        self.jobs: dict[str, VideoJob] = {}
+        self._job_count = 0
 
     @property
     def weights(self) -> Weights:
@@ -185,6 +223,69 @@ class SdServer:
         })
 
 
+    # -- the native asynchronous video job ------------------------------------------------------
+
+    async def vid_gen(self, request: Request) -> bytes:
+        body = self._body(request)
+        params = body.get("sample_params")
+        steps = _int_field(params, "sample_steps", DEFAULT_STEPS, 1, MAX_STEPS) \
+            if isinstance(params, dict) else DEFAULT_STEPS
+        output_format = body.get("output_format", "webm")
+        if output_format not in VIDEO_FORMATS:
+            raise _bad("invalid output_format")
+        frames = _int_field(body, "video_frames", 1, 1, 4096)
+        now = int(self.rt.now())
+        self._job_count += 1
+        job = VideoJob(
+            id=f"job_{now:x}_{self._job_count:08x}", created=now,
+            prompt=_str_field(body, "prompt"), steps=steps,
+            width=_int_field(body, "width", DEFAULT_IMAGE_SIZE[0], 1, MAX_SIDE),
+            height=_int_field(body, "height", DEFAULT_IMAGE_SIZE[1], 1, MAX_SIDE),
+            frames=(frames - 1) // 4 * 4 + 1, fps=_int_field(body, "fps", 16, 1, 240),
+            output_format=str(output_format))
+        self.jobs[job.id] = job
+        self.rt.clock.callLater(0, lambda: Deferred.fromCoroutine(self._run(job)))
+        return send_json(request, 202, {"id": job.id, "kind": "vid_gen", "status": job.status,
+                                        "created": job.created, "poll_url": f"/sdcpp/v1/jobs/{job.id}"})
+
+    async def _run(self, job: VideoJob) -> None:
+        async with self.rt.slot():
+            if job.status != "queued":
+                return  # cancelled while it waited
+            job.status, job.started = "generating", int(self.rt.now())
+            await self.rt.work(image_seconds(self.weights, job.steps, job.width, job.height, job.frames))
+            media = b"SIMVIDEO" + digest(self.weights.label, "video", job.prompt, str(job.steps),
+                                         f"{job.width}x{job.height}x{job.frames}")
+            job.status, job.completed = "completed", int(self.rt.now())
+            job.result = {"output_format": job.output_format, "mime_type": VIDEO_FORMATS[job.output_format],
+                          "fps": job.fps, "frame_count": job.frames,
+                          "b64_json": base64.b64encode(media).decode("ascii"), "weights": self.weights.label}
+
+    def _job(self, request: Request) -> VideoJob:
+        parts = request.path.decode("utf-8", "replace").split("/")  # /sdcpp/v1/jobs/<id>[/cancel]
+        job = self.jobs.get(parts[4]) if len(parts) > 4 else None
+        if job is None:
+            raise HttpError(404, {"error": "job not found"})
+        return job
+
+    def _position(self, job: VideoJob) -> int:
+        queued = [j for j in self.jobs.values() if j.status == "queued"]
+        return queued.index(job) + 1 if job in queued else 0
+
+    async def job(self, request: Request) -> bytes:
+        job = self._job(request)
+        return send_json(request, 200, job.document(self._position(job)))
+
+    async def cancel(self, request: Request) -> bytes:
+        job = self._job(request)
+        if job.status == "generating":
+            raise HttpError(409, {"error": "job is currently generating and cannot be interrupted yet"})
+        if job.status == "queued":
+            job.status, job.completed = "cancelled", int(self.rt.now())
+            job.error = {"code": "cancelled", "message": "job cancelled by client"}
+        return send_json(request, 200, job.document(0))
+
+
 def _loading(request: Request) -> bytes:
     return send_json(request, 503, openai_error(503, "Loading model", "unavailable_error"))
 
@@ -199,6 +300,12 @@ def build_app(runtime: SimRuntime, options: SdOptions) -> Klein:
     add_route(app, runtime, "/sdapi/v1/txt2img", ["POST"], server.txt2img, work=True,
               loading_reply=_loading)
     add_route(app, runtime, "/v1/images/generations", ["POST"], server.generations, work=True,
+              loading_reply=_loading)
+    add_route(app, runtime, "/sdcpp/v1/vid_gen", ["POST"], server.vid_gen, work=True,
+              loading_reply=_loading)
+    add_route(app, runtime, "/sdcpp/v1/jobs/<job_id>", ["GET"], server.job, work=False,
+              loading_reply=_loading)
+    add_route(app, runtime, "/sdcpp/v1/jobs/<job_id>/cancel", ["POST"], server.cancel, work=False,
               loading_reply=_loading)
     add_error_pages(app, lambda code, message: openai_error(
         code, message, "not_found_error" if code == 404 else "invalid_request_error"))

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
+from routerd.store.analytics import SCHEMA_SQL as _V4_SQL
 from routerd.store.runner import transaction
 
 Step = str | Sequence[str] | Callable[[sqlite3.Connection], None]
@@ -180,6 +181,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "samples, decision log, routing links, lending settings, guardians, public IDs", _V1_SQL),
     Migration(2, "public IDs keyed by identity and base ID", _V2_SQL),
     Migration(3, "decision log: a request's priority class and key name", _V3_SQL),
+    Migration(4, "analytics: request and load rows, minute/hour/day rollups", _V4_SQL),
 )
 
 

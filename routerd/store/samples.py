@@ -7,8 +7,10 @@ from collections.abc import Iterable
 import attrs
 
 #: ``RequestSample.section`` values (analytics sections; text requests are ``llm``).  ``tts`` and
-#: ``music`` are recorded for completeness (the routing layer emits them) but never priced.
-SECTIONS: tuple[str, ...] = ("llm", "image", "stt", "embeddings", "tts", "music")
+#: ``music`` are recorded for completeness (the routing layer emits them) but never priced; ``video``
+#: (sd-server's ``vid_gen`` jobs, ``steps × width × height × frames``) is measured apart from
+#: ``image`` so a video job's minutes do not skew the image lane's fit, and is never priced (never lent).
+SECTIONS: tuple[str, ...] = ("llm", "image", "stt", "embeddings", "tts", "music", "video")
 #: ``LoadSample.runtime`` values.
 RUNTIMES: tuple[str, ...] = ("text", "image", "stt")
 #: The status of a successful request or load; anything else is an error code.

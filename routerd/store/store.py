@@ -21,6 +21,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from routerd.lanes import Lane
+from routerd.store import analytics as analytics_sql
 from routerd.store import decisions as decisions_sql
 from routerd.store import guardians as guardians_sql
 from routerd.store import links as links_sql
@@ -330,6 +331,22 @@ class Store:
             return int(removed)
 
         return self._write("sample pruning", prune, 0)
+
+    # --- analytics (contract §9; rows batched by routerd.serve.analytics) ------------------------
+
+    def write_analytics(self, requests: Sequence[analytics_sql.RequestRow],
+                        loads: Sequence[analytics_sql.LoadRow]) -> Deferred[None]:
+        """Insert a batch of analytics rows and add it into the rollups, in one transaction."""
+        return self._runner.run(lambda conn: analytics_sql.write_batch(conn, requests, loads))
+
+    def prune_analytics(self, raw_before_ms: int, level_before_ms: Mapping[str, int]) -> Deferred[int]:
+        """Delete raw analytics rows and each rollup level's rows older than their cutoffs."""
+        return self._runner.run(lambda conn: analytics_sql.prune(conn, raw_before_ms, level_before_ms))
+
+    def query_analytics(self, query: analytics_sql.Query, now_ms: int) -> Deferred[
+            tuple[list[tuple[str, str, str, analytics_sql.Sums]], list[tuple[int, str, analytics_sql.Sums]]]]:
+        """One period's rollup sums: per (node, model, lane) and per (bucket, lane)."""
+        return self._runner.run(lambda conn: analytics_sql.query(conn, query, now_ms), transaction=False)
 
     # --- sample queries ------------------------------------------------------------------------
 

@@ -54,8 +54,9 @@ def lane_key(lane: Lane | None, model: _LaneServer) -> str:
 
 def section_key(section: str, model: _LaneServer) -> str:
     """The ID a request sample of analytics ``section`` is recorded (and its fit published) under:
-    :func:`lane_key` of the lane the section prices (the local ID for unpriced sections)."""
-    return lane_key(SECTION_LANE.get(section), model)
+    :func:`lane_key` of the lane the section prices (the local ID for unpriced sections; a video
+    job, never priced, under its model's image ID as the image requests of that model)."""
+    return lane_key("image" if section == "video" else SECTION_LANE.get(section), model)
 
 
 #: What made the master plan (spec "Decision log", plan rows).

@@ -83,6 +83,8 @@ class ModelRecord:
     # Portable asset binding (issue 15; additive): ready, unresolved or failed, and why.
     asset_state: str | None = None
     asset_reason: str | None = None
+    # The model's latest benchmark result (issue 22, contract §9; additive).
+    benchmark: dict[str, Any] | None = None
 
     @property
     def identity(self) -> str:
@@ -156,7 +158,7 @@ def strict_scalars(conv: cattrs.Converter) -> cattrs.Converter:
 
 #: Record fields added after the contract's list: sent only when set, so a record without them is
 #: exactly the contract's, and an older peer's record parses with them unset.
-_ADDITIVE_RECORD_FIELDS = ("parallel", "max_number_sequences", "asset_state", "asset_reason")
+_ADDITIVE_RECORD_FIELDS = ("parallel", "max_number_sequences", "asset_state", "asset_reason", "benchmark")
 #: Capability flags added after the contract's list: sent only when true (an older peer ignores
 #: the key, and its records parse here with the flag false).
 _ADDITIVE_CAPABILITIES = ("music",)

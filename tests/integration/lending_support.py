@@ -100,8 +100,8 @@ async def warm_and_link(trio: Trio, owner: str = "alpha", helper: str = "beta", 
     ``key``: the inference key the warm-up requests carry."""
     for model in (owner, helper):
         for _ in range(3):
-            code, _, _ = await ask_chat(trio.master.url, model, key=key)
-            assert code == 200
+            code, payload, _ = await ask_chat(trio.master.url, model, key=key)
+            assert code == 200, (model, code, payload)
     for node in (trio.owner, trio.helper):
         await node.node._refit()
         assert node.node.lending.costs.models, "a cost fit from the warm-up samples"

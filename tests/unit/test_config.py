@@ -223,3 +223,22 @@ def test_bad_family_settings_name_their_key(tmp_path: Path) -> None:
     assert "backend.mode" in joined and "kobold, llama_sdcpp, or vllm" in joined
     assert "kobold.no_model" in joined and "kobold.reload_timeout" in joined
     assert "vllm.no_model" in joined
+
+
+def test_analytics_section_defaults_off_and_takes_durations(tmp_path: Path) -> None:
+    """Issue 22: ``analytics.*`` (contract §2): off by default, 3m flush, 720h raw retention."""
+    default = load_config(None, env={}).analytics
+    assert (default.enabled, default.flush_interval, default.raw_retention) == (False, 180.0, 720 * 3600.0)
+    config = _parse(tmp_path, {"analytics": {"enabled": True, "flush_interval": "10s",
+                                             "hour_retention": "24h", "max_buffered": 100}})
+    assert (config.analytics.enabled, config.analytics.flush_interval) == (True, 10.0)
+    assert (config.analytics.hour_retention, config.analytics.max_buffered) == (86400.0, 100)
+
+
+def test_analytics_bad_values_are_named(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, {"analytics": {"flush_interval": "0s", "raw_retention": "soon",
+                                              "max_buffered": 0, "enabeld": True}})
+    text = "\n".join(errors)
+    for key in ("analytics.flush_interval", "analytics.raw_retention", "analytics.max_buffered",
+                "analytics.enabeld"):
+        assert key in text

@@ -88,7 +88,23 @@ def test_the_alarm_is_the_lease_expiry_when_that_comes_first() -> None:
 def test_the_earliest_overrun_of_several_lent_requests_sets_the_alarm() -> None:
     many = burst(lease=lease(slots=2, service=5 * S), lent_at_ms=[24 * S, 25 * S])
     verdict = judge_hold(**many)  # type: ignore[arg-type]
-    assert verdict.hold and verdict.alarm_ms == 24 * S + 6 * S + 10 * S + 1
+    # two slots: the earliest may wait one service behind the other, then two of its own
+    assert verdict.hold and verdict.alarm_ms == 24 * S + 6 * S + 15 * S + 1
+
+
+def test_a_request_lent_behind_another_of_a_two_slot_lease_has_not_overrun_when_due() -> None:
+    """benchmarks/lending.py (f), issue 24: owner 640 ms a job, a loaded helper 40 ms, two slots.
+    The helper answered A at 42 ms (lent at 0) and got C at 43; B, lent at 0 with A, has been in
+    service since 42 and is due at 82 plus the way back.  At 85 ms the helper is on schedule, so the
+    next request still waits for it; the one-slot formula (0 + 2 x 40 = 80) called B overrun and
+    released the hold, and the owner took a third 640 ms job (makespan 1.5 x the optimum)."""
+    fast = lease(job=640, switch=0, service=40, slots=2)
+    args: dict[str, object] = dict(enabled=True, lease=fast, lease_expires_ms=30_000, in_flight=1,
+                                   generating_since_ms=0, lent_at_ms=[0, 43])
+    verdict = judge_hold(now_ms=85, **args)  # type: ignore[arg-type]
+    assert verdict.hold and verdict.alarm_ms == 121  # B: 0 + 40 behind A + 2 x 40
+    assert not judge_hold(now_ms=121, **args).hold  # type: ignore[arg-type]  # B overran: released
+    assert overrun_at_ms(0, 0, 40, slots=2) == 120 and overrun_at_ms(0, 0, 40) == 80
 
 
 # -- cut-off ----------------------------------------------------------------------------------------
@@ -105,3 +121,12 @@ def test_a_loaded_helper_with_no_switch_still_has_a_limit() -> None:
 @pytest.mark.parametrize("unmeasured", [lease(probe=True), lease(service=0), lease(job=0)])
 def test_probes_and_unmeasured_leases_are_never_cut_off(unmeasured: Lease) -> None:
     assert CutOffRule().give_up_ms(unmeasured) is None
+
+
+def test_a_free_lent_slot_holds_while_the_masters_answer_that_refills_it_is_awaited() -> None:
+    """Issue 24: condition 4 counts a slot the awaited answer lends into as busy; with nothing lent
+    at all the alarm is the lease's expiry (no lent request can overrun)."""
+    assert not judge_hold(**burst(lease=lease(slots=2))).hold  # type: ignore[arg-type]
+    assert judge_hold(**burst(lease=lease(slots=2), refilling=True)).hold  # type: ignore[arg-type]
+    verdict = judge_hold(**burst(lent_at_ms=[], refilling=True, lease_expires_ms=40 * S))  # type: ignore[arg-type]
+    assert verdict.hold and verdict.alarm_ms == 40 * S

@@ -257,3 +257,55 @@ def test_a_lent_answer_before_the_bound_leaves_no_timer_behind() -> None:
     d.callback(b"helper r1")
     assert node.answered("r1") == b"helper r1"
     assert len(node.clock.getDelayedCalls()) == pending_calls - 1
+
+
+def test_the_same_settings_pushed_again_while_a_lent_slot_awaits_its_next_lease_keep_the_hold() -> None:
+    """Issue 24, lending (f): the master pushes its settings again at every registration.  Pushed
+    between a lent answer and the master's next lease (the lent slot momentarily free), unchanged
+    settings re-ran admission, the hold was judged then, released, and the owner took the held
+    request into its second slot; now the held request is lent on the master's next answer."""
+    node = reference_burst()
+    at(node, 30)
+    node.lent[0].answer.callback(b"helper r2")
+    node.service.apply_settings(attrs.evolve(node.service.settings))  # equal, a new object
+    assert "r3" not in node.local_calls
+    node.answer(len(node.events) - 1, measured())
+    assert node.lent_ids() == ["r2", "r3"]
+    node.service.apply_settings(attrs.evolve(node.service.settings, offload_hold_for_faster_helper=False))
+    assert node.service.settings.offload_hold_for_faster_helper is False  # a change still applies
+
+
+def _lent_answered_before_the_owner_finishes() -> Node:
+    """r2 lent at +5 s comes back at +28 s (its slot free until the master answers the owner's
+    event); at +29 s the owner finishes r0 and r3 is judged for the second slot."""
+    node = Node()
+    node.serve_many(4)
+    at(node, 5)
+    node.answer(0, measured())
+    assert node.lent_ids() == ["r2"]
+    at(node, 28)
+    node.lent[0].answer.callback(b"helper r2")
+    at(node, 29)
+    node.finish_local("r0")
+    return node
+
+
+def test_a_lent_slot_freed_while_the_masters_answer_is_on_its_way_still_holds() -> None:
+    """Issue 24, lending (f): the owner's second slot came free between a lent answer and the
+    master's next lease; "every lent slot busy" failed for that instant and the owner took the
+    request the helper would finish sooner.  It now waits for that answer, which lends it."""
+    node = _lent_answered_before_the_owner_finishes()
+    assert "r3" not in node.local_calls and state_of(node, "r3") == "held"
+    node.answer(len(node.events) - 1, measured())
+    assert node.lent_ids() == ["r2", "r3"] and "r3" not in node.local_calls
+
+
+def test_when_the_awaited_answer_fails_the_held_request_is_judged_again_and_released() -> None:
+    node = _lent_answered_before_the_owner_finishes()
+    assert "r3" not in node.local_calls
+    waiting = [e for e in node.events if not e.answer.called]
+    while waiting:  # the event in flight fails, then the one queued behind it
+        waiting[0].answer.errback(Failure(RuntimeError("master unreachable")))
+        assert "r3" not in node.local_calls or not [e for e in node.events if not e.answer.called]
+        waiting = [e for e in node.events if not e.answer.called]
+    assert node.local_calls[-1] == "r3"

@@ -238,3 +238,21 @@ def test_a_reloaded_slave_re_registers_and_a_reloaded_master_re_polls(tmp_path: 
     _write_model(tmp_path / "master", "added-on-master")
     assert _reload(world, master)[0] == 200  # the master re-polls: the slave's change shows too
     assert _ids(world, master) == ["added-on-master", "added-on-slave", "chat"]
+
+
+def test_analytics_settings_apply_at_once(tmp_path: Path) -> None:
+    """Issue 22: ``analytics.*`` is live: a reload turns recording on and the flush loop follows the
+    new interval."""
+    assert config_changes(_config(), _config(analytics={"enabled": True})).applied == ("analytics.enabled",)
+    world = World(tmp_path)
+    node = world.node("solo", {"chat": TEXT})
+    world.start(node)
+    home = tmp_path / "solo" / "routerd.yaml"
+    data = json.loads(home.read_text())
+    home.write_text(json.dumps({**data, "analytics": {"enabled": True, "flush_interval": "7s"}}))
+    response, body = world.call("POST", node, "/router/v1/reload")
+    assert response.code == 200, body
+    assert node.analytics.enabled and node._analytics_loop.interval == 7.0
+    world.call("POST", node, "/v1/chat/completions", json={"model": "chat", "messages": MESSAGES})
+    assert world.run(node.analytics.flush()) == {"requests": 1, "loads": 1}  # the request, its model's load
+    world.run(node.stop())

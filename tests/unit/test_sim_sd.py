@@ -118,3 +118,42 @@ async def test_one_image_at_a_time(weights: Path) -> None:
     await sim.settle(first)
     await sim.settle(second)
     assert sim.clock.seconds() - start == pytest.approx(2 * 20 * 0.262144 * 0.040)
+
+
+@pytest_twisted.ensureDeferred
+async def test_vid_gen_is_a_job_that_takes_steps_times_megapixels_times_frames(weights: Path) -> None:
+    """sd-server's native video job: 202 with an ID and poll_url at once, queued then generating,
+    completed after steps × megapixels × frames × ms_per_step_megapixel (33 frames for 34 asked)."""
+    sim = make(weights)
+    start = sim.clock.seconds()
+    body = {"prompt": "waves", "width": 1000, "height": 500, "video_frames": 34, "fps": 8,
+            "sample_params": {"sample_steps": 10}}
+    code, accepted = await call(sim, "POST", "/sdcpp/v1/vid_gen", body)
+    assert code == 202
+    assert (accepted["kind"], accepted["status"]) == ("vid_gen", "queued")
+    assert accepted["poll_url"] == f"/sdcpp/v1/jobs/{accepted['id']}"
+    assert sim.clock.seconds() == start
+    sim.advance(0.01)
+    code, running = await call(sim, "GET", accepted["poll_url"])
+    assert (code, running["status"], running["result"]) == (200, "generating", None)
+    sim.advance(10 * 0.5 * 33 * 0.040)
+    code, done = await call(sim, "GET", accepted["poll_url"])
+    assert done["status"] == "completed"
+    assert done["result"]["frame_count"] == 33 and done["result"]["fps"] == 8
+    assert done["result"]["mime_type"] == "video/webm"
+    assert base64.b64decode(done["result"]["b64_json"]).startswith(b"SIMVIDEO")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_queued_job_cancels_a_generating_one_refuses_and_unknown_ids_are_404(weights: Path) -> None:
+    sim = make(weights)
+    _, first = await call(sim, "POST", "/sdcpp/v1/vid_gen", {"prompt": "a"})
+    _, second = await call(sim, "POST", "/sdcpp/v1/vid_gen", {"prompt": "b"})
+    sim.advance(0.001)
+    code, body = await call(sim, "GET", second["poll_url"])
+    assert (body["status"], body["queue_position"]) == ("queued", 1)
+    assert (await call(sim, "POST", first["poll_url"] + "/cancel"))[0] == 409
+    code, body = await call(sim, "POST", second["poll_url"] + "/cancel")
+    assert (code, body["status"], body["error"]["code"]) == (200, "cancelled", "cancelled")
+    assert (await call(sim, "GET", "/sdcpp/v1/jobs/job_nope")) == (404, {"error": "job not found"})
+    assert (await call(sim, "POST", "/sdcpp/v1/vid_gen", {"output_format": "mp4"}))[0] == 400

@@ -30,6 +30,8 @@ V1_TABLES = {
     "guardians",
     "public_ids",
 }
+#: Migration 3 (issue 22): analytics rows and rollups.
+V3_TABLES = {"analytics_requests", "analytics_loads", "analytics_rollups"}
 
 DECISION_COLUMNS = [
     "id", "recorded_at", "node_id", "kind", "trigger", "lane", "owner_node_id", "owner_model_id",
@@ -60,7 +62,7 @@ def test_fresh_database_migrates_to_the_newest_version_with_every_table() -> Non
     conn = connect(":memory:")
     assert current_version(conn) == 0
     assert migrate(conn) == len(MIGRATIONS)
-    assert tables(conn) == V1_TABLES
+    assert tables(conn) == V1_TABLES | V3_TABLES
     versions = [r[0] for r in conn.execute("SELECT version FROM schema_version ORDER BY version")]
     assert versions == list(range(1, len(MIGRATIONS) + 1))
 

@@ -174,9 +174,16 @@ def test_writes_after_close_are_logged_not_raised() -> None:
 def test_sample_with_unknown_section_is_dropped_with_a_warning() -> None:
     store = Store.open_sync()
     with capturedLogs() as events:
-        assert fired(store.record_request_sample(req(section="video"))) is None
-    assert any(e.get("section") == "video" for e in events)
-    assert fired(store.request_samples(None, "video", 0, status=None)) == []
+        assert fired(store.record_request_sample(req(section="hologram"))) is None
+    assert any(e.get("section") == "hologram" for e in events)
+    assert fired(store.request_samples(None, "hologram", 0, status=None)) == []
+
+
+def test_a_video_jobs_sample_is_kept_under_its_own_section() -> None:
+    """``video`` (sd-server vid_gen jobs) is a known section since the video routes."""
+    store = Store.open_sync()
+    assert fired(store.record_request_sample(req(section="video", work=(5.0,)))) is None
+    assert [s.section for s in fired(store.request_samples(None, "video", 0, status=None))] == ["video"]
 
 
 def test_samples_arriving_during_a_write_are_group_committed_in_one_batch() -> None:

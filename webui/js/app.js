@@ -7,9 +7,14 @@ import * as nodes from "./nodes.js";
 import * as models from "./models.js";
 import * as lending from "./lending.js";
 import * as links from "./links.js";
+import * as overview from "./overview.js";
+import * as analytics from "./analytics.js";
+import * as bench from "./bench.js";
+import * as errors from "./errors.js";
+import * as cook from "./cook.js";
 
 export const POLL_MS = 1500;
-const PAGES = { nodes, models, lending, links };
+const PAGES = { overview, nodes, models, lending, links, analytics, bench, errors, cook };
 
 const state = { name: null, page: null, ctx: null, generation: 0, wake: null };
 
@@ -83,7 +88,7 @@ async function loop(generation) {
 }
 
 function show(name) {
-  if (!PAGES[name]) name = "nodes";
+  if (!PAGES[name]) name = "overview";
   if (state.page && state.page.unmount) state.page.unmount(state.ctx);
   state.generation += 1;
   state.name = name;
@@ -103,4 +108,4 @@ document.getElementById("signout").addEventListener("click", () => {
   location.reload();
 });
 window.addEventListener("hashchange", () => show(location.hash.slice(1)));
-show(location.hash.slice(1) || "nodes");
+show(location.hash.slice(1) || "overview");

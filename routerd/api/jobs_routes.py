@@ -1,0 +1,30 @@
+"""Video job polls (contract §5): ``GET /sdcpp/v1/jobs/{job_id}`` and ``POST
+/sdcpp/v1/jobs/{job_id}/cancel``, answered by :class:`~routerd.serve.video.VideoJobs` (the node that
+runs the job, or a master passing them on to it).  The same calls forwarded by a master reach
+``ClientAPI.serve_forwarded`` under ``/router/v1/node/inference``."""
+
+from __future__ import annotations
+
+from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.web.iweb import IRequest
+
+from routerd.api.reply import RequestReply
+from routerd.api.routes import Routes
+from routerd.serve.video import VideoJobs
+
+
+class JobsAPI:
+    """The client's side of sd-server's asynchronous job API (inference keys)."""
+
+    routes = Routes()
+
+    def __init__(self, jobs: VideoJobs) -> None:
+        self.jobs = jobs
+
+    @routes.route("/sdcpp/v1/jobs/<job_id>", methods=["GET"], auth="inference")
+    def poll(self, request: IRequest, job_id: str) -> Deferred[bytes]:
+        return ensureDeferred(self.jobs.answer(job_id, "poll", RequestReply(request)))
+
+    @routes.route("/sdcpp/v1/jobs/<job_id>/cancel", methods=["POST"], auth="inference")
+    def cancel(self, request: IRequest, job_id: str) -> Deferred[bytes]:
+        return ensureDeferred(self.jobs.answer(job_id, "cancel", RequestReply(request)))

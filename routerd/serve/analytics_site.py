@@ -1,0 +1,238 @@
+"""The site's analytics and load errors (contract §7, §9): every node's answer merged.
+
+The master (or a standalone node, a site of one) asks every healthy node's node API at once
+(``routerd.cluster.fanout``), its own answer taken first-hand, and merges: model rows, node rows and
+series points are summed with their latency histograms, so percentiles and rates are those of the
+whole site, not an average of averages.  Nodes that are unknown, unhealthy or did not answer are
+listed in ``node_errors``; the others still answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol
+from urllib.parse import urlencode
+
+from twisted.internet import defer
+from twisted.python.failure import Failure
+
+from routerd.cluster.fanout import failure_text, fan_out
+from routerd.errors import HTTPError
+from routerd.lending.reports import FANOUT, NODE_TIMEOUT_S, select_nodes
+from routerd.registry.records import NodeInfo
+from routerd.serve.analytics import LOAD_ERRORS_KEPT, series_point
+from routerd.store.analytics import ANALYTICS_LANES, FIGURES, PERIODS, Query, Sums, figures
+
+NODE_ANALYTICS = "/router/v1/node/analytics"
+NODE_ANALYTICS_FLUSH = "/router/v1/node/analytics/flush"
+NODE_LOAD_ERRORS = "/router/v1/node/load-errors"
+NODE_RECENT = "/router/v1/node/analytics/recent"
+
+
+class _Registry(Protocol):
+    def nodes(self) -> Sequence[NodeInfo]: ...
+
+
+class _Client(Protocol):
+    def get_json(self, base: str, path: str, *, timeout: float | None = None) -> defer.Deferred[Any]: ...
+
+    def post_json(self, base: str, path: str, body: Any, *,
+                  timeout: float | None = None) -> defer.Deferred[Any]: ...
+
+    def delete_json(self, base: str, path: str, *, timeout: float | None = None) -> defer.Deferred[Any]: ...
+
+
+class Site(Protocol):
+    @property
+    def registry(self) -> _Registry: ...
+
+    @property
+    def client(self) -> _Client: ...
+
+
+def parse_query(args: Mapping[str, str | None]) -> Query:
+    """An analytics query from request parameters; 400 naming a bad ``period`` or ``lane``."""
+    period = args.get("period") or "24h"
+    if period not in PERIODS:
+        raise HTTPError(400, f"period must be one of {', '.join(PERIODS)}, got {period!r}",
+                        "invalid_request_error", "invalid_parameter")
+    lane = args.get("lane") or None
+    if lane is not None and lane not in ANALYTICS_LANES:
+        raise HTTPError(400, f"lane must be one of {', '.join(ANALYTICS_LANES)}, got {lane!r}",
+                        "invalid_request_error", "invalid_parameter")
+    return Query(period=period, model=args.get("model") or None, lane=lane,
+                 node_id=args.get("node_id") or None)
+
+
+def node_params(query: Query) -> str:
+    """The node API query string reproducing ``query`` (a node filters by model and lane)."""
+    params = {"period": query.period}
+    if query.model is not None:
+        params["model"] = query.model
+    if query.lane is not None:
+        params["lane"] = query.lane
+    return urlencode(params)
+
+
+async def _ask(site: Site, own_id: str, wanted: str | None,
+               ask: Callable[[NodeInfo], defer.Deferred[Any]]) -> tuple[bool, list[tuple[NodeInfo, Any]],
+                                                                         list[dict[str, str]]]:
+    include_self, remotes, errors = select_nodes(site, None if wanted is None else [wanted], own_id)
+    answers = await fan_out(remotes, ask, FANOUT)
+    return include_self, answers, errors
+
+
+async def site_analytics(site: Site, own_id: str, own: Callable[[Query], Awaitable[dict[str, Any]]],
+                         query: Query, now_ms: int) -> dict[str, Any]:
+    """The site analytics document: every selected node's answer merged (contract §9)."""
+    path = NODE_ANALYTICS + "?" + node_params(query)
+    include_self, answers, errors = await _ask(
+        site, own_id, query.node_id,
+        lambda info: site.client.get_json(info.node_url, path, timeout=NODE_TIMEOUT_S))
+    docs: list[dict[str, Any]] = [await own(query)] if include_self else []
+    for info, answer in answers:
+        if isinstance(answer, Failure):
+            errors.append({"node_id": info.node_id, "error": failure_text(answer)})
+        elif not isinstance(answer, dict) or not isinstance(answer.get("models"), list):
+            errors.append({"node_id": info.node_id, "error": "analytics answer has no models list"})
+        else:
+            docs.append({**answer, "node_id": info.node_id})
+    document = merge(docs, query, now_ms)
+    document["node_errors"] = sorted(errors, key=lambda e: e["node_id"])
+    return document
+
+
+def merge(docs: Sequence[Mapping[str, Any]], query: Query, now_ms: int) -> dict[str, Any]:
+    """Node analytics documents → one site document (pure; contract §9)."""
+    since, until, level, width = query.window(now_ms)
+    total = Sums()
+    models: list[dict[str, Any]] = []
+    nodes: list[dict[str, Any]] = []
+    points: dict[int, tuple[Sums, dict[str, int]]] = {}
+    for doc in docs:
+        node_id = str(doc.get("node_id", ""))
+        # a node's model rows are one per (model, lane) of that node: its own figures stand
+        for row in _objects(doc.get("models")):
+            models.append({"model": str(row.get("model", "")), "node_id": str(row.get("node_id") or node_id),
+                           "lane": str(row.get("lane", "")), **_figures_of(row)})
+        totals = doc.get("totals")
+        own = Sums.from_json(totals if isinstance(totals, dict) else {})
+        total.merge(own)
+        nodes.append({"node_id": node_id, "enabled": doc.get("enabled") is True, **figures(own)})
+        for point in _objects(doc.get("series")):
+            bucket = point.get("t_ms")
+            if not isinstance(bucket, int) or isinstance(bucket, bool) or bucket < since:
+                continue
+            bucket -= bucket % width
+            at, by_lane = points.setdefault(bucket, (Sums(), {}))
+            at.merge(Sums.from_json(point))
+            lanes = point.get("by_lane")
+            for lane in ANALYTICS_LANES:
+                count = lanes.get(lane, 0) if isinstance(lanes, dict) else 0
+                if isinstance(count, int) and not isinstance(count, bool):
+                    by_lane[lane] = by_lane.get(lane, 0) + count
+    series = []
+    for bucket in range(since, until + 1, width):
+        sums, by_lane = points.get(bucket, (Sums(), {}))
+        series.append(series_point(bucket, sums, by_lane, detail=False))
+    return {
+        "period": query.period, "since_ms": since, "until_ms": until, "bucket_ms": width, "level": level,
+        "filters": query.filters(), "totals": figures(total),
+        "models": sorted(models, key=lambda m: (m["model"], m["node_id"], m["lane"])),
+        "nodes": sorted(nodes, key=lambda n: str(n["node_id"])),
+        "series": series,
+    }
+
+
+def _figures_of(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A node's figures as given; a field that is not a number is 0 (a count) or null."""
+    out: dict[str, Any] = {}
+    for name in FIGURES:
+        value = row.get(name)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        out[name] = value if number else (None if name.endswith(("_ms", "_per_s")) else 0)
+    return out
+
+
+def _objects(value: object) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+async def site_flush(site: Site, own_id: str, own: Callable[[], Awaitable[dict[str, int]]]) -> dict[str, Any]:
+    """Every node writes its buffered analytics rows now."""
+    include_self, answers, errors = await _ask(
+        site, own_id, None,
+        lambda info: site.client.post_json(info.node_url, NODE_ANALYTICS_FLUSH, {}, timeout=NODE_TIMEOUT_S))
+    nodes = [{"node_id": own_id, "written": await own()}] if include_self else []
+    for info, answer in answers:
+        if isinstance(answer, Failure):
+            errors.append({"node_id": info.node_id, "error": failure_text(answer)})
+        else:
+            written = answer.get("written") if isinstance(answer, dict) else None
+            nodes.append({"node_id": info.node_id, "written": written if isinstance(written, dict) else {}})
+    return {"ok": True, "nodes": sorted(nodes, key=lambda n: str(n["node_id"])),
+            "node_errors": sorted(errors, key=lambda e: e["node_id"])}
+
+
+async def site_load_errors(site: Site, own_id: str, own: list[dict[str, Any]], node_id: str | None,
+                           model: str | None, limit: int = LOAD_ERRORS_KEPT) -> dict[str, Any]:
+    """Every selected node's failed loads, newest first."""
+    path = NODE_LOAD_ERRORS + ("?" + urlencode({"model": model}) if model else "")
+    include_self, answers, errors = await _ask(
+        site, own_id, node_id, lambda info: site.client.get_json(info.node_url, path, timeout=NODE_TIMEOUT_S))
+    rows = list(own) if include_self else []
+    for info, answer in answers:
+        listed = answer.get("errors") if isinstance(answer, dict) else None
+        if isinstance(answer, Failure):
+            errors.append({"node_id": info.node_id, "error": failure_text(answer)})
+        elif not isinstance(listed, list):
+            errors.append({"node_id": info.node_id, "error": "load-errors answer has no errors list"})
+        else:
+            rows.extend({**row, "node_id": info.node_id} for row in listed if isinstance(row, dict))
+    rows.sort(key=_newest_first)
+    return {"errors": rows[:limit], "node_errors": sorted(errors, key=lambda e: e["node_id"])}
+
+
+async def site_recent(site: Site, own_id: str, own: list[dict[str, Any]], node_id: str | None,
+                      model: str | None, lane: str | None, limit: int) -> dict[str, Any]:
+    """Every selected node's newest requests, newest first, at most ``limit``."""
+    params = {k: v for k, v in (("model", model), ("lane", lane), ("limit", str(limit))) if v}
+    path = NODE_RECENT + "?" + urlencode(params)
+    include_self, answers, errors = await _ask(
+        site, own_id, node_id, lambda info: site.client.get_json(info.node_url, path, timeout=NODE_TIMEOUT_S))
+    rows = list(own) if include_self else []
+    for info, answer in answers:
+        listed = answer.get("requests") if isinstance(answer, dict) else None
+        if isinstance(answer, Failure):
+            errors.append({"node_id": info.node_id, "error": failure_text(answer)})
+        elif not isinstance(listed, list):
+            errors.append({"node_id": info.node_id, "error": "recent answer has no requests list"})
+        else:
+            rows.extend({**row, "node_id": info.node_id} for row in listed if isinstance(row, dict))
+    rows.sort(key=_newest_first)
+    return {"requests": rows[:limit], "node_errors": sorted(errors, key=lambda e: e["node_id"])}
+
+
+def _newest_first(row: Mapping[str, Any]) -> int:
+    at = row.get("at_ms")
+    return -at if isinstance(at, int) else 0
+
+
+async def site_clear_load_errors(site: Site, own_id: str, own: Callable[[], int],
+                                 node_id: str | None) -> dict[str, Any]:
+    """Forget the failed loads of every selected node."""
+    include_self, answers, errors = await _ask(
+        site, own_id, node_id,
+        lambda info: site.client.delete_json(info.node_url, NODE_LOAD_ERRORS, timeout=NODE_TIMEOUT_S))
+    removed = own() if include_self else 0
+    for info, answer in answers:
+        if isinstance(answer, Failure):
+            errors.append({"node_id": info.node_id, "error": failure_text(answer)})
+        elif isinstance(answer, dict) and isinstance(answer.get("removed"), int):
+            removed += answer["removed"]
+    return {"ok": True, "removed": removed, "node_errors": sorted(errors, key=lambda e: e["node_id"])}
+
+
+__all__ = ["NODE_ANALYTICS", "NODE_ANALYTICS_FLUSH", "NODE_LOAD_ERRORS", "NODE_RECENT", "Site", "merge",
+           "node_params", "parse_query", "site_analytics", "site_clear_load_errors", "site_flush",
+           "site_load_errors", "site_recent"]

@@ -1,0 +1,99 @@
+// Analytics: site analytics filtered by period, node, model and lane; per-model and per-node
+// tables of every figure, and charts of requests (and errors), tokens/s and p95 latency over the
+// period. "Flush now" writes every node's buffered rows before the next flush_interval.
+
+import { get, post, query } from "./api.js";
+import { errorBox, h, replace, table } from "./dom.js";
+import { chart } from "./charts.js";
+import { FIGURE_HEAD, figureCells, optional } from "./figures.js";
+import { refreshNow, showError } from "./app.js";
+
+const PERIODS = ["1h", "24h", "7d", "30d"];
+const LANES = ["text", "image", "stt"];
+const EVERY_MS = 5000;
+
+function select(name, label, options, onChange) {
+  return h("label", {}, label + " ", h("select", { name, onchange: (e) => onChange(e.currentTarget.value) },
+    options.map(([value, text]) => h("option", { value }, text))));
+}
+
+export function mount(container) {
+  const ctx = { container, filters: { period: "24h", node_id: "", model: "", lane: "" }, fetchedAt: 0, known: "" };
+  const set = (name) => (value) => { ctx.filters[name] = value; ctx.fetchedAt = 0; refreshNow(); };
+  ctx.nodeSelect = select("node_id", "node", [["", "all nodes"]], set("node_id"));
+  ctx.modelSelect = select("model", "model", [["", "all models"]], set("model"));
+  const periodSelect = select("period", "period", PERIODS.map((p) => [p, p]), set("period"));
+  periodSelect.querySelector("select").value = "24h";
+  ctx.flush = h("button", { type: "button", className: "flush", onclick: async (e) => {
+    e.currentTarget.disabled = true;
+    try {
+      await post("/router/v1/site/analytics/flush");
+    } catch (err) {
+      showError(err);
+    }
+    e.currentTarget.disabled = false;
+    ctx.fetchedAt = 0;
+    refreshNow();
+  } }, "Flush now");
+  ctx.note = h("div", {});
+  ctx.requests = chart("requests", "Requests and errors");
+  ctx.tokens = chart("tokens", "Generation speed", { unit: "tokens/s", digits: 1 });
+  ctx.latency = chart("latency", "Latency p95", { unit: "ms", digits: 0 });
+  ctx.models = h("div", { className: "wide" });
+  ctx.nodes = h("div", { className: "wide" });
+  replace(container,
+    h("h1", {}, "Analytics"),
+    h("section", { id: "analytics-filters" }, h("div", { className: "filters" }, periodSelect, ctx.nodeSelect,
+      ctx.modelSelect, select("lane", "lane", [["", "all lanes"], ...LANES.map((l) => [l, l])], set("lane")),
+      ctx.flush), ctx.note),
+    h("section", { id: "analytics-charts" }, h("div", { className: "chart-row" },
+      ctx.requests.el, ctx.tokens.el, ctx.latency.el)),
+    h("section", { id: "analytics-models" }, h("h2", {}, "By model"), ctx.models),
+    h("section", { id: "analytics-nodes" }, h("h2", {}, "By node"), ctx.nodes));
+  return ctx;
+}
+
+function fillChoices(ctx, inventory) {
+  const nodes = (inventory.nodes || []).map((n) => n.node_id);
+  const models = [...new Set((inventory.models || []).flatMap((m) => [m.local_id, m.image_id].filter(Boolean)))].sort();
+  const key = JSON.stringify([nodes, models]);
+  if (key === ctx.known) return;
+  ctx.known = key;
+  const fill = (label, values, empty) => {
+    const el = label.querySelector("select");
+    const current = el.value;
+    replace(el, h("option", { value: "" }, empty), values.map((v) => h("option", { value: v }, v)));
+    el.value = values.includes(current) ? current : "";
+  };
+  fill(ctx.nodeSelect, nodes, "all nodes");
+  fill(ctx.modelSelect, models, "all models");
+}
+
+export async function refresh(ctx) {
+  fillChoices(ctx, await get("/router/v1/site/inventory"));
+  if (Date.now() - ctx.fetchedAt < EVERY_MS) return;
+  const doc = await optional("/router/v1/site/analytics" + query(ctx.filters));
+  ctx.fetchedAt = Date.now();
+  if (doc.__error) {
+    replace(ctx.note, h("p", { className: "error" }, doc.__error));
+    return;
+  }
+  replace(ctx.note, errorBox(doc.node_errors));
+  const series = doc.series || [];
+  const times = series.map((p) => p.t_ms);
+  const values = (name) => series.map((p) => (p[name] === undefined ? null : p[name]));
+  ctx.requests.update(times, [{ label: "requests", values: values("requests") },
+    { label: "errors", values: values("errors") }, { label: "lent", values: values("lent") }], doc.bucket_ms);
+  ctx.tokens.update(times, [{ label: "tokens/s", values: values("tokens_per_s") }], doc.bucket_ms);
+  ctx.latency.update(times, [{ label: "p95", values: values("p95_ms") }], doc.bucket_ms);
+  const models = doc.models || [];
+  replace(ctx.models, models.length
+    ? table(["model", "node", "lane", ...FIGURE_HEAD], models.map((m) => h("tr", { dataset: { model: m.model, nodeId: m.node_id } },
+      h("td", {}, m.model), h("td", {}, m.node_id), h("td", {}, m.lane), figureCells(m))), { className: "figures models" })
+    : h("p", { className: "empty" }, "no requests in this period"));
+  const nodes = doc.nodes || [];
+  replace(ctx.nodes, nodes.length
+    ? table(["node", "analytics", ...FIGURE_HEAD], nodes.map((n) => h("tr", { dataset: { nodeId: n.node_id } },
+      h("td", {}, n.node_id), h("td", {}, n.enabled === false ? "off" : "on"), figureCells(n))), { className: "figures nodes" })
+    : h("p", { className: "empty" }, "no nodes"));
+}

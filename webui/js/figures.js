@@ -1,0 +1,64 @@
+// What the analytics pages share: number formats, the period picker and a fetch that may fail on
+// its own (a node with analytics off, an API this build lacks) without failing the whole page.
+
+import { ApiError, get } from "./api.js";
+import { h } from "./dom.js";
+
+export const PERIODS = ["24h", "7d", "30d"];
+
+export function count(value) {
+  if (value === null || value === undefined) return "–";
+  const n = Number(value);
+  if (Math.abs(n) >= 1e6) return (n / 1e6).toFixed(1) + " M";
+  if (Math.abs(n) >= 1e4) return (n / 1e3).toFixed(1) + " k";
+  return Number.isInteger(n) ? String(n) : n.toFixed(1);
+}
+
+export function millis(value) {
+  if (value === null || value === undefined) return "–";
+  return value >= 1000 ? (value / 1000).toFixed(2) + " s" : Math.round(value) + " ms";
+}
+
+export function rate(value) {
+  return value === null || value === undefined ? "–" : Number(value).toFixed(1);
+}
+
+export function percent(part, whole) {
+  return whole ? ((100 * part) / whole).toFixed(1) + " %" : "–";
+}
+
+/** Buttons choosing a period; `onPick(period)` when one is clicked. */
+export function periodPicker(periods, current, onPick) {
+  const bar = h("div", { className: "lanes periods" });
+  const buttons = periods.map((p) => h("button", {
+    type: "button", className: p === current ? "active" : "", dataset: { period: p },
+    onclick: () => {
+      for (const b of buttons) b.classList.toggle("active", b === buttons[periods.indexOf(p)]);
+      onPick(p);
+    },
+  }, p));
+  buttons.forEach((b) => bar.appendChild(b));
+  return bar;
+}
+
+/** `get(path)`, or `{__error: message}` when it fails with an API error (never throws those). */
+export async function optional(path) {
+  try {
+    return await get(path);
+  } catch (err) {
+    if (err instanceof ApiError) return { __error: `${err.status} ${err.code}: ${err.message}` };
+    throw err;
+  }
+}
+
+/** The figures of a model or node row as table cells (the columns of FIGURE_HEAD). */
+export const FIGURE_HEAD = ["requests", "errors", "tokens in", "tokens out", "images", "audio s", "vectors",
+  "loads", "p50", "p95", "TTFT p50", "TTFT p95", "tok/s", "lent", "borrowed"];
+
+export function figureCells(row) {
+  return [count(row.requests), count(row.errors), count(row.prompt_tokens), count(row.completion_tokens),
+    count(row.images), rate(row.audio_seconds), count(row.vectors),
+    `${count(row.loads)}${row.load_failures ? ` (${row.load_failures} failed)` : ""}`,
+    millis(row.p50_ms), millis(row.p95_ms), millis(row.ttft_p50_ms), millis(row.ttft_p95_ms),
+    rate(row.tokens_per_s), count(row.lent), count(row.borrowed)].map((v) => h("td", { className: "num" }, v));
+}
