@@ -24,6 +24,7 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from routerd.catalog.eligibility import concurrency
 from routerd.catalog.model import ModelConfig, RuntimeKind
 from routerd.config.lending import LendingSettings
 from routerd.deferreds import Woken
@@ -331,7 +332,8 @@ class LendingService:
                                    streaming=call.stream, reclaim=self._reclaimable(queue),
                                    image=lane == "text" and has_image(call.parsed), also_ahead=also_ahead,
                                    priority=RANK[call.priority],
-                                   key_name=call.key_name, weight=self.key_weight(call.key_name))
+                                   key_name=call.key_name, weight=self.key_weight(call.key_name),
+                                   concurrency=concurrency(model))
         self._apply(lane, effects)
         if borrowed is None:
             # its place in the class order, counting what the backend already runs (the answer's

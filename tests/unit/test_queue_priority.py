@@ -62,6 +62,47 @@ def test_with_one_class_both_places_fill_as_before() -> None:
     assert admitted == ["b0", "b1"]
 
 
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_parallel_model_linked_nowhere_gets_its_parallel_places_plus_depth_minus_one(depth: int) -> None:
+    """A model that serves 4 requests at once (``parallel`` 4, linked nowhere) got all 4 at once
+    before the router queue took it; the lane's cap for it is ``depth + 4 - 1``, so its backend is
+    as busy as before with ``depth - 1`` waiting behind (before this fix: ``depth`` admitted, the
+    backend's other places idle).  A one-at-a-time model of the same lane still gets ``depth``."""
+    q = LaneQueue("text", depth, aging_ms=30_000)
+    admitted = [rid for n in range(8) for rid in q.arrive(f"p{n}", "wide", n, priority=BATCH,
+                                                          concurrency=4).admit]
+    assert admitted == [f"p{n}" for n in range(4 + depth - 1)]
+    assert q.finished("p0", 100).admit == (f"p{4 + depth - 1}",)  # one out, one in: the cap holds
+    serial = LaneQueue("text", depth, aging_ms=30_000)
+    admitted = [rid for n in range(8) for rid in serial.arrive(f"s{n}", "solo", n, priority=BATCH).admit]
+    assert admitted == [f"s{n}" for n in range(depth)]
+
+
+def test_a_lower_class_takes_a_free_running_place_while_a_higher_class_is_about() -> None:
+    """The second-place rule keeps batch work only out of places where it would *wait* in the
+    backend: with ``parallel`` 4 and interactive work about, batch work still fills the model's
+    free running places (before this fix: none, the backend ran one request of its four), and
+    only the place beyond them (depth 2: one waiting place) is kept for the interactive class."""
+    q = LaneQueue("text", 2, aging_ms=30_000)
+    assert q.arrive("i0", "wide", 0, priority=INTERACTIVE, key_name="chat", concurrency=4).admit == ("i0",)
+    admitted = [rid for n in range(6) for rid in q.arrive(f"b{n}", "wide", 100 + n, priority=BATCH,
+                                                          key_name="bulk", concurrency=4).admit]
+    assert admitted == ["b0", "b1", "b2"]  # four running; b3 would wait in the backend: kept here
+    assert q.arrive("i1", "wide", 200, priority=INTERACTIVE, key_name="chat", concurrency=4).admit == ("i1",)
+    assert q.finished("b0", 300).admit == ()  # i1 takes the running place; b3 would still wait
+    assert q.finished("i0", 400).admit == ("b3",)  # a running place came free: batch takes it
+    assert q.finished("b1", 30_300).admit == ("b4", "b5")  # no interactive arrival for 30 s: all places
+
+
+def test_a_lower_class_does_not_take_a_place_behind_another_model_while_a_higher_class_is_about() -> None:
+    """A free place of its model's concurrency is no free running place while the backend holds
+    another model's work (the runtime must switch first): the rule still keeps batch work out."""
+    q = LaneQueue("text", 2, aging_ms=30_000)
+    assert q.arrive("i0", "solo", 0, priority=INTERACTIVE, key_name="chat").admit == ("i0",)
+    assert q.arrive("b0", "wide", 100, priority=BATCH, key_name="bulk", concurrency=4).admit == ()
+    assert q.finished("i0", 200).admit == ("b0",)
+
+
 def test_classes_are_served_highest_first_then_in_arrival_order() -> None:
     q = queue()
     q.arrive("run", "A", 0)
