@@ -12,6 +12,8 @@ slave serving ``beta`` (``alpha`` lends to ``beta``), simulator backends, ``sche
    each key has had answered when half of all are.  Target ≥ 0.95.
 3. **Throughput**: the flood of (1) plus 20 of a second batch key, makespan with those keys ÷ the
    same requests sent with one plain key (FIFO).  Target ≤ 1.02 (noise on a busy machine ~±3 %).
+4. The same flood with an interactive request every 3 J meanwhile (its cost: while interactive work
+   is about, batch work reaches the backend one at a time) ÷ the same requests all on one plain key.
 
 Run: ``PYTHONPATH=$PWD python benchmarks/priority_cluster.py [--depth 1] [--flood 60] [--chats 10]``.
 """
@@ -81,10 +83,20 @@ async def fair(url: str, job_s: float) -> list[int]:
     return [sum(1 for t in times if t <= half) for times in done.values()]
 
 
-async def makespan(url: str, flood: int, keys: Sequence[str]) -> float:
+async def makespan(url: str, flood: int, keys: Sequence[str], chat_every: float = 0.0) -> float:
+    """The flood's makespan; with ``chat_every`` a request of ``keys[2]`` every that many seconds
+    meanwhile (interactive: at depth 2 batch work then reaches the backend one at a time)."""
     started = time.perf_counter()
-    await defer.gatherResults(spawn(url, keys[0], flood) + spawn(url, keys[1], 20))
-    return time.perf_counter() - started
+    sent = spawn(url, keys[0], flood) + spawn(url, keys[1], 20)
+    done = defer.gatherResults(sent)
+    chats = []
+    while chat_every and not done.called:
+        chats.append(defer.Deferred.fromCoroutine(timed(url, keys[2])))
+        await sleep(chat_every)
+    await done
+    took = time.perf_counter() - started
+    await defer.gatherResults(chats)
+    return took
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -113,6 +125,10 @@ async def main_async(args: argparse.Namespace) -> None:
         base = (fifo + fifo2) / 2
         print(f"3. makespan: keys {prio:.2f} s, one plain key {fifo:.2f} s / {fifo2:.2f} s: "
               f"ratio {prio / base:.3f} (target ≤ 1.02)", flush=True)
+        chatty = await makespan(url, args.flood, ("flood", "b1", "chat"), chat_every=3 * job_s)
+        plain = await makespan(url, args.flood, ("plain", "plain", "plain"), chat_every=3 * job_s)
+        print(f"4. makespan of (3) with a request every 3 J meanwhile: interactive {chatty:.2f} s, "
+              f"all one plain key {plain:.2f} s: ratio {chatty / plain:.3f}", flush=True)
     finally:
         await trio.stop()
 

@@ -25,6 +25,18 @@ def text_ineligibility(model: ModelConfig) -> str | None:
     return ineligibility(model.capabilities, model.parallel, model.vllm_max_sequences)
 
 
+def sequences(parallel: int | None, max_sequences: int | None) -> int:
+    """How many requests a model's backend serves at once: its ``parallel`` (llama.cpp,
+    KoboldCpp) or ``vllm.settings.max_number_sequences``, whichever is stated higher; 1 when
+    neither is (the one-at-a-time case that text lending requires)."""
+    return max(parallel or 1, max_sequences or 1, 1)
+
+
+def concurrency(model: ModelConfig) -> int:
+    """:func:`sequences` of a local config (the router queue lets that many of its requests run)."""
+    return sequences(model.parallel, model.vllm_max_sequences)
+
+
 def ineligibility(capabilities: Capabilities, parallel: int | None, max_sequences: int | None) -> str | None:
     """The text-lending rule on the facts it needs (a local config or a peer's model record):
     a text model, serving one request at a time, that states a context window."""
@@ -55,7 +67,9 @@ __all__ = [
     "MULTIMODAL_MISMATCH",
     "NOT_TEXT",
     "NO_CONTEXT",
+    "concurrency",
     "ineligibility",
     "pair_ineligibility",
+    "sequences",
     "text_ineligibility",
 ]

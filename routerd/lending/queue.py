@@ -5,20 +5,30 @@ value, and performs the :class:`Effects` it answers (start the admitted requests
 requests back with 409).  No Twisted, no timers.
 
 Entries are *native* (this node's own clients) or *borrowed* (lent to this node by another owner).
-Only enrolled models (an owner or a helper in some link of the lane) are queued.
+Every native request of the lane is queued here, whatever its model (issue 23: one class order for
+the node's whole router queue); only enrolled models (an owner or a helper in some link of the lane)
+take borrowed work, and only owners' entries are lent.
 
 * At most ``depth`` entries of the lane are admitted to the backend at once; the rest wait here, in
   arrival order.  The depth counts the lane, not each model: the lane's runtime serves one model at
-  a time, and a helper's own request must wait behind the borrowed jobs already admitted.
+  a time, and a helper's own request must wait behind the borrowed jobs already admitted.  A native
+  request of a model that serves ``concurrency`` > 1 requests at once (``parallel``, vLLM's
+  ``max_number_sequences``: linked nowhere, since lending takes only one-at-a-time models) is
+  admitted while fewer than ``depth + concurrency - 1`` are: its backend runs as many as before the
+  router queue took it, with ``depth - 1`` waiting behind them.
 * Only waiting native entries of an *owner* model that are not streaming and have not come back from
   a helper can be withdrawn for lending (oldest first).  A lent entry stays here in state ``lent``
   until it finishes or comes back; a returned entry goes back to the head of the queue keeping its
   first arrival time and is never lent again.
 * A native arrival hands back every waiting borrowed entry, and every admitted one the caller says has
   not claimed the runtime yet; so does the node's own work that is not queued in this lane but takes
-  its runtime (``own_work_elsewhere``: a model linked nowhere, the other lane of a shared process, an
-  explicit load).  A borrowed arrival is handed back at once while the lane holds any native work
+  its runtime (``own_work_elsewhere``: the other lane of a shared process, an explicit load).
+  A borrowed arrival is handed back at once while the lane holds any native work
   (or the caller says the node is busy with its own work).
+* To a place where it would wait inside the backend (behind work of another model, or beyond its
+  model's concurrency), the head is admitted only if no higher class than its own had a native
+  arrival within the last aging period (a later interactive request could not pass it there:
+  issue 23's p99 at depth 2).  A place where it would start at once is always taken.
 * An optional hold check may keep the head waiting for a faster helper, only for the second slot:
   when something of the same model, and nothing else, is already admitted.
 """
@@ -65,6 +75,7 @@ class Entry:
     priority: int = 1  # class rank (0 interactive, 1 standard, 2 batch): routerd.lending.priority
     key_name: str = ""  # the name of the key that admitted it (fair share; never the key itself)
     weight: float = 1.0  # the key's limits.weight (fair share)
+    concurrency: int = 1  # requests its model's backend serves at once (native entries)
 
 
 @attrs.frozen
@@ -139,6 +150,10 @@ class LaneQueue:
         self._by_id: dict[str, Entry] = {}
         self._seq = 0
         self._last_own_completion: dict[str, int] = {}
+        # when a native request of each class rank last arrived (the second slot's class rule)
+        self._class_seen: dict[int, int] = {}
+        # the highest concurrency of any native arrival: a bound on the lane's cap (pump's fast exit)
+        self._widest = 1
 
     # -- configuration ------------------------------------------------------------------------------
 
@@ -186,7 +201,7 @@ class LaneQueue:
     ) -> Entry:
         if request_id in self._by_id:
             raise QueueError(f"request {request_id} is already queued")
-        if model_id not in self._enrolled:
+        if borrowed and model_id not in self._enrolled:
             raise QueueError(f"model {model_id} is not enrolled in the {self.lane} lane")
         self._seq += 1
         entry = Entry(
@@ -220,9 +235,10 @@ class LaneQueue:
         priority: int = 1,
         key_name: str = "",
         weight: float = 1.0,
+        concurrency: int = 1,
     ) -> Effects:
-        """A native request for an enrolled model: queue it, hand back every waiting borrowed entry,
-        and admit what fits.
+        """A native request (for any model of the lane, linked or not): queue it, hand back every
+        waiting borrowed entry, and admit what fits.
 
         ``reclaim`` names admitted borrowed entries that have not claimed the runtime yet (they
         still wait for a free runtime or for the helper model to load): those are handed back too,
@@ -230,10 +246,15 @@ class LaneQueue:
         ``also_ahead`` counts borrowed jobs of another lane sharing this lane's runtime (KoboldCpp's
         one process) that the request also waits behind.  ``priority`` (class rank), ``key_name``
         and ``weight`` place it in the serving order (:mod:`routerd.lending.priority`).
+        ``concurrency`` is how many requests its model's backend serves at once (the lane admits
+        up to ``depth + concurrency - 1`` of them).
         """
         entry = self._new_entry(request_id, model_id, now_ms, work, context, streaming, False,
                                 priority, key_name, weight)
         entry.image = image
+        entry.concurrency = max(int(concurrency), 1)
+        self._widest = max(self._widest, entry.concurrency)
+        self._class_seen[entry.priority] = now_ms
         returned = self._hand_back(reclaim)
         entry.borrowed_ahead = self.borrowed_in_backend() + max(int(also_ahead), 0)
         self._wait(entry)
@@ -241,8 +262,8 @@ class LaneQueue:
 
     def own_work_elsewhere(self, now_ms: int, reclaim: Collection[str] = ()) -> Effects:
         """This node's own work that is not queued in this lane claims the runtime this lane runs
-        on (a request for a model linked nowhere, a request on another lane of a shared process, an
-        explicit load): hand back every waiting borrowed entry and the admitted ones in ``reclaim``
+        on (a request on another lane of a shared process, an explicit load): hand back every
+        waiting borrowed entry and the admitted ones in ``reclaim``
         (not holding the runtime yet), as a native arrival does."""
         returned = self._hand_back(reclaim)
         return Effects(returned=returned) + self.pump(now_ms)
@@ -297,10 +318,14 @@ class LaneQueue:
         admitted: list[str] = []
         for e in self._pending:
             e.holding = False
-        while self._pending and len(self._admitted) < self._depth:
+        while self._pending and len(self._admitted) < self._depth + self._widest - 1:
             index = 0 if self._uniform() else self.order.pick(self._pending, now_ms)
             assert index is not None
             head = self._pending[index]
+            if len(self._admitted) >= self._cap(head):
+                break
+            if not self._starts_at_once(head) and self._outranked(head, now_ms):
+                break  # it would wait in the backend: keep that place for the higher class about
             if self._holds(head, now_ms):
                 head.holding = True
                 break
@@ -312,6 +337,29 @@ class LaneQueue:
             self._admitted.append(head)
             admitted.append(head.request_id)
         return Effects(admit=tuple(admitted))
+
+    def _cap(self, head: Entry) -> int:
+        """How many of the lane's entries may be in the backend for ``head`` to join them: the
+        depth, plus its model's parallel places beyond the first for a native entry."""
+        return self._depth if head.borrowed else self._depth + head.concurrency - 1
+
+    def _starts_at_once(self, head: Entry) -> bool:
+        """Whether ``head`` admitted now would start at once: everything in the backend is of its
+        model and a place of the model's concurrency is free (with concurrency 1: nothing is in)."""
+        admitted = self._admitted
+        return len(admitted) < head.concurrency and all(e.model_id == head.model_id for e in admitted)
+
+    def _outranked(self, head: Entry, now_ms: int) -> bool:
+        """Whether ``head`` may not take a place where it would wait in the backend because a
+        higher class than its own (effective) one had a native arrival within the last aging
+        period: a request admitted behind running ones waits in the backend, where a higher-class
+        arrival could no longer pass it.  While that class is about, lower classes go to the backend
+        one at a time (the runtime idles for a round trip between them); with one class, never."""
+        window = self.order.aging_ms
+        if window <= 0 or not self._class_seen:
+            return False
+        rank = effective_rank(head.priority, head.arrived_ms, now_ms, window)
+        return any(r < rank and now_ms - seen < window for r, seen in self._class_seen.items())
 
     def _holds(self, head: Entry, now_ms: int) -> bool:
         if self.hold is None or head.borrowed or head.streaming or head.returned:

@@ -24,6 +24,7 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from routerd.catalog.eligibility import concurrency
 from routerd.catalog.model import ModelConfig, RuntimeKind
 from routerd.config.lending import LendingSettings
 from routerd.deferreds import Woken
@@ -88,6 +89,7 @@ class LendingService:
                  take_back: Callable[[str], bool] = lambda _rid: False,
                  shared_lanes: SharedLanes = _own_lane,
                  max_queued: Callable[[], int] = lambda: 0,
+                 queued_in_backend: Callable[[ModelConfig], int] = lambda _model: 0,
                  key_weight: Callable[[str], float] = lambda _name: 1.0,
                  aging: Callable[[], float] = lambda: 30.0) -> None:
         self.node_id = node_id
@@ -108,6 +110,9 @@ class LendingService:
         self.shared_lanes = shared_lanes
         # ``limits.max_queued_per_model`` (read live: a reload changes it); 0 = unbounded
         self.max_queued = max_queued
+        # own requests of a model admitted to its backend that still wait for the slot (a load):
+        # they count against the same limit as the ones held here
+        self.queued_in_backend = queued_in_backend
         # a key's limits.weight (fair share) by its name, and queue.aging in seconds (read live)
         self.key_weight = key_weight
         self.aging = aging
@@ -234,7 +239,7 @@ class LendingService:
         closure per request: a held request keeps as little as it can, issue 14)."""
         model_id = lane_key(lane, model)
         if borrowed is None:
-            self._admit(lane, model_id, public_id)
+            self._admit(lane, model, model_id, public_id)
         waiter = self._arrive(call, model, model_id, lane, borrowed)
         queue = self.queues[lane]
         rid = call.request_id
@@ -295,15 +300,16 @@ class LendingService:
             self._waiters.pop(rid, None)
             self._borrowed.pop(rid, None)
 
-    def _admit(self, lane: Lane, model_id: str, public_id: str) -> None:
-        """Refuse (429 ``queue_full``) an own request that would wait in the router behind
-        ``limits.max_queued_per_model`` others of its model (borrowed work is bounded by leases)."""
+    def _admit(self, lane: Lane, model: ModelConfig, model_id: str, public_id: str) -> None:
+        """Refuse (429 ``queue_full``) an own request that would wait behind
+        ``limits.max_queued_per_model`` others of its model, held here or admitted to the backend
+        but still waiting for its slot (borrowed work is bounded by leases)."""
         limit = self.max_queued()
         if not limit:
             return
-        stat = self.queues[lane].stats([model_id])[0]
-        if stat.pending_count >= limit:
-            raise queue_full(public_id, stat.pending_count, limit)
+        waiting = self.queues[lane].stats([model_id])[0].pending_count + self.queued_in_backend(model)
+        if waiting >= limit:
+            raise queue_full(public_id, waiting, limit)
 
     def _arrive(self, call: Call, model: ModelConfig, model_id: str, lane: Lane,
                 borrowed: Borrowed | None) -> Deferred[Ticket]:
@@ -326,7 +332,8 @@ class LendingService:
                                    streaming=call.stream, reclaim=self._reclaimable(queue),
                                    image=lane == "text" and has_image(call.parsed), also_ahead=also_ahead,
                                    priority=RANK[call.priority],
-                                   key_name=call.key_name, weight=self.key_weight(call.key_name))
+                                   key_name=call.key_name, weight=self.key_weight(call.key_name),
+                                   concurrency=concurrency(model))
         self._apply(lane, effects)
         if borrowed is None:
             # its place in the class order, counting what the backend already runs (the answer's

@@ -50,7 +50,6 @@ from routerd.serve.local import LocalInference
 from routerd.serve.memory import Trimmer
 from routerd.serve.recipes import RecipeRouter
 from routerd.serve.timing import FirstWrite
-from routerd.wire.lending import lane_key
 from routerd.wire.records import ModelRecord
 
 log = Logger()
@@ -261,8 +260,9 @@ class InferenceFront:
 
     def _serve_model(self, call: Call, model: ModelConfig, public_id: str,
                      borrowed: Borrowed | None) -> Awaitable[bytes]:
-        """Serve on this node: straight to the backend, or through the lending queue when the
-        model is enrolled in a link, or as borrowed work."""
+        """Serve on this node: through the lane's router queue (every own request of a lane, linked
+        or not, waits there in one class order: issue 23), as borrowed work, or straight to the
+        backend (a route with no lane)."""
         call.model_id = model.local_id  # as its loads are keyed: one analytics row per model
         lane = call.route.lane
         lending = self.lending
@@ -272,8 +272,7 @@ class InferenceFront:
             if not borrowed.load_allowed and self.loaded_config(call.route.runtime) != model.filename:
                 raise offload_returned("the linked model is not loaded and the link forbids loading it")
             return lending.serve(call, model, lane, self._serve_here, borrowed, public_id=public_id)
-        if lane is not None and lending is not None \
-                and lending.enrolled(lane, lane_key(lane, model)):
+        if lane is not None and lending is not None:
             return lending.serve(call, model, lane, self._serve_here, None, public_id=public_id)
         return self.local.serve(call, model, public_id)
 

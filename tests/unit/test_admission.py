@@ -86,9 +86,10 @@ def test_max_queued_per_model_bounds_requests_held_in_the_router_for_a_linked_mo
         tmp_path: Path) -> None:
     """Issue 21 §3: a linked model's requests wait in the lending queue, not for the backend slot;
     the bound applies there too (429 ``queue_full`` + Retry-After), and held requests stay as they
-    were."""
+    were.  The bound counts every request of the model that waits: the one admitted to the backend
+    while it still loads, and the two held here."""
     world = World(tmp_path)
-    node = world.node("solo", {"chat": TEXT}, limits={"max_queued_per_model": 2},
+    node = world.node("solo", {"chat": TEXT}, limits={"max_queued_per_model": 3},
                       cluster={"scheduling_backend_depth": 1})
     world.start(node)
     link = Link(Endpoint("solo", "chat"), Endpoint("other", "x"), True, False)
@@ -103,6 +104,27 @@ def test_max_queued_per_model_bounds_requests_held_in_the_router_for_a_linked_mo
     assert sorted(r.code for r, _ in results) == [200, 200, 200, 429]
     refused, raw = next((r, b) for r, b in results if r.code == 429)
     error = json.loads(raw)["error"]
-    assert error["code"] == "queue_full" and "'chat'" in error["message"] and "2 requests" in error["message"]
+    assert error["code"] == "queue_full" and "'chat'" in error["message"] and "3 requests" in error["message"]
     assert refused.headers.getRawHeaders(b"retry-after") == [b"1"]
     assert node.lending.held_requests() == []
+
+
+def test_a_parallel_model_linked_nowhere_reaches_its_backend_parallel_plus_depth_minus_one_at_once(
+        tmp_path: Path) -> None:
+    """Issue 23 review: the node feeds the router queue its model's ``parallel``, so a model that
+    serves 4 at once (linked nowhere) has 4 + depth − 1 of its requests in the backend (here depth
+    1: 4), as before the queue took it; before this, the lane's depth admitted 1 and held 5."""
+    world = World(tmp_path)
+    node = world.node("solo", {"chat": {**TEXT, "kcpps": {"parallel": 4}}},
+                      cluster={"scheduling_backend_depth": 1})
+    world.start(node)
+    http = world.network.client(world.clock)
+    sent = [http.post(f"http://{world.netlocs[node]}/v1/chat/completions", data=_chat(),
+                      headers={b"content-type": [b"application/json"]}) for _ in range(6)]
+    while world.network.flush():
+        pass
+    assert not node.lending.enrolled("text", "chat")  # linked nowhere
+    assert len(node.lending.queues["text"].admitted()) == 4
+    assert [h["state"] for h in node.lending.held_requests()] == ["queued", "queued"]
+    results: Any = world.run(Deferred.fromCoroutine(_gather(sent)))
+    assert [r.code for r, _ in results] == [200] * 6

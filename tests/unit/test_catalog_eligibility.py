@@ -12,6 +12,7 @@ from routerd.catalog.eligibility import (
     MULTIMODAL_MISMATCH,
     NO_CONTEXT,
     NOT_TEXT,
+    concurrency,
     pair_ineligibility,
     text_ineligibility,
 )
@@ -95,3 +96,19 @@ def test_pair_reports_which_side_is_ineligible(tmp_path: Path) -> None:
     busy = model(tmp_path, {"model": "/b.gguf", "contextsize": 4096, "parallel": 3}, "busy")
     reason = pair_ineligibility(ok, busy)
     assert reason is not None and reason.startswith("helper busy: ") and "concurrently" in reason
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    ({}, 1),
+    ({"parallel": 1}, 1),
+    ({"parallel": 4}, 4),
+    ({"vllm": {"settings": {"max_number_sequences": 8}}}, 8),
+    ({"parallel": 2, "vllm": {"settings": {"max_number_sequences": 3}}}, 3),
+])
+def test_concurrency_is_the_parallel_sequences_a_config_states_and_1_when_unstated(
+        tmp_path: Path, extra: dict[str, Any], expected: int) -> None:
+    """What the router queue gives a model linked nowhere (issue 23 review: depth + N - 1 places);
+    any N ≥ 2 is exactly what makes the config ineligible for lending."""
+    config = model(tmp_path, {"model": "w.gguf", "contextsize": 4096, **extra})
+    assert concurrency(config) == expected
+    assert (text_ineligibility(config) is None) == (expected == 1)

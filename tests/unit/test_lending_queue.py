@@ -52,13 +52,27 @@ def test_a_raised_depth_admits_at_once() -> None:
     assert q.set_depth(3, 10).admit == ("A1", "A2")
 
 
-def test_models_that_are_not_enrolled_are_refused() -> None:
+def test_borrowed_work_for_a_model_that_is_not_enrolled_is_handed_back() -> None:
     q = image_queue()
-    with pytest.raises(QueueError):
-        q.arrive("x", "unlinked", 0)
+    assert q.arrive_borrowed("x", "unlinked", 0).returned == (BorrowedReturn("x", "helper_busy_on_arrival"),)
+    assert "x" not in q
     q.arrive("A0", "A", 0)
     with pytest.raises(QueueError):
         q.arrive("A0", "A", 1)  # duplicate id
+
+
+def test_a_model_linked_nowhere_is_queued_in_class_order_and_never_lent() -> None:
+    """Issue 23: every own request of the lane waits in this queue, linked or not (before, an
+    unlinked model's arrival raised QueueError and went straight to the backend, FIFO)."""
+    q = image_queue(depth=1)
+    assert q.arrive("b0", "solo", 0, priority=2, key_name="bulk").admit == ("b0",)
+    for i in range(1, 4):
+        q.arrive(f"b{i}", "solo", i, priority=2, key_name="bulk")
+    q.arrive("chat", "solo", 10, priority=0, key_name="chat")
+    assert q.position("chat", 10) == 1
+    assert q.finished("b0", 20).admit == ("chat",)
+    assert q.withdraw_for_lending("solo", 5, 21, "h", "H") == []  # not an owner: never lent
+    assert [h.priority for h in q.held_listing(21)] == ["batch"] * 3
 
 
 def test_ten_requests_two_go_to_the_backend_and_eight_are_lendable() -> None:

@@ -38,6 +38,71 @@ def test_an_interactive_request_passes_a_batch_flood() -> None:
     assert q.finished("b0", 100).admit == ("chat",)
 
 
+def test_behind_the_backend_s_work_a_lower_class_waits_while_a_higher_one_is_about() -> None:
+    """Depth 2: a batch request admitted behind a running one waits inside the backend, where an
+    interactive request arriving next cannot pass it (p99 ≈ 1.27 J before).  While interactive
+    work has arrived within the last aging period, batch work takes the second place no more;
+    the interactive request takes it and waits for the running job only.  Once the period is over,
+    batch work fills both places again."""
+    q = LaneQueue("text", 2, aging_ms=30_000)
+    assert q.arrive("i0", "solo", 0, priority=INTERACTIVE, key_name="chat").admit == ("i0",)
+    assert q.finished("i0", 100).admit == ()
+    admitted = [rid for n in range(4) for rid in q.arrive(f"b{n}", "solo", 200 + n, priority=BATCH,
+                                                          key_name="bulk").admit]
+    assert admitted == ["b0"]  # before: ["b0", "b1"], b1 waiting in the backend
+    assert q.arrive("i1", "solo", 250, priority=INTERACTIVE, key_name="chat").admit == ("i1",)
+    assert q.finished("b0", 300).admit == ()  # i1 runs; b1 waits here, not in the backend
+    assert q.finished("i1", 400).admit == ("b1",)
+    assert q.finished("b1", 30_300).admit == ("b2", "b3")  # no interactive arrival for 30 s: both places
+
+
+def test_with_one_class_both_places_fill_as_before() -> None:
+    q = LaneQueue("text", 2, aging_ms=30_000)
+    admitted = [rid for n in range(3) for rid in q.arrive(f"b{n}", "solo", n, priority=BATCH).admit]
+    assert admitted == ["b0", "b1"]
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_parallel_model_linked_nowhere_gets_its_parallel_places_plus_depth_minus_one(depth: int) -> None:
+    """A model that serves 4 requests at once (``parallel`` 4, linked nowhere) got all 4 at once
+    before the router queue took it; the lane's cap for it is ``depth + 4 - 1``, so its backend is
+    as busy as before with ``depth - 1`` waiting behind (before this fix: ``depth`` admitted, the
+    backend's other places idle).  A one-at-a-time model of the same lane still gets ``depth``."""
+    q = LaneQueue("text", depth, aging_ms=30_000)
+    admitted = [rid for n in range(8) for rid in q.arrive(f"p{n}", "wide", n, priority=BATCH,
+                                                          concurrency=4).admit]
+    assert admitted == [f"p{n}" for n in range(4 + depth - 1)]
+    assert q.finished("p0", 100).admit == (f"p{4 + depth - 1}",)  # one out, one in: the cap holds
+    serial = LaneQueue("text", depth, aging_ms=30_000)
+    admitted = [rid for n in range(8) for rid in serial.arrive(f"s{n}", "solo", n, priority=BATCH).admit]
+    assert admitted == [f"s{n}" for n in range(depth)]
+
+
+def test_a_lower_class_takes_a_free_running_place_while_a_higher_class_is_about() -> None:
+    """The second-place rule keeps batch work only out of places where it would *wait* in the
+    backend: with ``parallel`` 4 and interactive work about, batch work still fills the model's
+    free running places (before this fix: none, the backend ran one request of its four), and
+    only the place beyond them (depth 2: one waiting place) is kept for the interactive class."""
+    q = LaneQueue("text", 2, aging_ms=30_000)
+    assert q.arrive("i0", "wide", 0, priority=INTERACTIVE, key_name="chat", concurrency=4).admit == ("i0",)
+    admitted = [rid for n in range(6) for rid in q.arrive(f"b{n}", "wide", 100 + n, priority=BATCH,
+                                                          key_name="bulk", concurrency=4).admit]
+    assert admitted == ["b0", "b1", "b2"]  # four running; b3 would wait in the backend: kept here
+    assert q.arrive("i1", "wide", 200, priority=INTERACTIVE, key_name="chat", concurrency=4).admit == ("i1",)
+    assert q.finished("b0", 300).admit == ()  # i1 takes the running place; b3 would still wait
+    assert q.finished("i0", 400).admit == ("b3",)  # a running place came free: batch takes it
+    assert q.finished("b1", 30_300).admit == ("b4", "b5")  # no interactive arrival for 30 s: all places
+
+
+def test_a_lower_class_does_not_take_a_place_behind_another_model_while_a_higher_class_is_about() -> None:
+    """A free place of its model's concurrency is no free running place while the backend holds
+    another model's work (the runtime must switch first): the rule still keeps batch work out."""
+    q = LaneQueue("text", 2, aging_ms=30_000)
+    assert q.arrive("i0", "solo", 0, priority=INTERACTIVE, key_name="chat").admit == ("i0",)
+    assert q.arrive("b0", "wide", 100, priority=BATCH, key_name="bulk", concurrency=4).admit == ()
+    assert q.finished("i0", 200).admit == ("b0",)
+
+
 def test_classes_are_served_highest_first_then_in_arrival_order() -> None:
     q = queue()
     q.arrive("run", "A", 0)
@@ -162,7 +227,8 @@ arrivals = st.lists(
 
 
 def _run(q: LaneQueue, plan: list[tuple[int, str, int]], job_ms: int,
-         one_class: bool, one_key: bool) -> tuple[list[str], dict[str, int], dict[str, int]]:
+         one_class: bool, one_key: bool,
+         model: str = "A") -> tuple[list[str], dict[str, int], dict[str, int]]:
     """Arrivals at increasing times, each admitted job running ``job_ms``; answers the admission
     order, each request's arrival and admission time."""
     now = 0
@@ -192,7 +258,7 @@ def _run(q: LaneQueue, plan: list[tuple[int, str, int]], job_ms: int,
             cls, key, _ = plan[i]
             rid = f"r{i}"
             arrived[rid] = now
-            take(q.arrive(rid, "A", now, priority=STANDARD if one_class else cls,
+            take(q.arrive(rid, model, now, priority=STANDARD if one_class else cls,
                           key_name="k" if one_key else key).admit, now)
     return order, arrived, admitted_at
 
@@ -205,6 +271,25 @@ def test_one_class_one_key_is_exactly_fifo(plan: list[tuple[int, str, int]], dep
     q = queue(depth=depth)
     order, arrived, _ = _run(q, plan, 700, one_class=True, one_key=True)
     assert order == sorted(order, key=lambda r: (arrived[r], int(r[1:])))
+
+
+@settings(max_examples=200, deadline=None)
+@given(arrivals, st.integers(1, 3))
+def test_a_model_linked_nowhere_keeps_exactly_fifo_with_one_class_and_one_key(
+        plan: list[tuple[int, str, int]], depth: int) -> None:
+    """A standalone node's queue (nothing enrolled) takes its model's requests (before, the arrival
+    raised: they went straight to the backend) and, with one class and one key, admits them in
+    arrival order, as the backend's own first come, first served did; with classes it serves the
+    highest first."""
+    q = LaneQueue("text", depth)
+    order, arrived, _ = _run(q, plan, 700, one_class=True, one_key=True, model="solo")
+    assert order == sorted(order, key=lambda r: (arrived[r], int(r[1:])))
+    mixed = LaneQueue("text", depth)
+    order, arrived, admitted_at = _run(mixed, plan, 700, one_class=False, one_key=True, model="solo")
+    plan_of = {f"r{i}": p for i, p in enumerate(plan)}
+    for n, rid in enumerate(order):  # (no aging within 5 s) nothing of a lower class passed a waiting one
+        waiting = [later for later in order[n + 1:] if arrived[later] < admitted_at[rid]]
+        assert all(plan_of[later][0] >= plan_of[rid][0] for later in waiting), (rid, waiting)
 
 
 @settings(max_examples=200, deadline=None)
