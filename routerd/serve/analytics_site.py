@@ -178,39 +178,35 @@ async def site_load_errors(site: Site, own_id: str, own: list[dict[str, Any]], n
                            model: str | None, limit: int = LOAD_ERRORS_KEPT) -> dict[str, Any]:
     """Every selected node's failed loads, newest first."""
     path = NODE_LOAD_ERRORS + ("?" + urlencode({"model": model}) if model else "")
-    include_self, answers, errors = await _ask(
-        site, own_id, node_id, lambda info: site.client.get_json(info.node_url, path, timeout=NODE_TIMEOUT_S))
-    rows = list(own) if include_self else []
-    for info, answer in answers:
-        listed = answer.get("errors") if isinstance(answer, dict) else None
-        if isinstance(answer, Failure):
-            errors.append({"node_id": info.node_id, "error": failure_text(answer)})
-        elif not isinstance(listed, list):
-            errors.append({"node_id": info.node_id, "error": "load-errors answer has no errors list"})
-        else:
-            rows.extend({**row, "node_id": info.node_id} for row in listed if isinstance(row, dict))
-    rows.sort(key=_newest_first)
-    return {"errors": rows[:limit], "node_errors": sorted(errors, key=lambda e: e["node_id"])}
+    return await _merged_lists(site, own_id, own, node_id, path, "errors", "load-errors", limit)
 
 
 async def site_recent(site: Site, own_id: str, own: list[dict[str, Any]], node_id: str | None,
                       model: str | None, lane: str | None, limit: int) -> dict[str, Any]:
     """Every selected node's newest requests, newest first, at most ``limit``."""
     params = {k: v for k, v in (("model", model), ("lane", lane), ("limit", str(limit))) if v}
-    path = NODE_RECENT + "?" + urlencode(params)
+    return await _merged_lists(site, own_id, own, node_id, NODE_RECENT + "?" + urlencode(params),
+                               "requests", "recent", limit)
+
+
+async def _merged_lists(site: Site, own_id: str, own: list[dict[str, Any]], node_id: str | None, path: str,
+                        field: str, what: str, limit: int) -> dict[str, Any]:
+    """The ``field`` lists of every selected node's answer to ``path`` (this node's: ``own``), each row
+    named by its node, newest first, at most ``limit``; a node that failed or answered without the
+    list is named in ``node_errors``."""
     include_self, answers, errors = await _ask(
         site, own_id, node_id, lambda info: site.client.get_json(info.node_url, path, timeout=NODE_TIMEOUT_S))
     rows = list(own) if include_self else []
     for info, answer in answers:
-        listed = answer.get("requests") if isinstance(answer, dict) else None
+        listed = answer.get(field) if isinstance(answer, dict) else None
         if isinstance(answer, Failure):
             errors.append({"node_id": info.node_id, "error": failure_text(answer)})
         elif not isinstance(listed, list):
-            errors.append({"node_id": info.node_id, "error": "recent answer has no requests list"})
+            errors.append({"node_id": info.node_id, "error": f"{what} answer has no {field} list"})
         else:
             rows.extend({**row, "node_id": info.node_id} for row in listed if isinstance(row, dict))
     rows.sort(key=_newest_first)
-    return {"requests": rows[:limit], "node_errors": sorted(errors, key=lambda e: e["node_id"])}
+    return {field: rows[:limit], "node_errors": sorted(errors, key=lambda e: e["node_id"])}
 
 
 def _newest_first(row: Mapping[str, Any]) -> int:
