@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -36,8 +35,9 @@ from routerd.demo.launcher import (
     Cluster,
     DemoError,
     NodeSpec,
-    busy_ports,
-    default_config_dir,
+    cluster_arguments,
+    cluster_folders,
+    parsed_cluster_arguments,
     prepare,
     run_cluster,
 )
@@ -244,35 +244,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog=PROG, description="A three-node simulated cluster on loopback with lending, a guardian, "
                                "analytics and a load generator; Ctrl-C stops it.")
-    parser.add_argument("--base-port", type=int, default=8080,
-                        help="the master's port; the slaves use the next two (default 8080)")
-    parser.add_argument("--config-dir", type=Path, default=None,
-                        help="the example cluster (default: ./etc/cluster in a checkout, else the installed "
-                             "one)")
-    parser.add_argument("--run-dir", type=Path, default=None,
-                        help="configs, stores and logs (default: a temporary folder removed after a clean "
-                             "stop)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each startup step")
+    cluster_arguments(parser, "the example cluster")
     parser.add_argument("--no-load", action="store_true", help="start the cluster without the load generator")
-    args = parser.parse_args(argv)
-    if not 1 <= args.base_port <= 65533:
-        parser.error("--base-port must be between 1 and 65533")
-    return args
+    return parsed_cluster_arguments(parser, argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    config_dir: Path | None = args.config_dir or default_config_dir()
-    if config_dir is None:
-        print(f"{PROG}: no example configs found; pass --config-dir", file=sys.stderr)
+    folders = cluster_folders(args, PROG)
+    if folders is None:
         return 2
-    taken = busy_ports([args.base_port, args.base_port + 1, args.base_port + 2])
-    if taken:
-        print(f"{PROG}: port(s) {', '.join(map(str, taken))} already in use; pick another --base-port",
-              file=sys.stderr)
-        return 2
-    own_run_dir = args.run_dir is None
-    run_dir: Path = Path(tempfile.mkdtemp(prefix="routerd-demo-")) if own_run_dir else args.run_dir.resolve()
+    config_dir, run_dir, own_run_dir = folders
     try:
         nodes = prepare_demo(config_dir, run_dir, args.base_port)
     except (DemoError, OSError, ValueError, KeyError) as exc:

@@ -427,43 +427,64 @@ def describe(nodes: Sequence[NodeSpec], inventory: Mapping[str, Any], run_dir: P
 # -- entry point ----------------------------------------------------------------
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="routerd-cluster",
-        description="Run a routerd master and two slaves on this machine (simulator backends).")
+def cluster_arguments(parser: argparse.ArgumentParser, config_help: str) -> None:
+    """The options ``routerd-cluster`` and ``routerd demo`` share: ports, example configs, run folder
+    and startup timeout."""
     parser.add_argument("--base-port", type=int, default=8080,
                         help="the master's port; the slaves use the next two (default 8080)")
-    parser.add_argument("--routing-only", action="store_true",
-                        help="use routing-only-master.yaml: a master that runs no models itself")
     parser.add_argument("--config-dir", type=Path, default=None,
-                        help="folder with master.yaml, routing-only-master.yaml, slave-a.yaml, slave-b.yaml "
-                             "(default: ./etc/cluster in a checkout, else the installed examples)")
+                        help=f"{config_help} (default: ./etc/cluster in a checkout, else the installed "
+                             "examples)")
     parser.add_argument("--run-dir", type=Path, default=None,
                         help="where to write configs, stores and logs (default: a new temporary folder, "
                              "removed after a clean stop)")
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds to wait for each startup step (default 60)")
+
+
+def parsed_cluster_arguments(parser: argparse.ArgumentParser,
+                             argv: Sequence[str] | None) -> argparse.Namespace:
+    """``argv`` parsed by ``parser``, the base port checked (it and the next two must be ports)."""
     args = parser.parse_args(argv)
     if not 1 <= args.base_port <= 65533:
         parser.error("--base-port must be between 1 and 65533")
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def cluster_folders(args: argparse.Namespace, prog: str) -> tuple[Path, Path, bool] | None:
+    """The example configs, the run folder and whether it is a temporary one of ours; None (after
+    saying why on stderr) when there are no configs or the three ports are taken."""
     config_dir: Path | None = args.config_dir or default_config_dir()
     if config_dir is None:
-        print("routerd-cluster: no example configs found; pass --config-dir", file=sys.stderr)
-        return 2
-    ports = [args.base_port, args.base_port + 1, args.base_port + 2]
-    taken = busy_ports(ports)
+        print(f"{prog}: no example configs found; pass --config-dir", file=sys.stderr)
+        return None
+    taken = busy_ports([args.base_port, args.base_port + 1, args.base_port + 2])
     if taken:
-        print(f"routerd-cluster: port(s) {', '.join(map(str, taken))} already in use; "
-              "pick another --base-port", file=sys.stderr)
-        return 2
+        print(f"{prog}: port(s) {', '.join(map(str, taken))} already in use; pick another --base-port",
+              file=sys.stderr)
+        return None
     own_run_dir = args.run_dir is None
-    run_dir: Path = (Path(tempfile.mkdtemp(prefix="routerd-cluster-")) if own_run_dir
-                     else args.run_dir.resolve())
+    prefix = prog.replace(" ", "-") + "-"
+    run_dir: Path = Path(tempfile.mkdtemp(prefix=prefix)) if own_run_dir else args.run_dir.resolve()
+    return config_dir, run_dir, own_run_dir
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="routerd-cluster",
+        description="Run a routerd master and two slaves on this machine (simulator backends).")
+    cluster_arguments(parser, "folder with master.yaml, routing-only-master.yaml, slave-a.yaml, slave-b.yaml")
+    parser.add_argument("--routing-only", action="store_true",
+                        help="use routing-only-master.yaml: a master that runs no models itself")
+    return parsed_cluster_arguments(parser, argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    folders = cluster_folders(args, "routerd-cluster")
+    if folders is None:
+        return 2
+    config_dir, run_dir, own_run_dir = folders
     try:
         nodes = prepare(config_dir, run_dir, args.base_port, args.routing_only)
     except DemoError as exc:
