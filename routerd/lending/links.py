@@ -87,21 +87,27 @@ def _touches(link: Link, anchor: Endpoint) -> bool:
 @attrs.frozen
 class PairIndex:
     """A link set laid out for the planner, which walks it once per plan: ``helpers`` holds every
-    distinct helper once; ``owners`` every owner sorted by (node id, model id), each with its links
-    in listing order and the position of each link's helper in ``helpers``.  A plan then looks up
-    nothing by endpoint (hashing an endpoint is a Python call: 8,000 pairs a plan on a big site)."""
+    distinct helper once; ``owners`` every owner sorted by (node id, model id), each with its
+    ``(lane, node id, model id)`` key and its links in listing order as ``(link, position of the
+    helper in helpers, load_if_unloaded)``; ``helper_keys[i]`` is the key of ``helpers[i]``.  A plan
+    then builds and hashes nothing per pair (8,000 pairs a plan on a big site)."""
 
     helpers: tuple[Endpoint, ...]
-    owners: tuple[tuple[Endpoint, tuple[tuple[Link, int], ...]], ...]
+    owners: tuple[tuple[Endpoint, tuple[Lane, str, str], tuple[tuple[Link, int, bool], ...]], ...]
+    helper_keys: tuple[tuple[Lane, str, str], ...] = ()
 
 
-def _pair_index(by_owner: dict[Endpoint, tuple[Link, ...]]) -> PairIndex:
+def _pair_index(lane: Lane, by_owner: dict[Endpoint, tuple[Link, ...]]) -> PairIndex:
     position: dict[Endpoint, int] = {}
-    owners: list[tuple[Endpoint, tuple[tuple[Link, int], ...]]] = []
+    owners: list[tuple[Endpoint, tuple[Lane, str, str], tuple[tuple[Link, int, bool], ...]]] = []
     for owner in sorted(by_owner, key=lambda e: (e.node_id, e.model_id)):
-        pairs = tuple((link, position.setdefault(link.helper, len(position))) for link in by_owner[owner])
-        owners.append((owner, pairs))
-    return PairIndex(tuple(position), tuple(owners))
+        pairs = tuple(
+            (link, position.setdefault(link.helper, len(position)), link.load_if_unloaded)
+            for link in by_owner[owner]
+        )
+        owners.append((owner, (lane, owner.node_id, owner.model_id), pairs))
+    helpers = tuple(position)
+    return PairIndex(helpers, tuple(owners), tuple((lane, h.node_id, h.model_id) for h in helpers))
 
 
 @attrs.frozen
@@ -120,7 +126,7 @@ class LinkSet:
             by_owner.setdefault(link.owner, []).append(link)
         frozen = {k: tuple(v) for k, v in by_owner.items()}
         object.__setattr__(self, "_by_owner", frozen)
-        object.__setattr__(self, "pair_index", _pair_index(frozen))
+        object.__setattr__(self, "pair_index", _pair_index(self.lane, frozen))
 
     @classmethod
     def build(cls, lane: Lane, links: Iterable[Link]) -> LinkSet:

@@ -34,7 +34,9 @@ owner only the helpers it links to are considered:
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from operator import itemgetter
+from typing import Any
 
 import attrs
 
@@ -55,6 +57,7 @@ from routerd.wire.lending import (
     ServiceSource,
     Trigger,
 )
+from routerd.wire.plan_rows import CompactRow, Head, PlanRows, Tail
 from routerd.wire.status import RuntimeStatus
 
 #: An unloaded helper waits this many times ``offload_probe_idle`` before a probe.
@@ -87,18 +90,20 @@ FactKey = tuple[Lane, str, str]
 @attrs.frozen
 class PlanResult:
     leases: list[Lease]
-    rows: list[PlanRow]
+    #: One row per linked pair planned (a :class:`~routerd.wire.plan_rows.PlanRows` from :func:`plan`).
+    rows: Sequence[PlanRow]
     next_probe_due_ms: int | None
 
 
 class _NodeView:
     """One node's status as one lane's plan reads it (built once per node and lane a plan)."""
 
-    __slots__ = ("accepting", "active", "idle_ms", "fits", "loads", "displaceable", "restore_all")
+    __slots__ = ("gate", "active", "idle_ms", "fits", "loads", "displaceable", "restore_all")
 
     def __init__(self, status: RuntimeStatus, lane: Lane, section: str) -> None:
         lane_status = status.lane(lane)
-        self.accepting = lane_status.accepting_borrowed
+        #: ``helper_not_accepting`` when the lane takes no borrowed work.
+        self.gate: Reason | None = None if lane_status.accepting_borrowed else "helper_not_accepting"
         self.active = lane_status.active_config
         self.idle_ms = max(int(status.idle_for_ms), 0)
         #: The node's fits for this lane's section, by model id (a later duplicate wins).
@@ -124,69 +129,62 @@ class _NodeView:
         return total
 
 
-class _HelperSide:
-    """Everything about one helper model that does not depend on the owner (computed once a plan).
+#: Everything about one helper model that does not depend on the owner, computed once a plan, as
+#: one tuple (a tuple is built and unpacked faster than an object's attributes are set and read):
+#: node id, (node id, model id) for tie-breaks, the row tail (``routerd.wire.plan_rows.Tail``),
+#: its own gate (``model_ineligible``, ``helper_not_accepting`` or None), loaded, context window,
+#: multimodal, ``helper_recently_busy`` or None, ``switch_unpriced``/``restore_unpriced`` or None,
+#: switch + restore, probe-ready, idle ms, the instant it will be probe-ready, the number of slopes
+#: of a linear fit (-1 for a uniform fit or none: priced by :func:`predict`), its base, its first
+#: slope, all its slopes, the fit, the switch time (None when unpriced), the model id.
+_Side = tuple[
+    str, tuple[str, str], Tail, "Reason | None", bool, int, bool, "Reason | None", "Reason | None", float,
+    bool, int, float, int, float, float, tuple[float, ...], "ModelCost | None", "float | None", str,
+]
 
-    ``width`` is the number of slopes of a linear fit (priced inline by the planner), -1 for a
-    uniform fit or none (priced by :func:`predict`)."""
 
-    __slots__ = (
-        "node_id", "model_id", "order", "context", "multimodal", "ineligible", "accepting", "loaded",
-        "idle_ms", "bar_ms", "switch", "switch_ms", "restore_ms", "fit", "width", "base", "slopes",
-        "move_unpriced", "busy", "base_total", "gate", "probe_ready", "due_at",
-    )  # fmt: skip
-
-    def __init__(
-        self, endpoint: Endpoint, facts: ModelFacts, view: _NodeView, probe_idle_ms: float, now_ms: int
-    ) -> None:
-        config = facts.config_filename
-        self.node_id = endpoint.node_id
-        self.model_id = endpoint.model_id
-        self.order = (endpoint.node_id, endpoint.model_id)
-        self.context = facts.context
-        self.multimodal = facts.multimodal
-        self.ineligible = bool(facts.ineligible)
-        self.accepting = view.accepting
-        self.loaded = bool(config) and view.active == config
-        self.idle_ms = view.idle_ms
-        self.bar_ms = probe_idle_ms if self.loaded else UNLOADED_PROBE_FACTOR * probe_idle_ms
-        switch: float | None = 0.0
-        restore: float | None = 0.0
-        if not self.loaded:
-            switch = view.loads.get(config)
-            restore = view.restore(config)
-        self.switch = switch
-        self.switch_ms = switch or 0.0
-        self.restore_ms = restore or 0.0
-        fit = self.fit = view.fits.get(endpoint.model_id)
-        self.width = -1
-        self.base = 0.0
-        self.slopes: tuple[float, ...] = ()
-        if fit is not None and fit.uniform_work is None:
-            self.width, self.base, self.slopes = len(fit.slopes_ms), fit.base_ms, fit.slopes_ms
-        self.move_unpriced: Reason | None = None
-        #: switch + restore, when both are priced.
-        self.base_total = 0.0
-        if switch is not None and restore is not None:
-            self.base_total = switch + restore
-        if switch is None:
-            self.move_unpriced = "switch_unpriced"
-        elif restore is None:
-            self.move_unpriced = "restore_unpriced"
+def _helper_side(
+    node_id: str, model_id: str, facts: ModelFacts, view: _NodeView, probe_idle_ms: float, now_ms: int
+) -> _Side:
+    config = facts.config_filename
+    idle_ms = view.idle_ms
+    switch: float | None
+    restore: float | None
+    if config and view.active == config:
+        loaded = True
+        switch = restore = 0.0
+        bar_ms = probe_idle_ms
+        busy: Reason | None = None
+    else:
+        loaded = False
+        switch = view.loads.get(config)
+        restore = view.restore(config)
+        bar_ms = UNLOADED_PROBE_FACTOR * probe_idle_ms
         # Unloaded and busy with its own work more recently than the switch and the way back take.
-        recently_busy = (
-            not self.loaded and switch is not None and restore is not None and self.idle_ms < switch + restore
-        )
-        self.busy: Reason | None = "helper_recently_busy" if recently_busy else None
-        #: The gates that depend on this helper alone (the owner's come first, claims after).
-        self.gate: Reason | None = None
-        if self.ineligible:
-            self.gate = "model_ineligible"
-        elif not self.accepting:
-            self.gate = "helper_not_accepting"
-        #: Idle long enough for a probe; else when it will be.
-        self.probe_ready = self.idle_ms >= self.bar_ms
-        self.due_at = now_ms + self.bar_ms - self.idle_ms
+        busy = None
+        if switch is not None and restore is not None and idle_ms < switch + restore:
+            busy = "helper_recently_busy"
+    unpriced: Reason | None = None
+    base_total = 0.0
+    if switch is None:
+        unpriced = "switch_unpriced"
+    elif restore is None:
+        unpriced = "restore_unpriced"
+    else:
+        base_total = switch + restore
+    fit = view.fits.get(model_id)
+    width, base, first, slopes = -1, 0.0, 0.0, ()
+    if fit is not None and fit.uniform_work is None:
+        slopes = fit.slopes_ms
+        width, base = len(slopes), fit.base_ms
+        first = slopes[0] if slopes else 0.0
+    gate: Reason | None = "model_ineligible" if facts.ineligible else view.gate
+    tail: Tail = (node_id, model_id, switch or 0.0, restore or 0.0, idle_ms)
+    return (
+        node_id, (node_id, model_id), tail, gate, loaded, facts.context, facts.multimodal, busy, unpriced,
+        base_total, idle_ms >= bar_ms, idle_ms, now_ms + bar_ms - idle_ms, width, base, first, slopes, fit,
+        switch, model_id,
+    )  # fmt: skip
 
 
 def displaced_configs(status: RuntimeStatus, lane: Lane, config_filename: str) -> list[str]:
@@ -228,7 +226,7 @@ def plan(
     """
     sets: dict[Lane, LinkSet] = {link_set.lane: link_set for link_set in links}
     leases: list[Lease] = []
-    rows: list[PlanRow] = []
+    rows = PlanRows()
     due: float | None = None
     forced = list(in_force)
     for lane in LANES:
@@ -253,11 +251,14 @@ def plan(
             claimed,
             only_owners,
             leases,
-            rows,
+            rows.compact,
         )
         if lane_due is not None and (due is None or lane_due < due):
             due = lane_due
     return PlanResult(leases, rows, None if due is None else math.ceil(due))
+
+
+_UNBUILT: Any = object()
 
 
 def _plan_lane(
@@ -271,11 +272,11 @@ def _plan_lane(
     claimed: set[str],
     only_owners: Collection[tuple[Lane, str, str]] | None,
     leases: list[Lease],
-    rows: list[PlanRow],
+    rows: list[CompactRow],
 ) -> float | None:
-    # One pass per owner over its links, no object per pair but its row: thousands of pairs a plan
-    # on a big site (issue 24: 64 nodes x 32 owners x 4 helpers in <= 5 ms).  Decisions are the
-    # rules of the module docstring, checked against the previous planner by
+    # One pass per owner over its links, no object per pair but a small row tuple: thousands of
+    # pairs a plan on a big site (issue 24: 64 nodes x 32 owners x 4 helpers in <= 5 ms).  Decisions
+    # are the rules of the module docstring, checked against the previous planner by
     # tests/unit/test_lending_planner_equivalence.py.
     section = LANE_SECTION[lane]
     text = lane == "text"
@@ -291,17 +292,21 @@ def _plan_lane(
             found = views[node_id] = _NodeView(status, lane, section)
         return found
 
+    append = rows.append
     queues: dict[str, dict[str, QueueStat]] = {}
-    owners: list[tuple[Endpoint, RuntimeStatus, ModelFacts, QueueStat, tuple[tuple[Link, int], ...]]] = []
-    for owner, pairs in index.owners:
-        if only_owners is not None and (lane, owner.node_id, owner.model_id) not in only_owners:
+    # (-backlog work, -backlog count, owner, its status, its facts, its queue, its pairs)
+    owners: list[tuple[float, int, Endpoint, RuntimeStatus, ModelFacts, QueueStat,
+                       tuple[tuple[Link, int, bool], ...]]] = []
+    for owner, key, pairs in index.owners:
+        if only_owners is not None and key not in only_owners:
             continue
         status = statuses.get(owner.node_id)
-        owner_facts = facts.get((lane, owner.node_id, owner.model_id))
+        owner_facts = facts.get(key)
         if status is None or owner_facts is None or not owner_facts.eligible:
             # unreachable, or its model disabled or gone: every pair of it says so
-            for link, _position in pairs:
-                rows.append(_unavailable_row(trigger, lane, link, "owner_unavailable"))
+            head: Head = (trigger, lane, owner.node_id, owner.model_id, 0, 0, 0.0, 0.0)
+            for link, _position, _load in pairs:
+                append(_unavailable_row(head, link, "owner_unavailable"))
             continue
         node_queue = queues.get(owner.node_id)
         if node_queue is None:
@@ -309,85 +314,104 @@ def _plan_lane(
         stat = node_queue.get(owner.model_id)
         if stat is None or stat.pending_count <= 0:
             continue
-        owners.append((owner, status, owner_facts, stat, pairs))
+        owners.append((-sum(stat.backlog_work), -stat.backlog_count, owner, status, owner_facts, stat, pairs))
     # Biggest backlog first (work, then count), then node id and model id (the order owners come
-    # in: the sort is stable).
-    owners.sort(key=lambda o: (-sum(o[3].backlog_work), -o[3].backlog_count))
+    # in): two stable sorts on plain numbers, the minor key first.
+    owners.sort(key=itemgetter(1))
+    owners.sort(key=itemgetter(0))
 
-    # Helper sides by position in the index, built the first time an owner reaches them.
-    helpers = index.helpers
-    sides: list[_HelperSide | None] = [None] * len(helpers)
-    built = bytearray(len(helpers))
+    # Helper sides by position in the index, built the first time an owner reaches them (None: its
+    # node unreachable, or its model disabled or gone).
+    helpers, helper_keys = index.helpers, index.helper_keys
+    sides: list[_Side | None] = [_UNBUILT] * len(helpers)
 
-    def build_side(position: int) -> None:
+    def build_side(position: int) -> _Side | None:
         helper = helpers[position]
         status = statuses.get(helper.node_id)
-        helper_facts = facts.get((lane, helper.node_id, helper.model_id))
+        helper_facts = facts.get(helper_keys[position])
+        side = None
         if status is not None and helper_facts is not None and helper_facts.eligible:
             view = view_of(helper.node_id, status)
-            sides[position] = _HelperSide(helper, helper_facts, view, probe_idle_ms, now_ms)
-        built[position] = 1
+            side = _helper_side(helper.node_id, helper.model_id, helper_facts, view, probe_idle_ms, now_ms)
+        sides[position] = side
+        return side
 
-    append, Row = rows.append, PlanRow
     due: float | None = None
-    for owner, owner_status, owner_facts, stat, pairs in owners:
+    for _work, _count, owner, owner_status, owner_facts, stat, pairs in owners:
         count = stat.pending_count
-        mean_work = [w / count for w in stat.pending_work]
-        width = len(mean_work)
-        mean_context = stat.pending_context / count
-        owner_fit = view_of(owner.node_id, owner_status).fits.get(owner.model_id)
-        keep = predict_queue(owner_fit, stat.backlog_count, stat.backlog_work)
-        owner_job = predict(owner_fit, mean_work)
-        if text and not any(w > 0 for w in stat.pending_work):
-            keep = owner_job = None  # no token profile: the queue has no size to price
+        backlog = stat.backlog_count
+        pending_work = stat.pending_work
+        width = len(pending_work)
+        owner_node, owner_model = owner.node_id, owner.model_id
+        owner_fit = view_of(owner_node, owner_status).fits.get(owner_model)
+        keep: float | None
+        owner_job: float | None
+        if (
+            width == 1 and not text and owner_fit is not None and owner_fit.uniform_work is None
+            and len(owner_fit.slopes_ms) == 1 and backlog > 0 and len(stat.backlog_work) == 1
+        ):  # fmt: skip
+            # predict_queue and predict for the common one-term linear fit, inline
+            w0 = pending_work[0] / count
+            mean_work = [w0]
+            base, slope = owner_fit.base_ms, owner_fit.slopes_ms[0]
+            owner_job = base + slope * w0 if w0 > 0 else base
+            backlog_work = stat.backlog_work[0]
+            keep = backlog * base + slope * backlog_work if backlog_work > 0 else backlog * base
+        else:
+            mean_work = [w / count for w in pending_work]
+            w0 = mean_work[0] if width == 1 else 0.0
+            keep = predict_queue(owner_fit, backlog, stat.backlog_work)
+            owner_job = predict(owner_fit, mean_work)
+            if text and not any(w > 0 for w in pending_work):
+                keep = owner_job = None  # no token profile: the queue has no size to price
         owner_priced = keep is not None and owner_job is not None
         keep_ms = keep or 0.0
         owner_job_ms = owner_job or 0.0
-        owner_ineligible = bool(owner_facts.ineligible)
+        owner_gate: Reason | None = "model_ineligible" if owner_facts.ineligible else None
         owner_multimodal = owner_facts.multimodal
+        mean_context = stat.pending_context / count
         context_gate = text and mean_context > 0
-        owner_node, owner_model, backlog = owner.node_id, owner.model_id, stat.backlog_count
-        w0 = mean_work[0] if width == 1 else 0.0
+        head = (trigger, lane, owner_node, owner_model, count, backlog, keep_ms, owner_job_ms)
 
-        for link, position in pairs:  # the pairs it cannot weigh come first, as rows of their own
-            if not built[position]:
-                build_side(position)
-            if sides[position] is None:  # its node unreachable, or its model disabled or gone
-                append(_unavailable_row(trigger, lane, link, "helper_unavailable", stat))
         first = len(rows)
-        # The cheapest payable helper: (total, order, row position, side, link, service).
-        best: tuple[float, tuple[str, str], int, _HelperSide, Link, float] | None = None
-        # The longest-idle helper a probe may go to: (idle, order, row position, side, link, reason).
-        idlest: tuple[int, tuple[str, str], int, _HelperSide, Link, Reason] | None = None
+        dead: list[Link] = []
+        # The cheapest payable helper: (total, order, row offset, side, link, service).
+        best: tuple[float, tuple[str, str], int, _Side, Link, float] | None = None
+        # The longest-idle helper a probe may go to: (idle, order, row offset, side, link, reason).
+        idlest: tuple[int, tuple[str, str], int, _Side, Link, Reason] | None = None
         owner_due: float | None = None
-        for link, position in pairs:
+        for link, position, may_load in pairs:
             side = sides[position]
+            if side is _UNBUILT:
+                side = build_side(position)
             if side is None:
+                dead.append(link)
                 continue
-            gate: Reason | None
-            if owner_ineligible or (text and side.multimodal != owner_multimodal):
+            (
+                node_id, order, tail, gate, loaded, context, multimodal, busy, unpriced, base_total, ready,
+                idle, due_at, side_width, base, slope, slopes, fit, _switch, _model,
+            ) = side  # fmt: skip
+            if owner_gate is not None or (text and multimodal != owner_multimodal):
                 gate = "model_ineligible"
-            else:
-                gate = side.gate
-                if gate is None:
-                    if side.node_id in claimed:
-                        gate = "helper_claimed"
-                    elif not side.loaded and not link.load_if_unloaded:
-                        gate = "load_forbidden"
-                    elif context_gate and side.context < mean_context:
-                        gate = "context_too_small"
-            # predict(side.fit, mean_work), inline for a linear fit of the right shape
+            elif gate is None:
+                if node_id in claimed:
+                    gate = "helper_claimed"
+                elif not loaded and not may_load:
+                    gate = "load_forbidden"
+                elif context_gate and context < mean_context:
+                    gate = "context_too_small"
+            # predict(fit, mean_work), inline for a linear fit of the right shape
             service: float | None
-            if side.width == width:
+            if side_width == width:
                 if width == 1:
-                    service = side.base + side.slopes[0] * w0 if w0 > 0 else side.base
+                    service = base + slope * w0 if w0 > 0 else base
                 else:
-                    service = side.base
-                    for slope, w in zip(side.slopes, mean_work):  # noqa: B905 - lengths equal
+                    service = base
+                    for s, w in zip(slopes, mean_work):  # noqa: B905 - lengths equal
                         if w > 0:
-                            service += slope * w
+                            service += s * w
             else:
-                service = predict(side.fit, mean_work)
+                service = predict(fit, mean_work)
             source: ServiceSource | None = "helper"
             if service is None:
                 # None still only when the owner has no fit either: the owner is unpriced and
@@ -396,36 +420,32 @@ def _plan_lane(
                 service, source = owner_job, None if owner_job is None else "owner_fallback"
             skip: Reason | None = gate
             if gate is None:
-                skip = side.busy
+                skip = busy
                 if skip is None:  # eligible: priced, then chosen or not
                     if not owner_priced:
                         skip = "owner_unpriced"
-                    elif side.move_unpriced is not None:
-                        skip = side.move_unpriced
+                    elif unpriced is not None:
+                        skip = unpriced
                     else:
                         assert service is not None  # an owner job is the fallback
-                        total = side.base_total + service
+                        total = base_total + service
                         if total >= keep_ms:
                             skip = "cost_rejected"
                         else:
                             skip = "outranked"
-                            if best is None or total < best[0] or (total == best[0] and side.order < best[1]):
-                                best = (total, side.order, len(rows), side, link, service)
-                    if side.probe_ready and (
-                        idlest is None
-                        or side.idle_ms > idlest[0]
-                        or (side.idle_ms == idlest[0] and side.order < idlest[1])
+                            if best is None or total < best[0] or (total == best[0] and order < best[1]):
+                                best = (total, order, len(rows) - first, side, link, service)
+                    if ready and (
+                        idlest is None or idle > idlest[0] or (idle == idlest[0] and order < idlest[1])
                     ):
-                        idlest = (side.idle_ms, side.order, len(rows), side, link, skip)
-                if not side.probe_ready and (owner_due is None or side.due_at < owner_due):
-                    owner_due = side.due_at
-            append(
-                Row(
-                    trigger, lane, owner_node, owner_model, side.node_id, side.model_id, "skipped", skip,
-                    count, backlog, keep_ms, side.switch_ms, side.restore_ms, service or 0.0, owner_job_ms,
-                    source, side.idle_ms, 0,
-                )  # fmt: skip
-            )
+                        idlest = (idle, order, len(rows) - first, side, link, skip)
+                if not ready and (owner_due is None or due_at < owner_due):
+                    owner_due = due_at
+            append((head, tail, "skipped", skip, service or 0.0, source, 0))
+        if dead:  # the pairs it cannot weigh come first, as rows of their own
+            dead_head: Head = (trigger, lane, owner_node, owner_model, count, backlog, 0.0, 0.0)
+            rows[first:first] = [_unavailable_row(dead_head, link, "helper_unavailable") for link in dead]
+            first += len(dead)
         if len(rows) == first:
             continue  # no helper to consider: no decision
 
@@ -447,40 +467,41 @@ def _plan_lane(
             if owner_due is not None and (due is None or owner_due < due):
                 due = owner_due
             continue
-        claimed.add(chosen.node_id)
-        row = rows[at_row]
-        rows[at_row] = attrs.evolve(row, outcome="probe" if probe else "granted", reason=reason, slots=slots)
+        chosen_node, chosen_model, chosen_context, chosen_multimodal = chosen[0], chosen[19], chosen[5], chosen[6]
+        chosen_switch = chosen[18]
+        claimed.add(chosen_node)
+        row_head, row_tail, _outcome, _reason, row_service, row_source, _slots = rows[first + at_row]
+        rows[first + at_row] = (
+            row_head, row_tail, "probe" if probe else "granted", reason, row_service, row_source, slots
+        )
         leases.append(
             Lease(
                 lane=lane,
                 owner_node_id=owner_node,
                 owner_model_id=owner_model,
-                helper_node_id=chosen.node_id,
-                helper_model_id=chosen.model_id,
+                helper_node_id=chosen_node,
+                helper_model_id=chosen_model,
                 load_helper_model=chosen_link.load_if_unloaded,
                 restore_helper_model=chosen_link.restore_after_borrow,
                 helper_slots=slots,
                 probe=probe,
                 ttl_ms=ttl_ms,
                 owner_job_ms=0.0 if probe or owner_job is None else owner_job,
-                helper_switch_ms=0.0 if probe or chosen.switch is None else chosen.switch,
+                helper_switch_ms=0.0 if probe or chosen_switch is None else chosen_switch,
                 helper_service_ms=0.0 if probe or service is None else service,
-                helper_context=chosen.context if text else 0,
-                helper_multimodal=chosen.multimodal,
+                helper_context=chosen_context if text else 0,
+                helper_multimodal=chosen_multimodal,
             )
         )
     return due
 
 
-def _unavailable_row(trigger: Trigger, lane: Lane, link: Link, reason: Reason,
-                     stat: QueueStat | None = None) -> PlanRow:
+def _unavailable_row(head: Head, link: Link, reason: Reason) -> CompactRow:
     """The plan row of a linked pair the master cannot weigh: the owner or the helper is unreachable
-    or its model disabled or gone (skipped, with the owner's counts when it has them)."""
-    owner, helper = link.owner, link.helper
-    pending = stat.pending_count if stat is not None else 0
-    backlog = stat.backlog_count if stat is not None else 0
-    return PlanRow(trigger, lane, owner.node_id, owner.model_id, helper.node_id, helper.model_id, "skipped",
-                   reason, pending, backlog, 0.0, 0.0, 0.0, 0.0, 0.0, None, 0, 0)
+    or its model disabled or gone (skipped; ``head`` carries the owner's counts when it has them,
+    every time 0)."""
+    helper = link.helper
+    return (head, (helper.node_id, helper.model_id, 0.0, 0.0, 0), "skipped", reason, 0.0, None, 0)
 
 
 __all__ = ["UNLOADED_PROBE_FACTOR", "FactKey", "ModelFacts", "PlanResult", "displaced_configs", "plan"]
