@@ -15,6 +15,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
 import attrs
+import numpy as np
+import numpy.typing as npt
 
 from routerd.wire.lending import Endpoint, Lane, Link
 
@@ -84,30 +86,60 @@ def _touches(link: Link, anchor: Endpoint) -> bool:
     return link.owner == anchor or link.helper == anchor
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class PairIndex:
-    """A link set laid out for the planner, which walks it once per plan: ``helpers`` holds every
-    distinct helper once; ``owners`` every owner sorted by (node id, model id), each with its
-    ``(lane, node id, model id)`` key and its links in listing order as ``(link, position of the
-    helper in helpers, load_if_unloaded)``; ``helper_keys[i]`` is the key of ``helpers[i]``.  A plan
-    then builds and hashes nothing per pair (8,000 pairs a plan on a big site)."""
+    """A link set laid out for the planner, which walks it as arrays once per plan (8,000 pairs a
+    plan on a big site: nothing is built or hashed per pair).
+
+    ``helpers`` holds every distinct helper once, ``helper_keys[i]`` its ``(lane, node id, model
+    id)``, ``helper_node[i]`` the position of its node in ``nodes`` and ``helper_rank[i]`` its place
+    in (node id, model id) order.  ``owners`` holds every owner sorted by (node id, model id) with
+    its key and its links in listing order; the pairs of owner ``o`` are ``owner_first[o]`` up to
+    ``owner_first[o + 1]`` of ``links``, ``pair_helper`` (helper positions) and ``pair_load``
+    (``load_if_unloaded``)."""
 
     helpers: tuple[Endpoint, ...]
-    owners: tuple[tuple[Endpoint, tuple[Lane, str, str], tuple[tuple[Link, int, bool], ...]], ...]
-    helper_keys: tuple[tuple[Lane, str, str], ...] = ()
+    helper_keys: tuple[tuple[Lane, str, str], ...]
+    helper_node: npt.NDArray[np.intp]
+    helper_rank: npt.NDArray[np.intp]
+    nodes: tuple[str, ...]
+    owners: tuple[tuple[Endpoint, tuple[Lane, str, str], tuple[Link, ...]], ...]
+    owner_first: npt.NDArray[np.intp]
+    links: tuple[Link, ...]
+    pair_helper: npt.NDArray[np.intp]
+    pair_load: npt.NDArray[np.bool_]
 
 
 def _pair_index(lane: Lane, by_owner: dict[Endpoint, tuple[Link, ...]]) -> PairIndex:
     position: dict[Endpoint, int] = {}
-    owners: list[tuple[Endpoint, tuple[Lane, str, str], tuple[tuple[Link, int, bool], ...]]] = []
+    owners: list[tuple[Endpoint, tuple[Lane, str, str], tuple[Link, ...]]] = []
+    links: list[Link] = []
+    first = [0]
     for owner in sorted(by_owner, key=lambda e: (e.node_id, e.model_id)):
-        pairs = tuple(
-            (link, position.setdefault(link.helper, len(position)), link.load_if_unloaded)
-            for link in by_owner[owner]
-        )
-        owners.append((owner, (lane, owner.node_id, owner.model_id), pairs))
+        owned = by_owner[owner]
+        owners.append((owner, (lane, owner.node_id, owner.model_id), owned))
+        links.extend(owned)
+        first.append(len(links))
+    for link in links:
+        position.setdefault(link.helper, len(position))
     helpers = tuple(position)
-    return PairIndex(helpers, tuple(owners), tuple((lane, h.node_id, h.model_id) for h in helpers))
+    nodes = tuple(dict.fromkeys(h.node_id for h in helpers))
+    node_at = {node: i for i, node in enumerate(nodes)}
+    ranked = sorted(range(len(helpers)), key=lambda i: (helpers[i].node_id, helpers[i].model_id))
+    rank = np.empty(len(helpers), dtype=np.intp)
+    rank[ranked] = np.arange(len(helpers), dtype=np.intp)
+    return PairIndex(
+        helpers=helpers,
+        helper_keys=tuple((lane, h.node_id, h.model_id) for h in helpers),
+        helper_node=np.array([node_at[h.node_id] for h in helpers], dtype=np.intp),
+        helper_rank=rank,
+        nodes=nodes,
+        owners=tuple(owners),
+        owner_first=np.array(first, dtype=np.intp),
+        links=tuple(links),
+        pair_helper=np.array([position[link.helper] for link in links], dtype=np.intp),
+        pair_load=np.array([link.load_if_unloaded for link in links], dtype=np.bool_),
+    )
 
 
 @attrs.frozen

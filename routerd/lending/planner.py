@@ -36,9 +36,10 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
+import numpy as np
 
 from routerd.config.lending import LendingSettings
 from routerd.lending.links import LinkSet
@@ -51,13 +52,14 @@ from routerd.wire.lending import (
     Lease,
     Link,
     ModelCost,
+    Outcome,
     PlanRow,
     QueueStat,
     Reason,
     ServiceSource,
     Trigger,
 )
-from routerd.wire.plan_rows import CompactRow, Head, PlanRows, Tail
+from routerd.wire.plan_rows import CompactRow, Head, PlanRows
 from routerd.wire.status import RuntimeStatus
 
 #: An unloaded helper waits this many times ``offload_probe_idle`` before a probe.
@@ -98,12 +100,11 @@ class PlanResult:
 class _NodeView:
     """One node's status as one lane's plan reads it (built once per node and lane a plan)."""
 
-    __slots__ = ("gate", "active", "idle_ms", "fits", "loads", "displaceable", "restore_all")
+    __slots__ = ("accepting", "active", "idle_ms", "fits", "loads", "displaceable", "restore_all")
 
     def __init__(self, status: RuntimeStatus, lane: Lane, section: str) -> None:
         lane_status = status.lane(lane)
-        #: ``helper_not_accepting`` when the lane takes no borrowed work.
-        self.gate: Reason | None = None if lane_status.accepting_borrowed else "helper_not_accepting"
+        self.accepting = lane_status.accepting_borrowed
         self.active = lane_status.active_config
         self.idle_ms = max(int(status.idle_for_ms), 0)
         #: The node's fits for this lane's section, by model id (a later duplicate wins).
@@ -128,63 +129,6 @@ class _NodeView:
             total += load
         return total
 
-
-#: Everything about one helper model that does not depend on the owner, computed once a plan, as
-#: one tuple (a tuple is built and unpacked faster than an object's attributes are set and read):
-#: node id, (node id, model id) for tie-breaks, the row tail (``routerd.wire.plan_rows.Tail``),
-#: its own gate (``model_ineligible``, ``helper_not_accepting`` or None), loaded, context window,
-#: multimodal, ``helper_recently_busy`` or None, ``switch_unpriced``/``restore_unpriced`` or None,
-#: switch + restore, probe-ready, idle ms, the instant it will be probe-ready, the number of slopes
-#: of a linear fit (-1 for a uniform fit or none: priced by :func:`predict`), its base, its first
-#: slope, all its slopes, the fit, the switch time (None when unpriced), the model id.
-_Side = tuple[
-    str, tuple[str, str], Tail, "Reason | None", bool, int, bool, "Reason | None", "Reason | None", float,
-    bool, int, float, int, float, float, tuple[float, ...], "ModelCost | None", "float | None", str,
-]
-
-
-def _helper_side(
-    node_id: str, model_id: str, facts: ModelFacts, view: _NodeView, probe_idle_ms: float, now_ms: int
-) -> _Side:
-    config = facts.config_filename
-    idle_ms = view.idle_ms
-    switch: float | None
-    restore: float | None
-    if config and view.active == config:
-        loaded = True
-        switch = restore = 0.0
-        bar_ms = probe_idle_ms
-        busy: Reason | None = None
-    else:
-        loaded = False
-        switch = view.loads.get(config)
-        restore = view.restore(config)
-        bar_ms = UNLOADED_PROBE_FACTOR * probe_idle_ms
-        # Unloaded and busy with its own work more recently than the switch and the way back take.
-        busy = None
-        if switch is not None and restore is not None and idle_ms < switch + restore:
-            busy = "helper_recently_busy"
-    unpriced: Reason | None = None
-    base_total = 0.0
-    if switch is None:
-        unpriced = "switch_unpriced"
-    elif restore is None:
-        unpriced = "restore_unpriced"
-    else:
-        base_total = switch + restore
-    fit = view.fits.get(model_id)
-    width, base, first, slopes = -1, 0.0, 0.0, ()
-    if fit is not None and fit.uniform_work is None:
-        slopes = fit.slopes_ms
-        width, base = len(slopes), fit.base_ms
-        first = slopes[0] if slopes else 0.0
-    gate: Reason | None = "model_ineligible" if facts.ineligible else view.gate
-    tail: Tail = (node_id, model_id, switch or 0.0, restore or 0.0, idle_ms)
-    return (
-        node_id, (node_id, model_id), tail, gate, loaded, facts.context, facts.multimodal, busy, unpriced,
-        base_total, idle_ms >= bar_ms, idle_ms, now_ms + bar_ms - idle_ms, width, base, first, slopes, fit,
-        switch, model_id,
-    )  # fmt: skip
 
 
 def displaced_configs(status: RuntimeStatus, lane: Lane, config_filename: str) -> list[str]:
@@ -258,7 +202,27 @@ def plan(
     return PlanResult(leases, rows, None if due is None else math.ceil(due))
 
 
-_UNBUILT: Any = object()
+# Skip reasons as small codes while a plan works on arrays (0: none); names in _REASON_NAMES.
+(
+    _NO_REASON, _MODEL_INELIGIBLE, _NOT_ACCEPTING, _CLAIMED, _LOAD_FORBIDDEN, _CONTEXT_TOO_SMALL, _BUSY,
+    _OWNER_UNPRICED, _SWITCH_UNPRICED, _RESTORE_UNPRICED, _COST_REJECTED, _OUTRANKED, _HELPER_UNAVAILABLE,
+) = range(13)  # fmt: skip
+_REASON_NAMES: tuple[Reason | None, ...] = (
+    None, "model_ineligible", "helper_not_accepting", "helper_claimed", "load_forbidden",
+    "context_too_small", "helper_recently_busy", "owner_unpriced", "switch_unpriced", "restore_unpriced",
+    "cost_rejected", "outranked", "helper_unavailable",
+)  # fmt: skip
+# Service sources as codes: none, the helper's own fit, the owner's job time.
+_SOURCE_NAMES: tuple[ServiceSource | None, ...] = (None, "helper", "owner_fallback")
+
+T = TypeVar("T")
+
+
+def _take(values: Sequence[T], at: list[int]) -> Sequence[T]:
+    """``[values[i] for i in at]`` without a Python loop."""
+    if len(at) > 1:
+        return itemgetter(*at)(values)  # type: ignore[no-any-return]
+    return [values[i] for i in at]
 
 
 def _plan_lane(
@@ -274,15 +238,17 @@ def _plan_lane(
     leases: list[Lease],
     rows: list[CompactRow],
 ) -> float | None:
-    # One pass per owner over its links, no object per pair but a small row tuple: thousands of
-    # pairs a plan on a big site (issue 24: 64 nodes x 32 owners x 4 helpers in <= 5 ms).  Decisions
-    # are the rules of the module docstring, checked against the previous planner by
-    # tests/unit/test_lending_planner_equivalence.py.
+    # Thousands of pairs a plan on a big site (issue 24: 64 nodes x 32 owners x 4 helpers in
+    # <= 5 ms): Python looks up each owner and each helper once; the rules of the module docstring
+    # then run on arrays over every pair at once, and only the claims (a helper node serves one
+    # owner per lane, biggest backlog first) walk the candidates in order.  Checked against the
+    # previous planner by tests/unit/test_lending_planner_equivalence.py.
     section = LANE_SECTION[lane]
     text = lane == "text"
     probe_idle_ms = settings.offload_probe_idle * 1000.0
     ttl_ms = int(round(settings.scheduling_grant_ttl * 1000.0))
     index = link_set.pair_index
+    append = rows.append
 
     views: dict[str, _NodeView] = {}
 
@@ -292,208 +258,305 @@ def _plan_lane(
             found = views[node_id] = _NodeView(status, lane, section)
         return found
 
-    append = rows.append
+    # -- owners: one Python pass, in index order ---------------------------------------------------
     queues: dict[str, dict[str, QueueStat]] = {}
-    # (-backlog work, -backlog count, owner, its status, its facts, its queue, its pairs)
-    owners: list[tuple[float, int, Endpoint, RuntimeStatus, ModelFacts, QueueStat,
-                       tuple[tuple[Link, int, bool], ...]]] = []
-    for owner, key, pairs in index.owners:
+    planned: list[int] = []  # positions in index.owners
+    owner_rows: list[tuple[Any, ...]] = []
+    for position, (owner, key, links) in enumerate(index.owners):
         if only_owners is not None and key not in only_owners:
             continue
-        status = statuses.get(owner.node_id)
+        node_id, model_id = owner.node_id, owner.model_id
+        status = statuses.get(node_id)
         owner_facts = facts.get(key)
         if status is None or owner_facts is None or not owner_facts.eligible:
             # unreachable, or its model disabled or gone: every pair of it says so
-            head: Head = (trigger, lane, owner.node_id, owner.model_id, 0, 0, 0.0, 0.0)
-            for link, _position, _load in pairs:
+            head: Head = (trigger, lane, node_id, model_id, 0, 0, 0.0, 0.0)
+            for link in links:
                 append(_unavailable_row(head, link, "owner_unavailable"))
             continue
-        node_queue = queues.get(owner.node_id)
+        node_queue = queues.get(node_id)
         if node_queue is None:
-            node_queue = queues[owner.node_id] = {q.model_id: q for q in status.lane(lane).queue}
-        stat = node_queue.get(owner.model_id)
+            node_queue = queues[node_id] = {q.model_id: q for q in status.lane(lane).queue}
+        stat = node_queue.get(model_id)
         if stat is None or stat.pending_count <= 0:
             continue
-        owners.append((-sum(stat.backlog_work), -stat.backlog_count, owner, status, owner_facts, stat, pairs))
-    # Biggest backlog first (work, then count), then node id and model id (the order owners come
-    # in): two stable sorts on plain numbers, the minor key first.
-    owners.sort(key=itemgetter(1))
-    owners.sort(key=itemgetter(0))
-
-    # Helper sides by position in the index, built the first time an owner reaches them (None: its
-    # node unreachable, or its model disabled or gone).
-    helpers, helper_keys = index.helpers, index.helper_keys
-    sides: list[_Side | None] = [_UNBUILT] * len(helpers)
-
-    def build_side(position: int) -> _Side | None:
-        helper = helpers[position]
-        status = statuses.get(helper.node_id)
-        helper_facts = facts.get(helper_keys[position])
-        side = None
-        if status is not None and helper_facts is not None and helper_facts.eligible:
-            view = view_of(helper.node_id, status)
-            side = _helper_side(helper.node_id, helper.model_id, helper_facts, view, probe_idle_ms, now_ms)
-        sides[position] = side
-        return side
-
-    due: float | None = None
-    for _work, _count, owner, owner_status, owner_facts, stat, pairs in owners:
         count = stat.pending_count
         backlog = stat.backlog_count
         pending_work = stat.pending_work
         width = len(pending_work)
-        owner_node, owner_model = owner.node_id, owner.model_id
-        owner_fit = view_of(owner_node, owner_status).fits.get(owner_model)
+        fit = view_of(node_id, status).fits.get(model_id)
         keep: float | None
         owner_job: float | None
         if (
-            width == 1 and not text and owner_fit is not None and owner_fit.uniform_work is None
-            and len(owner_fit.slopes_ms) == 1 and backlog > 0 and len(stat.backlog_work) == 1
+            width == 1 and not text and fit is not None and fit.uniform_work is None
+            and len(fit.slopes_ms) == 1 and backlog > 0 and len(stat.backlog_work) == 1
         ):  # fmt: skip
             # predict_queue and predict for the common one-term linear fit, inline
             w0 = pending_work[0] / count
             mean_work = [w0]
-            base, slope = owner_fit.base_ms, owner_fit.slopes_ms[0]
+            base, slope = fit.base_ms, fit.slopes_ms[0]
             owner_job = base + slope * w0 if w0 > 0 else base
             backlog_work = stat.backlog_work[0]
             keep = backlog * base + slope * backlog_work if backlog_work > 0 else backlog * base
         else:
             mean_work = [w / count for w in pending_work]
-            w0 = mean_work[0] if width == 1 else 0.0
-            keep = predict_queue(owner_fit, backlog, stat.backlog_work)
-            owner_job = predict(owner_fit, mean_work)
+            keep = predict_queue(fit, backlog, stat.backlog_work)
+            owner_job = predict(fit, mean_work)
             if text and not any(w > 0 for w in pending_work):
                 keep = owner_job = None  # no token profile: the queue has no size to price
-        owner_priced = keep is not None and owner_job is not None
-        keep_ms = keep or 0.0
-        owner_job_ms = owner_job or 0.0
-        owner_gate: Reason | None = "model_ineligible" if owner_facts.ineligible else None
-        owner_multimodal = owner_facts.multimodal
         mean_context = stat.pending_context / count
-        context_gate = text and mean_context > 0
-        head = (trigger, lane, owner_node, owner_model, count, backlog, keep_ms, owner_job_ms)
+        planned.append(position)
+        owner_rows.append((
+            -sum(stat.backlog_work), -backlog,
+            (trigger, lane, node_id, model_id, count, backlog, keep or 0.0, owner_job or 0.0),
+            (trigger, lane, node_id, model_id, count, backlog, 0.0, 0.0),
+            keep or 0.0, owner_job or 0.0, keep is not None and owner_job is not None, owner_job is not None,
+            width, mean_work[0] if width >= 1 else 0.0, mean_work[1] if width >= 2 else 0.0, mean_work,
+            bool(owner_facts.ineligible), owner_facts.multimodal, mean_context, text and mean_context > 0,
+            owner_job,
+        ))  # fmt: skip
+    if not planned:
+        return None
+    (
+        o_work, o_count, o_head, o_dead_head, o_keep, o_job, o_priced, o_job_ok, o_width, o_w0, o_w1,
+        o_mean, o_ineligible, o_multimodal, o_context, o_context_gate, o_job_value,
+    ) = zip(*owner_rows, strict=True)  # fmt: skip
 
-        first = len(rows)
-        dead: list[Link] = []
-        # The cheapest payable helper: (total, order, row offset, side, link, service).
-        best: tuple[float, tuple[str, str], int, _Side, Link, float] | None = None
-        # The longest-idle helper a probe may go to: (idle, order, row offset, side, link, reason).
-        idlest: tuple[int, tuple[str, str], int, _Side, Link, Reason] | None = None
-        owner_due: float | None = None
-        for link, position, may_load in pairs:
-            side = sides[position]
-            if side is _UNBUILT:
-                side = build_side(position)
-            if side is None:
-                dead.append(link)
-                continue
-            (
-                node_id, order, tail, gate, loaded, context, multimodal, busy, unpriced, base_total, ready,
-                idle, due_at, side_width, base, slope, slopes, fit, _switch, _model,
-            ) = side  # fmt: skip
-            if owner_gate is not None or (text and multimodal != owner_multimodal):
-                gate = "model_ineligible"
-            elif gate is None:
-                if node_id in claimed:
-                    gate = "helper_claimed"
-                elif not loaded and not may_load:
-                    gate = "load_forbidden"
-                elif context_gate and context < mean_context:
-                    gate = "context_too_small"
-            # predict(fit, mean_work), inline for a linear fit of the right shape
-            service: float | None
-            if side_width == width:
-                if width == 1:
-                    service = base + slope * w0 if w0 > 0 else base
-                else:
-                    service = base
-                    for s, w in zip(slopes, mean_work):  # noqa: B905 - lengths equal
-                        if w > 0:
-                            service += s * w
-            else:
-                service = predict(fit, mean_work)
-            source: ServiceSource | None = "helper"
-            if service is None:
-                # None still only when the owner has no fit either: the owner is unpriced and
-                # ``owner_unpriced`` is reported first, so ``service_unpriced`` (kept in the
-                # enumeration) is never produced under this rule order.
-                service, source = owner_job, None if owner_job is None else "owner_fallback"
-            skip: Reason | None = gate
-            if gate is None:
-                skip = busy
-                if skip is None:  # eligible: priced, then chosen or not
-                    if not owner_priced:
-                        skip = "owner_unpriced"
-                    elif unpriced is not None:
-                        skip = unpriced
-                    else:
-                        assert service is not None  # an owner job is the fallback
-                        total = base_total + service
-                        if total >= keep_ms:
-                            skip = "cost_rejected"
-                        else:
-                            skip = "outranked"
-                            if best is None or total < best[0] or (total == best[0] and order < best[1]):
-                                best = (total, order, len(rows) - first, side, link, service)
-                    if ready and (
-                        idlest is None or idle > idlest[0] or (idle == idlest[0] and order < idlest[1])
-                    ):
-                        idlest = (idle, order, len(rows) - first, side, link, skip)
-                if not ready and (owner_due is None or due_at < owner_due):
-                    owner_due = due_at
-            append((head, tail, "skipped", skip, service or 0.0, source, 0))
-        if dead:  # the pairs it cannot weigh come first, as rows of their own
-            dead_head: Head = (trigger, lane, owner_node, owner_model, count, backlog, 0.0, 0.0)
-            rows[first:first] = [_unavailable_row(dead_head, link, "helper_unavailable") for link in dead]
-            first += len(dead)
-        if len(rows) == first:
-            continue  # no helper to consider: no decision
+    # Biggest backlog first (work, then count), then node id and model id (index order): stable.
+    order = np.lexsort((np.array(o_count), np.array(o_work)))
+    owners_n = len(planned)
+    first_pair = index.owner_first[np.array(planned, dtype=np.intp)[order]]
+    lengths = index.owner_first[np.array(planned, dtype=np.intp)[order] + 1] - first_pair
+    pairs_n = int(lengths.sum())
+    # Every pair of the planned owners, owners by rank, links in listing order.
+    pair_at = np.repeat(first_pair - (np.cumsum(lengths) - lengths), lengths) + np.arange(pairs_n)
+    p_owner = np.repeat(order, lengths)  # position in owner_rows
+    p_rank = np.repeat(np.arange(owners_n), lengths)  # the owner's place in planning order
+    p_helper = index.pair_helper[pair_at]
 
-        if best is not None:
-            _total, _order, at_row, chosen, chosen_link, service = best
-            assert owner_job is not None
-            probe = False
-            reason = None
-            if service <= owner_job:
-                slots = settings.offload_faster_helper_slots
-            else:
-                slots = settings.offload_slower_helper_slots
-        elif idlest is not None:
-            _idle, _order, at_row, chosen, chosen_link, reason = idlest
-            service = None
-            probe = True
-            slots = settings.offload_probe_helper_slots
-        else:
-            if owner_due is not None and (due is None or owner_due < due):
-                due = owner_due
+    # -- helpers these owners reach: one Python pass ------------------------------------------------
+    reached = np.zeros(len(index.helpers), dtype=np.bool_)
+    reached[p_helper] = True
+    needed = np.flatnonzero(reached)
+    slot = np.empty(len(index.helpers), dtype=np.intp)
+    slot[needed] = np.arange(len(needed))
+    helpers, helper_keys = index.helpers, index.helper_keys
+    side_rows: list[tuple[Any, ...]] = []
+    for h in needed.tolist():
+        helper = helpers[h]
+        node_id, model_id = helper.node_id, helper.model_id
+        status = statuses.get(node_id)
+        helper_facts = facts.get(helper_keys[h])
+        if status is None or helper_facts is None or not helper_facts.eligible:
+            # its node unreachable, or its model disabled or gone
+            side_rows.append(_DEAD_SIDE[:-1] + ((node_id, model_id, 0.0, 0.0, 0),))
             continue
-        chosen_node, chosen_model, chosen_context, chosen_multimodal = chosen[0], chosen[19], chosen[5], chosen[6]
-        chosen_switch = chosen[18]
-        claimed.add(chosen_node)
-        row_head, row_tail, _outcome, _reason, row_service, row_source, _slots = rows[first + at_row]
-        rows[first + at_row] = (
-            row_head, row_tail, "probe" if probe else "granted", reason, row_service, row_source, slots
-        )
+        view = view_of(node_id, status)
+        config = helper_facts.config_filename
+        idle_ms = view.idle_ms
+        switch: float | None
+        restore: float | None
+        if config and view.active == config:
+            loaded = True
+            switch = restore = 0.0
+            bar_ms = probe_idle_ms
+            busy = False
+        else:
+            loaded = False
+            switch = view.loads.get(config)
+            restore = view.restore(config)
+            bar_ms = UNLOADED_PROBE_FACTOR * probe_idle_ms
+            # Unloaded and busy with its own work more recently than the switch and the way back take.
+            busy = switch is not None and restore is not None and idle_ms < switch + restore
+        unpriced = _NO_REASON
+        if switch is None:
+            unpriced = _SWITCH_UNPRICED
+        elif restore is None:
+            unpriced = _RESTORE_UNPRICED
+        fit = view.fits.get(model_id)
+        slopes_n, uniform, base, s0, s1 = -1, False, 0.0, 0.0, 0.0
+        if fit is not None:
+            slopes = fit.slopes_ms
+            slopes_n, uniform = len(slopes), fit.uniform_work is not None
+            if not uniform:
+                base = fit.base_ms
+                s0 = slopes[0] if slopes_n >= 1 else 0.0
+                s1 = slopes[1] if slopes_n >= 2 else 0.0
+        if helper_facts.ineligible:
+            gate = _MODEL_INELIGIBLE
+        else:
+            gate = _NO_REASON if view.accepting else _NOT_ACCEPTING
+        side_rows.append((
+            True, gate, loaded, helper_facts.context, helper_facts.multimodal, busy, unpriced,
+            switch + restore if switch is not None and restore is not None else 0.0,
+            idle_ms >= bar_ms, idle_ms, now_ms + bar_ms - idle_ms, slopes_n, uniform, base, s0, s1, fit,
+            switch, (node_id, model_id, switch or 0.0, restore or 0.0, idle_ms),
+        ))  # fmt: skip
+    (
+        s_live, s_gate, s_loaded, s_context, s_multimodal, s_busy, s_unpriced, s_base_total, s_ready,
+        s_idle, s_due_at, s_slopes_n, s_uniform, s_base, s_s0, s_s1, s_fit, s_switch, s_tail,
+    ) = zip(*side_rows, strict=True)  # fmt: skip
+
+    # -- every pair at once --------------------------------------------------------------------------
+    ps = slot[p_helper]  # the pair's helper among the reached ones
+    po = p_owner
+    live = np.array(s_live)[ps]
+    # gates before claims (the owner's, then the helper's own), after claims (the link, the context)
+    before = np.array(s_gate, dtype=np.int8)[ps]
+    owner_gate = np.array(o_ineligible)[po]
+    if text:
+        owner_gate |= np.array(s_multimodal)[ps] != np.array(o_multimodal)[po]
+    before = np.where(owner_gate, np.int8(_MODEL_INELIGIBLE), before)
+    loaded_p = np.array(s_loaded)[ps]
+    after = np.where(~loaded_p & ~index.pair_load[pair_at], np.int8(_LOAD_FORBIDDEN), np.int8(_NO_REASON))
+    if text:
+        short = np.array(o_context_gate)[po] & (np.array(s_context)[ps] < np.array(o_context)[po])
+        after = np.where((after == _NO_REASON) & short, np.int8(_CONTEXT_TOO_SMALL), after)
+    # predict(helper fit, mean work): inline for a linear fit of the owner's width (<= 2 terms)
+    width = np.array(o_width)[po]
+    slopes_n = np.array(s_slopes_n)[ps]
+    uniform = np.array(s_uniform)[ps]
+    fast = (slopes_n == width) & ~uniform & (width <= 2)
+    service = np.array(s_base)[ps]
+    with np.errstate(all="ignore"):
+        w = np.array(o_w0)[po]
+        service = np.where(fast & (width >= 1) & (w > 0), service + np.array(s_s0)[ps] * w, service)
+        if text:
+            w = np.array(o_w1)[po]
+            service = np.where(fast & (width >= 2) & (w > 0), service + np.array(s_s1)[ps] * w, service)
+    priced_service = fast
+    for p in np.flatnonzero((slopes_n == width) & (uniform | (width > 2))).tolist():
+        value = predict(s_fit[ps[p]], o_mean[po[p]])
+        if value is not None:
+            service[p], priced_service[p] = value, True
+    # None still only when the owner has no fit either: the owner is unpriced and ``owner_unpriced``
+    # is reported first, so ``service_unpriced`` (kept in the enumeration) is never produced.
+    job_ok = np.array(o_job_ok)[po]
+    service = np.where(priced_service, service, np.array(o_job)[po])
+    source = np.where(priced_service, 1, np.where(job_ok, 2, 0))
+    total = np.array(s_base_total)[ps] + service
+    cost = np.where(
+        ~np.array(o_priced)[po],
+        _OWNER_UNPRICED,
+        np.where(
+            np.array(s_unpriced)[ps] != _NO_REASON,
+            np.array(s_unpriced)[ps],
+            np.where(total >= np.array(o_keep)[po], _COST_REJECTED, _OUTRANKED),
+        ),
+    )
+    busy_p = np.array(s_busy)[ps]
+    ready = np.array(s_ready)[ps]
+    open_ = live & (before == _NO_REASON) & (after == _NO_REASON) & ~busy_p  # eligible unless claimed
+    payable = open_ & (cost == _OUTRANKED)
+    probing = open_ & ~payable & ready
+
+    # -- claims: each owner in turn takes its first candidate on a helper node not yet claimed ------
+    # Candidates by owner rank, the payable ones first (cheapest, then node id and model id), then
+    # the probe-ready ones (longest idle, then node id and model id).
+    node_of = index.helper_node[p_helper]
+    candidates = np.flatnonzero(payable | probing)
+    by_cost = payable[candidates]
+    key = np.where(by_cost, total[candidates], -np.array(s_idle, dtype=np.float64)[ps[candidates]])
+    candidates = candidates[
+        np.lexsort((index.helper_rank[p_helper[candidates]], key, ~by_cost, p_rank[candidates]))
+    ]
+    taken_at = np.full(len(index.nodes), owners_n, dtype=np.intp)  # rank of the owner that claimed it
+    if claimed:
+        for n, node_id in enumerate(index.nodes):
+            if node_id in claimed:
+                taken_at[n] = -1
+    taken = bytearray(taken_at < owners_n)
+    chosen: list[int] = []
+    last = -1
+    for p, rank, n in zip(
+        candidates.tolist(), p_rank[candidates].tolist(), node_of[candidates].tolist(), strict=True
+    ):
+        if rank == last or taken[n]:
+            continue
+        last = rank
+        taken[n] = 1
+        taken_at[n] = rank
+        chosen.append(p)
+    claimed_p = taken_at[node_of] < p_rank
+
+    # -- reasons, outcomes, leases ----------------------------------------------------------------
+    gate_none = (before == _NO_REASON) & ~claimed_p & (after == _NO_REASON)
+    reason = np.where(
+        before != _NO_REASON,
+        before,
+        np.where(claimed_p, _CLAIMED, np.where(after != _NO_REASON, after, np.where(busy_p, _BUSY, cost))),
+    )
+    reason = np.where(live, reason, _HELPER_UNAVAILABLE)
+    outcome: list[Outcome] = ["skipped"] * pairs_n
+    slots = [0] * pairs_n
+    reasons = list(_take(_REASON_NAMES, reason.tolist()))
+    decided = np.zeros(owners_n, dtype=np.bool_)
+    for p in chosen:
+        o, s = int(po[p]), int(ps[p])
+        decided[o] = True
+        probe = not payable[p]
+        owner_job = o_job_value[o]
+        helper_service = float(service[p])
+        if probe:
+            slots[p] = settings.offload_probe_helper_slots
+        else:
+            reasons[p] = None
+            assert owner_job is not None
+            if helper_service <= owner_job:
+                slots[p] = settings.offload_faster_helper_slots
+            else:
+                slots[p] = settings.offload_slower_helper_slots
+        outcome[p] = "probe" if probe else "granted"
+        link = index.links[pair_at[p]]
+        helper_switch = s_switch[s]
         leases.append(
             Lease(
                 lane=lane,
-                owner_node_id=owner_node,
-                owner_model_id=owner_model,
-                helper_node_id=chosen_node,
-                helper_model_id=chosen_model,
-                load_helper_model=chosen_link.load_if_unloaded,
-                restore_helper_model=chosen_link.restore_after_borrow,
-                helper_slots=slots,
+                owner_node_id=o_head[o][2],
+                owner_model_id=o_head[o][3],
+                helper_node_id=link.helper.node_id,
+                helper_model_id=link.helper.model_id,
+                load_helper_model=link.load_if_unloaded,
+                restore_helper_model=link.restore_after_borrow,
+                helper_slots=slots[p],
                 probe=probe,
                 ttl_ms=ttl_ms,
                 owner_job_ms=0.0 if probe or owner_job is None else owner_job,
-                helper_switch_ms=0.0 if probe or chosen_switch is None else chosen_switch,
-                helper_service_ms=0.0 if probe or service is None else service,
-                helper_context=chosen_context if text else 0,
-                helper_multimodal=chosen_multimodal,
+                helper_switch_ms=0.0 if probe or helper_switch is None else helper_switch,
+                helper_service_ms=0.0 if probe else helper_service,
+                helper_context=s_context[s] if text else 0,
+                helper_multimodal=s_multimodal[s],
             )
         )
+    # Undecided owners probe again when their first eligible helper will have idled long enough.
+    waiting = live & gate_none & ~ready & ~decided[po]
+    due: float | None = None
+    if waiting.any():
+        due = float(np.array(s_due_at, dtype=np.float64)[ps][waiting].min())
+
+    # -- rows: per owner in planning order, the pairs it cannot weigh first, each in listing order ----
+    row_service = np.where(live & (priced_service | job_ok), service, 0.0)
+    source = np.where(live, source, 0)
+    at = po.tolist()
+    heads = _take(o_head, at)
+    if not live.all():
+        heads = [h if ok else d for h, d, ok in zip(heads, _take(o_dead_head, at), live.tolist(), strict=True)]
+    columns: list[Sequence[Any]] = [
+        heads, _take(s_tail, ps.tolist()), outcome, reasons, row_service.tolist(),
+        _take(_SOURCE_NAMES, source.tolist()), slots,
+    ]  # fmt: skip
+    if not live.all():
+        ranked = np.lexsort((live, p_rank)).tolist()
+        columns = [_take(column, ranked) for column in columns]
+    rows.extend(zip(*columns, strict=True))
     return due
+
+
+#: The side of a helper the plan cannot weigh (its tail is added per helper).
+_DEAD_SIDE: tuple[Any, ...] = (
+    False, _NO_REASON, False, 0, False, False, _NO_REASON, 0.0, False, 0, 0.0, -1, False, 0.0, 0.0, 0.0, None,
+    None, None,
+)
 
 
 def _unavailable_row(head: Head, link: Link, reason: Reason) -> CompactRow:
