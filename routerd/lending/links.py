@@ -91,9 +91,9 @@ class PairIndex:
     """A link set laid out for the planner, which walks it as arrays once per plan (8,000 pairs a
     plan on a big site: nothing is built or hashed per pair).
 
-    ``helpers`` holds every distinct helper once, ``helper_keys[i]`` its ``(lane, node id, model
-    id)``, ``helper_node[i]`` the position of its node in ``nodes`` and ``helper_rank[i]`` its place
-    in (node id, model id) order.  ``owners`` holds every owner sorted by (node id, model id) with
+    ``helpers`` holds every distinct helper once, sorted by (node id, model id); ``helper_keys[i]``
+    is its ``(lane, node id, model id)`` and ``helper_node[i]`` the position of its node in
+    ``nodes``.  ``owners`` holds every owner sorted by (node id, model id) with
     its key and its links in listing order; the pairs of owner ``o`` are ``owner_first[o]`` up to
     ``owner_first[o + 1]`` of ``links``, ``pair_helper`` (helper positions) and ``pair_load``
     (``load_if_unloaded``)."""
@@ -101,7 +101,6 @@ class PairIndex:
     helpers: tuple[Endpoint, ...]
     helper_keys: tuple[tuple[Lane, str, str], ...]
     helper_node: npt.NDArray[np.intp]
-    helper_rank: npt.NDArray[np.intp]
     nodes: tuple[str, ...]
     owners: tuple[tuple[Endpoint, tuple[Lane, str, str], tuple[Link, ...]], ...]
     owner_first: npt.NDArray[np.intp]
@@ -111,7 +110,6 @@ class PairIndex:
 
 
 def _pair_index(lane: Lane, by_owner: dict[Endpoint, tuple[Link, ...]]) -> PairIndex:
-    position: dict[Endpoint, int] = {}
     owners: list[tuple[Endpoint, tuple[Lane, str, str], tuple[Link, ...]]] = []
     links: list[Link] = []
     first = [0]
@@ -120,19 +118,14 @@ def _pair_index(lane: Lane, by_owner: dict[Endpoint, tuple[Link, ...]]) -> PairI
         owners.append((owner, (lane, owner.node_id, owner.model_id), owned))
         links.extend(owned)
         first.append(len(links))
-    for link in links:
-        position.setdefault(link.helper, len(position))
-    helpers = tuple(position)
+    helpers = tuple(sorted({link.helper for link in links}, key=lambda e: (e.node_id, e.model_id)))
+    position = {helper: i for i, helper in enumerate(helpers)}
     nodes = tuple(dict.fromkeys(h.node_id for h in helpers))
     node_at = {node: i for i, node in enumerate(nodes)}
-    ranked = sorted(range(len(helpers)), key=lambda i: (helpers[i].node_id, helpers[i].model_id))
-    rank = np.empty(len(helpers), dtype=np.intp)
-    rank[ranked] = np.arange(len(helpers), dtype=np.intp)
     return PairIndex(
         helpers=helpers,
         helper_keys=tuple((lane, h.node_id, h.model_id) for h in helpers),
         helper_node=np.array([node_at[h.node_id] for h in helpers], dtype=np.intp),
-        helper_rank=rank,
         nodes=nodes,
         owners=tuple(owners),
         owner_first=np.array(first, dtype=np.intp),

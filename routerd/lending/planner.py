@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 
 import attrs
 import numpy as np
+import numpy.typing as npt
 
 from routerd.config.lending import LendingSettings
 from routerd.lending.links import LinkSet
@@ -59,7 +60,7 @@ from routerd.wire.lending import (
     ServiceSource,
     Trigger,
 )
-from routerd.wire.plan_rows import CompactRow, Head, PlanRows
+from routerd.wire.plan_rows import Head, PlanRows, Tail
 from routerd.wire.status import RuntimeStatus
 
 #: An unloaded helper waits this many times ``offload_probe_idle`` before a probe.
@@ -195,7 +196,7 @@ def plan(
             claimed,
             only_owners,
             leases,
-            rows.compact,
+            rows,
         )
         if lane_due is not None and (due is None or lane_due < due):
             due = lane_due
@@ -214,6 +215,21 @@ _REASON_NAMES: tuple[Reason | None, ...] = (
 )  # fmt: skip
 # Service sources as codes: none, the helper's own fit, the owner's job time.
 _SOURCE_NAMES: tuple[ServiceSource | None, ...] = (None, "helper", "owner_fallback")
+
+# Columns of an owner's numbers: -backlog work, -backlog count (the planning order), keep, owner
+# job (0 when unpriced), both priced, job priced, number of work terms, mean work of the first term,
+# ineligible; in the text lane also the mean work of the second term, multimodal, mean context and
+# whether the context gates.
+_O_KEEP, _O_JOB, _O_PRICED, _O_JOB_OK, _O_WIDTH, _O_W0, _O_INELIGIBLE, _O_W1, _O_MULTIMODAL, _O_CONTEXT, \
+    _O_CONTEXT_GATE = range(2, 13)
+# Columns of a helper's numbers: weighable (node reachable, model available), its own gate, loaded,
+# recently busy, switch/restore unpriced, switch + restore, probe-ready, idle ms, when probe-ready,
+# number of slopes (-1: no fit), uniform fit, base, first slope; in the text lane also the second
+# slope, the context window and multimodal.
+_S_LIVE, _S_GATE, _S_LOADED, _S_BUSY, _S_UNPRICED, _S_BASE_TOTAL, _S_READY, _S_IDLE, _S_DUE_AT, _S_SLOPES, \
+    _S_UNIFORM, _S_BASE, _S_SLOPE0, _S_SLOPE1, _S_CONTEXT, _S_MULTIMODAL = range(16)
+_DEAD_SIDE = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+_DEAD_SIDE_IMAGE = _DEAD_SIDE[:_S_SLOPE1]
 
 T = TypeVar("T")
 
@@ -236,7 +252,7 @@ def _plan_lane(
     claimed: set[str],
     only_owners: Collection[tuple[Lane, str, str]] | None,
     leases: list[Lease],
-    rows: list[CompactRow],
+    rows: PlanRows,
 ) -> float | None:
     # Thousands of pairs a plan on a big site (issue 24: 64 nodes x 32 owners x 4 helpers in
     # <= 5 ms): Python looks up each owner and each helper once; the rules of the module docstring
@@ -248,35 +264,35 @@ def _plan_lane(
     probe_idle_ms = settings.offload_probe_idle * 1000.0
     ttl_ms = int(round(settings.scheduling_grant_ttl * 1000.0))
     index = link_set.pair_index
-    append = rows.append
+    views: dict[str, _NodeView | None] = {}
 
-    views: dict[str, _NodeView] = {}
-
-    def view_of(node_id: str, status: RuntimeStatus) -> _NodeView:
-        found = views.get(node_id)
-        if found is None:
-            found = views[node_id] = _NodeView(status, lane, section)
-        return found
-
-    # -- owners: one Python pass, in index order ---------------------------------------------------
-    queues: dict[str, dict[str, QueueStat]] = {}
+    # -- owners: one Python pass, in index order (so node by node) -----------------------------------
+    gone: list[tuple[Head, Link]] = []  # pairs of unreachable or unavailable owners
     planned: list[int] = []  # positions in index.owners
-    owner_rows: list[tuple[Any, ...]] = []
+    owner_numbers: list[tuple[float, ...]] = []
+    owner_objects: list[tuple[Head, QueueStat, float | None]] = []
+    last_node = ""
+    view: _NodeView | None = None
+    node_queue: dict[str, QueueStat] = {}
     for position, (owner, key, links) in enumerate(index.owners):
         if only_owners is not None and key not in only_owners:
             continue
         node_id, model_id = owner.node_id, owner.model_id
-        status = statuses.get(node_id)
+        if node_id != last_node:
+            last_node = node_id
+            status = statuses.get(node_id)
+            view = None
+            if status is not None:
+                view = views.get(node_id)
+                if view is None:
+                    view = views[node_id] = _NodeView(status, lane, section)
+                node_queue = {q.model_id: q for q in status.lane(lane).queue}
         owner_facts = facts.get(key)
-        if status is None or owner_facts is None or not owner_facts.eligible:
+        if view is None or owner_facts is None or not owner_facts.eligible:
             # unreachable, or its model disabled or gone: every pair of it says so
             head: Head = (trigger, lane, node_id, model_id, 0, 0, 0.0, 0.0)
-            for link in links:
-                append(_unavailable_row(head, link, "owner_unavailable"))
+            gone.extend((head, link) for link in links)
             continue
-        node_queue = queues.get(node_id)
-        if node_queue is None:
-            node_queue = queues[node_id] = {q.model_id: q for q in status.lane(lane).queue}
         stat = node_queue.get(model_id)
         if stat is None or stat.pending_count <= 0:
             continue
@@ -284,7 +300,7 @@ def _plan_lane(
         backlog = stat.backlog_count
         pending_work = stat.pending_work
         width = len(pending_work)
-        fit = view_of(node_id, status).fits.get(model_id)
+        fit = view.fits.get(model_id)
         keep: float | None
         owner_job: float | None
         if (
@@ -293,65 +309,78 @@ def _plan_lane(
         ):  # fmt: skip
             # predict_queue and predict for the common one-term linear fit, inline
             w0 = pending_work[0] / count
-            mean_work = [w0]
+            w1 = 0.0
             base, slope = fit.base_ms, fit.slopes_ms[0]
             owner_job = base + slope * w0 if w0 > 0 else base
             backlog_work = stat.backlog_work[0]
             keep = backlog * base + slope * backlog_work if backlog_work > 0 else backlog * base
         else:
             mean_work = [w / count for w in pending_work]
+            w0 = mean_work[0] if width >= 1 else 0.0
+            w1 = mean_work[1] if width >= 2 else 0.0
             keep = predict_queue(fit, backlog, stat.backlog_work)
             owner_job = predict(fit, mean_work)
             if text and not any(w > 0 for w in pending_work):
                 keep = owner_job = None  # no token profile: the queue has no size to price
-        mean_context = stat.pending_context / count
         planned.append(position)
-        owner_rows.append((
-            -sum(stat.backlog_work), -backlog,
-            (trigger, lane, node_id, model_id, count, backlog, keep or 0.0, owner_job or 0.0),
-            (trigger, lane, node_id, model_id, count, backlog, 0.0, 0.0),
-            keep or 0.0, owner_job or 0.0, keep is not None and owner_job is not None, owner_job is not None,
-            width, mean_work[0] if width >= 1 else 0.0, mean_work[1] if width >= 2 else 0.0, mean_work,
-            bool(owner_facts.ineligible), owner_facts.multimodal, mean_context, text and mean_context > 0,
-            owner_job,
+        keep_ms = keep or 0.0
+        owner_job_ms = owner_job or 0.0
+        numbers = (
+            -sum(stat.backlog_work), -backlog, keep_ms, owner_job_ms, keep is not None and owner_job is not None,
+            owner_job is not None, width, w0, owner_facts.ineligible != "",
+        )  # fmt: skip
+        if text:
+            mean_context = stat.pending_context / count
+            numbers += (w1, owner_facts.multimodal, mean_context, mean_context > 0)
+        owner_numbers.append(numbers)
+        owner_objects.append(((trigger, lane, node_id, model_id, count, backlog, keep_ms, owner_job_ms), stat, owner_job))
+    if gone:
+        rows.add((
+            [head for head, _link in gone], [_gone_tail(link) for _head, link in gone], ["skipped"] * len(gone),
+            ["owner_unavailable"] * len(gone), [0.0] * len(gone), [None] * len(gone), [0] * len(gone),
         ))  # fmt: skip
     if not planned:
         return None
-    (
-        o_work, o_count, o_head, o_dead_head, o_keep, o_job, o_priced, o_job_ok, o_width, o_w0, o_w1,
-        o_mean, o_ineligible, o_multimodal, o_context, o_context_gate, o_job_value,
-    ) = zip(*owner_rows, strict=True)  # fmt: skip
-
+    owners = np.array(owner_numbers, dtype=np.float64)
     # Biggest backlog first (work, then count), then node id and model id (index order): stable.
-    order = np.lexsort((np.array(o_count), np.array(o_work)))
+    order = np.lexsort((owners[:, 1], owners[:, 0]))
     owners_n = len(planned)
-    first_pair = index.owner_first[np.array(planned, dtype=np.intp)[order]]
-    lengths = index.owner_first[np.array(planned, dtype=np.intp)[order] + 1] - first_pair
+    planned_at = np.array(planned, dtype=np.intp)[order]
+    first_pair = index.owner_first[planned_at]
+    lengths = index.owner_first[planned_at + 1] - first_pair
     pairs_n = int(lengths.sum())
-    # Every pair of the planned owners, owners by rank, links in listing order.
+    # Every pair of the planned owners: owners in planning order, links in listing order.
     pair_at = np.repeat(first_pair - (np.cumsum(lengths) - lengths), lengths) + np.arange(pairs_n)
-    p_owner = np.repeat(order, lengths)  # position in owner_rows
+    po = np.repeat(order, lengths)  # the pair's owner in owner_numbers
     p_rank = np.repeat(np.arange(owners_n), lengths)  # the owner's place in planning order
     p_helper = index.pair_helper[pair_at]
 
-    # -- helpers these owners reach: one Python pass ------------------------------------------------
+    # -- helpers these owners reach: one Python pass, node by node -----------------------------------
     reached = np.zeros(len(index.helpers), dtype=np.bool_)
     reached[p_helper] = True
     needed = np.flatnonzero(reached)
     slot = np.empty(len(index.helpers), dtype=np.intp)
     slot[needed] = np.arange(len(needed))
     helpers, helper_keys = index.helpers, index.helper_keys
-    side_rows: list[tuple[Any, ...]] = []
+    side_numbers: list[tuple[float, ...]] = []
+    side_objects: list[tuple[Tail, ModelCost | None, float | None, int, bool]] = []
+    last_node = ""
+    view = None
     for h in needed.tolist():
         helper = helpers[h]
         node_id, model_id = helper.node_id, helper.model_id
-        status = statuses.get(node_id)
+        if node_id != last_node:
+            last_node = node_id
+            view = views.get(node_id)
+            if view is None and node_id not in views:
+                status = statuses.get(node_id)
+                view = views[node_id] = None if status is None else _NodeView(status, lane, section)
         helper_facts = facts.get(helper_keys[h])
-        if status is None or helper_facts is None or not helper_facts.eligible:
+        if view is None or helper_facts is None or not helper_facts.eligible:
             # its node unreachable, or its model disabled or gone
-            side_rows.append(_DEAD_SIDE[:-1] + ((node_id, model_id, 0.0, 0.0, 0),))
+            side_numbers.append(_DEAD_SIDE if text else _DEAD_SIDE_IMAGE)
+            side_objects.append(((node_id, model_id, 0.0, 0.0, 0), None, None, 0, False))
             continue
-        view = view_of(node_id, status)
         config = helper_facts.config_filename
         idle_ms = view.idle_ms
         switch: float | None
@@ -386,116 +415,108 @@ def _plan_lane(
             gate = _MODEL_INELIGIBLE
         else:
             gate = _NO_REASON if view.accepting else _NOT_ACCEPTING
-        side_rows.append((
-            True, gate, loaded, helper_facts.context, helper_facts.multimodal, busy, unpriced,
-            switch + restore if switch is not None and restore is not None else 0.0,
-            idle_ms >= bar_ms, idle_ms, now_ms + bar_ms - idle_ms, slopes_n, uniform, base, s0, s1, fit,
-            switch, (node_id, model_id, switch or 0.0, restore or 0.0, idle_ms),
-        ))  # fmt: skip
-    (
-        s_live, s_gate, s_loaded, s_context, s_multimodal, s_busy, s_unpriced, s_base_total, s_ready,
-        s_idle, s_due_at, s_slopes_n, s_uniform, s_base, s_s0, s_s1, s_fit, s_switch, s_tail,
-    ) = zip(*side_rows, strict=True)  # fmt: skip
+        context, multimodal = helper_facts.context, helper_facts.multimodal
+        numbers = (
+            1.0, gate, loaded, busy, unpriced, switch + restore if switch is not None and restore is not None else 0.0,
+            idle_ms >= bar_ms, idle_ms, now_ms + bar_ms - idle_ms, slopes_n, uniform, base, s0,
+        )  # fmt: skip
+        side_numbers.append(numbers + (s1, context, multimodal) if text else numbers)
+        side_objects.append(((node_id, model_id, switch or 0.0, restore or 0.0, idle_ms), fit, switch, context,
+                             multimodal))  # fmt: skip
 
-    # -- every pair at once --------------------------------------------------------------------------
-    ps = slot[p_helper]  # the pair's helper among the reached ones
-    po = p_owner
-    live = np.array(s_live)[ps]
+    # -- every pair at once ----------------------------------------------------------------------------
+    ps = slot[p_helper]  # the pair's helper among side_numbers
+    side = np.take(np.array(side_numbers, dtype=np.float64).T, ps, axis=1)
+    own = np.take(owners.T, po, axis=1)
+    live = side[_S_LIVE] > 0
     # gates before claims (the owner's, then the helper's own), after claims (the link, the context)
-    before = np.array(s_gate, dtype=np.int8)[ps]
-    owner_gate = np.array(o_ineligible)[po]
+    owner_gate = own[_O_INELIGIBLE] > 0
     if text:
-        owner_gate |= np.array(s_multimodal)[ps] != np.array(o_multimodal)[po]
-    before = np.where(owner_gate, np.int8(_MODEL_INELIGIBLE), before)
-    loaded_p = np.array(s_loaded)[ps]
-    after = np.where(~loaded_p & ~index.pair_load[pair_at], np.int8(_LOAD_FORBIDDEN), np.int8(_NO_REASON))
+        owner_gate |= side[_S_MULTIMODAL] != own[_O_MULTIMODAL]
+    before = np.where(owner_gate, _MODEL_INELIGIBLE, side[_S_GATE])
+    loaded_p = side[_S_LOADED] > 0
+    after = np.where(~loaded_p & ~index.pair_load[pair_at], _LOAD_FORBIDDEN, _NO_REASON)
     if text:
-        short = np.array(o_context_gate)[po] & (np.array(s_context)[ps] < np.array(o_context)[po])
-        after = np.where((after == _NO_REASON) & short, np.int8(_CONTEXT_TOO_SMALL), after)
+        short = (own[_O_CONTEXT_GATE] > 0) & (side[_S_CONTEXT] < own[_O_CONTEXT])
+        after = np.where((after == _NO_REASON) & short, _CONTEXT_TOO_SMALL, after)
     # predict(helper fit, mean work): inline for a linear fit of the owner's width (<= 2 terms)
-    width = np.array(o_width)[po]
-    slopes_n = np.array(s_slopes_n)[ps]
-    uniform = np.array(s_uniform)[ps]
-    fast = (slopes_n == width) & ~uniform & (width <= 2)
-    service = np.array(s_base)[ps]
+    width = own[_O_WIDTH]
+    slopes_p = side[_S_SLOPES]
+    uniform_p = side[_S_UNIFORM] > 0
+    priced_service = (slopes_p == width) & ~uniform_p & (width <= 2)
+    service = side[_S_BASE]
     with np.errstate(all="ignore"):
-        w = np.array(o_w0)[po]
-        service = np.where(fast & (width >= 1) & (w > 0), service + np.array(s_s0)[ps] * w, service)
+        w = own[_O_W0]
+        service = np.where(priced_service & (width >= 1) & (w > 0), service + side[_S_SLOPE0] * w, service)
         if text:
-            w = np.array(o_w1)[po]
-            service = np.where(fast & (width >= 2) & (w > 0), service + np.array(s_s1)[ps] * w, service)
-    priced_service = fast
-    for p in np.flatnonzero((slopes_n == width) & (uniform | (width > 2))).tolist():
-        value = predict(s_fit[ps[p]], o_mean[po[p]])
+            w = own[_O_W1]
+            service = np.where(priced_service & (width >= 2) & (w > 0), service + side[_S_SLOPE1] * w, service)
+    for p in np.flatnonzero((slopes_p == width) & (uniform_p | (width > 2))).tolist():
+        stat = owner_objects[po[p]][1]
+        value = predict(side_objects[ps[p]][1], [w / stat.pending_count for w in stat.pending_work])
         if value is not None:
             service[p], priced_service[p] = value, True
     # None still only when the owner has no fit either: the owner is unpriced and ``owner_unpriced``
     # is reported first, so ``service_unpriced`` (kept in the enumeration) is never produced.
-    job_ok = np.array(o_job_ok)[po]
-    service = np.where(priced_service, service, np.array(o_job)[po])
+    job_ok = own[_O_JOB_OK] > 0
+    service = np.where(priced_service, service, own[_O_JOB])
     source = np.where(priced_service, 1, np.where(job_ok, 2, 0))
-    total = np.array(s_base_total)[ps] + service
+    total = side[_S_BASE_TOTAL] + service
+    unpriced_p = side[_S_UNPRICED]
     cost = np.where(
-        ~np.array(o_priced)[po],
+        own[_O_PRICED] > 0,
+        np.where(unpriced_p != _NO_REASON, unpriced_p, np.where(total >= own[_O_KEEP], _COST_REJECTED, _OUTRANKED)),
         _OWNER_UNPRICED,
-        np.where(
-            np.array(s_unpriced)[ps] != _NO_REASON,
-            np.array(s_unpriced)[ps],
-            np.where(total >= np.array(o_keep)[po], _COST_REJECTED, _OUTRANKED),
-        ),
     )
-    busy_p = np.array(s_busy)[ps]
-    ready = np.array(s_ready)[ps]
+    busy_p = side[_S_BUSY] > 0
+    ready = side[_S_READY] > 0
     open_ = live & (before == _NO_REASON) & (after == _NO_REASON) & ~busy_p  # eligible unless claimed
     payable = open_ & (cost == _OUTRANKED)
     probing = open_ & ~payable & ready
 
-    # -- claims: each owner in turn takes its first candidate on a helper node not yet claimed ------
+    # -- claims: each owner in turn takes its first candidate on a helper node not yet claimed -------
     # Candidates by owner rank, the payable ones first (cheapest, then node id and model id), then
     # the probe-ready ones (longest idle, then node id and model id).
     node_of = index.helper_node[p_helper]
     candidates = np.flatnonzero(payable | probing)
     by_cost = payable[candidates]
-    key = np.where(by_cost, total[candidates], -np.array(s_idle, dtype=np.float64)[ps[candidates]])
-    candidates = candidates[
-        np.lexsort((index.helper_rank[p_helper[candidates]], key, ~by_cost, p_rank[candidates]))
-    ]
+    key = np.where(by_cost, total[candidates], -side[_S_IDLE][candidates])
+    candidates = candidates[_preference(p_rank[candidates], by_cost, key, p_helper[candidates], len(index.helpers))]
     taken_at = np.full(len(index.nodes), owners_n, dtype=np.intp)  # rank of the owner that claimed it
     if claimed:
         for n, node_id in enumerate(index.nodes):
             if node_id in claimed:
                 taken_at[n] = -1
-    taken = bytearray(taken_at < owners_n)
+    taken = bytearray((taken_at < owners_n).tobytes())
     chosen: list[int] = []
     last = -1
     for p, rank, n in zip(
         candidates.tolist(), p_rank[candidates].tolist(), node_of[candidates].tolist(), strict=True
     ):
-        if rank == last or taken[n]:
-            continue
-        last = rank
-        taken[n] = 1
-        taken_at[n] = rank
-        chosen.append(p)
+        if rank != last and not taken[n]:
+            last = rank
+            taken[n] = 1
+            taken_at[n] = rank
+            chosen.append(p)
     claimed_p = taken_at[node_of] < p_rank
 
-    # -- reasons, outcomes, leases ----------------------------------------------------------------
+    # -- reasons, outcomes, leases ---------------------------------------------------------------------
     gate_none = (before == _NO_REASON) & ~claimed_p & (after == _NO_REASON)
     reason = np.where(
         before != _NO_REASON,
         before,
         np.where(claimed_p, _CLAIMED, np.where(after != _NO_REASON, after, np.where(busy_p, _BUSY, cost))),
     )
-    reason = np.where(live, reason, _HELPER_UNAVAILABLE)
+    reason = np.where(live, reason, _HELPER_UNAVAILABLE).astype(np.intp)
     outcome: list[Outcome] = ["skipped"] * pairs_n
     slots = [0] * pairs_n
     reasons = list(_take(_REASON_NAMES, reason.tolist()))
-    decided = np.zeros(owners_n, dtype=np.bool_)
+    decided = np.zeros(len(owner_numbers), dtype=np.bool_)
     for p in chosen:
         o, s = int(po[p]), int(ps[p])
         decided[o] = True
         probe = not payable[p]
-        owner_job = o_job_value[o]
+        head, _stat, owner_job = owner_objects[o]
         helper_service = float(service[p])
         if probe:
             slots[p] = settings.offload_probe_helper_slots
@@ -508,12 +529,12 @@ def _plan_lane(
                 slots[p] = settings.offload_slower_helper_slots
         outcome[p] = "probe" if probe else "granted"
         link = index.links[pair_at[p]]
-        helper_switch = s_switch[s]
+        _tail, _fit, helper_switch, helper_context, helper_multimodal = side_objects[s]
         leases.append(
             Lease(
                 lane=lane,
-                owner_node_id=o_head[o][2],
-                owner_model_id=o_head[o][3],
+                owner_node_id=head[2],
+                owner_model_id=head[3],
                 helper_node_id=link.helper.node_id,
                 helper_model_id=link.helper.model_id,
                 load_helper_model=link.load_if_unloaded,
@@ -524,47 +545,59 @@ def _plan_lane(
                 owner_job_ms=0.0 if probe or owner_job is None else owner_job,
                 helper_switch_ms=0.0 if probe or helper_switch is None else helper_switch,
                 helper_service_ms=0.0 if probe else helper_service,
-                helper_context=s_context[s] if text else 0,
-                helper_multimodal=s_multimodal[s],
+                helper_context=helper_context if text else 0,
+                helper_multimodal=helper_multimodal,
             )
         )
     # Undecided owners probe again when their first eligible helper will have idled long enough.
     waiting = live & gate_none & ~ready & ~decided[po]
     due: float | None = None
     if waiting.any():
-        due = float(np.array(s_due_at, dtype=np.float64)[ps][waiting].min())
+        due = float(side[_S_DUE_AT][waiting].min())
 
     # -- rows: per owner in planning order, the pairs it cannot weigh first, each in listing order ----
     row_service = np.where(live & (priced_service | job_ok), service, 0.0)
-    source = np.where(live, source, 0)
     at = po.tolist()
-    heads = _take(o_head, at)
-    if not live.all():
-        heads = [h if ok else d for h, d, ok in zip(heads, _take(o_dead_head, at), live.tolist(), strict=True)]
-    columns: list[Sequence[Any]] = [
-        heads, _take(s_tail, ps.tolist()), outcome, reasons, row_service.tolist(),
-        _take(_SOURCE_NAMES, source.tolist()), slots,
-    ]  # fmt: skip
-    if not live.all():
-        ranked = np.lexsort((live, p_rank)).tolist()
-        columns = [_take(column, ranked) for column in columns]
-    rows.extend(zip(*columns, strict=True))
+    heads: Sequence[Head] = _take([objects[0] for objects in owner_objects], at)
+    tails: Sequence[Tail] = _take([objects[0] for objects in side_objects], ps.tolist())
+    if live.all():
+        rows.add((heads, tails, outcome, reasons, row_service.tolist(), _take(_SOURCE_NAMES, source.tolist()),
+                  slots))  # fmt: skip
+        return due
+    # the owner's counts, no prices, on the row of a pair it cannot weigh
+    heads = [h if ok else h[:6] + (0.0, 0.0) for h, ok in zip(heads, live.tolist(), strict=True)]  # type: ignore[misc]
+    source = np.where(live, source, 0)
+    ranked = np.lexsort((live, p_rank)).tolist()
+    rows.add((
+        _take(heads, ranked), _take(tails, ranked), _take(outcome, ranked), _take(reasons, ranked),
+        _take(row_service.tolist(), ranked), _take(_SOURCE_NAMES, source[ranked].tolist()), _take(slots, ranked),
+    ))  # fmt: skip
     return due
 
 
-#: The side of a helper the plan cannot weigh (its tail is added per helper).
-_DEAD_SIDE: tuple[Any, ...] = (
-    False, _NO_REASON, False, 0, False, False, _NO_REASON, 0.0, False, 0, 0.0, -1, False, 0.0, 0.0, 0.0, None,
-    None, None,
-)
+def _preference(
+    rank: npt.NDArray[np.intp], first: npt.NDArray[np.bool_], key: npt.NDArray[np.float64],
+    helper: npt.NDArray[np.intp], helpers: int,
+) -> npt.NDArray[np.intp]:
+    """The order of candidates by owner rank, then ``first`` ones before the others, then ``key``,
+    then helper position: what ``np.lexsort`` would give, but as one sort of unique integers (four
+    stable sorts of 6,000 candidates take 0.8 ms, this a quarter of that)."""
+    if len(key) == 0:
+        return np.zeros(0, dtype=np.intp)
+    by_key = np.argsort(key)
+    sorted_key = key[by_key]
+    dense = np.empty(len(key), dtype=np.int64)  # equal keys get equal places
+    dense[by_key] = np.cumsum(np.concatenate(([0], sorted_key[1:] != sorted_key[:-1])))
+    group = rank.astype(np.int64) * 2 + ~first
+    # an owner links a helper once, so (rank, group, key place, helper) is unique
+    combined = (group * (int(dense[by_key[-1]]) + 1) + dense) * helpers + helper
+    return np.argsort(combined).astype(np.intp)
 
 
-def _unavailable_row(head: Head, link: Link, reason: Reason) -> CompactRow:
-    """The plan row of a linked pair the master cannot weigh: the owner or the helper is unreachable
-    or its model disabled or gone (skipped; ``head`` carries the owner's counts when it has them,
-    every time 0)."""
+def _gone_tail(link: Link) -> Tail:
+    """The helper side of the row of a pair the master cannot weigh (no prices)."""
     helper = link.helper
-    return (head, (helper.node_id, helper.model_id, 0.0, 0.0, 0), "skipped", reason, 0.0, None, 0)
+    return (helper.node_id, helper.model_id, 0.0, 0.0, 0)
 
 
 __all__ = ["UNLOADED_PROBE_FACTOR", "FactKey", "ModelFacts", "PlanResult", "displaced_configs", "plan"]

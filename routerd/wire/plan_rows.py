@@ -2,23 +2,24 @@
 
 A plan writes one :class:`~routerd.wire.lending.PlanRow` per linked owner/helper pair (spec
 "Decision log"; contract §8): 8,192 of them for 64 nodes × 32 owners × 4 helpers.  Building that
-many attrs objects costs more than planning them, so the planner appends each row as one small
-tuple that shares what the owner's rows and the helper's rows have in common:
+many attrs objects (or even that many tuples) costs more than planning them, so the planner hands
+over its rows as columns, in chunks, sharing what the rows of one owner or one helper have in common:
 
-* ``head`` = ``(trigger, lane, owner_node_id, owner_model_id, pending_count, backlog_count,
-  keep_ms, owner_job_ms)``, one tuple per owner (and lane) a plan;
-* ``tail`` = ``(helper_node_id, helper_model_id, switch_ms, restore_ms, helper_idle_ms)``, one
-  tuple per helper a plan;
-* then ``outcome, reason, service_ms, service_source, slots`` of the pair itself.
+* ``heads``: per row ``(trigger, lane, owner_node_id, owner_model_id, pending_count,
+  backlog_count, keep_ms, owner_job_ms)``, one tuple per owner (and lane) a plan;
+* ``tails``: per row ``(helper_node_id, helper_model_id, switch_ms, restore_ms, helper_idle_ms)``,
+  one tuple per helper a plan;
+* then per row ``outcome``, ``reason``, ``service_ms``, ``service_source`` and ``slots``.
 
-:class:`PlanRows` is a read-only sequence of :class:`PlanRow` over such tuples: a row object is
-built only when someone reads it (tests, the API), while the decision log writes the tuples as
-they are (:meth:`PlanRows.flat`).
+:class:`PlanRows` is a read-only sequence of :class:`PlanRow` over such chunks: a row object is
+built only when someone reads it (tests, the API), while the decision log writes the values as they
+are (:meth:`PlanRows.flat`, one tuple per row and nothing else).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain
 from typing import overload
 
 from routerd.wire.lending import Lane, Outcome, PlanRow, Reason, ServiceSource, Trigger
@@ -27,24 +28,17 @@ from routerd.wire.lending import Lane, Outcome, PlanRow, Reason, ServiceSource, 
 Head = tuple[Trigger, Lane, str, str, int, int, float, float]
 #: The helper's part of its rows in one plan.
 Tail = tuple[str, str, float, float, int]
-#: One row: the owner's head, the helper's tail, outcome, reason, service_ms, service_source, slots.
-CompactRow = tuple[Head, Tail, Outcome, Reason | None, float, ServiceSource | None, int]
+#: One chunk of rows as columns: heads, tails, outcomes, reasons, service_ms, service sources, slots.
+Chunk = tuple[Sequence[Head], Sequence[Tail], Sequence[Outcome], Sequence["Reason | None"], Sequence[float],
+              Sequence["ServiceSource | None"], Sequence[int]]
 #: One row's values in :class:`PlanRow` field order.
 FlatRow = tuple[Trigger, Lane, str, str, str, str, Outcome, Reason | None, int, int, float, float, float,
                 float, float, ServiceSource | None, int, int]
 
 
-def compact(row: PlanRow) -> CompactRow:
-    """``row`` as a compact tuple (for rows built one by one, not by the planner)."""
-    head: Head = (row.trigger, row.lane, row.owner_node_id, row.owner_model_id, row.pending_count,
-                  row.backlog_count, row.keep_ms, row.owner_job_ms)
-    tail: Tail = (row.helper_node_id, row.helper_model_id, row.switch_ms, row.restore_ms, row.helper_idle_ms)
-    return (head, tail, row.outcome, row.reason, row.service_ms, row.service_source, row.slots)
-
-
-def _flat(row: CompactRow) -> FlatRow:
-    (trigger, lane, owner_node, owner_model, pending, backlog, keep, owner_job), tail, outcome, reason, \
-        service, source, slots = row
+def _flat(head: Head, tail: Tail, outcome: Outcome, reason: Reason | None, service: float,
+          source: ServiceSource | None, slots: int) -> FlatRow:
+    trigger, lane, owner_node, owner_model, pending, backlog, keep, owner_job = head
     helper_node, helper_model, switch, restore, idle = tail
     return (trigger, lane, owner_node, owner_model, helper_node, helper_model, outcome, reason, pending,
             backlog, keep, switch, restore, service, owner_job, source, idle, slots)
@@ -55,25 +49,48 @@ class PlanRows(Sequence[PlanRow]):
 
     Equal to any sequence of the same rows in the same order (a list of :class:`PlanRow` too)."""
 
-    __slots__ = ("compact",)
+    __slots__ = ("chunks", "_length")
 
-    def __init__(self, rows: Iterable[CompactRow] = ()) -> None:
-        #: The rows as the planner appended them (read, never change).
-        self.compact: list[CompactRow] = list(rows)
+    def __init__(self, chunks: Iterable[Chunk] = ()) -> None:
+        #: The rows as columns, chunk after chunk (read, never change).
+        self.chunks: list[Chunk] = []
+        self._length = 0
+        for chunk in chunks:
+            self.add(chunk)
+
+    def add(self, chunk: Chunk) -> None:
+        """Append a chunk of rows (its seven columns of equal length)."""
+        length = len(chunk[0])
+        if any(len(column) != length for column in chunk):
+            raise ValueError("plan row columns of unequal length")
+        if length:
+            self.chunks.append(chunk)
+            self._length += length
 
     @classmethod
     def of(cls, rows: Iterable[PlanRow]) -> PlanRows:
         """The rows of any iterable of :class:`PlanRow` (a :class:`PlanRows` is returned as is)."""
         if isinstance(rows, PlanRows):
             return rows
-        return cls(compact(row) for row in rows)
+        heads: list[Head] = []
+        tails: list[Tail] = []
+        rest: list[tuple[Outcome, Reason | None, float, ServiceSource | None, int]] = []
+        for row in rows:
+            heads.append((row.trigger, row.lane, row.owner_node_id, row.owner_model_id, row.pending_count,
+                          row.backlog_count, row.keep_ms, row.owner_job_ms))
+            tails.append((row.helper_node_id, row.helper_model_id, row.switch_ms, row.restore_ms,
+                          row.helper_idle_ms))
+            rest.append((row.outcome, row.reason, row.service_ms, row.service_source, row.slots))
+        outcomes, reasons, services, sources, slots = (list(c) for c in zip(*rest, strict=True)) if rest \
+            else ([], [], [], [], [])
+        return cls([(heads, tails, outcomes, reasons, services, sources, slots)])
 
     def flat(self) -> Iterator[FlatRow]:
         """Every row's values in :class:`PlanRow` field order, no row object made."""
-        return map(_flat, self.compact)
+        return chain.from_iterable(map(_flat, *chunk) for chunk in self.chunks)
 
     def __len__(self) -> int:
-        return len(self.compact)
+        return self._length
 
     @overload
     def __getitem__(self, index: int) -> PlanRow: ...
@@ -82,8 +99,15 @@ class PlanRows(Sequence[PlanRow]):
 
     def __getitem__(self, index: int | slice) -> PlanRow | list[PlanRow]:
         if isinstance(index, slice):
-            return [PlanRow(*_flat(row)) for row in self.compact[index]]
-        return PlanRow(*_flat(self.compact[index]))
+            return list(self)[index]
+        at = index + self._length if index < 0 else index
+        if not 0 <= at < self._length:
+            raise IndexError("plan row index out of range")
+        for chunk in self.chunks:
+            if at < len(chunk[0]):
+                return PlanRow(*_flat(*(column[at] for column in chunk)))  # type: ignore[arg-type]
+            at -= len(chunk[0])
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def __iter__(self) -> Iterator[PlanRow]:
         return (PlanRow(*values) for values in self.flat())
@@ -95,10 +119,10 @@ class PlanRows(Sequence[PlanRow]):
             return list(self) == list(other)
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]  # mutable-looking, like a list
+    __hash__ = None  # type: ignore[assignment]  # compared by value, like a list
 
     def __repr__(self) -> str:
         return f"PlanRows({list(self)!r})"
 
 
-__all__ = ["CompactRow", "FlatRow", "Head", "PlanRows", "Tail", "compact"]
+__all__ = ["Chunk", "FlatRow", "Head", "PlanRows", "Tail"]
