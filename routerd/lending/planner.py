@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from operator import itemgetter
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import attrs
 import numpy as np
@@ -222,13 +222,13 @@ _SOURCE_NAMES: tuple[ServiceSource | None, ...] = (None, "helper", "owner_fallba
 # whether the context gates.
 _O_KEEP, _O_JOB, _O_PRICED, _O_JOB_OK, _O_WIDTH, _O_W0, _O_INELIGIBLE, _O_W1, _O_MULTIMODAL, _O_CONTEXT, \
     _O_CONTEXT_GATE = range(2, 13)
-# Columns of a helper's numbers: weighable (node reachable, model available), its own gate, loaded,
-# recently busy, switch/restore unpriced, switch + restore, probe-ready, idle ms, when probe-ready,
-# number of slopes (-1: no fit), uniform fit, base, first slope; in the text lane also the second
-# slope, the context window and multimodal.
-_S_LIVE, _S_GATE, _S_LOADED, _S_BUSY, _S_UNPRICED, _S_BASE_TOTAL, _S_READY, _S_IDLE, _S_DUE_AT, _S_SLOPES, \
-    _S_UNIFORM, _S_BASE, _S_SLOPE0, _S_SLOPE1, _S_CONTEXT, _S_MULTIMODAL = range(16)
-_DEAD_SIDE = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+# Columns of a helper's numbers: weighable (node reachable, model available), ineligible, loaded,
+# switch and restore ms (0 when unpriced), switch/restore unpriced, number of slopes (-1: no fit),
+# uniform fit, base, first slope; in the text lane also the second slope, the context window and
+# multimodal.
+_S_LIVE, _S_INELIGIBLE, _S_LOADED, _S_SWITCH, _S_RESTORE, _S_UNPRICED, _S_SLOPES, _S_UNIFORM, _S_BASE, \
+    _S_SLOPE0, _S_SLOPE1, _S_CONTEXT, _S_MULTIMODAL = range(13)
+_DEAD_SIDE = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 _DEAD_SIDE_IMAGE = _DEAD_SIDE[:_S_SLOPE1]
 
 T = TypeVar("T")
@@ -325,19 +325,22 @@ def _plan_lane(
         planned.append(position)
         keep_ms = keep or 0.0
         owner_job_ms = owner_job or 0.0
-        numbers = (
-            -sum(stat.backlog_work), -backlog, keep_ms, owner_job_ms, keep is not None and owner_job is not None,
-            owner_job is not None, width, w0, owner_facts.ineligible != "",
+        numbers: tuple[float, ...] = (
+            -sum(stat.backlog_work), -backlog, keep_ms, owner_job_ms,
+            keep is not None and owner_job is not None, owner_job is not None, width, w0,
+            owner_facts.ineligible != "",
         )  # fmt: skip
         if text:
             mean_context = stat.pending_context / count
             numbers += (w1, owner_facts.multimodal, mean_context, mean_context > 0)
         owner_numbers.append(numbers)
-        owner_objects.append(((trigger, lane, node_id, model_id, count, backlog, keep_ms, owner_job_ms), stat, owner_job))
+        head = (trigger, lane, node_id, model_id, count, backlog, keep_ms, owner_job_ms)
+        owner_objects.append((head, stat, owner_job))
     if gone:
         rows.add((
-            [head for head, _link in gone], [_gone_tail(link) for _head, link in gone], ["skipped"] * len(gone),
-            ["owner_unavailable"] * len(gone), [0.0] * len(gone), [None] * len(gone), [0] * len(gone),
+            [head for head, _link in gone], [_gone_tail(link) for _head, link in gone],
+            ["skipped"] * len(gone), ["owner_unavailable"] * len(gone), [0.0] * len(gone), [None] * len(gone),
+            [0] * len(gone),
         ))  # fmt: skip
     if not planned:
         return None
@@ -361,13 +364,12 @@ def _plan_lane(
     needed = np.flatnonzero(reached)
     slot = np.empty(len(index.helpers), dtype=np.intp)
     slot[needed] = np.arange(len(needed))
-    helpers, helper_keys = index.helpers, index.helper_keys
+    at = needed.tolist()
     side_numbers: list[tuple[float, ...]] = []
-    side_objects: list[tuple[Tail, ModelCost | None, float | None, int, bool]] = []
+    tails: list[Tail] = []
     last_node = ""
     view = None
-    for h in needed.tolist():
-        helper = helpers[h]
+    for helper, key in zip(_take(index.helpers, at), _take(index.helper_keys, at), strict=True):
         node_id, model_id = helper.node_id, helper.model_id
         if node_id != last_node:
             last_node = node_id
@@ -375,28 +377,22 @@ def _plan_lane(
             if view is None and node_id not in views:
                 status = statuses.get(node_id)
                 view = views[node_id] = None if status is None else _NodeView(status, lane, section)
-        helper_facts = facts.get(helper_keys[h])
+        helper_facts = facts.get(key)
         if view is None or helper_facts is None or not helper_facts.eligible:
             # its node unreachable, or its model disabled or gone
             side_numbers.append(_DEAD_SIDE if text else _DEAD_SIDE_IMAGE)
-            side_objects.append(((node_id, model_id, 0.0, 0.0, 0), None, None, 0, False))
+            tails.append((node_id, model_id, 0.0, 0.0, 0))
             continue
         config = helper_facts.config_filename
-        idle_ms = view.idle_ms
         switch: float | None
         restore: float | None
         if config and view.active == config:
             loaded = True
             switch = restore = 0.0
-            bar_ms = probe_idle_ms
-            busy = False
         else:
             loaded = False
             switch = view.loads.get(config)
-            restore = view.restore(config)
-            bar_ms = UNLOADED_PROBE_FACTOR * probe_idle_ms
-            # Unloaded and busy with its own work more recently than the switch and the way back take.
-            busy = switch is not None and restore is not None and idle_ms < switch + restore
+            restore = view.restore(config) if config in view.displaceable else view.restore_all
         unpriced = _NO_REASON
         if switch is None:
             unpriced = _SWITCH_UNPRICED
@@ -411,30 +407,45 @@ def _plan_lane(
                 base = fit.base_ms
                 s0 = slopes[0] if slopes_n >= 1 else 0.0
                 s1 = slopes[1] if slopes_n >= 2 else 0.0
-        if helper_facts.ineligible:
-            gate = _MODEL_INELIGIBLE
-        else:
-            gate = _NO_REASON if view.accepting else _NOT_ACCEPTING
-        context, multimodal = helper_facts.context, helper_facts.multimodal
-        numbers = (
-            1.0, gate, loaded, busy, unpriced, switch + restore if switch is not None and restore is not None else 0.0,
-            idle_ms >= bar_ms, idle_ms, now_ms + bar_ms - idle_ms, slopes_n, uniform, base, s0,
+        side_row: tuple[float, ...] = (
+            1.0, helper_facts.ineligible != "", loaded, switch or 0.0, restore or 0.0, unpriced, slopes_n,
+            uniform, base, s0,
         )  # fmt: skip
-        side_numbers.append(numbers + (s1, context, multimodal) if text else numbers)
-        side_objects.append(((node_id, model_id, switch or 0.0, restore or 0.0, idle_ms), fit, switch, context,
-                             multimodal))  # fmt: skip
+        if text:
+            side_row += (s1, helper_facts.context, helper_facts.multimodal)
+        side_numbers.append(side_row)
+        tails.append((node_id, model_id, switch or 0.0, restore or 0.0, view.idle_ms))
 
     # -- every pair at once ----------------------------------------------------------------------------
-    ps = slot[p_helper]  # the pair's helper among side_numbers
-    side = np.take(np.array(side_numbers, dtype=np.float64).T, ps, axis=1)
+    # What depends on the helper alone, over the reached helpers (node figures by node).
+    sides = np.array(side_numbers, dtype=np.float64).T
+    node_of_side = index.helper_node[needed]
+    node_views = [views.get(node_id) for node_id in index.nodes]
+    idle = np.array([0 if v is None else v.idle_ms for v in node_views], dtype=np.float64)[node_of_side]
+    accepting = np.array([v is not None and v.accepting for v in node_views], dtype=np.bool_)[node_of_side]
+    loaded_s = sides[_S_LOADED] > 0
+    unpriced_s = sides[_S_UNPRICED]
+    # switch + restore, when both are priced
+    base_total_s = sides[_S_SWITCH] + sides[_S_RESTORE]
+    # unloaded and busy with its own work more recently than the switch and the way back take
+    busy_s = ~loaded_s & (unpriced_s == _NO_REASON) & (idle < base_total_s)
+    bar = np.where(loaded_s, probe_idle_ms, UNLOADED_PROBE_FACTOR * probe_idle_ms)
+    ready_s = idle >= bar
+    due_at_s = (now_ms + bar) - idle
+    gate_s = np.where(
+        sides[_S_INELIGIBLE] > 0, _MODEL_INELIGIBLE, np.where(accepting, _NO_REASON, _NOT_ACCEPTING)
+    )
+
+    ps = slot[p_helper]  # the pair's helper among the reached ones
+    side = np.take(sides, ps, axis=1)
     own = np.take(owners.T, po, axis=1)
     live = side[_S_LIVE] > 0
     # gates before claims (the owner's, then the helper's own), after claims (the link, the context)
     owner_gate = own[_O_INELIGIBLE] > 0
     if text:
         owner_gate |= side[_S_MULTIMODAL] != own[_O_MULTIMODAL]
-    before = np.where(owner_gate, _MODEL_INELIGIBLE, side[_S_GATE])
-    loaded_p = side[_S_LOADED] > 0
+    before = np.where(owner_gate, _MODEL_INELIGIBLE, gate_s[ps])
+    loaded_p = loaded_s[ps]
     after = np.where(~loaded_p & ~index.pair_load[pair_at], _LOAD_FORBIDDEN, _NO_REASON)
     if text:
         short = (own[_O_CONTEXT_GATE] > 0) & (side[_S_CONTEXT] < own[_O_CONTEXT])
@@ -447,13 +458,16 @@ def _plan_lane(
     service = side[_S_BASE]
     with np.errstate(all="ignore"):
         w = own[_O_W0]
-        service = np.where(priced_service & (width >= 1) & (w > 0), service + side[_S_SLOPE0] * w, service)
+        term = priced_service & (width >= 1) & (w > 0)
+        service = np.where(term, service + side[_S_SLOPE0] * w, service)
         if text:
             w = own[_O_W1]
-            service = np.where(priced_service & (width >= 2) & (w > 0), service + side[_S_SLOPE1] * w, service)
+            term = priced_service & (width >= 2) & (w > 0)
+            service = np.where(term, service + side[_S_SLOPE1] * w, service)
     for p in np.flatnonzero((slopes_p == width) & (uniform_p | (width > 2))).tolist():
         stat = owner_objects[po[p]][1]
-        value = predict(side_objects[ps[p]][1], [w / stat.pending_count for w in stat.pending_work])
+        mean_work = [w / stat.pending_count for w in stat.pending_work]
+        value = predict(_fit_of(views, index.helpers[p_helper[p]]), mean_work)
         if value is not None:
             service[p], priced_service[p] = value, True
     # None still only when the owner has no fit either: the owner is unpriced and ``owner_unpriced``
@@ -461,15 +475,17 @@ def _plan_lane(
     job_ok = own[_O_JOB_OK] > 0
     service = np.where(priced_service, service, own[_O_JOB])
     source = np.where(priced_service, 1, np.where(job_ok, 2, 0))
-    total = side[_S_BASE_TOTAL] + service
-    unpriced_p = side[_S_UNPRICED]
+    total = base_total_s[ps] + service
+    unpriced_p = unpriced_s[ps]
     cost = np.where(
         own[_O_PRICED] > 0,
-        np.where(unpriced_p != _NO_REASON, unpriced_p, np.where(total >= own[_O_KEEP], _COST_REJECTED, _OUTRANKED)),
+        np.where(
+            unpriced_p != _NO_REASON, unpriced_p, np.where(total >= own[_O_KEEP], _COST_REJECTED, _OUTRANKED)
+        ),
         _OWNER_UNPRICED,
     )
-    busy_p = side[_S_BUSY] > 0
-    ready = side[_S_READY] > 0
+    busy_p = busy_s[ps]
+    ready = ready_s[ps]
     open_ = live & (before == _NO_REASON) & (after == _NO_REASON) & ~busy_p  # eligible unless claimed
     payable = open_ & (cost == _OUTRANKED)
     probing = open_ & ~payable & ready
@@ -480,8 +496,10 @@ def _plan_lane(
     node_of = index.helper_node[p_helper]
     candidates = np.flatnonzero(payable | probing)
     by_cost = payable[candidates]
-    key = np.where(by_cost, total[candidates], -side[_S_IDLE][candidates])
-    candidates = candidates[_preference(p_rank[candidates], by_cost, key, p_helper[candidates], len(index.helpers))]
+    cost_or_idle = np.where(by_cost, total[candidates], -idle[ps[candidates]])
+    candidates = candidates[
+        _preference(p_rank[candidates], by_cost, cost_or_idle, p_helper[candidates], len(index.helpers))
+    ]
     taken_at = np.full(len(index.nodes), owners_n, dtype=np.intp)  # rank of the owner that claimed it
     if claimed:
         for n, node_id in enumerate(index.nodes):
@@ -529,7 +547,8 @@ def _plan_lane(
                 slots[p] = settings.offload_slower_helper_slots
         outcome[p] = "probe" if probe else "granted"
         link = index.links[pair_at[p]]
-        _tail, _fit, helper_switch, helper_context, helper_multimodal = side_objects[s]
+        helper_facts = facts[index.helper_keys[p_helper[p]]]
+        helper_switch = tails[s][2]
         leases.append(
             Lease(
                 lane=lane,
@@ -543,34 +562,37 @@ def _plan_lane(
                 probe=probe,
                 ttl_ms=ttl_ms,
                 owner_job_ms=0.0 if probe or owner_job is None else owner_job,
-                helper_switch_ms=0.0 if probe or helper_switch is None else helper_switch,
+                helper_switch_ms=0.0 if probe else helper_switch,
                 helper_service_ms=0.0 if probe else helper_service,
-                helper_context=helper_context if text else 0,
-                helper_multimodal=helper_multimodal,
+                helper_context=helper_facts.context if text else 0,
+                helper_multimodal=helper_facts.multimodal,
             )
         )
     # Undecided owners probe again when their first eligible helper will have idled long enough.
     waiting = live & gate_none & ~ready & ~decided[po]
     due: float | None = None
     if waiting.any():
-        due = float(side[_S_DUE_AT][waiting].min())
+        due = float(due_at_s[ps][waiting].min())
 
     # -- rows: per owner in planning order, the pairs it cannot weigh first, each in listing order ----
     row_service = np.where(live & (priced_service | job_ok), service, 0.0)
     at = po.tolist()
     heads: Sequence[Head] = _take([objects[0] for objects in owner_objects], at)
-    tails: Sequence[Tail] = _take([objects[0] for objects in side_objects], ps.tolist())
+    row_tails: Sequence[Tail] = _take(tails, ps.tolist())
     if live.all():
-        rows.add((heads, tails, outcome, reasons, row_service.tolist(), _take(_SOURCE_NAMES, source.tolist()),
-                  slots))  # fmt: skip
+        rows.add(
+            (heads, row_tails, outcome, reasons, row_service.tolist(), _take(_SOURCE_NAMES, source.tolist()),
+             slots)
+        )
         return due
     # the owner's counts, no prices, on the row of a pair it cannot weigh
-    heads = [h if ok else h[:6] + (0.0, 0.0) for h, ok in zip(heads, live.tolist(), strict=True)]  # type: ignore[misc]
+    heads = [h if ok else h[:6] + (0.0, 0.0) for h, ok in zip(heads, live.tolist(), strict=True)]
     source = np.where(live, source, 0)
-    ranked = np.lexsort((live, p_rank)).tolist()
+    ranked = np.argsort(p_rank * 2 + live, kind="stable").tolist()
     rows.add((
-        _take(heads, ranked), _take(tails, ranked), _take(outcome, ranked), _take(reasons, ranked),
-        _take(row_service.tolist(), ranked), _take(_SOURCE_NAMES, source[ranked].tolist()), _take(slots, ranked),
+        _take(heads, ranked), _take(row_tails, ranked), _take(outcome, ranked), _take(reasons, ranked),
+        _take(row_service.tolist(), ranked), _take(_SOURCE_NAMES, source[ranked].tolist()),
+        _take(slots, ranked),
     ))  # fmt: skip
     return due
 
@@ -592,6 +614,11 @@ def _preference(
     # an owner links a helper once, so (rank, group, key place, helper) is unique
     combined = (group * (int(dense[by_key[-1]]) + 1) + dense) * helpers + helper
     return np.argsort(combined).astype(np.intp)
+
+
+def _fit_of(views: Mapping[str, _NodeView | None], helper: Endpoint) -> ModelCost | None:
+    view = views.get(helper.node_id)
+    return None if view is None else view.fits.get(helper.model_id)
 
 
 def _gone_tail(link: Link) -> Tail:
