@@ -5,6 +5,9 @@ each linked to 4 helper models on other nodes: 2048 owners and 8192 owner/helper
 plan, every one priced (owner and helper fits, load costs, a displaced config to restore) and written
 as a plan row; claims, grants and skips all occur.  A second line times the lighter reading of the
 same shape (32 owners in the whole cluster, 128 evaluations).  Issue 8's shape was 32 x 16 x 4.
+A third line times recording the big plan in the decision log (every plan row, spec "Decision log"):
+the part on the caller's turn of the reactor (``DecisionLog.record_plan_rows``, judged against
+``RECORD_TARGET_MS``) and the write the store thread then does (an in-memory SQLite database here).
 
     .venv/bin/python benchmarks/plan_bench.py [--nodes 64] [--owners 32] [--helpers 4] [--repeat 200]
 
@@ -23,7 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from twisted.internet.task import Clock  # noqa: E402
+
 from routerd.config.lending import LendingSettings  # noqa: E402
+from routerd.lending.decisions import DecisionLog  # noqa: E402
 from routerd.lending.links import LinkSet  # noqa: E402
 from routerd.lending.planner import FactKey, ModelFacts, plan  # noqa: E402
 from routerd.wire.lending import (  # noqa: E402
@@ -35,9 +41,12 @@ from routerd.wire.lending import (  # noqa: E402
     ModelCost,
     QueueStat,
 )
+from routerd.store.store import Store  # noqa: E402
 from routerd.wire.status import RuntimeStatus  # noqa: E402
 
 TARGET_MS = 5.0  # issue 24: one full plan for 64 nodes x 32 owners x 4 helpers, median
+#: Recording that plan's rows, on the reactor's turn (it was ~79 ms before issue 24 item 3).
+RECORD_TARGET_MS = 5.0
 
 
 def build(
@@ -103,6 +112,27 @@ def time_plan(
     return len(result.rows), len(result.leases), min(times), statistics.median(times)
 
 
+def time_record(nodes: int, owners: int, helpers: int, repeat: int) -> tuple[int, float, float, float]:
+    """``(rows, record median ms, record best ms, write median ms)`` of recording one plan's rows in
+    the decision log: ``record_plan_rows`` on the caller's turn, then the flush into SQLite."""
+    link_set, statuses, facts = build(nodes, owners, helpers)
+    result = plan("tick", 1_000_000, [link_set], statuses, LendingSettings(), facts)
+    clock = Clock()
+    store = Store.open_sync(clock=clock)
+    log = DecisionLog(store, clock, "node00")
+    record: list[float] = []
+    write: list[float] = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        log.record_plan_rows(result.rows)
+        record.append((time.perf_counter() - start) * 1000.0)
+        start = time.perf_counter()
+        log.flush()
+        write.append((time.perf_counter() - start) * 1000.0)
+    store.close()
+    return len(result.rows), statistics.median(record), min(record), statistics.median(write)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Time one lease plan over a large cluster.")
     parser.add_argument("--nodes", type=int, default=64)
@@ -123,7 +153,15 @@ def main(argv: list[str] | None = None) -> int:
         f"plan, {args.nodes} nodes, {few} owners in all x {args.helpers} helpers/owner "
         f"({light[0]} evaluations, {light[1]} leases): {light[2]:.2f} ms best, {light[3]:.2f} ms median"
     )
-    return 0 if median <= TARGET_MS else 1
+    rows, record, record_best, write = time_record(
+        args.nodes, args.owners, args.helpers, max(3, args.repeat // 20)
+    )
+    print(
+        f"recording that plan in the decision log ({rows} rows): {record:.2f} ms median, {record_best:.2f} ms "
+        f"best on the caller's turn (target: median <= {RECORD_TARGET_MS:.0f} ms); the store thread's write "
+        f"{write:.1f} ms median"
+    )
+    return 0 if median <= TARGET_MS and record <= RECORD_TARGET_MS else 1
 
 
 if __name__ == "__main__":

@@ -190,10 +190,10 @@ class NodeMetrics:
             found = self._children[key] = metric.labels(*labels)
         return found
 
-    def count_decision(self, row: Mapping[str, Any]) -> None:
-        """Count one decision-log row (a ``DecisionLog`` observer)."""
+    def count_decision(self, row: Mapping[str, Any], count: int = 1) -> None:
+        """Count ``count`` decision-log rows like ``row`` (a ``DecisionLog`` observer)."""
         self.lending_decisions.labels(str(row.get("kind", "")), str(row.get("outcome", "")),
-                                      str(row.get("lane", "")), str(row.get("reason") or "")).inc()
+                                      str(row.get("lane", "")), str(row.get("reason") or "")).inc(count)
 
     def watch_lending(self, leases: LeaseSides, held: HeldStates) -> None:
         """Report live leases and held requests from these views at every scrape."""

@@ -4,18 +4,26 @@
 with this node's id, the clock's time and the router version, and appends it to
 an in-memory buffer: nothing touches the database on the caller's turn of the
 reactor.  While started, a ``LoopingCall`` on the injected clock writes the
-buffer every second in one ``insert_decisions`` call and, at most once a
+buffer every second in one ``insert_decision_values`` call and, at most once a
 minute, deletes rows older than the retention.  The buffer holds at most
 ``BUFFER_CAP`` rows; beyond that the oldest are dropped and the count logged.
 Database failures are logged, never raised into callers.  An unknown kind,
 outcome, reason, trigger, lane or column is a programming error and raises
 ``ValueError`` at once.
+
+A plan writes one row per linked pair (8,192 on a site of 64 nodes x 32 owners x 4
+helpers, issue 24).  ``record_plan_rows`` therefore checks a plan's enumerations
+once per distinct value and buffers the plan's rows as they came from the planner
+(``routerd.wire.plan_rows.PlanRows``, one entry); each row becomes its insert
+tuple only on the store thread, while the batch is written.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import islice, repeat
+from operator import itemgetter
 from typing import Any, Protocol
 
 from twisted.internet import task
@@ -25,8 +33,15 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from routerd import __version__
-from routerd.store.decisions import DEFAULT_LIMIT, INT_COLUMNS, REAL_COLUMNS, TEXT_COLUMNS
+from routerd.store.decisions import (
+    DEFAULT_LIMIT,
+    INT_COLUMNS,
+    REAL_COLUMNS,
+    TEXT_COLUMNS,
+    row_values,
+)
 from routerd.wire.lending import LANES, OUTCOMES, REASONS, TRIGGERS, PlanRow
+from routerd.wire.plan_rows import FlatRow, PlanRows
 
 log = Logger()
 
@@ -76,10 +91,17 @@ _TEXT_FIELDS = frozenset(TEXT_COLUMNS) - _STAMPED
 _NUMBER_FIELDS = frozenset(INT_COLUMNS + REAL_COLUMNS) - _STAMPED
 
 
+#: One buffered row's insert values (``routerd.store.decisions.COLUMNS`` order).
+Values = tuple[object, ...]
+#: An observer of recorded rows: ``observer(row, count)`` for ``count`` rows alike in kind,
+#: outcome, lane and reason (the fields metrics count by); ``row`` has at least those.
+Observer = Callable[[Mapping[str, Any], int], None]
+
+
 class DecisionStore(Protocol):
     """What the log needs of the router database (``routerd.store.store.Store``)."""
 
-    def insert_decisions(self, rows: Sequence[Mapping[str, Any]]) -> Deferred[None]: ...
+    def insert_decision_values(self, values: Iterable[Values]) -> Deferred[None]: ...
 
     def query_decisions(
         self, *, lane: str | None = None, outcome: str | None = None, kind: str | None = None,
@@ -140,14 +162,17 @@ class DecisionLog:
         self.router_version = router_version
         self.retention_s = 0.0
         self.set_retention(retention_s)
-        self._buffer: deque[dict[str, Any]] = deque()
+        # Single rows as their insert values; a plan's rows as one _PlanEntry.
+        self._buffer: deque[Values | _PlanEntry] = deque()
+        self._rows = 0
         self._dropped = 0
         self._loop: task.LoopingCall | None = None
         self._last_prune: float | None = None
-        self._observers: list[Callable[[Mapping[str, Any]], None]] = []
+        self._observers: list[Observer] = []
 
-    def observe(self, observer: Callable[[Mapping[str, Any]], None]) -> None:
-        """Call ``observer(row)`` for every row recorded from now on (metrics count them)."""
+    def observe(self, observer: Observer) -> None:
+        """Call ``observer(row, count)`` for the rows recorded from now on (metrics count them):
+        once per row from ``record``, once per distinct kind/outcome/lane/reason of a plan."""
         self._observers.append(observer)
 
     # -- recording ----------------------------------------------------------------------------
@@ -157,27 +182,47 @@ class DecisionLog:
         outside the enumerations or an unknown field."""
         row = validate(kind, outcome, fields)
         row["node_id"] = self.node_id
-        row["recorded_at"] = int(self.clock.seconds() * 1000)
+        row["recorded_at"] = now = int(self.clock.seconds() * 1000)
         row["router_version"] = self.router_version
-        if len(self._buffer) >= BUFFER_CAP:
-            self._buffer.popleft()
-            self._dropped += 1
-        self._buffer.append(row)
+        self._buffer.append(row_values(row, now))
+        self._rows += 1
+        self._trim()
         for observer in self._observers:
-            observer(row)
+            observer(row, 1)
 
     def record_plan_rows(self, rows: Iterable[PlanRow]) -> None:
-        """Buffer the plan rows of one decision (``kind`` plan)."""
-        for plan_row in rows:
-            columns = plan_row.columns()
-            del columns["kind"]
-            outcome = str(columns.pop("outcome"))
-            self.record("plan", outcome, **columns)
+        """Buffer the plan rows of one decision (``kind`` plan), all or none: raises
+        ``ValueError`` for a value outside the enumerations or a number that is not one."""
+        plan = PlanRows.of(rows)
+        if not len(plan):
+            return
+        counts = _check_plan(plan)
+        self._buffer.append(_PlanEntry(int(self.clock.seconds() * 1000), plan))
+        self._rows += len(plan)
+        self._trim()
+        for (outcome, lane, reason), count in counts.items():
+            row = {"kind": "plan", "outcome": outcome, "lane": lane, "reason": reason or ""}
+            for observer in self._observers:
+                observer(row, count)
 
     @property
     def pending(self) -> int:
         """Rows buffered and not yet handed to the store."""
-        return len(self._buffer)
+        return self._rows
+
+    def _trim(self) -> None:
+        """Drop the oldest rows past ``BUFFER_CAP`` (the oldest rows of a plan first)."""
+        while self._rows > BUFFER_CAP:
+            oldest = self._buffer[0]
+            excess = self._rows - BUFFER_CAP
+            if isinstance(oldest, _PlanEntry) and oldest.remaining > excess:
+                oldest.skip += excess
+                gone = excess
+            else:
+                self._buffer.popleft()
+                gone = oldest.remaining if isinstance(oldest, _PlanEntry) else 1
+            self._rows -= gone
+            self._dropped += gone
 
     # -- settings -----------------------------------------------------------------------------
 
@@ -214,15 +259,17 @@ class DecisionLog:
         if not self._buffer or self.store is None:
             return succeed(None)
         batch = list(self._buffer)
+        count = self._rows
         self._buffer.clear()
+        self._rows = 0
         try:
-            d = self.store.insert_decisions(batch)
+            d = self.store.insert_decision_values(self._values(batch))
         except Exception:
             d = Deferred()
             d.errback(Failure())
 
         def failed(failure: Failure) -> None:
-            log.failure("writing {count} lending decision rows failed", failure, count=len(batch))
+            log.failure("writing {count} lending decision rows failed", failure, count=count)
 
         return d.addErrback(failed)
 
@@ -269,3 +316,98 @@ class DecisionLog:
 
     def _loop_failed(self, failure: Failure) -> None:
         log.failure("lending decision flush loop stopped", failure)
+
+    def _values(self, batch: list[Values | _PlanEntry]) -> Iterator[Values]:
+        """Every buffered row's insert values, in order; a plan's rows are made into them as they
+        are read (by the store thread, writing the batch)."""
+        node_id, version = self.node_id, self.router_version
+        for entry in batch:
+            if isinstance(entry, _PlanEntry):
+                rows = islice(entry.rows.flat(), entry.skip, None)
+                stamp = repeat(entry.recorded_at)
+                yield from map(_plan_values, stamp, repeat(node_id), repeat(version), rows)
+            else:
+                yield entry
+
+
+class _PlanEntry:
+    """One plan's rows in the buffer: stamped once, the first ``skip`` dropped (the buffer was full)."""
+
+    __slots__ = ("recorded_at", "rows", "skip")
+
+    def __init__(self, recorded_at: int, rows: PlanRows) -> None:
+        self.recorded_at = recorded_at
+        self.rows = rows
+        self.skip = 0
+
+    @property
+    def remaining(self) -> int:
+        return len(self.rows) - self.skip
+
+
+def _plan_values(recorded_at: int, node_id: str, version: str, row: FlatRow) -> Values:
+    """A plan row's insert values (``COLUMNS`` order; what ``validate`` and ``row_values`` make of
+    ``PlanRow.columns()``: None is ``''``, the columns a plan row leaves out ``''`` or 0)."""
+    (trigger, lane, owner_node, owner_model, helper_node, helper_model, outcome, reason, pending, backlog,
+     keep, switch, restore, service, owner_job, source, idle, slots) = row
+    return (recorded_at, node_id, "plan", trigger, lane, owner_node, owner_model, helper_node, helper_model,
+            outcome, reason or "", "", pending, backlog, keep, switch, restore, service, owner_job,
+            source or "", idle, slots, 0, 0, 0.0, version, "", "")
+
+
+_PLAN_TRIGGERS = TRIGGERS_BY_KIND["plan"]
+_PLAN_OUTCOMES = OUTCOMES_BY_KIND["plan"]
+_PLAN_REASONS = REASONS_BY_KIND["plan"] | {None}
+_PLAN_SOURCES = SERVICE_SOURCES | {None}
+_NUMBER_TYPES = frozenset({int, float})
+_STRING_TYPES = frozenset({str})
+
+
+def _check_plan(plan: PlanRows) -> Counter[tuple[str, str, str | None]]:
+    """Check a plan's rows as ``validate`` checks one row, each distinct value once (a plan's rows
+    share their owners' and helpers' parts); the count of rows per (outcome, lane, reason)."""
+    heads: dict[int, tuple[Any, ...]] = {}
+    tails: dict[int, tuple[Any, ...]] = {}
+    counts: Counter[tuple[str, str, str | None]] = Counter()
+    for head_column, tail_column, outcomes, reasons, services, sources, slots in plan.chunks:
+        heads.update(zip(map(id, head_column), head_column, strict=True))
+        tails.update(zip(map(id, tail_column), tail_column, strict=True))
+        _within(set(outcomes), _PLAN_OUTCOMES, "plan outcome")
+        _within(set(reasons), _PLAN_REASONS, "plan reason")
+        _within(set(sources), _PLAN_SOURCES, "service_source")
+        _numbers((services, slots))
+        counts.update(zip(outcomes, map(_LANE_OF_HEAD, head_column), reasons, strict=True))
+    if heads:
+        triggers, lanes, owner_nodes, owner_models, *numbers = zip(*heads.values(), strict=True)
+        _within(set(triggers), _PLAN_TRIGGERS, "plan trigger")
+        _within(set(lanes), _LANES, "decision lane")
+        _strings((owner_nodes, owner_models))
+        _numbers(numbers)
+    if tails:
+        helper_nodes, helper_models, *numbers = zip(*tails.values(), strict=True)
+        _strings((helper_nodes, helper_models))
+        _numbers(numbers)
+    return counts
+
+
+_LANES: frozenset[str | None] = frozenset(LANES)
+_LANE_OF_HEAD = itemgetter(1)
+
+
+def _within(values: set[Any], allowed: frozenset[Any], what: str) -> None:
+    if not values <= allowed:
+        raise ValueError(f"unknown {what} {sorted(map(repr, values - allowed))[0]}")
+
+
+def _numbers(columns: Iterable[Sequence[object]]) -> None:
+    for values in columns:
+        if not set(map(type, values)) <= _NUMBER_TYPES:
+            bad = next(v for v in values if type(v) not in _NUMBER_TYPES)
+            raise ValueError(f"plan row numbers must be numbers, got {bad!r}")
+
+
+def _strings(columns: Iterable[Sequence[object]]) -> None:
+    for values in columns:
+        if not set(map(type, values)) <= _STRING_TYPES:
+            bad = next(v for v in values if type(v) is not str)
+            raise ValueError(f"plan row ids must be strings, got {bad!r}")

@@ -9,7 +9,7 @@ values omitted apart from the identifying columns (``IDENTITY``).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 #: Text columns, in table order (``trigger`` is quoted in SQL: it is a keyword).
@@ -88,8 +88,9 @@ def row_values(row: Mapping[str, Any], now_ms: int) -> tuple[object, ...]:
     return tuple(values)
 
 
-def insert(conn: sqlite3.Connection, rows: Sequence[tuple[object, ...]]) -> None:
-    """Insert prepared rows (``row_values``) in one statement batch."""
+def insert(conn: sqlite3.Connection, rows: Iterable[tuple[object, ...]]) -> None:
+    """Insert prepared rows (``row_values``) in one statement batch (``rows`` read as they are
+    written: an iterator makes no list of them)."""
     conn.executemany(_INSERT_SQL, rows)
 
 

@@ -13,7 +13,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from twisted.internet.defer import Deferred, fail, succeed
@@ -481,6 +481,12 @@ class Store:
             return fail()
         if not values:
             return succeed(None)
+        return self._runner.run(lambda conn: decisions_sql.insert(conn, values))
+
+    def insert_decision_values(self, values: Iterable[tuple[object, ...]]) -> Deferred[None]:
+        """Insert rows already made into their values (``decisions_sql.COLUMNS`` order, checked by
+        the caller) in one transaction.  ``values`` is read on the store's thread, as the rows are
+        written: a lazy iterable makes each row there, not on the caller's turn."""
         return self._runner.run(lambda conn: decisions_sql.insert(conn, values))
 
     def query_decisions(

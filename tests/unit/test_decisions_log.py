@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import pytest
@@ -31,9 +31,10 @@ class SpyStore:
         self.inserts: list[int] = []
         self.prunes: list[int] = []
 
-    def insert_decisions(self, rows: Sequence[Mapping[str, Any]]) -> Deferred[None]:
+    def insert_decision_values(self, values: Iterable[tuple[object, ...]]) -> Deferred[None]:
+        rows = list(values)
         self.inserts.append(len(rows))
-        return self.store.insert_decisions(rows)
+        return self.store.insert_decision_values(rows)
 
     def query_decisions(self, **filters: Any) -> Deferred[list[dict[str, Any]]]:
         return self.store.query_decisions(**filters)
@@ -44,8 +45,8 @@ class SpyStore:
 
 
 class BrokenStore(SpyStore):
-    def insert_decisions(self, rows: Sequence[Mapping[str, Any]]) -> Deferred[None]:
-        self.inserts.append(len(rows))
+    def insert_decision_values(self, values: Iterable[tuple[object, ...]]) -> Deferred[None]:
+        self.inserts.append(len(list(values)))
         return fail(RuntimeError("disk full"))
 
     def prune_decisions(self, before_ms: int) -> Deferred[int]:
