@@ -22,6 +22,7 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -31,7 +32,8 @@ from twisted.internet.task import Clock  # noqa: E402
 from routerd.config.lending import LendingSettings  # noqa: E402
 from routerd.lending.decisions import DecisionLog  # noqa: E402
 from routerd.lending.links import LinkSet  # noqa: E402
-from routerd.lending.planner import FactKey, ModelFacts, plan  # noqa: E402
+from routerd.lending.planner import FactKey, ModelFacts, PlanResult, plan  # noqa: E402
+from routerd.store.store import Store  # noqa: E402
 from routerd.wire.lending import (  # noqa: E402
     Costs,
     Endpoint,
@@ -41,7 +43,6 @@ from routerd.wire.lending import (  # noqa: E402
     ModelCost,
     QueueStat,
 )
-from routerd.store.store import Store  # noqa: E402
 from routerd.wire.status import RuntimeStatus  # noqa: E402
 
 TARGET_MS = 5.0  # issue 24: one full plan for 64 nodes x 32 owners x 4 helpers, median
@@ -98,18 +99,29 @@ def build(
 
 
 def time_plan(
-    nodes: int, owners: int, helpers: int, repeat: int, owner_nodes: int | None = None
+    nodes: int, owners: int, helpers: int, repeat: int, owner_nodes: int | None = None,
+    planner: Callable[..., PlanResult] = plan,
 ) -> tuple[int, int, float, float]:
     """``(evaluations, leases, best_ms, median_ms)`` of one plan over the given shape."""
     link_set, statuses, facts = build(nodes, owners, helpers, owner_nodes)
     settings = LendingSettings()
-    result = plan("tick", 1_000_000, [link_set], statuses, settings, facts)  # warm-up
+    result = planner("tick", 1_000_000, [link_set], statuses, settings, facts)  # warm-up
     times: list[float] = []
     for _ in range(repeat):
         start = time.perf_counter()
-        plan("tick", 1_000_000, [link_set], statuses, settings, facts)
+        planner("tick", 1_000_000, [link_set], statuses, settings, facts)
         times.append((time.perf_counter() - start) * 1000.0)
     return len(result.rows), len(result.leases), min(times), statistics.median(times)
+
+
+def reference_planner() -> Callable[..., PlanResult] | None:
+    """The planner before issue 24's rewrite (``tests/unit/planner_reference.py``), when the tests
+    are at hand (a source checkout)."""
+    try:
+        from tests.unit import planner_reference
+    except ImportError:
+        return None
+    return planner_reference.plan
 
 
 def time_record(nodes: int, owners: int, helpers: int, repeat: int) -> tuple[int, float, float, float]:
@@ -147,6 +159,15 @@ def main(argv: list[str] | None = None) -> int:
         f"({evaluations} evaluations, {leases} leases): {best:.2f} ms best, {median:.2f} ms median "
         f"of {args.repeat} (target: median <= {TARGET_MS:.0f} ms)"
     )
+    old = reference_planner()
+    if old is not None:
+        _e, _l, old_best, old_median = time_plan(
+            args.nodes, args.owners, args.helpers, max(5, args.repeat // 10), planner=old
+        )
+        print(
+            f"  the planner before issue 24 (tests/unit/planner_reference.py), same run: "
+            f"{old_best:.2f} ms best, {old_median:.2f} ms median; this one takes {median / old_median:.2f}x"
+        )
     few = min(args.owners, args.nodes)
     light = time_plan(args.nodes, 1, args.helpers, args.repeat, owner_nodes=few)
     print(
@@ -157,9 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         args.nodes, args.owners, args.helpers, max(3, args.repeat // 20)
     )
     print(
-        f"recording that plan in the decision log ({rows} rows): {record:.2f} ms median, {record_best:.2f} ms "
-        f"best on the caller's turn (target: median <= {RECORD_TARGET_MS:.0f} ms); the store thread's write "
-        f"{write:.1f} ms median"
+        f"recording that plan in the decision log ({rows} rows): {record:.2f} ms median, "
+        f"{record_best:.2f} ms best on the caller's turn (target: median <= {RECORD_TARGET_MS:.0f} ms); "
+        f"the store thread's write {write:.1f} ms median"
     )
     return 0 if median <= TARGET_MS and record <= RECORD_TARGET_MS else 1
 
