@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
+import attrs
 import pytest
 from twisted.internet import task
 from twisted.internet.defer import Deferred, fail
@@ -13,6 +14,7 @@ from twisted.logger import capturedLogs
 from routerd import __version__
 from routerd.lending import decisions as decisions_mod
 from routerd.lending.decisions import BUFFER_CAP, DecisionLog
+from routerd.store.decisions import COLUMNS
 from routerd.store.store import Store
 from routerd.wire.lending import PlanRow
 from tests.support import fired
@@ -266,3 +268,97 @@ def test_start_twice_keeps_one_loop() -> None:
     assert spy.inserts == [1]
     fired(log.stop())
     fired(log.stop())
+
+
+def plan_rows(count: int) -> list[PlanRow]:
+    """A plan's rows: one granted, the rest skipped (cost_rejected / outranked alternately)."""
+    out = [PlanRow(trigger="tick", lane="image", owner_node_id="a", owner_model_id="sd", helper_node_id="b",
+                   helper_model_id="sd-b", outcome="granted", pending_count=8, backlog_count=10,
+                   keep_ms=9000.0, switch_ms=2500.0, restore_ms=12.5, service_ms=900.0, owner_job_ms=1000.0,
+                   service_source="helper", helper_idle_ms=12000, slots=2)]
+    for i in range(1, count):
+        out.append(PlanRow(trigger="tick", lane="image", owner_node_id="a", owner_model_id="sd",
+                           helper_node_id=f"n{i}", helper_model_id="sd-n", outcome="skipped",
+                           reason="cost_rejected" if i % 2 else "outranked", pending_count=8,
+                           backlog_count=10, keep_ms=9000.0, service_ms=float(i), owner_job_ms=1000.0,
+                           service_source="owner_fallback", helper_idle_ms=i))
+    return out
+
+
+def stored(spy: SpyStore) -> list[tuple[Any, ...]]:
+    return fired(spy.store.runner.run(lambda conn: list(conn.execute(
+        "SELECT * FROM offload_decisions ORDER BY id"))))
+
+
+def test_a_plans_rows_are_stored_exactly_as_recording_them_one_by_one_stores_them() -> None:
+    """The batch path (one buffer entry per plan, values made while writing) writes the very rows
+    ``record`` writes for each row's columns: same values, same order, same stamps."""
+    one_by_one, spy_a, clock_a = make()
+    batched, spy_b, clock_b = make()
+    gone = PlanRow("enqueued", "text", "x", "llm", "y", "llm-y", "skipped", "owner_unavailable")
+    rows_ = [*plan_rows(5), gone]
+    for row in rows_:
+        columns = row.columns()
+        del columns["kind"]
+        outcome = str(columns.pop("outcome"))
+        one_by_one.record("plan", outcome, **columns)
+    batched.record_plan_rows(rows_)
+    assert batched.pending == one_by_one.pending == 6
+    fired(one_by_one.flush())
+    fired(batched.flush())
+    assert stored(spy_b) == stored(spy_a) and len(stored(spy_a)) == 6
+
+
+def test_a_plan_with_one_bad_row_raises_and_buffers_none_of_its_rows() -> None:
+    """Before issue 24 the rows were recorded one by one: those before the bad one stayed buffered."""
+    log, spy, _clock = make()
+    bad = attrs.evolve(plan_rows(1)[0], reason="no_such_reason")
+    for rows_ in ([*plan_rows(3), bad], [*plan_rows(2), attrs.evolve(bad, reason=None, trigger="whenever")],
+                  [*plan_rows(2), attrs.evolve(bad, reason=None, lane="audio")],
+                  [*plan_rows(2), attrs.evolve(bad, reason=None, service_ms="fast")],
+                  [*plan_rows(2), attrs.evolve(bad, reason=None, helper_node_id=7)],
+                  [*plan_rows(2), attrs.evolve(bad, reason=None, outcome="lent")]):
+        with pytest.raises(ValueError):
+            log.record_plan_rows(rows_)
+        assert log.pending == 0
+    fired(log.flush())
+    assert stored(spy) == []
+
+
+def test_a_plans_rows_become_insert_values_only_when_the_store_reads_them() -> None:
+    """Recording a plan makes no per-row object on the caller's turn: the store gets a lazy iterable
+    (read on its own thread), and the rows come out of it as it is read."""
+    log, spy, _clock = make()
+    handed: list[Iterable[tuple[object, ...]]] = []
+
+    def keep(values: Iterable[tuple[object, ...]]) -> Deferred[None]:
+        handed.append(values)
+        return SpyStore.insert_decision_values(spy, values)
+
+    spy.insert_decision_values = keep  # type: ignore[method-assign]
+    lent(log)
+    log.record_plan_rows(plan_rows(1000))
+    fired(log.flush())
+    (values,) = handed
+    assert not isinstance(values, Sequence)  # an iterator, not a list made beforehand
+    assert spy.inserts == [1001] and len(rows(spy, kind="plan")) == 1000
+
+
+def test_the_cap_drops_the_oldest_rows_first_also_inside_a_plan() -> None:
+    log, spy, _clock = make()
+    lent(log, request_id="first")
+    lent(log, request_id="second")
+    log.record_plan_rows(plan_rows(BUFFER_CAP - 1))  # one too many: "first" goes
+    assert log.pending == BUFFER_CAP
+    lent(log, request_id="last")  # "second" goes
+    lent(log, request_id="later")  # the plan's first row goes
+    assert log.pending == BUFFER_CAP
+    with capturedLogs() as events:
+        fired(log.flush())
+    kept = stored(spy)
+    assert len(kept) == BUFFER_CAP
+    columns = ["id", *COLUMNS]
+    first, last = (dict(zip(columns, row, strict=True)) for row in (kept[0], kept[-1]))
+    assert first["kind"] == "plan" and first["helper_node_id"] == "n1"  # the granted row 0 dropped
+    assert last["request_id"] == "later"
+    assert [e["dropped"] for e in events if e.get("dropped") is not None] == [3]

@@ -110,3 +110,24 @@ def test_prune_removes_rows_recorded_before_the_cut_off() -> None:
     assert fired(store.prune_decisions(200)) == 2
     assert [r["recorded_at"] for r in fired(store.query_decisions())] == [300, 200]
     assert fired(store.prune_decisions(200)) == 0
+
+
+def test_insert_decision_values_reads_a_lazy_iterable_inside_the_write() -> None:
+    """Rows made while the store writes them (issue 24: a plan's 8,192 rows are made on the store's
+    thread): a generator is consumed by the insert itself, in order."""
+    store = Store.open_sync()
+    made: list[int] = []
+
+    def values() -> Any:
+        for at in (1000, 2000):
+            made.append(at)
+            yield (at, "n1", "plan", "tick", "image", "a", "m", "b", "h", "skipped", "outranked", "", 3, 5,
+                   1200.5, 0.0, 0.0, 400.0, 240.0, "helper", 7000, 0, 0, 0, 0.0, "0.1.0", "", "")
+
+    d = store.insert_decision_values(values())
+    fired(d)
+    assert made == [1000, 2000]
+    newest, oldest = fired(store.query_decisions())
+    assert (newest["recorded_at"], oldest["recorded_at"]) == (2000, 1000)
+    assert oldest["reason"] == "outranked" and oldest["helper_idle_ms"] == 7000 and "slots" not in oldest
+    assert len(COLUMNS) == 28

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 from prometheus_client.parser import text_string_to_metric_families
 from twisted.internet.task import Clock
 
 from routerd.lending.decisions import DecisionLog
 from routerd.metrics import NodeMetrics
+from routerd.wire.lending import PlanRow
 
 
 def samples(metrics: NodeMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -69,3 +71,25 @@ def test_plan_durations_are_observed_in_a_histogram() -> None:
     assert got[("routerd_lending_plan_duration_seconds_count", ())] == 1.0
     assert got[("routerd_lending_plan_duration_seconds_bucket", (("le", "0.005"),))] == 1.0
     assert got[("routerd_lending_plan_duration_seconds_bucket", (("le", "0.002"),))] == 0.0
+
+
+def test_a_plans_rows_are_counted_by_outcome_lane_and_reason_in_one_call_each() -> None:
+    """A plan of thousands of rows is counted per distinct outcome/lane/reason, not row by row."""
+    metrics = NodeMetrics()
+    log = DecisionLog(None, Clock(), "master")
+    calls: list[int] = []
+    log.observe(metrics.count_decision)
+    log.observe(lambda _row, count: calls.append(count))
+    skipped = PlanRow("tick", "image", "a", "sd", "b", "sd-b", "skipped", "outranked")
+    log.record_plan_rows([attrs.evolve(skipped, outcome="granted", reason=None), *[skipped] * 300,
+                          attrs.evolve(skipped, lane="text", reason="helper_claimed")])
+    got = samples(metrics)
+
+    def counted(lane: str, outcome: str, reason: str) -> float:
+        labels = (("kind", "plan"), ("lane", lane), ("outcome", outcome), ("reason", reason))
+        return got[("routerd_lending_decisions_total", labels)]
+
+    assert counted("image", "skipped", "outranked") == 300
+    assert counted("image", "granted", "") == 1
+    assert counted("text", "skipped", "helper_claimed") == 1
+    assert sorted(calls) == [1, 1, 300]
