@@ -86,3 +86,20 @@ def test_remove_anchor_drops_both_directions() -> None:
 def test_store_rows_convert_into_a_link_set() -> None:
     rows = [LinkRow("master", "cc", "slave", "ff", True, True)]
     assert LinkSet.from_rows("image", rows).links == (link("master/cc", "slave/ff", restore=True),)
+
+
+def test_the_planners_layout_numbers_helpers_in_order_and_lists_each_owners_pairs() -> None:
+    """PairIndex (issue 24 item 3): helpers sorted by node and model with their nodes numbered,
+    owners sorted with their fact keys, and each owner's pairs as one run of the pair arrays."""
+    index = LinkSet.build("text", [
+        link("b/x", "c/z"), link("a/y", "c/z", load=False), link("a/y", "b/x"), link("b/x", "a/y"),
+    ]).pair_index
+    assert index.helpers == (Endpoint("a", "y"), Endpoint("b", "x"), Endpoint("c", "z"))
+    assert index.helper_keys == (("text", "a", "y"), ("text", "b", "x"), ("text", "c", "z"))
+    assert index.nodes == ("a", "b", "c") and index.helper_node.tolist() == [0, 1, 2]
+    assert [(owner, key) for owner, key, _links in index.owners] == [
+        (Endpoint("a", "y"), ("text", "a", "y")), (Endpoint("b", "x"), ("text", "b", "x"))]
+    assert index.owner_first.tolist() == [0, 2, 4]
+    assert [str(x.helper.node_id) for x in index.links] == ["b", "c", "a", "c"]
+    assert index.pair_helper.tolist() == [1, 2, 0, 2]
+    assert index.pair_load.tolist() == [True, False, True, True]
