@@ -12,13 +12,15 @@ is the site API's job; this module knows only ids and flags.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
-import numpy as np
-import numpy.typing as npt
 
 from routerd.wire.lending import Endpoint, Lane, Link
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 
 class LinkError(ValueError):
@@ -110,6 +112,8 @@ class PairIndex:
 
 
 def _pair_index(lane: Lane, by_owner: dict[Endpoint, tuple[Link, ...]]) -> PairIndex:
+    import numpy as np  # only once a master plans: not at a node's start (start time, idle memory)
+
     owners: list[tuple[Endpoint, tuple[Lane, str, str], tuple[Link, ...]]] = []
     links: list[Link] = []
     first = [0]
@@ -142,8 +146,7 @@ class LinkSet:
     lane: Lane
     links: tuple[Link, ...] = ()
     _by_owner: dict[Endpoint, tuple[Link, ...]] = attrs.field(init=False, eq=False, repr=False)
-    #: The planner's layout of the same links (built once: a set is immutable).
-    pair_index: PairIndex = attrs.field(init=False, eq=False, repr=False)
+    _pair_index: PairIndex | None = attrs.field(init=False, default=None, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         by_owner: dict[Endpoint, list[Link]] = {}
@@ -151,7 +154,15 @@ class LinkSet:
             by_owner.setdefault(link.owner, []).append(link)
         frozen = {k: tuple(v) for k, v in by_owner.items()}
         object.__setattr__(self, "_by_owner", frozen)
-        object.__setattr__(self, "pair_index", _pair_index(self.lane, frozen))
+
+    @property
+    def pair_index(self) -> PairIndex:
+        """The planner's layout of the same links (built the first time a plan asks: a set is
+        immutable)."""
+        if self._pair_index is None:
+            object.__setattr__(self, "_pair_index", _pair_index(self.lane, self._by_owner))
+        assert self._pair_index is not None
+        return self._pair_index
 
     @classmethod
     def build(cls, lane: Lane, links: Iterable[Link]) -> LinkSet:

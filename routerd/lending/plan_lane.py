@@ -30,7 +30,6 @@ from routerd.wire.lending import (
     Lease,
     Link,
     Outcome,
-    QueueStat,
     Reason,
     ServiceSource,
     Trigger,
@@ -110,10 +109,13 @@ class _Owners:
     positions: list[int]
     #: One row per owner, the ``_O_*`` columns.
     numbers: Floats
-    #: The owner's part of its rows; its queue; its job time (None when unpriced).
+    #: The owner's part of its rows.
     heads: list[Head]
-    stats: list[QueueStat]
-    jobs: list[float | None]
+
+    def job(self, owner: int) -> float | None:
+        """The owner's job time (None when unpriced)."""
+        numbers = self.numbers[owner]
+        return float(numbers[_O_JOB]) if numbers[_O_JOB_OK] else None
 
 
 def _weigh_owners(
@@ -127,8 +129,6 @@ def _weigh_owners(
     positions: list[int] = []
     numbers: list[tuple[float, ...]] = []
     heads: list[Head] = []
-    stats: list[QueueStat] = []
-    jobs: list[float | None] = []
     last_node = ""
     view: NodeView | None = None
     for position, (owner, key, links) in enumerate(index.owners):
@@ -165,7 +165,9 @@ def _weigh_owners(
             owner_job = base + slope * w0 if w0 > 0 else base
             backlog_work = stat.backlog_work[0]
             keep = backlog * base + slope * backlog_work if backlog_work > 0 else backlog * base
+            work = -backlog_work
         else:
+            work = -sum(stat.backlog_work)
             mean_work = [w / count for w in pending_work]
             w0 = mean_work[0] if width >= 1 else 0.0
             w1 = mean_work[1] if width >= 2 else 0.0
@@ -176,7 +178,7 @@ def _weigh_owners(
         keep_ms = keep or 0.0
         owner_job_ms = owner_job or 0.0
         row: tuple[float, ...] = (
-            -sum(stat.backlog_work), -backlog, keep_ms, owner_job_ms,
+            work, -backlog, keep_ms, owner_job_ms,
             keep is not None and owner_job is not None, owner_job is not None, width, w0,
             owner_facts.ineligible != "",
         )  # fmt: skip
@@ -186,8 +188,6 @@ def _weigh_owners(
         positions.append(position)
         numbers.append(row)
         heads.append((trigger, lane, node_id, model_id, count, backlog, keep_ms, owner_job_ms))
-        stats.append(stat)
-        jobs.append(owner_job)
     if gone:
         many = len(gone)
         rows.add((
@@ -196,7 +196,7 @@ def _weigh_owners(
         ))  # fmt: skip
     if not positions:
         return None
-    return _Owners(positions, np.array(numbers, dtype=np.float64), heads, stats, jobs)
+    return _Owners(positions, np.array(numbers, dtype=np.float64), heads)
 
 
 @attrs.define
@@ -219,7 +219,8 @@ class _Pairs:
 
 def _lay_out(index: PairIndex, owners: _Owners) -> _Pairs:
     """Biggest backlog first (work, then count), then node id and model id (index order)."""
-    order = np.lexsort((owners.numbers[:, _O_COUNT], owners.numbers[:, _O_WORK]))
+    by_count = np.argsort(owners.numbers[:, _O_COUNT], kind="stable")
+    order = by_count[np.argsort(owners.numbers[by_count, _O_WORK], kind="stable")]
     planned = np.array(owners.positions, dtype=np.intp)[order]
     first = index.owner_first[planned]
     lengths = index.owner_first[planned + 1] - first
@@ -386,7 +387,10 @@ def _judge(
             w = own[_O_W1]
             service = np.where(priced & (width >= 2) & (w > 0), service + side[_S_SLOPE1] * w, service)
     for p in np.flatnonzero((slopes == width) & (uniform | (width > 2))).tolist():  # the rest: predict
-        stat = owners.stats[po[p]]
+        owner = index.owners[owners.positions[po[p]]][0]
+        owner_view = views(owner.node_id)
+        stat = owner_view.queue[owner.model_id] if owner_view is not None else None
+        assert stat is not None  # a planned owner's queue
         helper = index.helpers[pairs.helper[p]]
         view = views(helper.node_id)
         fit = None if view is None else view.fits.get(helper.model_id)
@@ -514,7 +518,7 @@ def plan_lane(
         o = int(pairs.owner[p])
         decided[o] = True
         probe = not judged.payable[p]
-        head, owner_job = owners.heads[o], owners.jobs[o]
+        head, owner_job = owners.heads[o], owners.job(o)
         service = float(judged.service[p])
         if probe:
             slots[p] = settings.offload_probe_helper_slots

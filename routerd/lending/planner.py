@@ -44,7 +44,6 @@ import attrs
 from routerd.config.lending import LendingSettings
 from routerd.lending.links import LinkSet
 from routerd.lending.plan_inputs import UNLOADED_PROBE_FACTOR, FactKey, ModelFacts, displaced_configs
-from routerd.lending.plan_lane import plan_lane
 from routerd.wire.lending import LANES, Lane, Lease, PlanRow, Trigger
 from routerd.wire.plan_rows import PlanRows
 from routerd.wire.status import RuntimeStatus
@@ -78,6 +77,10 @@ def plan(
     With ``only_owners`` (keys ``(lane, owner node, owner model)``) only those owners are planned,
     and the live leases in ``in_force`` of every other owner keep their helper nodes claimed.
     """
+    # numpy (the lane planner's arrays) is imported the first time a master plans, not at a node's
+    # start (tests/integration/test_cli_process.py: a node's start time and idle memory)
+    from routerd.lending.plan_lane import plan_lane
+
     sets: dict[Lane, LinkSet] = {link_set.lane: link_set for link_set in links}
     leases: list[Lease] = []
     rows = PlanRows()
