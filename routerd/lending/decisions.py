@@ -41,7 +41,7 @@ from routerd.store.decisions import (
     row_values,
 )
 from routerd.wire.lending import LANES, OUTCOMES, REASONS, TRIGGERS, PlanRow
-from routerd.wire.plan_rows import FlatRow, PlanRows
+from routerd.wire.plan_rows import FlatRow, Gathered, PlanRows, distinct
 
 log = Logger()
 
@@ -366,25 +366,33 @@ _STRING_TYPES = frozenset({str})
 def _check_plan(plan: PlanRows) -> Counter[tuple[str, str, str | None]]:
     """Check a plan's rows as ``validate`` checks one row, each distinct value once (a plan's rows
     share their owners' and helpers' parts); the count of rows per (outcome, lane, reason)."""
-    heads: dict[int, tuple[Any, ...]] = {}
-    tails: dict[int, tuple[Any, ...]] = {}
+    heads: list[tuple[Any, ...]] = []
+    tails: list[tuple[Any, ...]] = []
     counts: Counter[tuple[str, str, str | None]] = Counter()
     for head_column, tail_column, outcomes, reasons, services, sources, slots in plan.chunks:
-        heads.update(zip(map(id, head_column), head_column, strict=True))
-        tails.update(zip(map(id, tail_column), tail_column, strict=True))
-        _within(set(outcomes), _PLAN_OUTCOMES, "plan outcome")
-        _within(set(reasons), _PLAN_REASONS, "plan reason")
-        _within(set(sources), _PLAN_SOURCES, "service_source")
+        chunk_heads = distinct(head_column)
+        heads += chunk_heads
+        tails += distinct(tail_column)
+        _within(set(distinct(outcomes)), _PLAN_OUTCOMES, "plan outcome")
+        _within(set(distinct(reasons)), _PLAN_REASONS, "plan reason")
+        _within(set(distinct(sources)), _PLAN_SOURCES, "service_source")
         _numbers((services, slots))
-        counts.update(zip(outcomes, map(_LANE_OF_HEAD, head_column), reasons, strict=True))
+        chunk_lanes = {head[1] for head in chunk_heads}
+        if len(chunk_lanes) == 1 and isinstance(outcomes, Gathered) and isinstance(reasons, Gathered):
+            (lane,) = chunk_lanes  # one lane's rows (a planner's chunk): count by codes
+            pairs = zip(outcomes.codes(), reasons.codes(), strict=True)
+            for (outcome, reason), count in Counter(pairs).items():
+                counts[(outcomes.values[outcome], lane, reasons.values[reason])] += count
+        else:
+            counts.update(zip(outcomes, map(_LANE_OF_HEAD, head_column), reasons, strict=True))
     if heads:
-        triggers, lanes, owner_nodes, owner_models, *numbers = zip(*heads.values(), strict=True)
+        triggers, lanes, owner_nodes, owner_models, *numbers = zip(*heads, strict=True)
         _within(set(triggers), _PLAN_TRIGGERS, "plan trigger")
         _within(set(lanes), _LANES, "decision lane")
         _strings((owner_nodes, owner_models))
         _numbers(numbers)
     if tails:
-        helper_nodes, helper_models, *numbers = zip(*tails.values(), strict=True)
+        helper_nodes, helper_models, *numbers = zip(*tails, strict=True)
         _strings((helper_nodes, helper_models))
         _numbers(numbers)
     return counts

@@ -34,7 +34,7 @@ from routerd.wire.lending import (
     ServiceSource,
     Trigger,
 )
-from routerd.wire.plan_rows import Head, PlanRows, Tail
+from routerd.wire.plan_rows import Gathered, Head, PlanRows, Tail
 from routerd.wire.status import RuntimeStatus
 
 Floats = npt.NDArray[np.float64]
@@ -52,6 +52,9 @@ _REASON_NAMES: tuple[Reason | None, ...] = (
     "context_too_small", "helper_recently_busy", "owner_unpriced", "switch_unpriced", "restore_unpriced",
     "cost_rejected", "outranked", "helper_unavailable",
 )  # fmt: skip
+# Outcomes as codes.
+_OUTCOME_NAMES: tuple[Outcome, ...] = ("skipped", "granted", "probe")
+_GRANTED, _PROBE = 1, 2
 # Service sources as codes: none, the helper's own fit, the owner's job time.
 _SOURCE_NAMES: tuple[ServiceSource | None, ...] = (None, "helper", "owner_fallback")
 
@@ -509,9 +512,8 @@ def plan_lane(
                                                 np.where(judged.busy, _BUSY, judged.cost))),
     )
     reason = np.where(judged.live, reason, _HELPER_UNAVAILABLE)
-    outcomes: list[Outcome] = ["skipped"] * pairs.count
+    outcome = np.zeros(pairs.count, dtype=np.intp)  # codes into _OUTCOME_NAMES
     slots = [0] * pairs.count
-    reasons = list(_take(_REASON_NAMES, reason.tolist()))
     decided = np.zeros(len(owners.positions), dtype=np.bool_)
     ttl_ms = int(round(settings.scheduling_grant_ttl * 1000.0))
     for p in chosen:
@@ -523,13 +525,13 @@ def plan_lane(
         if probe:
             slots[p] = settings.offload_probe_helper_slots
         else:
-            reasons[p] = None
+            reason[p] = _NO_REASON
             assert owner_job is not None
             if service <= owner_job:
                 slots[p] = settings.offload_faster_helper_slots
             else:
                 slots[p] = settings.offload_slower_helper_slots
-        outcomes[p] = "probe" if probe else "granted"
+        outcome[p] = _PROBE if probe else _GRANTED
         link = index.links[pairs.at[p]]
         helper_facts = facts[index.helper_keys[pairs.helper[p]]]
         leases.append(
@@ -555,19 +557,27 @@ def plan_lane(
     waiting = judged.live & open_gates & ~claimed_p & ~judged.ready & ~decided[pairs.owner]
     due = float(helpers.due_at[judged.side][waiting].min()) if waiting.any() else None
 
-    # rows: per owner in planning order, the pairs it cannot weigh first, each in listing order
-    heads: Sequence[Head] = _take(owners.heads, pairs.owner.tolist())
-    tails: Sequence[Tail] = _take(helpers.tails, judged.side.tolist())
-    sources = _take(_SOURCE_NAMES, judged.source.tolist())
-    services = judged.service.tolist()
+    # rows: per owner in planning order, the pairs it cannot weigh first, each in listing order;
+    # columns of shared values are gathered only when the rows are read (Gathered)
+    heads: Sequence[Head] = owners.heads
+    head_at = pairs.owner
     if judged.live.all():
-        rows.add((heads, tails, outcomes, reasons, services, sources, slots))
+        rows.add((
+            Gathered(heads, head_at), Gathered(helpers.tails, judged.side), Gathered(_OUTCOME_NAMES, outcome),
+            Gathered(_REASON_NAMES, reason), judged.service.tolist(), Gathered(_SOURCE_NAMES, judged.source),
+            slots,
+        ))  # fmt: skip
         return due
     # the owner's counts, no prices, on the row of a pair it cannot weigh
-    heads = [h if ok else h[:6] + (0.0, 0.0) for h, ok in zip(heads, judged.live.tolist(), strict=True)]
-    ranked = np.argsort(pairs.rank * 2 + judged.live, kind="stable").tolist()
-    rows.add((_take(heads, ranked), _take(tails, ranked), _take(outcomes, ranked), _take(reasons, ranked),
-              _take(services, ranked), _take(sources, ranked), _take(slots, ranked)))
+    heads = [*heads, *(head[:6] + (0.0, 0.0) for head in heads)]
+    head_at = np.where(judged.live, head_at, head_at + len(owners.heads))
+    ranked = np.argsort(pairs.rank * 2 + judged.live, kind="stable")
+    rows.add((
+        Gathered(heads, head_at[ranked]), Gathered(helpers.tails, judged.side[ranked]),
+        Gathered(_OUTCOME_NAMES, outcome[ranked]), Gathered(_REASON_NAMES, reason[ranked]),
+        judged.service[ranked].tolist(), Gathered(_SOURCE_NAMES, judged.source[ranked]),
+        _take(slots, ranked.tolist()),
+    ))  # fmt: skip
     return due
 
 

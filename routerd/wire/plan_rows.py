@@ -20,9 +20,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
-from typing import overload
+from operator import index as as_index
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from routerd.wire.lending import Lane, Outcome, PlanRow, Reason, ServiceSource, Trigger
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    #: Row positions: a list, or a numpy array of them (no numpy is imported here).
+    Indexes = Sequence[int] | npt.NDArray[np.intp] | npt.NDArray[np.int64]
 
 #: The owner's part of its rows in one plan.
 Head = tuple[Trigger, Lane, str, str, int, int, float, float]
@@ -42,6 +50,54 @@ def _flat(head: Head, tail: Tail, outcome: Outcome, reason: Reason | None, servi
     helper_node, helper_model, switch, restore, idle = tail
     return (trigger, lane, owner_node, owner_model, helper_node, helper_model, outcome, reason, pending,
             backlog, keep, switch, restore, service, owner_job, source, idle, slots)
+
+
+T = TypeVar("T")
+
+
+class Gathered(Sequence[T]):
+    """A column whose rows repeat a few values: ``values[i] for i in at``, looked up as it is read
+    (the planner's heads, tails, outcomes, reasons and sources; ``at`` may be a numpy array)."""
+
+    __slots__ = ("values", "at")
+
+    def __init__(self, values: Sequence[T], at: Indexes) -> None:
+        self.values = values
+        self.at: Any = at
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[T]: ...
+
+    def __getitem__(self, index: int | slice) -> T | list[T]:
+        if isinstance(index, slice):
+            return list(self)[index]
+        return self.values[as_index(self.at[index])]
+
+    def __iter__(self) -> Iterator[T]:
+        return map(self.values.__getitem__, self.at)
+
+    def codes(self) -> list[int]:
+        """Each row's position in ``values``."""
+        at = self.at
+        codes: list[int] = at.tolist() if hasattr(at, "tolist") else list(at)
+        return codes
+
+    def used(self) -> list[T]:
+        """The values some row holds, each once."""
+        return [self.values[i] for i in sorted(set(self.codes()))]
+
+
+def distinct(column: Sequence[T]) -> list[T]:
+    """The values of a column, each once (by identity for unhashable or equal-but-distinct values:
+    a plan's heads and tails are shared tuples)."""
+    if isinstance(column, Gathered):
+        return column.used()
+    return list({id(value): value for value in column}.values())
 
 
 class PlanRows(Sequence[PlanRow]):
@@ -125,4 +181,4 @@ class PlanRows(Sequence[PlanRow]):
         return f"PlanRows({list(self)!r})"
 
 
-__all__ = ["Chunk", "FlatRow", "Head", "PlanRows", "Tail"]
+__all__ = ["Chunk", "FlatRow", "Gathered", "Head", "PlanRows", "Tail", "distinct"]
