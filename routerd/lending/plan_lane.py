@@ -1,5 +1,5 @@
 """One lane of the lease plan, worked on arrays (issue 24: a plan for 64 nodes x 32 owners x 4
-helpers, 8,192 owner/helper pairs, in about 5 ms).
+helpers, 8,192 owner/helper pairs, aims at 5 ms; ``benchmarks/plan_bench.py``).
 
 The rules are those of ``routerd.lending.planner``'s docstring.  Python reads each owner and each
 helper once (lookups and attributes; :func:`_weigh_owners`, :func:`_weigh_helpers`) into rows of
