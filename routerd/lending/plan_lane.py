@@ -134,10 +134,10 @@ def _weigh_owners(
     heads: list[Head] = []
     last_node = ""
     view: NodeView | None = None
-    for position, (owner, key, links) in enumerate(index.owners):
+    for position, (_owner, key, links) in enumerate(index.owners):
         if only_owners is not None and key not in only_owners:
             continue
-        node_id, model_id = owner.node_id, owner.model_id
+        _lane, node_id, model_id = key
         if node_id != last_node:  # owners come node by node
             last_node = node_id
             view = views(node_id)
@@ -269,8 +269,8 @@ def _weigh_helpers(
     tails: list[Tail] = []
     last_node = ""
     view: NodeView | None = None
-    for helper, key in zip(_take(index.helpers, at), _take(index.helper_keys, at), strict=True):
-        node_id, model_id = helper.node_id, helper.model_id
+    for key in _take(index.helper_keys, at):
+        _lane, node_id, model_id = key
         if node_id != last_node:  # helpers come node by node
             last_node = node_id
             view = views(node_id)
