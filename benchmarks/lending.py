@@ -91,7 +91,9 @@ Run: .venv/bin/python benchmarks/lending.py [--only a,b,c,d,e,f,g,g2,h,i] [--pla
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -216,6 +218,12 @@ class Scenario:
     optimum_target: float | None = None
     #: Hang the helper's backend after linking (the cut-off scenario).
     hang_helper: bool = False
+    #: Stop the helper's backend process (SIGSTOP) for this many ms in every lending burst, at
+    #: ``stall_at_ms`` after the burst began: a loaded machine descheduling it.
+    stall_helper_ms: float = 0.0
+    stall_at_ms: float = 0.0
+    #: Bursts without lending when not ``repeats`` (they only give the with/without column).
+    without_repeats: int | None = None
 
     @property
     def kit(self) -> LaneKit:
@@ -237,6 +245,8 @@ SCENARIOS = (
     Scenario("e", "(d), helper idle past the probe bar", 3, 80, 80, 1500, True, "none", True),
     Scenario("f", "32 jobs, 16x faster helper, loaded (hold)", 32, 640, 40, 100, False, "optimum",
              repeats=3, optimum_target=1.10),
+    Scenario("f2", "(f), helper stopped 100 ms mid-burst", 32, 640, 40, 100, False, "optimum",
+             repeats=3, optimum_target=1.10, stall_helper_ms=100, stall_at_ms=900, without_repeats=1),
     Scenario("g", "(b) with restore after borrow", 40, 80, 40, 400, True, "optimum", repeats=3,
              restore=True, optimum_target=1.10),
     Scenario("g2", "(d) with restore after borrow", 3, 80, 80, 1500, True, "without", repeats=5,
@@ -245,7 +255,7 @@ SCENARIOS = (
              repeats=2),
     Scenario("i", "40 image jobs, equal helper, loaded", 40, 80, 80, 100, False, "optimum", lane="image"),
 )
-DEFAULT_KEYS = "a,b,c,d,f,g,g2,h,i"
+DEFAULT_KEYS = "a,b,c,d,f,f2,g,g2,h,i"
 
 
 @attrs.frozen
@@ -288,6 +298,8 @@ class Result:
     #: Per lending burst that made the helper switch: ms from the burst's end until the displaced
     #: model was loaded again (None: it was not restored within the wait).
     restores: list[float | None] = attrs.Factory(list)
+    #: Per lending burst of a repeated optimum scenario: :func:`timeline`.
+    timelines: list[str] = attrs.Factory(list)
     #: Restore scenarios: each lending burst against the optimum with that burst's own load.
     burst_ratios: list[float] = attrs.Factory(list)
     bound_ms: float = 0.0  # (h): the cut-off bound of the leases granted
@@ -335,6 +347,17 @@ class Result:
         return "no target (informational)"
 
 
+@attrs.frozen
+class Answer:
+    """One request of a burst as the client saw it (``answered_ms`` on the reactor's clock, the
+    clock the nodes' decision rows are stamped with: they run in this process)."""
+
+    code: int
+    lent: bool
+    request_id: str
+    answered_ms: float
+
+
 def chat(model: str) -> dict[str, Any]:
     return {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": GEN_TOKENS}
 
@@ -348,6 +371,8 @@ class Cluster:
         self.root = Path(tempfile.mkdtemp(prefix=f"routerd-lending-{scenario.key}-"))
         self.plan: ClusterPlan = plan_cluster(self.root, ["owner", "helper"])
         self.nodes: list[RunningNode] = []
+        self.last_start_ms = 0.0
+        self.last_burst: list[Answer] = []
 
     async def start(self) -> None:
         s, kit = self.scenario, self.scenario.kit
@@ -387,30 +412,35 @@ class Cluster:
         self.nodes.clear()
         shutil.rmtree(self.root, ignore_errors=True)
 
-    async def chat(self, model: str) -> tuple[int, bool]:
+    async def chat(self, model: str) -> Answer:
         """One request of the scenario's lane (a chat, or an image job) for ``model`` through the
-        master: (status, whether it was lent)."""
+        master: its status, whether it was lent, its request ID and when it was answered."""
         kit = self.scenario.kit
         response = await self.http.post(self.master.url + kit.path, json=kit.body(model))
         await response.content()
-        return response.code, bool(response.headers.getRawHeaders(b"x-routerd-lent-to"))
+        request_id = (response.headers.getRawHeaders(b"x-routerd-request-id") or [b""])[0]
+        return Answer(response.code, bool(response.headers.getRawHeaders(b"x-routerd-lent-to")),
+                      request_id.decode(), reactor.seconds() * 1000.0)
 
     async def burst(self, jobs: int) -> tuple[float, int]:
-        """``jobs`` requests for ``alpha`` at once: (makespan ms, how many were lent)."""
+        """``jobs`` requests for ``alpha`` at once: (makespan ms, how many were lent).  The answers
+        are kept in ``last_burst`` for :func:`timeline`."""
         start = time.perf_counter()
+        self.last_start_ms = reactor.seconds() * 1000.0
         answers = await defer.gatherResults(
             [defer.Deferred.fromCoroutine(self.chat("alpha")) for _ in range(jobs)], consumeErrors=True)
         elapsed = (time.perf_counter() - start) * 1000.0
-        codes = [code for code, _ in answers]
+        self.last_burst = answers
+        codes = [a.code for a in answers]
         if codes != [200] * jobs:
             raise RuntimeError(f"burst answered {Counter(codes)}")
-        return elapsed, sum(lent for _, lent in answers)
+        return elapsed, sum(a.lent for a in answers)
 
     async def warm_up(self) -> None:
         models = ["alpha", "bravo"] + (["delta"] if self.scenario.helper_unloaded else [])
         for model in models:
             for _ in range(1 if model == "delta" else WARM_UP):
-                code, _ = await self.chat(model)
+                code = (await self.chat(model)).code
                 if code != 200:
                     raise RuntimeError(f"warm-up {model} answered {code}")
         for node in (self.owner, self.helper):
@@ -451,8 +481,38 @@ class Cluster:
         if response.code != 200:
             raise RuntimeError(f"hang refused: {response.code}")
 
+    def stall_helper(self, at_ms: float, for_ms: float) -> None:
+        """Stop the helper's text backend process ``at_ms`` from now for ``for_ms`` (SIGSTOP, then
+        SIGCONT): what a loaded machine does to it now and then."""
+        pid = next(s.pid for s in self.helper.node.runtimes.status() if s.kind == "text" and s.pid)
+        reactor.callLater(at_ms / 1000.0, os.kill, pid, signal.SIGSTOP)
+        reactor.callLater((at_ms + for_ms) / 1000.0, os.kill, pid, signal.SIGCONT)
+
     def helper_idle_ms(self) -> float:
         return float(self.helper.node.runtime_status().idle_for_ms)
+
+
+async def timeline(cluster: Cluster, owner_jobs_best: int) -> str:
+    """Why a lending burst took what it took, from the owner's decision rows and the answers (ms
+    from the burst's start): how many jobs the owner ran (the optimum's N - k*), when it answered
+    them, and each lent request's time from being lent to being answered, slowest first.  A burst
+    over its optimum with a third owner job and a slow lent answer is a hold the overrun released."""
+    start = cluster.last_start_ms
+    decisions = cluster.owner.node.lending.decisions
+    assert decisions is not None
+    rows = await decisions.query(kind="dispatch", limit=5000, since_ms=int(start))
+    lent_at = {row["request_id"]: float(row["recorded_at"]) for row in rows if row["outcome"] == "lent"}
+    counted = Counter(str(row["outcome"]) for row in rows)
+    answers = cluster.last_burst
+    own = sorted(a.answered_ms - start for a in answers if not a.lent)
+    waits = sorted(((a.answered_ms - lent_at[a.request_id], lent_at[a.request_id] - start)
+                    for a in answers if a.lent and a.request_id in lent_at), reverse=True)
+    slowest = " ".join(f"{wait:.0f}@{at:.0f}" for wait, at in waits[:4]) or "-"
+    return (f"owner ran {len(own)} (optimum {owner_jobs_best}), answered at "
+            + " ".join(f"{t:.0f}" for t in own)
+            + f"; held rows {counted.get('held_for_helper', 0)}, returned {counted.get('returned', 0)}"
+            + f", lease_cleared {counted.get('lease_cleared', 0)}"
+            + f"; slowest lent (lent -> answered @ lent at): {slowest}")
 
 
 def fitted(costs: Costs, model_id: str, section: str = "llm") -> float:
@@ -500,7 +560,7 @@ async def run_scenario(scenario: Scenario, http: HTTPClient) -> Result:
         if scenario.helper_unloaded:
             result.restore_ms = load_cost(helper_costs, "delta.kcpps")
 
-        for _ in range(scenario.repeats):
+        for _ in range(scenario.without_repeats or scenario.repeats):
             result.without_runs.append((await cluster.burst(scenario.jobs))[0])
 
         await cluster.link()
@@ -528,9 +588,14 @@ async def run_scenario(scenario: Scenario, http: HTTPClient) -> Result:
                     and cluster.helper_idle_ms() + 2 * result.with_runs[-1] >= bar_ms:
                 break
             switched_before = len(await store_of(cluster.helper).load_samples(since_ms, "bravo.kcpps"))
+            if scenario.stall_helper_ms:
+                cluster.stall_helper(scenario.stall_at_ms, scenario.stall_helper_ms)
             makespan, lent = await cluster.burst(scenario.jobs)
             result.with_runs.append(makespan)
             result.lent += lent
+            if scenario.target == "optimum" and scenario.repeats > 1:
+                best = optimum(scenario.jobs, result.owner_ms, result.helper_ms, 0.0)
+                result.timelines.append(await timeline(cluster, scenario.jobs - best.helper_jobs))
             if scenario.restore:
                 burst_loads = (await store_of(cluster.helper).load_samples(since_ms, "bravo.kcpps"))[
                     switched_before:]
@@ -632,6 +697,8 @@ def report(results: list[Result]) -> None:
                 print("    each lending burst / optimum: "
                       + " ".join(f"{w / r.best.makespan_ms:.2f}" for w in r.with_runs))
             print(f"    spread: without {spread(r.without_runs)}, with {spread(r.with_runs)}")
+        for n, line in enumerate(r.timelines, 1):
+            print(f"    burst {n}: {line}")
         if r.burst_ratios:
             print("    each burst against the optimum with its own load: "
                   + " ".join(f"{x:.2f}" for x in r.burst_ratios) + " (the median is judged)")
