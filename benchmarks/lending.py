@@ -279,6 +279,7 @@ class Result:
     scenario: Scenario
     owner_ms: float = 0.0  # J: median measured service time
     helper_ms: float = 0.0  # S
+    helper_burst_ms: float = 0.0  # the helper's median service of the jobs lent to it
     warm_load_ms: float = 0.0  # the helper's load of bravo measured in the warm-up
     run_load_ms: float | None = None  # ... and during the lending burst, if it loaded
     restore_ms: float = 0.0
@@ -527,9 +528,9 @@ def store_of(node: RunningNode) -> Store:
     return node.node.store
 
 
-async def median_service(node: RunningNode, model_id: str, section: str = "llm") -> float:
-    """Median backend service time (ms) of a model's warm-up requests on its node."""
-    samples = await store_of(node).request_samples(model_id, section, 0)
+async def median_service(node: RunningNode, model_id: str, section: str = "llm", since_ms: int = 0) -> float:
+    """Median backend service time (ms) of a model's requests on its node (since ``since_ms``)."""
+    samples = await store_of(node).request_samples(model_id, section, since_ms)
     if not samples:
         raise RuntimeError(f"no request samples for {model_id}")
     return statistics.median(sample.duration_ms for sample in samples)
@@ -605,6 +606,10 @@ async def run_scenario(scenario: Scenario, http: HTTPClient) -> Result:
                 if burst_loads:
                     result.restores.append(await cluster.restored())
 
+        try:
+            result.helper_burst_ms = await median_service(cluster.helper, helper_id, kit.section, since_ms)
+        except RuntimeError:
+            pass  # nothing lent
         loads = await store_of(cluster.helper).load_samples(since_ms, "bravo.kcpps")
         if loads:
             result.run_load_ms = float(loads[0].duration_ms)
@@ -706,6 +711,7 @@ def report(results: list[Result]) -> None:
             done = [f"{ms:.0f}" if ms is not None else "NOT RESTORED" for ms in r.restores]
             print(f"    restore after borrow: {len(r.restores)} of {len(r.with_runs)} bursts switched the "
                   f"helper; delta back after (ms from the burst's end): {', '.join(done) or '-'}")
+        print(f"    helper's median service of lent jobs {r.helper_burst_ms:.1f}")
         print(f"    fits priced with: owner {r.owner_fit_ms:.1f}/job, helper {r.helper_fit_ms:.1f}/job, "
               f"restore {r.restore_ms:.0f}")
         print(f"    plan rows: {counts(r.plan_outcomes)}")
