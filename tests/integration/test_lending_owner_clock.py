@@ -29,8 +29,9 @@ from tests.integration.nodes import FAST_TEXT, TOKEN, wait_until
 from tests.integration.test_lending_flow import trio as trio  # noqa: F401 - the fixture
 
 # 20 generated tokens: the owner takes ~800 ms a job, the helper ~100 ms (8x faster).  A lent job
-# overruns (and ends every hold) at switch + 2 x service = 200 ms after it was lent; with a ~20 ms
-# helper, relay overhead on a loaded machine alone overran that and the owner never held.
+# overruns (and ends every hold) at its predicted finish plus one owner job.  Under the rule before
+# issue 24 (switch + 2 x service, 200 ms after it was lent) a ~20 ms helper's relay overhead on a
+# loaded machine alone overran that and the owner never held.
 SLOW_OWNER = {**FAST_TEXT, "load_ms": 30, "gen_tokens_per_s": 25}
 FAST_HELPER = {**FAST_TEXT, "load_ms": 30, "gen_tokens_per_s": 200}
 

@@ -35,8 +35,9 @@ def test_the_reference_burst_holds_because_the_helper_finishes_45_s_sooner() -> 
     assert verdict.hold
     assert verdict.keep_ms == 58 * S  # owner finish +58 s
     assert verdict.helper_finish_ms - 29 * S == 13 * S  # helper finish +13 s
-    # the alarm: the lent request overruns after 5 + 6 + 2 x 13 = 37 s
-    assert verdict.alarm_ms == 37 * S + 1
+    # the alarm: the lent request overruns after its predicted finish plus one owner job,
+    # 5 + 6 + 13 + 29 = 53 s
+    assert verdict.alarm_ms == 53 * S + 1
 
 
 def test_a_60_s_helper_does_not_hold() -> None:
@@ -67,7 +68,7 @@ def test_the_owner_finish_counts_its_current_job_the_others_in_flight_and_this_o
     {"lease": lease(job=0)},  # owner speed unmeasured
     {"lease": lease(service=0)},  # helper speed unmeasured
     {"lease": lease(slots=2)},  # a lent slot is free
-    {"now_ms": 37 * S + 1, "generating_since_ms": 37 * S + 1},  # the lent request overran
+    {"now_ms": 53 * S + 1, "generating_since_ms": 53 * S + 1},  # the lent request overran
     {"in_flight": 0},  # the owner would idle
 ])
 def test_any_failing_condition_releases_the_hold(change: dict[str, object]) -> None:
@@ -76,8 +77,8 @@ def test_any_failing_condition_releases_the_hold(change: dict[str, object]) -> N
 
 
 def test_at_the_overrun_instant_itself_it_still_holds() -> None:
-    assert overrun_at_ms(5 * S, 6 * S, 13 * S) == 37 * S
-    assert judge_hold(**burst(now_ms=37 * S, generating_since_ms=30 * S)).hold  # type: ignore[arg-type]
+    assert overrun_at_ms(5 * S, 6 * S, 13 * S, 29 * S) == 53 * S
+    assert judge_hold(**burst(now_ms=53 * S, generating_since_ms=30 * S)).hold  # type: ignore[arg-type]
 
 
 def test_the_alarm_is_the_lease_expiry_when_that_comes_first() -> None:
@@ -88,8 +89,8 @@ def test_the_alarm_is_the_lease_expiry_when_that_comes_first() -> None:
 def test_the_earliest_overrun_of_several_lent_requests_sets_the_alarm() -> None:
     many = burst(lease=lease(slots=2, service=5 * S), lent_at_ms=[24 * S, 25 * S])
     verdict = judge_hold(**many)  # type: ignore[arg-type]
-    # two slots: the earliest may wait one service behind the other, then two of its own
-    assert verdict.hold and verdict.alarm_ms == 24 * S + 6 * S + 15 * S + 1
+    # two slots: the earliest may wait one service behind the other, then its own, then one owner job
+    assert verdict.hold and verdict.alarm_ms == 24 * S + 6 * S + 10 * S + 29 * S + 1
 
 
 def test_a_request_lent_behind_another_of_a_two_slot_lease_has_not_overrun_when_due() -> None:
@@ -98,13 +99,35 @@ def test_a_request_lent_behind_another_of_a_two_slot_lease_has_not_overrun_when_
     service since 42 and is due at 82 plus the way back.  At 85 ms the helper is on schedule, so the
     next request still waits for it; the one-slot formula (0 + 2 x 40 = 80) called B overrun and
     released the hold, and the owner took a third 640 ms job (makespan 1.5 x the optimum)."""
-    fast = lease(job=640, switch=0, service=40, slots=2)
-    args: dict[str, object] = dict(enabled=True, lease=fast, lease_expires_ms=30_000, in_flight=1,
-                                   generating_since_ms=0, lent_at_ms=[0, 43])
-    verdict = judge_hold(now_ms=85, **args)  # type: ignore[arg-type]
-    assert verdict.hold and verdict.alarm_ms == 121  # B: 0 + 40 behind A + 2 x 40
-    assert not judge_hold(now_ms=121, **args).hold  # type: ignore[arg-type]  # B overran: released
-    assert overrun_at_ms(0, 0, 40, slots=2) == 120 and overrun_at_ms(0, 0, 40) == 80
+    verdict = judge_hold(now_ms=85, **F_BURST)  # type: ignore[arg-type]
+    assert verdict.hold and verdict.alarm_ms == 721  # B: 0 + 40 behind A + 40 + one owner job 640
+    assert overrun_at_ms(0, 0, 40, 640, slots=2) == 720 and overrun_at_ms(0, 0, 40, 640) == 680
+
+
+#: benchmarks/lending.py (f): a 16x faster loaded helper, two slots; A and B lent at 0, C at 43.
+F_BURST: dict[str, object] = dict(enabled=True, lease=lease(job=640, switch=0, service=40, slots=2),
+                                  lease_expires_ms=30_000, in_flight=1, generating_since_ms=0,
+                                  lent_at_ms=[0, 43])
+
+
+def test_a_helper_stalled_100_ms_keeps_the_held_request_instead_of_costing_a_whole_owner_job() -> None:
+    """Issue 24, benchmarks/lending.py (f2): the helper's backend is descheduled for 100 ms, so B
+    (due at 80 ms plus the way back) is still out at 221 ms.  Overrun was switch + (slots + 1) x
+    service = 120 ms: the hold ended, the owner took the held request as a third 640 ms job and the
+    burst ended at 1.4-1.5 x its optimum.  Now the helper has its predicted finish plus one owner
+    job (720 ms): the request keeps waiting for it, and the helper still finishes it far sooner
+    than the owner (owner 1280 ms, helper 261 ms)."""
+    verdict = judge_hold(now_ms=221, **F_BURST)  # type: ignore[arg-type]
+    assert verdict.hold and verdict.alarm_ms == 721
+    assert (verdict.owner_finish_ms, verdict.helper_finish_ms) == (1280, 261)
+
+
+def test_a_helper_later_than_its_predicted_finish_plus_one_owner_job_releases_the_hold() -> None:
+    """A helper that really hangs: B still out at 721 ms, one owner job past its predicted finish
+    (80 ms): released, though the (stale) prediction still says the helper would be sooner."""
+    assert judge_hold(now_ms=720, **F_BURST).hold  # type: ignore[arg-type]
+    verdict = judge_hold(now_ms=721, **F_BURST)  # type: ignore[arg-type]
+    assert not verdict.hold
 
 
 # -- cut-off ----------------------------------------------------------------------------------------

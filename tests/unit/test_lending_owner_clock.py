@@ -114,11 +114,16 @@ def test_with_the_setting_off_nothing_is_held_and_switching_it_off_releases_at_o
 
 
 def test_the_hold_releases_itself_when_the_lent_request_overruns_without_another_event() -> None:
+    """Overrun = predicted finish plus one owner job (spec; issue 24): lent at 5 s + switch 6 s +
+    13 s service + 29 s = 53 s.  At 37 s (the reference's switch + 2 x service) the helper is one
+    service late: r3 stays held (it was released there before), and is released at 53 s."""
     node = reference_burst()
     events = len(node.events)
-    at(node, 37)  # lent at 5 s + switch 6 s + 2 x 13 s: not yet overrun
-    assert "r3" not in node.local_calls
     at(node, 37.001)
+    assert "r3" not in node.local_calls  # one service late: still held for the helper
+    at(node, 53)
+    assert "r3" not in node.local_calls
+    at(node, 53.001)
     assert node.local_calls[-1] == "r3"
     assert len(node.events) == events  # released by the owner's own alarm, not by an event
 
