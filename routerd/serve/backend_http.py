@@ -53,36 +53,41 @@ REFUSED_BACKOFF_S = (0.02, 0.05, 0.1)
 
 class AnswerHeaders:
     """An answer's header fields as received: the read side of twisted's ``Headers`` the request
-    path uses (``getRawHeaders``, ``hasHeader``, ``getAllRawHeaders``), names matched without case."""
+    path uses (``getRawHeaders``, ``hasHeader``, ``getAllRawHeaders``), names matched without case
+    (indexed once: a forwarded answer is asked for six names)."""
 
-    __slots__ = ("_pairs",)
+    __slots__ = ("_pairs", "_by_name")
 
     def __init__(self, pairs: list[tuple[bytes, bytes]]) -> None:
         self._pairs = pairs
+        by_name: dict[bytes, list[bytes]] = {}
+        for name, value in pairs:
+            lower = name.lower()
+            values = by_name.get(lower)
+            if values is None:
+                by_name[lower] = [value]
+            else:
+                values.append(value)
+        self._by_name = by_name
 
     def getRawHeaders(self, name: bytes | str, default: Any = None) -> Any:
         """The values of ``name`` in order (``str`` values for a ``str`` name, as ``Headers``
         gives them), or ``default`` when there is none."""
-        wanted = name.encode("latin-1").lower() if isinstance(name, str) else name.lower()
-        values = [value for key, value in self._pairs if key.lower() == wanted]
-        if not values:
-            return default
         if isinstance(name, str):
-            return [value.decode("utf-8") for value in values]
-        return values
+            found = self._by_name.get(name.encode("latin-1").lower())
+            return default if found is None else [value.decode("utf-8") for value in found]
+        found = self._by_name.get(name.lower())
+        return default if found is None else list(found)
 
     def hasHeader(self, name: bytes | str) -> bool:
         return self.getRawHeaders(name) is not None
 
     def getAllRawHeaders(self) -> Iterator[tuple[bytes, list[bytes]]]:
-        grouped: dict[bytes, tuple[bytes, list[bytes]]] = {}
-        for key, value in self._pairs:
-            entry = grouped.get(key.lower())
-            if entry is None:
-                grouped[key.lower()] = (key, [value])
-            else:
-                entry[1].append(value)
-        return iter(grouped.values())
+        """Each name (as first spelled) with its values."""
+        first: dict[bytes, bytes] = {}
+        for name, _value in self._pairs:
+            first.setdefault(name.lower(), name)
+        return iter([(first[lower], list(values)) for lower, values in self._by_name.items()])
 
 
 class _BodyTransport:
@@ -264,18 +269,17 @@ class _Connection(Protocol):
         self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
-        headers = self._headers
-        for name, value in headers:
-            lower = name.lower()
-            if lower == b"content-length":
-                try:
-                    self._length = int(value)
-                except ValueError:
-                    self._length = None
-            elif lower == b"transfer-encoding" and b"chunked" in value.lower():
-                self._chunked = True
+        headers = AnswerHeaders(self._headers)
         self._headers = []
-        response = BackendResponse(self.parser.get_status_code(), AnswerHeaders(headers), self._length, self)
+        length = headers.getRawHeaders(b"content-length")
+        if length is not None:
+            try:
+                self._length = int(length[0])
+            except ValueError:
+                self._length = None
+        coding = headers.getRawHeaders(b"transfer-encoding")
+        self._chunked = coding is not None and any(b"chunked" in value.lower() for value in coding)
+        response = BackendResponse(self.parser.get_status_code(), headers, self._length, self)
         self.response = response
         answer, self.answer = self.answer, None
         if answer is not None and not answer.called:
