@@ -106,12 +106,12 @@ def spread(values: list[float], scale: float = 1.0) -> str:
     return f"{low:.3f} / {mid:.3f} / {high:.3f} (min / median / max of {len(values)})"
 
 
-def verdict(values: list[float], target: float, *, at_least: bool = False) -> str:
+def verdict(values: list[float], target: float, *, at_least: bool = False, unit: str = "rounds") -> str:
     """Met by the median, and in how many rounds (a noisy machine moves single rounds)."""
     met = [v >= target if at_least else v <= target for v in values]
     mid = statistics.median(values)
     ok = mid >= target if at_least else mid <= target
-    return f"{'met' if ok else 'MISSED'} by the median, in {sum(met)} of {len(met)} rounds"
+    return f"{'met' if ok else 'MISSED'} by the median, in {sum(met)} of {len(met)} {unit}"
 
 
 def errors(cell: Cell) -> str:
@@ -206,6 +206,7 @@ async def forwarding(args: argparse.Namespace) -> None:
         # and a p50 is mostly queueing behind the other processes (shown, not judged).
         print(f"16 clients: +p50 {spread(added[16], 1000)} ms (queueing on a busy machine: not judged)")
         print(f"one client, in the rounds above: +p50 {spread(added[1], 1000)} ms")
+        unit = "rounds"
         if args.wrk and args.pairs:
             # Pairs of short cells right after one another (order alternating): the machine's
             # other load drifts between the rounds above, much less within a pair.
@@ -219,10 +220,11 @@ async def forwarding(args: argparse.Namespace) -> None:
                     got[name] = wrk_cell(base + "/v1/chat/completions", chat(model), 1, 1)[2]
                 pairs.append(got["forwarded"] - got["slave"])
             added[1] = pairs
+            unit = "pairs"
             print(f"one client, {args.pairs} pairs of 1 s cells (slave, forwarded; order alternating): "
                   f"+p50 {spread(pairs, 1000)} ms")
         print(f"target: forwarding adds <= {ADDED_P50_TARGET_MS:.1f} ms at p50, one client: "
-              f"{verdict(added[1], ADDED_P50_TARGET_MS / 1000)}")
+              f"{verdict(added[1], ADDED_P50_TARGET_MS / 1000, unit=unit)}")
         every = ratios[1] + ratios[16]
         print(f"target: master CPU per forwarded request <= {CPU_RATIO_TARGET:.1f} x the floor's: "
               f"{spread(every)}, {verdict(every, CPU_RATIO_TARGET)}")
