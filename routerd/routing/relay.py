@@ -199,7 +199,14 @@ class _Buffer:
 
 
 async def collect(response: Any, idle: Idle | None = None) -> bytes:
-    """The whole upstream body (for answers that are converted whole)."""
+    """The whole upstream body (for answers that are converted whole).  A response that offers
+    ``body_if_complete()`` (the lean client's) is asked first: a body that has already arrived
+    whole is taken without a relay protocol."""
+    whole = getattr(response, "body_if_complete", None)
+    if whole is not None:
+        body = whole()
+        if body is not None:
+            return body  # type: ignore[no-any-return]
     buffer = _Buffer()
     await relay(response, buffer, _identity, _empty, idle)
     return b"".join(buffer.chunks)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.defer import CancelledError, Deferred, ensureDeferred
 from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.protocol import Protocol
 from twisted.internet.testing import MemoryReactorClock, StringTransport
@@ -15,6 +15,7 @@ from twisted.web.http import PotentialDataLoss
 from twisted.web.http_headers import Headers
 
 from routerd.routing.body import BytesProducer
+from routerd.routing.relay import collect
 from routerd.serve.backend_http import AnswerHeaders, BackendAgent
 
 URL = b"http://127.0.0.1:8080/v1/chat/completions"
@@ -281,3 +282,40 @@ def test_answer_headers_are_read_by_name_whatever_the_case_as_headers_gives_them
     assert headers.hasHeader(b"Content-Length") and not headers.hasHeader("location")
     assert dict(headers.getAllRawHeaders()) == {b"Content-Type": [b"application/json"],
                                                 b"X-Routerd-Node": [b"a", b"b"], b"Content-Length": [b"0"]}
+
+
+def test_collect_takes_an_answer_that_arrived_whole_without_a_relay(monkeypatch: Any) -> None:
+    """Issue 24: a forwarded (or local) answer read in one go is taken at once by ``collect``;
+    before, it went through a relay protocol, its tail and its Deferred."""
+    from routerd.routing import relay
+
+    def no_relay(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("the relay protocol was used")
+
+    monkeypatch.setattr(relay, "Relay", no_relay)
+    reactor, agent, _ = setup()
+    answer = post(agent)
+    protocol, _transport = connect(reactor)
+    protocol.dataReceived(OK)
+    response = result(answer)
+    assert result(ensureDeferred(relay.collect(response))) == b'{"a": true}'
+    assert response.body_if_complete() is None  # taken once
+
+
+def test_an_answer_still_arriving_or_close_delimited_is_not_taken_whole() -> None:
+    reactor, agent, _ = setup()
+    answer = post(agent)
+    protocol, _transport = connect(reactor)
+    protocol.dataReceived(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabc")
+    response = result(answer)
+    assert response.body_if_complete() is None
+    collected = ensureDeferred(collect(response))
+    protocol.dataReceived(b"def")
+    assert result(collected) == b"abcdef"
+
+    answer = post(agent)
+    protocol.dataReceived(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it")
+    response = result(answer)
+    protocol.connectionLost(Failure(ConnectionDone()))
+    assert response.body_if_complete() is None  # ended with PotentialDataLoss: the relay decides
+    assert result(ensureDeferred(collect(response))) == b"all of it"
