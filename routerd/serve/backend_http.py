@@ -20,11 +20,12 @@ Anything it does not handle (another scheme, a streaming body producer) goes to 
 Three cuts for forwarded requests (issue 24; the master's own time from the slave's answer to
 the send to the client at one client, timed inside the process: 84-88 us before, 69 us after):
 an answer's headers are kept as the parsed pairs (:class:`AnswerHeaders`, indexed once) instead
-of a twisted ``Headers`` that sanitises and re-encodes each one; the request's ``Deferred`` fires once the whole read is
-parsed, so a small answer that arrived in one read is complete when its reader asks for the body
-(one suspension and resumption of the request's coroutines fewer, no idle-stream timer armed);
-and such an answer is taken whole (:meth:`BackendResponse.body_if_complete`, asked by
-:func:`routerd.routing.relay.collect`) without a relay protocol.
+of a twisted ``Headers`` that sanitises and re-encodes each one; the request's ``Deferred`` fires
+once the whole read is parsed, so a small answer that arrived in one read is complete when its
+reader asks for the body (one suspension and resumption of the request's coroutines fewer, no
+idle-stream timer armed); and such an answer is taken whole
+(:meth:`BackendResponse.body_if_complete`, asked by :func:`routerd.routing.relay.collect`)
+without a relay protocol.
 """
 
 from __future__ import annotations
