@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import statistics
@@ -165,6 +167,74 @@ def run(main: Callable[[], Any]) -> None:
     reactor.run()
     if result and hasattr(result[0], "raiseException"):
         result[0].raiseException()
+
+
+_UNIT = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
+
+
+def have_wrk() -> bool:
+    """Whether ``wrk`` is installed (it uses little CPU, so the client does not eat what is being
+    measured on a small machine)."""
+    return shutil.which("wrk") is not None
+
+
+def _seconds(text: str) -> float:
+    m = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
+    if m is None:
+        raise ValueError(f"unreadable wrk time {text!r}")
+    return float(m.group(1)) * _UNIT[m.group(2)]
+
+
+WrkResult = tuple[int, float, float, float, float, int]  # count, elapsed, p50, p99, max, non-2xx
+
+
+def wrk_cell(url: str, body: dict[str, Any], conc: int, seconds: float) -> WrkResult:
+    """``conc`` keep-alive connections POSTing ``body`` to ``url`` for ``seconds`` (one wrk thread)."""
+    script = Path(tempfile.mkstemp(suffix=".lua")[1])
+    script.write_text('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+                      f"wrk.body = {json.dumps(json.dumps(body))}\n")
+    try:
+        duration = f"-d{max(1, round(seconds))}s"
+        argv = ["wrk", "-t1", f"-c{conc}", duration, "--latency", "-s", str(script), url]
+        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    finally:
+        script.unlink()
+    count_m = re.search(r"(\d+) requests in ([\d.]+\w+)", out)
+    dist = dict(re.findall(r"^\s+(50|99)%\s+(\S+)\s*$", out, re.M))
+    worst_m = re.search(r"Latency\s+\S+\s+\S+\s+(\S+)", out)
+    if count_m is None or worst_m is None or not {"50", "99"} <= dist.keys():
+        raise RuntimeError(f"unreadable wrk output:\n{out}")
+    errors_m = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return (int(count_m.group(1)), _seconds(count_m.group(2)), _seconds(dist["50"]), _seconds(dist["99"]),
+            _seconds(worst_m.group(1)), int(errors_m.group(1)) if errors_m else 0)
+
+
+class Cell:
+    """One measured run of one path at one concurrency."""
+
+    def __init__(self, count: int, elapsed: float, p50: float, p99: float, worst: float,
+                 cpu: float | None, errors: int = 0) -> None:
+        self.count, self.elapsed, self.p50, self.p99, self.worst = count, elapsed, p50, p99, worst
+        self.cpu = cpu  # proxy CPU seconds per request (None when no process is watched)
+        self.errors = errors
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.elapsed
+
+
+async def measure(http: HTTPClient, url: str, body: dict[str, Any], conc: int, *, pid: int | None,
+                  seconds: float | None, requests: int) -> Cell:
+    """One cell: ``wrk`` for ``seconds`` when given, else ``requests`` POSTs from the Python client;
+    ``pid``'s CPU (from /proc) per request."""
+    cpu0 = cpu_seconds(pid) if pid is not None else 0.0
+    if seconds is not None:
+        count, elapsed, p50, p99, worst, errors = wrk_cell(url, body, conc, seconds)
+    else:
+        elapsed, lat = await run_load(http, url, body, conc, requests)
+        count, p50, p99, worst, errors = len(lat), pct(lat, .5), pct(lat, .99), max(lat), 0
+    cpu = (cpu_seconds(pid) - cpu0) / max(1, count) if pid is not None else None
+    return Cell(count, elapsed, p50, p99, worst, cpu, errors)
 
 
 def tempdir() -> Path:

@@ -27,11 +27,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -40,12 +37,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import (  # noqa: E402
+    Cell,
     NodeProcess,
     client,
     cpu_seconds,
     free_port,
+    have_wrk,
+    measure,
     median,
-    pct,
     run,
     run_load,
     tempdir,
@@ -57,58 +56,11 @@ ZERO = {"kind": "text", "load_ms": 0, "prompt_tokens_per_s": 1e9, "gen_tokens_pe
 BODY = {"model": "zero", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4}
 STREAM = {**BODY, "max_tokens": 20, "stream": True}
 NAIVE = Path(__file__).resolve().parent / "naive_proxy.py"
-_UNIT = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
-
-
-def _seconds(text: str) -> float:
-    m = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
-    if m is None:
-        raise ValueError(f"unreadable wrk time {text!r}")
-    return float(m.group(1)) * _UNIT[m.group(2)]
-
-
-class Cell:
-    """One measured run of one path at one concurrency."""
-
-    def __init__(self, count: int, elapsed: float, p50: float, p99: float, worst: float,
-                 cpu: float | None, errors: int = 0) -> None:
-        self.count, self.elapsed, self.p50, self.p99, self.worst = count, elapsed, p50, p99, worst
-        self.cpu = cpu  # proxy CPU seconds per request (None for direct)
-        self.errors = errors
-
-
-WrkResult = tuple[int, float, float, float, float, int]  # count, elapsed, p50, p99, max, non-2xx
-
-
-def wrk_cell(url: str, body: dict[str, Any], conc: int, seconds: float) -> WrkResult:
-    script = Path(tempfile.mkstemp(suffix=".lua")[1])
-    script.write_text('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
-                      f"wrk.body = {json.dumps(json.dumps(body))}\n")
-    try:
-        duration = f"-d{max(1, round(seconds))}s"
-        argv = ["wrk", "-t1", f"-c{conc}", duration, "--latency", "-s", str(script), url]
-        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-    finally:
-        script.unlink()
-    count_m = re.search(r"(\d+) requests in ([\d.]+\w+)", out)
-    dist = dict(re.findall(r"^\s+(50|99)%\s+(\S+)\s*$", out, re.M))
-    worst_m = re.search(r"Latency\s+\S+\s+\S+\s+(\S+)", out)
-    if count_m is None or worst_m is None or not {"50", "99"} <= dist.keys():
-        raise RuntimeError(f"unreadable wrk output:\n{out}")
-    errors_m = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return (int(count_m.group(1)), _seconds(count_m.group(2)), _seconds(dist["50"]), _seconds(dist["99"]),
-            _seconds(worst_m.group(1)), int(errors_m.group(1)) if errors_m else 0)
 
 
 async def measure_cell(http: Any, url: str, conc: int, args: argparse.Namespace, pid: int | None) -> Cell:
-    cpu0 = cpu_seconds(pid) if pid is not None else 0.0
-    if args.wrk:
-        count, elapsed, p50, p99, worst, errors = wrk_cell(url, BODY, conc, args.seconds)
-    else:
-        elapsed, lat = await run_load(http, url, BODY, conc, args.requests)
-        count, p50, p99, worst, errors = len(lat), pct(lat, .5), pct(lat, .99), max(lat), 0
-    cpu = (cpu_seconds(pid) - cpu0) / max(1, count) if pid is not None else None
-    return Cell(count, elapsed, p50, p99, worst, cpu, errors)
+    return await measure(http, url, BODY, conc, pid=pid, seconds=args.seconds if args.wrk else None,
+                         requests=args.requests)
 
 
 async def stream_cell(http: Any, url: str, rounds: int, pid: int | None) -> tuple[float, float | None, int]:
@@ -159,7 +111,7 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,16,64")
     parser.add_argument("--python", action="store_true", help="use the Python client even if wrk exists")
     args = parser.parse_args()
-    args.wrk = not args.python and shutil.which("wrk") is not None
+    args.wrk = not args.python and have_wrk()
     levels = [int(c) for c in args.concurrency.split(",")]
     root = tempdir()
     port = free_port()

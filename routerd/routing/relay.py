@@ -101,7 +101,9 @@ class Relay(Protocol):
     """Feeds an upstream body through a converter into ``sink``; ``done`` fires with the tail."""
 
     def __init__(self, sink: Any, feed: Callable[[bytes], bytes], flush: Callable[[], bytes],
-                 done: Deferred[bytes], idle: Idle | None = None) -> None:
+                 done: Deferred[bytes], idle: Idle | None = None, *, defer_idle: bool = False) -> None:
+        """``defer_idle``: the idle-stream timer starts at :meth:`start`, not here (a body that is
+        complete when it is delivered never arms one)."""
         self.sink = sink
         self.feed = feed
         self.flush = flush
@@ -110,7 +112,8 @@ class Relay(Protocol):
         self._tail_size = 0
         self.idle = idle
         self._timer: IDelayedCall | None = None
-        self._arm()
+        if idle is not None and not defer_idle:
+            self._arm()
 
     def _arm(self) -> None:
         if self.idle is None:
@@ -133,8 +136,14 @@ class Relay(Protocol):
         self.done.errback(StreamIdle(f"no data for {self.idle.seconds:g} s"))
         self.abort()
 
+    def start(self) -> None:
+        """Arm the idle-stream timer unless the body has already ended (``defer_idle``)."""
+        if not self.done.called and self._timer is None:
+            self._arm()
+
     def dataReceived(self, data: bytes) -> None:
-        self._arm()
+        if self._timer is not None:
+            self._arm()
         tail = self._tail
         tail.append(data)
         self._tail_size += len(data)
@@ -175,8 +184,9 @@ async def relay(response: Any, sink: Any, feed: Callable[[bytes], bytes],
     of silence (raising :class:`StreamIdle`).
     """
     done: Deferred[bytes] = Deferred(lambda _d: protocol.abort())
-    protocol = Relay(sink, feed, flush, done, idle)
+    protocol = Relay(sink, feed, flush, done, idle, defer_idle=True)
     response.deliverBody(protocol)
+    protocol.start()  # an answer that arrived whole is already done: no timer to arm and cancel
     return await done
 
 
@@ -189,7 +199,14 @@ class _Buffer:
 
 
 async def collect(response: Any, idle: Idle | None = None) -> bytes:
-    """The whole upstream body (for answers that are converted whole)."""
+    """The whole upstream body (for answers that are converted whole).  A response that offers
+    ``body_if_complete()`` (the lean client's) is asked first: a body that has already arrived
+    whole is taken without a relay protocol."""
+    whole = getattr(response, "body_if_complete", None)
+    if whole is not None:
+        body = whole()
+        if body is not None:
+            return body  # type: ignore[no-any-return]
     buffer = _Buffer()
     await relay(response, buffer, _identity, _empty, idle)
     return b"".join(buffer.chunks)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.defer import CancelledError, Deferred, ensureDeferred
 from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.protocol import Protocol
 from twisted.internet.testing import MemoryReactorClock, StringTransport
@@ -15,7 +15,8 @@ from twisted.web.http import PotentialDataLoss
 from twisted.web.http_headers import Headers
 
 from routerd.routing.body import BytesProducer
-from routerd.serve.backend_http import BackendAgent
+from routerd.routing.relay import collect
+from routerd.serve.backend_http import AnswerHeaders, BackendAgent
 
 URL = b"http://127.0.0.1:8080/v1/chat/completions"
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"a\": true}"
@@ -215,3 +216,106 @@ def test_chunks_that_arrive_in_one_read_are_delivered_together_and_reads_stay_ap
     protocol.dataReceived(b"2\r\ngh\r\n0\r\n\r\n")
     assert body.data == [b"abcdef", b"gh"]
     assert body.reason is not None and body.reason.check(ResponseDone)
+
+
+def test_an_answer_that_arrived_in_one_read_is_complete_when_its_deferred_fires() -> None:
+    """Issue 24: the request's Deferred fires once the whole read is parsed, so the reader finds
+    the body complete (no suspension waiting for it); before, it fired at the end of the head,
+    with the body still to be parsed."""
+    reactor, agent, _ = setup()
+    answer = post(agent)
+    protocol, _transport = connect(reactor)
+    seen: list[tuple[list[bytes], Failure | None]] = []
+
+    def read(response: Any) -> None:
+        body = Body()
+        response.deliverBody(body)
+        seen.append((list(body.data), body.reason))
+
+    answer.addCallback(read)
+    protocol.dataReceived(OK)
+    [(data, reason)] = seen
+    assert b"".join(data) == b'{"a": true}'
+    assert reason is not None and reason.check(ResponseDone)
+
+
+def test_a_head_without_its_body_fires_at_once_and_the_body_follows() -> None:
+    """A stream's head still fires the request in the read it came in; the body is delivered as
+    it arrives."""
+    reactor, agent, _ = setup()
+    answer = post(agent)
+    protocol, _transport = connect(reactor)
+    protocol.dataReceived(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabc")
+    body = Body()
+    result(answer).deliverBody(body)
+    assert body.data == [b"abc"] and body.reason is None
+    protocol.dataReceived(b"def")
+    assert body.data == [b"abc", b"def"] and body.reason is not None and body.reason.check(ResponseDone)
+
+
+def test_a_malformed_body_after_the_head_in_one_read_fires_the_answer_then_fails_the_body() -> None:
+    reactor, agent, _ = setup()
+    answer = post(agent)
+    protocol, transport = connect(reactor)
+    protocol.dataReceived(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+    body = Body()
+    result(answer).deliverBody(body)
+    assert body.reason is not None and body.reason.check(ResponseFailed)
+    assert transport.disconnecting
+
+
+def test_answer_headers_are_read_by_name_whatever_the_case_as_headers_gives_them() -> None:
+    """:class:`AnswerHeaders` (issue 24) answers what the request path asks of twisted's
+    ``Headers``: values in order, ``str`` for a ``str`` name, the default when missing."""
+    reactor, agent, _ = setup()
+    answer = post(agent)
+    protocol, _transport = connect(reactor)
+    protocol.dataReceived(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Routerd-Node: a\r\n"
+                          b"x-routerd-node: b\r\nContent-Length: 0\r\n\r\n")
+    headers = result(answer).headers
+    assert isinstance(headers, AnswerHeaders)
+    assert headers.getRawHeaders(b"content-type") == [b"application/json"]
+    assert headers.getRawHeaders(b"X-ROUTERD-NODE") == [b"a", b"b"]
+    assert headers.getRawHeaders("x-routerd-node") == ["a", "b"]
+    assert headers.getRawHeaders(b"location") is None
+    assert headers.getRawHeaders(b"location", [b"-"]) == [b"-"]
+    assert headers.hasHeader(b"Content-Length") and not headers.hasHeader("location")
+    assert dict(headers.getAllRawHeaders()) == {b"Content-Type": [b"application/json"],
+                                                b"X-Routerd-Node": [b"a", b"b"], b"Content-Length": [b"0"]}
+
+
+def test_collect_takes_an_answer_that_arrived_whole_without_a_relay(monkeypatch: Any) -> None:
+    """Issue 24: a forwarded (or local) answer read in one go is taken at once by ``collect``;
+    before, it went through a relay protocol, its tail and its Deferred."""
+    from routerd.routing import relay
+
+    def no_relay(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("the relay protocol was used")
+
+    monkeypatch.setattr(relay, "Relay", no_relay)
+    reactor, agent, _ = setup()
+    answer = post(agent)
+    protocol, _transport = connect(reactor)
+    protocol.dataReceived(OK)
+    response = result(answer)
+    assert result(ensureDeferred(relay.collect(response))) == b'{"a": true}'
+    assert response.body_if_complete() is None  # taken once
+
+
+def test_an_answer_still_arriving_or_close_delimited_is_not_taken_whole() -> None:
+    reactor, agent, _ = setup()
+    answer = post(agent)
+    protocol, _transport = connect(reactor)
+    protocol.dataReceived(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabc")
+    response = result(answer)
+    assert response.body_if_complete() is None
+    collected = ensureDeferred(collect(response))
+    protocol.dataReceived(b"def")
+    assert result(collected) == b"abcdef"
+
+    answer = post(agent)
+    protocol.dataReceived(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it")
+    response = result(answer)
+    protocol.connectionLost(Failure(ConnectionDone()))
+    assert response.body_if_complete() is None  # ended with PotentialDataLoss: the relay decides
+    assert result(ensureDeferred(collect(response))) == b"all of it"

@@ -125,6 +125,39 @@ def test_permits_parses_the_target_once_however_many_bases_are_allowed(
     assert len(calls) == 2
 
 
+def test_permits_remembers_a_target_and_forgets_when_the_bases_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A master forwards to the same URLs over and over (issue 24): the same target is parsed once
+    while the bases stand, and a change of the bases (a slave added or removed) is seen at once."""
+    allowed = AllowList(["http://127.0.0.1:9001"])
+    calls: list[str] = []
+    real = urls.split_target
+
+    def counting(url: str) -> urls.TargetParts:
+        calls.append(url)
+        return real(url)
+
+    monkeypatch.setattr(urls, "split_target", counting)
+    target = "http://127.0.0.1:9002/router/v1/node/inference/v1/chat/completions"
+    assert not allowed.permits(target)
+    assert not allowed.permits(target)
+    assert len(calls) == 1
+    allowed.add("http://127.0.0.1:9002")
+    assert allowed.permits(target) and allowed.permits(target)
+    allowed.remove("http://127.0.0.1:9002")
+    assert not allowed.permits(target)
+    assert len(calls) == 1 + 2 + 2  # add and remove parse their URL; the target once after each
+
+
+def test_permits_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(urls, "PERMITS_MEMO", 4)
+    allowed = AllowList(["http://node"])
+    for n in range(10):
+        assert allowed.permits(f"http://node/p?n={n}")
+        assert len(allowed._permits) <= 4
+
+
 _BASES = st.sampled_from(["http://node", "http://node/base", "HTTP://NODE:80/base/", "http://node:8080",
                           "https://node/a/b", "http://other/x", "http://[::1]:81/p", "not a url"])
 _TARGETS = st.builds(
@@ -140,14 +173,17 @@ _TARGETS = st.builds(
 @given(added=st.lists(_BASES, max_size=5), removed=st.lists(_BASES, max_size=2), target=_TARGETS)
 def test_permits_answers_as_is_under_against_every_allowed_base(added: list[str], removed: list[str],
                                                                target: str) -> None:
+    """Asked after every change too (its remembered answers never outlive a change of the bases)."""
     allowed = AllowList()
     for base in added:
         try:
             allowed.add(base)
         except URLError:
             pass
+        assert allowed.permits(target) is any(is_under(b, target) for b in allowed.bases())
     for base in removed:
         allowed.remove(base)
+        assert allowed.permits(target) is any(is_under(b, target) for b in allowed.bases())
     assert allowed.permits(target) is any(is_under(base, target) for base in allowed.bases())
 
 
