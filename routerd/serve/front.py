@@ -22,6 +22,7 @@ from twisted.python.failure import Failure
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.model import Capabilities, ModelConfig
 from routerd.cluster.master import MasterAgent
+from routerd.deferreds import Woken
 from routerd.errors import HTTPError, Saturated, StatusError, error_body
 from routerd.lending.offload import Borrowed, offload_returned
 from routerd.lending.service import LendingService
@@ -271,9 +272,9 @@ class InferenceFront:
                 raise offload_returned("this route is never lent")
             if not borrowed.load_allowed and self.loaded_config(call.route.runtime) != model.filename:
                 raise offload_returned("the linked model is not loaded and the link forbids loading it")
-            return lending.serve(call, model, lane, self._serve_here, borrowed, public_id=public_id)
+            return Woken(lending.serve(call, model, lane, self._serve_here, borrowed, public_id=public_id))
         if lane is not None and lending is not None:
-            return lending.serve(call, model, lane, self._serve_here, None, public_id=public_id)
+            return Woken(lending.serve(call, model, lane, self._serve_here, None, public_id=public_id))
         return self.local.serve(call, model, public_id)
 
     # -- guardian models (spec "Guardian models") ------------------------------

@@ -3,8 +3,9 @@
 A real in-memory node whose model is enrolled in a link and whose backend is slow: requests go
 straight into ``InferenceFront.handle`` (as the HTTP edge hands them over) and wait in the lending
 queue while the clock stands still.  Each extra held request must cost its call, its queue entry and
-two coroutines (``handle`` and ``LendingService.serve``) — not the edge's header map, not its
-decoded JSON body, not a coroutine per serving layer — and everything must still be answered.
+one coroutine (``handle``) and the lending queue's small waiting record (issue 24) — not the edge's
+header map, not its decoded JSON body, not a coroutine per serving layer — and everything must still
+be answered.
 """
 
 from __future__ import annotations
@@ -65,18 +66,20 @@ def _held_calls() -> list[Call]:
     return [o for o in gc.get_objects() if isinstance(o, Call)]
 
 
-def test_a_held_request_keeps_two_coroutines_one_waiter_and_neither_headers_nor_parsed_body(
+def test_a_held_request_keeps_one_coroutine_a_waiting_record_and_neither_headers_nor_parsed_body(
         tmp_path: Path) -> None:
+    """Issue 24: the lending queue's wait is a ``WaitingRequest`` record woken by a callback, not a
+    second suspended coroutine (``LendingService.serve`` was one per held request)."""
     world, node = _owner(tmp_path)
     first = _send(world, node, 10, 0)  # two run in the backend, eight are held
     before = _objects()
     more = _send(world, node, 30, 100)
     grown = _objects() - before
     assert len(node.lending.held_requests()) == 38
-    per = {name: grown[name] / 30 for name in ("coroutine", "Deferred", "generator", "Incoming", "Call",
-                                              "Entry", "dict", "FirstWrite")}
-    assert per == {"coroutine": 2, "Deferred": 2, "generator": 0, "Incoming": 0, "Call": 1,
-                   "Entry": 1, "dict": 0, "FirstWrite": 0}
+    per = {name: grown[name] / 30 for name in ("coroutine", "WaitingRequest", "Deferred", "generator",
+                                              "Incoming", "Call", "Entry", "dict", "FirstWrite")}
+    assert per == {"coroutine": 1, "WaitingRequest": 1, "Deferred": 2, "generator": 0, "Incoming": 0,
+                   "Call": 1, "Entry": 1, "dict": 0, "FirstWrite": 0}
     waiting = {h["request_id"] for h in node.lending.held_requests()}
     held = [c for c in _held_calls() if c.request_id in waiting]
     assert len(held) == 38 and all(c.parsed is None for c in held), "the decoded body is not kept"
