@@ -342,7 +342,7 @@ class LendingService:
         limit = self.max_queued()
         if not limit:
             return
-        waiting = self.queues[lane].stats([model_id])[0].pending_count + self.queued_in_backend(model)
+        waiting = self.queues[lane].waiting_native(model_id) + self.queued_in_backend(model)
         if waiting >= limit:
             raise queue_full(public_id, waiting, limit)
 
