@@ -159,11 +159,15 @@ async def hold(args: argparse.Namespace, owner: NodeProcess, backends: list[str]
         print_growth(snap_before, await asyncio.to_thread(traced, owner.proc.pid, trace, 2), held)
     for url in backends:
         await asyncio.to_thread(post, url + "/sim/control", {"slowdown": 0.0001})
-    await asyncio.gather(*tasks, return_exceptions=True)
+    results = await asyncio.gather(*tasks, return_exceptions=True)
     await asyncio.sleep(2)
-    counts: dict[int, int] = {}
+    counts: dict[int | str, int] = {}
     for code in statuses:
         counts[code] = counts.get(code, 0) + 1
+    for result in results:  # a client that got no answer at all (refused, reset, timed out)
+        if isinstance(result, BaseException):
+            name = type(result).__name__
+            counts[name] = counts.get(name, 0) + 1
     after = rss_mb(owner.proc.pid)
     print(f"drained in {time.monotonic() - start:.1f} s, answers {counts}; owner RSS after {after:.1f} MB "
           f"({after - before:+.1f} MB over before)")

@@ -3,7 +3,7 @@
 A real in-memory node whose model is enrolled in a link and whose backend is slow: requests go
 straight into ``InferenceFront.handle`` (as the HTTP edge hands them over) and wait in the lending
 queue while the clock stands still.  Each extra held request must cost its call, its queue entry and
-one coroutine (``handle``) and the lending queue's small waiting record (issue 24) — not the edge's
+two small records (the front's and the lending queue's, issue 24) and one Deferred — not the edge's
 header map, not its decoded JSON body, not a coroutine per serving layer — and everything must still
 be answered.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.defer import CancelledError, Deferred, ensureDeferred
 
 from routerd.deferreds import Woken
 from routerd.lending.links import LinkSet
@@ -51,7 +51,7 @@ def _send(world: World, node: Any, n: int, first: int) -> list[Deferred[bytes]]:
                            "messages": [{"role": "user", "content": f"hello {i}"}]}).encode()
         incoming = Incoming(path=CHAT, body=body, content_type="application/json", query={},
                             headers={"host": "owner.test", "content-type": "application/json"})
-        sent.append(Deferred.fromCoroutine(node.front.handle(incoming, FakeReply(), route)))
+        sent.append(ensureDeferred(node.front.handle(incoming, FakeReply(), route)))
     while world.network.flush():
         pass
     return sent
@@ -66,20 +66,21 @@ def _held_calls() -> list[Call]:
     return [o for o in gc.get_objects() if isinstance(o, Call)]
 
 
-def test_a_held_request_keeps_one_coroutine_a_waiting_record_and_neither_headers_nor_parsed_body(
+def test_a_held_request_is_two_small_records_and_one_deferred_with_neither_headers_nor_parsed_body(
         tmp_path: Path) -> None:
-    """Issue 24: the lending queue's wait is a ``WaitingRequest`` record woken by a callback, not a
-    second suspended coroutine (``LendingService.serve`` was one per held request)."""
+    """Issue 24: a held request is the front's ``_Handling`` record and the lending queue's
+    ``WaitingRequest`` record, woken by callbacks on one Deferred — not two suspended coroutines
+    (``InferenceFront.handle`` and ``LendingService.serve`` were one each per held request)."""
     world, node = _owner(tmp_path)
     first = _send(world, node, 10, 0)  # two run in the backend, eight are held
     before = _objects()
     more = _send(world, node, 30, 100)
     grown = _objects() - before
     assert len(node.lending.held_requests()) == 38
-    per = {name: grown[name] / 30 for name in ("coroutine", "WaitingRequest", "Deferred", "generator",
-                                              "Incoming", "Call", "Entry", "dict", "FirstWrite")}
-    assert per == {"coroutine": 1, "WaitingRequest": 1, "Deferred": 2, "generator": 0, "Incoming": 0,
-                   "Call": 1, "Entry": 1, "dict": 0, "FirstWrite": 0}
+    per = {name: grown[name] / 30 for name in ("coroutine", "_Handling", "WaitingRequest", "Deferred",
+                                              "generator", "Incoming", "Call", "Entry", "dict", "FirstWrite")}
+    assert per == {"coroutine": 0, "_Handling": 1, "WaitingRequest": 1, "Deferred": 1, "generator": 0,
+                   "Incoming": 0, "Call": 1, "Entry": 1, "dict": 0, "FirstWrite": 0}
     waiting = {h["request_id"] for h in node.lending.held_requests()}
     held = [c for c in _held_calls() if c.request_id in waiting]
     assert len(held) == 38 and all(c.parsed is None for c in held), "the decoded body is not kept"
@@ -104,7 +105,7 @@ def test_a_stream_still_reports_its_time_to_first_chunk_and_a_plain_answer_is_no
         body = json.dumps({"model": "alpha", "max_tokens": 2, "stream": stream,
                            "messages": [{"role": "user", "content": "hi"}]}).encode()
         incoming = Incoming(path=CHAT, body=body, content_type="application/json")
-        world.run(Deferred.fromCoroutine(node.front.handle(incoming, FakeReply(), route)))
+        world.run(ensureDeferred(node.front.handle(incoming, FakeReply(), route)))
     rendered = node.metrics.render().decode()
     assert 'routerd_time_to_first_token_seconds_count{lane="text",model="alpha"} 1.0' in rendered
     assert 'routerd_requests_total{lane="text",model="alpha",route="chat",status="ok"} 2.0' in rendered
