@@ -16,12 +16,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pytest
 from twisted.internet.defer import CancelledError, Deferred, ensureDeferred
+from twisted.python.failure import Failure
 
-from routerd.deferreds import Woken
 from routerd.lending.links import LinkSet
-from routerd.lending.service import Ticket
 from routerd.routing.call import Call, Incoming
 from routerd.routing.classify import classify
 from routerd.wire.lending import Endpoint, Link
@@ -111,50 +109,28 @@ def test_a_stream_still_reports_its_time_to_first_chunk_and_a_plain_answer_is_no
     assert 'routerd_requests_total{lane="text",model="alpha",route="chat",status="ok"} 2.0' in rendered
 
 
-# -- the waiter a held request awaits (``await Woken(d)`` is ``await d`` without a generator) --
-
-async def _await(d: Deferred[Ticket]) -> Ticket:
-    return await Woken(d)
-
-
-def test_a_waiter_fired_before_it_is_awaited_resumes_at_once() -> None:
-    d: Deferred[Ticket] = Deferred()
-    d.callback(Ticket("admit"))
-    out = Deferred.fromCoroutine(_await(d))
-    assert out.result == Ticket("admit")
-
-
-def test_a_waiter_fired_later_resumes_the_request_with_its_ticket() -> None:
-    d: Deferred[Ticket] = Deferred()
-    out = Deferred.fromCoroutine(_await(d))
-    assert not out.called
-    d.callback(Ticket("returned", reason="own_work_arrived"))
-    assert out.result == Ticket("returned", reason="own_work_arrived")
-
-
-def test_cancelling_a_held_request_raises_cancelled_at_its_wait() -> None:
-    d: Deferred[Ticket] = Deferred()
-    seen: list[str] = []
-
-    async def held() -> Ticket:
-        try:
-            return await Woken(d)
-        except CancelledError:
-            seen.append("cancelled")
-            raise
-
-    out = Deferred.fromCoroutine(held())
-    out.cancel()
-    assert seen == ["cancelled"] and d.called
-    with pytest.raises(CancelledError):
-        out.result.raiseException()  # type: ignore[union-attr]
-    out.addErrback(lambda _f: None)
-
-
-def test_a_waiter_failed_before_it_is_awaited_raises_its_error() -> None:
-    d: Deferred[Ticket] = Deferred()
-    d.errback(ValueError("boom"))
-    out = Deferred.fromCoroutine(_await(d))
-    failure = out.result
-    out.addErrback(lambda _f: None)
-    assert failure.check(ValueError)
+def test_a_held_request_whose_client_leaves_frees_its_place_and_the_rest_are_answered_once(
+        tmp_path: Path) -> None:
+    """Issue 24: cancelling the Deferred ``handle`` returned (the edge does so when the client
+    goes) takes a held request out of the lending queue and counts it once as
+    ``client_disconnected``; the others are still answered, each exactly once."""
+    world, node = _owner(tmp_path)
+    sent = _send(world, node, 6, 0)  # two run in the backend, four are held
+    held_ids = {h["request_id"] for h in node.lending.held_requests()}
+    assert len(held_ids) == 4 and node.front.active_calls == 6
+    outcomes: list[list[Any]] = [[] for _ in sent]
+    for d, seen in zip(sent, outcomes, strict=True):
+        d.addBoth(seen.append)
+    sent[3].cancel()
+    [gone] = outcomes[3]
+    assert isinstance(gone, Failure) and gone.check(CancelledError)
+    assert len(node.lending.held_requests()) == 3 and node.front.active_calls == 5
+    while sum(len(seen) for seen in outcomes) < 6:
+        if not world.network.flush():
+            world.clock.advance(1.0)
+    assert [len(seen) for seen in outcomes] == [1] * 6
+    assert all(isinstance(seen[0], bytes) for i, seen in enumerate(outcomes) if i != 3)
+    assert node.lending.held_requests() == [] and node.front.active_calls == 0
+    rendered = node.metrics.render().decode()
+    assert 'routerd_requests_total{lane="text",model="alpha",route="chat",status="client_disconnected"} 1.0' \
+        in rendered
