@@ -73,10 +73,10 @@ def traced(pid: int, prefix: Path, count: int) -> Any:
     raise RuntimeError("the owner wrote no tracemalloc snapshot")
 
 
-def print_growth(before: Any, during: Any, held: float, top: int = 20) -> None:
+def print_growth(before: Any, during: Any, held: float, top: int = 20, when: str = "while held") -> None:
     stats = during.compare_to(before, "lineno")
     grown = sum(s.size_diff for s in stats)
-    print(f"traced growth: {grown / max(1.0, held):,.0f} B per held request; top sites:")
+    print(f"traced growth {when}: {grown / max(1.0, held):,.0f} B per held request; top sites:")
     for s in stats[:top]:
         frame = s.traceback[0]
         name = frame.filename
@@ -169,6 +169,10 @@ async def hold(args: argparse.Namespace, owner: NodeProcess, backends: list[str]
             name = type(result).__name__
             counts[name] = counts.get(name, 0) + 1
     after = rss_mb(owner.proc.pid)
+    if trace:
+        await asyncio.sleep(3)  # the post-crowd collection and trim have run
+        print_growth(snap_before, await asyncio.to_thread(traced, owner.proc.pid, trace, 3), held, 12,
+                     "left after the drain")
     print(f"drained in {time.monotonic() - start:.1f} s, answers {counts}; owner RSS after {after:.1f} MB "
           f"({after - before:+.1f} MB over before)")
 

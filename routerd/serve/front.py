@@ -66,6 +66,7 @@ class InferenceFront:
                  lending: LendingService | None = None, recipes: RecipeRouter | None = None,
                  limiter: KeyLimiter | None = None, analytics: AnalyticsRecorder | None = None) -> None:
         self.node_id = node_id
+        self._node_header = node_id.encode()  # one copy, not one per request (held requests keep it)
         self.analytics = analytics
         self.clock = clock
         self.catalog = catalog
@@ -117,7 +118,7 @@ class InferenceFront:
             if given and len(given) <= 64 and given.isprintable():
                 request_id = given
         reply.set_header(b"x-routerd-request-id", request_id.encode())
-        reply.set_header(b"x-routerd-node", self.node_id.encode())
+        reply.set_header(b"x-routerd-node", self._node_header)
         metrics = self.metrics
         handling = _Handling(self, reply, route, request_id, cluster_call,
                              metrics.child(metrics.in_flight, route.runtime))
