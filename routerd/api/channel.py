@@ -472,8 +472,8 @@ class LeanChannel(protocol.Protocol):
 class LeanReply:
     """A :class:`~routerd.routing.call.Reply` written straight to the connection."""
 
-    __slots__ = ("channel", "request", "client", "body", "started_at", "status", "headers", "started",
-                 "gone", "finished", "sent", "held", "pending", "model")
+    __slots__ = ("channel", "request", "client", "body", "started_at", "status", "headers", "typed",
+                 "started", "gone", "finished", "sent", "held", "pending", "model")
 
     def __init__(self, channel: LeanChannel, head: _Head, body: bytes, now: float) -> None:
         self.channel = channel
@@ -486,6 +486,7 @@ class LeanReply:
         # lower-cased copies of the names (issue 24: a held request's reply kept ~410 B of
         # headers that way, ~120 B like this; set once or twice, read when the answer starts)
         self.headers: list[bytes] = []
+        self.typed = False  # a content-type header was set
         self.started = False
         self.gone = False
         self.finished = False
@@ -504,12 +505,17 @@ class LeanReply:
         if b"\r" in value or b"\n" in value:
             value = value.replace(b"\r", b" ").replace(b"\n", b" ")
         headers = self.headers
-        index = _find(headers, name)
-        if index < 0:
-            headers += (name, value)
-        else:
-            headers[index] = name
-            headers[index + 1] = value
+        if headers:  # the same name again (any case) replaces it
+            size = len(name)
+            for index in range(0, len(headers), 2):
+                known = headers[index]
+                if len(known) == size and (known == name or known.lower() == name.lower()):
+                    headers[index] = name
+                    headers[index + 1] = value
+                    return
+        headers += (name, value)
+        if len(name) == 12 and name.lower() == b"content-type":
+            self.typed = True
 
     def write(self, data: bytes) -> None:
         if self.gone or self.finished or not data:
@@ -603,9 +609,9 @@ class LeanReply:
     def _head_bytes(self, length: int | None) -> bytes:
         server = self.channel.server
         headers = self.headers
-        pairs = zip(headers[::2], headers[1::2], strict=True)
-        return answer_head(self.status, pairs, length, self.request.close, server.date(server.seconds()),
-                           _find(headers, b"content-type") >= 0)
+        pairs = iter(headers)
+        return answer_head(self.status, zip(pairs, pairs, strict=True), length, self.request.close,
+                           server.date(server.seconds()), self.typed)
 
     def _log(self) -> None:
         request = self.request
@@ -619,25 +625,16 @@ class LeanReply:
             model = request_model(query_model, fields.get("x-routerd-model"),
                                   fields.get("content-type", ""), self.body)
             self.body = b""
-        out = self.headers
+        out = {"node": "-", "lent_to": "-", "request_id": "-"}
+        headers = self.headers
+        for index in range(0, len(headers), 2):
+            field = _LOGGED.get(headers[index].lower())
+            if field is not None:
+                out[field] = headers[index + 1].decode("utf-8", "replace")
         log_access(method=request.method, path=request.path, status=self.status, bytes=self.sent,
                    ms=round((self.channel.server.seconds() - self.started_at) * 1000), model=model,
-                   node=_out(out, b"x-routerd-node"), lent_to=_out(out, b"x-routerd-lent-to"),
-                   request_id=_out(out, b"x-routerd-request-id"), client=self.client)
+                   client=self.client, **out)
 
 
-def _find(headers: list[bytes], name: bytes) -> int:
-    """The index of ``name`` (any case) in a flat ``[name, value, ...]`` list, or -1."""
-    lower = name.lower()
-    size = len(lower)
-    for index in range(0, len(headers), 2):
-        known = headers[index]
-        if len(known) == size and (known == lower or known.lower() == lower):
-            return index
-    return -1
-
-
-def _out(headers: list[bytes], name: bytes) -> str:
-    index = _find(headers, name)
-    return headers[index + 1].decode("utf-8", "replace") if index >= 0 else "-"
-
+#: Answer headers the access line reads (lower-case name -> its field in the line).
+_LOGGED = {b"x-routerd-node": "node", b"x-routerd-lent-to": "lent_to", b"x-routerd-request-id": "request_id"}
