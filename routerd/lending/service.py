@@ -55,7 +55,6 @@ from routerd.wire.lending import (
 log = Logger()
 
 
-
 #: The lending lanes sharing the runtime a ``(runtime kind, model)`` takes (``Runtimes.lanes_sharing``).
 SharedLanes = Callable[[RuntimeKind | None, ModelConfig], Iterable[Lane]]
 
