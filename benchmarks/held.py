@@ -10,7 +10,14 @@ and back down after the drain.  The slaves allow ``--requests`` + 1000 connectio
 (``server.max_connections``, 4096 by default: past it the held requests and the ``/metrics`` polls
 were refused 503).
 
-Run: .venv/bin/python benchmarks/held.py [--requests 10000] [--body-bytes 4096]
+The owner runs as shipped (``etc/routerd.service`` and the Dockerfile set ``PYTHONMALLOC=malloc``);
+``--pymalloc`` runs it with CPython's default small-object allocator instead.  Its cost refit runs
+every 5 s, so its first fit (numpy is imported then: ~12 MB once per process) is done before
+"before" is read.  ``--trace`` runs the owner under ``tracemalloc`` (one frame; slower, and its
+own bookkeeping adds to the RSS) and prints the allocation sites that grew between "before" and
+"held", per held request: where the growth goes, in the real process with its sockets and channels.
+
+Run: .venv/bin/python benchmarks/held.py [--requests 10000] [--body-bytes 4096] [--trace] [--pymalloc]
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import sys
 import time
@@ -33,6 +41,51 @@ from _harness import NodeProcess, free_port, tempdir, write_node  # noqa: E402
 TOKEN = "benchmark-held-token-0123456789abcdef"
 SLOW = {"kind": "text", "load_ms": 0, "prompt_tokens_per_s": 1e6, "gen_tokens_per_s": 200, "context": 32768}
 SPEC = {"contextsize": 32768, "parallel": 1}  # lending needs one request at a time
+
+
+#: Installed as ``sitecustomize`` in the owner under ``--trace``: SIGUSR1 dumps a tracemalloc snapshot.
+TRACE_HOOK = """
+import os, signal, tracemalloc
+
+def _dump(signum, frame):
+    _dump.count += 1
+    tracemalloc.take_snapshot().dump(os.environ["HELD_TRACE"] + str(_dump.count))
+
+_dump.count = 0
+signal.signal(signal.SIGUSR1, _dump)
+"""
+
+
+def traced(pid: int, prefix: Path, count: int) -> Any:
+    """Ask the owner for its ``count``-th snapshot and load it (None without ``--trace``)."""
+    import signal
+    import tracemalloc
+
+    os.kill(pid, signal.SIGUSR1)
+    path = Path(f"{prefix}{count}")
+    deadline = time.monotonic() + 120
+    size = -1
+    while time.monotonic() < deadline:  # written once the owner's reactor thread gets to it
+        if path.exists() and path.stat().st_size == size and size > 0:
+            return tracemalloc.Snapshot.load(str(path))
+        size = path.stat().st_size if path.exists() else -1
+        time.sleep(1)
+    raise RuntimeError("the owner wrote no tracemalloc snapshot")
+
+
+def print_growth(before: Any, during: Any, held: float, top: int = 20, when: str = "while held") -> None:
+    stats = during.compare_to(before, "lineno")
+    grown = sum(s.size_diff for s in stats)
+    print(f"traced growth {when}: {grown / max(1.0, held):,.0f} B per held request; top sites:")
+    for s in stats[:top]:
+        frame = s.traceback[0]
+        name = frame.filename
+        for marker in ("/routerd/", "/site-packages/", "/lib/python3"):
+            if marker in name:
+                name = name[name.index(marker) + 1:]
+                break
+        print(f"  {s.size_diff / max(1.0, held):8,.0f} B  {s.count_diff / max(1.0, held):5.2f} blocks  "
+              f"{name}:{frame.lineno}")
 
 
 def rss_mb(pid: int) -> float:
@@ -81,6 +134,8 @@ async def hold(args: argparse.Namespace, owner: NodeProcess, backends: list[str]
     payload = json.dumps({"model": "alpha", "max_tokens": 4, "messages": [
         {"role": "user", "content": "x" * (args.body_bytes - 80)}]}).encode()
     before = rss_mb(owner.proc.pid)
+    trace = args.trace_prefix
+    snap_before = await asyncio.to_thread(traced, owner.proc.pid, trace, 1) if trace else None
     statuses: list[int] = []
     start = time.monotonic()
     tasks: list[asyncio.Task[None]] = []
@@ -100,14 +155,24 @@ async def hold(args: argparse.Namespace, owner: NodeProcess, backends: list[str]
     print(f"body {len(payload)} B; held {held:.0f} of {args.requests} after {time.monotonic() - start:.1f} s")
     print(f"owner RSS: before {before:.1f} MB, held {peak_rss:.1f} MB, growth {peak_rss - before:.1f} MB "
           f"({(peak_rss - before) * 1024 * 1024 / max(1.0, held):.0f} B per held request)")
+    if trace:
+        print_growth(snap_before, await asyncio.to_thread(traced, owner.proc.pid, trace, 2), held)
     for url in backends:
         await asyncio.to_thread(post, url + "/sim/control", {"slowdown": 0.0001})
-    await asyncio.gather(*tasks, return_exceptions=True)
+    results = await asyncio.gather(*tasks, return_exceptions=True)
     await asyncio.sleep(2)
-    counts: dict[int, int] = {}
+    counts: dict[int | str, int] = {}
     for code in statuses:
         counts[code] = counts.get(code, 0) + 1
+    for result in results:  # a client that got no answer at all (refused, reset, timed out)
+        if isinstance(result, BaseException):
+            name = type(result).__name__
+            counts[name] = counts.get(name, 0) + 1
     after = rss_mb(owner.proc.pid)
+    if trace:
+        await asyncio.sleep(3)  # the post-crowd collection and trim have run
+        print_growth(snap_before, await asyncio.to_thread(traced, owner.proc.pid, trace, 3), held, 12,
+                     "left after the drain")
     print(f"drained in {time.monotonic() - start:.1f} s, answers {counts}; owner RSS after {after:.1f} MB "
           f"({after - before:+.1f} MB over before)")
 
@@ -117,12 +182,27 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--body-bytes", type=int, default=4096)
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--trace", action="store_true", help="run the owner under tracemalloc")
+    parser.add_argument("--pymalloc", action="store_true",
+                        help="run the owner with pymalloc (not as shipped: PYTHONMALLOC=malloc)")
     args = parser.parse_args()
     root = tempdir()
+    owner_env: dict[str, str] = {} if args.pymalloc else {"PYTHONMALLOC": "malloc"}
+    args.trace_prefix = None
+    if args.trace:
+        (root / "hook").mkdir()
+        (root / "hook" / "sitecustomize.py").write_text(TRACE_HOOK)
+        args.trace_prefix = root / "snapshot"
+        owner_env |= {"PYTHONTRACEMALLOC": "1", "HELD_TRACE": str(args.trace_prefix),
+                     "PYTHONPATH": os.pathsep.join(filter(None, [str(root / "hook"),
+                                                                 os.environ.get("PYTHONPATH")]))}
     ports = {name: free_port() for name in ("master", "owner", "helper")}
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     limits = {"limits": {"max_queued_per_model": 1_000_000}}
-    cluster = {"token": TOKEN, "scheduling_backend_depth": 2, "scheduling_min_samples": 3}
+    # A refit every 5 s: the owner's first fit (which imports numpy, ~12 MB of RSS once per process)
+    # runs after the warm-up requests and before "before", not inside the measured window.
+    cluster = {"token": TOKEN, "scheduling_backend_depth": 2, "scheduling_min_samples": 3,
+               "scheduling_refresh_interval": "5s"}
     master = NodeProcess(write_node(root / "master", ports["master"], {}, {}, {
         "role": "master", "node_id": "master", "slave_urls": [urls["owner"], urls["helper"]], **cluster}),
         ports["master"])
@@ -135,7 +215,7 @@ def main() -> None:
                              {"role": "slave", "node_id": name, "master_url": urls["master"],
                              "public_url": urls[name], **cluster}, limits,
                              {"max_connections": args.requests + 1000})
-            nodes.append(NodeProcess(cfg, ports[name]))
+            nodes.append(NodeProcess(cfg, ports[name], owner_env if name == "owner" else None))
             nodes[-1].wait_ready()
             post(urls[name] + "/router/v1/load", {"model": model})
         owner = nodes[1]
@@ -154,7 +234,7 @@ def main() -> None:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
-        time.sleep(3)  # the link is pushed to both slaves
+        time.sleep(6)  # the link is pushed to both slaves; the owner's first fit has run
         backends = [backend(owner), backend(nodes[2])]
         for url in backends:
             post(url + "/sim/control", {"slowdown": 1000})

@@ -36,7 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from twisted.internet.defer import Deferred  # noqa: E402
+from twisted.internet.defer import Deferred, ensureDeferred  # noqa: E402
 
 from routerd.lending.links import LinkSet  # noqa: E402
 from routerd.routing.call import Incoming  # noqa: E402
@@ -106,7 +106,7 @@ def send(world: World, node: Any, n: int, body_bytes: int, start: int) -> list[D
     for i in range(start, start + n):
         incoming = Incoming(path=CHAT, body=payload(body_bytes, i), content_type="application/json",
                             query={}, headers=dict(headers))
-        out.append(Deferred.fromCoroutine(node.front.handle(incoming, LeanReply(), route)))
+        out.append(ensureDeferred(node.front.handle(incoming, LeanReply(), route)))
     while world.network.flush():
         pass
     return out

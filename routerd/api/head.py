@@ -42,6 +42,11 @@ _VERSION = re.compile(rb"HTTP/[0-9]\.[0-9]")
 _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 _LENGTH = re.compile(rb"[0-9]{1,19}")
 _VERSIONS = frozenset({b"HTTP/1.1", b"HTTP/1.0"})
+#: One shared object for the versions and methods every request repeats: a held request keeps no
+#: copy of its own (issue 24, held-request memory).
+_SHARED_VERSION = {b"HTTP/1.1": b"HTTP/1.1", b"HTTP/1.0": b"HTTP/1.0"}
+_SHARED_METHOD = {name.encode(): name for name in ("POST", "GET", "HEAD", "PUT", "DELETE", "OPTIONS",
+                                                   "PATCH")}
 _NO_FIELDS: dict[str, str] = {}
 #: Field names already checked (a token) and lower-cased, as sent: clients send the same dozen
 #: names on every request, and the check and the decode were a fifth of the head's cost (edge
@@ -70,7 +75,7 @@ class RequestHead:
         self.target = target
         raw_path, _, self.query = target.partition(b"?")
         self.path = raw_path.decode("ascii")
-        self.version = version
+        self.version = _SHARED_VERSION.get(version, version)
         self.fields = fields
         self.length = length
         self.chunked = chunked
@@ -80,10 +85,12 @@ class RequestHead:
         return self.fields.get(name)
 
     def keep_only(self, names: Iterable[str]) -> None:
-        """Let go of every field but ``names`` (a held request keeps the few the access line reads)."""
+        """Let go of every field but ``names``, and of the raw target (``path`` and ``query`` stay):
+        a held request keeps the few values its access line reads."""
         fields = self.fields
         kept = {name: fields[name] for name in names if name in fields}
         self.fields = kept or _NO_FIELDS
+        self.target = b""
 
 
 def check_request_line(method: bytes, target: bytes, version: bytes) -> None:
@@ -172,7 +179,8 @@ def _framed(method: bytes, target: bytes, version: bytes, fields: dict[str, str]
         close = "close" in connection and "close" in _tokens(connection)
     else:
         close = "keep-alive" not in _tokens(connection)
-    return RequestHead(method.decode("ascii"), target, version, fields, length, chunked, close)
+    return RequestHead(_SHARED_METHOD.get(method) or method.decode("ascii"), target, version, fields, length,
+                       chunked, close)
 
 
 def _tokens(value: str) -> set[str]:

@@ -556,6 +556,11 @@ class LaneQueue:
     def lent_count(self, model_id: str) -> int:
         return sum(1 for e in self._lent if e.model_id == model_id)
 
+    def waiting_native(self, model_id: str) -> int:
+        """Native entries of ``model_id`` waiting (``stats``' ``pending_count`` of one model, without
+        summing every model's work: read on every arrival, issue 24)."""
+        return sum(1 for e in self._pending if e.model_id == model_id and not e.borrowed)
+
     def has_work(self, model_id: str) -> bool:
         """Native work waiting or lent out: whether queue events of this model are worth sending."""
         return any(e.model_id == model_id and not e.borrowed for e in self._pending) or any(

@@ -27,7 +27,6 @@ from twisted.logger import Logger
 from routerd.catalog.eligibility import concurrency
 from routerd.catalog.model import ModelConfig, RuntimeKind
 from routerd.config.lending import LendingSettings
-from routerd.deferreds import Woken
 from routerd.errors import queue_full
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.links import LinkSet
@@ -36,6 +35,7 @@ from routerd.lending.pricing import client_output_limit, estimate_text
 from routerd.lending.priority import CLASSES, RANK
 from routerd.lending.queue import Effects, LaneQueue
 from routerd.lending.transport import LendingTransport, NoMaster
+from routerd.lending.waiting import RunLocal, WaitingRequest
 from routerd.lending.watch import HoldGate, LentCall
 from routerd.routing.call import Call
 from routerd.routing.guardians import GuardianSet, sync_fingerprint
@@ -53,9 +53,6 @@ from routerd.wire.lending import (
 )
 
 log = Logger()
-
-#: Serves an admitted request on this node: ``(call, model, public_id) -> final bytes``.
-RunLocal = Callable[[Call, ModelConfig, str], Awaitable[bytes]]
 
 
 #: The lending lanes sharing the runtime a ``(runtime kind, model)`` takes (``Runtimes.lanes_sharing``).
@@ -131,7 +128,7 @@ class LendingService:
             for lane in LANES}
         self.leases: dict[tuple[Lane, str], HeldLease] = {}
         self.costs = Costs()
-        self._waiters: dict[str, Deferred[Ticket]] = {}
+        self._waiters: dict[str, WaitingRequest[Ticket]] = {}
         self._borrowed: dict[str, tuple[Lane, Borrowed, int]] = {}  # request id → owner, start ms
         self._events: dict[tuple[Lane, str], _Coalescer] = {}
         self._in_backend: set[str] = set()  # admitted requests whose local run is under way
@@ -231,74 +228,111 @@ class LendingService:
 
     # -- the request path ----------------------------------------------------------------------
 
-    async def serve(self, call: Call, model: ModelConfig, lane: Lane, run_local: RunLocal,
-                    borrowed: Borrowed | None, *, public_id: str) -> bytes:
-        """Queue an enrolled model's request in the router and serve, lend or hand it back.
+    def serve(self, call: Call, model: ModelConfig, lane: Lane, run_local: RunLocal,
+              borrowed: Borrowed | None, *, public_id: str) -> Deferred[bytes]:
+        """Queue an enrolled model's request in the router and serve, lend or hand it back; the
+        Deferred fires with the answer (cancel it when the client goes: its place is freed).
 
-        Admitted, it runs as ``run_local(call, model, public_id)`` (one shared callable, not a
-        closure per request: a held request keeps as little as it can, issue 14)."""
+        While it waits the request is a :class:`~routerd.lending.waiting.WaitingRequest` woken by
+        the queue's tickets, not a suspended coroutine (issue 24: held requests small); admitted,
+        it runs as ``run_local(call, model, public_id)`` (one shared callable, not a closure per
+        request)."""
         model_id = lane_key(lane, model)
-        if borrowed is None:
-            self._admit(lane, model, model_id, public_id)
-        waiter = self._arrive(call, model, model_id, lane, borrowed)
-        queue = self.queues[lane]
-        rid = call.request_id
-        owner = borrowed is None and queue.is_owner(model_id)
+        owner = borrowed is None and self.queues[lane].is_owner(model_id)
+        held: WaitingRequest[Ticket] = WaitingRequest(self, call, model, lane, model_id, public_id,
+                                                      run_local, owner)
+        try:
+            if borrowed is None:
+                self._admit(lane, model, model_id, public_id)
+            self._arrive(held, borrowed)
+        except Exception:  # noqa: BLE001 - refused on arrival (429 queue_full...): the Deferred says so
+            return defer.fail()
         if owner:
             self.report(lane, model_id, "enqueued")
+        held.wait()
+        return held.result
+
+    def run_ticket(self, held: WaitingRequest[Any], ticket: Ticket) -> Deferred[bytes | None]:
+        """What a held request does once woken (``WaitingRequest``'s steward)."""
+        if ticket.kind == "returned":
+            self._helper_row("borrowed_returned", held.lane, held.call, ticket.reason)
+            self._forget(held.call.request_id)
+            return defer.fail(offload_returned())
+        if ticket.kind == "admit":
+            return Deferred.fromCoroutine(self._run_admitted(held))
+        return Deferred.fromCoroutine(self._run_lent(held, ticket))
+
+    def cancel_waiting(self, held: WaitingRequest[Any]) -> None:
+        """A held request's client went away: its place in the queue is freed."""
+        rid = held.call.request_id
+        self._apply(held.lane, self.queues[held.lane].cancel(rid, self._now_ms()))
+        self._forget(rid)
+
+    def _forget(self, rid: str) -> None:
+        self._waiters.pop(rid, None)
+        self._borrowed.pop(rid, None)
+
+    async def _run_admitted(self, held: WaitingRequest[Any]) -> bytes:
+        call, lane = held.call, held.lane
+        rid = call.request_id
+        queue = self.queues[lane]
         try:
-            while True:
-                if not waiter.called:
-                    call.shed_parsed()  # held: only the raw body stays in memory
-                try:
-                    ticket = await Woken(waiter)
-                finally:
-                    call.restore_parsed()
-                if ticket.kind == "returned":
-                    self._helper_row("borrowed_returned", lane, call, ticket.reason)
-                    raise offload_returned()
-                if ticket.kind == "admit":
-                    self._in_backend.add(rid)
-                    try:
-                        return await run_local(call, model, public_id)
-                    finally:
-                        self._in_backend.discard(rid)
-                        reason = self._taken_back.pop(rid, None)
-                        if reason is not None:  # taken back before it claimed the runtime
-                            self._helper_row("borrowed_returned", lane, call, reason)
-                        elif rid in queue:
-                            self._apply(lane, queue.finished(rid, self._now_ms()))
-                            if owner:
-                                self.report(lane, model_id, "completed")
-                assert ticket.lease is not None
-                call.lent_to = f"{ticket.lease.helper_node_id}/{ticket.lease.helper_model_id}"
-                try:
-                    result = await self.lent_calls.lend(self.transport, call, ticket.lease, model_id)
-                except Returned as exc:
-                    call.lent_to = ""  # back here: it is served (or lent again) like any other
-                    log.info("lent request {request_id} came back: {reason}", request_id=rid, reason=str(exc))
-                    self._dispatch_row("returned", lane, model_id, ticket.lease, request_id=rid)
-                    waiter = self._park(rid)
-                    self._apply(lane, queue.returned(rid, self._now_ms()))
-                    self.report(lane, model_id, "borrowed_completed")
-                    continue
-                except CancelledError:
-                    raise
-                except Exception:
-                    # The answer broke off after it started (it cannot be re-run): the
-                    # request is over, and its lease slot must not stay taken.
+            self._in_backend.add(rid)
+            try:
+                return await held.run_local(call, held.model, held.public_id)
+            finally:
+                self._in_backend.discard(rid)
+                reason = self._taken_back.pop(rid, None)
+                if reason is not None:  # taken back before it claimed the runtime
+                    self._helper_row("borrowed_returned", lane, call, reason)
+                elif rid in queue:
                     self._apply(lane, queue.finished(rid, self._now_ms()))
-                    self.report(lane, model_id, "borrowed_completed")
-                    raise
-                self._apply(lane, queue.finished(rid, self._now_ms()))
-                self.report(lane, model_id, "borrowed_completed")
-                return result
+                    if held.owner:
+                        self.report(lane, held.model_id, "completed")
         except CancelledError:
             self._apply(lane, queue.cancel(rid, self._now_ms()))
             raise
         finally:
-            self._waiters.pop(rid, None)
-            self._borrowed.pop(rid, None)
+            self._forget(rid)
+
+    async def _run_lent(self, held: WaitingRequest[Any], ticket: Ticket) -> bytes | None:
+        """Lend ``held`` on the ticket's lease; None when it came back (it waits in the queue again)."""
+        call, lane, model_id = held.call, held.lane, held.model_id
+        rid = call.request_id
+        queue = self.queues[lane]
+        again = False
+        try:
+            assert ticket.lease is not None
+            call.lent_to = f"{ticket.lease.helper_node_id}/{ticket.lease.helper_model_id}"
+            try:
+                result = await self.lent_calls.lend(self.transport, call, ticket.lease, model_id)
+            except Returned as exc:
+                call.lent_to = ""  # back here: it is served (or lent again) like any other
+                log.info("lent request {request_id} came back: {reason}", request_id=rid, reason=str(exc))
+                self._dispatch_row("returned", lane, model_id, ticket.lease, request_id=rid)
+                again = True
+                held.park_again()
+                self._waiters[rid] = held
+                self._apply(lane, queue.returned(rid, self._now_ms()))
+                self.report(lane, model_id, "borrowed_completed")
+                return None
+            except CancelledError:
+                raise
+            except Exception:
+                # The answer broke off after it started (it cannot be re-run): the
+                # request is over, and its lease slot must not stay taken.
+                self._apply(lane, queue.finished(rid, self._now_ms()))
+                self.report(lane, model_id, "borrowed_completed")
+                raise
+            self._apply(lane, queue.finished(rid, self._now_ms()))
+            self.report(lane, model_id, "borrowed_completed")
+            return result
+        except CancelledError:
+            self._apply(lane, queue.cancel(rid, self._now_ms()))
+            raise
+        finally:
+            if not again:
+                self._forget(rid)
 
     def _admit(self, lane: Lane, model: ModelConfig, model_id: str, public_id: str) -> None:
         """Refuse (429 ``queue_full``) an own request that would wait behind
@@ -307,18 +341,18 @@ class LendingService:
         limit = self.max_queued()
         if not limit:
             return
-        waiting = self.queues[lane].stats([model_id])[0].pending_count + self.queued_in_backend(model)
+        waiting = self.queues[lane].waiting_native(model_id) + self.queued_in_backend(model)
         if waiting >= limit:
             raise queue_full(public_id, waiting, limit)
 
-    def _arrive(self, call: Call, model: ModelConfig, model_id: str, lane: Lane,
-                borrowed: Borrowed | None) -> Deferred[Ticket]:
-        """Park the request and queue it; returns what wakes it.  Apart from :meth:`serve`, so the
-        arrival's temporaries (work hint, reclaim list, effects) are not kept while it waits."""
+    def _arrive(self, held: WaitingRequest[Ticket], borrowed: Borrowed | None) -> None:
+        """Park the request and queue it (a ticket the arrival brings is kept by ``held`` until it
+        waits)."""
+        call, model, model_id, lane = held.call, held.model, held.model_id, held.lane
         queue = self.queues[lane]
         rid = call.request_id
         work, context = self.work_hint(call, model, lane)
-        waiter = self._park(rid)
+        self._waiters[rid] = held
         queue.set_aging(int(self.aging() * 1000))
         if borrowed is not None:
             self._borrowed[rid] = (lane, borrowed, self._now_ms())
@@ -340,7 +374,6 @@ class LendingService:
             # X-Routerd-Queue-Position); 0 when it was admitted at once
             place = queue.position(rid, self._now_ms())
             call.queue_position = place + len(queue.admitted()) if place else 0
-        return waiter
 
     def _reclaimable(self, queue: LaneQueue) -> list[str]:
         """Admitted borrowed requests of ``queue`` that have not claimed the runtime yet."""
@@ -405,15 +438,10 @@ class LendingService:
             return (), 0
         return estimate
 
-    def _park(self, rid: str) -> Deferred[Ticket]:
-        d: Deferred[Ticket] = Deferred()
-        self._waiters[rid] = d
-        return d
-
     def _wake(self, rid: str, ticket: Ticket) -> None:
-        d = self._waiters.pop(rid, None)
-        if d is not None and not d.called:
-            d.callback(ticket)
+        held = self._waiters.pop(rid, None)
+        if held is not None:
+            held.wake(ticket)
 
     def _apply(self, lane: Lane, effects: Effects) -> None:
         # Hand back first: a borrowed request taken back from its wait for the runtime leaves the

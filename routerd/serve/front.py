@@ -10,11 +10,11 @@ Selector-less transcriptions on a master go through STT scheduling.
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from twisted.internet.defer import CancelledError
+from twisted.internet.defer import CancelledError, Deferred, ensureDeferred, fail
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -54,6 +54,8 @@ from routerd.wire.records import ModelRecord
 
 log = Logger()
 
+#: What serves a request: a coroutine, or the Deferred of a lending queue's wait.
+Served = Deferred[bytes] | Coroutine[Any, Any, bytes]
 _NO_QUERY: Mapping[str, list[str]] = MappingProxyType({})  # the usual query, shared by every call
 
 
@@ -64,6 +66,7 @@ class InferenceFront:
                  lending: LendingService | None = None, recipes: RecipeRouter | None = None,
                  limiter: KeyLimiter | None = None, analytics: AnalyticsRecorder | None = None) -> None:
         self.node_id = node_id
+        self._node_header = node_id.encode()  # one copy, not one per request (held requests keep it)
         self.analytics = analytics
         self.clock = clock
         self.catalog = catalog
@@ -99,56 +102,74 @@ class InferenceFront:
             log.warn("drain timeout ({timeout} s): {active} requests still in flight are cut off",
                      timeout=timeout, active=self.active_calls)
 
-    async def handle(self, incoming: Incoming, reply: Reply, route: Route, *,
-                     cluster_call: bool = False, borrowed: Borrowed | None = None) -> bytes:
-        """Serve one request; returns the final bytes to write (the HTTP edge finishes the answer)."""
+    def handle(self, incoming: Incoming, reply: Reply, route: Route, *,
+               cluster_call: bool = False, borrowed: Borrowed | None = None) -> Deferred[bytes]:
+        """Serve one request; the Deferred fires with the final bytes to write (the HTTP edge
+        finishes the answer).  Cancel it when the client goes.
+
+        Not a coroutine (issue 24, held-request memory): the request's own part runs now, up to
+        the Deferred of what serves it (a lending queue's, while it waits there); its end — the
+        one answer to a failure and the bookkeeping — is a callback of a :class:`_Handling`
+        record on that Deferred.  A held request keeps that record, not a suspended frame and the
+        coroutine driver's objects."""
         request_id = new_request_id()
         if cluster_call:
             given = incoming.header("x-routerd-request-id")
             if given and len(given) <= 64 and given.isprintable():
                 request_id = given
         reply.set_header(b"x-routerd-request-id", request_id.encode())
-        reply.set_header(b"x-routerd-node", self.node_id.encode())
-        call: Call | None = None
-        limited = ""  # the key name the limiter counted this request against
-        timed: FirstWrite | None = None
-        model_label = "-"
-        lane = route.runtime
+        reply.set_header(b"x-routerd-node", self._node_header)
         metrics = self.metrics
-        in_flight = metrics.child(metrics.in_flight, lane)
-        in_flight.inc()
+        handling = _Handling(self, reply, route, request_id, cluster_call,
+                             metrics.child(metrics.in_flight, route.runtime))
+        handling.in_flight.inc()
         self.active_calls += 1
         self.trimmer.entered(self.active_calls)
-        started = self.clock.seconds()
+        handling.started = self.clock.seconds()
         try:
-            call = self._call(incoming, reply, route, request_id, started)
-            # The call holds what it needs of the request: the edge's header and query maps are
-            # not kept alive by this frame while the request waits (issue 14, held requests).
-            del incoming
-            if not cluster_call and call.key_name:
-                self.limiter.admit(call.key_name, started)
-                limited = call.key_name
-            if call.selector:
-                reply.name_model(call.selector)
-            if call.stream:  # time to first chunk is a stream's figure only
-                call.reply = timed = FirstWrite(reply, self.clock)
-            call.borrowed = borrowed is not None
-            call.restore_after_borrow = borrowed is not None and borrowed.restore
-            if self.master is not None and not cluster_call:
-                model_label, result = await self._routed(call)
-            elif borrowed is None and self._nothing_to_embed_with(call):
-                result = await self.local.serve_unmodelled(call)
-            else:
-                own = None if borrowed is not None else self._own_recipe(call)
-                if own is not None:
-                    public_id, model = own
-                else:
-                    model = self._borrowed_model(call) if borrowed is not None else self._local_model(call)
-                    public_id = self._public_id(route, model)
-                model_label = model.local_id
-                result = await self._serve_local(call, model, public_id, borrowed)
-            return result
-        except Exception as exc:  # noqa: BLE001 - any failure still answers the client once
+            answer = self._begin(handling, incoming, borrowed)
+        except Exception:  # noqa: BLE001 - answered by the one end below
+            answer = fail()
+        return answer.addBoth(handling)
+
+    def _begin(self, handling: _Handling, incoming: Incoming, borrowed: Borrowed | None) -> Deferred[bytes]:
+        """The request's own part, up to what serves it (its Deferred)."""
+        reply, route = handling.reply, handling.route
+        call = handling.call = self._call(incoming, reply, route, handling.request_id, handling.started)
+        # The call holds what it needs of the request: the edge's header and query maps are not
+        # kept alive while the request waits (issue 14, held requests).
+        del incoming
+        if not handling.cluster_call and call.key_name:
+            self.limiter.admit(call.key_name, handling.started)
+            handling.limited = call.key_name
+        if call.selector:
+            reply.name_model(call.selector)
+        if call.stream:  # time to first chunk is a stream's figure only
+            call.reply = handling.timed = FirstWrite(reply, self.clock)
+        call.borrowed = borrowed is not None
+        call.restore_after_borrow = borrowed is not None and borrowed.restore
+        if self.master is not None and not handling.cluster_call:
+            return ensureDeferred(self._routed(call)).addCallback(handling.routed)
+        if borrowed is None and self._nothing_to_embed_with(call):
+            return ensureDeferred(self.local.serve_unmodelled(call))
+        own = None if borrowed is not None else self._own_recipe(call)
+        if own is not None:
+            public_id, model = own
+        else:
+            model = self._borrowed_model(call) if borrowed is not None else self._local_model(call)
+            public_id = self._public_id(route, model)
+        handling.model_label = model.local_id
+        return ensureDeferred(self._serve_local(call, model, public_id, borrowed))
+
+    def _end(self, handling: _Handling, outcome: bytes | Failure) -> bytes | Failure:
+        """The request's end: the one answer to a failure, then its bookkeeping."""
+        try:
+            if not isinstance(outcome, Failure):
+                return outcome
+            exc = outcome.value
+            if not isinstance(exc, Exception):
+                return outcome
+            reply, call, request_id = handling.reply, handling.call, handling.request_id
             if isinstance(exc, CancelledError) or reply.gone:
                 # A client that leaves is a normal event: everything it held is released by the
                 # cancellation (backend call aborted, slot and reservation freed).
@@ -159,29 +180,36 @@ class InferenceFront:
                     log.info("client disconnected before the answer to {request_id} was complete",
                              request_id=request_id)
                     return b""
-                raise CancelledError() from None
-            return self._failed(reply, route, call, request_id, exc)
+                return Failure(CancelledError())
+            return self._failed(reply, handling.route, call, request_id, exc)
         finally:
-            if call is not None:
-                self._count_key(call, cluster_call, started)
-            if limited:
-                assert call is not None
-                self.limiter.done(limited, self.clock.seconds(), _tokens(call))
-            self.active_calls -= 1
-            self.trimmer.left(self.active_calls)
-            in_flight.dec()
-            status = call.outcome.status if call is not None else "bad_request"
-            metrics.child(metrics.requests, model_label, lane, route.kind, status).inc()
-            metrics.child(metrics.request_duration, model_label, lane).observe(self.clock.seconds() - started)
-            if timed is not None and timed.first_write_at is not None and status == "ok":
-                metrics.child(metrics.first_token, model_label, lane).observe(timed.first_write_at - started)
-            analytics = self.analytics
-            if analytics is not None and analytics.enabled:
-                row = request_row(call, route, node_id=self.node_id, model_label=model_label, status=status,
-                                  started=started, finished=self.clock.seconds(),
-                                  first_write=timed.first_write_at if timed is not None else None)
-                if row is not None:
-                    analytics.request(row)
+            self._account(handling)
+
+    def _account(self, handling: _Handling) -> None:
+        """Metrics, key limits, analytics and the in-flight count of a request that ended."""
+        call, route, started = handling.call, handling.route, handling.started
+        model_label, lane, timed = handling.model_label, route.runtime, handling.timed
+        metrics = self.metrics
+        if call is not None:
+            self._count_key(call, handling.cluster_call, started)
+        if handling.limited:
+            assert call is not None
+            self.limiter.done(handling.limited, self.clock.seconds(), _tokens(call))
+        self.active_calls -= 1
+        self.trimmer.left(self.active_calls)
+        handling.in_flight.dec()
+        status = call.outcome.status if call is not None else "bad_request"
+        metrics.child(metrics.requests, model_label, lane, route.kind, status).inc()
+        metrics.child(metrics.request_duration, model_label, lane).observe(self.clock.seconds() - started)
+        if timed is not None and timed.first_write_at is not None and status == "ok":
+            metrics.child(metrics.first_token, model_label, lane).observe(timed.first_write_at - started)
+        analytics = self.analytics
+        if analytics is not None and analytics.enabled:
+            row = request_row(call, route, node_id=self.node_id, model_label=model_label, status=status,
+                              started=started, finished=self.clock.seconds(),
+                              first_write=timed.first_write_at if timed is not None else None)
+            if row is not None:
+                analytics.request(row)
 
     def _count_key(self, call: Call, cluster_call: bool, started: float) -> None:
         """/metrics per key name and class: the requests and tokens of the node the client called,
@@ -231,7 +259,7 @@ class InferenceFront:
                                                      "backend_error", "backend_error"))
 
     def _serve_local(self, call: Call, model: ModelConfig, public_id: str,
-                     borrowed: Borrowed | None) -> Awaitable[bytes]:
+                     borrowed: Borrowed | None) -> Served:
         """Serve on this node, or on its guardian when the request carries an image the model
         cannot read (spec "Guardian models"): a text-only model's guardian on this node answers
         at once, sharing the runtime (the text model is loaded back when the node is quiet); a
@@ -259,7 +287,7 @@ class InferenceFront:
             return await self._refused(call, self.node_id, model.local_id, entry, public_id, refused)
 
     def _serve_model(self, call: Call, model: ModelConfig, public_id: str,
-                     borrowed: Borrowed | None) -> Awaitable[bytes]:
+                     borrowed: Borrowed | None) -> Served:
         """Serve on this node: through the lane's router queue (every own request of a lane, linked
         or not, waits there in one class order: issue 23), as borrowed work, or straight to the
         backend (a route with no lane)."""
@@ -561,6 +589,37 @@ class InferenceFront:
         if isinstance(err, Saturated):
             reply.set_header(b"retry-after", str(err.retry_after).encode())
         return error_body(route.error_style, err.message, err.type, err.code)
+
+
+class _Handling:
+    """One request in :meth:`InferenceFront.handle`, from its arrival to its end: what the end
+    reads (issue 24: a request held in a queue keeps this record, its call and its queue's, not a
+    suspended coroutine).  Called with the outcome of what served it."""
+
+    __slots__ = ("front", "reply", "route", "request_id", "cluster_call", "in_flight", "started", "call",
+                 "limited", "timed", "model_label")
+
+    def __init__(self, front: InferenceFront, reply: Reply, route: Route, request_id: str,
+                 cluster_call: bool, in_flight: Any) -> None:
+        self.front = front
+        self.reply = reply
+        self.route = route
+        self.request_id = request_id
+        self.cluster_call = cluster_call
+        self.in_flight = in_flight
+        self.started = 0.0
+        self.call: Call | None = None
+        self.limited = ""  # the key name the limiter counted this request against
+        self.timed: FirstWrite | None = None
+        self.model_label = "-"
+
+    def routed(self, labelled: tuple[str, bytes]) -> bytes:
+        """A master's answer: the model label it routed to, and the bytes."""
+        self.model_label, answer = labelled
+        return answer
+
+    def __call__(self, outcome: bytes | Failure) -> bytes | Failure:
+        return self.front._end(self, outcome)
 
 
 def _tokens(call: Call) -> int:

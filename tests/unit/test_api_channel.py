@@ -3,7 +3,9 @@ answers them, and that everything else reaches twisted.web unchanged on the same
 
 from __future__ import annotations
 
+import gc
 import json
+import types
 
 import pytest
 from klein import Klein
@@ -276,3 +278,30 @@ def test_an_aborted_stream_gets_no_clean_end() -> None:
     d.callback(b"")
     out = served.written()
     assert not out.endswith(b"0\r\n\r\n") and served.transport.disconnecting
+
+
+def test_a_held_request_keeps_a_slim_reply_shared_head_strings_and_one_callback() -> None:
+    """Issue 24 (held-request memory): while its answer is pending, a request keeps its reply's
+    headers as one flat list (no lower-cased name copies, no pairs), a head without its raw target
+    whose method, version and path are objects every request shares, no record of the head it was
+    read under, and one callback on the handler's Deferred; the answer is unchanged."""
+    served = Served()
+    served.send(post())
+    served.api.calls[0][3].callback(b"first")
+    served.written()
+    served.send(post())
+    first = served.api.calls[0][2]
+    reply, d = served.api.calls[1][2], served.api.calls[1][3]
+    reply.set_header(b"X-Routerd-Node", b"n1")
+    reply.set_header(b"x-routerd-node", b"n2")  # replaced, whatever the case
+    reply.set_header(b"Content-Type", b"text/plain")
+    assert reply.headers == [b"x-routerd-node", b"n2", b"Content-Type", b"text/plain"]  # type: ignore[attr-defined]
+    head, other = reply.request, first.request  # type: ignore[attr-defined]
+    assert head.target == b"" and head.path == "/v1/chat/completions"
+    assert head.method is other.method and head.version is other.version and head.path is other.path
+    assert not [o for o in gc.get_objects() if type(o).__name__ == "_Head"]
+    assert len([o for o in gc.get_referrers(reply) if isinstance(o, types.MethodType)]) == 1
+    d.callback(b"answer")
+    out = served.written()
+    assert b"\r\nx-routerd-node: n2\r\n" in out and b"\r\nContent-Type: text/plain\r\n" in out
+    assert b"application/json" not in out and out.endswith(b"\r\n\r\nanswer")

@@ -3,8 +3,9 @@
 A real in-memory node whose model is enrolled in a link and whose backend is slow: requests go
 straight into ``InferenceFront.handle`` (as the HTTP edge hands them over) and wait in the lending
 queue while the clock stands still.  Each extra held request must cost its call, its queue entry and
-two coroutines (``handle`` and ``LendingService.serve``) — not the edge's header map, not its
-decoded JSON body, not a coroutine per serving layer — and everything must still be answered.
+two small records (the front's and the lending queue's, issue 24) and one Deferred — not the edge's
+header map, not its decoded JSON body, not a coroutine per serving layer — and everything must still
+be answered.
 """
 
 from __future__ import annotations
@@ -15,12 +16,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pytest
-from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.defer import CancelledError, Deferred, ensureDeferred
+from twisted.python.failure import Failure
 
-from routerd.deferreds import Woken
 from routerd.lending.links import LinkSet
-from routerd.lending.service import Ticket
 from routerd.routing.call import Call, Incoming
 from routerd.routing.classify import classify
 from routerd.wire.lending import Endpoint, Link
@@ -50,7 +49,7 @@ def _send(world: World, node: Any, n: int, first: int) -> list[Deferred[bytes]]:
                            "messages": [{"role": "user", "content": f"hello {i}"}]}).encode()
         incoming = Incoming(path=CHAT, body=body, content_type="application/json", query={},
                             headers={"host": "owner.test", "content-type": "application/json"})
-        sent.append(Deferred.fromCoroutine(node.front.handle(incoming, FakeReply(), route)))
+        sent.append(ensureDeferred(node.front.handle(incoming, FakeReply(), route)))
     while world.network.flush():
         pass
     return sent
@@ -65,18 +64,21 @@ def _held_calls() -> list[Call]:
     return [o for o in gc.get_objects() if isinstance(o, Call)]
 
 
-def test_a_held_request_keeps_two_coroutines_one_waiter_and_neither_headers_nor_parsed_body(
+def test_a_held_request_is_two_small_records_and_one_deferred_with_neither_headers_nor_parsed_body(
         tmp_path: Path) -> None:
+    """Issue 24: a held request is the front's ``_Handling`` record and the lending queue's
+    ``WaitingRequest`` record, woken by callbacks on one Deferred — not two suspended coroutines
+    (``InferenceFront.handle`` and ``LendingService.serve`` were one each per held request)."""
     world, node = _owner(tmp_path)
     first = _send(world, node, 10, 0)  # two run in the backend, eight are held
     before = _objects()
     more = _send(world, node, 30, 100)
     grown = _objects() - before
     assert len(node.lending.held_requests()) == 38
-    per = {name: grown[name] / 30 for name in ("coroutine", "Deferred", "generator", "Incoming", "Call",
-                                              "Entry", "dict", "FirstWrite")}
-    assert per == {"coroutine": 2, "Deferred": 2, "generator": 0, "Incoming": 0, "Call": 1,
-                   "Entry": 1, "dict": 0, "FirstWrite": 0}
+    per = {name: grown[name] / 30 for name in ("coroutine", "_Handling", "WaitingRequest", "Deferred",
+                                              "generator", "Incoming", "Call", "Entry", "dict", "FirstWrite")}
+    assert per == {"coroutine": 0, "_Handling": 1, "WaitingRequest": 1, "Deferred": 1, "generator": 0,
+                   "Incoming": 0, "Call": 1, "Entry": 1, "dict": 0, "FirstWrite": 0}
     waiting = {h["request_id"] for h in node.lending.held_requests()}
     held = [c for c in _held_calls() if c.request_id in waiting]
     assert len(held) == 38 and all(c.parsed is None for c in held), "the decoded body is not kept"
@@ -101,56 +103,34 @@ def test_a_stream_still_reports_its_time_to_first_chunk_and_a_plain_answer_is_no
         body = json.dumps({"model": "alpha", "max_tokens": 2, "stream": stream,
                            "messages": [{"role": "user", "content": "hi"}]}).encode()
         incoming = Incoming(path=CHAT, body=body, content_type="application/json")
-        world.run(Deferred.fromCoroutine(node.front.handle(incoming, FakeReply(), route)))
+        world.run(ensureDeferred(node.front.handle(incoming, FakeReply(), route)))
     rendered = node.metrics.render().decode()
     assert 'routerd_time_to_first_token_seconds_count{lane="text",model="alpha"} 1.0' in rendered
     assert 'routerd_requests_total{lane="text",model="alpha",route="chat",status="ok"} 2.0' in rendered
 
 
-# -- the waiter a held request awaits (``await Woken(d)`` is ``await d`` without a generator) --
-
-async def _await(d: Deferred[Ticket]) -> Ticket:
-    return await Woken(d)
-
-
-def test_a_waiter_fired_before_it_is_awaited_resumes_at_once() -> None:
-    d: Deferred[Ticket] = Deferred()
-    d.callback(Ticket("admit"))
-    out = Deferred.fromCoroutine(_await(d))
-    assert out.result == Ticket("admit")
-
-
-def test_a_waiter_fired_later_resumes_the_request_with_its_ticket() -> None:
-    d: Deferred[Ticket] = Deferred()
-    out = Deferred.fromCoroutine(_await(d))
-    assert not out.called
-    d.callback(Ticket("returned", reason="own_work_arrived"))
-    assert out.result == Ticket("returned", reason="own_work_arrived")
-
-
-def test_cancelling_a_held_request_raises_cancelled_at_its_wait() -> None:
-    d: Deferred[Ticket] = Deferred()
-    seen: list[str] = []
-
-    async def held() -> Ticket:
-        try:
-            return await Woken(d)
-        except CancelledError:
-            seen.append("cancelled")
-            raise
-
-    out = Deferred.fromCoroutine(held())
-    out.cancel()
-    assert seen == ["cancelled"] and d.called
-    with pytest.raises(CancelledError):
-        out.result.raiseException()  # type: ignore[union-attr]
-    out.addErrback(lambda _f: None)
-
-
-def test_a_waiter_failed_before_it_is_awaited_raises_its_error() -> None:
-    d: Deferred[Ticket] = Deferred()
-    d.errback(ValueError("boom"))
-    out = Deferred.fromCoroutine(_await(d))
-    failure = out.result
-    out.addErrback(lambda _f: None)
-    assert failure.check(ValueError)
+def test_a_held_request_whose_client_leaves_frees_its_place_and_the_rest_are_answered_once(
+        tmp_path: Path) -> None:
+    """Issue 24: cancelling the Deferred ``handle`` returned (the edge does so when the client
+    goes) takes a held request out of the lending queue and counts it once as
+    ``client_disconnected``; the others are still answered, each exactly once."""
+    world, node = _owner(tmp_path)
+    sent = _send(world, node, 6, 0)  # two run in the backend, four are held
+    held_ids = {h["request_id"] for h in node.lending.held_requests()}
+    assert len(held_ids) == 4 and node.front.active_calls == 6
+    outcomes: list[list[Any]] = [[] for _ in sent]
+    for d, seen in zip(sent, outcomes, strict=True):
+        d.addBoth(seen.append)
+    sent[3].cancel()
+    [gone] = outcomes[3]
+    assert isinstance(gone, Failure) and gone.check(CancelledError)
+    assert len(node.lending.held_requests()) == 3 and node.front.active_calls == 5
+    while sum(len(seen) for seen in outcomes) < 6:
+        if not world.network.flush():
+            world.clock.advance(1.0)
+    assert [len(seen) for seen in outcomes] == [1] * 6
+    assert all(isinstance(seen[0], bytes) for i, seen in enumerate(outcomes) if i != 3)
+    assert node.lending.held_requests() == [] and node.front.active_calls == 0
+    rendered = node.metrics.render().decode()
+    assert 'routerd_requests_total{lane="text",model="alpha",route="chat",status="client_disconnected"} 1.0' \
+        in rendered

@@ -103,8 +103,7 @@ def serve_call(owner: ServiceNode, call: Call) -> None:
         owner.running[call.request_id] = d
         return d
 
-    d = Deferred.fromCoroutine(owner.service.serve(call, MODEL_A, "text", run_local, None,
-                                                         public_id="A"))
+    d = owner.service.serve(call, MODEL_A, "text", run_local, None, public_id="A")
     got = owner.answers.setdefault(call.request_id, [])
     d.addBoth(got.append)
 

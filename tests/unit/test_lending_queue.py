@@ -435,6 +435,13 @@ class QueueMachine(RuleBasedStateMachine):
         if any(not e.borrowed for e in pending + self.q.admitted()):
             assert not any(e.borrowed for e in pending)
 
+    @invariant()
+    def waiting_native_counts_as_stats_does(self) -> None:
+        """The arrival's bound check (``max_queued_per_model``) reads ``waiting_native``: the same
+        count as ``stats``' ``pending_count``, without summing every model's work (issue 24)."""
+        for model_id in ("A", "B", "H"):
+            assert self.q.waiting_native(model_id) == self.q.stats([model_id])[0].pending_count
+
 
 TestQueueMachine = QueueMachine.TestCase
 TestQueueMachine.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)

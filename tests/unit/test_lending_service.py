@@ -148,8 +148,7 @@ class Node:
             self.running[rid] = d
             return d
 
-        d = Deferred.fromCoroutine(self.service.serve(call, model, "text", run_local, borrowed,
-                                                        public_id=model.local_id))
+        d = self.service.serve(call, model, "text", run_local, borrowed, public_id=model.local_id)
         got = self.answers.setdefault(rid, [])
         d.addBoth(lambda result: got.append(result))
         self.serving[rid] = d
