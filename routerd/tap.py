@@ -20,7 +20,7 @@ from routerd.catalog.catalog import CatalogError
 from routerd.checking import check_config
 from routerd.cluster.slave import RegistrationRefused
 from routerd.config.load import ConfigError, load_config
-from routerd.config.schema import Config
+from routerd.config.schema import Config, ServerConfig
 from routerd.logs import FanOut, JsonLinesObserver, filtered, gate, parse_level, text_observer
 from routerd.node import Node
 from routerd.serve.notify import sd_notify
@@ -55,6 +55,15 @@ class Options(usage.Options):
     optFlags = [["check", None, "validate the config, print ok or every error, and exit"]]
 
 
+def listen_endpoint(reactor: Any, server: ServerConfig) -> Any:
+    """The node's listening endpoint: ``server.bind``'s address and port, IPv6 when the host is
+    one, with ``server.listen_backlog`` connections queued by the kernel before they are accepted."""
+    from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint
+
+    endpoint_type = TCP6ServerEndpoint if ":" in server.host else TCP4ServerEndpoint
+    return endpoint_type(reactor, server.port, backlog=server.listen_backlog, interface=server.host)
+
+
 class NodeService(service.Service):
     """Opens the listener first (``/health`` answers 503 ``starting``), then starts the node
     (store, weight hashes, startup model); a stop drains before the node stops."""
@@ -72,14 +81,10 @@ class NodeService(service.Service):
         defer.ensureDeferred(self._start()).addErrback(self._failed)
 
     async def _start(self) -> None:
-        from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint
-
-        server = self.node.config.server
-        endpoint_type = TCP6ServerEndpoint if ":" in server.host else TCP4ServerEndpoint
-        endpoint = endpoint_type(self.reactor, server.port, interface=server.host)
+        endpoint = listen_endpoint(self.reactor, self.node.config.server)
         # The lean channel's factory tracks open connections so a stop can drop them.
         self.connections = NodeServerFactory(build_site(self.node), lambda: self.node.phase)
-        self.port = await endpoint.listen(self.connections)  # type: ignore[no-untyped-call]
+        self.port = await endpoint.listen(self.connections)
         address = self.port.getHost()
         log.info("routerd node {node_id} ({role}) listening on http://{host}:{port} (starting)",
                  node_id=self.node.node_id, role=self.node.config.cluster.role,

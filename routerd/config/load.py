@@ -134,9 +134,11 @@ def parse_config(
         send_timeout=reader.duration(s, "server", "send_timeout", ServerConfig().send_timeout),
         max_connections=reader.integer(s, "server", "max_connections", ServerConfig().max_connections,
                                        1, 1_000_000),
+        listen_backlog=reader.integer(s, "server", "listen_backlog", ServerConfig().listen_backlog, 1, 65535),
     )
     reader.unknown(s, "server", ("bind", "allowed_cidrs", "cors_origins", "trusted_proxies", "drain_timeout",
-                                 "head_timeout", "body_timeout", "send_timeout", "max_connections"))
+                                 "head_timeout", "body_timeout", "send_timeout", "max_connections",
+                                 "listen_backlog"))
     for origin in server.cors_origins:
         if origin != "*" and not _valid_origin(origin):
             errs.add("server.cors_origins", f"{origin!r} is not an origin (scheme://host[:port], or *)")

@@ -40,6 +40,10 @@ class ServerConfig:
     send_timeout: float = 60.0
     #: Open client connections beyond which a new one is answered 503 and closed.
     max_connections: int = 4096
+    #: Connections the kernel queues for the node before it accepts them (``listen(2)``'s backlog;
+    #: the kernel caps it at ``net.core.somaxconn``).  Twisted's default, 50, reset clients of a
+    #: burst of thousands of connects (``benchmarks/held.py``).
+    listen_backlog: int = 1024
 
     @property
     def host(self) -> str:

@@ -242,3 +242,13 @@ def test_analytics_bad_values_are_named(tmp_path: Path) -> None:
     for key in ("analytics.flush_interval", "analytics.raw_retention", "analytics.max_buffered",
                 "analytics.enabeld"):
         assert key in text
+
+
+def test_listen_backlog_defaults_to_1024_and_refuses_values_outside_1_to_65535(tmp_path: Path) -> None:
+    """``server.listen_backlog``: Twisted's default of 50 reset clients of a burst of thousands of
+    connects; the node asks the kernel for 1024 unless told otherwise, and a bad value is named."""
+    assert _parse(tmp_path, {}).server.listen_backlog == 1024
+    assert _parse(tmp_path, {"server": {"listen_backlog": 4096}}).server.listen_backlog == 4096
+    for bad in (0, 70000, "many"):
+        errors = _errors(tmp_path, {"server": {"listen_backlog": bad}})
+        assert any("server.listen_backlog" in e for e in errors)

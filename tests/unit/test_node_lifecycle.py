@@ -148,3 +148,19 @@ def test_the_decision_retention_setting_reaches_the_decision_log_and_follows_cha
     assert node.decisions.retention_s == 2 * 3600
     node.lending.apply_settings(attrs.evolve(node.lending.settings, offload_decisions_retention=600.0))
     assert node.decisions.retention_s == 600.0
+
+
+def test_the_node_listens_with_its_configured_backlog_on_ipv4_and_ipv6() -> None:
+    """The listening endpoint passes ``server.listen_backlog`` to ``listen(2)`` (not Twisted's 50)
+    on the bind's address, IPv6 when the host is one."""
+    from twisted.internet.testing import MemoryReactor
+
+    from routerd.config.schema import ServerConfig
+    from routerd.tap import listen_endpoint
+
+    cases = (("127.0.0.1:8123", "127.0.0.1", 8123, 1024), ("[::1]:8124", "::1", 8124, 300))
+    for bind, host, number, backlog in cases:
+        reactor = MemoryReactor()
+        listen_endpoint(reactor, ServerConfig(bind=bind, listen_backlog=backlog)).listen(object())
+        port, _factory, got_backlog, interface = reactor.tcpServers[0]
+        assert (port, got_backlog, interface) == (number, backlog, host)
