@@ -19,14 +19,8 @@ from routerd.backends.process import (
     free_port,
 )
 from routerd.backends.readiness import PROBE_TIMEOUT_S, HTTPGetter
-from routerd.backends.slot import (
-    LOAD_TIMEOUT_S,
-    STOP_GRACE_S,
-    LoadEvent,
-    RuntimeLease,
-    RuntimeSlot,
-    SlotStatus,
-)
+from routerd.backends.slot import LoadEvent, RuntimeLease, RuntimeSlot, SlotStatus
+from routerd.backends.slot_state import LOAD_TIMEOUT_S, STOP_GRACE_S
 from routerd.catalog.model import RUNTIME_KINDS, ModelConfig, RuntimeKind
 from routerd.config.schema import Config
 from routerd.lanes import LANES, Lane
