@@ -1,4 +1,6 @@
-"""Readiness probes for the ``llama_sdcpp`` family (reference cluster.md §4.2).
+"""Readiness probes of the backend families' programs (reference cluster.md §4.2): llama-server,
+sd-server and whisper-server, KoboldCpp's liveness and per-lane capabilities, vLLM's health.  Each
+family module picks the probes its slots and lanes use.
 
 A probe answers one question: "is the backend at ``base_url`` ready to serve
 the config it was started with?"  Anything short of a clear yes — 503 while the

@@ -22,7 +22,6 @@ from routerd.config.durations import DurationError, parse_duration
 from routerd.config.keys import read_inference_keys
 from routerd.config.lending import SETTINGS, LendingSettings, SettingError, normalise
 from routerd.config.schema import (
-    BACKEND_MODES,
     ROLES,
     AnalyticsConfig,
     AuthConfig,
@@ -36,16 +35,17 @@ from routerd.config.schema import (
     QueueConfig,
     ServerConfig,
 )
+from routerd.families import BACKEND_MODES, BINARY_SECTIONS, DECLARED, modes_phrase
 
 PLACEHOLDER_TOKENS = ("change-me", "changeme", "replace-me", "replace_me")
 MIN_TOKEN_LENGTH = 16
 TOKEN_ENV = "ROUTERD_CLUSTER_TOKEN"
 TOKEN_FILE_ENV = "ROUTERD_CLUSTER_TOKEN_FILE"
 
-_BINARY_SECTIONS = ("llama", "sdcpp", "whispercpp", "kobold", "vllm")
 #: Keys a family's section has besides ``binary_path`` and ``extra_args``.
-_FAMILY_KEYS: dict[str, tuple[str, ...]] = {"kobold": ("no_model", "reload_timeout")}
-_SECTIONS = ("server", "auth", "models", "backend", *_BINARY_SECTIONS, "cluster", "limits", "queue",
+_FAMILY_KEYS: dict[str, tuple[str, ...]] = {section: family.settings for family in DECLARED
+                                            for section in family.binary_sections if family.settings}
+_SECTIONS = ("server", "auth", "models", "backend", *BINARY_SECTIONS, "cluster", "limits", "queue",
              "analytics")
 
 
@@ -187,10 +187,10 @@ def parse_config(
     backend = BackendConfig(mode=reader.string(b, "backend", "mode", "llama_sdcpp").strip())
     reader.unknown(b, "backend", ("mode",))
     if backend.mode not in BACKEND_MODES:
-        errs.add("backend.mode", "must be kobold, llama_sdcpp, or vllm")
+        errs.add("backend.mode", "must be " + modes_phrase())
 
     binaries: dict[str, Any] = {name: reader.binary(sections[name], name, _FAMILY_KEYS.get(name, ()))
-                                for name in _BINARY_SECTIONS}
+                                for name in BINARY_SECTIONS}
     k = sections["kobold"]
     base = binaries["kobold"]
     binaries["kobold"] = KoboldConfig(

@@ -10,9 +10,9 @@ import attrs
 
 from routerd.config.keys import InferenceKey
 from routerd.config.lending import LendingSettings
+from routerd.families import BACKEND_MODES as BACKEND_MODES
 
 ROLES = ("standalone", "master", "slave")
-BACKEND_MODES = ("llama_sdcpp", "kobold", "vllm")
 
 
 @attrs.frozen
@@ -155,7 +155,7 @@ class LimitsConfig:
 
 @attrs.frozen
 class QueueConfig:
-    #: A waiting request rises one priority class per ``aging`` seconds (issue 23).
+    #: A waiting request rises one priority class per ``aging`` seconds, so a low class still runs.
     aging: float = 30.0
 
 
