@@ -25,6 +25,7 @@ __all__ = [
     "DECLARED",
     "RUNTIME_KINDS",
     "BINARY_SECTIONS",
+    "DEFAULT_MODE",
     "Declared",
     "RuntimeKind",
     "declared",
@@ -77,7 +78,7 @@ class Declared:
 _KOBOLD_ROUTES = frozenset({"kobold_tts", "kobold_generate", "kobold_generate_stream", "kobold_transcribe",
                             "kobold_music"})
 
-#: Every family, in the order the modes are listed.
+#: Every family, in the order the modes are listed (the first is the default mode).
 DECLARED: tuple[Declared, ...] = (
     Declared(
         "llama_sdcpp",
@@ -106,6 +107,8 @@ DECLARED: tuple[Declared, ...] = (
 
 _BY_NAME: Mapping[str, Declared] = {family.name: family for family in DECLARED}
 BACKEND_MODES: tuple[str, ...] = tuple(_BY_NAME)
+#: A node's ``backend.mode`` when its config names none: the first family declared.
+DEFAULT_MODE = BACKEND_MODES[0]
 #: Every family's config sections, each once.
 BINARY_SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(s for f in DECLARED for s in f.binary_sections))
 

@@ -33,7 +33,7 @@ from routerd.config.schema import (
     QueueConfig,
     ServerConfig,
 )
-from routerd.families import BACKEND_MODES, BINARY_SECTIONS, DECLARED, modes_phrase
+from routerd.families import BACKEND_MODES, BINARY_SECTIONS, DECLARED, DEFAULT_MODE, modes_phrase
 
 PLACEHOLDER_TOKENS = ("change-me", "changeme", "replace-me", "replace_me")
 MIN_TOKEN_LENGTH = 16
@@ -169,7 +169,7 @@ def parse_config(
         errs.add("models.config_dir", f"directory {models.config_dir} does not exist")
 
     b = sections["backend"]
-    backend = BackendConfig(mode=reader.string(b, "backend", "mode", "llama_sdcpp").strip())
+    backend = BackendConfig(mode=reader.string(b, "backend", "mode", DEFAULT_MODE).strip())
     reader.unknown(b, "backend", ("mode",))
     if backend.mode not in BACKEND_MODES:
         errs.add("backend.mode", "must be " + modes_phrase())

@@ -11,6 +11,7 @@ import attrs
 from routerd.config.keys import InferenceKey
 from routerd.config.lending import LendingSettings
 from routerd.families import BACKEND_MODES as BACKEND_MODES
+from routerd.families import DEFAULT_MODE
 
 ROLES = ("standalone", "master", "slave")
 
@@ -90,7 +91,7 @@ class ModelsConfig:
 
 @attrs.frozen
 class BackendConfig:
-    mode: str = "llama_sdcpp"
+    mode: str = DEFAULT_MODE
 
 
 @attrs.frozen

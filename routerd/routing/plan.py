@@ -26,7 +26,7 @@ from typing import Any, Literal
 import attrs
 
 from routerd.errors import HTTPError
-from routerd.families import declared
+from routerd.families import DEFAULT_MODE, declared
 from routerd.routing.adapters import kobold, ollama, whisper
 from routerd.routing.classify import Route
 from routerd.routing.multipart import Part, build_form, make_boundary, parse_form
@@ -65,7 +65,7 @@ def _json(body: Mapping[str, Any]) -> bytes:
 
 def plan_backend_call(route: Route, path: str, parsed: Mapping[str, Any] | None, raw: bytes,
                       content_type: str, local_id: str, stream: bool,
-                      family: str = "llama_sdcpp") -> BackendPlan:
+                      family: str = DEFAULT_MODE) -> BackendPlan:
     """Plan the backend request for a route whose model resolved to ``local_id`` in ``family``."""
     kind = route.kind
     facts = declared(family)
