@@ -20,7 +20,8 @@ import pytest
 from twisted.internet.task import Clock
 
 from routerd.backends.families import FAMILIES, Family, FamilyPlugin, FamilyWorld, slot_factory
-from routerd.backends.readiness import KOBOLD_VERSION_KEYS, Probe
+from routerd.backends.families.kobold import KOBOLD_VERSION_KEYS
+from routerd.backends.readiness import Probe
 from routerd.backends.slot import RuntimeSlot
 from routerd.backends.testing import FakeBackendHTTP, FakeLauncher, PortCounter
 from routerd.catalog.model import RUNTIME_KINDS, Capabilities, ModelConfig, RuntimeKind

@@ -18,20 +18,14 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
 
 from routerd.backends.families.base import Family, FamilyPlugin, FamilyWorld, SlotFactory, command, text_side
 from routerd.backends.process import Scheduler
-from routerd.backends.readiness import (
-    Probe,
-    probe_image,
-    probe_kobold_capability,
-    probe_kobold_live,
-    probe_text,
-)
+from routerd.backends.readiness import PROBE_TIMEOUT_S, HTTPGetter, Probe, probe_image, probe_text, probe_url
 from routerd.backends.slot import RuntimeSlot
 from routerd.catalog.model import MUSIC_FIELDS, ModelConfig, RuntimeKind
 from routerd.config.schema import Config
@@ -159,6 +153,46 @@ def judge_reload(code: int, raw: bytes) -> None:
         return
     detail = body.get("error") if isinstance(body, dict) else None
     raise ReloadRefused(f"HTTP {code}: {detail or raw[:200].decode('utf-8', 'replace')}")
+
+
+# -- readiness -------------------------------------------------------------------------------
+
+#: ``/api/extra/version`` capability key per Kobold lane.
+KOBOLD_VERSION_KEYS = {"embeddings": "embeddings", "tts": "tts", "stt": "transcribe", "image": "txt2img",
+                       "music": "music"}
+
+
+def kobold_version_has(key: str) -> Callable[[Any], bool]:
+    """Judge a ``GET /api/extra/version`` body: the capability ``key`` must be boolean true."""
+
+    def judge(body: Any) -> bool:
+        return isinstance(body, dict) and body.get(key) is True
+
+    return judge
+
+
+def kobold_capabilities(body: Any) -> frozenset[str]:
+    """The lanes a ``/api/extra/version`` body says the running KoboldCpp serves."""
+    if not isinstance(body, dict):
+        return frozenset()
+    return frozenset(lane for lane, key in KOBOLD_VERSION_KEYS.items() if body.get(key) is True)
+
+
+def probe_kobold_live(http: HTTPGetter, base_url: str, timeout: float = PROBE_TIMEOUT_S) -> Deferred[bool]:
+    """KoboldCpp liveness: ``GET /api/extra/version`` answers 2xx JSON (it answers 503 while
+    a reload is loading)."""
+    return Deferred.fromCoroutine(probe_url(http, base_url + "/api/extra/version", timeout, lambda _b: True))
+
+
+def probe_kobold_capability(key: str) -> Probe:
+    """A probe for one Kobold lane that ``/api/extra/version`` reports (``tts``, ``embeddings``,
+    ``transcribe``, ``music``)."""
+
+    def probe(http: HTTPGetter, base_url: str, timeout: float = PROBE_TIMEOUT_S) -> Deferred[bool]:
+        return Deferred.fromCoroutine(probe_url(http, base_url + "/api/extra/version", timeout,
+                                                kobold_version_has(key)))
+
+    return probe
 
 
 def _sleep(clock: Scheduler, seconds: float) -> Deferred[None]:

@@ -14,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from twisted.internet.defer import Deferred
+
 from routerd.backends.families.base import Family, FamilyPlugin, FamilyWorld, SlotFactory, command, text_side
-from routerd.backends.readiness import Probe, probe_health
+from routerd.backends.readiness import PROBE_TIMEOUT_S, HTTPGetter, Probe, probe_url
 from routerd.backends.slot import RuntimeSlot
 from routerd.catalog.model import ModelConfig, RuntimeKind
 from routerd.config.schema import BinaryConfig, Config
@@ -99,6 +101,11 @@ def serve_argv(cmd: Sequence[str], extra: Sequence[str], model: ModelConfig, por
     if isinstance(serve_args, list):
         argv += [str(a) for a in serve_args]
     return [*argv, *model.extra_args, *extra]
+
+
+def probe_health(http: HTTPGetter, base_url: str, timeout: float = PROBE_TIMEOUT_S) -> Deferred[bool]:
+    """vLLM's readiness: ``GET /health`` 2xx (its body is empty)."""
+    return Deferred.fromCoroutine(probe_url(http, base_url + "/health", timeout, None))
 
 
 #: The runtime kind each runtime's requests are (its lane).
