@@ -29,6 +29,7 @@ __all__ = [
     "Declared",
     "RuntimeKind",
     "declared",
+    "is_declared",
     "modes_phrase",
     "single_process",
 ]
@@ -116,6 +117,11 @@ BINARY_SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(s for f in DECLARED for s
 def declared(mode: str) -> Declared:
     """The family named ``mode``; ``KeyError`` for a name no family declares."""
     return _BY_NAME[mode]
+
+
+def is_declared(name: object) -> bool:
+    """Whether ``name`` (any value a config or a request gave as a mode) names a declared family."""
+    return isinstance(name, str) and name in _BY_NAME
 
 
 def single_process(mode: str) -> bool:

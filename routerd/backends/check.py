@@ -36,12 +36,14 @@ def sections_needed(mode: str, models: Iterable[ModelConfig]) -> list[str]:
 def check_families(config: Config, models: Iterable[ModelConfig]) -> tuple[list[str], list[str]]:
     """(errors, notes): an error per family binary that is unset, missing or not executable (naming
     the configs that need it); a note per binary saying what it would run."""
-    models = list(models)
-    modes = [config.backend.mode] + sorted({m.backend_mode for m in models} - {config.backend.mode})
+    by_mode: dict[str, list[ModelConfig]] = {config.backend.mode: []}
+    for m in models:
+        by_mode.setdefault(m.backend_mode, []).append(m)
+    modes = [config.backend.mode, *sorted(set(by_mode) - {config.backend.mode})]
     errors: list[str] = []
     notes: list[str] = []
     for mode in modes:
-        using = [m for m in models if m.backend_mode == mode]
+        using = by_mode[mode]
         for section in sections_needed(mode, using):
             binary: BinaryConfig = getattr(config, section)
             setting = f"{section}.binary_path"

@@ -33,7 +33,7 @@ from routerd.config.schema import (
     QueueConfig,
     ServerConfig,
 )
-from routerd.families import BACKEND_MODES, BINARY_SECTIONS, DECLARED, DEFAULT_MODE, modes_phrase
+from routerd.families import BINARY_SECTIONS, DECLARED, DEFAULT_MODE, is_declared, modes_phrase
 
 PLACEHOLDER_TOKENS = ("change-me", "changeme", "replace-me", "replace_me")
 MIN_TOKEN_LENGTH = 16
@@ -171,7 +171,7 @@ def parse_config(
     b = sections["backend"]
     backend = BackendConfig(mode=reader.string(b, "backend", "mode", DEFAULT_MODE).strip())
     reader.unknown(b, "backend", ("mode",))
-    if backend.mode not in BACKEND_MODES:
+    if not is_declared(backend.mode):
         errs.add("backend.mode", "must be " + modes_phrase())
 
     binaries: dict[str, Any] = {name: reader.binary(sections[name], name, _FAMILY_KEYS.get(name, ()))
