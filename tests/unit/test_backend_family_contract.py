@@ -5,18 +5,21 @@ the config has; it builds slots (nothing starts: a fake launcher, a fake clock) 
 run the program its declaration names for each kind it serves, and none for the kinds it does not
 serve; one process serves every lane exactly when it says so; its load and lane readiness probes
 answer yes for a ready program and no for one that refuses; the request planning serves, passes
-through or refuses routes as it declares; and the simulator of each of its programs exists.
+through or refuses routes as it declares; and the simulator of each of its programs exists.  The
+API description lists every declared mode.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
+import yaml
 from twisted.internet.task import Clock
 
 from routerd.backends.families import FAMILIES, Family, FamilyPlugin, FamilyWorld, slot_factory
@@ -185,3 +188,26 @@ def test_the_simulator_of_each_of_its_programs_exists(plugin: FamilyPlugin) -> N
     for program in facts.simulators.values():
         simulator = get_family(program)
         assert simulator is not None and simulator.implemented, program
+
+
+def _enums_of(node: Any, key: str) -> list[list[Any]]:
+    """Every ``enum`` the API description gives for a property named ``key``."""
+    found: list[list[Any]] = []
+    if isinstance(node, dict):
+        for name, value in node.items():
+            if name == key and isinstance(value, dict) and "enum" in value:
+                found.append(value["enum"])
+            found += _enums_of(value, key)
+    elif isinstance(node, list):
+        for item in node:
+            found += _enums_of(item, key)
+    return found
+
+
+def test_the_api_description_lists_every_declared_mode() -> None:
+    text = (resources.files("routerd.api") / "openapi.yaml").read_text(encoding="utf-8")
+    description = yaml.safe_load(text)
+    enums = _enums_of(description, "backend_mode")
+    assert enums, "the API description names backend_mode"
+    for enum in enums:
+        assert sorted(enum) == sorted(BACKEND_MODES)
