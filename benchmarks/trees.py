@@ -1,0 +1,310 @@
+"""Routerd's own CPU per request, source tree against source tree, beside the naive floor, in one run.
+
+Each ``--tree NAME=DIR`` is a checkout (a git worktree of any commit) whose ``routerd`` package is
+run: one node per tree, started through ``benchmarks/tree_node.py`` with DIR first on ``sys.path``,
+each with the shape ``benchmarks/overhead.py`` uses (one node, the embedded default config plus a
+models folder, every feature on its default, one zero-delay simulator model ``zero``).  Every
+node's backend is the simulator of the venv running this script (the same code for every tree,
+so only routerd differs).  The naive Klein + treq proxy (``benchmarks/naive_proxy.py``) runs in
+front of the first tree's backend as the floor.
+
+Cells: 1, 16 and 64 concurrent clients of non-streaming chat, and one client of 20-chunk streams.
+Load comes from ``wrk`` (one thread, keep-alive; streams too) when it is installed, else from the
+Python client (``--python`` forces it).  CPU is the proxy process's own utime+stime from /proc
+(the backend children are not counted).  Within a cell, rounds alternate the paths (A B C floor
+A B C floor ...) so the machine's drifting load hits each alike, and every ratio is taken inside
+one round: each tree ÷ the first tree (the reference) and each ÷ the floor; the summary gives
+each ratio's median and min-max over the rounds.  On a shared, loaded machine read the ratios,
+not the absolute times.
+
+``--profile DIR`` adds a pass after the timed rounds: every node was started with cProfile
+windows armed (``ROUTERD_BENCH_PROFILE``), each cell is run once more per tree inside a window,
+and the top functions by own time are printed per request (calls/request, own µs/request), then
+the entries whose own time differs most between each tree and the reference.  The raw stats stay
+in DIR (``NAME.N``, N in cell order) for ``python -m pstats``.  Profiled runs are slower (cProfile
+costs about as much again): compare them with each other, not with the timed rounds.
+
+Run: .venv/bin/python benchmarks/trees.py --tree before-wave=/work/wt/t4a8d --tree now=/work/wt/t98f9 \
+         [--seconds 5] [--rounds 3] [--concurrency 1,16,64] [--python] [--profile /tmp/prof] [--top 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pstats
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import (  # noqa: E402
+    NodeProcess,
+    client,
+    free_port,
+    have_wrk,
+    measure,
+    run,
+    run_load,
+    tempdir,
+    write_node,
+)
+from overhead import BODY, NAIVE, STREAM, ZERO, stream_cell  # noqa: E402
+
+WRAPPER = Path(__file__).resolve().parent / "tree_node.py"
+MODELS = {"zero": {"model": "../weights/zero.sim.json", "contextsize": 4096, "parallel": 64}}
+FLOOR = "floor"
+
+
+class TreeNode(NodeProcess):
+    """One routerd node run from the source tree ``tree`` (its own ``routerd`` package and twistd
+    plugin), in a folder of its own under ``root``."""
+
+    def __init__(self, name: str, tree: Path, root: Path, profile: Path | None, logs: bool) -> None:
+        port = free_port()
+        folder = root / name
+        cfg = write_node(folder, port, MODELS, {"zero": ZERO})
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        if profile is not None:
+            env["ROUTERD_BENCH_PROFILE"] = str(profile / name)
+        out = (folder / "node.log").open("wb") if logs else subprocess.DEVNULL
+        self.name, self.port, self.url = name, port, f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen([sys.executable, str(WRAPPER), str(tree), "-n", "--pidfile=", "routerd",
+                                      "--config", str(cfg)],
+                                     cwd=folder, stdout=out, stderr=subprocess.STDOUT, env=env)
+        self.windows = 0
+
+    def load_backend(self) -> str:
+        """Load the model ``zero``; the URL of the backend the node started for it."""
+        load = json.dumps({"model": "zero"}).encode()
+        req = urllib.request.Request(self.url + "/router/v1/load", data=load)
+        urllib.request.urlopen(req, timeout=60).read()
+        state = json.loads(urllib.request.urlopen(self.url + "/router/v1/state", timeout=10).read())
+        return f"http://127.0.0.1:{[r for r in state['runtimes'] if r['kind'] == 'text'][0]['port']}"
+
+    def profiled(self, prefix: Path) -> Path:
+        """The stats file the next profile window writes."""
+        return prefix / f"{self.name}.{self.windows + 1}"
+
+
+# (label, body, concurrency)
+CellSpec = tuple[str, dict[str, Any], int]
+
+
+def _specs(levels: list[int]) -> list[CellSpec]:
+    return [(f"c={c}", BODY, c) for c in levels] + [("stream", STREAM, 1)]
+
+
+async def cpu_of(http: Any, url: str, pid: int, spec: CellSpec,
+                 args: argparse.Namespace) -> tuple[float, int, int]:
+    """(CPU seconds per request, requests, non-2xx) of one run of one cell against one path."""
+    label, body, conc = spec
+    if args.wrk or label != "stream":
+        cell = await measure(http, url, body, conc, pid=pid, seconds=args.seconds if args.wrk else None,
+                             requests=args.requests)
+        assert cell.cpu is not None
+        return cell.cpu, cell.count, cell.errors
+    _ttfc, cpu, failed = await stream_cell(http, url, args.streams, pid)
+    assert cpu is not None
+    return cpu, args.streams, failed
+
+
+def _span(values: list[float]) -> str:
+    return f"{statistics.median(values):5.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+async def timed(http: Any, paths: dict[str, tuple[str, int]], trees: list[str], specs: list[CellSpec],
+                args: argparse.Namespace) -> None:
+    ref = trees[0]
+    cpus: dict[tuple[str, str], list[float]] = {}
+    ratios: dict[tuple[str, str, str], list[float]] = {}  # (cell, tree, "ref"|"floor") -> per round
+    names = [*trees, FLOOR]
+    print(f"load: {'wrk' if args.wrk else 'python client'}; {args.rounds} rounds; CPU = the proxy process "
+          "alone (/proc utime+stime), ms per request (per stream for 'stream')")
+    heads = "".join(f" {n[:12]:>12}" for n in names)
+    heads += "".join(f" {n[:9] + '÷ref':>13}" for n in trees[1:])
+    heads += "".join(f" {n[:8] + '÷floor':>14}" for n in trees)
+    print(f"{'cell':>6} {'rnd':>3}{heads}")
+    for spec in specs:
+        label = spec[0]
+        for rnd in range(1, args.rounds + 1):
+            got: dict[str, float] = {}
+            bad: list[str] = []
+            for name in names:
+                url, pid = paths[name]
+                cpu, count, errors = await cpu_of(http, url, pid, spec, args)
+                got[name] = cpu
+                cpus.setdefault((label, name), []).append(cpu)
+                if errors:
+                    bad.append(f"{name}: {errors} of {count} failed")
+            row = "".join(f" {got[n] * 1000:12.3f}" for n in names)
+            for name in trees[1:]:
+                ratios.setdefault((label, name, "ref"), []).append(got[name] / got[ref])
+                row += f" {got[name] / got[ref]:13.2f}"
+            for name in trees:
+                ratios.setdefault((label, name, "floor"), []).append(got[name] / got[FLOOR])
+                row += f" {got[name] / got[FLOOR]:14.2f}"
+            print(f"{label:>6} {rnd:>3}{row}" + (f"   ({'; '.join(bad)})" if bad else ""))
+    print(f"summary: median over {args.rounds} rounds (min-max); reference = {ref}")
+    for spec in specs:
+        label = spec[0]
+        parts = [f"{n} {statistics.median(cpus[(label, n)]) * 1000:.3f} ms" for n in names]
+        print(f"  {label:>6}: " + ", ".join(parts))
+        for name in trees:
+            ref_part = f"÷{ref} {_span(ratios[(label, name, 'ref')])}, " if name != ref else ""
+            print(f"  {'':>6}  {name:>14}: {ref_part}÷floor {_span(ratios[(label, name, 'floor')])}")
+
+
+def _where(filename: str) -> str:
+    """A profile entry's file, shortened the same way for every tree (``routerd/serve/front.py``,
+    ``twisted/web/http.py``, ``~`` for built-ins)."""
+    if filename == "~":
+        return "~"
+    for mark in ("/site-packages/", "/lib/python3"):
+        if mark in filename:
+            tail = filename.split(mark, 1)[1]
+            return tail.split("/", 1)[1] if mark == "/lib/python3" and "/" in tail else tail
+    if "/routerd/" in filename:
+        return "routerd/" + filename.rsplit("/routerd/", 1)[1]
+    return filename
+
+
+Entry = tuple[float, float]  # calls per request, own µs per request
+
+
+def load_profile(path: Path, requests: int) -> dict[str, Entry]:
+    """Own time and call counts per request, keyed ``file:function`` (entries of the same name in one
+    file summed: line numbers differ between trees)."""
+    stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    out: dict[str, Entry] = {}
+    for (filename, _line, func), (_cc, ncalls, tottime, _ct, _callers) in stats.items():
+        key = f"{_where(filename)}:{func}"
+        calls, own = out.get(key, (0.0, 0.0))
+        out[key] = (calls + ncalls / requests, own + tottime * 1e6 / requests)
+    return out
+
+
+def _thread_cpu(pid: int) -> float:
+    """CPU seconds of the process's threads other than the main one."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        if int(task.name) != pid:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+async def profile(http: Any, nodes: dict[str, TreeNode], specs: list[CellSpec],
+                  args: argparse.Namespace) -> None:
+    prefix: Path = args.profile
+    ref = next(iter(nodes))
+    print(f"profile pass (cProfile windows, stats in {prefix}); per request: calls, own µs")
+    for spec in specs:
+        label = spec[0]
+        tables: dict[str, dict[str, Entry]] = {}
+        for name, node in nodes.items():
+            pid = node.proc.pid
+            target = node.profiled(prefix)
+            threads0 = _thread_cpu(pid)
+            os.kill(pid, signal.SIGUSR1)
+            time.sleep(0.2)
+            cpu, count, errors = await cpu_of(http, node.url + "/v1/chat/completions", pid, spec, args)
+            os.kill(pid, signal.SIGUSR2)
+            node.windows += 1
+            for _ in range(300):
+                if target.exists() and target.stat().st_size:
+                    break
+                time.sleep(0.1)
+            time.sleep(0.5)  # let the dump finish
+            threads = (_thread_cpu(pid) - threads0) / max(1, count)
+            tables[name] = table = load_profile(target, count)
+            total = sum(own for _calls, own in table.values())
+            print(f"\n[{label}] {name}: {count} requests, {errors} failed; CPU {cpu * 1000:.3f} ms/request "
+                  f"under the profiler (threads other than the main one: {threads * 1e6:.0f} µs); profiled "
+                  f"own time {total:.0f} µs/request; stats {target}")
+            print(f"  {'calls':>7} {'own µs':>8}  function")
+            for key, (calls, own) in sorted(table.items(), key=lambda kv: -kv[1][1])[:args.top]:
+                print(f"  {calls:7.2f} {own:8.2f}  {key}")
+        for name in list(nodes)[1:]:
+            a, b = tables[ref], tables[name]
+            keys = sorted(set(a) | set(b), key=lambda k: -abs(b.get(k, (0, 0))[1] - a.get(k, (0, 0))[1]))
+            print(f"\n[{label}] {name} against {ref}: largest differences in own µs/request")
+            print(f"  {'calls ' + ref[:8]:>14} {'calls ' + name[:8]:>14} {'µs ' + ref[:8]:>11} "
+                  f"{'µs ' + name[:8]:>11} {'Δ µs':>7}  function")
+            for key in keys[:args.top]:
+                ca, ta = a.get(key, (0.0, 0.0))
+                cb, tb = b.get(key, (0.0, 0.0))
+                print(f"  {ca:14.2f} {cb:14.2f} {ta:11.2f} {tb:11.2f} {tb - ta:+7.2f}  {key}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--tree", action="append", required=True, metavar="NAME=DIR",
+                        help="a source tree to run (repeat; the first is the reference)")
+    parser.add_argument("--seconds", type=float, default=5, help="seconds per wrk cell")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every cell")
+    parser.add_argument("--requests", type=int, default=2000, help="requests per cell (Python client)")
+    parser.add_argument("--streams", type=int, default=300, help="streams per stream cell (Python client)")
+    parser.add_argument("--concurrency", default="1,16,64")
+    parser.add_argument("--python", action="store_true", help="use the Python client even if wrk exists")
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                        help="after the timed rounds, profile each tree per cell; stats written to DIR")
+    parser.add_argument("--top", type=int, default=20, help="profile entries printed per table")
+    parser.add_argument("--node-logs", action="store_true", help="keep each node's log in its folder")
+    args = parser.parse_args()
+    args.wrk = not args.python and have_wrk()
+    trees: dict[str, Path] = {}
+    for item in args.tree:
+        name, _, folder = item.partition("=")
+        if not folder or not (Path(folder) / "routerd" / "__init__.py").exists() or name in (*trees, FLOOR):
+            parser.error(f"--tree {item!r}: want a new NAME=DIR, DIR holding a routerd package")
+        trees[name] = Path(folder).resolve()
+    specs = _specs([int(c) for c in args.concurrency.split(",")])
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    root = tempdir()
+    nodes: dict[str, TreeNode] = {}
+    naive: subprocess.Popen[bytes] | None = None
+    try:
+        for name, folder in trees.items():
+            nodes[name] = TreeNode(name, folder, root, args.profile, args.node_logs)
+        backends = {}
+        for name, node in nodes.items():
+            node.wait_ready()
+            backends[name] = node.load_backend()
+        naive_port = free_port()
+        naive = subprocess.Popen([sys.executable, str(NAIVE), str(naive_port), next(iter(backends.values()))],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        NodeProcess.wait_url(f"http://127.0.0.1:{naive_port}/health")
+        paths = {name: (node.url + "/v1/chat/completions", node.proc.pid) for name, node in nodes.items()}
+        paths[FLOOR] = (f"http://127.0.0.1:{naive_port}/v1/chat/completions", naive.pid)
+        print("trees: " + ", ".join(f"{n}={d}" for n, d in trees.items()) + f"; floor in front of {backends}")
+
+        async def go() -> None:
+            http = client()
+            for url, _pid in paths.values():  # warm every path
+                await run_load(http, url, BODY, 8, 300)
+                await stream_cell(http, url, 20, None)
+            if args.rounds:
+                await timed(http, paths, list(trees), specs, args)
+            if args.profile is not None:
+                await profile(client(), nodes, specs, args)
+
+        run(go)
+    finally:
+        if naive is not None:
+            naive.terminate()
+            naive.wait(10)
+        for node in nodes.values():
+            node.stop()
+
+
+if __name__ == "__main__":
+    main()
