@@ -9,6 +9,13 @@ With ``ROUTERD_BENCH_PROFILE=PREFIX`` in the environment, SIGUSR1 starts a cProf
 SIGUSR2 ends it, writing the stats to ``PREFIX.N`` (N = 1, 2, ... in order), so a profile holds the
 measured load only, not start-up or warm-up.  Without it the signals are left alone.
 
+The profiler's clock is the main thread's CPU time (``time.thread_time_ns``), not the wall clock: on
+a loaded machine the wall clock charges every stretch the process waited for a core to whatever
+function it was in.  Reading that clock is a system call, which costs the same for every function
+entry and exit; the window measures that cost first (``PREFIX.N.cal``: nanoseconds of clock
+overhead per profiled interval) so the reader can take it off each entry's own time
+(``benchmarks/trees.py`` does).
+
 Run: python benchmarks/tree_node.py TREE_DIR [twistd arguments, e.g. -n --pidfile= routerd --config F]
 """
 
@@ -23,11 +30,29 @@ from types import FrameType
 
 def _profile_windows(prefix: str) -> None:
     import cProfile
+    import pstats
+    import time
 
-    state: dict[str, object] = {"n": 0, "prof": None}
+    state: dict[str, object] = {"n": 0, "prof": None, "cal": 0.0}
+
+    def empty() -> None:
+        pass
+
+    def calibrate() -> float:
+        """Nanoseconds the profiler's clock adds to one profiled interval (one call of an empty
+        function)."""
+        prof = cProfile.Profile(time.thread_time_ns, 1e-9)
+        prof.enable()
+        for _ in range(20000):
+            empty()
+        prof.disable()
+        stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+        own = [v[2] / v[1] for k, v in stats.items() if k[2] == "empty"]
+        return own[0] * 1e9 if own else 0.0
 
     def start(_signum: int, _frame: FrameType | None) -> None:
-        prof = cProfile.Profile()
+        state["cal"] = calibrate()
+        prof = cProfile.Profile(time.thread_time_ns, 1e-9)
         state["prof"] = prof
         prof.enable()
 
@@ -37,6 +62,7 @@ def _profile_windows(prefix: str) -> None:
             prof.disable()
             n = int(str(state["n"])) + 1
             state["n"] = n
+            Path(f"{prefix}.{n}.cal").write_text(f"{state['cal']}\n")
             prof.dump_stats(f"{prefix}.{n}")
             state["prof"] = None
 

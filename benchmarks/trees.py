@@ -21,8 +21,10 @@ not the absolute times.
 windows armed (``ROUTERD_BENCH_PROFILE``), each cell is run once more per tree inside a window,
 and the top functions by own time are printed per request (calls/request, own µs/request), then
 the entries whose own time differs most between each tree and the reference.  The raw stats stay
-in DIR (``NAME.N``, N in cell order) for ``python -m pstats``.  Profiled runs are slower (cProfile
-costs about as much again): compare them with each other, not with the timed rounds.
+in DIR (``NAME.N``, N in cell order) for ``python -m pstats``.  The profiler's clock is the node's
+main-thread CPU time (``benchmarks/tree_node.py``), so time spent waiting for a core on a loaded
+machine is charged to no function; the clock's own cost is measured and taken off every entry.
+Profiled runs are several times slower than the timed rounds: compare them with each other only.
 
 Run: .venv/bin/python benchmarks/trees.py --tree before-wave=/work/wt/t4a8d --tree now=/work/wt/t98f9 \
          [--seconds 5] [--rounds 3] [--concurrency 1,16,64] [--python] [--profile /tmp/prof] [--top 20]
@@ -181,13 +183,23 @@ Entry = tuple[float, float]  # calls per request, own µs per request
 
 def load_profile(path: Path, requests: int) -> dict[str, Entry]:
     """Own time and call counts per request, keyed ``file:function`` (entries of the same name in one
-    file summed: line numbers differ between trees)."""
+    file summed: line numbers differ between trees).  The profiler clock's own cost, measured when
+    the window opened (``PATH.cal``, ns per interval), is taken off each entry: an entry runs one
+    interval per call of its own plus one after each call it makes."""
     stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    cal_file = Path(f"{path}.cal")
+    clock_ns = float(cal_file.read_text()) if cal_file.exists() else 0.0
+    made: dict[Any, int] = {}  # entry -> calls it made
+    for _cc, _nc, _tt, _ct, callers in stats.values():
+        for caller, (_ccc, ncalls, *_rest) in callers.items():
+            made[caller] = made.get(caller, 0) + ncalls
     out: dict[str, Entry] = {}
-    for (filename, _line, func), (_cc, ncalls, tottime, _ct, _callers) in stats.items():
+    for entry, (_cc, ncalls, tottime, _ct, _callers) in stats.items():
+        filename, _line, func = entry
         key = f"{_where(filename)}:{func}"
         calls, own = out.get(key, (0.0, 0.0))
-        out[key] = (calls + ncalls / requests, own + tottime * 1e6 / requests)
+        net = max(0.0, tottime - (ncalls + made.get(entry, 0)) * clock_ns * 1e-9)
+        out[key] = (calls + ncalls / requests, own + net * 1e6 / requests)
     return out
 
 
