@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pstats
 import signal
 import statistics
 import subprocess
@@ -50,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import (  # noqa: E402
     NodeProcess,
     client,
+    cpu_seconds,
     free_port,
     have_wrk,
     measure,
@@ -59,6 +59,7 @@ from _harness import (  # noqa: E402
     write_node,
 )
 from overhead import BODY, NAIVE, STREAM, ZERO, stream_cell  # noqa: E402
+from profile_tables import report  # noqa: E402
 
 WRAPPER = Path(__file__).resolve().parent / "tree_node.py"
 MODELS = {"zero": {"model": "../weights/zero.sim.json", "contextsize": 4096, "parallel": 64}}
@@ -164,43 +165,16 @@ async def timed(http: Any, paths: dict[str, tuple[str, int]], trees: list[str], 
             print(f"  {'':>6}  {name:>14}: {ref_part}÷floor {_span(ratios[(label, name, 'floor')])}")
 
 
-def _where(filename: str) -> str:
-    """A profile entry's file, shortened the same way for every tree (``routerd/serve/front.py``,
-    ``twisted/web/http.py``, ``~`` for built-ins)."""
-    if filename == "~":
-        return "~"
-    for mark in ("/site-packages/", "/lib/python3"):
-        if mark in filename:
-            tail = filename.split(mark, 1)[1]
-            return tail.split("/", 1)[1] if mark == "/lib/python3" and "/" in tail else tail
-    if "/routerd/" in filename:
-        return "routerd/" + filename.rsplit("/routerd/", 1)[1]
-    return filename
-
-
-Entry = tuple[float, float]  # calls per request, own µs per request
-
-
-def load_profile(path: Path, requests: int) -> dict[str, Entry]:
-    """Own time and call counts per request, keyed ``file:function`` (entries of the same name in one
-    file summed: line numbers differ between trees).  The profiler clock's own cost, measured when
-    the window opened (``PATH.cal``, ns per interval), is taken off each entry: an entry runs one
-    interval per call of its own plus one after each call it makes."""
-    stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
-    cal_file = Path(f"{path}.cal")
-    clock_ns = float(cal_file.read_text()) if cal_file.exists() else 0.0
-    made: dict[Any, int] = {}  # entry -> calls it made
-    for _cc, _nc, _tt, _ct, callers in stats.values():
-        for caller, (_ccc, ncalls, *_rest) in callers.items():
-            made[caller] = made.get(caller, 0) + ncalls
-    out: dict[str, Entry] = {}
-    for entry, (_cc, ncalls, tottime, _ct, _callers) in stats.items():
-        filename, _line, func = entry
-        key = f"{_where(filename)}:{func}"
-        calls, own = out.get(key, (0.0, 0.0))
-        net = max(0.0, tottime - (ncalls + made.get(entry, 0)) * clock_ns * 1e-9)
-        out[key] = (calls + ncalls / requests, own + net * 1e6 / requests)
-    return out
+def idle(paths: dict[str, tuple[str, int]], seconds: float) -> None:
+    """Each process's CPU at rest (its timers and loops), measured side by side: a cell's CPU per
+    request includes this much per second of the cell, spread over its requests."""
+    if seconds <= 0:
+        return
+    before = {name: cpu_seconds(pid) for name, (_url, pid) in paths.items()}
+    time.sleep(seconds)
+    rates = [f"{name} {(cpu_seconds(pid) - before[name]) * 1000 / seconds:.2f}"
+             for name, (_url, pid) in paths.items()]
+    print(f"idle CPU (ms per second, no load, {seconds:g} s): " + ", ".join(rates))
 
 
 def _thread_cpu(pid: int) -> float:
@@ -215,12 +189,12 @@ def _thread_cpu(pid: int) -> float:
 
 async def profile(http: Any, nodes: dict[str, TreeNode], specs: list[CellSpec],
                   args: argparse.Namespace) -> None:
+    """One profile window per cell and tree (trees alternating), listed in ``DIR/windows.json``;
+    then the tables of ``benchmarks/profile_tables.py``."""
     prefix: Path = args.profile
-    ref = next(iter(nodes))
-    print(f"profile pass (cProfile windows, stats in {prefix}); per request: calls, own µs")
+    windows: list[dict[str, Any]] = []
+    print(f"profile pass (cProfile windows on the main thread's CPU clock, stats in {prefix})")
     for spec in specs:
-        label = spec[0]
-        tables: dict[str, dict[str, Entry]] = {}
         for name, node in nodes.items():
             pid = node.proc.pid
             target = node.profiled(prefix)
@@ -236,24 +210,12 @@ async def profile(http: Any, nodes: dict[str, TreeNode], specs: list[CellSpec],
                 time.sleep(0.1)
             time.sleep(0.5)  # let the dump finish
             threads = (_thread_cpu(pid) - threads0) / max(1, count)
-            tables[name] = table = load_profile(target, count)
-            total = sum(own for _calls, own in table.values())
-            print(f"\n[{label}] {name}: {count} requests, {errors} failed; CPU {cpu * 1000:.3f} ms/request "
-                  f"under the profiler (threads other than the main one: {threads * 1e6:.0f} µs); profiled "
-                  f"own time {total:.0f} µs/request; stats {target}")
-            print(f"  {'calls':>7} {'own µs':>8}  function")
-            for key, (calls, own) in sorted(table.items(), key=lambda kv: -kv[1][1])[:args.top]:
-                print(f"  {calls:7.2f} {own:8.2f}  {key}")
-        for name in list(nodes)[1:]:
-            a, b = tables[ref], tables[name]
-            keys = sorted(set(a) | set(b), key=lambda k: -abs(b.get(k, (0, 0))[1] - a.get(k, (0, 0))[1]))
-            print(f"\n[{label}] {name} against {ref}: largest differences in own µs/request")
-            print(f"  {'calls ' + ref[:8]:>14} {'calls ' + name[:8]:>14} {'µs ' + ref[:8]:>11} "
-                  f"{'µs ' + name[:8]:>11} {'Δ µs':>7}  function")
-            for key in keys[:args.top]:
-                ca, ta = a.get(key, (0.0, 0.0))
-                cb, tb = b.get(key, (0.0, 0.0))
-                print(f"  {ca:14.2f} {cb:14.2f} {ta:11.2f} {tb:11.2f} {tb - ta:+7.2f}  {key}")
+            print(f"[{spec[0]}] {name}: {count} requests, {errors} failed; threads other than the main one "
+                  f"{threads * 1e6:.0f} µs/request (not profiled)")
+            windows.append({"cell": spec[0], "tree": name, "stats": str(target), "requests": count,
+                            "cpu_ms": cpu * 1000})
+    (prefix / "windows.json").write_text(json.dumps(windows, indent=1))
+    report(windows, args.top, args.top)
 
 
 def main() -> None:
@@ -268,6 +230,8 @@ def main() -> None:
     parser.add_argument("--python", action="store_true", help="use the Python client even if wrk exists")
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
                         help="after the timed rounds, profile each tree per cell; stats written to DIR")
+    parser.add_argument("--idle", type=float, default=10,
+                        help="seconds of the idle CPU measurement (0: none)")
     parser.add_argument("--top", type=int, default=20, help="profile entries printed per table")
     parser.add_argument("--node-logs", action="store_true", help="keep each node's log in its folder")
     args = parser.parse_args()
@@ -304,6 +268,7 @@ def main() -> None:
             for url, _pid in paths.values():  # warm every path
                 await run_load(http, url, BODY, 8, 300)
                 await stream_cell(http, url, 20, None)
+            idle(paths, args.idle)
             if args.rounds:
                 await timed(http, paths, list(trees), specs, args)
             if args.profile is not None:
