@@ -70,10 +70,15 @@ def _net(stats: dict[Any, Any], clock_ns: float) -> dict[Any, float]:
     return {entry: max(0.0, row[2] - (row[1] + made[entry]) * cost) for entry, row in stats.items()}
 
 
-def functions(path: Path, requests: int, clock_ns: float) -> dict[str, Entry]:
+def _stats(paths: list[Path]) -> dict[Any, Any]:
+    """The windows' stats, added up."""
+    return pstats.Stats(*[str(p) for p in paths]).stats  # type: ignore[attr-defined, no-any-return]
+
+
+def functions(paths: list[Path], requests: int, clock_ns: float) -> dict[str, Entry]:
     """Calls and own µs per request, keyed ``file:function`` (same names in one file summed: line
     numbers differ between trees)."""
-    stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    stats = _stats(paths)
     net = _net(stats, clock_ns)
     out: dict[str, Entry] = {}
     for entry, row in stats.items():
@@ -83,10 +88,10 @@ def functions(path: Path, requests: int, clock_ns: float) -> dict[str, Entry]:
     return out
 
 
-def modules(path: Path, requests: int, clock_ns: float) -> dict[str, float]:
+def modules(paths: list[Path], requests: int, clock_ns: float) -> dict[str, float]:
     """µs per request per routerd module, with the library code it calls (split among an entry's
     callers by the time each call took, up the stack to the first routerd frame)."""
-    stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    stats = _stats(paths)
     net = _net(stats, clock_ns)
     out: dict[str, float] = defaultdict(float)
     pending: dict[Any, float] = {}
@@ -124,21 +129,25 @@ def modules(path: Path, requests: int, clock_ns: float) -> dict[str, float]:
 
 def report(windows: list[dict[str, Any]], top: int, rows: int) -> None:
     """Print the tables of ``windows`` (``cell``, ``tree``, ``stats``, ``requests``, ``cpu_ms``), the
-    first tree of each cell as the reference."""
+    first tree of each cell as the reference; the windows of one cell and tree are added up."""
     clock_ns = clock_cost([Path(w["stats"]) for w in windows])
     print(f"profiler clock cost taken off: {clock_ns:.0f} ns per interval (median of the windows)")
     cells = list(dict.fromkeys(w["cell"] for w in windows))
     for cell in cells:
-        here = [w for w in windows if w["cell"] == cell]
-        tables = {w["tree"]: functions(Path(w["stats"]), w["requests"], clock_ns) for w in here}
-        mods = {w["tree"]: modules(Path(w["stats"]), w["requests"], clock_ns) for w in here}
-        names = list(tables)
+        names = list(dict.fromkeys(w["tree"] for w in windows if w["cell"] == cell))
         ref = names[0]
-        for w in here:
-            table = tables[w["tree"]]
+        tables: dict[str, dict[str, Entry]] = {}
+        mods: dict[str, dict[str, float]] = {}
+        for name in names:
+            mine = [w for w in windows if w["cell"] == cell and w["tree"] == name]
+            paths = [Path(w["stats"]) for w in mine]
+            requests = sum(w["requests"] for w in mine)
+            tables[name] = table = functions(paths, requests, clock_ns)
+            mods[name] = modules(paths, requests, clock_ns)
             total = sum(own for _calls, own in table.values())
             calls = sum(c for c, _own in table.values())
-            print(f"\n[{cell}] {w['tree']}: {w['requests']} requests; {w['cpu_ms']:.3f} ms CPU/request "
+            cpu = sum(w["cpu_ms"] * w["requests"] for w in mine) / max(1, requests)
+            print(f"\n[{cell}] {name}: {requests} requests in {len(mine)} windows; {cpu:.3f} ms CPU/request "
                   f"under the profiler; profiled {total:.0f} µs and {calls:.0f} calls per request")
             print(f"  {'calls':>7} {'own µs':>8}  function")
             for key, (c, own) in sorted(table.items(), key=lambda kv: -kv[1][1])[:top]:

@@ -10,15 +10,15 @@ front of the first tree's backend as the floor.
 
 Cells: 1, 16 and 64 concurrent clients of non-streaming chat, and one client of 20-chunk streams.
 Load comes from ``wrk`` (one thread, keep-alive; streams too) when it is installed, else from the
-Python client (``--python`` forces it).  CPU is the proxy process's own utime+stime from /proc
-(the backend children are not counted).  Within a cell, rounds alternate the paths (A B C floor
-A B C floor ...) so the machine's drifting load hits each alike, and every ratio is taken inside
-one round: each tree ÷ the first tree (the reference) and each ÷ the floor; the summary gives
-each ratio's median and min-max over the rounds.  On a shared, loaded machine read the ratios,
-not the absolute times.
+Python client (``--python`` forces it). CPU is the proxy process's own run time, every thread, from
+/proc/PID/task/*/schedstat (nanoseconds; the backend children are not counted). Within a cell,
+rounds alternate the paths (A B C floor A B C floor ...) so the machine's drifting load hits each
+alike, and every ratio is taken inside one round: each tree ÷ the first tree (the reference) and
+each ÷ the floor; the summary gives each ratio's median and min-max over the rounds. On a shared,
+loaded machine read the ratios, not the absolute times.
 
 ``--profile DIR`` adds a pass after the timed rounds: every node was started with cProfile
-windows armed (``ROUTERD_BENCH_PROFILE``), each cell is run once more per tree inside a window,
+windows armed (``ROUTERD_BENCH_PROFILE``), each cell is run again per tree inside windows,
 and the top functions by own time are printed per request (calls/request, own µs/request), then
 the entries whose own time differs most between each tree and the reference.  The raw stats stay
 in DIR (``NAME.N``, N in cell order) for ``python -m pstats``.  The profiler's clock is the node's
@@ -49,7 +49,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import (  # noqa: E402
     NodeProcess,
     client,
-    cpu_seconds,
     free_port,
     have_wrk,
     measure,
@@ -105,18 +104,33 @@ def _specs(levels: list[int]) -> list[CellSpec]:
     return [(f"c={c}", BODY, c) for c in levels] + [("stream", STREAM, 1)]
 
 
+def run_seconds(pid: int) -> float:
+    """CPU seconds of every thread of ``pid``, to the nanosecond: the scheduler's run time
+    (/proc/PID/task/*/schedstat).  utime+stime (``_harness.cpu_seconds``) are counted in 10 ms clock
+    ticks charged to whoever runs at the tick: over a few seconds of a cell that sampling alone
+    moves a figure by ten per cent."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended meanwhile
+    return total / 1e9
+
+
 async def cpu_of(http: Any, url: str, pid: int, spec: CellSpec,
                  args: argparse.Namespace) -> tuple[float, int, int]:
     """(CPU seconds per request, requests, non-2xx) of one run of one cell against one path."""
     label, body, conc = spec
+    start = run_seconds(pid)
     if args.wrk or label != "stream":
-        cell = await measure(http, url, body, conc, pid=pid, seconds=args.seconds if args.wrk else None,
+        cell = await measure(http, url, body, conc, pid=None, seconds=args.seconds if args.wrk else None,
                              requests=args.requests)
-        assert cell.cpu is not None
-        return cell.cpu, cell.count, cell.errors
-    _ttfc, cpu, failed = await stream_cell(http, url, args.streams, pid)
-    assert cpu is not None
-    return cpu, args.streams, failed
+        count, errors = cell.count, cell.errors
+    else:
+        _ttfc, _cpu, errors = await stream_cell(http, url, args.streams, None)
+        count = args.streams
+    return (run_seconds(pid) - start) / max(1, count), count, errors
 
 
 def _span(values: list[float]) -> str:
@@ -130,7 +144,7 @@ async def timed(http: Any, paths: dict[str, tuple[str, int]], trees: list[str], 
     ratios: dict[tuple[str, str, str], list[float]] = {}  # (cell, tree, "ref"|"floor") -> per round
     names = [*trees, FLOOR]
     print(f"load: {'wrk' if args.wrk else 'python client'}; {args.rounds} rounds; CPU = the proxy process "
-          "alone (/proc utime+stime), ms per request (per stream for 'stream')")
+          "alone (/proc schedstat run time), ms per request (per stream for 'stream')")
     heads = "".join(f" {n[:12]:>12}" for n in names)
     heads += "".join(f" {n[:9] + '÷ref':>13}" for n in trees[1:])
     heads += "".join(f" {n[:8] + '÷floor':>14}" for n in trees)
@@ -170,9 +184,9 @@ def idle(paths: dict[str, tuple[str, int]], seconds: float) -> None:
     request includes this much per second of the cell, spread over its requests."""
     if seconds <= 0:
         return
-    before = {name: cpu_seconds(pid) for name, (_url, pid) in paths.items()}
+    before = {name: run_seconds(pid) for name, (_url, pid) in paths.items()}
     time.sleep(seconds)
-    rates = [f"{name} {(cpu_seconds(pid) - before[name]) * 1000 / seconds:.2f}"
+    rates = [f"{name} {(run_seconds(pid) - before[name]) * 1000 / seconds:.2f}"
              for name, (_url, pid) in paths.items()]
     print(f"idle CPU (ms per second, no load, {seconds:g} s): " + ", ".join(rates))
 
@@ -189,13 +203,13 @@ def _thread_cpu(pid: int) -> float:
 
 async def profile(http: Any, nodes: dict[str, TreeNode], specs: list[CellSpec],
                   args: argparse.Namespace) -> None:
-    """One profile window per cell and tree (trees alternating), listed in ``DIR/windows.json``;
-    then the tables of ``benchmarks/profile_tables.py``."""
+    """``--profile-rounds`` profile windows per cell and tree (trees alternating), listed in
+    ``DIR/windows.json``; then the tables of ``benchmarks/profile_tables.py``."""
     prefix: Path = args.profile
     windows: list[dict[str, Any]] = []
     print(f"profile pass (cProfile windows on the main thread's CPU clock, stats in {prefix})")
     for spec in specs:
-        for name, node in nodes.items():
+        for name, node in [item for _ in range(args.profile_rounds) for item in nodes.items()]:
             pid = node.proc.pid
             target = node.profiled(prefix)
             threads0 = _thread_cpu(pid)
@@ -232,6 +246,8 @@ def main() -> None:
                         help="after the timed rounds, profile each tree per cell; stats written to DIR")
     parser.add_argument("--idle", type=float, default=10,
                         help="seconds of the idle CPU measurement (0: none)")
+    parser.add_argument("--profile-rounds", type=int, default=2,
+                        help="profile windows per cell and tree (trees alternating; added up)")
     parser.add_argument("--top", type=int, default=20, help="profile entries printed per table")
     parser.add_argument("--node-logs", action="store_true", help="keep each node's log in its folder")
     args = parser.parse_args()
