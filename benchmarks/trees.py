@@ -192,13 +192,8 @@ def idle(paths: dict[str, tuple[str, int]], seconds: float) -> None:
 
 
 def _thread_cpu(pid: int) -> float:
-    """CPU seconds of the process's threads other than the main one."""
-    total = 0.0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        if int(task.name) != pid:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+    """CPU seconds (scheduler run time) of the process's threads other than the main one."""
+    return run_seconds(pid) - int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
 async def profile(http: Any, nodes: dict[str, TreeNode], specs: list[CellSpec],
