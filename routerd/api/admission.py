@@ -37,9 +37,8 @@ from routerd.cluster.auth import ALWAYS_SERVED_CLASSES, AuthPolicy, RouteClass, 
 from routerd.config.keys import PRIORITY_CLASSES
 from routerd.errors import HTTPError, StatusError
 from routerd.lending.offload import offload_returned
-from routerd.lending.transport import RELAY_PATH
+from routerd.paths import INFERENCE_PREFIX, RELAY_PATH
 from routerd.routing.call import KEY_CLASS_HEADER, KEY_NAME_HEADER
-from routerd.routing.forward import INFERENCE_PREFIX
 from routerd.routing.jobs import job_path
 
 Headers = tuple[tuple[bytes, bytes], ...]

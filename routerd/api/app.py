@@ -45,11 +45,19 @@ from routerd.cluster.client import ClusterError, RemoteError
 from routerd.errors import HTTPError
 from routerd.lending.offload import borrowed_from_headers
 from routerd.lending.reports import DecisionsNode, site_states
+from routerd.paths import (
+    INFERENCE_PREFIX,
+    NODE_LOAD,
+    NODE_MODELS,
+    NODE_REGISTER,
+    NODE_RUNTIME_STATUS,
+    NODE_STATE,
+    NODE_UNLOAD,
+)
 from routerd.routing.adapters import ollama
 from routerd.routing.adapters.ollama import Mode
 from routerd.routing.call import Incoming, Reply
 from routerd.routing.classify import INFERENCE_PATHS, Route, classify
-from routerd.routing.forward import INFERENCE_PREFIX
 from routerd.routing.jobs import job_path
 from routerd.serve import documents
 from routerd.serve.admin import UNLOAD_TARGETS, ModelAdmin
@@ -256,30 +264,30 @@ class NodeAPI:
         self.node = node
         self.admin = admin
 
-    @routes.route("/router/v1/node/register", methods=["POST"], auth="cluster")
+    @routes.route(NODE_REGISTER, methods=["POST"], auth="cluster")
     def register(self, request: IRequest) -> bytes:
         if self.node.master is None:
             raise HTTPError(409, "this node is not the master", "cluster_error", "not_master")
         return json_response(request, self.node.master.register(read_json(request, optional=True)))
 
-    @routes.route("/router/v1/node/models", methods=["GET"], auth="cluster")
+    @routes.route(NODE_MODELS, methods=["GET"], auth="cluster")
     def models(self, request: IRequest) -> bytes:
         return json_response(request, self.node.snapshot())
 
-    @routes.route("/router/v1/node/runtime-status", methods=["GET"], auth="cluster")
+    @routes.route(NODE_RUNTIME_STATUS, methods=["GET"], auth="cluster")
     def runtime_status(self, request: IRequest) -> bytes:
         return json_response(request, status_to_json(self.node.runtime_status()))
 
-    @routes.route("/router/v1/node/state", methods=["GET"], auth="cluster")
+    @routes.route(NODE_STATE, methods=["GET"], auth="cluster")
     @routes.route("/router/v1/state", methods=["GET"], auth="admin")
     def state(self, request: IRequest) -> bytes:
         return json_response(request, self.node.state_document())
 
-    @routes.route("/router/v1/node/load", methods=["POST"], auth="cluster")
+    @routes.route(NODE_LOAD, methods=["POST"], auth="cluster")
     async def load(self, request: IRequest) -> bytes:
         return json_response(request, await self.admin.load(_model_arg(read_json(request, optional=True))))
 
-    @routes.route("/router/v1/node/unload", methods=["POST"], auth="cluster")
+    @routes.route(NODE_UNLOAD, methods=["POST"], auth="cluster")
     async def unload(self, request: IRequest) -> bytes:
         body = read_json(request, optional=True)
         return json_response(request, await self.admin.unload(body.get("model"), body.get("target")))
@@ -398,7 +406,7 @@ class AdminAPI:
             raise HTTPError(400, "node_id is required")
         if node_id == self.node.node_id:
             return json_response(request, self.node.state_document())
-        return json_response(request, await site.node_json(node_id, "/router/v1/node/state"))
+        return json_response(request, await site.node_json(node_id, NODE_STATE))
 
     @routes.route("/router/v1/site/nodes/states", methods=["GET"], auth="admin")
     async def nodes_states(self, request: IRequest) -> bytes:

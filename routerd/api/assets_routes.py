@@ -24,6 +24,14 @@ from routerd.assets.ranges import RangeNotSatisfiable, parse_range
 from routerd.catalog.hashing import sha256_file
 from routerd.cluster.client import ClusterError, RemoteError
 from routerd.errors import HTTPError
+from routerd.paths import (
+    ASSET_PREFIX,
+    LOOKUP_CLUSTER_PATH,
+    LOOKUP_PATH,
+    NODE_ASSET_OPS,
+    NODE_ASSETS_STATE,
+    NODE_MODEL_FILES_HASH,
+)
 
 if TYPE_CHECKING:
     from routerd.cluster.master import MasterAgent
@@ -32,8 +40,6 @@ if TYPE_CHECKING:
     from routerd.serve.assets import AssetService
 
 LOOKUP_BODY_LIMIT = 1024 * 1024
-ASSET_PREFIX = "/router/v1/node/assets/"
-NODE_OPS = "/router/v1/node/site/model-assets"
 MAX_BATCH = 128
 
 
@@ -97,19 +103,19 @@ class AssetsAPI:
     def __init__(self, node: AssetsNode) -> None:
         self.node = node
 
-    @routes.route("/router/v1/node/assets/lookup", methods=["POST"], auth="cluster")
+    @routes.route(LOOKUP_PATH, methods=["POST"], auth="cluster")
     def lookup(self, request: IRequest) -> bytes:
         service = self.node.assets
         assets = service.index.lookup(_hashes(request))
         return json_response(request, {"assets": [service.describe(a.sha256, a.to_json()) for a in assets]})
 
-    @routes.route("/router/v1/node/assets/lookup-cluster", methods=["POST"], auth="cluster")
+    @routes.route(LOOKUP_CLUSTER_PATH, methods=["POST"], auth="cluster")
     async def lookup_cluster(self, request: IRequest) -> bytes:
         if self.node.master is None:
             raise master_only()
         return json_response(request, await self.node.assets.lookup_cluster(_hashes(request)))
 
-    @routes.route("/router/v1/node/assets/state", methods=["GET"], auth="cluster")
+    @routes.route(NODE_ASSETS_STATE, methods=["GET"], auth="cluster")
     def state(self, request: IRequest) -> bytes:
         return json_response(request, self.node.assets.state())
 
@@ -191,7 +197,7 @@ class AssetsAPI:
         inner = {k: v for k, v in body.items() if k not in ("node_id", "node_url")}
         if info is None:
             return await self._local_op(op, inner)
-        return await self._forward(info, "POST", f"{NODE_OPS}/{op}", inner)
+        return await self._forward(info, "POST", f"{NODE_ASSET_OPS}/{op}", inner)
 
     async def _local_op(self, op: str, body: dict[str, Any]) -> Any:
         service = self.node.assets
@@ -261,7 +267,7 @@ class AssetsAPI:
         info = self._target(query_arg(request, "node_id"), query_arg(request, "node_url"))
         if info is None:
             return json_response(request, self._jobs_local())
-        return json_response(request, await self._forward(info, "GET", f"{NODE_OPS}/jobs"))
+        return json_response(request, await self._forward(info, "GET", f"{NODE_ASSET_OPS}/jobs"))
 
     def _job_target(self, request: IRequest, job_id: str) -> NodeInfo | None:
         node_id = query_arg(request, "node_id")
@@ -277,7 +283,7 @@ class AssetsAPI:
         info = self._job_target(request, job_id)
         if info is None:
             return json_response(request, self._job_local(job_id))
-        return json_response(request, await self._forward(info, "GET", f"{NODE_OPS}/jobs/{job_id}"))
+        return json_response(request, await self._forward(info, "GET", f"{NODE_ASSET_OPS}/jobs/{job_id}"))
 
     @routes.route("/router/v1/site/model-assets/jobs/<job_id>/events", methods=["GET"], auth="admin")
     async def site_job_events(self, request: IRequest, job_id: str) -> bytes:
@@ -286,7 +292,7 @@ class AssetsAPI:
         info = self._job_target(request, job_id)
         if info is None:
             return json_response(request, self._events_local(job_id, after))
-        path = f"{NODE_OPS}/jobs/{job_id}/events?after_sequence={after}"
+        path = f"{NODE_ASSET_OPS}/jobs/{job_id}/events?after_sequence={after}"
         return json_response(request, await self._forward(info, "GET", path))
 
     @routes.route("/router/v1/site/model-assets/candidates", methods=["POST"], auth="admin")
@@ -303,7 +309,7 @@ class AssetsAPI:
 
     # -- node side of the site operations (cluster token) ---------------------------
 
-    @routes.route(f"{NODE_OPS}/<op>", methods=["POST"], auth="cluster")
+    @routes.route(f"{NODE_ASSET_OPS}/<op>", methods=["POST"], auth="cluster")
     async def node_op(self, request: IRequest, op: str) -> bytes:
         if op not in ("export", "resolve", "jobs", "candidates", "substitute", "bind"):
             raise HTTPError(404, f"unknown asset operation {op[:40]!r}", "not_found", "not_found")
@@ -311,21 +317,21 @@ class AssetsAPI:
                              202 if op == "jobs" else 200)
 
     # an exact path: the dispatcher wants it named
-    @routes.route(f"{NODE_OPS}/jobs", methods=["POST"], auth="cluster")
+    @routes.route(f"{NODE_ASSET_OPS}/jobs", methods=["POST"], auth="cluster")
     def node_start_job(self, request: IRequest) -> bytes:
         service = self.node.assets
         job = service.start_job(read_json(request).get("model_id"))
         return json_response(request, service.job_document(job), 202)
 
-    @routes.route(f"{NODE_OPS}/jobs", methods=["GET"], auth="cluster")
+    @routes.route(f"{NODE_ASSET_OPS}/jobs", methods=["GET"], auth="cluster")
     def node_jobs(self, request: IRequest) -> bytes:
         return json_response(request, self._jobs_local())
 
-    @routes.route(f"{NODE_OPS}/jobs/<job_id>", methods=["GET"], auth="cluster")
+    @routes.route(f"{NODE_ASSET_OPS}/jobs/<job_id>", methods=["GET"], auth="cluster")
     def node_job(self, request: IRequest, job_id: str) -> bytes:
         return json_response(request, self._job_local(job_id))
 
-    @routes.route(f"{NODE_OPS}/jobs/<job_id>/events", methods=["GET"], auth="cluster")
+    @routes.route(f"{NODE_ASSET_OPS}/jobs/<job_id>/events", methods=["GET"], auth="cluster")
     def node_job_events(self, request: IRequest, job_id: str) -> bytes:
         return json_response(request, self._events_local(job_id, _after(request)))
 
@@ -383,7 +389,7 @@ class AssetsAPI:
             if node_url is not None and node_url.rstrip("/") != info.node_url.rstrip("/"):
                 raise HTTPError(400, f"node url {node_url} does not match the registered node")
             try:
-                answer = await master.client.post_json(info.node_url, "/router/v1/node/site/model-files/hash",
+                answer = await master.client.post_json(info.node_url, NODE_MODEL_FILES_HASH,
                                                        {"path": body.get("path")})
             except RemoteError as exc:
                 raise HTTPError(exc.status, exc.message, exc.type, exc.code) from None
@@ -393,7 +399,7 @@ class AssetsAPI:
             return json_response(request, answer)
         return json_response(request, await self._hash_local(body.get("path")))
 
-    @routes.route("/router/v1/node/site/model-files/hash", methods=["POST"], auth="cluster")
+    @routes.route(NODE_MODEL_FILES_HASH, methods=["POST"], auth="cluster")
     async def node_hash(self, request: IRequest) -> bytes:
         return json_response(request, await self._hash_local(read_json(request).get("path")))
 

@@ -24,6 +24,7 @@ from routerd.api.remote import remote_answer
 from routerd.api.reply import query_arg
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
+from routerd.paths import NODE_COOK
 from routerd.serve.cook import CookError, CookShelf, cook, model_files, parse_order, valid_id
 from routerd.serve.reload import ReloadFailed
 
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from routerd.serve.recipes import RecipeRouter
     from routerd.serve.reload import ReloadReport
 
-NODE_COOK = "/router/v1/node/cook"
 SITE_COOK = "/router/v1/site/cook"
 _STATUS = {"not_found": 404, "exists": 409, "not_cooked": 409, "no_file_roots": 403}
 

@@ -24,6 +24,7 @@ import attrs
 
 from routerd.config.keys import InferenceKey
 from routerd.errors import HTTPError
+from routerd.paths import NODE_PREFIX
 
 #: ``ui``: the WebUI's static files and redirects (allowed networks, no key: the pages ask for it).
 RouteClass = Literal["cluster", "admin", "inference", "health", "metrics", "docs", "ui"]
@@ -34,7 +35,7 @@ _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def route_class(path: str) -> RouteClass:
-    if path.startswith("/router/v1/node/") or path == "/router/v1/node":
+    if path.startswith(NODE_PREFIX + "/") or path == NODE_PREFIX:
         return "cluster"
     if path.startswith("/router/"):
         return "admin"

@@ -28,10 +28,8 @@ from twisted.internet.defer import Deferred
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent
 
-from routerd.lending.offload import GRANT_PATH
-from routerd.lending.transport import EVENT_PATH, RELAY_PATH
+from routerd.paths import EVENT_PATH, GRANT_PATH, INFERENCE_PREFIX, RELAY_PATH
 from routerd.routing.body import BytesProducer
-from routerd.routing.forward import INFERENCE_PREFIX
 from routerd.serve.backend_http import BackendAgent
 
 __all__ = ["LEAN_PATHS", "MAX_IDLE_PER_PEER", "PeerHTTP", "is_lean_path", "peer_agent"]
