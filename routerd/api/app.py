@@ -25,6 +25,7 @@ from routerd.api.cook_routes import CookAPI
 from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
 from routerd.api.errors import master_only, not_found, reply_error, require_method, require_post
+from routerd.api.facts import EVERY_PHASE
 from routerd.api.guardians_routes import GuardiansAPI, GuardiansNode
 from routerd.api.jobs_routes import JobsAPI
 from routerd.api.jsonio import json_response, read_json
@@ -141,7 +142,7 @@ class ClientAPI:
         self.image_listing = image_listing
         self.metrics = metrics
 
-    @routes.route("/health", methods=["GET"], auth="health")
+    @routes.route("/health", methods=["GET"], auth="health", phases=EVERY_PHASE)
     def health(self, request: IRequest) -> bytes:
         """200 ``ok`` when ready, 503 ``starting``/``draining``; node details only to a caller
         the guard found authenticated (load balancers need no key and learn nothing more)."""
@@ -152,7 +153,7 @@ class ClientAPI:
             return json_response(request, {"status": "ok"})
         return json_response(request, {"status": "ok", "node_id": self.node_id, "role": self.role})
 
-    @routes.route("/metrics", methods=["GET"], auth="metrics")
+    @routes.route("/metrics", methods=["GET"], auth="metrics", phases=EVERY_PHASE)
     def metrics_text(self, request: IRequest) -> bytes:
         request.setHeader(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
         return self.metrics()
@@ -219,7 +220,7 @@ class ClientAPI:
                 return json.dumps(answer).encode()
         return await self.front.handle(facts, reply, route)
 
-    @routes.lean(INFERENCE_PREFIX + "/", methods=["POST"], auth="cluster", branch=True)
+    @routes.lean(INFERENCE_PREFIX + "/", methods=["POST"], auth="cluster", branch=True, forwards=True)
     def serve_forwarded(self, method: str, path: str, facts: Incoming, reply: Reply) -> Deferred[bytes]:
         """Forwarded inference from the master (cluster token checked by the guard); borrowed
         work when the master's relay marked it so.  ``path`` is the full path, with the prefix."""

@@ -53,7 +53,7 @@ from routerd.api.head import MAX_HEAD_BYTES, RequestHead, bad_request, build_hea
 from routerd.api.lean_reply import LeanReply
 from routerd.api.site import BufferBudget, GuardResource, NodeHTTPChannel, NodeSite, log_refusal
 from routerd.config.schema import ServerConfig
-from routerd.errors import HTTPError, StatusError
+from routerd.errors import ErrorStyle, HTTPError, Saturated, StatusError
 from routerd.routing.call import Incoming
 from routerd.transports import no_delay
 
@@ -80,9 +80,9 @@ def body_timed_out() -> HTTPError:
                      "invalid_request_error", "request_timeout")
 
 
-def too_many_connections() -> HTTPError:
-    return HTTPError(503, "this node has server.max_connections connections open; retry later",
-                     "overloaded", "too_many_connections")
+def too_many_connections() -> Saturated:
+    return Saturated(503, "this node has server.max_connections connections open; retry later",
+                     "too_many_connections")
 
 
 class NodeServerFactory(protocol.Factory):
@@ -113,7 +113,7 @@ class NodeServerFactory(protocol.Factory):
 
     def buildProtocol(self, addr: IAddress | None) -> protocol.Protocol:  # noqa: N802 - Twisted's name
         if len(self.protocols) >= self.limits.max_connections:
-            return _Refused(self.date(self.seconds()))
+            return _Refused(self.date(self.seconds()), self.guard.route_facts("/").errors)
         return LeanChannel(self, addr)
 
     def startFactory(self) -> None:  # noqa: N802 - Twisted's name
@@ -161,28 +161,30 @@ class NodeServerFactory(protocol.Factory):
 class _Refused(protocol.Protocol):
     """A connection over ``server.max_connections``: 503 and closed, nothing read."""
 
-    def __init__(self, date: bytes) -> None:
+    def __init__(self, date: bytes, family: ErrorStyle) -> None:
         self._date = date
+        self._family = family
 
     def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
         assert self.transport is not None
-        self.transport.write(refusal("/", too_many_connections(), ((b"retry-after", b"1"),), self._date))
+        self.transport.write(refusal(too_many_connections(), self._family, (), self._date))
         self.transport.loseConnection()
 
 
 class _Head:
     """A head the lean channel serves: the shared :class:`RequestHead` and its handler."""
 
-    __slots__ = ("handler", "request", "size", "client", "key_name", "key_class")
+    __slots__ = ("handler", "request", "size", "client", "key_name", "key_class", "errors")
 
     def __init__(self, handler: LeanHandler, request: RequestHead, size: int, client: str,
-                 key_name: str = "", key_class: str = "") -> None:
+                 key_name: str = "", key_class: str = "", errors: ErrorStyle = "openai") -> None:
         self.handler = handler
         self.request = request
         self.size = size  # bytes of the head, with its blank line
         self.client = client
         self.key_name = key_name  # the admitting key's name and class (admission's verdict)
         self.key_class = key_class
+        self.errors = errors  # the route's error family (admission's verdict)
 
     @property
     def path(self) -> str:
@@ -385,21 +387,25 @@ class LeanChannel(protocol.Protocol):
         client = getattr(self.transport.getPeer(), "host", "127.0.0.1")  # type: ignore[union-attr]
         verdict = self.server.guard.decide(request, client)
         if verdict.error is not None:
-            self._refuse(verdict.error, verdict.headers, request)
+            self._refuse(verdict.error, verdict.headers, request, family=verdict.errors)
             return None
         if verdict.reserve:
             budget = self.server.site.buffer
             if budget is not None and budget.take(verdict.reserve):
                 self._reserved = verdict.reserve
-        return _Head(handler, request, end + 4, client, verdict.key_name, verdict.key_class)
+        return _Head(handler, request, end + 4, client, verdict.key_name, verdict.key_class, verdict.errors)
 
     def _refuse(self, err: StatusError, headers: tuple[tuple[bytes, bytes], ...],
-                request: RequestHead | None, method: bytes = b"-", target: bytes = b"-") -> None:
-        """Answer ``err`` before the body and close (nothing more of the connection is read)."""
+                request: RequestHead | None, method: bytes = b"-", target: bytes = b"-",
+                family: ErrorStyle | None = None) -> None:
+        """Answer ``err`` before the body and close (nothing more of the connection is read), in
+        the route's error ``family`` (by default the one the facts of its path give)."""
         server = self.server
         path = request.path if request is not None else target.partition(b"?")[0].decode("latin-1")
         assert self.transport is not None
-        self.transport.write(refusal(path, err, headers, server.date(server.seconds())))
+        if family is None:
+            family = server.guard.route_facts(path).errors
+        self.transport.write(refusal(err, family, headers, server.date(server.seconds())))
         log_refusal(request.method if request is not None else method.decode("latin-1"), path, err.status,
                     getattr(self.transport.getPeer(), "host", "-"), request)
         self._parts, self._have = [], 0
@@ -413,7 +419,7 @@ class LeanChannel(protocol.Protocol):
 
     def _start(self, head: _Head, body: bytes) -> None:
         server = self.server
-        reply = LeanReply(self, head.request, head.client, body, server.seconds())
+        reply = LeanReply(self, head.request, head.client, head.errors, body, server.seconds())
         reply.held, self._reserved = self._reserved, 0
         self._busy = reply
         self.state, self.since = "busy", server.seconds()

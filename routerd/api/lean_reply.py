@@ -20,6 +20,7 @@ from twisted.python.failure import Failure
 from routerd.api.access import access_logged, answer_head, log_access
 from routerd.api.errors import INTERNAL_ERROR, reply_error, reply_failure
 from routerd.api.head import RequestHead
+from routerd.errors import ErrorStyle
 from routerd.logs import request_model
 from routerd.transports import send, send_with_head
 
@@ -58,14 +59,15 @@ class Connection(Protocol):
 class LeanReply:
     """A :class:`~routerd.routing.call.Reply` written straight to the connection."""
 
-    __slots__ = ("channel", "request", "client", "body", "started_at", "status", "headers", "typed",
-                 "started", "gone", "finished", "sent", "held", "pending", "model")
+    __slots__ = ("channel", "request", "client", "error_family", "body", "started_at", "status", "headers",
+                 "typed", "started", "gone", "finished", "sent", "held", "pending", "model")
 
-    def __init__(self, channel: Connection, request: RequestHead, client: str, body: bytes,
-                 now: float) -> None:
+    def __init__(self, channel: Connection, request: RequestHead, client: str, error_family: ErrorStyle,
+                 body: bytes, now: float) -> None:
         self.channel = channel
         self.request = request  # the head: what the answer and its access line read
         self.client = client
+        self.error_family = error_family  # the route's: what an error answer is written in
         self.body = body  # kept for the access line's model only while the request lives
         self.started_at = now
         self.status = 200

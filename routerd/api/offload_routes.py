@@ -73,7 +73,7 @@ class OffloadAPI:
     def borrowed(self, request: IRequest) -> bytes:
         return json_response(request, {"borrowed": self.lending.borrowed_requests()})
 
-    @routes.lean(RELAY_PATH, methods=["POST"], auth="cluster")
+    @routes.lean(RELAY_PATH, methods=["POST"], auth="cluster", returns=True)
     def relay(self, method: str, path: str, facts: Incoming, reply: Reply) -> Deferred[bytes]:
         """The master's relay: pass an owner's lent request to the helper its live lease names,
         its answer streamed through as it arrives.  Refusals are answered in the OpenAI envelope

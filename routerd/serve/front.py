@@ -22,7 +22,7 @@ from twisted.python.failure import Failure
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.model import Capabilities, ModelConfig
 from routerd.cluster.master import MasterAgent
-from routerd.errors import HTTPError, Saturated, StatusError, error_body
+from routerd.errors import HTTPError, StatusError, error_answer
 from routerd.lending.offload import Borrowed, offload_returned
 from routerd.lending.service import LendingService
 from routerd.metrics import NodeMetrics
@@ -584,11 +584,11 @@ class InferenceFront:
             log.warn("error after the answer started: {message}", message=err.message)
             reply.abort()
             return b""
-        reply.set_status(err.status)
-        reply.set_header(b"content-type", b"application/json")
-        if isinstance(err, Saturated):
-            reply.set_header(b"retry-after", str(err.retry_after).encode())
-        return error_body(route.error_style, err.message, err.type, err.code)
+        status, headers, body = error_answer(err, route.error_style)  # the one error answer
+        reply.set_status(status)
+        for name, value in headers:
+            reply.set_header(name, value)
+        return body
 
 
 class _Handling:
