@@ -43,6 +43,7 @@ __all__ = ["ANY_METHOD", "Declared", "RouteTable", "Routes", "routes_of"]
 ANY_METHOD = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"})
 
 _PARAMETER = re.compile(r"<(?:\w+:)?(\w+)>")
+_CONVERTER = re.compile(r"<(?:(\w+):)?\w+>")
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
@@ -99,6 +100,15 @@ def _docs(path: str, branch: bool, docs: Sequence[str] | None) -> tuple[str, ...
     if branch:
         return (path + "{path}",)
     return (_PARAMETER.sub(r"{\1}", path),)
+
+
+def _template(path: str) -> re.Pattern[str]:
+    """The paths a werkzeug template matches: a ``<name>`` is one segment, a ``<path:name>`` any."""
+    parts = _CONVERTER.split(path)
+    out = [re.escape(parts[0])]
+    for index in range(1, len(parts), 2):
+        out += ".+" if parts[index] == "path" else "[^/]+", re.escape(parts[index + 1])
+    return re.compile("".join(out))
 
 
 def _methods(methods: Iterable[str] | None) -> frozenset[str] | None:
@@ -164,25 +174,28 @@ class RouteTable:
     def __init__(self, apis: Iterable[object]) -> None:
         self.routes: tuple[Declared, ...] = tuple(d for api in apis for d in routes_of(api).declared)
         self._exact: dict[str, RouteFacts] = {}
-        prefixes: list[tuple[str, RouteFacts]] = []
+        #: (prefix, the template's pattern or None for a branch, facts)
+        prefixes: list[tuple[str, re.Pattern[str] | None, RouteFacts]] = []
         for declared in self.routes:
             facts = declared.facts
             self._exact.setdefault(declared.path, facts)
             if declared.prefix is not None:
-                prefixes.append((declared.prefix, facts))
+                pattern = None if declared.branch else _template(declared.path)
+                prefixes.append((declared.prefix, pattern, facts))
         prefixes.sort(key=lambda entry: -len(entry[0]))  # stable: the first declared wins a tie
         self._prefixes = tuple(prefixes)
 
     def facts(self, path: str) -> RouteFacts:
-        """The facts of ``path`` (no query): its route's, the longest declared prefix's, else those
-        of its namespace (:func:`~routerd.api.facts.namespace_facts`: ``/router/v1/node/…``
-        cluster, other ``/router/…`` admin, anything else inference), so an unknown path needs the
-        same credential as its neighbours before it is answered 404."""
+        """The facts of ``path`` (no query): its route's (an exact path, a template it matches, the
+        longest branch it is under), else those of its namespace
+        (:func:`~routerd.api.facts.namespace_facts`: ``/router/v1/node/…`` cluster, other
+        ``/router/…`` admin, anything else inference), so an unknown path needs the same
+        credential as its neighbours before it is answered 404."""
         found = self._exact.get(path)
         if found is not None:
             return found
-        for prefix, facts in self._prefixes:
-            if path.startswith(prefix):
+        for prefix, pattern, facts in self._prefixes:
+            if path.startswith(prefix) and (pattern is None or pattern.fullmatch(path) is not None):
                 return facts
         return namespace_facts(path)
 

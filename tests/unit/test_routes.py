@@ -213,4 +213,7 @@ def test_the_routes_served_while_starting_or_draining_are_the_declared_ones(site
     assert served(table.facts, forwarded, "draining") and not served(table.facts, forwarded, "starting")
     assert not served(table.facts, INFERENCE_PREFIX + "/v1/chat/completions", "draining")
     assert not served(table.facts, "/v1/nope", "draining") and served(table.facts, "/v1/nope", "ready")
+    assert served(table.facts, "/sdcpp/v1/jobs/job-1/cancel", "draining")
+    assert not served(table.facts, "/sdcpp/v1/jobs/job-1/x", "draining")  # no job route's path
+    assert not served(table.facts, "/sdcpp/v1/jobs/", "draining")
     assert [d.path for d in table.routes if d.returns] == [RELAY_PATH]
