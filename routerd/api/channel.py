@@ -51,7 +51,7 @@ from routerd.api.access import refusal
 from routerd.api.dispatch import LeanHandler, LeanRoutes
 from routerd.api.head import MAX_HEAD_BYTES, RequestHead, bad_request, build_head
 from routerd.api.lean_reply import LeanReply
-from routerd.api.site import BufferBudget, GuardResource, NodeHTTPChannel, NodeSite, log_refusal
+from routerd.api.site import GuardResource, NodeHTTPChannel, NodeSite, log_refusal
 from routerd.config.schema import ServerConfig
 from routerd.errors import ErrorStyle, HTTPError, Saturated, StatusError
 from routerd.routing.call import Incoming
@@ -101,10 +101,11 @@ class NodeServerFactory(protocol.Factory):
         self._date = b""
         self._reaper: Any = None
 
-    @property
-    def budget(self) -> BufferBudget | None:
-        """The site's replay budget (None when the node keeps none)."""
-        return self.site.buffer
+    def give_back(self, size: int) -> None:
+        """Give ``size`` bytes back to the site's replay budget (if the node keeps one)."""
+        budget = self.site.buffer
+        if budget is not None:
+            budget.give(size)
 
     @property
     def limits(self) -> ServerConfig:
@@ -413,9 +414,8 @@ class LeanChannel(protocol.Protocol):
 
     def _release_reserved(self) -> None:
         reserved, self._reserved = self._reserved, 0
-        budget = self.server.site.buffer
-        if reserved and budget is not None:
-            budget.give(reserved)
+        if reserved:
+            self.server.give_back(reserved)
 
     def _start(self, head: _Head, body: bytes) -> None:
         server = self.server

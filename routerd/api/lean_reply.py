@@ -27,21 +27,15 @@ from routerd.transports import send, send_with_head
 log = Logger()
 
 
-class Budget(Protocol):
-    """The replay budget an answer gives its request's bytes back to."""
-
-    def give(self, size: int) -> None: ...
-
-
 class Server(Protocol):
-    """What an answer reads of the channel's server: the clock, the ``Date`` value, the budget."""
+    """What an answer reads of the channel's server: the clock, the ``Date`` value, the replay
+    budget its request's bytes go back to."""
 
     def seconds(self) -> float: ...
 
     def date(self, now: float) -> bytes: ...
 
-    @property
-    def budget(self) -> Budget | None: ...
+    def give_back(self, size: int) -> None: ...
 
 
 class Connection(Protocol):
@@ -191,9 +185,8 @@ class LeanReply:
 
     def _release(self) -> None:
         held, self.held = self.held, 0
-        budget = self.channel.server.budget
-        if held and budget is not None:
-            budget.give(held)
+        if held:
+            self.channel.server.give_back(held)
 
     def _head_bytes(self, length: int | None) -> bytes:
         server = self.channel.server
