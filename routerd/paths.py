@@ -59,8 +59,13 @@ NODE_MODEL_FILES_HASH = NODE_PREFIX + "/site/model-files/hash"
 #: The node half of the site's recipe cooking (``<NODE_COOK>/files|preview|apply|delete``).
 NODE_COOK = NODE_PREFIX + "/cook"
 
+#: The node routes the lean HTTP channel serves (exact paths, and the forwarding prefix): the peer
+#: client sends these on its lean pool (the route table's lean routes under the node API).
+LEAN_PATHS = (INFERENCE_PREFIX + "/", EVENT_PATH, GRANT_PATH, RELAY_PATH)
+
 __all__ = [
-    "ASSET_PREFIX", "BORROWED_PATH", "EVENT_PATH", "GRANT_PATH", "INFERENCE_PREFIX", "LINKS_PATH",
+    "ASSET_PREFIX", "BORROWED_PATH", "EVENT_PATH", "GRANT_PATH", "INFERENCE_PREFIX", "LEAN_PATHS",
+    "LINKS_PATH",
     "LOOKUP_CLUSTER_PATH", "LOOKUP_PATH", "NODE_ANALYTICS", "NODE_ANALYTICS_FLUSH", "NODE_ASSETS_STATE",
     "NODE_ASSET_OPS", "NODE_BENCH_LIST", "NODE_BENCH_RUN", "NODE_COOK", "NODE_DECISIONS", "NODE_LOAD",
     "NODE_LOAD_ERRORS", "NODE_MODELS", "NODE_MODEL_FILES_HASH", "NODE_PREFIX", "NODE_RECENT",

@@ -44,3 +44,10 @@ def test_every_declared_node_route_is_a_path_of_the_module(tmp_path: Path) -> No
         if declared.path.startswith(paths.NODE_PREFIX):
             assert declared.path in names or any(
                 declared.path.startswith(name) for name in names if name != paths.NODE_PREFIX), declared
+
+
+def test_the_lean_node_paths_the_peer_client_knows_are_the_declared_lean_node_routes(tmp_path: Path) -> None:
+    dispatch = build_site(World(tmp_path).node("solo", {"chat": TEXT})).resource.inner
+    assert isinstance(dispatch, Dispatch)
+    declared = {d.path for d in dispatch.routes.routes if d.lean and d.path.startswith(paths.NODE_PREFIX)}
+    assert declared == set(paths.LEAN_PATHS)
