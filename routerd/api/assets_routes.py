@@ -28,10 +28,10 @@ from routerd.paths import (
     ASSET_PREFIX,
     LOOKUP_CLUSTER_PATH,
     LOOKUP_PATH,
-    NODE_ASSET_OPS,
     NODE_ASSETS_STATE,
     NODE_MODEL_FILES_HASH,
 )
+from routerd.paths import NODE_ASSET_OPS as NODE_OPS
 
 if TYPE_CHECKING:
     from routerd.cluster.master import MasterAgent
@@ -197,7 +197,7 @@ class AssetsAPI:
         inner = {k: v for k, v in body.items() if k not in ("node_id", "node_url")}
         if info is None:
             return await self._local_op(op, inner)
-        return await self._forward(info, "POST", f"{NODE_ASSET_OPS}/{op}", inner)
+        return await self._forward(info, "POST", f"{NODE_OPS}/{op}", inner)
 
     async def _local_op(self, op: str, body: dict[str, Any]) -> Any:
         service = self.node.assets
@@ -267,7 +267,7 @@ class AssetsAPI:
         info = self._target(query_arg(request, "node_id"), query_arg(request, "node_url"))
         if info is None:
             return json_response(request, self._jobs_local())
-        return json_response(request, await self._forward(info, "GET", f"{NODE_ASSET_OPS}/jobs"))
+        return json_response(request, await self._forward(info, "GET", f"{NODE_OPS}/jobs"))
 
     def _job_target(self, request: IRequest, job_id: str) -> NodeInfo | None:
         node_id = query_arg(request, "node_id")
@@ -283,7 +283,7 @@ class AssetsAPI:
         info = self._job_target(request, job_id)
         if info is None:
             return json_response(request, self._job_local(job_id))
-        return json_response(request, await self._forward(info, "GET", f"{NODE_ASSET_OPS}/jobs/{job_id}"))
+        return json_response(request, await self._forward(info, "GET", f"{NODE_OPS}/jobs/{job_id}"))
 
     @routes.route("/router/v1/site/model-assets/jobs/<job_id>/events", methods=["GET"], auth="admin")
     async def site_job_events(self, request: IRequest, job_id: str) -> bytes:
@@ -292,7 +292,7 @@ class AssetsAPI:
         info = self._job_target(request, job_id)
         if info is None:
             return json_response(request, self._events_local(job_id, after))
-        path = f"{NODE_ASSET_OPS}/jobs/{job_id}/events?after_sequence={after}"
+        path = f"{NODE_OPS}/jobs/{job_id}/events?after_sequence={after}"
         return json_response(request, await self._forward(info, "GET", path))
 
     @routes.route("/router/v1/site/model-assets/candidates", methods=["POST"], auth="admin")
@@ -309,7 +309,7 @@ class AssetsAPI:
 
     # -- node side of the site operations (cluster token) ---------------------------
 
-    @routes.route(f"{NODE_ASSET_OPS}/<op>", methods=["POST"], auth="cluster")
+    @routes.route(f"{NODE_OPS}/<op>", methods=["POST"], auth="cluster")
     async def node_op(self, request: IRequest, op: str) -> bytes:
         if op not in ("export", "resolve", "jobs", "candidates", "substitute", "bind"):
             raise HTTPError(404, f"unknown asset operation {op[:40]!r}", "not_found", "not_found")
@@ -317,21 +317,21 @@ class AssetsAPI:
                              202 if op == "jobs" else 200)
 
     # an exact path: the dispatcher wants it named
-    @routes.route(f"{NODE_ASSET_OPS}/jobs", methods=["POST"], auth="cluster")
+    @routes.route(f"{NODE_OPS}/jobs", methods=["POST"], auth="cluster")
     def node_start_job(self, request: IRequest) -> bytes:
         service = self.node.assets
         job = service.start_job(read_json(request).get("model_id"))
         return json_response(request, service.job_document(job), 202)
 
-    @routes.route(f"{NODE_ASSET_OPS}/jobs", methods=["GET"], auth="cluster")
+    @routes.route(f"{NODE_OPS}/jobs", methods=["GET"], auth="cluster")
     def node_jobs(self, request: IRequest) -> bytes:
         return json_response(request, self._jobs_local())
 
-    @routes.route(f"{NODE_ASSET_OPS}/jobs/<job_id>", methods=["GET"], auth="cluster")
+    @routes.route(f"{NODE_OPS}/jobs/<job_id>", methods=["GET"], auth="cluster")
     def node_job(self, request: IRequest, job_id: str) -> bytes:
         return json_response(request, self._job_local(job_id))
 
-    @routes.route(f"{NODE_ASSET_OPS}/jobs/<job_id>/events", methods=["GET"], auth="cluster")
+    @routes.route(f"{NODE_OPS}/jobs/<job_id>/events", methods=["GET"], auth="cluster")
     def node_job_events(self, request: IRequest, job_id: str) -> bytes:
         return json_response(request, self._events_local(job_id, _after(request)))
 
