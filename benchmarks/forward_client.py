@@ -47,9 +47,9 @@ def rounds_of(requests: int, rounds: int) -> list[float]:
     from twisted.internet.defer import ensureDeferred
     from twisted.internet.testing import MemoryReactorClock, StringTransport
 
+    from routerd.clients.backend_http import BackendAgent
     from routerd.routing.forward import Forwarder, Outbound
     from routerd.routing.relay import Timeouts
-    from routerd.serve.backend_http import BackendAgent
     from routerd.urls import AllowList
 
     class NoFallback:

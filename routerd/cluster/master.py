@@ -18,7 +18,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from routerd.cluster.client import ClusterError, NodeClient
+from routerd.clients.node_client import ClusterError, NodeClient
 from routerd.cluster.fanout import fan_out
 from routerd.errors import StatusError
 from routerd.registry.records import NodeInfo
@@ -37,7 +37,7 @@ from routerd.wire.status import RuntimeStatus, parse_status
 log = Logger()
 
 # Bounded, but wide enough that a 200-slave cycle of ~40 ms answers stays well under 1 s (7 rounds;
-# issue 24, benchmarks/cluster.py (b)).
+# benchmarks/cluster.py (b)).
 POLL_CONCURRENCY = 32
 STATUS_CONCURRENCY = 8
 STATUS_DEADLINE_S = 5.0

@@ -17,13 +17,13 @@ from routerd.assets.book import AssetBook
 from routerd.assets.index import AssetIndex, build_index_blocking
 from routerd.assets.portable import portable_config
 from routerd.assets.pull import AssetPuller
+from routerd.assets.service import AssetService
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.hashing import FileHashCache
 from routerd.catalog.kcpps import parse_kcpps
 from routerd.catalog.model import InvalidConfig, ModelConfig
 from routerd.errors import HTTPError
-from routerd.serve.admin import ModelAdmin
-from routerd.serve.assets import AssetService
+from routerd.inference.admin import ModelAdmin
 
 SHA = hashlib.sha256(b"weights").hexdigest()
 

@@ -14,9 +14,9 @@ from twisted.web.client import ResponseDone, ResponseFailed
 from twisted.web.http import PotentialDataLoss
 from twisted.web.http_headers import Headers
 
+from routerd.clients.backend_http import AnswerHeaders, BackendAgent
 from routerd.routing.body import BytesProducer
 from routerd.routing.relay import collect
-from routerd.serve.backend_http import AnswerHeaders, BackendAgent
 
 URL = b"http://127.0.0.1:8080/v1/chat/completions"
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"a\": true}"
@@ -181,7 +181,7 @@ def test_a_refused_connect_is_tried_again_after_short_delays_then_fails_with_the
     queue released onto a dying backend must not drain into errors before the node sees it end."""
     from twisted.internet.error import ConnectionRefusedError
 
-    from routerd.serve.backend_http import REFUSED_BACKOFF_S
+    from routerd.clients.backend_http import REFUSED_BACKOFF_S
 
     reactor, agent, _ = setup()
     answer = post(agent)

@@ -9,7 +9,7 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-from routerd.serve.bench import AUDIO_SECONDS, text_figures, tone_wav
+from routerd.inference.bench import AUDIO_SECONDS, text_figures, tone_wav
 
 from .node_fixture import IMAGE, TEXT, World
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from twisted.internet.task import Clock
 
-from routerd.serve.memory import Trimmer, malloc_trim
+from routerd.inference.memory import Trimmer, malloc_trim
 
 
 def test_trims_once_after_a_crowd_has_all_left_and_not_after_ordinary_traffic() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred
 
 from routerd.catalog.model import Capabilities, ModelConfig
-from routerd.serve.own_loads import OwnLoads
+from routerd.inference.own_loads import OwnLoads
 
 MODEL = ModelConfig(local_id="m", filename="m.kcpps", path="/m.kcpps", backend_mode="llama_sdcpp",
                     capabilities=Capabilities(llm=True), config_hash="h")

@@ -14,6 +14,7 @@ from twisted.internet.defer import ensureDeferred, succeed
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.model import Capabilities
 from routerd.errors import HTTPError
+from routerd.inference.recipes import RecipeRouter
 from routerd.registry.recipes import (
     Component,
     Recipe,
@@ -24,7 +25,6 @@ from routerd.registry.recipes import (
     match,
     parse_recipe,
 )
-from routerd.serve.recipes import RecipeRouter
 from routerd.wire.records import ModelRecord
 
 TEXT = Capabilities(llm=True, context=4096)

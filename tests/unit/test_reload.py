@@ -1,4 +1,4 @@
-"""Reload (``serve.reload``): the pure diff/classify functions, and a reload applied to a node in
+"""Reload (``process.reload``): the pure diff/classify functions, and a reload applied to a node in
 memory through ``POST /router/v1/reload``."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from routerd.catalog.catalog import Catalog
 from routerd.catalog.model import Capabilities, ModelConfig
 from routerd.config.load import parse_config
 from routerd.config.schema import Config
-from routerd.serve.reload import catalog_diff, config_changes, live_config, slot_actions
+from routerd.process.reload import catalog_diff, config_changes, live_config, slot_actions
 from tests.unit.node_fixture import TEXT, World
 
 MESSAGES = [{"role": "user", "content": "hello"}]

@@ -23,6 +23,11 @@ from routerd.catalog.catalog import Catalog
 from routerd.catalog.model import Capabilities, ModelConfig
 from routerd.cluster.master import MasterAgent
 from routerd.errors import HTTPError, Saturated, StatusError, error_body
+from routerd.inference.analytics import AnalyticsRecorder, request_row
+from routerd.inference.local import LocalInference
+from routerd.inference.memory import Trimmer
+from routerd.inference.recipes import RecipeRouter
+from routerd.inference.timing import FirstWrite
 from routerd.lending.offload import Borrowed, offload_returned
 from routerd.lending.service import LendingService
 from routerd.metrics import NodeMetrics
@@ -45,11 +50,6 @@ from routerd.routing.plan import NEEDS, SECTIONS
 from routerd.routing.relay import StreamBroken
 from routerd.routing.selector import SelectorError, parse_json_object, select_model
 from routerd.routing.upstream import upstream_gone
-from routerd.serve.analytics import AnalyticsRecorder, request_row
-from routerd.serve.local import LocalInference
-from routerd.serve.memory import Trimmer
-from routerd.serve.recipes import RecipeRouter
-from routerd.serve.timing import FirstWrite
 from routerd.wire.records import ModelRecord
 
 log = Logger()
