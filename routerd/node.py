@@ -151,7 +151,7 @@ class Node:
             take_back=self.local.take_back, shared_lanes=self.runtimes.lanes_sharing,
             max_queued=lambda: self.local.max_queued_per_model,
             queued_in_backend=lambda model: self.local.queued.get(model.local_id, 0),
-            key_weight=self._key_weight, aging=lambda: self.config.queue.aging)
+            key_weight=self._key_weight, aging=lambda: self.config.queue.aging, run_local=self.local.serve)
         # explicit loads (admin, Ollama preload, startup, reload, recipes) are this node's own work
         self.own_loads = OwnLoads(self.runtimes.load, starting=self._own_load_starting,
                                   done=self.samples.own_work_done)

@@ -23,12 +23,11 @@ from routerd.cluster.fanout import fan_out
 from routerd.errors import StatusError
 from routerd.registry.records import NodeInfo
 from routerd.registry.registry import Registry
-from routerd.routing.stt import RoundRobinCounter, choose_stt
+from routerd.routing.stt import RoundRobinCounter
 from routerd.services import IntervalService
 from routerd.urls import AllowList, URLError, normalise_url
 from routerd.wire.records import (
     PROTOCOL_VERSION,
-    ModelRecord,
     Snapshot,
     parse_snapshot,
 )
@@ -164,10 +163,6 @@ class MasterAgent(MultiService):
             if status.node_id == node.node_id:
                 out[status.node_id] = status
         return out
-
-    async def choose_stt(self) -> ModelRecord:
-        statuses = await self.statuses()
-        return choose_stt(self.registry.records(), statuses, self.node_id, self.stt_counter)
 
     async def node_json(self, node_id: str, path: str) -> Any:
         """GET a node API document from a remote node (for the site API)."""

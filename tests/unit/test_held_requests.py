@@ -66,7 +66,7 @@ def _held_calls() -> list[Call]:
 
 def test_a_held_request_is_two_small_records_and_one_deferred_with_neither_headers_nor_parsed_body(
         tmp_path: Path) -> None:
-    """Issue 24: a held request is the front's ``_Handling`` record and the lending queue's
+    """Issue 24: a held request is the front's ``Handling`` record and the lending queue's
     ``WaitingRequest`` record, woken by callbacks on one Deferred — not two suspended coroutines
     (``InferenceFront.handle`` and ``LendingService.serve`` were one each per held request)."""
     world, node = _owner(tmp_path)
@@ -75,9 +75,9 @@ def test_a_held_request_is_two_small_records_and_one_deferred_with_neither_heade
     more = _send(world, node, 30, 100)
     grown = _objects() - before
     assert len(node.lending.held_requests()) == 38
-    per = {name: grown[name] / 30 for name in ("coroutine", "_Handling", "WaitingRequest", "Deferred",
+    per = {name: grown[name] / 30 for name in ("coroutine", "Handling", "WaitingRequest", "Deferred",
                                               "generator", "Incoming", "Call", "Entry", "dict", "FirstWrite")}
-    assert per == {"coroutine": 0, "_Handling": 1, "WaitingRequest": 1, "Deferred": 1, "generator": 0,
+    assert per == {"coroutine": 0, "Handling": 1, "WaitingRequest": 1, "Deferred": 1, "generator": 0,
                    "Incoming": 0, "Call": 1, "Entry": 1, "dict": 0, "FirstWrite": 0}
     waiting = {h["request_id"] for h in node.lending.held_requests()}
     held = [c for c in _held_calls() if c.request_id in waiting]

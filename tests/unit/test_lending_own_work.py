@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from routerd.lending.links import LinkSet
@@ -177,7 +176,7 @@ def test_own_work_waiting_in_one_lane_queue_refuses_borrowed_work_in_every_lane(
     call = Call(reply=FakeReply(), route=image_route(), path="/v1/images/generations", body=b"{}",
                 content_type="application/json", parsed={}, stream=False, request_id="bi",
                 started=0.0, selector="H")
-    result = node.service.serve(call, MODEL_H, "image", lambda *_: Deferred(), BORROWED, public_id="H")
+    result = node.service.serve(call, MODEL_H, "image", BORROWED, public_id="H")
     failures: list[Failure] = []
     result.addErrback(failures.append)
     returned_409(failures[0])
