@@ -123,7 +123,7 @@ class TargetRunner:
             call.guardian_fallback = False
             # the guardian shares this node's runtime with the model it stands in for: that
             # model is loaded back once the node is quiet (lending.restore)
-            call.guardian_restore = target.origin_node == self.node_id
+            call.guardian_restore = target.origin.node_id == self.node_id
             return await self.serve_model(call, target.model, target.public_id, None)
         assert target.record is not None and self.forwarder is not None
         call.forwarded_to = target.record.node_id
@@ -146,15 +146,15 @@ class TargetRunner:
                      " {request_id} is not redirected", guardian=setting.label, request_id=call.request_id)
 
     def _mark_guardian(self, call: Call, target: Guardian) -> None:
-        setting = target.setting
+        setting, origin = target.setting, target.origin
         call.reply.set_header(GUARDIAN_HEADER, setting.label.encode())
         call.guardian = True
         log.info("request {request_id} for {node}/{model} goes to guardian {guardian} ({reason})",
-                 request_id=call.request_id, node=target.origin_node, model=target.origin_model,
+                 request_id=call.request_id, node=origin.node_id, model=origin.model_id,
                  guardian=setting.label, reason=target.reason)
         decisions = self.lending.decisions if self.lending is not None else None
         if decisions is not None:
-            decisions.record("dispatch", "guardian", lane="text", owner_node_id=target.origin_node,
-                             owner_model_id=target.origin_model, helper_node_id=setting.guardian.node_id,
+            decisions.record("dispatch", "guardian", lane="text", owner_node_id=origin.node_id,
+                             owner_model_id=origin.model_id, helper_node_id=setting.guardian.node_id,
                              helper_model_id=setting.guardian.model_id, reason=target.reason,
                              request_id=call.request_id)

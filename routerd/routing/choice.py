@@ -41,6 +41,7 @@ from routerd.routing.guardians import Guardian as GuardianSetting
 from routerd.routing.images import has_image
 from routerd.routing.plan import NEEDS, SECTIONS
 from routerd.routing.stt import RoundRobinCounter, choose_stt
+from routerd.wire.lending import Endpoint
 from routerd.wire.records import ModelRecord
 from routerd.wire.status import RuntimeStatus
 
@@ -143,8 +144,7 @@ class Guardian:
 
     setting: GuardianSetting
     reason: str  # STRUCTURE (before any backend) or BACKEND_REFUSED
-    origin_node: str  # the text-only model it stands in for
-    origin_model: str
+    origin: Endpoint  # the text-only model it stands in for
     public_id: str
     label: str
     model: ModelConfig | None = None
@@ -393,7 +393,7 @@ def _guardian(view: RoutingView, setting: GuardianSetting, reason: str, origin_n
         model = view.catalog().get(target.model_id)
         if model is None or not multimodal_text(model.capabilities):
             return None
-        return Guardian(setting, reason, origin_node, origin_model, public_id, label, model=model)
+        return Guardian(setting, reason, Endpoint(origin_node, origin_model), public_id, label, model=model)
     registry = view.registry
     if registry is None:
         return None
@@ -401,7 +401,7 @@ def _guardian(view: RoutingView, setting: GuardianSetting, reason: str, origin_n
     if record is None or record.disabled or not record.available \
             or not multimodal_text(record.capabilities):
         return None
-    return Guardian(setting, reason, origin_node, origin_model, public_id, label, record=record,
+    return Guardian(setting, reason, Endpoint(origin_node, origin_model), public_id, label, record=record,
                     reserve=record)
 
 

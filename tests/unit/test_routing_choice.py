@@ -141,7 +141,7 @@ def test_a_master_needs_runtime_statuses_only_for_selector_less_transcriptions()
 def test_a_text_only_model_with_an_image_goes_to_its_guardian_on_the_same_node_before_any_backend() -> None:
     target = choose(call("plain", image=True), view(set_=guardians(("m", "plain", "m/eyes"))))
     assert isinstance(target, Guardian)
-    assert (target.reason, target.origin_node, target.origin_model) == (STRUCTURE, "m", "plain")
+    assert (target.reason, target.origin) == (STRUCTURE, Endpoint("m", "plain"))
     assert target.model == OWN.get("eyes") and target.record is None and target.reserve is None
     assert (target.public_id, target.label) == ("plain", "plain")  # the name the client gave
 
@@ -183,7 +183,7 @@ def test_a_master_sends_a_remote_text_only_models_image_request_to_its_own_guard
     target = choose(call("far", image=True),
                     view(reg=registry(), routes=True, set_=guardians(("s", "far", "m/eyes"))))
     assert isinstance(target, Guardian) and target.model == OWN.get("eyes")
-    assert (target.origin_node, target.origin_model, target.label) == ("s", "far", "far")
+    assert (target.origin, target.label) == (Endpoint("s", "far"), "far")
     assert target.reserve is None  # the text model's node never sees the image
 
 
