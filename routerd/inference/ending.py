@@ -88,7 +88,7 @@ def _failed(reply: Reply, route: Route, call: Call | None, request_id: str, exc:
         if call is not None:
             call.outcome.status = exc.code
             call.outcome.http_status = exc.status
-        return error_answer(reply, route, exc)
+        return write_error(reply, route, exc)
     if isinstance(exc, StreamBroken):
         if call is not None:
             call.outcome.status = "stream_broken"
@@ -106,16 +106,18 @@ def _failed(reply: Reply, route: Route, call: Call | None, request_id: str, exc:
         if reply.started:
             reply.abort()
             return b""
-        return error_answer(reply, route, HTTPError(502, f"the backend failed: {reason}",
+        return write_error(reply, route, HTTPError(502, f"the backend failed: {reason}",
                                                     "backend_error", "backend_error"))
     log.failure("request {request_id} failed", failure=Failure(exc), request_id=request_id)
     if call is not None:
         call.outcome.status = "internal_error"
-    return error_answer(reply, route, HTTPError(502, f"request failed: {exc}", "backend_error",
+    return write_error(reply, route, HTTPError(502, f"request failed: {exc}", "backend_error",
                                                 "backend_error"))
 
 
-def error_answer(reply: Reply, route: Route, err: StatusError) -> bytes:
+def write_error(reply: Reply, route: Route, err: StatusError) -> bytes:
+    """Status, headers and the error body of ``err`` in the route's style (or an abort, when the
+    answer already started)."""
     if reply.started:
         log.warn("error after the answer started: {message}", message=err.message)
         reply.abort()
