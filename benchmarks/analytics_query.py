@@ -1,4 +1,4 @@
-"""Analytics at size (issue 22): the site query over filled rollups, and raw rows against the disk
+"""Analytics at size: the site query over filled rollups, and raw rows against the disk
 estimate.
 
 1. **Site query, 30 days × 32 nodes × 50 models.**  A node database (an SQLite file, WAL, as a node

@@ -1,4 +1,4 @@
-"""The master's forwarding client alone, in process (issue 24): ``Forwarder.send`` over the lean
+"""The master's forwarding client alone, in process: ``Forwarder.send`` over the lean
 keep-alive client, from building the request to the answer read whole, against an in-memory
 connection (no sockets, no other process: the machine's other load moves it little).
 

@@ -1,4 +1,4 @@
-"""Issue 24, item 1: calls between nodes go over the lean path both ways.
+"""Calls between nodes go over the lean path both ways.
 
 A master, an owner slave and a helper slave (real nodes on 127.0.0.1, simulator backends as
 processes).  The client side of every forward, relay, queue event and grant is the lean keep-alive

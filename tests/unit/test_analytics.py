@@ -1,4 +1,4 @@
-"""Analytics (issue 22, contract §9): rows → rollups → figures, the batching recorder on a Clock, the
+"""Analytics (contract §9): rows → rollups → figures, the batching recorder on a Clock, the
 site's merge, and the node and site routes of a real in-memory node."""
 
 from __future__ import annotations

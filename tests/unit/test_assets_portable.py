@@ -1,4 +1,4 @@
-"""Portable configs named only by sha256 (issue 15, reference §8.5): they parse, stay unresolved
+"""Portable configs named only by sha256 (reference §8.5): they parse, stay unresolved
 until a verified file is bound, and a load of one is refused before any backend starts; export
 turns paths back into hashes."""
 

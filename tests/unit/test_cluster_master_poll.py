@@ -1,4 +1,4 @@
-"""The master's health-poll cycle at scale (issue 24 item 3): one registry rebuild per cycle."""
+"""The master's health-poll cycle at scale: one registry rebuild per cycle."""
 
 from __future__ import annotations
 

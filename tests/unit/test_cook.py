@@ -1,4 +1,4 @@
-"""Cook (issue 22): a ``.kcpps`` built from the files a node's ``models.file_roots`` expose.
+"""Cook: a ``.kcpps`` built from the files a node's ``models.file_roots`` expose.
 
 The decisions (:mod:`routerd.assets.cook`) on their own, then the API on real nodes in memory: a
 standalone node cooking for itself, and a master cooking on its slave through the node route."""

@@ -1,4 +1,4 @@
-"""Issue 24, item 1: the offload routes every lent request calls (queue events, grants, the master's
+"""The offload routes every lent request calls (queue events, grants, the master's
 relay) are lean routes, served by the lean channel itself (StringTransport, no sockets), and the
 relay streams the helper's answer through as it arrives; the lean peer client picks its pool by path.
 """

@@ -254,7 +254,7 @@ def test_a_lease_lends_exactly_its_slot_count_of_held_requests(slots: int) -> No
 
 
 def test_lending_takes_batch_work_first_and_its_row_names_class_and_key() -> None:
-    """Issue 23: the owner lends what it would serve last (before, the oldest: ``chat``); the
+    """The owner lends what it would serve last (before, the oldest: ``chat``); the
     decision row names the class and the key's name."""
     node = Node(depth=2)
     node.serve_many(2)

@@ -1,4 +1,4 @@
-"""Memory goes back to the system once a crowd of requests has gone (issue 14)."""
+"""Memory goes back to the system once a crowd of requests has gone."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Kobold music (issue 11): the ``music`` capability from a ``.kcpps``, in records and runtime
+"""Kobold music: the ``music`` capability from a ``.kcpps``, in records and runtime
 configs, the music routes' classification and per-family plan, recipes' music lane and the
 KoboldCpp music readiness probe."""
 

@@ -1,4 +1,4 @@
-"""OwnLoads: an explicit load is the node's own work while it runs (issue 21 §2)."""
+"""OwnLoads: an explicit load is the node's own work while it runs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Split recipes: parsing, validation, request matching, load order and persistence (issue 15)."""
+"""Split recipes: parsing, validation, request matching, load order and persistence."""
 
 from __future__ import annotations
 

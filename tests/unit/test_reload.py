@@ -241,7 +241,7 @@ def test_a_reloaded_slave_re_registers_and_a_reloaded_master_re_polls(tmp_path: 
 
 
 def test_analytics_settings_apply_at_once(tmp_path: Path) -> None:
-    """Issue 22: ``analytics.*`` is live: a reload turns recording on and the flush loop follows the
+    """``analytics.*`` is live: a reload turns recording on and the flush loop follows the
     new interval."""
     assert config_changes(_config(), _config(analytics={"enabled": True})).applied == ("analytics.enabled",)
     world = World(tmp_path)
