@@ -22,7 +22,7 @@ from routerd.assets.index import LookupError400, is_sha256, parse_hashes
 from routerd.assets.paths import UnsafePath, resolve_in_roots
 from routerd.assets.ranges import RangeNotSatisfiable, parse_range
 from routerd.catalog.hashing import sha256_file
-from routerd.cluster.client import ClusterError, RemoteError
+from routerd.clients.node_client import ClusterError, RemoteError
 from routerd.errors import HTTPError
 from routerd.paths import (
     ASSET_PREFIX,
@@ -34,10 +34,10 @@ from routerd.paths import (
 from routerd.paths import NODE_ASSET_OPS as NODE_OPS
 
 if TYPE_CHECKING:
+    from routerd.assets.service import AssetService
     from routerd.cluster.master import MasterAgent
     from routerd.config.schema import Config
     from routerd.registry.records import NodeInfo
-    from routerd.serve.assets import AssetService
 
 LOOKUP_BODY_LIMIT = 1024 * 1024
 MAX_BATCH = 128

@@ -37,7 +37,7 @@ from routerd.paths import LOOKUP_CLUSTER_PATH, LOOKUP_PATH
 from routerd.services import IntervalService
 from routerd.wire.records import ModelRecord
 
-log = Logger(namespace="routerd.serve.assets")
+log = Logger(namespace="routerd.assets.service")
 
 PostJson = Callable[[str, str, Any], Awaitable[Any]]
 LOOKUP_CACHE_LIMIT = 512  # hashes whose peer lookup answer is kept (reference §8.4)
