@@ -11,6 +11,9 @@ lean channel and on twisted.web's channel alike; the edges only carry the verdic
    the nearest untrusted entry of the joined ``X-Forwarded-For`` list), then the key its route class
    needs (401): see :mod:`routerd.cluster.auth`.  The class comes from the site's declared routes
    (:class:`~routerd.api.routes.RouteTable`); the WebUI's files (``ui``) need no key;
+   A request no configured key vouches for then meets :func:`~routerd.api.browser.browser_refusal`
+   (its ``Host``, ``Origin`` and body type: 421, 403, 415), and any request's ``Host`` and path must
+   parse (400, first of all);
 3. the node's phase: while starting or draining only the ``health``, ``metrics`` and ``docs`` routes
    (``/health``, ``/metrics``, ``/openapi.json``) are served, and while draining the polls and
    cancels of video jobs (``/sdcpp/v1/jobs/…``, a master's under ``/router/v1/node/inference``): a
@@ -31,6 +34,7 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
+from routerd.api.browser import BrowserRules, browser_refusal, malformed, vouched
 from routerd.api.cors import CorsPolicy
 from routerd.api.head import RequestHead
 from routerd.cluster.auth import ALWAYS_SERVED_CLASSES, AuthPolicy, RouteClass, route_class
@@ -55,6 +59,8 @@ class EdgeRules:
     #: The route class of a path: the site's declared routes (``Dispatch.route_class``), by default
     #: the path's namespace.
     route_class: Callable[[str], RouteClass] = route_class
+    #: What a web page may not make a browser send (:mod:`routerd.api.browser`); none by default.
+    browser: BrowserRules = BrowserRules()
 
 
 @attrs.frozen
@@ -91,6 +97,9 @@ def _cors_headers(values: dict[str, str]) -> Headers:
 def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str, budget_free: int | None) -> Verdict:
     """The verdict on ``head`` from ``peer`` (see the module docstring); ``budget_free`` is None
     when the node keeps no replay budget."""
+    error = malformed(head)
+    if error is not None:
+        return _refuse(error)
     fields = head.fields
     path = head.path
     policy = rules.policy
@@ -114,6 +123,10 @@ def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str, budget_fr
                                      if authorization is not None else None, cls)
     except StatusError as err:
         return _refuse(err, headers)
+    if not vouched(policy, cls):
+        error = browser_refusal(rules.browser, head, cors, cls, authenticated)
+        if error is not None:
+            return _refuse(error, headers)
     if phase != "ready" and cls not in ALWAYS_SERVED_CLASSES and not _job_call(phase, path):
         if fields.get("x-routerd-offload") == "1" or path == RELAY_PATH:
             # A borrowed request goes back to its owner, who serves it itself; so does one an owner

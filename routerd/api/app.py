@@ -21,6 +21,7 @@ from routerd import __version__
 from routerd.api.analytics_routes import AnalyticsAPI, AnalyticsNode
 from routerd.api.assets_routes import AssetsAPI, AssetsNode
 from routerd.api.bench_routes import BenchAPI, BenchNode
+from routerd.api.browser import browser_rules
 from routerd.api.cook_routes import CookAPI
 from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
@@ -523,7 +524,7 @@ def build_site(node: ServedNode) -> NodeSite:
     limit = node.config.limits.max_body_bytes
     dispatch = Dispatch(apis)  # dispatch.route_class: the auth class of a path, from the declared routes
     guard = GuardResource(dispatch, node.policy, limit, node.config.server.cors_origins,
-                          lambda: node.phase, node.config.server)
+                          lambda: node.phase, node.config.server, browser_rules(node.config))
     site = NodeSite(guard, limit, node.config.limits.replay_buffer_bytes)
     node.reloader.on_applied.append(lambda config: guard.update(node.policy, site, config))
     return site
