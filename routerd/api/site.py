@@ -27,6 +27,7 @@ from twisted.web.iweb import IRequest
 from routerd.api.access import access_logged, log_access, refusal
 from routerd.api.admission import EdgeRules, Verdict, buffer_full, decide
 from routerd.api.browser import BrowserRules, browser_rules
+from routerd.api.chunked import strict_chunked
 from routerd.api.cors import CorsPolicy
 from routerd.api.errors import answer_error
 from routerd.api.head import (
@@ -356,6 +357,7 @@ class NodeHTTPChannel(http.HTTPChannel):
             self.refuse(verdict.error, verdict.headers, head)
             return
         request.admitted(head, verdict)
+        strict_chunked(self)  # a bare LF in chunked framing is refused, as h11 and nginx read it
         self.state, self.since = ("body" if head.length or head.chunked else "busy"), self._now()
         super().allHeadersReceived()  # type: ignore[no-untyped-call]
 
