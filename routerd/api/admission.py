@@ -11,9 +11,7 @@ lean channel and on twisted.web's channel alike; the edges only carry the verdic
    the nearest untrusted entry of the joined ``X-Forwarded-For`` list), then the key its route class
    needs (401): see :mod:`routerd.cluster.auth`.  The class comes from the site's declared routes
    (:class:`~routerd.api.routes.RouteTable`); the WebUI's files (``ui``) need no key;
-   A request no configured key vouches for then meets :func:`~routerd.api.browser.browser_refusal`
-   (its ``Host``, ``Origin`` and body type: 421, 403, 415), and any request's ``Host`` and path must
-   parse (400, first of all);
+   any request's ``Host`` and path must parse (400, first of all);
 3. the node's phase: while starting or draining only the ``health``, ``metrics`` and ``docs`` routes
    (``/health``, ``/metrics``, ``/openapi.json``) are served, and while draining the polls and
    cancels of video jobs (``/sdcpp/v1/jobs/…``, a master's under ``/router/v1/node/inference``): a
@@ -21,7 +19,10 @@ lean channel and on twisted.web's channel alike; the edges only carry the verdic
    (``X-Routerd-Offload: 1``) or an owner's relay goes back to its owner (409 ``offload_returned``),
    anything else gets 503 + ``Retry-After``;
    (an admitted request's verdict names its key and class: :attr:`Verdict.key_name`)
-4. the body: a ``Content-Length`` over ``limits.max_body_bytes`` is a 413; one that does not fit in
+4. what a web page could make a browser send: a request no configured key vouches for meets
+   :func:`~routerd.api.browser.browser_refusal` (its ``Host``, ``Origin`` and body type: 421, 403,
+   415);
+5. the body: a ``Content-Length`` over ``limits.max_body_bytes`` is a 413; one that does not fit in
    the replay budget (``limits.replay_buffer_mb``) a 503 ``buffer_full`` + ``Retry-After``.  An
    admitted request reserves its whole ``Content-Length`` from the budget at once (``reserve``).
 
@@ -123,16 +124,16 @@ def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str, budget_fr
                                      if authorization is not None else None, cls)
     except StatusError as err:
         return _refuse(err, headers)
-    if not vouched(policy, cls):
-        error = browser_refusal(rules.browser, head, cors, cls, authenticated)
-        if error is not None:
-            return _refuse(error, headers)
     if phase != "ready" and cls not in ALWAYS_SERVED_CLASSES and not _job_call(phase, path):
         if fields.get("x-routerd-offload") == "1" or path == RELAY_PATH:
             # A borrowed request goes back to its owner, who serves it itself; so does one an owner
             # relays through a master that is starting or draining.
             return _refuse(offload_returned(f"helper node is {phase}"), headers)
         return _refuse(HTTPError(503, f"this node is {phase}; retry later", "overloaded", phase), headers, 1)
+    if not vouched(policy, cls):
+        error = browser_refusal(rules.browser, head, cors, cls, authenticated)
+        if error is not None:
+            return _refuse(error, headers)
     length = head.length or 0
     if length > rules.max_body_bytes:
         return _refuse(HTTPError(413, f"request body is larger than {rules.max_body_bytes} bytes",

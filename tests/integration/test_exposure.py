@@ -1,6 +1,7 @@
 """A live keyless node on loopback (the embedded default's shape) against what a web page could make
 a browser send: the drive-by Cook apply (another origin, ``text/plain``, no preflight) and a chat
-under a rebound ``Host`` are refused; curl-shaped calls and same-origin pages are served."""
+under a rebound ``Host`` are refused; curl-shaped calls and same-origin pages are served.  Cook's
+backend flags stay on the box, and a megabyte model name is a short 400."""
 
 from __future__ import annotations
 
@@ -54,3 +55,18 @@ async def test_curl_and_the_nodes_own_pages_are_served(node: RunningNode) -> Non
     code, body = await post(node.url + "/router/v1/site/cook/preview", order, {
         "Content-Type": "application/json", "Origin": node.url, "Sec-Fetch-Site": "same-origin"})
     assert code == 200 and body["check"]["ok"], body
+
+
+@pytest_twisted.ensureDeferred
+async def test_backend_flags_cannot_leave_the_box_and_huge_model_names_are_refused(
+        node: RunningNode, tmp_path: Path) -> None:
+    json_type = {"Content-Type": "application/json"}
+    for args in (["--host", "0.0.0.0"], ["-m", "/outside/secret.txt"]):
+        order = {"id": "flagged", "files": {"model": "ok.sim.json"}, "extra_args": args}
+        code, body = await post(node.url + "/router/v1/site/cook/apply", order, json_type)
+        assert code == 400 and body["error"]["code"] == "unsafe_extra_arg", body
+    assert not (tmp_path / "models" / "flagged.kcpps").exists()
+    response = await treq.post(node.url + "/v1/chat/completions", headers=json_type,
+                               data=json.dumps({"model": "x" * (1 << 20), "messages": []}).encode())
+    content = await response.content()
+    assert response.code == 400 and len(content) < 500 and b"256 bytes" in content
