@@ -14,13 +14,15 @@ import os
 import sys
 from collections.abc import Iterable
 
+import attrs
+
 from routerd.backends.check import check_families
 from routerd.catalog.backend_args import unsafe_arg
 from routerd.catalog.catalog import Catalog, CatalogError
 from routerd.catalog.model import ModelConfig
 from routerd.catalog.problems import KCPPS_KEYS, NEAR_MISS, did_you_mean, near_miss_keys, weight_problems
 from routerd.config.load import ConfigError, load_config
-from routerd.config.schema import Config
+from routerd.config.schema import BinaryConfig, Config
 
 
 def check_config(path: str | None) -> tuple[bool, list[str]]:
@@ -54,10 +56,11 @@ def _arg_warnings(config: Config, models: Iterable[ModelConfig]) -> list[str]:
     """A warning per hand-written ``extra_args`` that Cook would refuse over HTTP (a flag routerd
     sets itself, a path): the operator may mean it, but it can undo routerd's own settings."""
     out = []
-    for section in ("llama", "sdcpp", "whispercpp", "kobold", "vllm"):
-        problem = unsafe_arg(getattr(config, section).extra_args)
+    for field in attrs.fields(type(config)):  # every backend family's binary section
+        section = getattr(config, field.name)
+        problem = unsafe_arg(section.extra_args) if isinstance(section, BinaryConfig) else None
         if problem is not None:
-            out.append(f"warning: {section}.extra_args: {problem}")
+            out.append(f"warning: {field.name}.extra_args: {problem}")
     for model in models:
         problem = unsafe_arg(model.extra_args)
         if problem is not None:
