@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
@@ -17,6 +18,7 @@ from twisted.logger import LogLevel, capturedLogs
 from routerd.api.app import build_site
 from routerd.api.browser import BrowserRules, split_authority
 from routerd.api.channel import NodeServerFactory
+from routerd.api.site import GuardResource
 from routerd.config.load import ConfigError, parse_config
 from routerd.node import Node
 from tests.unit.edge_support import status_and_code
@@ -133,3 +135,16 @@ def test_a_name_that_does_not_parse_is_a_json_400_without_a_traceback(tmp_path: 
     assert b"application/json" in transport.value()
     assert not [e for e in events if e.get("log_failure") is not None
                 or e["log_level"] in (LogLevel.error, LogLevel.critical)]
+
+
+def test_a_reload_takes_new_allowed_hosts_and_keeps_the_rules_on(tmp_path: Path) -> None:
+    world, node = keyless(tmp_path)
+    site = build_site(node)
+    guard = site.resource
+    assert isinstance(guard, GuardResource)
+    assert guard.rules.browser.enabled and guard.rules.browser.knows("solo.test")
+    server = attrs.evolve(node.config.server, allowed_hosts=("router.lan",))
+    changed = attrs.evolve(node.config, server=server)
+    guard.update(node.policy, site, changed)
+    assert guard.rules.browser.enabled and guard.rules.browser.knows("router.lan")
+    assert not guard.rules.browser.knows("solo.test")
