@@ -16,9 +16,13 @@ admin keys only) admission applies three rules, :func:`browser_refusal`:
    is neither the origin of the ``Host`` it was sent to nor that of ``cluster.public_url`` — is 403
    ``cross_origin``, unless the origin is in ``server.cors_origins``.
 3. **Body type**: a page may send a body without a preflight only as ``text/plain``,
-   ``application/x-www-form-urlencoded`` or ``multipart/form-data``; a body so labelled is 415
-   ``unsupported_media_type`` (``multipart/form-data`` is taken on the upload routes,
-   :data:`MULTIPART_PATHS`).  JSON goes as ``application/json``.
+   ``application/x-www-form-urlencoded`` or ``multipart/form-data``.  A ``text/plain`` body, or a
+   ``multipart/form-data`` one outside the upload routes (:data:`MULTIPART_PATHS`), is 415
+   ``unsupported_media_type``: JSON goes as ``application/json``.  ``text/plain`` is the label an
+   HTML form (which older browsers send without ``Origin``) can give a JSON body.  A form cannot
+   write JSON as ``application/x-www-form-urlencoded`` (it percent-encodes braces and quotes), and a
+   script that labels JSON so always sends ``Origin`` (rule 2), so that label stays taken: it is
+   what ``curl -d`` sends, and keyless loopback stays a one-command ``curl``.
 
 A request that carries a key the node checks cannot come from a drive-by page: a browser sends an
 ``Authorization`` header only after a preflight, which only ``server.cors_origins`` pass.
@@ -46,6 +50,8 @@ from routerd.errors import HTTPError
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: Body types a page may send without a preflight (the Fetch standard's CORS-safelisted types).
 SIMPLE_TYPES = frozenset({"text/plain", "application/x-www-form-urlencoded", "multipart/form-data"})
+#: The simple types refused on a JSON route (see rule 3 of the module docstring).
+REFUSED_TYPES = frozenset({"text/plain", "multipart/form-data"})
 #: Routes whose body is a ``multipart/form-data`` upload (audio for speech-to-text).
 MULTIPART_PATHS = frozenset({"/v1/audio/transcriptions", "/v1/audio/translations", "/api/extra/transcribe"})
 #: Route classes whose answer is the same for anyone (the WebUI's files, the API description).
@@ -198,7 +204,7 @@ def browser_refusal(rules: BrowserRules, head: RequestHead, cors: CorsPolicy, cl
             return cross_origin(origin)
     if head.length or head.chunked:
         media = fields.get("content-type", "").partition(";")[0].strip().lower()
-        if media in SIMPLE_TYPES and not (media == "multipart/form-data" and _upload(head.path)):
+        if media in REFUSED_TYPES and not (media == "multipart/form-data" and _upload(head.path)):
             return unsupported_type(media)
     return None
 
@@ -207,6 +213,6 @@ def _upload(path: str) -> bool:
     return path.rstrip("/") in MULTIPART_PATHS
 
 
-__all__ = ["MULTIPART_PATHS", "SAFE_METHODS", "SIMPLE_TYPES", "BrowserRules", "browser_refusal",
-           "browser_rules", "cross_origin", "malformed", "split_authority", "unknown_host",
+__all__ = ["MULTIPART_PATHS", "REFUSED_TYPES", "SAFE_METHODS", "SIMPLE_TYPES", "BrowserRules",
+           "browser_refusal", "browser_rules", "cross_origin", "malformed", "split_authority", "unknown_host",
            "unsupported_type", "vouched"]
