@@ -17,7 +17,7 @@ import attrs
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.web.iweb import IRequest
 
-from routerd import __version__
+from routerd import __version__, documents
 from routerd.api.analytics_routes import AnalyticsAPI, AnalyticsNode
 from routerd.api.assets_routes import AssetsAPI, AssetsNode
 from routerd.api.bench_routes import BenchAPI, BenchNode
@@ -42,8 +42,12 @@ from routerd.api.settings_routes import SettingsAPI
 from routerd.api.site import GuardResource, NodeSite, authenticated
 from routerd.api.webui import WebUI, webui_dir
 from routerd.catalog.model import Capabilities
-from routerd.cluster.client import ClusterError, RemoteError
+from routerd.clients.node_client import ClusterError, RemoteError
 from routerd.errors import HTTPError
+from routerd.inference.admin import UNLOAD_TARGETS, ModelAdmin
+from routerd.inference.front import InferenceFront
+from routerd.inference.keepalive import OllamaControl
+from routerd.inference.video import VideoJobs
 from routerd.lending.offload import borrowed_from_headers
 from routerd.lending.reports import DecisionsNode, site_states
 from routerd.routing.adapters import ollama
@@ -53,11 +57,6 @@ from routerd.routing.classify import INFERENCE_PATHS, Route, classify
 from routerd.routing.forward import INFERENCE_PREFIX
 from routerd.routing.jobs import job_path
 from routerd.routing.selector import MAX_MODEL_BYTES, model_too_long
-from routerd.serve import documents
-from routerd.serve.admin import UNLOAD_TARGETS, ModelAdmin
-from routerd.serve.front import InferenceFront
-from routerd.serve.keepalive import OllamaControl
-from routerd.serve.video import VideoJobs
 from routerd.wire.records import PROTOCOL_VERSION
 from routerd.wire.status import status_to_json
 
@@ -65,11 +64,11 @@ if TYPE_CHECKING:
     from routerd.catalog.catalog import Catalog
     from routerd.cluster.auth import AuthPolicy
     from routerd.cluster.master import MasterAgent
+    from routerd.inference.recipes import RecipeRouter
     from routerd.lending.coordinator import Coordinator
     from routerd.lending.service import LendingService
     from routerd.metrics import NodeMetrics
-    from routerd.serve.recipes import RecipeRouter
-    from routerd.serve.reload import Reloader
+    from routerd.process.reload import Reloader
     from routerd.store.store import Store
     from routerd.wire.records import ModelRecord
     from routerd.wire.status import RuntimeStatus
@@ -84,7 +83,7 @@ def _TEXT(caps: Capabilities) -> bool:
     return caps.llm or caps.embeddings
 
 
-# Ollama routes whose empty requests load / unload a model (see routerd.serve.keepalive).
+# Ollama routes whose empty requests load / unload a model (see routerd.inference.keepalive).
 _OLLAMA_CONTROL: dict[str, Mode] = {"ollama_chat": "chat", "ollama_generate": "generate"}
 
 

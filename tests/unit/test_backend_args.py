@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
+from routerd.assets.cook import CookError, parse_order, valid_id
 from routerd.assets.hf import BindRefused, parse_origin
 from routerd.assets.index import is_sha256
 from routerd.catalog.backend_args import unsafe_arg
 from routerd.checking import check_config
 from routerd.config.load import ConfigError, parse_config
 from routerd.registry.recipes import RecipeError, parse_recipe
-from routerd.serve.cook import CookError, parse_order, valid_id
 from tests.unit.node_fixture import TEXT, World
 
 ORDER: dict[str, Any] = {"id": "x", "files": {"model": "a.sim.json"}}
