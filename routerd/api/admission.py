@@ -9,7 +9,8 @@ lean channel and on twisted.web's channel alike; the edges only carry the verdic
    origin on an allowed network is answered 204 with its headers; any other preflight 403;
 2. the caller: ``server.allowed_cidrs`` (403) on the client address (the peer, or for a trusted proxy
    the nearest untrusted entry of the joined ``X-Forwarded-For`` list), then the key its route class
-   needs (401): see :mod:`routerd.cluster.auth`;
+   needs (401): see :mod:`routerd.cluster.auth`; any request's ``Host`` and path must parse (400,
+   first of all);
 3. the node's phase: a route is served in the phases it is declared with (``/health``, ``/metrics``
    and ``/openapi.json`` in every one; a video job's poll and cancel while draining too, so running
    jobs end and their clients fetch the results; a master's forwarded request in the phases of the
@@ -17,7 +18,10 @@ lean channel and on twisted.web's channel alike; the edges only carry the verdic
    ``returns`` (an owner's relay) goes back to its owner (409 ``offload_returned``), anything else
    gets 503 + ``Retry-After``;
    (an admitted request's verdict names its key and class: :attr:`Verdict.key_name`)
-4. the body: a ``Content-Length`` over ``limits.max_body_bytes`` is a 413; one that does not fit in
+4. what a web page could make a browser send: a request no configured key vouches for meets
+   :func:`~routerd.api.browser.browser_refusal` (its ``Host``, ``Origin`` and body type: 421, 403,
+   415);
+5. the body: a ``Content-Length`` over ``limits.max_body_bytes`` is a 413; one that does not fit in
    the replay budget (``limits.replay_buffer_mb``) a 503 ``buffer_full`` + ``Retry-After``.  An
    admitted request reserves its whole ``Content-Length`` from the budget at once (``reserve``).
 
@@ -34,6 +38,7 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
+from routerd.api.browser import BrowserRules, browser_refusal, malformed, vouched
 from routerd.api.cors import CorsPolicy
 from routerd.api.facts import RouteFacts, namespace_facts, served
 from routerd.api.head import RequestHead
@@ -56,6 +61,8 @@ class EdgeRules:
     #: The facts of a path: the site's declared routes (``Dispatch.route_facts``), by default the
     #: path's namespace's.
     routes: Callable[[str], RouteFacts] = namespace_facts
+    #: What a web page may not make a browser send (:mod:`routerd.api.browser`); none by default.
+    browser: BrowserRules = BrowserRules()
 
 
 @attrs.frozen
@@ -92,13 +99,16 @@ def _cors_headers(values: dict[str, str]) -> Headers:
 def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str, budget_free: int | None) -> Verdict:
     """The verdict on ``head`` from ``peer`` (see the module docstring); ``budget_free`` is None
     when the node keeps no replay budget."""
+    facts = rules.routes(head.path)
+    error = malformed(head)
+    if error is not None:
+        return _refuse(error, facts)
     fields = head.fields
     path = head.path
     policy = rules.policy
     cors = rules.cors
     origin = fields.get("origin") if cors.enabled else None
     host = policy.client_host(peer, fields.get("x-forwarded-for"))
-    facts = rules.routes(path)
     if origin is not None and head.method == "OPTIONS" and "access-control-request-method" in fields:
         if not policy.client_allowed(host):
             return _refuse(HTTPError(403, "client address is not allowed", "forbidden", "forbidden"), facts)
@@ -122,6 +132,10 @@ def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str, budget_fr
             # relays through a master that is starting or draining.
             return _refuse(offload_returned(f"helper node is {phase}"), facts, headers)
         return _refuse(Saturated(503, f"this node is {phase}; retry later", phase), facts, headers)
+    if not vouched(policy, cls):
+        error = browser_refusal(rules.browser, head, cors, cls, authenticated)
+        if error is not None:
+            return _refuse(error, facts, headers)
     length = head.length or 0
     if length > rules.max_body_bytes:
         return _refuse(HTTPError(413, f"request body is larger than {rules.max_body_bytes} bytes",

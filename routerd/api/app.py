@@ -21,6 +21,7 @@ from routerd import __version__, documents
 from routerd.api.analytics_routes import AnalyticsAPI, AnalyticsNode
 from routerd.api.assets_routes import AssetsAPI, AssetsNode
 from routerd.api.bench_routes import BenchAPI, BenchNode
+from routerd.api.browser import browser_rules
 from routerd.api.cook_routes import CookAPI
 from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
@@ -64,6 +65,7 @@ from routerd.routing.adapters.ollama import Mode
 from routerd.routing.call import Incoming, Reply
 from routerd.routing.classify import INFERENCE_PATHS, Route, classify
 from routerd.routing.jobs import job_path
+from routerd.routing.selector import MAX_MODEL_BYTES, model_too_long
 from routerd.wire.records import PROTOCOL_VERSION
 from routerd.wire.status import status_to_json
 
@@ -179,6 +181,8 @@ class ClientAPI:
         name = body.get("model", body.get("name"))
         if not isinstance(name, str) or not name:
             raise HTTPError(400, "model is required")
+        if model_too_long(name):
+            raise HTTPError(400, f"model name is longer than {MAX_MODEL_BYTES} bytes")
         entries = [e for e in self.listing(lambda c: True) if e.name == name]
         if not entries:
             raise HTTPError(404, f"model '{name}' not found", "not_found", "model_not_found")
@@ -531,7 +535,7 @@ def build_site(node: ServedNode) -> NodeSite:
     limit = node.config.limits.max_body_bytes
     dispatch = Dispatch(apis)  # dispatch.route_class: the auth class of a path, from the declared routes
     guard = GuardResource(dispatch, node.policy, limit, node.config.server.cors_origins,
-                          lambda: node.phase, node.config.server)
+                          lambda: node.phase, node.config.server, browser_rules(node.config))
     site = NodeSite(guard, limit, node.config.limits.replay_buffer_bytes)
     node.reloader.on_applied.append(lambda config: guard.update(node.policy, site, config))
     return site
