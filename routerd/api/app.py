@@ -26,6 +26,7 @@ from routerd.api.cook_routes import CookAPI
 from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
 from routerd.api.errors import master_only, not_found, reply_error, require_method, require_post
+from routerd.api.facts import EVERY_PHASE
 from routerd.api.guardians_routes import GuardiansAPI, GuardiansNode
 from routerd.api.jobs_routes import JobsAPI
 from routerd.api.jsonio import json_response, read_json
@@ -50,11 +51,19 @@ from routerd.inference.keepalive import OllamaControl
 from routerd.inference.video import VideoJobs
 from routerd.lending.offload import borrowed_from_headers
 from routerd.lending.reports import DecisionsNode, site_states
+from routerd.paths import (
+    INFERENCE_PREFIX,
+    NODE_LOAD,
+    NODE_MODELS,
+    NODE_REGISTER,
+    NODE_RUNTIME_STATUS,
+    NODE_STATE,
+    NODE_UNLOAD,
+)
 from routerd.routing.adapters import ollama
 from routerd.routing.adapters.ollama import Mode
 from routerd.routing.call import Incoming, Reply
 from routerd.routing.classify import INFERENCE_PATHS, Route, classify
-from routerd.routing.forward import INFERENCE_PREFIX
 from routerd.routing.jobs import job_path
 from routerd.routing.selector import MAX_MODEL_BYTES, model_too_long
 from routerd.wire.records import PROTOCOL_VERSION
@@ -134,7 +143,7 @@ class ClientAPI:
         self.image_listing = image_listing
         self.metrics = metrics
 
-    @routes.route("/health", methods=["GET"], auth="health")
+    @routes.route("/health", methods=["GET"], auth="health", phases=EVERY_PHASE)
     def health(self, request: IRequest) -> bytes:
         """200 ``ok`` when ready, 503 ``starting``/``draining``; node details only to a caller
         the guard found authenticated (load balancers need no key and learn nothing more)."""
@@ -145,7 +154,7 @@ class ClientAPI:
             return json_response(request, {"status": "ok"})
         return json_response(request, {"status": "ok", "node_id": self.node_id, "role": self.role})
 
-    @routes.route("/metrics", methods=["GET"], auth="metrics")
+    @routes.route("/metrics", methods=["GET"], auth="metrics", phases=EVERY_PHASE)
     def metrics_text(self, request: IRequest) -> bytes:
         request.setHeader(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
         return self.metrics()
@@ -214,7 +223,7 @@ class ClientAPI:
                 return json.dumps(answer).encode()
         return await self.front.handle(facts, reply, route)
 
-    @routes.lean(INFERENCE_PREFIX + "/", methods=["POST"], auth="cluster", branch=True)
+    @routes.lean(INFERENCE_PREFIX + "/", methods=["POST"], auth="cluster", branch=True, forwards=True)
     def serve_forwarded(self, method: str, path: str, facts: Incoming, reply: Reply) -> Deferred[bytes]:
         """Forwarded inference from the master (cluster token checked by the guard); borrowed
         work when the master's relay marked it so.  ``path`` is the full path, with the prefix."""
@@ -259,30 +268,30 @@ class NodeAPI:
         self.node = node
         self.admin = admin
 
-    @routes.route("/router/v1/node/register", methods=["POST"], auth="cluster")
+    @routes.route(NODE_REGISTER, methods=["POST"], auth="cluster")
     def register(self, request: IRequest) -> bytes:
         if self.node.master is None:
             raise HTTPError(409, "this node is not the master", "cluster_error", "not_master")
         return json_response(request, self.node.master.register(read_json(request, optional=True)))
 
-    @routes.route("/router/v1/node/models", methods=["GET"], auth="cluster")
+    @routes.route(NODE_MODELS, methods=["GET"], auth="cluster")
     def models(self, request: IRequest) -> bytes:
         return json_response(request, self.node.snapshot())
 
-    @routes.route("/router/v1/node/runtime-status", methods=["GET"], auth="cluster")
+    @routes.route(NODE_RUNTIME_STATUS, methods=["GET"], auth="cluster")
     def runtime_status(self, request: IRequest) -> bytes:
         return json_response(request, status_to_json(self.node.runtime_status()))
 
-    @routes.route("/router/v1/node/state", methods=["GET"], auth="cluster")
+    @routes.route(NODE_STATE, methods=["GET"], auth="cluster")
     @routes.route("/router/v1/state", methods=["GET"], auth="admin")
     def state(self, request: IRequest) -> bytes:
         return json_response(request, self.node.state_document())
 
-    @routes.route("/router/v1/node/load", methods=["POST"], auth="cluster")
+    @routes.route(NODE_LOAD, methods=["POST"], auth="cluster")
     async def load(self, request: IRequest) -> bytes:
         return json_response(request, await self.admin.load(_model_arg(read_json(request, optional=True))))
 
-    @routes.route("/router/v1/node/unload", methods=["POST"], auth="cluster")
+    @routes.route(NODE_UNLOAD, methods=["POST"], auth="cluster")
     async def unload(self, request: IRequest) -> bytes:
         body = read_json(request, optional=True)
         return json_response(request, await self.admin.unload(body.get("model"), body.get("target")))
@@ -401,7 +410,7 @@ class AdminAPI:
             raise HTTPError(400, "node_id is required")
         if node_id == self.node.node_id:
             return json_response(request, self.node.state_document())
-        return json_response(request, await site.node_json(node_id, "/router/v1/node/state"))
+        return json_response(request, await site.node_json(node_id, NODE_STATE))
 
     @routes.route("/router/v1/site/nodes/states", methods=["GET"], auth="admin")
     async def nodes_states(self, request: IRequest) -> bytes:

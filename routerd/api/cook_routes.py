@@ -25,6 +25,7 @@ from routerd.api.reply import query_arg
 from routerd.api.routes import Routes
 from routerd.assets.cook import CookError, CookShelf, cook, model_files, parse_order, valid_id
 from routerd.errors import HTTPError
+from routerd.paths import NODE_COOK
 from routerd.process.reload import ReloadFailed
 
 if TYPE_CHECKING:
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from routerd.inference.recipes import RecipeRouter
     from routerd.process.reload import ReloadReport
 
-NODE_COOK = "/router/v1/node/cook"
 SITE_COOK = "/router/v1/site/cook"
 _STATUS = {"not_found": 404, "exists": 409, "not_cooked": 409, "no_file_roots": 403}
 
