@@ -13,23 +13,23 @@ A body ``{"recipe": {...}}`` cooks a split recipe across nodes instead (the fiel
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from twisted.internet.defer import Deferred
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import master_only
 from routerd.api.jsonio import json_response, read_json
-from routerd.api.remote import remote_answer
 from routerd.api.reply import query_arg
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 from routerd.serve.cook import CookError, CookShelf, cook, model_files, parse_order, valid_id
 from routerd.serve.reload import ReloadFailed
+from routerd.site.service import SiteService
 
 if TYPE_CHECKING:
-    from routerd.cluster.master import MasterAgent
     from routerd.config.schema import Config
+    from routerd.registry.records import NodeInfo
     from routerd.serve.recipes import RecipeRouter
     from routerd.serve.reload import ReloadReport
 
@@ -42,25 +42,6 @@ class _Reloads(Protocol):
     def reload(self) -> Deferred[ReloadReport]: ...
 
 
-class CookNode(Protocol):
-    """What Cook reads of a node: its ID and config, the site it serves and its reloader."""
-
-    @property
-    def node_id(self) -> str: ...
-
-    @property
-    def config(self) -> Config: ...
-
-    @property
-    def site(self) -> MasterAgent | None: ...
-
-    @property
-    def reloader(self) -> _Reloads: ...
-
-    @property
-    def recipes(self) -> RecipeRouter | None: ...
-
-
 def _refusal(exc: CookError) -> HTTPError:
     status = _STATUS.get(exc.code, 400)
     kind = "not_found" if status == 404 else "invalid_request_error"
@@ -70,20 +51,24 @@ def _refusal(exc: CookError) -> HTTPError:
 class CookAPI:
     routes = Routes()
 
-    def __init__(self, node: CookNode) -> None:
-        self.node = node
+    def __init__(self, *, site: SiteService, config: Callable[[], Config], reloader: _Reloads,
+                 recipes: RecipeRouter | None) -> None:
+        self.site = site
+        self.config = config  # read per request: a reload may change it
+        self.reloader = reloader
+        self.recipes = recipes
 
     # -- this node ------------------------------------------------------------------
 
     def _cooked(self, body: dict[str, Any]) -> Any:
-        config = self.node.config
+        config = self.config()
         try:
             return cook(parse_order(body), config.models.file_roots, config.models.config_dir, config)
         except CookError as exc:
             raise _refusal(exc) from None
 
     def _preview_local(self, body: dict[str, Any]) -> dict[str, Any]:
-        return {"node_id": self.node.node_id, **self._cooked(body).to_json()}
+        return {"node_id": self.site.node_id, **self._cooked(body).to_json()}
 
     async def _apply_local(self, body: dict[str, Any]) -> dict[str, Any]:
         cooked = self._cooked(body)
@@ -91,29 +76,29 @@ class CookAPI:
             raise HTTPError(400, "routerd check refuses the config: " + "; ".join(cooked.problems),
                             "invalid_request_error", "cook_check_failed")
         try:
-            path = CookShelf(self.node.config.models.config_dir).write(cooked)
+            path = CookShelf(self.config().models.config_dir).write(cooked)
         except CookError as exc:
             raise _refusal(exc) from None
         report = await self._rescan()
-        return {"node_id": self.node.node_id, "applied": True, "path": path, **cooked.to_json(),
+        return {"node_id": self.site.node_id, "applied": True, "path": path, **cooked.to_json(),
                 "reload": report}
 
     async def _delete_local(self, model_id: Any) -> dict[str, Any]:
         try:
-            path = CookShelf(self.node.config.models.config_dir).remove(valid_id(model_id))
+            path = CookShelf(self.config().models.config_dir).remove(valid_id(model_id))
         except CookError as exc:
             raise _refusal(exc) from None
-        return {"node_id": self.node.node_id, "deleted": True, "id": model_id, "path": path,
+        return {"node_id": self.site.node_id, "deleted": True, "id": model_id, "path": path,
                 "reload": await self._rescan()}
 
     def _files_local(self) -> dict[str, Any]:
-        models = self.node.config.models
-        return {"node_id": self.node.node_id, "file_roots": len(models.file_roots),
+        models = self.config().models
+        return {"node_id": self.site.node_id, "file_roots": len(models.file_roots),
                 "files": model_files(models.file_roots), "cooked": CookShelf(models.config_dir).cooked()}
 
     async def _rescan(self) -> dict[str, Any]:
         try:
-            report = await self.node.reloader.reload()
+            report = await self.reloader.reload()
         except ReloadFailed as exc:  # the file is written; the YAML beside it is what failed
             raise HTTPError(400, "written, but the reload was refused: " + "; ".join(exc.errors),
                             "invalid_request_error", "reload_refused") from None
@@ -121,39 +106,30 @@ class CookAPI:
 
     # -- the site: this node or another through the master --------------------------
 
-    def _target(self, node_id: Any) -> str | None:
-        """The URL of the node ``node_id`` names, or None for this node."""
-        site = self.node.site
-        if site is None:
-            raise master_only()
-        if node_id in (None, "", self.node.node_id):
-            return None
-        if not isinstance(node_id, str):
-            raise HTTPError(400, "node_id must be a string")
-        info = site.registry.node(node_id)
-        if info is None:
-            raise HTTPError(404, f"node {node_id[:80]!r} is not known", "not_found", "node_not_found")
-        return info.node_url
+    async def _on_node(self, node_id: Any, here: Callable[[], Awaitable[Any]],
+                       there: Callable[[str], Deferred[Any]]) -> Any:
+        """``here()`` on this node, else ``there(url)`` on the node ``node_id`` names."""
+        def remote(info: NodeInfo) -> Deferred[Any]:
+            return there(info.node_url)
 
-    def _master(self) -> MasterAgent:
-        assert self.node.site is not None
-        return self.node.site
+        return await self.site.on_node(node_id, here, remote)
+
+    async def _here(self, answer: dict[str, Any]) -> dict[str, Any]:
+        return answer
 
     @routes.route(f"{SITE_COOK}/files", methods=["GET"], auth="admin")
     async def site_files(self, request: IRequest) -> bytes:
-        url = self._target(query_arg(request, "node_id"))
-        if url is None:
-            return json_response(request, self._files_local())
-        answer = await remote_answer(self._master().client.get_json(url, f"{NODE_COOK}/files"))
+        answer = await self._on_node(query_arg(request, "node_id"), lambda: self._here(self._files_local()),
+                                     lambda url: self.site.client.get_json(url, f"{NODE_COOK}/files"))
         return json_response(request, answer)
 
     def _recipe(self, body: dict[str, Any], save: bool) -> dict[str, Any]:
         """A split recipe: validated (preview) or saved (apply) by the site's recipe book."""
-        self._target(None)  # a slave answers 404 like every site route
+        self.site.require()  # a slave answers 404 like every site route
         if set(body) != {"recipe"} or not isinstance(body["recipe"], dict):
             raise HTTPError(400, "a split recipe is cooked as {\"recipe\": {...}} and nothing else",
                             "invalid_request_error", "invalid_cook")
-        recipes = self.node.recipes
+        recipes = self.recipes
         if recipes is None:
             raise HTTPError(404, "split recipes are not served here", "not_found", "not_found")
         recipe = recipes.book.save(body["recipe"]) if save else recipes.book.check(body["recipe"])
@@ -165,10 +141,8 @@ class CookAPI:
         body = read_json(request)
         if "recipe" in body:
             return json_response(request, self._recipe(body, save=False))
-        url = self._target(body.get("node_id"))
-        if url is None:
-            return json_response(request, self._preview_local(body))
-        answer = await remote_answer(self._master().client.post_json(url, f"{NODE_COOK}/preview", body))
+        answer = await self._on_node(body.get("node_id"), lambda: self._here(self._preview_local(body)),
+                                     lambda url: self.site.client.post_json(url, f"{NODE_COOK}/preview", body))
         return json_response(request, answer)
 
     @routes.route(f"{SITE_COOK}/apply", methods=["POST"], auth="admin")
@@ -176,19 +150,15 @@ class CookAPI:
         body = read_json(request)
         if "recipe" in body:
             return json_response(request, self._recipe(body, save=True))
-        url = self._target(body.get("node_id"))
-        if url is None:
-            return json_response(request, await self._apply_local(body))
-        answer = await remote_answer(self._master().client.post_json(url, f"{NODE_COOK}/apply", body))
+        answer = await self._on_node(body.get("node_id"), lambda: self._apply_local(body),
+                                     lambda url: self.site.client.post_json(url, f"{NODE_COOK}/apply", body))
         return json_response(request, answer)
 
     @routes.route(f"{SITE_COOK}/<model_id>", methods=["DELETE"], auth="admin")
     async def site_delete(self, request: IRequest, model_id: str) -> bytes:
-        url = self._target(query_arg(request, "node_id"))
-        if url is None:
-            return json_response(request, await self._delete_local(model_id))
-        answer = await remote_answer(self._master().client.post_json(url, f"{NODE_COOK}/delete",
-                                                                     {"id": model_id}))
+        answer = await self._on_node(query_arg(request, "node_id"), lambda: self._delete_local(model_id),
+                                     lambda url: self.site.client.post_json(url, f"{NODE_COOK}/delete",
+                                                                            {"id": model_id}))
         return json_response(request, answer)
 
     # -- node routes (cluster token): what the master forwards ----------------------
@@ -210,4 +180,4 @@ class CookAPI:
         return json_response(request, await self._delete_local(read_json(request).get("id")))
 
 
-__all__ = ["CookAPI", "CookNode"]
+__all__ = ["CookAPI"]

@@ -1,0 +1,60 @@
+"""The node API's documents and loads (contract §6; cluster token): registration with the master,
+the snapshot, runtime status and state documents (assembly.documents computes them) and loads.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from twisted.web.iweb import IRequest
+
+from routerd.api.admin_routes import model_arg
+from routerd.api.jsonio import json_response, read_json
+from routerd.api.routes import Routes
+from routerd.site.service import SiteService
+from routerd.wire.status import status_to_json
+
+if TYPE_CHECKING:
+    from routerd.assembly.documents import NodeDocuments
+    from routerd.serve.admin import ModelAdmin
+
+
+class NodeAPI:
+    """Node API (contract §6; cluster token): registration, documents, loads."""
+
+    routes = Routes()
+
+    def __init__(self, *, site: SiteService, documents: NodeDocuments, admin: ModelAdmin) -> None:
+        self.site = site
+        self.documents = documents
+        self.admin = admin
+
+    @routes.route("/router/v1/node/register", methods=["POST"], auth="cluster")
+    def register(self, request: IRequest) -> bytes:
+        master = self.site.require_master()
+        return json_response(request, master.register(read_json(request, optional=True)))
+
+    @routes.route("/router/v1/node/models", methods=["GET"], auth="cluster")
+    def models(self, request: IRequest) -> bytes:
+        return json_response(request, self.documents.snapshot())
+
+    @routes.route("/router/v1/node/runtime-status", methods=["GET"], auth="cluster")
+    def runtime_status(self, request: IRequest) -> bytes:
+        return json_response(request, status_to_json(self.documents.runtime_status()))
+
+    @routes.route("/router/v1/node/state", methods=["GET"], auth="cluster")
+    @routes.route("/router/v1/state", methods=["GET"], auth="admin")
+    def state(self, request: IRequest) -> bytes:
+        return json_response(request, self.documents.state_document())
+
+    @routes.route("/router/v1/node/load", methods=["POST"], auth="cluster")
+    async def load(self, request: IRequest) -> bytes:
+        return json_response(request, await self.admin.load(model_arg(read_json(request, optional=True))))
+
+    @routes.route("/router/v1/node/unload", methods=["POST"], auth="cluster")
+    async def unload(self, request: IRequest) -> bytes:
+        body = read_json(request, optional=True)
+        return json_response(request, await self.admin.unload(body.get("model"), body.get("target")))
+
+
+__all__ = ["NodeAPI"]
