@@ -106,21 +106,25 @@ class CookAPI:
 
     # -- the site: this node or another through the master --------------------------
 
-    async def _on_node(self, node_id: Any, here: Callable[[], Awaitable[Any]],
-                       there: Callable[[str], Deferred[Any]]) -> Any:
-        """``here()`` on this node, else ``there(url)`` on the node ``node_id`` names."""
-        def remote(info: NodeInfo) -> Deferred[Any]:
-            return there(info.node_url)
+    async def _on_node(self, node_id: Any, here: Callable[[], Any], path: str,
+                       body: dict[str, Any] | None = None) -> Any:
+        """``here()`` on this node, else the node API call ``path`` (a GET, or a POST of ``body``)
+        on the node ``node_id`` names."""
+        async def local() -> Any:
+            answer = here()
+            return await answer if isinstance(answer, Awaitable) else answer
 
-        return await self.site.on_node(node_id, here, remote)
+        def there(info: NodeInfo) -> Deferred[Any]:
+            client = self.site.client
+            if body is None:
+                return client.get_json(info.node_url, path)
+            return client.post_json(info.node_url, path, body)
 
-    async def _here(self, answer: dict[str, Any]) -> dict[str, Any]:
-        return answer
+        return await self.site.on_node(node_id, local, there)
 
     @routes.route(f"{SITE_COOK}/files", methods=["GET"], auth="admin")
     async def site_files(self, request: IRequest) -> bytes:
-        answer = await self._on_node(query_arg(request, "node_id"), lambda: self._here(self._files_local()),
-                                     lambda url: self.site.client.get_json(url, f"{NODE_COOK}/files"))
+        answer = await self._on_node(query_arg(request, "node_id"), self._files_local, f"{NODE_COOK}/files")
         return json_response(request, answer)
 
     def _recipe(self, body: dict[str, Any], save: bool) -> dict[str, Any]:
@@ -141,8 +145,8 @@ class CookAPI:
         body = read_json(request)
         if "recipe" in body:
             return json_response(request, self._recipe(body, save=False))
-        answer = await self._on_node(body.get("node_id"), lambda: self._here(self._preview_local(body)),
-                                     lambda url: self.site.client.post_json(url, f"{NODE_COOK}/preview", body))
+        answer = await self._on_node(body.get("node_id"), lambda: self._preview_local(body),
+                                     f"{NODE_COOK}/preview", body)
         return json_response(request, answer)
 
     @routes.route(f"{SITE_COOK}/apply", methods=["POST"], auth="admin")
@@ -151,14 +155,13 @@ class CookAPI:
         if "recipe" in body:
             return json_response(request, self._recipe(body, save=True))
         answer = await self._on_node(body.get("node_id"), lambda: self._apply_local(body),
-                                     lambda url: self.site.client.post_json(url, f"{NODE_COOK}/apply", body))
+                                     f"{NODE_COOK}/apply", body)
         return json_response(request, answer)
 
     @routes.route(f"{SITE_COOK}/<model_id>", methods=["DELETE"], auth="admin")
     async def site_delete(self, request: IRequest, model_id: str) -> bytes:
         answer = await self._on_node(query_arg(request, "node_id"), lambda: self._delete_local(model_id),
-                                     lambda url: self.site.client.post_json(url, f"{NODE_COOK}/delete",
-                                                                            {"id": model_id}))
+                                     f"{NODE_COOK}/delete", {"id": model_id})
         return json_response(request, answer)
 
     # -- node routes (cluster token): what the master forwards ----------------------

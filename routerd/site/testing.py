@@ -16,6 +16,7 @@ from routerd.errors import HTTPError
 from routerd.registry.records import NodeInfo
 from routerd.site.service import SiteService
 from routerd.wire.records import ModelRecord
+from routerd.wire.status import RuntimeStatus
 
 
 def node_info(node_id: str, healthy: bool = True, url: str | None = None) -> NodeInfo:
@@ -45,8 +46,12 @@ class FakeRegistry:
 
     def add_node(self, node_id: str, healthy: bool = True, url: str | None = None) -> NodeInfo:
         info = node_info(node_id, healthy, url)
-        self.infos = [n for n in self.infos if n.node_id != node_id] + [info]
+        self.remove_node(node_id)
+        self.infos.append(info)
         return info
+
+    def remove_node(self, node_id: str) -> None:
+        self.infos[:] = [n for n in self.infos if n.node_id != node_id]
 
 
 @attrs.define
@@ -97,15 +102,30 @@ class FakeClient:
 
 @attrs.define
 class FakeAgent:
-    """The master's agent: its registry and client; counts polls and keeps registrations."""
+    """The master's agent: its registry and client, the runtime statuses it collects (``polls``
+    counts the collections; ``gate`` holds them until fired; the next ``failures`` of them raise),
+    the registry re-reads it was asked for (``polled_all``) and the registrations it kept."""
 
     registry: FakeRegistry = attrs.Factory(FakeRegistry)
     client: FakeClient = attrs.Factory(FakeClient)
+    status: dict[str, RuntimeStatus] = attrs.Factory(dict)
     polls: int = 0
+    gate: Deferred[None] | None = None
+    failures: int = 0
+    polled_all: int = 0
     registered: list[Any] = attrs.Factory(list)
 
-    def poll_all(self) -> Deferred[None]:
+    async def statuses(self) -> dict[str, RuntimeStatus]:
         self.polls += 1
+        if self.failures > 0:
+            self.failures -= 1
+            raise RuntimeError("own runtime status failed")
+        if self.gate is not None:
+            await self.gate
+        return dict(self.status)
+
+    def poll_all(self) -> Deferred[None]:
+        self.polled_all += 1
         return succeed(None)
 
     def register(self, body: Any) -> dict[str, Any]:
