@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+import attrs
 from twisted.web.iweb import IRequest
 
 from routerd import __version__
@@ -27,6 +28,7 @@ from routerd.wire.records import PROTOCOL_VERSION
 if TYPE_CHECKING:
     from routerd.assembly.documents import NodeDocuments
     from routerd.serve.admin import ModelAdmin
+    from routerd.serve.recipes import RecipeRouter
 
 
 def model_arg(body: dict[str, Any]) -> str:
@@ -44,18 +46,20 @@ def _node_arg(body: dict[str, Any]) -> str:
     return node_id
 
 
-
+@attrs.define(slots=False, kw_only=True)
 class AdminAPI:
     """Admin and site API (contract §7; admin keys): version, models, loads, inventory, node state."""
 
+    site: SiteService
+    documents: NodeDocuments
+    admin: ModelAdmin
+    role: str
+
     routes = Routes()
 
-    def __init__(self, *, site: SiteService, documents: NodeDocuments, admin: ModelAdmin, role: str) -> None:
-        self.site = site
-        self.documents = documents
-        self.admin = admin
-        self.role = role
-        self.recipes = documents.recipes
+    @property
+    def recipes(self) -> RecipeRouter | None:
+        return self.documents.recipes
 
     @routes.route("/router/v1/version", methods=["GET"], auth="admin")
     def version(self, request: IRequest) -> bytes:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+import attrs
 from twisted.web.iweb import IRequest
 
 from routerd.api.jsonio import json_response
@@ -61,14 +62,14 @@ def _recent_args(request: IRequest) -> tuple[str | None, str | None, int]:
     return args["model"], lane, _limit(request, RECENT_KEPT)
 
 
+@attrs.define(slots=False, kw_only=True)
 class AnalyticsAPI:
     """The node's and the site's analytics and load-error routes."""
 
-    routes = Routes()
+    site: SiteService
+    analytics: AnalyticsRecorder
 
-    def __init__(self, *, site: SiteService, analytics: AnalyticsRecorder) -> None:
-        self.site = site
-        self.analytics = analytics
+    routes = Routes()
 
     # --- node API ----------------------------------------------------------------------------------
 

@@ -7,8 +7,9 @@ to ``models.file_roots`` that :func:`routerd.assets.paths.resolve_in_roots` has 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import attrs
 from twisted.internet import defer
 from twisted.protocols.basic import FileSender
 from twisted.web.iweb import IRequest
@@ -21,6 +22,9 @@ from routerd.assets.ranges import RangeNotSatisfiable, parse_range
 from routerd.errors import HTTPError
 from routerd.site.assets import NODE_HASH, NODE_OPS, SiteAssets
 from routerd.site.service import SiteService, master_only
+
+if TYPE_CHECKING:
+    from routerd.serve.assets import AssetService
 
 LOOKUP_BODY_LIMIT = 1024 * 1024
 ASSET_PREFIX = "/router/v1/node/assets/"
@@ -56,13 +60,17 @@ def _hashes(request: IRequest) -> list[str]:
         raise HTTPError(400, str(exc)) from None
 
 
+@attrs.define(slots=False, kw_only=True)
 class AssetsAPI:
+    site: SiteService
+    assets: SiteAssets
+
     routes = Routes()
 
-    def __init__(self, *, site: SiteService, assets: SiteAssets) -> None:
-        self.site = site
-        self.assets = assets
-        self.service = assets.service  # this node's asset service
+    @property
+    def service(self) -> AssetService:
+        """This node's asset service."""
+        return self.assets.service
 
     @routes.route("/router/v1/node/assets/lookup", methods=["POST"], auth="cluster")
     def lookup(self, request: IRequest) -> bytes:

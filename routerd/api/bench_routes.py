@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 from twisted.web.iweb import IRequest
 
 from routerd.api.jsonio import json_response, read_json
@@ -39,12 +40,12 @@ def _answer(request: IRequest, result: dict[str, Any]) -> bytes:
     return json_response(request, result)
 
 
+@attrs.define(slots=False, kw_only=True)
 class BenchAPI:
-    routes = Routes()
+    site: SiteService
+    bench: BenchRunner
 
-    def __init__(self, *, site: SiteService, bench: BenchRunner) -> None:
-        self.site = site
-        self.bench = bench
+    routes = Routes()
 
     @routes.route(NODE_BENCH_RUN, methods=["POST"], auth="cluster")
     async def node_run(self, request: IRequest) -> bytes:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+import attrs
 from twisted.internet.defer import Deferred
 from twisted.web.iweb import IRequest
 
@@ -48,15 +49,14 @@ def _refusal(exc: CookError) -> HTTPError:
     return HTTPError(status, str(exc), kind, exc.code)
 
 
+@attrs.define(slots=False, kw_only=True)
 class CookAPI:
-    routes = Routes()
+    site: SiteService
+    config: Callable[[], Config]  # read per request: a reload may change it
+    reloader: _Reloads
+    recipes: RecipeRouter | None
 
-    def __init__(self, *, site: SiteService, config: Callable[[], Config], reloader: _Reloads,
-                 recipes: RecipeRouter | None) -> None:
-        self.site = site
-        self.config = config  # read per request: a reload may change it
-        self.reloader = reloader
-        self.recipes = recipes
+    routes = Routes()
 
     # -- this node ------------------------------------------------------------------
 
@@ -142,21 +142,19 @@ class CookAPI:
 
     @routes.route(f"{SITE_COOK}/preview", methods=["POST"], auth="admin")
     async def site_preview(self, request: IRequest) -> bytes:
-        body = read_json(request)
-        if "recipe" in body:
-            return json_response(request, self._recipe(body, save=False))
-        answer = await self._on_node(body.get("node_id"), lambda: self._preview_local(body),
-                                     f"{NODE_COOK}/preview", body)
-        return json_response(request, answer)
+        return json_response(request, await self._site_cook(read_json(request), apply=False))
 
     @routes.route(f"{SITE_COOK}/apply", methods=["POST"], auth="admin")
     async def site_apply(self, request: IRequest) -> bytes:
-        body = read_json(request)
+        return json_response(request, await self._site_cook(read_json(request), apply=True))
+
+    async def _site_cook(self, body: dict[str, Any], *, apply: bool) -> Any:
+        """Preview or apply a cook order (or a split recipe) on the node it names."""
         if "recipe" in body:
-            return json_response(request, self._recipe(body, save=True))
-        answer = await self._on_node(body.get("node_id"), lambda: self._apply_local(body),
-                                     f"{NODE_COOK}/apply", body)
-        return json_response(request, answer)
+            return self._recipe(body, save=apply)
+        here = (lambda: self._apply_local(body)) if apply else (lambda: self._preview_local(body))
+        step = "apply" if apply else "preview"
+        return await self._on_node(body.get("node_id"), here, f"{NODE_COOK}/{step}", body)
 
     @routes.route(f"{SITE_COOK}/<model_id>", methods=["DELETE"], auth="admin")
     async def site_delete(self, request: IRequest, model_id: str) -> bytes:

@@ -84,14 +84,14 @@ def parse_query(request: IRequest, default_limit: int, max_limit: int = MAX_LIMI
     return DecisionQuery(lane=lane, outcome=outcome, kind=kind, limit=limit, since_ms=since_ms)
 
 
+@attrs.define(slots=False, kw_only=True)
 class DecisionsAPI:
     """The four decision-log and summary routes."""
 
-    routes = Routes()
+    site: SiteService
+    reports: LendingReports
 
-    def __init__(self, *, site: SiteService, reports: LendingReports) -> None:
-        self.site = site
-        self.reports = reports
+    routes = Routes()
 
     @routes.route(NODE_DECISIONS, methods=["GET"], auth="cluster")
     async def node_decisions(self, request: IRequest) -> bytes:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 from twisted.web.iweb import IRequest
 
 from routerd.api.jsonio import json_response, read_json
@@ -45,11 +46,11 @@ def parse_settings(body: dict[str, Any]) -> list[Guardian]:
         raise HTTPError(400, str(exc)) from None
 
 
+@attrs.define(slots=False)
 class GuardiansAPI:
-    routes = Routes()
+    records: SiteRecords
 
-    def __init__(self, records: SiteRecords) -> None:
-        self.records = records
+    routes = Routes()
 
     @routes.route(GUARDIANS_PATH, methods=["GET"], auth="admin")
     async def get(self, request: IRequest) -> bytes:

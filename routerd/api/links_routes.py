@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 from twisted.web.iweb import IRequest
 
 from routerd.api.jsonio import json_response, read_json
@@ -103,13 +104,13 @@ def _anchor_query(request: IRequest, required: bool) -> Endpoint | None:
     return Endpoint(node_id, model_id)
 
 
+@attrs.define(slots=False)
 class LinksAPI:
     """The three methods of both lanes' endpoints: parse, call the lane's ``LinkEditor``, answer."""
 
-    routes = Routes()
+    records: SiteRecords
 
-    def __init__(self, records: SiteRecords) -> None:
-        self.records = records
+    routes = Routes()
 
     async def get(self, request: IRequest, lane: Lane) -> bytes:
         editor = self.records.links(lane)

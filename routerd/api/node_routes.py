@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import attrs
 from twisted.web.iweb import IRequest
 
 from routerd.api.admin_routes import model_arg
@@ -19,15 +20,15 @@ if TYPE_CHECKING:
     from routerd.serve.admin import ModelAdmin
 
 
+@attrs.define(slots=False, kw_only=True)
 class NodeAPI:
     """Node API (contract §6; cluster token): registration, documents, loads."""
 
-    routes = Routes()
+    site: SiteService
+    documents: NodeDocuments
+    admin: ModelAdmin
 
-    def __init__(self, *, site: SiteService, documents: NodeDocuments, admin: ModelAdmin) -> None:
-        self.site = site
-        self.documents = documents
-        self.admin = admin
+    routes = Routes()
 
     @routes.route("/router/v1/node/register", methods=["POST"], auth="cluster")
     def register(self, request: IRequest) -> bytes:

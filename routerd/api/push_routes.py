@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+import attrs
 from twisted.logger import Logger
 from twisted.web.iweb import IRequest
 
@@ -63,12 +64,12 @@ def _refuse_on_master(site: SiteService, what: str) -> None:
                         "cluster_error", "is_master")
 
 
+@attrs.define(slots=False, kw_only=True)
 class PushAPI:
-    routes = Routes()
+    site: SiteService
+    lending: _Pushed
 
-    def __init__(self, *, site: SiteService, lending: _Pushed) -> None:
-        self.site = site
-        self.lending = lending
+    routes = Routes()
 
     @routes.route(LINKS_PATH, methods=["POST"], auth="cluster")
     def links(self, request: IRequest) -> bytes:

@@ -17,6 +17,7 @@ database, changes answer 409.
 
 from __future__ import annotations
 
+import attrs
 from twisted.web.iweb import IRequest
 
 from routerd.api.jsonio import json_response, read_json
@@ -28,11 +29,11 @@ from routerd.site.records import SiteRecords
 PATH = "/router/v1/site/offload/settings"
 
 
+@attrs.define(slots=False)
 class SettingsAPI:
-    routes = Routes()
+    records: SiteRecords
 
-    def __init__(self, records: SiteRecords) -> None:
-        self.records = records
+    routes = Routes()
 
     @routes.route(PATH, methods=["GET"], auth="admin")
     async def get(self, request: IRequest) -> bytes:
