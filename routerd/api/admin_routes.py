@@ -53,7 +53,6 @@ class AdminAPI:
     site: SiteService
     documents: NodeDocuments
     admin: ModelAdmin
-    role: str
 
     routes = Routes()
 
@@ -90,7 +89,7 @@ class AdminAPI:
     def inventory(self, request: IRequest) -> bytes:
         registry = self.site.registry  # 404 on a slave
         document = documents.inventory(self.site.node_id, self.documents.public_url, registry.nodes(),
-                                       self.documents.records(), role=self.role)
+                                       self.documents.records(), role=self.site.role)
         if self.recipes is not None:
             document["recipes"] = [r.to_json() for r in self.recipes.book.recipes()]
         return json_response(request, document)

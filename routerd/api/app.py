@@ -48,7 +48,7 @@ __all__ = ["PROTOCOL_VERSION", "build_apis", "build_site"]
 def build_apis(node: Node) -> list[Any]:
     """Every API class of the node, each built from the site service and the one domain service it
     calls (read per request where a reload or the store's opening replaces it)."""
-    site = SiteService(node.node_id, node.site, is_master=node.master is not None)
+    site = SiteService(node.node_id, node.site, node.role)
     records = SiteRecords(site, node.lending, store=lambda: node.store, catalog=lambda: node.catalog)
     reports = LendingReports(node.node_id, node.lending, store=lambda: node.store,
                              coordinator=node.coordinator)
@@ -67,7 +67,7 @@ def build_apis(node: Node) -> list[Any]:
         DecisionsAPI(site=site, reports=reports),
         AnalyticsAPI(site=site, analytics=node.analytics),
         BenchAPI(site=site, bench=node.bench),
-        AdminAPI(site=site, documents=node.documents, admin=node.admin, role=node.role),
+        AdminAPI(site=site, documents=node.documents, admin=node.admin),
         LinksAPI(records),
         SettingsAPI(records),
         ReloadAPI(node.reloader),

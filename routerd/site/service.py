@@ -130,11 +130,11 @@ class Gathered:
 @attrs.define
 class SiteService:
     """What this node does for its site.  ``agent`` is the master's agent, a standalone node's site
-    of one, or None on a slave; ``is_master`` says the agent has other nodes (a master)."""
+    of one, or None on a slave; ``role`` is the node's (``master``, ``standalone`` or ``slave``)."""
 
     node_id: str
     agent: SiteAgent | None
-    is_master: bool = False
+    role: str = "master"
 
     @property
     def serves(self) -> bool:
@@ -144,7 +144,7 @@ class SiteService:
     @property
     def master(self) -> SiteAgent | None:
         """The master's agent; None on a standalone node and on a slave."""
-        return self.agent if self.is_master else None
+        return self.agent if self.role == "master" else None
 
     def require(self) -> SiteAgent:
         """The site's agent; 404 on a slave (the one master-only check)."""

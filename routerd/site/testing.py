@@ -139,13 +139,13 @@ class FakeAgent:
         return await self.client.get_json(info.node_url, path)
 
 
-def fake_site(node_id: str = "master", agent: FakeAgent | None = None, *, is_master: bool = True,
-              slave: bool = False) -> SiteService:
-    """A site service over a :class:`FakeAgent` (a new one unless given); ``slave`` gives a node
-    without a site."""
-    if slave:
-        return SiteService(node_id, None)
-    return SiteService(node_id, agent if agent is not None else FakeAgent(), is_master=is_master)
+def fake_site(node_id: str = "master", agent: FakeAgent | None = None, *,
+              role: str = "master") -> SiteService:
+    """The site service of a node in ``role`` over a :class:`FakeAgent` (a new one unless given); a
+    slave has none."""
+    if role == "slave":
+        return SiteService(node_id, None, role)
+    return SiteService(node_id, agent if agent is not None else FakeAgent(), role)
 
 
 def agent_of(site: SiteService) -> FakeAgent:

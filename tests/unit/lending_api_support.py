@@ -95,7 +95,7 @@ class Parts:
 
     @classmethod
     def slave(cls, node_id: str = "slave-a") -> Parts:
-        return cls(node_id=node_id, site=fake_site(node_id, slave=True))
+        return cls(node_id=node_id, site=fake_site(node_id, role="slave"))
 
     def add(self, *records: ModelRecord) -> None:
         agent_of(self.site).registry.models.extend(records)

@@ -85,7 +85,7 @@ def with_log(node: Parts, clock: task.Clock) -> DecisionLog:
 
 
 def routes(node: Parts) -> DecisionsAPI:
-    site = SiteService(node.node_id, node.site, is_master=True)
+    site = SiteService(node.node_id, node.site)
     reports = LendingReports(node.node_id, node.lending, lambda: node.store, node.coordinator)
     return DecisionsAPI(site=site, reports=reports)
 

@@ -30,12 +30,12 @@ def with_nodes(*names: str, unhealthy: tuple[str, ...] = ()) -> SiteService:
 
 
 def test_a_slave_has_no_site_and_answers_404_while_a_standalone_node_is_not_the_master() -> None:
-    slave = fake_site("slave-a", slave=True)
+    slave = fake_site("slave-a", role="slave")
     with pytest.raises(HTTPError) as caught:
         slave.require()
     assert (caught.value.status, caught.value.message) == (404, "site routes are served by the master only")
     assert not slave.serves
-    standalone = fake_site("solo", is_master=False)
+    standalone = fake_site("solo", role="standalone")
     assert standalone.require() is standalone.agent and standalone.master is None
     with pytest.raises(HTTPError) as refused:
         standalone.require_master()
