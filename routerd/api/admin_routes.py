@@ -47,12 +47,18 @@ def _node_arg(body: dict[str, Any]) -> str:
 
 
 @attrs.define(slots=False, kw_only=True)
-class AdminAPI:
-    """Admin and site API (contract §7; admin keys): version, models, loads, inventory, node state."""
+class NodeServices:
+    """What the node's own routes (node API and admin API) call: the site, the node's documents and
+    its model loads."""
 
     site: SiteService
     documents: NodeDocuments
     admin: ModelAdmin
+
+
+@attrs.define(slots=False, kw_only=True)
+class AdminAPI(NodeServices):
+    """Admin and site API (contract §7; admin keys): version, models, loads, inventory, node state."""
 
     routes = Routes()
 
@@ -174,4 +180,4 @@ class AdminAPI:
         raise not_found(request.path.decode("utf-8", "replace"))
 
 
-__all__ = ["AdminAPI", "model_arg"]
+__all__ = ["AdminAPI", "NodeServices", "model_arg"]

@@ -9,24 +9,18 @@ from typing import TYPE_CHECKING
 import attrs
 from twisted.web.iweb import IRequest
 
-from routerd.api.admin_routes import model_arg
+from routerd.api.admin_routes import NodeServices, model_arg
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.routes import Routes
-from routerd.site.service import SiteService
 from routerd.wire.status import status_to_json
 
 if TYPE_CHECKING:
-    from routerd.assembly.documents import NodeDocuments
-    from routerd.serve.admin import ModelAdmin
+    pass
 
 
 @attrs.define(slots=False, kw_only=True)
-class NodeAPI:
+class NodeAPI(NodeServices):
     """Node API (contract §6; cluster token): registration, documents, loads."""
-
-    site: SiteService
-    documents: NodeDocuments
-    admin: ModelAdmin
 
     routes = Routes()
 
