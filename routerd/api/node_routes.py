@@ -4,8 +4,6 @@ the snapshot, runtime status and state documents (assembly.documents computes th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import attrs
 from twisted.web.iweb import IRequest
 
@@ -13,9 +11,6 @@ from routerd.api.admin_routes import NodeServices, model_arg
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.routes import Routes
 from routerd.wire.status import status_to_json
-
-if TYPE_CHECKING:
-    pass
 
 
 @attrs.define(slots=False, kw_only=True)
