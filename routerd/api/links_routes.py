@@ -36,6 +36,7 @@ LANE_PATHS: dict[Lane, str] = {
     "image": "/router/v1/site/routing-groups",
     "text": "/router/v1/site/text-routing-groups",
 }
+_LANE_OF: dict[str, Lane] = {path: lane for lane, path in LANE_PATHS.items()}
 
 
 def want_bool(value: Any, where: str, default: bool) -> bool:
@@ -112,43 +113,30 @@ class LinksAPI:
 
     routes = Routes()
 
-    async def get(self, request: IRequest, lane: Lane) -> bytes:
-        editor = self.records.links(lane)
+    @routes.route(LANE_PATHS["image"], methods=["GET"], auth="admin")
+    @routes.route(LANE_PATHS["text"], methods=["GET"], auth="admin")
+    async def get(self, request: IRequest) -> bytes:
+        editor = self.records.links(_lane(request))
         return json_response(request, await editor.view(_anchor_query(request, required=False)))
 
-    async def post(self, request: IRequest, lane: Lane) -> bytes:
-        editor = self.records.links(lane)
+    @routes.route(LANE_PATHS["image"], methods=["POST"], auth="admin")
+    @routes.route(LANE_PATHS["text"], methods=["POST"], auth="admin")
+    async def post(self, request: IRequest) -> bytes:
+        editor = self.records.links(_lane(request))
         return json_response(request, await editor.replace(parse_edit(read_json(request))))
 
-    async def delete(self, request: IRequest, lane: Lane) -> bytes:
-        editor = self.records.links(lane)
+    @routes.route(LANE_PATHS["image"], methods=["DELETE"], auth="admin")
+    @routes.route(LANE_PATHS["text"], methods=["DELETE"], auth="admin")
+    async def delete(self, request: IRequest) -> bytes:
+        editor = self.records.links(_lane(request))
         anchor = _anchor_query(request, required=True)
         assert anchor is not None
         return json_response(request, await editor.delete(anchor))
 
-    @routes.route(LANE_PATHS["image"], methods=["GET"], auth="admin")
-    def get_image(self, request: IRequest) -> Any:
-        return self.get(request, "image")
 
-    @routes.route(LANE_PATHS["image"], methods=["POST"], auth="admin")
-    def post_image(self, request: IRequest) -> Any:
-        return self.post(request, "image")
-
-    @routes.route(LANE_PATHS["image"], methods=["DELETE"], auth="admin")
-    def delete_image(self, request: IRequest) -> Any:
-        return self.delete(request, "image")
-
-    @routes.route(LANE_PATHS["text"], methods=["GET"], auth="admin")
-    def get_text(self, request: IRequest) -> Any:
-        return self.get(request, "text")
-
-    @routes.route(LANE_PATHS["text"], methods=["POST"], auth="admin")
-    def post_text(self, request: IRequest) -> Any:
-        return self.post(request, "text")
-
-    @routes.route(LANE_PATHS["text"], methods=["DELETE"], auth="admin")
-    def delete_text(self, request: IRequest) -> Any:
-        return self.delete(request, "text")
+def _lane(request: IRequest) -> Lane:
+    """The lane whose endpoint ``request`` was routed to."""
+    return _LANE_OF[request.path.decode("latin-1")]
 
 
 __all__ = [
