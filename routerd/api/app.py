@@ -35,6 +35,7 @@ from routerd.api.site import GuardResource, NodeSite
 from routerd.api.webui import WebUI, webui_dir
 from routerd.lending.reports import LendingReports
 from routerd.site.assets import SiteAssets
+from routerd.site.cook import Kitchen
 from routerd.site.records import SiteRecords
 from routerd.site.service import SiteService
 from routerd.wire.records import PROTOCOL_VERSION
@@ -72,7 +73,7 @@ def build_apis(node: Node) -> list[Any]:
         SettingsAPI(records),
         ReloadAPI(node.reloader),
         GuardiansAPI(records),
-        CookAPI(site=site, config=lambda: node.config, reloader=node.reloader, recipes=node.recipes),
+        CookAPI(site=site, kitchen=Kitchen(node.node_id, lambda: node.config, node.reloader, node.recipes)),
         WebUI(webui_dir()),
         OpenAPI(),
     ]
