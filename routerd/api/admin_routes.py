@@ -13,22 +13,21 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from twisted.web.iweb import IRequest
 
-from routerd import __version__
+from routerd import __version__, documents
 from routerd.api.errors import not_found
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.reply import query_arg
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
-from routerd.serve import documents
-from routerd.serve.admin import UNLOAD_TARGETS
+from routerd.inference.admin import UNLOAD_TARGETS
 from routerd.site.reports import site_states
 from routerd.site.service import SiteService, remote_answer
 from routerd.wire.records import PROTOCOL_VERSION
 
 if TYPE_CHECKING:
     from routerd.assembly.documents import NodeDocuments
-    from routerd.serve.admin import ModelAdmin
-    from routerd.serve.recipes import RecipeRouter
+    from routerd.inference.admin import ModelAdmin
+    from routerd.inference.recipes import RecipeRouter
 
 
 def model_arg(body: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ from routerd.site.assets import NODE_HASH, NODE_OPS, SiteAssets
 from routerd.site.service import SiteService, master_only
 
 if TYPE_CHECKING:
-    from routerd.serve.assets import AssetService
+    from routerd.assets.service import AssetService
 
 LOOKUP_BODY_LIMIT = 1024 * 1024
 ASSET_PREFIX = "/router/v1/node/assets/"

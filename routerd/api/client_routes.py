@@ -1,7 +1,7 @@
 """The client API (contract §5; inference keys): health, metrics, model listings and inference
 (OpenAI, Anthropic, Ollama, SD-WebUI, Kobold), and the master's forwarded inference (cluster token).
 
-A route parses the request and calls the node's inference front (:mod:`routerd.serve.front`); the
+A route parses the request and calls the node's inference front (:mod:`routerd.inference.front`); the
 listings are the node's documents.
 """
 
@@ -22,6 +22,9 @@ from routerd.api.routes import Routes
 from routerd.api.site import authenticated
 from routerd.catalog.model import Capabilities
 from routerd.errors import HTTPError
+from routerd.inference.front import InferenceFront
+from routerd.inference.keepalive import OllamaControl
+from routerd.inference.video import VideoJobs
 from routerd.lending.offload import borrowed_from_headers
 from routerd.routing.adapters import ollama
 from routerd.routing.adapters.ollama import Mode
@@ -29,9 +32,6 @@ from routerd.routing.call import Incoming, Reply
 from routerd.routing.classify import INFERENCE_PATHS, Route, classify
 from routerd.routing.forward import INFERENCE_PREFIX
 from routerd.routing.jobs import job_path
-from routerd.serve.front import InferenceFront
-from routerd.serve.keepalive import OllamaControl
-from routerd.serve.video import VideoJobs
 
 Listing = Callable[[Callable[[Capabilities], bool]], list[ollama.ListedModel]]
 
@@ -40,7 +40,7 @@ def _TEXT(caps: Capabilities) -> bool:
     return caps.llm or caps.embeddings
 
 
-# Ollama routes whose empty requests load / unload a model (see routerd.serve.keepalive).
+# Ollama routes whose empty requests load / unload a model (see routerd.inference.keepalive).
 _OLLAMA_CONTROL: dict[str, Mode] = {"ollama_chat": "chat", "ollama_generate": "generate"}
 
 

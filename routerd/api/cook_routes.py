@@ -4,7 +4,7 @@ expose, preview it with what ``routerd check`` says, apply it (written whole int
 
 The site routes (admin) take ``node_id`` (default: the node serving the site API); for another node
 the master forwards the body through that node's ``/router/v1/node/cook/*`` route (cluster token),
-so paths are always resolved by the node that holds the files (:mod:`routerd.serve.cook`).
+so paths are always resolved by the node that holds the files (:mod:`routerd.assets.cook`).
 
 A body ``{"recipe": {...}}`` cooks a split recipe across nodes instead (the fields of
 ``POST /router/v1/site/recipes``): preview validates it as a save would, apply saves it

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from routerd.errors import HTTPError
-from routerd.serve.analytics import LOAD_ERRORS_KEPT, series_point
+from routerd.inference.analytics import LOAD_ERRORS_KEPT, series_point
 from routerd.site.service import NODE_TIMEOUT_S, SiteService
 from routerd.store.analytics import ANALYTICS_LANES, FIGURES, PERIODS, Query, Sums, figures
 

@@ -22,7 +22,7 @@ from routerd.registry.records import NodeInfo
 from routerd.site.service import SiteService, remote_answer
 
 if TYPE_CHECKING:
-    from routerd.serve.assets import AssetService
+    from routerd.assets.service import AssetService
 
 NODE_OPS = "/router/v1/node/site/model-assets"
 NODE_HASH = "/router/v1/node/site/model-files/hash"

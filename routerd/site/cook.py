@@ -4,7 +4,7 @@ expose, preview it with what ``routerd check`` says, apply it (written whole int
 across nodes with the site's recipe book.
 
 The site asks the node that holds the files (``routerd.api.cook_routes``); paths are always resolved
-by that node (:mod:`routerd.serve.cook`).
+by that node (:mod:`routerd.assets.cook`).
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 from twisted.internet.defer import Deferred
 
+from routerd.assets.cook import CookError, CookShelf, cook, model_files, parse_order, valid_id
 from routerd.errors import HTTPError
-from routerd.serve.cook import CookError, CookShelf, cook, model_files, parse_order, valid_id
-from routerd.serve.reload import ReloadFailed
+from routerd.process.reload import ReloadFailed
 
 if TYPE_CHECKING:
     from routerd.config.schema import Config
-    from routerd.serve.recipes import RecipeRouter
-    from routerd.serve.reload import ReloadReport
+    from routerd.inference.recipes import RecipeRouter
+    from routerd.process.reload import ReloadReport
 
 _STATUS = {"not_found": 404, "exists": 409, "not_cooked": 409, "no_file_roots": 403}
 

@@ -17,7 +17,7 @@ import attrs
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from routerd.cluster.client import ClusterError, RemoteError
+from routerd.clients.node_client import ClusterError, RemoteError
 from routerd.cluster.fanout import failure_text, fan_out
 from routerd.errors import HTTPError
 from routerd.registry.records import NodeInfo

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from twisted.internet.defer import Deferred, fail, succeed
 
-from routerd.cluster.client import ClusterTimeout, RemoteError
+from routerd.clients.node_client import ClusterTimeout, RemoteError
 from routerd.errors import HTTPError
 from routerd.registry.records import NodeInfo
 from routerd.site.service import SiteService
