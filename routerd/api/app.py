@@ -18,6 +18,7 @@ from routerd.api.admin_routes import AdminAPI
 from routerd.api.analytics_routes import AnalyticsAPI
 from routerd.api.assets_routes import AssetsAPI
 from routerd.api.bench_routes import BenchAPI
+from routerd.api.browser import browser_rules
 from routerd.api.client_routes import ClientAPI
 from routerd.api.cook_routes import CookAPI
 from routerd.api.decisions_routes import DecisionsAPI
@@ -85,7 +86,7 @@ def build_site(node: Node) -> NodeSite:
     limit = node.config.limits.max_body_bytes
     dispatch = Dispatch(apis)  # dispatch.route_class: the auth class of a path, from the declared routes
     guard = GuardResource(dispatch, node.policy, limit, node.config.server.cors_origins,
-                          lambda: node.phase, node.config.server)
+                          lambda: node.phase, node.config.server, browser_rules(node.config))
     site = NodeSite(guard, limit, node.config.limits.replay_buffer_bytes)
     node.reloader.on_applied.append(lambda config: guard.update(node.policy, site, config))
     return site

@@ -32,6 +32,7 @@ from routerd.routing.call import Incoming, Reply
 from routerd.routing.classify import INFERENCE_PATHS, Route, classify
 from routerd.routing.forward import INFERENCE_PREFIX
 from routerd.routing.jobs import job_path
+from routerd.routing.selector import MAX_MODEL_BYTES, model_too_long
 
 Listing = Callable[[Callable[[Capabilities], bool]], list[ollama.ListedModel]]
 
@@ -102,6 +103,8 @@ class ClientAPI:
         name = body.get("model", body.get("name"))
         if not isinstance(name, str) or not name:
             raise HTTPError(400, "model is required")
+        if model_too_long(name):
+            raise HTTPError(400, f"model name is longer than {MAX_MODEL_BYTES} bytes")
         entries = [e for e in self.listing(lambda c: True) if e.name == name]
         if not entries:
             raise HTTPError(404, f"model '{name}' not found", "not_found", "model_not_found")
