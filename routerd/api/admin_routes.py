@@ -20,6 +20,7 @@ from routerd.api.reply import query_arg
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 from routerd.inference.admin import UNLOAD_TARGETS
+from routerd.paths import NODE_STATE
 from routerd.site.reports import site_states
 from routerd.site.service import SiteService, remote_answer
 from routerd.wire.records import PROTOCOL_VERSION
@@ -133,7 +134,7 @@ class AdminAPI(NodeServices):
             raise HTTPError(400, "node_id is required")
         if node_id == self.site.node_id:
             return json_response(request, self.documents.state_document())
-        return json_response(request, await agent.node_json(node_id, "/router/v1/node/state"))
+        return json_response(request, await agent.node_json(node_id, NODE_STATE))
 
     @routes.route("/router/v1/site/nodes/states", methods=["GET"], auth="admin")
     async def nodes_states(self, request: IRequest) -> bytes:

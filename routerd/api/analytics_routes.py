@@ -21,11 +21,8 @@ from routerd.api.reply import query_arg
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 from routerd.inference.analytics import LOAD_ERRORS_KEPT, RECENT_KEPT, AnalyticsRecorder, recent_json
+from routerd.paths import NODE_ANALYTICS, NODE_ANALYTICS_FLUSH, NODE_LOAD_ERRORS, NODE_RECENT
 from routerd.site.analytics import (
-    NODE_ANALYTICS,
-    NODE_ANALYTICS_FLUSH,
-    NODE_LOAD_ERRORS,
-    NODE_RECENT,
     parse_query,
     site_analytics,
     site_clear_load_errors,

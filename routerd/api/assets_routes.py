@@ -20,6 +20,7 @@ from routerd.api.routes import Routes
 from routerd.assets.index import LookupError400, is_sha256, parse_hashes
 from routerd.assets.ranges import RangeNotSatisfiable, parse_range
 from routerd.errors import HTTPError
+from routerd.paths import ASSET_PREFIX, LOOKUP_CLUSTER_PATH, LOOKUP_PATH, NODE_ASSETS_STATE
 from routerd.site.assets import NODE_HASH, NODE_OPS, SiteAssets
 from routerd.site.service import SiteService, master_only
 
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from routerd.assets.service import AssetService
 
 LOOKUP_BODY_LIMIT = 1024 * 1024
-ASSET_PREFIX = "/router/v1/node/assets/"
 MAX_BATCH = 128
 
 
@@ -72,19 +72,19 @@ class AssetsAPI:
         """This node's asset service."""
         return self.assets.service
 
-    @routes.route("/router/v1/node/assets/lookup", methods=["POST"], auth="cluster")
+    @routes.route(LOOKUP_PATH, methods=["POST"], auth="cluster")
     def lookup(self, request: IRequest) -> bytes:
         service = self.service
         assets = service.index.lookup(_hashes(request))
         return json_response(request, {"assets": [service.describe(a.sha256, a.to_json()) for a in assets]})
 
-    @routes.route("/router/v1/node/assets/lookup-cluster", methods=["POST"], auth="cluster")
+    @routes.route(LOOKUP_CLUSTER_PATH, methods=["POST"], auth="cluster")
     async def lookup_cluster(self, request: IRequest) -> bytes:
         if self.site.master is None:
             raise master_only()  # a standalone node knows no other node to ask
         return json_response(request, await self.service.lookup_cluster(_hashes(request)))
 
-    @routes.route("/router/v1/node/assets/state", methods=["GET"], auth="cluster")
+    @routes.route(NODE_ASSETS_STATE, methods=["GET"], auth="cluster")
     def state(self, request: IRequest) -> bytes:
         return json_response(request, self.service.state())
 

@@ -19,7 +19,8 @@ from routerd.api.reply import query_arg
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 from routerd.inference.bench import BenchRunner
-from routerd.site.bench import NODE_BENCH_LIST, NODE_BENCH_RUN, site_history, site_run
+from routerd.paths import NODE_BENCH_LIST, NODE_BENCH_RUN
+from routerd.site.bench import site_history, site_run
 from routerd.site.service import SiteService
 
 BENCH_RUN = "/router/v1/benchmarks/run"

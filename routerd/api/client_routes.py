@@ -17,6 +17,7 @@ from twisted.web.iweb import IRequest
 
 from routerd import __version__
 from routerd.api.errors import reply_error, require_method, require_post
+from routerd.api.facts import EVERY_PHASE
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.routes import Routes
 from routerd.api.site import authenticated
@@ -26,11 +27,11 @@ from routerd.inference.front import InferenceFront
 from routerd.inference.keepalive import OllamaControl
 from routerd.inference.video import VideoJobs
 from routerd.lending.offload import borrowed_from_headers
+from routerd.paths import INFERENCE_PREFIX
 from routerd.routing.adapters import ollama
 from routerd.routing.adapters.ollama import Mode
 from routerd.routing.call import Incoming, Reply
 from routerd.routing.classify import INFERENCE_PATHS, Route, classify
-from routerd.routing.forward import INFERENCE_PREFIX
 from routerd.routing.jobs import job_path
 from routerd.routing.selector import MAX_MODEL_BYTES, model_too_long
 
@@ -65,7 +66,7 @@ class ClientAPI:
         self.image_listing = image_listing
         self.metrics = metrics
 
-    @routes.route("/health", methods=["GET"], auth="health")
+    @routes.route("/health", methods=["GET"], auth="health", phases=EVERY_PHASE)
     def health(self, request: IRequest) -> bytes:
         """200 ``ok`` when ready, 503 ``starting``/``draining``; node details only to a caller
         the guard found authenticated (load balancers need no key and learn nothing more)."""
@@ -76,7 +77,7 @@ class ClientAPI:
             return json_response(request, {"status": "ok"})
         return json_response(request, {"status": "ok", "node_id": self.node_id, "role": self.role})
 
-    @routes.route("/metrics", methods=["GET"], auth="metrics")
+    @routes.route("/metrics", methods=["GET"], auth="metrics", phases=EVERY_PHASE)
     def metrics_text(self, request: IRequest) -> bytes:
         request.setHeader(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
         return self.metrics()
@@ -145,7 +146,7 @@ class ClientAPI:
                 return json.dumps(answer).encode()
         return await self.front.handle(facts, reply, route)
 
-    @routes.lean(INFERENCE_PREFIX + "/", methods=["POST"], auth="cluster", branch=True)
+    @routes.lean(INFERENCE_PREFIX + "/", methods=["POST"], auth="cluster", branch=True, forwards=True)
     def serve_forwarded(self, method: str, path: str, facts: Incoming, reply: Reply) -> Deferred[bytes]:
         """Forwarded inference from the master (cluster token checked by the guard); borrowed
         work when the master's relay marked it so.  ``path`` is the full path, with the prefix."""

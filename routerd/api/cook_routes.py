@@ -23,13 +23,13 @@ from twisted.web.iweb import IRequest
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.reply import query_arg
 from routerd.api.routes import Routes
+from routerd.paths import NODE_COOK
 from routerd.site.cook import Kitchen
 from routerd.site.service import SiteService
 
 if TYPE_CHECKING:
     from routerd.registry.records import NodeInfo
 
-NODE_COOK = "/router/v1/node/cook"
 SITE_COOK = "/router/v1/site/cook"
 
 

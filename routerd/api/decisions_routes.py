@@ -23,7 +23,8 @@ from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 from routerd.lending.decisions import ALL_OUTCOMES, KINDS
 from routerd.lending.fold import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, fold, page
-from routerd.lending.reports import NODE_DECISIONS, NODE_SUMMARY, DecisionQuery, LendingReports
+from routerd.lending.reports import DecisionQuery, LendingReports
+from routerd.paths import NODE_DECISIONS, NODE_SUMMARY
 from routerd.site.reports import site_decisions, site_summary
 from routerd.site.service import SiteService
 from routerd.store.decisions import DEFAULT_LIMIT, MAX_LIMIT

@@ -26,13 +26,11 @@ from routerd.api.routes import Routes
 from routerd.config.lending import SPECS, LendingSettings
 from routerd.errors import HTTPError
 from routerd.lending.links import LinkError, LinkSet
+from routerd.paths import LINKS_PATH, SETTINGS_PATH
 from routerd.routing.guardians import GuardianError, GuardianSet
 from routerd.site.service import SiteService
 from routerd.site.settings import normalise_batch
 from routerd.wire.lending import Lane, Link, parse_strictly
-
-LINKS_PATH = "/router/v1/node/offload/links"
-SETTINGS_PATH = "/router/v1/node/offload/settings"
 
 log = Logger()
 
@@ -109,4 +107,4 @@ class PushAPI:
         return json_response(request, {"ok": True, "fingerprint": fingerprint, "dropped": dropped})
 
 
-__all__ = ["LINKS_PATH", "SETTINGS_PATH", "PushAPI", "parse_link_set"]
+__all__ = ["PushAPI", "parse_link_set"]

@@ -17,10 +17,6 @@ from twisted.internet import defer
 from routerd import __version__
 from routerd.store.decisions import DEFAULT_LIMIT
 
-NODE_DECISIONS = "/router/v1/node/offload/decisions"
-NODE_SUMMARY = "/router/v1/node/offload/summary"
-NODE_STATE = "/router/v1/node/state"
-
 
 class _Fingerprinted(Protocol):
     def fingerprint(self) -> str: ...
@@ -105,9 +101,6 @@ class LendingReports:
 
 
 __all__ = [
-    "NODE_DECISIONS",
-    "NODE_STATE",
-    "NODE_SUMMARY",
     "DecisionQuery",
     "LendingReports",
 ]

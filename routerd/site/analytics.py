@@ -15,13 +15,9 @@ from urllib.parse import urlencode
 
 from routerd.errors import HTTPError
 from routerd.inference.analytics import LOAD_ERRORS_KEPT, series_point
+from routerd.paths import NODE_ANALYTICS, NODE_ANALYTICS_FLUSH, NODE_LOAD_ERRORS, NODE_RECENT
 from routerd.site.service import NODE_TIMEOUT_S, SiteService
 from routerd.store.analytics import ANALYTICS_LANES, FIGURES, PERIODS, Query, Sums, figures
-
-NODE_ANALYTICS = "/router/v1/node/analytics"
-NODE_ANALYTICS_FLUSH = "/router/v1/node/analytics/flush"
-NODE_LOAD_ERRORS = "/router/v1/node/load-errors"
-NODE_RECENT = "/router/v1/node/analytics/recent"
 
 
 def parse_query(args: Mapping[str, str | None]) -> Query:
@@ -179,6 +175,6 @@ async def site_clear_load_errors(site: SiteService, own: Callable[[], int],
     return {"ok": True, "removed": removed, "node_errors": gathered.node_errors()}
 
 
-__all__ = ["NODE_ANALYTICS", "NODE_ANALYTICS_FLUSH", "NODE_LOAD_ERRORS", "NODE_RECENT", "merge",
+__all__ = ["merge",
            "merged_lists", "node_params", "parse_query", "site_analytics", "site_clear_load_errors",
            "site_flush", "site_load_errors", "site_recent"]

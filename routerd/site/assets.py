@@ -18,14 +18,15 @@ from twisted.internet import defer
 from routerd.assets.paths import UnsafePath, resolve_in_roots
 from routerd.catalog.hashing import sha256_file
 from routerd.errors import HTTPError
+from routerd.paths import NODE_ASSET_OPS, NODE_MODEL_FILES_HASH
 from routerd.registry.records import NodeInfo
 from routerd.site.service import SiteService, remote_answer
 
 if TYPE_CHECKING:
     from routerd.assets.service import AssetService
 
-NODE_OPS = "/router/v1/node/site/model-assets"
-NODE_HASH = "/router/v1/node/site/model-files/hash"
+NODE_OPS = NODE_ASSET_OPS
+NODE_HASH = NODE_MODEL_FILES_HASH
 
 LocalOp = Callable[[str, dict[str, Any]], Awaitable[Any]]
 

@@ -14,13 +14,11 @@ from typing import Any
 from urllib.parse import urlencode
 
 from routerd.errors import HTTPError
+from routerd.paths import NODE_BENCH_LIST, NODE_BENCH_RUN
 from routerd.registry.records import NodeInfo
 from routerd.site.analytics import merged_lists
 from routerd.site.service import SiteService
 from routerd.wire.records import ModelRecord
-
-NODE_BENCH_RUN = "/router/v1/node/benchmarks/run"
-NODE_BENCH_LIST = "/router/v1/node/benchmarks"
 
 
 def target(records: Sequence[ModelRecord], own_id: str, name: str) -> ModelRecord | None:
@@ -58,4 +56,4 @@ async def site_history(site: SiteService, own: list[dict[str, Any]], model: str 
     return await merged_lists(site, own, node_id, path, "benchmarks", "benchmarks", None)
 
 
-__all__ = ["NODE_BENCH_LIST", "NODE_BENCH_RUN", "site_history", "site_run", "target"]
+__all__ = ["site_history", "site_run", "target"]

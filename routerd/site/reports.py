@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlencode
 
-from routerd.lending.reports import NODE_DECISIONS, NODE_STATE, NODE_SUMMARY, DecisionQuery, LendingReports
+from routerd.lending.reports import DecisionQuery, LendingReports
+from routerd.paths import NODE_DECISIONS, NODE_STATE, NODE_SUMMARY
 from routerd.site.service import SiteService
 
 

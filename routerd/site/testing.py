@@ -13,6 +13,7 @@ import attrs
 from twisted.internet.defer import Deferred, fail, succeed
 
 from routerd.errors import HTTPError
+from routerd.paths import NODE_LOAD, NODE_UNLOAD
 from routerd.registry.records import NodeInfo
 from routerd.site.service import SiteService
 from routerd.wire.records import ModelRecord
@@ -90,10 +91,10 @@ class FakeClient:
         return self._answer(base, path)
 
     def load(self, url: str, model: str) -> Deferred[Any]:
-        return self.post_json(url, "/router/v1/node/load", {"model": model})
+        return self.post_json(url, NODE_LOAD, {"model": model})
 
     def unload(self, url: str, model: str | None = None, target: str | None = None) -> Deferred[Any]:
-        return self.post_json(url, "/router/v1/node/unload", {"model": model, "target": target})
+        return self.post_json(url, NODE_UNLOAD, {"model": model, "target": target})
 
     def to(self, path: str) -> list[tuple[str, Any]]:
         """The (url, body) of every POST to ``path``."""

@@ -12,7 +12,8 @@ from twisted.internet.defer import Deferred, fail, succeed
 from routerd.clients.node_client import ClusterTimeout, RemoteError
 from routerd.config.lending import LendingSettings
 from routerd.lending.stall import StallTracker
-from routerd.lending.stall_check import BORROWED_PATH, HelperGone, borrowed_ids
+from routerd.lending.stall_check import HelperGone, borrowed_ids
+from routerd.paths import BORROWED_PATH
 from routerd.routing.forward import CameBack, Outbound
 from routerd.site.testing import FakeClient
 from tests.support import FakeReply, fired
