@@ -15,7 +15,7 @@ the head and served by this node.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import attrs
@@ -29,11 +29,13 @@ from routerd.catalog.model import ModelConfig, RuntimeKind
 from routerd.config.lending import LendingSettings
 from routerd.errors import queue_full
 from routerd.lending.decisions import DecisionLog
+from routerd.lending.events import EventReports, HeldLease
 from routerd.lending.links import LinkSet
 from routerd.lending.offload import Borrowed, Returned, offload_returned
 from routerd.lending.pricing import client_output_limit, estimate_text
-from routerd.lending.priority import CLASSES, RANK
+from routerd.lending.priority import RANK
 from routerd.lending.queue import Effects, LaneQueue
+from routerd.lending.service_rows import ServiceRows
 from routerd.lending.transport import LendingTransport, NoMaster
 from routerd.lending.waiting import RunLocal, WaitingRequest
 from routerd.lending.watch import HoldGate, LentCall
@@ -68,12 +70,6 @@ class Ticket:
     kind: Literal["admit", "lend", "returned"]
     lease: Lease | None = None
     reason: str = ""
-
-
-@attrs.define
-class HeldLease:
-    lease: Lease
-    expires_at: float
 
 
 class LendingService:
@@ -121,7 +117,7 @@ class LendingService:
         self.holds = HoldGate(node_id=node_id, clock=clock,
                               enabled=lambda: self.settings.offload_hold_for_faster_helper,
                               lease=self._lease_until, queue=lambda lane: self.queues[lane],
-                              repump=self._repump, decisions=decisions, refilling=self._answer_awaited)
+                              repump=self.repump, decisions=decisions, refilling=self._answer_awaited)
         self.lent_calls = LentCall(clock)
         self.queues: dict[Lane, LaneQueue] = {
             lane: LaneQueue(lane, settings.scheduling_backend_depth, hold=self.holds.check(lane))
@@ -130,7 +126,8 @@ class LendingService:
         self.costs = Costs()
         self._waiters: dict[str, WaitingRequest[Ticket]] = {}
         self._borrowed: dict[str, tuple[Lane, Borrowed, int]] = {}  # request id → owner, start ms
-        self._events: dict[tuple[Lane, str], _Coalescer] = {}
+        self.events = EventReports(self)  # queue events to the master, coalesced per model
+        self.rows = ServiceRows(self)
         self._in_backend: set[str] = set()  # admitted requests whose local run is under way
         self._taken_back: dict[str, str] = {}  # in-backend borrowed request id → return reason
         # own requests not queued here that wait behind borrowed work: id → (lane, ahead, since ms)
@@ -255,7 +252,7 @@ class LendingService:
     def run_ticket(self, held: WaitingRequest[Any], ticket: Ticket) -> Deferred[bytes | None]:
         """What a held request does once woken (``WaitingRequest``'s steward)."""
         if ticket.kind == "returned":
-            self._helper_row("borrowed_returned", held.lane, held.call, ticket.reason)
+            self.rows.helper("borrowed_returned", held.lane, held.call.request_id, ticket.reason)
             self._forget(held.call.request_id)
             return defer.fail(offload_returned())
         if ticket.kind == "admit":
@@ -284,7 +281,7 @@ class LendingService:
                 self._in_backend.discard(rid)
                 reason = self._taken_back.pop(rid, None)
                 if reason is not None:  # taken back before it claimed the runtime
-                    self._helper_row("borrowed_returned", lane, call, reason)
+                    self.rows.helper("borrowed_returned", lane, rid, reason)
                 elif rid in queue:
                     self._apply(lane, queue.finished(rid, self._now_ms()))
                     if held.owner:
@@ -309,7 +306,7 @@ class LendingService:
             except Returned as exc:
                 call.lent_to = ""  # back here: it is served (or lent again) like any other
                 log.info("lent request {request_id} came back: {reason}", request_id=rid, reason=str(exc))
-                self._dispatch_row("returned", lane, model_id, ticket.lease, request_id=rid)
+                self.rows.dispatch("returned", lane, model_id, ticket.lease, request_id=rid)
                 again = True
                 held.park_again()
                 self._waiters[rid] = held
@@ -418,7 +415,7 @@ class LendingService:
         waited = self._own_waiting.pop(call.request_id, None)
         if waited is not None and claimed:
             lane, ahead, since = waited
-            self._waited_row(lane, call.request_id, ahead, since)
+            self.rows.waited(lane, call.request_id, ahead, self._now_ms() - since)
 
     def work_hint(self, call: Call, model: ModelConfig, lane: Lane) -> tuple[tuple[float, ...], int]:
         """The work terms (and, for text, the context) the queue and the planner price a request by.
@@ -457,7 +454,7 @@ class LendingService:
         for rid in effects.admit:
             entry = self.queues[lane].entry(rid)
             if entry is not None and not entry.borrowed and entry.borrowed_ahead > 0:
-                self._waited_row(lane, rid, entry.borrowed_ahead, entry.arrived_ms)
+                self.rows.waited(lane, rid, entry.borrowed_ahead, self._now_ms() - entry.arrived_ms)
             self._wake(rid, Ticket("admit"))
 
     # -- events and leases (owner) ---------------------------------------------------------------
@@ -471,13 +468,8 @@ class LendingService:
         lend, so no plan is asked for; a follow-up queued behind an event in flight is checked
         again when its turn comes.
         """
-        if not self.worth_reporting(lane, model_id):
-            return
-        key = (lane, model_id)
-        coalescer = self._events.get(key)
-        if coalescer is None:
-            coalescer = self._events[key] = _Coalescer(self, lane, model_id)
-        coalescer.fire(trigger)
+        if self.worth_reporting(lane, model_id):
+            self.events.fire(lane, model_id, trigger)
 
     def worth_reporting(self, lane: Lane, model_id: str) -> bool:
         """Whether a queue event of ``model_id`` would be sent now (see :meth:`report`)."""
@@ -489,18 +481,18 @@ class LendingService:
         queue = self.queues[lane]
         if lease is None:
             if self.leases.pop((lane, model_id), None) is not None:
-                self._dispatch_row("lease_cleared", lane, model_id, None, trigger=trigger)
+                self.rows.dispatch("lease_cleared", lane, model_id, None, trigger=trigger)
                 self._apply(lane, queue.pump(self._now_ms()))
             return
         if lease.owner_node_id != self.node_id or not queue.is_owner(lease.owner_model_id):
             self.leases.pop((lane, lease.owner_model_id), None)
-            self._dispatch_row("lease_refused", lane, lease.owner_model_id, lease, reason="not_an_owner",
+            self.rows.dispatch("lease_refused", lane, lease.owner_model_id, lease, reason="not_an_owner",
                                trigger=trigger)
             self._apply(lane, queue.pump(self._now_ms()))
             return
         # Timed on the owner's own clock, so clock skew cannot end it early.
         self.leases[(lane, model_id)] = HeldLease(lease, self._now() + lease.ttl_ms / 1000.0)
-        self._dispatch_row("lease_updated", lane, model_id, lease, trigger=trigger)
+        self.rows.dispatch("lease_updated", lane, model_id, lease, trigger=trigger)
         self._lend(lane, model_id)
 
     def _lend(self, lane: Lane, model_id: str) -> None:
@@ -517,9 +509,9 @@ class LendingService:
                                               vision=lease.helper_multimodal):
             entry = queue.entry(rid)
             wait = self._now_ms() - entry.arrived_ms if entry is not None else 0
-            self._dispatch_row("lent", lane, model_id, lease, request_id=rid, wait_ms=wait)
+            self.rows.dispatch("lent", lane, model_id, lease, request_id=rid, wait_ms=wait)
             self._wake(rid, Ticket("lend", lease))
-        self._repump(lane)  # the new head is judged against the new lease (hold or admit)
+        self.repump(lane)  # the new head is judged against the new lease (hold or admit)
 
     def _lease_until(self, lane: Lane, model_id: str) -> tuple[Lease, float] | None:
         """The stored lease of (lane, model) and its expiry in ms on this node's clock."""
@@ -528,47 +520,11 @@ class LendingService:
 
     def _answer_awaited(self, lane: Lane, model_id: str) -> bool:
         """Whether a queue event of (lane, model) is on its way to the master (its answer lends)."""
-        coalescer = self._events.get((lane, model_id))
-        return coalescer is not None and coalescer.in_flight
+        return self.events.awaited(lane, model_id)
 
-    def _repump(self, lane: Lane) -> None:
+    def repump(self, lane: Lane) -> None:
+        """Re-run admission of ``lane`` and perform what it admits (a hold may have lapsed)."""
         self._apply(lane, self.queues[lane].pump(self._now_ms()))
-
-    # -- decision rows -----------------------------------------------------------------------------
-
-    def _dispatch_row(self, outcome: str, lane: Lane, model_id: str, lease: Lease | None, *,
-                      reason: str = "", trigger: str = "", request_id: str = "", wait_ms: int = 0) -> None:
-        if self.decisions is None:
-            return
-        fields: dict[str, Any] = {"lane": lane, "owner_node_id": self.node_id, "owner_model_id": model_id,
-                                  "lent_out": self.queues[lane].lent_count(model_id)}
-        if lease is not None:
-            fields.update(helper_node_id=lease.helper_node_id, helper_model_id=lease.helper_model_id,
-                          slots=lease.slots())
-        if reason:
-            fields["reason"] = reason
-        if trigger:
-            fields["trigger"] = trigger
-        if request_id:
-            fields["request_id"] = request_id
-            entry = self.queues[lane].entry(request_id)
-            if entry is not None:  # its class and key's name (never the key)
-                fields["priority"] = CLASSES[entry.priority]
-                if entry.key_name:
-                    fields["key_name"] = entry.key_name
-        if wait_ms:
-            fields["wait_ms"] = wait_ms
-        self.decisions.record("dispatch", outcome, **fields)
-
-    def _waited_row(self, lane: Lane, request_id: str, ahead: int, since_ms: int) -> None:
-        """This node's own request waited behind borrowed work: say behind how many, how long."""
-        if self.decisions is not None:
-            self.decisions.record("helper", "native_waited_behind_borrowed", lane=lane, request_id=request_id,
-                                  borrowed_ahead=ahead, wait_ms=self._now_ms() - since_ms)
-
-    def _helper_row(self, outcome: str, lane: Lane, call: Call, reason: str) -> None:
-        if self.decisions is not None:
-            self.decisions.record("helper", outcome, lane=lane, reason=reason, request_id=call.request_id)
 
     # -- time ----------------------------------------------------------------------------------------
 
@@ -577,51 +533,3 @@ class LendingService:
 
     def _now_ms(self) -> int:
         return int(self._now() * 1000)
-
-
-class _Coalescer:
-    """Per (lane, model): at most one decision in flight and one queued behind it (latest wins)."""
-
-    def __init__(self, service: LendingService, lane: Lane, model_id: str) -> None:
-        self.service = service
-        self.lane = lane
-        self.model_id = model_id
-        self.in_flight = False
-        self.queued: Trigger | None = None
-
-    def fire(self, trigger: Trigger) -> None:
-        if self.in_flight:
-            self.queued = trigger
-            return
-        self._run(trigger)
-
-    def _run(self, trigger: Trigger) -> None:
-        sender = self.service.transport.event
-        self.in_flight = True
-
-        def answered(lease: Lease | None) -> None:
-            self.service.receive_lease(lease, self.lane, self.model_id, trigger)
-
-        def failed(failure: Any) -> None:
-            log.warn("queue event for {model} not delivered: {reason}", model=self.model_id,
-                     reason=failure.getErrorMessage())
-
-        def next_one(_: object) -> None:
-            self.in_flight = False
-            follow, self.queued = self.queued, None
-            if follow is not None and self.service.worth_reporting(self.lane, self.model_id):
-                self._run(follow)
-            else:
-                # No answer is awaited any more: a request held for it (hold condition 4) is
-                # judged again now, whether or not the answer came.
-                self.service._repump(self.lane)
-
-        d = defer.ensureDeferred(_call(sender, self.lane, self.model_id, trigger))
-        d.addCallbacks(answered, failed).addBoth(next_one)
-
-
-EventSender = Callable[[Lane, str, Trigger], Awaitable[Lease | None]]
-
-
-async def _call(sender: EventSender, lane: Lane, model_id: str, trigger: Trigger) -> Lease | None:
-    return await sender(lane, model_id, trigger)
