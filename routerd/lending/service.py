@@ -4,9 +4,12 @@
 on the master), the effective lending settings, one ``LaneQueue`` per lane, the
 owner's leases and the node's fitted costs.  The pure decisions live in
 ``lending.queue``, ``lending.planner`` and ``lending.pricing``; this module
-performs their effects: it parks a request until the queue admits or lends
-it, reports queue events to the master, lends on the master's answers, and
-takes or hands back borrowed work.
+performs their effects on the owner's request path: it parks a request until
+the queue admits or lends it, runs or lends it, and lends on the master's
+answers.  Its other parts: the queue events sent to the master
+(``lending.events``), the node as helper, holding borrowed work and handing it
+back when its own work arrives (``lending.helper_side``), and the decision rows
+(``lending.service_rows``).
 
 Custody never moves: a lent request keeps its client connection here, and
 whatever comes back (409 ``offload_returned``, a failed relay) is re-queued at
@@ -30,6 +33,7 @@ from routerd.config.lending import LendingSettings
 from routerd.errors import queue_full
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.events import EventReports, HeldLease
+from routerd.lending.helper_side import HelperSide, SharedLanes
 from routerd.lending.links import LinkSet
 from routerd.lending.offload import Borrowed, Returned, offload_returned
 from routerd.lending.pricing import client_output_limit, estimate_text
@@ -55,10 +59,6 @@ from routerd.wire.lending import (
 )
 
 log = Logger()
-
-
-#: The lending lanes sharing the runtime a ``(runtime kind, model)`` takes (``Runtimes.lanes_sharing``).
-SharedLanes = Callable[[RuntimeKind | None, ModelConfig], Iterable[Lane]]
 
 
 def _own_lane(kind: RuntimeKind | None, _model: ModelConfig) -> tuple[Lane, ...]:
@@ -125,13 +125,11 @@ class LendingService:
         self.leases: dict[tuple[Lane, str], HeldLease] = {}
         self.costs = Costs()
         self._waiters: dict[str, WaitingRequest[Ticket]] = {}
-        self._borrowed: dict[str, tuple[Lane, Borrowed, int]] = {}  # request id → owner, start ms
         self.events = EventReports(self)  # queue events to the master, coalesced per model
         self.rows = ServiceRows(self)
+        self.helper = HelperSide(self)  # this node as helper: its borrowed work, its own work first
         self._in_backend: set[str] = set()  # admitted requests whose local run is under way
         self._taken_back: dict[str, str] = {}  # in-backend borrowed request id → return reason
-        # own requests not queued here that wait behind borrowed work: id → (lane, ahead, since ms)
-        self._own_waiting: dict[str, tuple[Lane, int, int]] = {}
 
     # -- configuration (site APIs and the master's pushes) ------------------------------------
 
@@ -157,12 +155,12 @@ class LendingService:
         when they changed: the master pushes the same settings again at every registration, and
         re-running it then judged a held request at whatever instant the push arrived, such as
         between a lent answer and the master's next lease, when a lent slot is momentarily free
-        (issue 24: the owner took a third job in ``benchmarks/lending.py`` (f))."""
+        (the owner then took a third job in ``benchmarks/lending.py`` (f))."""
         changed = settings != self.settings
         self.settings = settings
         if changed:
             for lane in LANES:
-                self._apply(lane, self.queues[lane].set_depth(settings.scheduling_backend_depth,
+                self.apply(lane, self.queues[lane].set_depth(settings.scheduling_backend_depth,
                                                               self._now_ms()))
         for hook in self.on_settings:
             hook(settings)
@@ -203,16 +201,6 @@ class LendingService:
         now = self._now_ms()
         return [to_json(h) for lane in LANES for h in self.queues[lane].held_listing(now)]
 
-    def borrowed_requests(self) -> list[dict[str, Any]]:
-        """Borrowed work on this node (``GET /router/v1/node/offload/borrowed``)."""
-        out = []
-        for rid, (lane, info, started) in self._borrowed.items():
-            entry = self.queues[lane].entry(rid)
-            state = "running" if entry is not None and entry.state == "admitted" else "queued"
-            out.append({"request_id": rid, "lane": lane, "owner_node_id": info.owner_node_id,
-                        "owner_model_id": info.owner_model_id, "started_ms": started, "state": state})
-        return out
-
     def live_lease_lanes(self) -> list[Lane]:
         """The lane of each live lease this owner holds (for the metrics)."""
         return [lane for (lane, model_id) in self.leases if self.live_lease(lane, model_id) is not None]
@@ -231,7 +219,7 @@ class LendingService:
         Deferred fires with the answer (cancel it when the client goes: its place is freed).
 
         While it waits the request is a :class:`~routerd.lending.waiting.WaitingRequest` woken by
-        the queue's tickets, not a suspended coroutine (issue 24: held requests small); admitted,
+        the queue's tickets, not a suspended coroutine (a held request stays small); admitted,
         it runs as ``run_local(call, model, public_id)`` (one shared callable, not a closure per
         request)."""
         model_id = lane_key(lane, model)
@@ -262,12 +250,12 @@ class LendingService:
     def cancel_waiting(self, held: WaitingRequest[Any]) -> None:
         """A held request's client went away: its place in the queue is freed."""
         rid = held.call.request_id
-        self._apply(held.lane, self.queues[held.lane].cancel(rid, self._now_ms()))
+        self.apply(held.lane, self.queues[held.lane].cancel(rid, self._now_ms()))
         self._forget(rid)
 
     def _forget(self, rid: str) -> None:
         self._waiters.pop(rid, None)
-        self._borrowed.pop(rid, None)
+        self.helper.borrowed.pop(rid, None)
 
     async def _run_admitted(self, held: WaitingRequest[Any]) -> bytes:
         call, lane = held.call, held.lane
@@ -283,11 +271,11 @@ class LendingService:
                 if reason is not None:  # taken back before it claimed the runtime
                     self.rows.helper("borrowed_returned", lane, rid, reason)
                 elif rid in queue:
-                    self._apply(lane, queue.finished(rid, self._now_ms()))
+                    self.apply(lane, queue.finished(rid, self._now_ms()))
                     if held.owner:
                         self.report(lane, held.model_id, "completed")
         except CancelledError:
-            self._apply(lane, queue.cancel(rid, self._now_ms()))
+            self.apply(lane, queue.cancel(rid, self._now_ms()))
             raise
         finally:
             self._forget(rid)
@@ -310,7 +298,7 @@ class LendingService:
                 again = True
                 held.park_again()
                 self._waiters[rid] = held
-                self._apply(lane, queue.returned(rid, self._now_ms()))
+                self.apply(lane, queue.returned(rid, self._now_ms()))
                 self.report(lane, model_id, "borrowed_completed")
                 return None
             except CancelledError:
@@ -318,14 +306,14 @@ class LendingService:
             except Exception:
                 # The answer broke off after it started (it cannot be re-run): the
                 # request is over, and its lease slot must not stay taken.
-                self._apply(lane, queue.finished(rid, self._now_ms()))
+                self.apply(lane, queue.finished(rid, self._now_ms()))
                 self.report(lane, model_id, "borrowed_completed")
                 raise
-            self._apply(lane, queue.finished(rid, self._now_ms()))
+            self.apply(lane, queue.finished(rid, self._now_ms()))
             self.report(lane, model_id, "borrowed_completed")
             return result
         except CancelledError:
-            self._apply(lane, queue.cancel(rid, self._now_ms()))
+            self.apply(lane, queue.cancel(rid, self._now_ms()))
             raise
         finally:
             if not again:
@@ -352,7 +340,7 @@ class LendingService:
         self._waiters[rid] = held
         queue.set_aging(int(self.aging() * 1000))
         if borrowed is not None:
-            self._borrowed[rid] = (lane, borrowed, self._now_ms())
+            self.helper.borrowed[rid] = (lane, borrowed, self._now_ms())
             effects = queue.arrive_borrowed(rid, model_id, self._now_ms(), node_busy=self.node_busy(),
                                             work=work, context=context)
         else:
@@ -360,62 +348,37 @@ class LendingService:
             others = [other for other in self.shared_lanes(call.route.runtime, model) if other != lane]
             _, also_ahead = self.own_work_arrived(others)
             effects = queue.arrive(rid, model_id, self._now_ms(), work=work, context=context,
-                                   streaming=call.stream, reclaim=self._reclaimable(queue),
+                                   streaming=call.stream, reclaim=self.helper.reclaimable(queue),
                                    image=lane == "text" and has_image(call.parsed), also_ahead=also_ahead,
                                    priority=RANK[call.priority],
                                    key_name=call.key_name, weight=self.key_weight(call.key_name),
                                    concurrency=concurrency(model))
-        self._apply(lane, effects)
+        self.apply(lane, effects)
         if borrowed is None:
             # its place in the class order, counting what the backend already runs (the answer's
             # X-Routerd-Queue-Position); 0 when it was admitted at once
             place = queue.position(rid, self._now_ms())
             call.queue_position = place + len(queue.admitted()) if place else 0
 
-    def _reclaimable(self, queue: LaneQueue) -> list[str]:
-        """Admitted borrowed requests of ``queue`` that have not claimed the runtime yet."""
-        return [e.request_id for e in queue.admitted()
-                if e.borrowed and self.waiting_for_runtime(e.request_id)]
+    # -- this node as helper (lending.helper_side) ---------------------------------------------
 
-    # -- this node's own work outside the router queue (spec "A helper's own work") --------------
+    def borrowed_requests(self) -> list[dict[str, Any]]:
+        """Borrowed work on this node (``GET /router/v1/node/offload/borrowed``)."""
+        return self.helper.borrowed_requests()
 
     def own_work_arrived(self, lanes: Iterable[Lane]) -> tuple[Lane | None, int]:
         """Own work not queued in ``lanes`` is about to claim their runtime (a request for a model
-        linked nowhere, a request on another lane of a shared process, an explicit load): every
-        borrowed request there that has not claimed the runtime goes back (409
-        ``offload_returned``, row ``borrowed_returned``/``own_work_arrived``).  Answers the first
-        lane with borrowed jobs still in the backend and how many there are in all (what the own
-        work now waits behind)."""
-        first: Lane | None = None
-        ahead = 0
-        for lane in lanes:
-            queue = self.queues[lane]
-            effects = queue.own_work_elsewhere(self._now_ms(), self._reclaimable(queue))
-            self._apply(lane, effects)
-            here = queue.borrowed_in_backend()
-            if here and first is None:
-                first = lane
-            ahead += here
-        return first, ahead
+        linked nowhere, a request on another lane of a shared process, an explicit load):
+        :meth:`HelperSide.own_work_arrived`."""
+        return self.helper.own_work_arrived(lanes)
 
     def own_acquiring(self, call: Call, model: ModelConfig) -> None:
-        """An own request not queued in the router (its model is linked nowhere in its lane) is
-        about to acquire its runtime: borrowed work there that has not started goes back, and if
-        borrowed jobs are still ahead of it, its wait is logged once it claims the runtime
-        (:meth:`own_claimed`)."""
-        rid = call.request_id
-        if call.borrowed or any(rid in queue for queue in self.queues.values()):
-            return  # borrowed, or queued here: the lane queue did this at its arrival
-        lane, ahead = self.own_work_arrived(self.shared_lanes(call.route.runtime, model))
-        if lane is not None:
-            self._own_waiting[rid] = (lane, ahead, self._now_ms())
+        """An own request not queued in the router is about to acquire its runtime."""
+        self.helper.own_acquiring(call, model)
 
     def own_claimed(self, call: Call, claimed: bool) -> None:
         """The request of :meth:`own_acquiring` holds the runtime (``claimed``) or gave up waiting."""
-        waited = self._own_waiting.pop(call.request_id, None)
-        if waited is not None and claimed:
-            lane, ahead, since = waited
-            self.rows.waited(lane, call.request_id, ahead, self._now_ms() - since)
+        self.helper.own_claimed(call, claimed)
 
     def work_hint(self, call: Call, model: ModelConfig, lane: Lane) -> tuple[tuple[float, ...], int]:
         """The work terms (and, for text, the context) the queue and the planner price a request by.
@@ -440,7 +403,8 @@ class LendingService:
         if held is not None:
             held.wake(ticket)
 
-    def _apply(self, lane: Lane, effects: Effects) -> None:
+    def apply(self, lane: Lane, effects: Effects) -> None:
+        """Perform a lane queue's effects: hand back, then wake what it admits."""
         # Hand back first: a borrowed request taken back from its wait for the runtime leaves the
         # runtime's queue before this node's own request joins it.
         for back in effects.returned:
@@ -482,13 +446,13 @@ class LendingService:
         if lease is None:
             if self.leases.pop((lane, model_id), None) is not None:
                 self.rows.dispatch("lease_cleared", lane, model_id, None, trigger=trigger)
-                self._apply(lane, queue.pump(self._now_ms()))
+                self.apply(lane, queue.pump(self._now_ms()))
             return
         if lease.owner_node_id != self.node_id or not queue.is_owner(lease.owner_model_id):
             self.leases.pop((lane, lease.owner_model_id), None)
             self.rows.dispatch("lease_refused", lane, lease.owner_model_id, lease, reason="not_an_owner",
                                trigger=trigger)
-            self._apply(lane, queue.pump(self._now_ms()))
+            self.apply(lane, queue.pump(self._now_ms()))
             return
         # Timed on the owner's own clock, so clock skew cannot end it early.
         self.leases[(lane, model_id)] = HeldLease(lease, self._now() + lease.ttl_ms / 1000.0)
@@ -524,7 +488,7 @@ class LendingService:
 
     def repump(self, lane: Lane) -> None:
         """Re-run admission of ``lane`` and perform what it admits (a hold may have lapsed)."""
-        self._apply(lane, self.queues[lane].pump(self._now_ms()))
+        self.apply(lane, self.queues[lane].pump(self._now_ms()))
 
     # -- time ----------------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""A request waiting in a lane queue: a small record woken by a callback (issue 24, held requests).
+"""A request waiting in a lane queue: a small record woken by a callback (held requests stay small).
 
 A held request used to wait as a coroutine (``LendingService.serve``) suspended on a ``Deferred``
 of its own; ten thousand held requests kept ten thousand such frames.  Now it waits as a
