@@ -92,7 +92,7 @@ class Outcome:
     work: tuple[float, ...] = ()
 
 
-@attrs.define(weakref_slot=False)  # slotted, no weak references: one per held request (issue 14)
+@attrs.define(weakref_slot=False)  # slotted, no weak references: one per held request
 class Call:
     reply: Reply
     route: Route
