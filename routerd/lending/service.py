@@ -161,7 +161,7 @@ class LendingService:
         if changed:
             for lane in LANES:
                 self.apply(lane, self.queues[lane].set_depth(settings.scheduling_backend_depth,
-                                                              self._now_ms()))
+                                                             self._now_ms()))
         for hook in self.on_settings:
             hook(settings)
 
