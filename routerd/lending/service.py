@@ -126,7 +126,7 @@ class LendingService:
         self.costs = Costs()
         self._waiters: dict[str, WaitingRequest[Ticket]] = {}
         self.events = EventReports(self)  # queue events to the master, coalesced per model
-        self.rows = ServiceRows(self)
+        self.rows = ServiceRows(node_id, self.queues, self)
         self.helper = HelperSide(self)  # this node as helper: its borrowed work, its own work first
         self._in_backend: set[str] = set()  # admitted requests whose local run is under way
         self._taken_back: dict[str, str] = {}  # in-backend borrowed request id → return reason

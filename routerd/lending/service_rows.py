@@ -20,21 +20,18 @@ class _Recorder(Protocol):
     def record(self, kind: str, outcome: str, **fields: Any) -> None: ...
 
 
-class _Service(Protocol):
+class _Logged(Protocol):
     @property
-    def node_id(self) -> str: ...
-
-    @property
-    def decisions(self) -> _Recorder | None: ...
-
-    @property
-    def queues(self) -> Mapping[Lane, LaneQueue]: ...
+    def decisions(self) -> _Recorder | None:
+        """The node's decision log (None: it keeps none); read at every row."""
 
 
 class ServiceRows:
     """Writes the service's rows (see the module doc); nothing when the node keeps no log."""
 
-    def __init__(self, service: _Service) -> None:
+    def __init__(self, node_id: str, queues: Mapping[Lane, LaneQueue], service: _Logged) -> None:
+        self.node_id = node_id
+        self.queues = queues
         self.service = service
 
     def dispatch(self, outcome: str, lane: Lane, model_id: str, lease: Lease | None, *,
@@ -42,8 +39,8 @@ class ServiceRows:
         decisions = self.service.decisions
         if decisions is None:
             return
-        queue = self.service.queues[lane]
-        fields: dict[str, Any] = {"lane": lane, "owner_node_id": self.service.node_id,
+        queue = self.queues[lane]
+        fields: dict[str, Any] = {"lane": lane, "owner_node_id": self.node_id,
                                   "owner_model_id": model_id, "lent_out": queue.lent_count(model_id)}
         if lease is not None:
             fields.update(helper_node_id=lease.helper_node_id, helper_model_id=lease.helper_model_id,
