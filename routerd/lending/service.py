@@ -36,7 +36,7 @@ from routerd.lending.events import EventReports, HeldLease
 from routerd.lending.helper_side import HelperSide, SharedLanes
 from routerd.lending.links import LinkSet
 from routerd.lending.offload import Borrowed, Returned, offload_returned
-from routerd.lending.pricing import client_output_limit, estimate_text
+from routerd.lending.pricing import work_terms
 from routerd.lending.priority import RANK
 from routerd.lending.queue import Effects, LaneQueue
 from routerd.lending.service_rows import ServiceRows
@@ -46,7 +46,6 @@ from routerd.lending.watch import HoldGate, LentCall
 from routerd.routing.call import Call
 from routerd.routing.guardians import GuardianSet, sync_fingerprint
 from routerd.routing.images import has_image
-from routerd.routing.work import request_work
 from routerd.wire.lending import (
     LANES,
     Costs,
@@ -381,22 +380,10 @@ class LendingService:
         self.helper.own_claimed(call, claimed)
 
     def work_hint(self, call: Call, model: ModelConfig, lane: Lane) -> tuple[tuple[float, ...], int]:
-        """The work terms (and, for text, the context) the queue and the planner price a request by.
-
-        Image: steps × width × height × count from the body.  Text: estimated from
-        the body size and this model's measured bytes-per-token profile, with the
-        client's output limit in any dialect (:func:`client_output_limit`: OpenAI,
-        Responses API ``max_output_tokens``, llama.cpp, Ollama ``options.num_predict``,
-        Kobold); a model with no profile yet has no estimate (it is only probed).
-        """
-        if lane == "image":
-            return request_work(call.route, call.parsed, call.body, call.content_type), 0
-        limit = client_output_limit(call.parsed)
-        estimate = estimate_text(self.costs.token_profile(lane_key(lane, model)), len(call.body), limit,
-                                 self.settings.scheduling_context_reserve)
-        if estimate is None:
-            return (), 0
-        return estimate
+        """The work terms (and, for text, the context) the queue and the planner price a request
+        by: :func:`~routerd.lending.pricing.work_terms`, with this model's token profile."""
+        profile = None if lane == "image" else self.costs.token_profile(lane_key(lane, model))
+        return work_terms(call, lane, profile, self.settings.scheduling_context_reserve)
 
     def _wake(self, rid: str, ticket: Ticket) -> None:
         held = self._waiters.pop(rid, None)
