@@ -10,9 +10,10 @@ import attrs
 
 from routerd.config.keys import InferenceKey
 from routerd.config.lending import LendingSettings
+from routerd.families import BACKEND_MODES as BACKEND_MODES
+from routerd.families import DEFAULT_MODE
 
 ROLES = ("standalone", "master", "slave")
-BACKEND_MODES = ("llama_sdcpp", "kobold", "vllm")
 
 
 @attrs.frozen
@@ -90,7 +91,7 @@ class ModelsConfig:
 
 @attrs.frozen
 class BackendConfig:
-    mode: str = "llama_sdcpp"
+    mode: str = DEFAULT_MODE
 
 
 @attrs.frozen
@@ -155,7 +156,7 @@ class LimitsConfig:
 
 @attrs.frozen
 class QueueConfig:
-    #: A waiting request rises one priority class per ``aging`` seconds (issue 23).
+    #: A waiting request rises one priority class per ``aging`` seconds, so a low class still runs.
     aging: float = 30.0
 
 

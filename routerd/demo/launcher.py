@@ -36,11 +36,11 @@ import attrs
 import yaml
 
 from routerd.config.schema import ModelsConfig
+from routerd.families import BINARY_SECTIONS
 
 SLAVE_FILES = ("slave-a.yaml", "slave-b.yaml")
 MASTER_FILE = "master.yaml"
 ROUTING_ONLY_FILE = "routing-only-master.yaml"
-BINARY_SECTIONS = ("llama", "sdcpp", "whispercpp", "kobold", "vllm")
 CLEAN_EXITS = (0, -signal.SIGTERM, -signal.SIGINT)
 TAIL_LINES = 20
 STOP_TIMEOUT_S = 20.0

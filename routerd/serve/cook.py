@@ -26,6 +26,7 @@ from routerd.catalog.kcpps import BACKEND_MODES, KCPPS_SUFFIX, config_from_mappi
 from routerd.catalog.model import ModelConfig
 from routerd.catalog.problems import near_miss_keys, weight_problems
 from routerd.config.schema import Config
+from routerd.families import is_declared
 from routerd.files import write_json_atomically
 
 #: The weight fields Cook fills (the ``.kcpps`` keys), in the order a form shows them.
@@ -126,7 +127,7 @@ def parse_order(body: Mapping[str, Any]) -> CookOrder:
         if not isinstance(path, str) or not path:
             raise CookError(f"files.{field} must be a path relative to a file root")
     mode = body.get("backend_mode")
-    if mode is not None and mode not in BACKEND_MODES:
+    if mode is not None and not is_declared(mode):
         raise CookError("backend_mode must be one of " + ", ".join(BACKEND_MODES))
     replace = body.get("replace", False)
     if not isinstance(replace, bool):
