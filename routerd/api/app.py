@@ -17,14 +17,16 @@ import attrs
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.web.iweb import IRequest
 
-from routerd import __version__
+from routerd import __version__, documents
 from routerd.api.analytics_routes import AnalyticsAPI, AnalyticsNode
 from routerd.api.assets_routes import AssetsAPI, AssetsNode
 from routerd.api.bench_routes import BenchAPI, BenchNode
+from routerd.api.browser import browser_rules
 from routerd.api.cook_routes import CookAPI
 from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
 from routerd.api.errors import master_only, not_found, reply_error, require_method, require_post
+from routerd.api.facts import EVERY_PHASE
 from routerd.api.guardians_routes import GuardiansAPI, GuardiansNode
 from routerd.api.jobs_routes import JobsAPI
 from routerd.api.jsonio import json_response, read_json
@@ -41,21 +43,29 @@ from routerd.api.settings_routes import SettingsAPI
 from routerd.api.site import GuardResource, NodeSite, authenticated
 from routerd.api.webui import WebUI, webui_dir
 from routerd.catalog.model import Capabilities
-from routerd.cluster.client import ClusterError, RemoteError
+from routerd.clients.node_client import ClusterError, RemoteError
 from routerd.errors import HTTPError
+from routerd.inference.admin import UNLOAD_TARGETS, ModelAdmin
+from routerd.inference.front import InferenceFront
+from routerd.inference.keepalive import OllamaControl
+from routerd.inference.video import VideoJobs
 from routerd.lending.offload import borrowed_from_headers
 from routerd.lending.reports import DecisionsNode, site_states
+from routerd.paths import (
+    INFERENCE_PREFIX,
+    NODE_LOAD,
+    NODE_MODELS,
+    NODE_REGISTER,
+    NODE_RUNTIME_STATUS,
+    NODE_STATE,
+    NODE_UNLOAD,
+)
 from routerd.routing.adapters import ollama
 from routerd.routing.adapters.ollama import Mode
 from routerd.routing.call import Incoming, Reply
 from routerd.routing.classify import INFERENCE_PATHS, Route, classify
-from routerd.routing.forward import INFERENCE_PREFIX
 from routerd.routing.jobs import job_path
-from routerd.serve import documents
-from routerd.serve.admin import UNLOAD_TARGETS, ModelAdmin
-from routerd.serve.front import InferenceFront
-from routerd.serve.keepalive import OllamaControl
-from routerd.serve.video import VideoJobs
+from routerd.routing.selector import MAX_MODEL_BYTES, model_too_long
 from routerd.wire.records import PROTOCOL_VERSION
 from routerd.wire.status import status_to_json
 
@@ -63,11 +73,11 @@ if TYPE_CHECKING:
     from routerd.catalog.catalog import Catalog
     from routerd.cluster.auth import AuthPolicy
     from routerd.cluster.master import MasterAgent
+    from routerd.inference.recipes import RecipeRouter
     from routerd.lending.coordinator import Coordinator
     from routerd.lending.service import LendingService
     from routerd.metrics import NodeMetrics
-    from routerd.serve.recipes import RecipeRouter
-    from routerd.serve.reload import Reloader
+    from routerd.process.reload import Reloader
     from routerd.store.store import Store
     from routerd.wire.records import ModelRecord
     from routerd.wire.status import RuntimeStatus
@@ -82,7 +92,7 @@ def _TEXT(caps: Capabilities) -> bool:
     return caps.llm or caps.embeddings
 
 
-# Ollama routes whose empty requests load / unload a model (see routerd.serve.keepalive).
+# Ollama routes whose empty requests load / unload a model (see routerd.inference.keepalive).
 _OLLAMA_CONTROL: dict[str, Mode] = {"ollama_chat": "chat", "ollama_generate": "generate"}
 
 
@@ -133,7 +143,7 @@ class ClientAPI:
         self.image_listing = image_listing
         self.metrics = metrics
 
-    @routes.route("/health", methods=["GET"], auth="health")
+    @routes.route("/health", methods=["GET"], auth="health", phases=EVERY_PHASE)
     def health(self, request: IRequest) -> bytes:
         """200 ``ok`` when ready, 503 ``starting``/``draining``; node details only to a caller
         the guard found authenticated (load balancers need no key and learn nothing more)."""
@@ -144,7 +154,7 @@ class ClientAPI:
             return json_response(request, {"status": "ok"})
         return json_response(request, {"status": "ok", "node_id": self.node_id, "role": self.role})
 
-    @routes.route("/metrics", methods=["GET"], auth="metrics")
+    @routes.route("/metrics", methods=["GET"], auth="metrics", phases=EVERY_PHASE)
     def metrics_text(self, request: IRequest) -> bytes:
         request.setHeader(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
         return self.metrics()
@@ -171,6 +181,8 @@ class ClientAPI:
         name = body.get("model", body.get("name"))
         if not isinstance(name, str) or not name:
             raise HTTPError(400, "model is required")
+        if model_too_long(name):
+            raise HTTPError(400, f"model name is longer than {MAX_MODEL_BYTES} bytes")
         entries = [e for e in self.listing(lambda c: True) if e.name == name]
         if not entries:
             raise HTTPError(404, f"model '{name}' not found", "not_found", "model_not_found")
@@ -211,7 +223,7 @@ class ClientAPI:
                 return json.dumps(answer).encode()
         return await self.front.handle(facts, reply, route)
 
-    @routes.lean(INFERENCE_PREFIX + "/", methods=["POST"], auth="cluster", branch=True)
+    @routes.lean(INFERENCE_PREFIX + "/", methods=["POST"], auth="cluster", branch=True, forwards=True)
     def serve_forwarded(self, method: str, path: str, facts: Incoming, reply: Reply) -> Deferred[bytes]:
         """Forwarded inference from the master (cluster token checked by the guard); borrowed
         work when the master's relay marked it so.  ``path`` is the full path, with the prefix."""
@@ -256,30 +268,30 @@ class NodeAPI:
         self.node = node
         self.admin = admin
 
-    @routes.route("/router/v1/node/register", methods=["POST"], auth="cluster")
+    @routes.route(NODE_REGISTER, methods=["POST"], auth="cluster")
     def register(self, request: IRequest) -> bytes:
         if self.node.master is None:
             raise HTTPError(409, "this node is not the master", "cluster_error", "not_master")
         return json_response(request, self.node.master.register(read_json(request, optional=True)))
 
-    @routes.route("/router/v1/node/models", methods=["GET"], auth="cluster")
+    @routes.route(NODE_MODELS, methods=["GET"], auth="cluster")
     def models(self, request: IRequest) -> bytes:
         return json_response(request, self.node.snapshot())
 
-    @routes.route("/router/v1/node/runtime-status", methods=["GET"], auth="cluster")
+    @routes.route(NODE_RUNTIME_STATUS, methods=["GET"], auth="cluster")
     def runtime_status(self, request: IRequest) -> bytes:
         return json_response(request, status_to_json(self.node.runtime_status()))
 
-    @routes.route("/router/v1/node/state", methods=["GET"], auth="cluster")
+    @routes.route(NODE_STATE, methods=["GET"], auth="cluster")
     @routes.route("/router/v1/state", methods=["GET"], auth="admin")
     def state(self, request: IRequest) -> bytes:
         return json_response(request, self.node.state_document())
 
-    @routes.route("/router/v1/node/load", methods=["POST"], auth="cluster")
+    @routes.route(NODE_LOAD, methods=["POST"], auth="cluster")
     async def load(self, request: IRequest) -> bytes:
         return json_response(request, await self.admin.load(_model_arg(read_json(request, optional=True))))
 
-    @routes.route("/router/v1/node/unload", methods=["POST"], auth="cluster")
+    @routes.route(NODE_UNLOAD, methods=["POST"], auth="cluster")
     async def unload(self, request: IRequest) -> bytes:
         body = read_json(request, optional=True)
         return json_response(request, await self.admin.unload(body.get("model"), body.get("target")))
@@ -398,7 +410,7 @@ class AdminAPI:
             raise HTTPError(400, "node_id is required")
         if node_id == self.node.node_id:
             return json_response(request, self.node.state_document())
-        return json_response(request, await site.node_json(node_id, "/router/v1/node/state"))
+        return json_response(request, await site.node_json(node_id, NODE_STATE))
 
     @routes.route("/router/v1/site/nodes/states", methods=["GET"], auth="admin")
     async def nodes_states(self, request: IRequest) -> bytes:
@@ -523,7 +535,7 @@ def build_site(node: ServedNode) -> NodeSite:
     limit = node.config.limits.max_body_bytes
     dispatch = Dispatch(apis)  # dispatch.route_class: the auth class of a path, from the declared routes
     guard = GuardResource(dispatch, node.policy, limit, node.config.server.cors_origins,
-                          lambda: node.phase, node.config.server)
+                          lambda: node.phase, node.config.server, browser_rules(node.config))
     site = NodeSite(guard, limit, node.config.limits.replay_buffer_bytes)
     node.reloader.on_applied.append(lambda config: guard.update(node.policy, site, config))
     return site

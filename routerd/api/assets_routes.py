@@ -22,18 +22,24 @@ from routerd.assets.index import LookupError400, is_sha256, parse_hashes
 from routerd.assets.paths import UnsafePath, resolve_in_roots
 from routerd.assets.ranges import RangeNotSatisfiable, parse_range
 from routerd.catalog.hashing import sha256_file
-from routerd.cluster.client import ClusterError, RemoteError
+from routerd.clients.node_client import ClusterError, RemoteError
 from routerd.errors import HTTPError
+from routerd.paths import (
+    ASSET_PREFIX,
+    LOOKUP_CLUSTER_PATH,
+    LOOKUP_PATH,
+    NODE_ASSETS_STATE,
+    NODE_MODEL_FILES_HASH,
+)
+from routerd.paths import NODE_ASSET_OPS as NODE_OPS
 
 if TYPE_CHECKING:
+    from routerd.assets.service import AssetService
     from routerd.cluster.master import MasterAgent
     from routerd.config.schema import Config
     from routerd.registry.records import NodeInfo
-    from routerd.serve.assets import AssetService
 
 LOOKUP_BODY_LIMIT = 1024 * 1024
-ASSET_PREFIX = "/router/v1/node/assets/"
-NODE_OPS = "/router/v1/node/site/model-assets"
 MAX_BATCH = 128
 
 
@@ -97,19 +103,19 @@ class AssetsAPI:
     def __init__(self, node: AssetsNode) -> None:
         self.node = node
 
-    @routes.route("/router/v1/node/assets/lookup", methods=["POST"], auth="cluster")
+    @routes.route(LOOKUP_PATH, methods=["POST"], auth="cluster")
     def lookup(self, request: IRequest) -> bytes:
         service = self.node.assets
         assets = service.index.lookup(_hashes(request))
         return json_response(request, {"assets": [service.describe(a.sha256, a.to_json()) for a in assets]})
 
-    @routes.route("/router/v1/node/assets/lookup-cluster", methods=["POST"], auth="cluster")
+    @routes.route(LOOKUP_CLUSTER_PATH, methods=["POST"], auth="cluster")
     async def lookup_cluster(self, request: IRequest) -> bytes:
         if self.node.master is None:
             raise master_only()
         return json_response(request, await self.node.assets.lookup_cluster(_hashes(request)))
 
-    @routes.route("/router/v1/node/assets/state", methods=["GET"], auth="cluster")
+    @routes.route(NODE_ASSETS_STATE, methods=["GET"], auth="cluster")
     def state(self, request: IRequest) -> bytes:
         return json_response(request, self.node.assets.state())
 
@@ -383,7 +389,7 @@ class AssetsAPI:
             if node_url is not None and node_url.rstrip("/") != info.node_url.rstrip("/"):
                 raise HTTPError(400, f"node url {node_url} does not match the registered node")
             try:
-                answer = await master.client.post_json(info.node_url, "/router/v1/node/site/model-files/hash",
+                answer = await master.client.post_json(info.node_url, NODE_MODEL_FILES_HASH,
                                                        {"path": body.get("path")})
             except RemoteError as exc:
                 raise HTTPError(exc.status, exc.message, exc.type, exc.code) from None
@@ -393,7 +399,7 @@ class AssetsAPI:
             return json_response(request, answer)
         return json_response(request, await self._hash_local(body.get("path")))
 
-    @routes.route("/router/v1/node/site/model-files/hash", methods=["POST"], auth="cluster")
+    @routes.route(NODE_MODEL_FILES_HASH, methods=["POST"], auth="cluster")
     async def node_hash(self, request: IRequest) -> bytes:
         return json_response(request, await self._hash_local(read_json(request).get("path")))
 

@@ -25,8 +25,6 @@ from routerd.errors import HTTPError
 from routerd.lending.decisions import ALL_OUTCOMES, KINDS
 from routerd.lending.fold import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, fold, page
 from routerd.lending.reports import (
-    NODE_DECISIONS,
-    NODE_SUMMARY,
     DecisionQuery,
     DecisionsNode,
     SiteNode,
@@ -35,6 +33,7 @@ from routerd.lending.reports import (
     site_decisions,
     site_summary,
 )
+from routerd.paths import NODE_DECISIONS, NODE_SUMMARY
 from routerd.store.decisions import DEFAULT_LIMIT, MAX_LIMIT
 from routerd.wire.lending import LANES
 

@@ -1,5 +1,5 @@
 """Video job polls (contract §5): ``GET /sdcpp/v1/jobs/{job_id}`` and ``POST
-/sdcpp/v1/jobs/{job_id}/cancel``, answered by :class:`~routerd.serve.video.VideoJobs` (the node that
+/sdcpp/v1/jobs/{job_id}/cancel``, answered by :class:`~routerd.inference.video.VideoJobs` (the node that
 runs the job, or a master passing them on to it).  The same calls forwarded by a master reach
 ``ClientAPI.serve_forwarded`` under ``/router/v1/node/inference``."""
 
@@ -8,9 +8,10 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.web.iweb import IRequest
 
+from routerd.api.facts import READY_OR_DRAINING
 from routerd.api.reply import RequestReply
 from routerd.api.routes import Routes
-from routerd.serve.video import VideoJobs
+from routerd.inference.video import VideoJobs
 
 
 class JobsAPI:
@@ -21,10 +22,11 @@ class JobsAPI:
     def __init__(self, jobs: VideoJobs) -> None:
         self.jobs = jobs
 
-    @routes.route("/sdcpp/v1/jobs/<job_id>", methods=["GET"], auth="inference")
+    @routes.route("/sdcpp/v1/jobs/<job_id>", methods=["GET"], auth="inference", phases=READY_OR_DRAINING)
     def poll(self, request: IRequest, job_id: str) -> Deferred[bytes]:
         return ensureDeferred(self.jobs.answer(job_id, "poll", RequestReply(request)))
 
-    @routes.route("/sdcpp/v1/jobs/<job_id>/cancel", methods=["POST"], auth="inference")
+    @routes.route("/sdcpp/v1/jobs/<job_id>/cancel", methods=["POST"], auth="inference",
+                  phases=READY_OR_DRAINING)
     def cancel(self, request: IRequest, job_id: str) -> Deferred[bytes]:
         return ensureDeferred(self.jobs.answer(job_id, "cancel", RequestReply(request)))

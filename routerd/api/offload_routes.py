@@ -17,9 +17,9 @@ from routerd.api.jsonio import json_reply, json_response, parse_json_body
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 from routerd.lending.coordinator import Coordinator
-from routerd.lending.offload import GRANT_PATH, RelayRequest, offload_returned, relay_from_headers
+from routerd.lending.offload import RelayRequest, offload_returned, relay_from_headers
 from routerd.lending.service import LendingService
-from routerd.lending.transport import EVENT_PATH, RELAY_PATH
+from routerd.paths import BORROWED_PATH, EVENT_PATH, GRANT_PATH, RELAY_PATH
 from routerd.routing.call import Call, Incoming, Reply, new_request_id
 from routerd.routing.classify import classify
 from routerd.routing.forward import CameBack
@@ -69,11 +69,11 @@ class OffloadAPI:
         self.lending.receive_lease(lease, lease.lane, lease.owner_model_id, "grant")
         return json_reply(reply, to_json(lease))
 
-    @routes.route("/router/v1/node/offload/borrowed", methods=["GET"], auth="cluster")
+    @routes.route(BORROWED_PATH, methods=["GET"], auth="cluster")
     def borrowed(self, request: IRequest) -> bytes:
         return json_response(request, {"borrowed": self.lending.borrowed_requests()})
 
-    @routes.lean(RELAY_PATH, methods=["POST"], auth="cluster")
+    @routes.lean(RELAY_PATH, methods=["POST"], auth="cluster", returns=True)
     def relay(self, method: str, path: str, facts: Incoming, reply: Reply) -> Deferred[bytes]:
         """The master's relay: pass an owner's lent request to the helper its live lease names,
         its answer streamed through as it arrives.  Refusals are answered in the OpenAI envelope

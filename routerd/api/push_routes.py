@@ -27,11 +27,9 @@ from routerd.config.lending import SPECS, LendingSettings
 from routerd.errors import HTTPError
 from routerd.lending.admin import normalise_batch
 from routerd.lending.links import LinkError, LinkSet
+from routerd.paths import LINKS_PATH, SETTINGS_PATH
 from routerd.routing.guardians import GuardianError, GuardianSet
 from routerd.wire.lending import Lane, Link, parse_strictly
-
-LINKS_PATH = "/router/v1/node/offload/links"
-SETTINGS_PATH = "/router/v1/node/offload/settings"
 
 log = Logger()
 
@@ -97,4 +95,4 @@ class PushAPI:
         return json_response(request, {"ok": True, "fingerprint": fingerprint, "dropped": dropped})
 
 
-__all__ = ["LINKS_PATH", "SETTINGS_PATH", "PushAPI", "parse_link_set"]
+__all__ = ["PushAPI", "parse_link_set"]

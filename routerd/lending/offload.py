@@ -16,8 +16,6 @@ import attrs
 from routerd.errors import HTTPError
 from routerd.wire.lending import LANES, Lane, Lease
 
-#: Where the master sends an owner the lease it granted (a lean route).
-GRANT_PATH = "/router/v1/node/offload/grant"
 OFFLOAD_RETURNED = "offload_returned"
 
 Headers = tuple[tuple[bytes, bytes], ...]

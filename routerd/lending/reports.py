@@ -24,6 +24,7 @@ from twisted.python.failure import Failure
 
 from routerd import __version__
 from routerd.cluster.fanout import failure_text, fan_out
+from routerd.paths import NODE_DECISIONS, NODE_STATE, NODE_SUMMARY
 from routerd.registry.records import NodeInfo
 from routerd.store.decisions import DEFAULT_LIMIT
 
@@ -31,9 +32,6 @@ from routerd.store.decisions import DEFAULT_LIMIT
 FANOUT = 8
 NODE_TIMEOUT_S = 5.0
 
-NODE_DECISIONS = "/router/v1/node/offload/decisions"
-NODE_SUMMARY = "/router/v1/node/offload/summary"
-NODE_STATE = "/router/v1/node/state"
 
 
 class _Fingerprinted(Protocol):
@@ -268,9 +266,6 @@ async def site_states(master: _Master, own_id: str, own_state: dict[str, Any]) -
 
 __all__ = [
     "FANOUT",
-    "NODE_DECISIONS",
-    "NODE_STATE",
-    "NODE_SUMMARY",
     "NODE_TIMEOUT_S",
     "DecisionQuery",
     "DecisionsNode",

@@ -16,12 +16,10 @@ from typing import Any, Protocol
 from urllib.parse import urlencode
 
 from routerd.lending.offload import RelayRequest, Returned, relay_headers
+from routerd.paths import EVENT_PATH, RELAY_PATH
 from routerd.routing.call import Call, Reply
 from routerd.routing.forward import CameBack, Forwarder, Outbound, Unreachable
 from routerd.wire.lending import Lane, Lease, Trigger, from_json
-
-EVENT_PATH = "/router/v1/node/offload/event"
-RELAY_PATH = "/router/v1/node/offload/request"
 
 
 class LendingTransport(Protocol):

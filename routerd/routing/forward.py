@@ -18,6 +18,7 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent
 
 from routerd.errors import HTTPError
+from routerd.paths import INFERENCE_PREFIX
 from routerd.routing.body import BytesProducer
 from routerd.routing.call import KEY_CLASS_HEADER, KEY_NAME_HEADER, Call, Reply
 from routerd.routing.guardians import REFUSAL_STATUSES, ImageRefused, refusal_message
@@ -36,7 +37,6 @@ from routerd.routing.selector import replace_model
 from routerd.urls import AllowList
 from routerd.wire.records import ModelRecord
 
-INFERENCE_PREFIX = "/router/v1/node/inference"
 _PASSED_HEADERS = (b"x-routerd-node", b"x-routerd-lent-to", b"x-routerd-guardian", b"cache-control",
                    b"x-content-type-options")
 _STREAMING_TYPES = ("text/event-stream", "application/x-ndjson", "application/ndjson")
@@ -68,7 +68,7 @@ class Outbound:
     #: A 400/500 refusing the request's image raises ImageRefused instead of being passed on
     #: (spec "Guardian models": the guardian answers instead).
     image_refusal_raises: bool = False
-    #: ``GET`` for a video job's poll (``routerd.serve.video``); a GET sends no body.
+    #: ``GET`` for a video job's poll (``routerd.inference.video``); a GET sends no body.
     method: bytes = b"POST"
 
 

@@ -18,15 +18,11 @@ from twisted.python.failure import Failure
 
 from routerd.cluster.fanout import failure_text, fan_out
 from routerd.errors import HTTPError
+from routerd.inference.analytics import LOAD_ERRORS_KEPT, series_point
 from routerd.lending.reports import FANOUT, NODE_TIMEOUT_S, select_nodes
+from routerd.paths import NODE_ANALYTICS, NODE_ANALYTICS_FLUSH, NODE_LOAD_ERRORS, NODE_RECENT
 from routerd.registry.records import NodeInfo
-from routerd.serve.analytics import LOAD_ERRORS_KEPT, series_point
 from routerd.store.analytics import ANALYTICS_LANES, FIGURES, PERIODS, Query, Sums, figures
-
-NODE_ANALYTICS = "/router/v1/node/analytics"
-NODE_ANALYTICS_FLUSH = "/router/v1/node/analytics/flush"
-NODE_LOAD_ERRORS = "/router/v1/node/load-errors"
-NODE_RECENT = "/router/v1/node/analytics/recent"
 
 
 class _Registry(Protocol):
@@ -229,6 +225,6 @@ async def site_clear_load_errors(site: Site, own_id: str, own: Callable[[], int]
     return {"ok": True, "removed": removed, "node_errors": sorted(errors, key=lambda e: e["node_id"])}
 
 
-__all__ = ["NODE_ANALYTICS", "NODE_ANALYTICS_FLUSH", "NODE_LOAD_ERRORS", "NODE_RECENT", "Site", "merge",
+__all__ = ["Site", "merge",
            "node_params", "parse_query", "site_analytics", "site_clear_load_errors", "site_flush",
            "site_load_errors", "site_recent"]

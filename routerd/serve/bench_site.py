@@ -16,15 +16,13 @@ from urllib.parse import urlencode
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from routerd.cluster.client import ClusterError, RemoteError
+from routerd.clients.node_client import ClusterError, RemoteError
 from routerd.cluster.fanout import failure_text, fan_out
 from routerd.errors import HTTPError
 from routerd.lending.reports import FANOUT, NODE_TIMEOUT_S, select_nodes
+from routerd.paths import NODE_BENCH_LIST, NODE_BENCH_RUN
 from routerd.registry.records import NodeInfo
 from routerd.wire.records import ModelRecord
-
-NODE_BENCH_RUN = "/router/v1/node/benchmarks/run"
-NODE_BENCH_LIST = "/router/v1/node/benchmarks"
 
 
 class _Registry(Protocol):
@@ -114,4 +112,4 @@ def _newest_first(row: Mapping[str, Any]) -> int:
     return -at if isinstance(at, int) else 0
 
 
-__all__ = ["NODE_BENCH_LIST", "NODE_BENCH_RUN", "BenchSite", "site_history", "site_run", "target"]
+__all__ = ["BenchSite", "site_history", "site_run", "target"]

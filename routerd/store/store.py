@@ -332,7 +332,7 @@ class Store:
 
         return self._write("sample pruning", prune, 0)
 
-    # --- analytics (contract §9; rows batched by routerd.serve.analytics) ------------------------
+    # --- analytics (contract §9; rows batched by routerd.inference.analytics) ------------------------
 
     def write_analytics(self, requests: Sequence[analytics_sql.RequestRow],
                         loads: Sequence[analytics_sql.LoadRow]) -> Deferred[None]:

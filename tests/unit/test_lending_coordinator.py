@@ -23,10 +23,11 @@ from routerd.lending.decisions import DecisionLog
 from routerd.lending.links import LinkSet
 from routerd.lending.offload import Borrowed, RelayRequest, relay_from_headers, relay_headers
 from routerd.lending.service import LendingService
+from routerd.paths import INFERENCE_PREFIX
 from routerd.registry.records import NodeInfo
 from routerd.routing.call import Call, Incoming
 from routerd.routing.classify import classify
-from routerd.routing.forward import INFERENCE_PREFIX, CameBack, Outbound, Unreachable
+from routerd.routing.forward import CameBack, Outbound, Unreachable
 from routerd.store.store import Store
 from routerd.wire.lending import Endpoint, Lane, Lease, Link, Trigger, to_json
 from routerd.wire.records import ModelRecord

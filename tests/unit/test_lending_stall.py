@@ -9,10 +9,11 @@ from typing import Any
 import attrs
 from twisted.internet.defer import Deferred, fail, succeed
 
-from routerd.cluster.client import ClusterTimeout, RemoteError
+from routerd.clients.node_client import ClusterTimeout, RemoteError
 from routerd.config.lending import LendingSettings
 from routerd.lending.stall import StallTracker
-from routerd.lending.stall_check import BORROWED_PATH, HelperGone, borrowed_ids
+from routerd.lending.stall_check import HelperGone, borrowed_ids
+from routerd.paths import BORROWED_PATH
 from routerd.routing.forward import CameBack, Outbound
 from tests.support import FakeReply, fired
 from tests.unit.test_lending_coordinator import Cluster, FakeClient, failed_with, helper_status, owner_status

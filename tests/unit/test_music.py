@@ -18,10 +18,10 @@ from routerd.catalog.catalog import Catalog
 from routerd.catalog.kcpps import NO_MODEL_FILE, config_hash, parse_kcpps
 from routerd.catalog.model import Capabilities, InvalidConfig, ModelConfig
 from routerd.errors import HTTPError
+from routerd.inference.recipes import RecipeRouter
 from routerd.registry.recipes import RecipeBook, RecipeError, request_lanes
 from routerd.routing.classify import allowed_methods, classify
 from routerd.routing.plan import NEEDS, SECTIONS, plan_backend_call
-from routerd.serve.recipes import RecipeRouter
 from routerd.wire.records import (
     ModelRecord,
     WireError,

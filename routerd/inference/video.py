@@ -1,6 +1,6 @@
 """Video jobs: sd-server's asynchronous ``vid_gen`` routed, held and answered (``routing.jobs`` decides).
 
-A submission is served like an image request (``serve.local``: the image runtime is acquired, the
+A submission is served like an image request (``inference.local``: the image runtime is acquired, the
 model loaded or switched, image-side readiness) and sent to the backend, whose 202 names its job.
 From then on the runtime lease stays held by :class:`VideoJobs`, which polls the backend's job
 itself (:func:`~routerd.routing.jobs.poll_delay`) until it ends: no switch or unload happens under
@@ -24,9 +24,10 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent
 
 from routerd.errors import HTTPError
+from routerd.paths import INFERENCE_PREFIX
 from routerd.routing.body import BytesProducer
 from routerd.routing.call import Call, Reply
-from routerd.routing.forward import INFERENCE_PREFIX, TRANSPORT_ERRORS, Forwarder, Outbound, Unreachable
+from routerd.routing.forward import TRANSPORT_ERRORS, Forwarder, Outbound, Unreachable
 from routerd.routing.jobs import JOBS_PREFIX, Job, JobAction, JobTable, new_job_id, poll_delay
 from routerd.routing.plan import BackendPlan
 from routerd.routing.relay import collect
