@@ -6,5 +6,6 @@ fits (``pricing``), links and their layering, the hold and cut-off rules, and th
 headers.  The shell performs: the node's lending service on the owner's request path
 (``service``, ``waiting``, ``watch``) and as helper (``helper_side``), its queue events to the
 master (``events``, ``transport``), the master's coordinator and relay (``coordinator``,
-``stall_check``), the decision log, restore, and the node's lending reports (the site's link, settings and guardian editors live in ``routerd.site``).
+``stall_check``), the decision log, restore, and the node's lending reports (the site's link,
+settings and guardian editors live in ``routerd.site``).
 """
