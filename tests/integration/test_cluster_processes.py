@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from routerd.demo.launcher import rewrite_ports
+from routerd.demo.configs import rewrite_ports
 
 pytestmark = pytest.mark.slow
 
