@@ -159,7 +159,7 @@ class NodeMetrics:
         self.prompt_tokens = Counter(
             "routerd_prompt_tokens", "Prompt tokens processed by this node's backends", ("model",),
             registry=self.registry)
-        # per named key and class (issue 23): the key's name, never the key ("-" for none)
+        # per named key and class: the key's name, never the key ("-" for none)
         self.key_requests = Counter(
             "routerd_key_requests", "Inference requests a client sent this node, by key name, class and "
             "status (429s: status key_limited or queue_full)", ("key", "class", "status"),

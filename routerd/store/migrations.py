@@ -171,7 +171,7 @@ DROP TABLE public_ids;
 ALTER TABLE public_ids_v2 RENAME TO public_ids;
 """
 
-# v3 (issue 23): a decision about a request names its priority class and its key's name.
+# v3: a decision about a request names its priority class and its key's name.
 _V3_SQL = """
 ALTER TABLE offload_decisions ADD COLUMN priority TEXT NOT NULL DEFAULT '';
 ALTER TABLE offload_decisions ADD COLUMN key_name TEXT NOT NULL DEFAULT '';

@@ -82,7 +82,7 @@ Reason = Literal[
     "helper_recently_busy",
     # the owner or helper model no longer meets text-lending eligibility (spec "LLM lending")
     "model_ineligible",
-    # the owner's / helper's node is unreachable, or its model disabled or gone (issue 21)
+    # the owner's / helper's node is unreachable, or its model disabled or gone
     "owner_unavailable",
     "helper_unavailable",
 ]
@@ -319,7 +319,7 @@ class HeldRequest:
     waiting_ms: int
     helper_node_id: str | None = None
     helper_model_id: str | None = None
-    #: The request's class (``interactive``/``standard``/``batch``) and its key's name (issue 23).
+    #: The request's class (``interactive``/``standard``/``batch``) and its key's name.
     priority: str | None = None
     key_name: str | None = None
 
