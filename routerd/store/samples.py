@@ -66,46 +66,27 @@ _LOAD_COLUMNS = "config_filename, model_id, runtime, duration_ms, status, finish
 
 def request_row(sample: RequestSample) -> tuple[object, ...]:
     """The ``request_samples`` values of ``sample``, in the order ``insert_requests`` writes them."""
-    return (
-        sample.model_id,
-        sample.section,
-        json.dumps(list(sample.work)),
-        float(sample.duration_ms),
-        sample.status,
-        int(sample.finished_at_ms),
-        int(sample.http_status),
-        int(sample.request_bytes),
-        sample.node_id,
-    )
+    return (sample.model_id, sample.section, json.dumps(list(sample.work)), float(sample.duration_ms),
+            sample.status, int(sample.finished_at_ms), int(sample.http_status), int(sample.request_bytes),
+            sample.node_id)
 
 
 def _request_sample(row: tuple[Any, ...]) -> RequestSample:
     model_id, section, work, duration_ms, status, finished_at, http_status, request_bytes, node_id = row
     decoded = json.loads(str(work)) if work else []
-    return RequestSample(
-        model_id=str(model_id),
-        section=str(section),
-        work=tuple(float(v) for v in decoded),
-        duration_ms=float(duration_ms),
-        status=str(status),
-        finished_at_ms=int(finished_at),
-        http_status=int(http_status),
-        request_bytes=int(request_bytes),
-        node_id=str(node_id),
-    )
+    return RequestSample(str(model_id), str(section), tuple(float(v) for v in decoded), float(duration_ms),
+                         str(status), int(finished_at), int(http_status), int(request_bytes), str(node_id))
+
+
+def _load_row(sample: LoadSample) -> tuple[object, ...]:
+    return (sample.config_filename, sample.model_id, sample.runtime, float(sample.duration_ms), sample.status,
+            int(sample.finished_at_ms), sample.reason)
 
 
 def _load_sample(row: tuple[Any, ...]) -> LoadSample:
     config_filename, model_id, runtime, duration_ms, status, finished_at, reason = row
-    return LoadSample(
-        config_filename=str(config_filename),
-        model_id=str(model_id),
-        runtime=str(runtime),
-        duration_ms=float(duration_ms),
-        status=str(status),
-        finished_at_ms=int(finished_at),
-        reason=str(reason),
-    )
+    return LoadSample(str(config_filename), str(model_id), str(runtime), float(duration_ms), str(status),
+                      int(finished_at), str(reason))
 
 
 def insert_requests(conn: sqlite3.Connection, rows: Sequence[tuple[object, ...]]) -> None:
@@ -115,16 +96,7 @@ def insert_requests(conn: sqlite3.Connection, rows: Sequence[tuple[object, ...]]
 
 def insert_load(conn: sqlite3.Connection, sample: LoadSample) -> None:
     """Write one finished load."""
-    row = (
-        sample.config_filename,
-        sample.model_id,
-        sample.runtime,
-        float(sample.duration_ms),
-        sample.status,
-        int(sample.finished_at_ms),
-        sample.reason,
-    )
-    conn.execute(f"INSERT INTO load_samples ({_LOAD_COLUMNS}) VALUES (?,?,?,?,?,?,?)", row)
+    conn.execute(f"INSERT INTO load_samples ({_LOAD_COLUMNS}) VALUES (?,?,?,?,?,?,?)", _load_row(sample))
 
 
 def prune(conn: sqlite3.Connection, before_ms: int) -> int:

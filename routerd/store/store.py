@@ -164,11 +164,8 @@ class Store:
         one thread hand-off) per batch rather than per request.
         """
         if sample.section not in SECTIONS:
-            self.log.warn(
-                "request sample for {model_id} dropped: unknown section {section!r}",
-                model_id=sample.model_id,
-                section=sample.section,
-            )
+            self.log.warn("request sample for {model_id} dropped: unknown section {section!r}",
+                          model_id=sample.model_id, section=sample.section)
             return succeed(None)
         if self._closed:
             # A request that ended after the stop began: nothing left to write it to.
@@ -226,11 +223,8 @@ class Store:
     def record_load_sample(self, sample: LoadSample) -> Deferred[None]:
         """Store one finished model load; never fails (a failure is logged)."""
         if sample.runtime not in RUNTIMES:
-            self.log.warn(
-                "load sample for {config_filename} dropped: unknown runtime {runtime!r}",
-                config_filename=sample.config_filename,
-                runtime=sample.runtime,
-            )
+            self.log.warn("load sample for {config_filename} dropped: unknown runtime {runtime!r}",
+                          config_filename=sample.config_filename, runtime=sample.runtime)
             return succeed(None)
         return self._write("load sample", lambda conn: samples_sql.insert_load(conn, sample), None)
 
