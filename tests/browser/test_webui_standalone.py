@@ -22,7 +22,7 @@ from twisted.internet import threads
 from tests.browser.test_webui import ADMIN_KEY, sign_in
 from tests.browser.test_webui_editors import JOB, PAINTER, PNG, create_recipe, set_guardian
 from tests.browser.webui import Browser, browser_missing, start_chromium
-from tests.integration.nodes import RunningNode, free_port, node_config, start_node, write_models
+from tests.integration.nodes import RunningNode, free_port, node_config, sim_model, start_node, write_models
 
 pytestmark = pytest.mark.slow
 
@@ -38,16 +38,13 @@ class Solo:
         return json.loads(await response.content())
 
 
-def _model(weights: str, **extra: Any) -> dict[str, Any]:
-    return {"model": f"../weights/{weights}.sim.json", "contextsize": 4096, **extra}
-
-
 @pytest_twisted.async_yield_fixture
 async def solo(tmp_path: Path) -> AsyncIterator[Solo]:
     missing = browser_missing()
     if missing:
         pytest.fail(missing)  # CI installs them (README test command); never skipped
-    write_models(tmp_path, {"alpha": _model("alpha"), "eye": _model("eye", mmproj="../weights/eye.sim.json"),
+    write_models(tmp_path, {"alpha": sim_model("alpha"),
+                            "eye": sim_model("eye", mmproj="../weights/eye.sim.json"),
                             "paint": {"sdmodel": "../weights/paint.sim.json"}},
                  {"alpha": JOB, "eye": JOB, "paint": PAINTER})
     node = await start_node(node_config(tmp_path, {
