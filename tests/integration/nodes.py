@@ -232,9 +232,14 @@ async def start_cluster(plan: ClusterPlan, master: Config | None = None,
     started_master = await start_node(master if master is not None else plan.master_config())
     configs = slaves if slaves is not None else {name: plan.slave_config(name) for name in plan.slave_ports}
     running = {name: await start_node(config) for name, config in configs.items()}
-    registry = registry_of(started_master)
-    if ready is None:
-        await wait_until(lambda: len([n for n in registry.nodes() if n.healthy]) == len(configs))
-    else:
-        await wait_until(lambda: ready(registry))
-    return Cluster(plan, started_master, running)
+    cluster = Cluster(plan, started_master, running)
+    registry = cluster.registry
+    try:
+        if ready is None:
+            await wait_until(lambda: len([n for n in registry.nodes() if n.healthy]) == len(configs))
+        else:
+            await wait_until(lambda: ready(registry))
+    except BaseException:
+        await cluster.stop()
+        raise
+    return cluster
