@@ -7,7 +7,6 @@ page showed the site API's 404 instead.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from twisted.internet import threads
 
 from tests.browser.test_webui import ADMIN_KEY, sign_in
 from tests.browser.test_webui_editors import JOB, PAINTER, PNG, create_recipe, set_guardian
-from tests.browser.webui import Browser, browser_missing, start_chromium
+from tests.browser.webui import Browser, browser_missing, site_json, start_chromium
 from tests.integration.nodes import RunningNode, free_port, node_config, sim_model, start_node, write_models
 
 pytestmark = pytest.mark.slow
@@ -33,9 +32,7 @@ class Solo:
     browser: Browser
 
     async def site_json(self, path: str) -> Any:
-        response = await treq.get(self.node.url + path, headers={"authorization": f"Bearer {ADMIN_KEY}"})
-        assert response.code == 200
-        return json.loads(await response.content())
+        return await site_json(self.node.url, path)
 
 
 @pytest_twisted.async_yield_fixture

@@ -17,9 +17,9 @@ import treq
 from tests.integration.nodes import (
     FAST_TEXT,
     Cluster,
-    RunningNode,
     knows,
     plan_cluster,
+    slave,
     start_cluster,
     wait_until,
     write_models,
@@ -48,13 +48,8 @@ def image_models(**weights: Mapping[str, Any]) -> dict[str, tuple[dict[str, Any]
 class Trio(Cluster):
     """The master (no models), the ``owner`` slave and the ``helper`` slave."""
 
-    @property
-    def owner(self) -> RunningNode:
-        return self.slaves["owner"]
-
-    @property
-    def helper(self) -> RunningNode:
-        return self.slaves["helper"]
+    owner = slave("owner")
+    helper = slave("helper")
 
 
 async def start_trio(root: Path, owner: Models, helper: Models, *, master_extra: Mapping[str, Any] = LENDING,
@@ -103,10 +98,17 @@ async def warm_and_link(trio: Trio, owner: str = "alpha", helper: str = "beta", 
     for node in (trio.owner, trio.helper):
         await node.node._refit()
         assert node.node.lending.costs.models, "a cost fit from the warm-up samples"
-    response = await treq.post(trio.master.url + "/router/v1/site/text-routing-groups", json={
+    await link(trio, "text", owner, helper)
+
+
+async def link(trio: Trio, lane: str, owner: str, helper: str) -> None:
+    """Link the owner's model ``owner`` to the helper's ``helper`` in ``lane`` through the master's
+    site API, and wait until both slaves run the link."""
+    groups = "text-routing-groups" if lane == "text" else "routing-groups"
+    response = await treq.post(trio.master.url + f"/router/v1/site/{groups}", json={
         "anchor": {"node_id": "owner", "model_id": owner},
         "lends_to": [{"node_id": "helper", "model_id": helper, "load_if_unloaded": True}],
         "acknowledge_different_weights": True})
     assert response.code == 200, await response.content()
-    await wait_until(lambda: trio.owner.node.lending.queues["text"].is_owner(owner)
-                     and trio.helper.node.lending.queues["text"].is_enrolled(helper))
+    await wait_until(lambda: trio.owner.node.lending.queues[lane].is_owner(owner)
+                     and trio.helper.node.lending.queues[lane].is_enrolled(helper))

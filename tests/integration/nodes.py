@@ -90,6 +90,19 @@ async def start_standalone(root: Path, models: Mapping[str, Mapping[str, Any]],
     return await start_node(node_config(root, extra))
 
 
+async def post(url: str, body: Any, **kwargs: Any) -> tuple[int, Any, Any]:
+    """POST ``body`` as JSON: the status, the answer (parsed when it is JSON, else its bytes) and the
+    response."""
+    import treq
+
+    response = await treq.post(url, json=body, **kwargs)
+    raw = await response.content()
+    try:
+        return response.code, json.loads(raw), response
+    except ValueError:
+        return response.code, raw, response
+
+
 def sim_env() -> dict[str, str]:
     return dict(os.environ)
 
@@ -202,6 +215,11 @@ def knows(registry: Any, **models: str) -> bool:
 
 def all_healthy(registry: Any) -> bool:
     return all(n.healthy for n in registry.nodes())
+
+
+def slave(name: str) -> Any:
+    """A read-only attribute naming one slave of a :class:`Cluster` (``owner = slave("owner")``)."""
+    return property(lambda cluster: cluster.slaves[name], doc=f"The slave {name!r}.")
 
 
 @attrs.define

@@ -19,6 +19,7 @@ from tests.integration.nodes import (
     Cluster,
     ClusterPlan,
     plan_cluster,
+    post,
     sim_model,
     start_cluster,
     start_node,
@@ -52,15 +53,6 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     running = await start_cluster(plan)
     yield running
     await running.stop()
-
-
-async def post(url: str, body: Any, **kwargs: Any) -> tuple[int, Any, Any]:
-    response = await treq.post(url, json=body, **kwargs)
-    raw = await response.content()
-    try:
-        return response.code, json.loads(raw), response
-    except ValueError:
-        return response.code, raw, response
 
 
 def chat(model: str, **extra: Any) -> dict[str, Any]:

@@ -36,13 +36,8 @@ JOB = {**FAST_TEXT, "load_ms": 30}
 class Cluster(nodes.Cluster):
     """The master, ``left`` and ``right``."""
 
-    @property
-    def left(self) -> RunningNode:
-        return self.slaves["left"]
-
-    @property
-    def right(self) -> RunningNode:
-        return self.slaves["right"]
+    left = nodes.slave("left")
+    right = nodes.slave("right")
 
 
 @pytest_twisted.async_yield_fixture

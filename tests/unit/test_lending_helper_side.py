@@ -32,25 +32,25 @@ def borrowed_headers(load: bool = True) -> dict[str, list[str]]:
     return headers
 
 
-def test_a_helper_without_the_named_model_hands_a_borrowed_request_back_with_409(tmp_path: Path) -> None:
+def _ask_slave_for_a_missing_model(tmp_path: Path,
+                                   headers: dict[str, list[str]]) -> tuple[World, object, bytes]:
+    """A slave with only ``beta`` asked, through the node API, for a model it does not have."""
     world = World(tmp_path)
-    slave = world.node("slave", {"beta": TEXT},
-                       cluster=slave_cluster())
+    slave = world.node("slave", {"beta": TEXT}, cluster=slave_cluster())
     world.start(slave)
-    response, body = world.call("POST", slave, NODE_CHAT, json={"model": "gone", **CHAT},
-                                headers=borrowed_headers())
+    response, body = world.call("POST", slave, NODE_CHAT, json={"model": "gone", **CHAT}, headers=headers)
+    return world, response, body
+
+
+def test_a_helper_without_the_named_model_hands_a_borrowed_request_back_with_409(tmp_path: Path) -> None:
+    world, response, body = _ask_slave_for_a_missing_model(tmp_path, borrowed_headers())
     assert response.code == 409
     assert json.loads(body)["error"]["code"] == "offload_returned"
     assert world.launcher.spawned == []  # nothing was loaded for it
 
 
 def test_an_ordinary_forwarded_request_for_a_missing_model_is_still_a_404(tmp_path: Path) -> None:
-    world = World(tmp_path)
-    slave = world.node("slave", {"beta": TEXT},
-                       cluster=slave_cluster())
-    world.start(slave)
-    response, body = world.call("POST", slave, NODE_CHAT, json={"model": "gone", **CHAT},
-                                headers={"authorization": [f"Bearer {TOKEN}"]})
+    _world, response, body = _ask_slave_for_a_missing_model(tmp_path, {"authorization": [f"Bearer {TOKEN}"]})
     assert response.code == 404
     assert json.loads(body)["error"]["code"] == "model_not_found"
 
