@@ -6,14 +6,22 @@ import signal
 import subprocess
 
 
-def stop(proc: subprocess.Popen[bytes], signum: int = signal.SIGTERM, timeout: float = 20.0) -> bytes:
+def stop(proc: subprocess.Popen[bytes], signum: int = signal.SIGTERM, timeout: float = 20.0, *,
+         collect: bool = False) -> bytes:
     """Send ``signum`` to a running ``proc`` and wait up to ``timeout`` seconds for it to end (killed
-    if it has not); what is left of its stdout (``b""`` when it was not piped)."""
+    if it has not).  With ``collect``, what is left of its stdout is read meanwhile (so a full pipe
+    cannot stall the stop) and returned; without, stdout is left for the caller to read."""
     if proc.poll() is None:
         proc.send_signal(signum)
     try:
-        rest, _ = proc.communicate(timeout=timeout)
+        return _wait(proc, timeout, collect)
     except subprocess.TimeoutExpired:
         proc.kill()
-        rest, _ = proc.communicate()
-    return rest or b""
+        return _wait(proc, None, collect)
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float | None, collect: bool) -> bytes:
+    if collect:
+        return proc.communicate(timeout=timeout)[0] or b""
+    proc.wait(timeout)
+    return b""

@@ -185,7 +185,7 @@ def test_routerd_cluster_starts_three_nodes_serves_and_stops_them_all_on_sigterm
         assert code == 200 and headers["x-routerd-node"] == "slave-b", reply
         assert _leftovers(tmp_path)  # nodes and the backends they loaded are running
     finally:
-        rest = stop(proc, timeout=30)
+        rest = stop(proc, timeout=30, collect=True)
     assert proc.returncode == 0, rest.decode()
     assert "routerd-cluster: stopped" in rest.decode()
     # no node and no backend (their weights live under tmp_path) is left behind

@@ -73,7 +73,7 @@ def test_routerd_demo_lends_under_its_load_and_stops_cleanly_on_ctrl_c(tmp_path:
             time.sleep(1)
         assert totals["requests"] > 0 and totals["lent"] > 0, totals
     finally:
-        rest = stop(proc, signal.SIGINT, timeout=60)
+        rest = stop(proc, signal.SIGINT, timeout=60, collect=True)
     assert proc.returncode == 0, rest.decode()
     assert "routerd demo: stopped" in rest.decode()
     assert _leftovers(run_dir) == ""
