@@ -1,4 +1,4 @@
-"""Analytics at size (issue 22): the site query over filled rollups, and raw rows against the disk
+"""Analytics at size: the site query over filled rollups, and raw rows against the disk
 estimate.
 
 1. **Site query, 30 days × 32 nodes × 50 models.**  A node database (an SQLite file, WAL, as a node
@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from routerd.serve.analytics import node_document  # noqa: E402
+from routerd.inference.analytics import node_document  # noqa: E402
 from routerd.serve.analytics_site import merge  # noqa: E402
 from routerd.store import analytics as sql  # noqa: E402
 from routerd.store.analytics import HIST_BUCKETS, LEVELS, SUMS, Query, RequestRow  # noqa: E402

@@ -1,4 +1,4 @@
-"""The master's forwarding client alone, in process (issue 24): ``Forwarder.send`` over the lean
+"""The master's forwarding client alone, in process: ``Forwarder.send`` over the lean
 keep-alive client, from building the request to the answer read whole, against an in-memory
 connection (no sockets, no other process: the machine's other load moves it little).
 
@@ -47,9 +47,9 @@ def rounds_of(requests: int, rounds: int) -> list[float]:
     from twisted.internet.defer import ensureDeferred
     from twisted.internet.testing import MemoryReactorClock, StringTransport
 
+    from routerd.clients.backend_http import BackendAgent
     from routerd.routing.forward import Forwarder, Outbound
     from routerd.routing.relay import Timeouts
-    from routerd.serve.backend_http import BackendAgent
     from routerd.urls import AllowList
 
     class NoFallback:

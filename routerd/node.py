@@ -2,8 +2,8 @@
 
 ``Node`` owns the catalog, store, backend runtimes, metrics, lending and — by role — the master's
 registry, health poller and lending coordinator or the slave's registration loop (built by
-``assembly.roles``).  It decides nothing itself: the request path is ``serve.front``, documents are
-``assembly.documents`` over ``serve.documents``, model loads ``serve.admin``, lending
+``assembly.roles``).  It decides nothing itself: the request path is ``inference.front``, documents are
+``assembly.documents`` over ``routerd.documents``, model loads ``inference.admin``, lending
 ``lending.service`` with its ``lending.transport``.  Everything that
 runs on a timer or must be stopped is a child of ``services``, whose order is the stop order.
 Several nodes can live in one reactor on different ports; that is how integration tests build
@@ -36,6 +36,7 @@ from routerd.assembly.roles import (
     standalone_parts,
     start_site,
 )
+from routerd.assets.service import build_asset_service
 from routerd.backends.runtimes import Runtimes
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.hashing import FileHashCache
@@ -46,26 +47,25 @@ from routerd.config.keys import KeyLimits
 from routerd.config.lending import LendingSettings
 from routerd.config.load import reread_config
 from routerd.config.schema import Config
+from routerd.inference.admin import ModelAdmin
+from routerd.inference.analytics import AnalyticsRecorder
+from routerd.inference.bench import BenchBook, BenchRunner
+from routerd.inference.front import InferenceFront
+from routerd.inference.keepalive import KeepAlive, OllamaControl
+from routerd.inference.local import LocalInference
+from routerd.inference.memory import freeze_start_up
+from routerd.inference.own_loads import OwnLoads
+from routerd.inference.recipes import RecipeRouter
+from routerd.inference.samples import Measurements
+from routerd.inference.video import VideoJobs
 from routerd.lending.coordinator import Coordinator
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.service import LendingService
 from routerd.metrics import NodeMetrics
+from routerd.process.reload import Reloader
 from routerd.routing.call import Call
 from routerd.routing.key_limits import KeyLimiter
 from routerd.routing.relay import Timeouts
-from routerd.serve.admin import ModelAdmin
-from routerd.serve.analytics import AnalyticsRecorder
-from routerd.serve.assets import build_asset_service
-from routerd.serve.bench import BenchBook, BenchRunner
-from routerd.serve.front import InferenceFront
-from routerd.serve.keepalive import KeepAlive, OllamaControl
-from routerd.serve.local import LocalInference
-from routerd.serve.memory import freeze_start_up
-from routerd.serve.own_loads import OwnLoads
-from routerd.serve.recipes import RecipeRouter
-from routerd.serve.reload import Reloader
-from routerd.serve.samples import Measurements
-from routerd.serve.video import VideoJobs
 from routerd.services import HookService, IntervalService, OrderedServices
 from routerd.store.store import Store
 
@@ -151,7 +151,7 @@ class Node:
             take_back=self.local.take_back, shared_lanes=self.runtimes.lanes_sharing,
             max_queued=lambda: self.local.max_queued_per_model,
             queued_in_backend=lambda model: self.local.queued.get(model.local_id, 0),
-            key_weight=self._key_weight, aging=lambda: self.config.queue.aging)
+            key_weight=self._key_weight, aging=lambda: self.config.queue.aging, run_local=self.local.serve)
         # explicit loads (admin, Ollama preload, startup, reload, recipes) are this node's own work
         self.own_loads = OwnLoads(self.runtimes.load, starting=self._own_load_starting,
                                   done=self.samples.own_work_done)
@@ -266,7 +266,7 @@ class Node:
         if startup:
             await self.admin.load(startup)
         self.phase = "ready"
-        freeze_start_up()  # start-up's objects out of full collections (routerd.serve.memory)
+        freeze_start_up()  # start-up's objects out of full collections (routerd.inference.memory)
 
     async def after_listening(self) -> None:
         """Steps that need the listener open: portable configs are resolved (in the background;
@@ -307,7 +307,7 @@ class Node:
         limits = self._key_limits(key_name)
         return limits.weight if limits is not None else 1.0
 
-    # -- reload (serve.reload decides; these apply) ---------------------------
+    # -- reload (process.reload decides; these apply) ---------------------------
 
     async def apply_live_config(self, old: Config, new: Config) -> None:
         cluster = new.cluster
@@ -353,7 +353,7 @@ class Node:
         self.log.critical("{reason}; stopping", reason=str(exc))
         self.on_fatal(exc)
 
-    # -- assets (serve.assets decides) ----------------------------------------
+    # -- assets (assets.service decides) ----------------------------------------
 
     async def _assets_bound(self, catalog: Catalog) -> None:
         current = self.catalog

@@ -23,8 +23,8 @@ from routerd.config.load import ConfigError, load_config
 from routerd.config.schema import Config, ServerConfig
 from routerd.logs import FanOut, JsonLinesObserver, filtered, gate, parse_level, text_observer
 from routerd.node import Node
-from routerd.serve.notify import sd_notify
-from routerd.serve.reload import install_sighup
+from routerd.process.notify import sd_notify
+from routerd.process.reload import install_sighup
 
 #: Exit status of a node that must not be restarted as it is: its config is invalid or the cluster
 #: refused its identity (``EX_CONFIG``; the systemd unit's ``RestartPreventExitStatus``).

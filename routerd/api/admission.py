@@ -11,6 +11,7 @@ lean channel and on twisted.web's channel alike; the edges only carry the verdic
    the nearest untrusted entry of the joined ``X-Forwarded-For`` list), then the key its route class
    needs (401): see :mod:`routerd.cluster.auth`.  The class comes from the site's declared routes
    (:class:`~routerd.api.routes.RouteTable`); the WebUI's files (``ui``) need no key;
+   any request's ``Host`` and path must parse (400, first of all);
 3. the node's phase: while starting or draining only the ``health``, ``metrics`` and ``docs`` routes
    (``/health``, ``/metrics``, ``/openapi.json``) are served, and while draining the polls and
    cancels of video jobs (``/sdcpp/v1/jobs/…``, a master's under ``/router/v1/node/inference``): a
@@ -18,7 +19,10 @@ lean channel and on twisted.web's channel alike; the edges only carry the verdic
    (``X-Routerd-Offload: 1``) or an owner's relay goes back to its owner (409 ``offload_returned``),
    anything else gets 503 + ``Retry-After``;
    (an admitted request's verdict names its key and class: :attr:`Verdict.key_name`)
-4. the body: a ``Content-Length`` over ``limits.max_body_bytes`` is a 413; one that does not fit in
+4. what a web page could make a browser send: a request no configured key vouches for meets
+   :func:`~routerd.api.browser.browser_refusal` (its ``Host``, ``Origin`` and body type: 421, 403,
+   415);
+5. the body: a ``Content-Length`` over ``limits.max_body_bytes`` is a 413; one that does not fit in
    the replay budget (``limits.replay_buffer_mb``) a 503 ``buffer_full`` + ``Retry-After``.  An
    admitted request reserves its whole ``Content-Length`` from the budget at once (``reserve``).
 
@@ -31,6 +35,7 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
+from routerd.api.browser import BrowserRules, browser_refusal, malformed, vouched
 from routerd.api.cors import CorsPolicy
 from routerd.api.head import RequestHead
 from routerd.cluster.auth import ALWAYS_SERVED_CLASSES, AuthPolicy, RouteClass, route_class
@@ -55,6 +60,8 @@ class EdgeRules:
     #: The route class of a path: the site's declared routes (``Dispatch.route_class``), by default
     #: the path's namespace.
     route_class: Callable[[str], RouteClass] = route_class
+    #: What a web page may not make a browser send (:mod:`routerd.api.browser`); none by default.
+    browser: BrowserRules = BrowserRules()
 
 
 @attrs.frozen
@@ -91,6 +98,9 @@ def _cors_headers(values: dict[str, str]) -> Headers:
 def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str, budget_free: int | None) -> Verdict:
     """The verdict on ``head`` from ``peer`` (see the module docstring); ``budget_free`` is None
     when the node keeps no replay budget."""
+    error = malformed(head)
+    if error is not None:
+        return _refuse(error)
     fields = head.fields
     path = head.path
     policy = rules.policy
@@ -120,6 +130,10 @@ def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str, budget_fr
             # relays through a master that is starting or draining.
             return _refuse(offload_returned(f"helper node is {phase}"), headers)
         return _refuse(HTTPError(503, f"this node is {phase}; retry later", "overloaded", phase), headers, 1)
+    if not vouched(policy, cls):
+        error = browser_refusal(rules.browser, head, cors, cls, authenticated)
+        if error is not None:
+            return _refuse(error, headers)
     length = head.length or 0
     if length > rules.max_body_bytes:
         return _refuse(HTTPError(413, f"request body is larger than {rules.max_body_bytes} bytes",

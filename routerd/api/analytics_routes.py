@@ -5,7 +5,7 @@ Node API (cluster token): ``GET /router/v1/node/analytics?period&model&lane``,
 Site API (admin; a master or a standalone node, 404 on a slave):
 ``GET /router/v1/site/analytics?period&node_id&model&lane``, ``POST /router/v1/site/analytics/flush``,
 ``GET|DELETE /router/v1/site/load-errors?node_id&model&limit``.
-The documents are built by ``routerd.serve.analytics`` (a node's) and ``routerd.serve.analytics_site``
+The documents are built by ``routerd.inference.analytics`` (a node's) and ``routerd.serve.analytics_site``
 (the site's merge); this module parses and answers.
 """
 
@@ -21,7 +21,7 @@ from routerd.api.jsonio import json_response
 from routerd.api.reply import query_arg
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
-from routerd.serve.analytics import LOAD_ERRORS_KEPT, RECENT_KEPT, AnalyticsRecorder, recent_json
+from routerd.inference.analytics import LOAD_ERRORS_KEPT, RECENT_KEPT, AnalyticsRecorder, recent_json
 from routerd.serve.analytics_site import (
     NODE_ANALYTICS,
     NODE_ANALYTICS_FLUSH,

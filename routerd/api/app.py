@@ -17,10 +17,11 @@ import attrs
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.web.iweb import IRequest
 
-from routerd import __version__
+from routerd import __version__, documents
 from routerd.api.analytics_routes import AnalyticsAPI, AnalyticsNode
 from routerd.api.assets_routes import AssetsAPI, AssetsNode
 from routerd.api.bench_routes import BenchAPI, BenchNode
+from routerd.api.browser import browser_rules
 from routerd.api.cook_routes import CookAPI
 from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
@@ -41,8 +42,12 @@ from routerd.api.settings_routes import SettingsAPI
 from routerd.api.site import GuardResource, NodeSite, authenticated
 from routerd.api.webui import WebUI, webui_dir
 from routerd.catalog.model import Capabilities
-from routerd.cluster.client import ClusterError, RemoteError
+from routerd.clients.node_client import ClusterError, RemoteError
 from routerd.errors import HTTPError
+from routerd.inference.admin import UNLOAD_TARGETS, ModelAdmin
+from routerd.inference.front import InferenceFront
+from routerd.inference.keepalive import OllamaControl
+from routerd.inference.video import VideoJobs
 from routerd.lending.offload import borrowed_from_headers
 from routerd.lending.reports import DecisionsNode, site_states
 from routerd.routing.adapters import ollama
@@ -51,11 +56,7 @@ from routerd.routing.call import Incoming, Reply
 from routerd.routing.classify import INFERENCE_PATHS, Route, classify
 from routerd.routing.forward import INFERENCE_PREFIX
 from routerd.routing.jobs import job_path
-from routerd.serve import documents
-from routerd.serve.admin import UNLOAD_TARGETS, ModelAdmin
-from routerd.serve.front import InferenceFront
-from routerd.serve.keepalive import OllamaControl
-from routerd.serve.video import VideoJobs
+from routerd.routing.selector import MAX_MODEL_BYTES, model_too_long
 from routerd.wire.records import PROTOCOL_VERSION
 from routerd.wire.status import status_to_json
 
@@ -63,11 +64,11 @@ if TYPE_CHECKING:
     from routerd.catalog.catalog import Catalog
     from routerd.cluster.auth import AuthPolicy
     from routerd.cluster.master import MasterAgent
+    from routerd.inference.recipes import RecipeRouter
     from routerd.lending.coordinator import Coordinator
     from routerd.lending.service import LendingService
     from routerd.metrics import NodeMetrics
-    from routerd.serve.recipes import RecipeRouter
-    from routerd.serve.reload import Reloader
+    from routerd.process.reload import Reloader
     from routerd.store.store import Store
     from routerd.wire.records import ModelRecord
     from routerd.wire.status import RuntimeStatus
@@ -82,7 +83,7 @@ def _TEXT(caps: Capabilities) -> bool:
     return caps.llm or caps.embeddings
 
 
-# Ollama routes whose empty requests load / unload a model (see routerd.serve.keepalive).
+# Ollama routes whose empty requests load / unload a model (see routerd.inference.keepalive).
 _OLLAMA_CONTROL: dict[str, Mode] = {"ollama_chat": "chat", "ollama_generate": "generate"}
 
 
@@ -171,6 +172,8 @@ class ClientAPI:
         name = body.get("model", body.get("name"))
         if not isinstance(name, str) or not name:
             raise HTTPError(400, "model is required")
+        if model_too_long(name):
+            raise HTTPError(400, f"model name is longer than {MAX_MODEL_BYTES} bytes")
         entries = [e for e in self.listing(lambda c: True) if e.name == name]
         if not entries:
             raise HTTPError(404, f"model '{name}' not found", "not_found", "model_not_found")
@@ -523,7 +526,7 @@ def build_site(node: ServedNode) -> NodeSite:
     limit = node.config.limits.max_body_bytes
     dispatch = Dispatch(apis)  # dispatch.route_class: the auth class of a path, from the declared routes
     guard = GuardResource(dispatch, node.policy, limit, node.config.server.cors_origins,
-                          lambda: node.phase, node.config.server)
+                          lambda: node.phase, node.config.server, browser_rules(node.config))
     site = NodeSite(guard, limit, node.config.limits.replay_buffer_bytes)
     node.reloader.on_applied.append(lambda config: guard.update(node.policy, site, config))
     return site

@@ -22,14 +22,14 @@ from routerd.assets.index import LookupError400, is_sha256, parse_hashes
 from routerd.assets.paths import UnsafePath, resolve_in_roots
 from routerd.assets.ranges import RangeNotSatisfiable, parse_range
 from routerd.catalog.hashing import sha256_file
-from routerd.cluster.client import ClusterError, RemoteError
+from routerd.clients.node_client import ClusterError, RemoteError
 from routerd.errors import HTTPError
 
 if TYPE_CHECKING:
+    from routerd.assets.service import AssetService
     from routerd.cluster.master import MasterAgent
     from routerd.config.schema import Config
     from routerd.registry.records import NodeInfo
-    from routerd.serve.assets import AssetService
 
 LOOKUP_BODY_LIMIT = 1024 * 1024
 ASSET_PREFIX = "/router/v1/node/assets/"

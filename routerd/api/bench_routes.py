@@ -18,7 +18,7 @@ from routerd.api.jsonio import json_response, read_json
 from routerd.api.reply import query_arg
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
-from routerd.serve.bench import BenchRunner
+from routerd.inference.bench import BenchRunner
 from routerd.serve.bench_site import NODE_BENCH_LIST, NODE_BENCH_RUN, BenchSite, site_history, site_run
 
 BENCH_RUN = "/router/v1/benchmarks/run"

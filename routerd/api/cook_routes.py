@@ -4,7 +4,7 @@ expose, preview it with what ``routerd check`` says, apply it (written whole int
 
 The site routes (admin) take ``node_id`` (default: the node serving the site API); for another node
 the master forwards the body through that node's ``/router/v1/node/cook/*`` route (cluster token),
-so paths are always resolved by the node that holds the files (:mod:`routerd.serve.cook`).
+so paths are always resolved by the node that holds the files (:mod:`routerd.assets.cook`).
 
 A body ``{"recipe": {...}}`` cooks a split recipe across nodes instead (the fields of
 ``POST /router/v1/site/recipes``): preview validates it as a save would, apply saves it
@@ -23,15 +23,15 @@ from routerd.api.jsonio import json_response, read_json
 from routerd.api.remote import remote_answer
 from routerd.api.reply import query_arg
 from routerd.api.routes import Routes
+from routerd.assets.cook import CookError, CookShelf, cook, model_files, parse_order, valid_id
 from routerd.errors import HTTPError
-from routerd.serve.cook import CookError, CookShelf, cook, model_files, parse_order, valid_id
-from routerd.serve.reload import ReloadFailed
+from routerd.process.reload import ReloadFailed
 
 if TYPE_CHECKING:
     from routerd.cluster.master import MasterAgent
     from routerd.config.schema import Config
-    from routerd.serve.recipes import RecipeRouter
-    from routerd.serve.reload import ReloadReport
+    from routerd.inference.recipes import RecipeRouter
+    from routerd.process.reload import ReloadReport
 
 NODE_COOK = "/router/v1/node/cook"
 SITE_COOK = "/router/v1/site/cook"

@@ -1,5 +1,5 @@
 """Video job polls (contract §5): ``GET /sdcpp/v1/jobs/{job_id}`` and ``POST
-/sdcpp/v1/jobs/{job_id}/cancel``, answered by :class:`~routerd.serve.video.VideoJobs` (the node that
+/sdcpp/v1/jobs/{job_id}/cancel``, answered by :class:`~routerd.inference.video.VideoJobs` (the node that
 runs the job, or a master passing them on to it).  The same calls forwarded by a master reach
 ``ClientAPI.serve_forwarded`` under ``/router/v1/node/inference``."""
 
@@ -10,7 +10,7 @@ from twisted.web.iweb import IRequest
 
 from routerd.api.reply import RequestReply
 from routerd.api.routes import Routes
-from routerd.serve.video import VideoJobs
+from routerd.inference.video import VideoJobs
 
 
 class JobsAPI:

@@ -1,7 +1,7 @@
 """``POST /router/v1/reload`` (admin): re-read the YAML and rescan the models folder.
 
 The answer names the config keys applied, those that need a restart, and the models added, removed
-and changed (``routerd.serve.reload``).  A config or models folder that cannot be used answers 400
+and changed (``routerd.process.reload``).  A config or models folder that cannot be used answers 400
 with every error and changes nothing.
 """
 
@@ -12,7 +12,7 @@ from twisted.web.iweb import IRequest
 from routerd.api.jsonio import json_response
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
-from routerd.serve.reload import Reloader, ReloadFailed
+from routerd.process.reload import Reloader, ReloadFailed
 
 
 class ReloadAPI:

@@ -26,6 +26,8 @@ from twisted.web.iweb import IRequest
 
 from routerd.api.access import access_logged, log_access, refusal
 from routerd.api.admission import EdgeRules, Verdict, buffer_full, decide
+from routerd.api.browser import BrowserRules, browser_rules
+from routerd.api.chunked import strict_chunked
 from routerd.api.cors import CorsPolicy
 from routerd.api.errors import answer_error
 from routerd.api.head import (
@@ -110,13 +112,14 @@ class GuardResource(resource.Resource):
 
     def __init__(self, inner: resource.IResource, policy: AuthPolicy, max_body_bytes: int,
                  cors_origins: tuple[str, ...] = (), phase: Callable[[], str] = lambda: "ready",
-                 server_config: ServerConfig | None = None) -> None:
+                 server_config: ServerConfig | None = None, browser: BrowserRules | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.inner = inner
         self.phase = phase
         #: the auth class of a path, from the declared routes of the resource it guards
         self.route_class: Callable[[str], RouteClass] = getattr(inner, "route_class", route_class)
-        self.rules = EdgeRules(policy, max_body_bytes, CorsPolicy.build(cors_origins), self.route_class)
+        self.rules = EdgeRules(policy, max_body_bytes, CorsPolicy.build(cors_origins), self.route_class,
+                               browser or BrowserRules())
         self.limits: ServerConfig = server_config or ServerConfig()
         self.budget: BufferBudget | None = None  # the site's (NodeSite sets it)
 
@@ -131,7 +134,8 @@ class GuardResource(resource.Resource):
     def update(self, policy: AuthPolicy, site: NodeSite, config: Config) -> None:
         """A reload: new keys and networks, body limit, CORS origins and server limits from now on."""
         self.rules = EdgeRules(policy, config.limits.max_body_bytes,
-                               CorsPolicy.build(config.server.cors_origins), self.route_class)
+                               CorsPolicy.build(config.server.cors_origins), self.route_class,
+                               browser_rules(config) if self.rules.browser.enabled else self.rules.browser)
         self.limits = config.server
         site.max_body_bytes = config.limits.max_body_bytes
         if site.buffer is not None:
@@ -353,6 +357,7 @@ class NodeHTTPChannel(http.HTTPChannel):
             self.refuse(verdict.error, verdict.headers, head)
             return
         request.admitted(head, verdict)
+        strict_chunked(self)  # a bare LF in chunked framing is refused, as h11 and nginx read it
         self.state, self.since = ("body" if head.length or head.chunked else "busy"), self._now()
         super().allHeadersReceived()  # type: ignore[no-untyped-call]
 

@@ -1,5 +1,5 @@
 """The documents a node answers with — its records, listings, snapshot, state and runtime status —
-computed by ``serve.documents`` from the node's live state, and the metrics gauges fed from it.
+computed by ``routerd.documents`` from the node's live state, and the metrics gauges fed from it.
 
 The catalog and config are read through callables: a reload replaces them on the node.
 """
@@ -9,20 +9,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from routerd import documents
+from routerd.assets.service import AssetService
 from routerd.backends.runtimes import Runtimes
 from routerd.backends.slot import SlotState
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.model import Capabilities
 from routerd.cluster.master import MasterAgent
+from routerd.inference.local import LocalInference
+from routerd.inference.recipes import RecipeRouter, merge_listing
+from routerd.inference.samples import Measurements
 from routerd.lending.coordinator import Coordinator
 from routerd.lending.service import LendingService
 from routerd.metrics import NodeMetrics
 from routerd.routing.adapters.ollama import ListedModel
-from routerd.serve import documents
-from routerd.serve.assets import AssetService
-from routerd.serve.local import LocalInference
-from routerd.serve.recipes import RecipeRouter, merge_listing
-from routerd.serve.samples import Measurements
 from routerd.wire.records import ModelRecord, Snapshot, snapshot_to_json
 from routerd.wire.status import RuntimeStatus
 
@@ -38,7 +38,7 @@ class NodeDocuments:
         self.backend_mode, self.catalog, self.runtimes, self.assets = backend_mode, catalog, runtimes, assets
         self.local, self.lending, self.samples, self.own_busy = local, lending, samples, own_busy
         self.master, self.recipes = master, recipes
-        self.benchmark = benchmark  # a model's latest benchmark result (serve.bench), or None
+        self.benchmark = benchmark  # a model's latest benchmark result (inference.bench), or None
 
     def local_ready(self, kind: Any, record: ModelRecord) -> bool:
         """A master's own replica is eligible only while its lane is ready."""

@@ -10,9 +10,9 @@ from routerd.backends.errors import LoadFailed
 from routerd.backends.runtimes import Runtimes
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.model import RUNTIME_KINDS
+from routerd.inference.local import LocalInference
 from routerd.lending.restore import Restorer
 from routerd.lending.service import LendingService
-from routerd.serve.local import LocalInference
 
 
 def build_restorer(clock: Any, *, runtimes: Runtimes, local: LocalInference,

@@ -22,11 +22,13 @@ import attrs
 from twisted.internet.defer import Deferred, ensureDeferred
 
 from routerd.catalog.catalog import Catalog
-from routerd.cluster.client import NodeClient
+from routerd.clients.node_client import NodeClient
 from routerd.cluster.master import MasterAgent
 from routerd.cluster.slave import RegistrationRefused, SlaveAgent
 from routerd.config.lending import LendingSettings
 from routerd.config.schema import ClusterConfig
+from routerd.inference.front import InferenceFront
+from routerd.inference.recipes import Loader, RecipeRouter
 from routerd.lending.admin import SettingsEditor, stored_guardians
 from routerd.lending.bootstrap import load_lending_state
 from routerd.lending.coordinator import Coordinator, ServeBorrowed
@@ -42,8 +44,6 @@ from routerd.routing.call import Incoming, Reply
 from routerd.routing.classify import classify
 from routerd.routing.forward import Forwarder
 from routerd.routing.relay import Timeouts
-from routerd.serve.front import InferenceFront
-from routerd.serve.recipes import Loader, RecipeRouter
 from routerd.store.store import Store
 from routerd.urls import AllowList
 from routerd.wire.records import ModelRecord, Snapshot

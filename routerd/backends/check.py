@@ -14,39 +14,36 @@ from routerd.backends.families import text_side
 from routerd.backends.process import resolve_command
 from routerd.catalog.model import ModelConfig
 from routerd.config.schema import BinaryConfig, Config
+from routerd.families import declared
 
 __all__ = ["check_families", "sections_needed"]
 
 
 def sections_needed(mode: str, models: Iterable[ModelConfig]) -> list[str]:
-    """The binary sections the ``mode`` family runs for ``models`` (all of its sections when no
-    model uses it yet but it is the node's own mode)."""
-    if mode == "kobold":
-        return ["kobold"]
-    if mode == "vllm":
-        return ["vllm"]
+    """The binary sections the ``mode`` family runs for ``models``: a family with one program runs
+    it for any model; one with a program per kind runs those of the kinds its models serve (all of
+    them when no model uses it yet but it is the node's own mode)."""
+    facts = declared(mode)
+    sections = list(facts.binary_sections)
     chosen = list(models)
-    if not chosen:
-        return ["llama", "sdcpp", "whispercpp"]
-    out: list[str] = []
-    if any(text_side(m) for m in chosen):
-        out.append("llama")
-    if any(m.capabilities.image for m in chosen):
-        out.append("sdcpp")
-    if any(m.capabilities.stt for m in chosen):
-        out.append("whispercpp")
-    return out
+    if len(sections) == 1 or not chosen:
+        return sections
+    serving = {"text": any(text_side(m) for m in chosen), "image": any(m.capabilities.image for m in chosen),
+               "stt": any(m.capabilities.stt for m in chosen)}
+    return list(dict.fromkeys(facts.sections[kind] for kind in facts.kinds if serving[kind]))
 
 
 def check_families(config: Config, models: Iterable[ModelConfig]) -> tuple[list[str], list[str]]:
     """(errors, notes): an error per family binary that is unset, missing or not executable (naming
     the configs that need it); a note per binary saying what it would run."""
-    models = list(models)
-    modes = [config.backend.mode] + sorted({m.backend_mode for m in models} - {config.backend.mode})
+    by_mode: dict[str, list[ModelConfig]] = {config.backend.mode: []}
+    for m in models:
+        by_mode.setdefault(m.backend_mode, []).append(m)
+    modes = [config.backend.mode, *sorted(set(by_mode) - {config.backend.mode})]
     errors: list[str] = []
     notes: list[str] = []
     for mode in modes:
-        using = [m for m in models if m.backend_mode == mode]
+        using = by_mode[mode]
         for section in sections_needed(mode, using):
             binary: BinaryConfig = getattr(config, section)
             setting = f"{section}.binary_path"

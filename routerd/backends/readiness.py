@@ -1,4 +1,7 @@
-"""Readiness probes for the ``llama_sdcpp`` family (reference cluster.md §4.2).
+"""Readiness probes (reference cluster.md §4.2): how a probe asks (:func:`probe_url`) and the probes
+of llama-server, sd-server and whisper-server, which more than one family runs.  A family's own
+probes (KoboldCpp's liveness and capabilities, vLLM's health) are in its module under
+:mod:`routerd.backends.families`.
 
 A probe answers one question: "is the backend at ``base_url`` ready to serve
 the config it was started with?"  Anything short of a clear yes — 503 while the
@@ -84,7 +87,9 @@ async def _get(http: HTTPGetter, url: str, timeout: float) -> tuple[int, bytes]:
     return int(response.code), bytes(body)
 
 
-async def _probe(http: HTTPGetter, url: str, timeout: float, judge: Callable[[Any], bool] | None) -> bool:
+async def probe_url(http: HTTPGetter, url: str, timeout: float, judge: Callable[[Any], bool] | None) -> bool:
+    """Whether ``GET url`` answers 2xx (and, with ``judge``, a JSON body it accepts); anything else,
+    a refused connection or a timeout included, is "not yet"."""
     try:
         code, body = await _get(http, url, timeout)
     except Exception as e:  # connection refused, timeout, reset: not yet
@@ -103,59 +108,14 @@ async def _probe(http: HTTPGetter, url: str, timeout: float, judge: Callable[[An
 
 def probe_text(http: HTTPGetter, base_url: str, timeout: float = PROBE_TIMEOUT_S) -> Deferred[bool]:
     """llama-server (text, embeddings, multimodal): ``GET /v1/models``."""
-    return Deferred.fromCoroutine(_probe(http, base_url + "/v1/models", timeout, models_ready))
+    return Deferred.fromCoroutine(probe_url(http, base_url + "/v1/models", timeout, models_ready))
 
 
 def probe_image(http: HTTPGetter, base_url: str, timeout: float = PROBE_TIMEOUT_S) -> Deferred[bool]:
     """sd-server: ``GET /sdapi/v1/sd-models``."""
-    return Deferred.fromCoroutine(_probe(http, base_url + "/sdapi/v1/sd-models", timeout, sd_models_ready))
+    return Deferred.fromCoroutine(probe_url(http, base_url + "/sdapi/v1/sd-models", timeout, sd_models_ready))
 
 
 def probe_stt(http: HTTPGetter, base_url: str, timeout: float = PROBE_TIMEOUT_S) -> Deferred[bool]:
     """whisper-server: ``GET /health`` 2xx."""
-    return Deferred.fromCoroutine(_probe(http, base_url + "/health", timeout, None))
-
-
-# -- koboldcpp and vLLM (reference cluster.md §4.2) --------------------------------------------
-
-#: ``/api/extra/version`` capability key per Kobold lane.
-KOBOLD_VERSION_KEYS = {"embeddings": "embeddings", "tts": "tts", "stt": "transcribe", "image": "txt2img",
-                       "music": "music"}
-
-
-def kobold_version_has(key: str) -> Callable[[Any], bool]:
-    """Judge a ``GET /api/extra/version`` body: the capability ``key`` must be boolean true."""
-
-    def judge(body: Any) -> bool:
-        return isinstance(body, dict) and body.get(key) is True
-
-    return judge
-
-
-def kobold_capabilities(body: Any) -> frozenset[str]:
-    """The lanes a ``/api/extra/version`` body says the running KoboldCpp serves."""
-    if not isinstance(body, dict):
-        return frozenset()
-    return frozenset(lane for lane, key in KOBOLD_VERSION_KEYS.items() if body.get(key) is True)
-
-
-def probe_kobold_live(http: HTTPGetter, base_url: str, timeout: float = PROBE_TIMEOUT_S) -> Deferred[bool]:
-    """KoboldCpp liveness: ``GET /api/extra/version`` answers 2xx JSON (it answers 503 while
-    a reload is loading)."""
-    return Deferred.fromCoroutine(_probe(http, base_url + "/api/extra/version", timeout, lambda _b: True))
-
-
-def probe_kobold_capability(key: str) -> Probe:
-    """A probe for one Kobold lane that ``/api/extra/version`` reports (``tts``, ``embeddings``,
-    ``transcribe``, ``music``)."""
-
-    def probe(http: HTTPGetter, base_url: str, timeout: float = PROBE_TIMEOUT_S) -> Deferred[bool]:
-        return Deferred.fromCoroutine(_probe(http, base_url + "/api/extra/version", timeout,
-                                             kobold_version_has(key)))
-
-    return probe
-
-
-def probe_health(http: HTTPGetter, base_url: str, timeout: float = PROBE_TIMEOUT_S) -> Deferred[bool]:
-    """vLLM: ``GET /health`` 2xx (its body is empty)."""
-    return Deferred.fromCoroutine(_probe(http, base_url + "/health", timeout, None))
+    return Deferred.fromCoroutine(probe_url(http, base_url + "/health", timeout, None))

@@ -1,4 +1,5 @@
-"""The node's runtimes for the ``llama_sdcpp`` family: one slot per runtime kind."""
+"""The node's backend runtimes: every registered family's slots, the node's own family first, and
+the rule that one family runs at a time (one GPU)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from routerd.backends.errors import BackendMissing, LoadFailed, RuntimeClosed
-from routerd.backends.families import Family, KoboldFamily, LlamaSdcppFamily, VllmFamily, slot_factory
+from routerd.backends.families import FAMILIES, Family, FamilyWorld, slot_factory
 from routerd.backends.process import (
     ProcessLauncher,
     ReactorProcessLauncher,
@@ -19,14 +20,8 @@ from routerd.backends.process import (
     free_port,
 )
 from routerd.backends.readiness import PROBE_TIMEOUT_S, HTTPGetter
-from routerd.backends.slot import (
-    LOAD_TIMEOUT_S,
-    STOP_GRACE_S,
-    LoadEvent,
-    RuntimeLease,
-    RuntimeSlot,
-    SlotStatus,
-)
+from routerd.backends.slot import LoadEvent, RuntimeLease, RuntimeSlot, SlotStatus
+from routerd.backends.slot_state import LOAD_TIMEOUT_S, STOP_GRACE_S
 from routerd.catalog.model import RUNTIME_KINDS, ModelConfig, RuntimeKind
 from routerd.config.schema import Config
 from routerd.lanes import LANES, Lane
@@ -62,7 +57,7 @@ _TARGET_ALIASES: Mapping[str, tuple[RuntimeKind, ...]] = {
 
 
 class Runtimes:
-    """The node's backend runtimes, per family (``llama_sdcpp``, ``kobold``, ``vllm``).
+    """The node's backend runtimes, per registered family (:mod:`routerd.backends.families`).
 
     Each model runs in the family its ``backend_mode`` names (the node's ``backend.mode``
     unless its ``.kcpps`` overrides it).  No process runs until a request or an explicit load
@@ -100,11 +95,9 @@ class Runtimes:
         make = slot_factory(reactor, launcher, http, port_allocator, on_load, env, probe_timeout_s,
                             load_timeout_s=load_timeout_s, stop_grace_s=stop_grace_s)
         self.default_mode = config.backend.mode
+        world = FamilyWorld(reactor, http, probe_timeout_s)
         self._families: dict[str, Family] = {
-            "llama_sdcpp": LlamaSdcppFamily(config, make),
-            "kobold": KoboldFamily(config, make, clock=reactor, http=http, probe_timeout_s=probe_timeout_s),
-            "vllm": VllmFamily(config, make),
-        }
+            mode: plugin.build(config, make, world) for mode, plugin in FAMILIES.items()}
         # (slot name, kind) -> (config filename, slot state since, ready)
         self._lanes: dict[tuple[str, RuntimeKind], tuple[str, float, bool]] = {}
 

@@ -20,7 +20,7 @@ Rules kept deliberately simple (and relied on by the rest of routerd):
   a text model; ``multimodal`` iff ``llm`` and ``mmproj``; ``stt`` iff
   ``whispermodel``; ``tts`` iff ``ttsmodel``; ``music`` iff ``musicllm`` or
   ``musicdiffusion`` (what KoboldCpp needs to load music).  ``context`` is ``contextsize``;
-  a vLLM config (``backend_mode`` ``vllm``) prefers
+  a config of a family whose program runs with it (vLLM) prefers
   ``vllm.settings.max_model_length``; either one fills in when the other is
   absent; 0 when neither is stated.
 * Portable configs (cluster reference §8.5): ``<field>_hash`` (64 lowercase hex)
@@ -44,10 +44,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from routerd.catalog.model import MUSIC_FIELDS, Capabilities, InvalidConfig, ModelConfig
+from routerd.families import BACKEND_MODES, declared, modes_phrase
 
 KCPPS_SUFFIX = ".kcpps"
-BACKEND_MODES: tuple[str, ...] = ("llama_sdcpp", "kobold", "vllm")
-BAD_BACKEND_MODE = "backend_mode must be kobold, llama_sdcpp, or vllm"
+BAD_BACKEND_MODE = "backend_mode must be " + modes_phrase()
 NO_MODEL_FILE = "config names no model file"
 
 # Endings stripped from a weights file name to form an image ID (contract §3),
@@ -191,7 +191,7 @@ def _portable(raw: Mapping[str, Any], key: str) -> tuple[str, str] | None:
     sha = raw.get(f"{key}_hash")
     if sha is None or sha == "":
         return None
-    if not isinstance(sha, str) or _SHA256.match(sha) is None:
+    if not isinstance(sha, str) or _SHA256.fullmatch(sha) is None:
         raise _Invalid(f"{key}_hash must be a sha256 of 64 lowercase hex characters")
     name = raw.get(f"{key}_filename")
     if name is None or name == "":
@@ -302,7 +302,7 @@ def _build(raw: Mapping[str, Any], path: str, default_backend_mode: str) -> Mode
         raise _Invalid(NO_MODEL_FILE)
 
     llm = has["model"]
-    if backend_mode == "vllm":
+    if declared(backend_mode).context_from_settings:
         context = max_len or context_size or 0
     else:
         context = context_size or max_len or 0

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 
-# Which backend runtime serves a request: llama-server (text, embeddings,
-# multimodal), sd-server (image) or whisper-server (speech-to-text).
-RuntimeKind = Literal["text", "image", "stt"]
-RUNTIME_KINDS: tuple[RuntimeKind, ...] = ("text", "image", "stt")
+# Which backend runtime serves a request: the text side (text, embeddings, multimodal, speech,
+# music), image, or speech-to-text; the vocabulary the backend families declare.
+from routerd.families import RUNTIME_KINDS as RUNTIME_KINDS
+from routerd.families import RuntimeKind as RuntimeKind
+
 #: KoboldCpp's music weight keys (``.kcpps``) and the ModelConfig attribute holding each path.
 MUSIC_FIELDS: Mapping[str, str] = {"musicllm": "music_llm", "musicembeddings": "music_embeddings",
                                    "musicdiffusion": "music_diffusion", "musicvae": "music_vae"}

@@ -1,6 +1,6 @@
 """What ``routerd check`` says of one model config: its weight files (exist, readable) and keys that
 look like a misspelling of a key routerd reads.  ``routerd.checking`` applies these to every
-``.kcpps`` of a folder; Cook's preview (``routerd.serve.cook``) to the one config it builds.
+``.kcpps`` of a folder; Cook's preview (``routerd.assets.cook``) to the one config it builds.
 """
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
-"""Node-to-node work: who may call what (bearer auth), the node HTTP client with its allow-list,
-bounded fan-out to many nodes, the master's registration and health polling, and a slave's
-registration loop."""
+"""The cluster's agents and shared rules: the master's health poller and registry sync
+(``master``), a slave's registration loop (``slave``), bearer-token auth and the cluster
+allow-list (``auth``), and fan-out of one node-API call to every healthy node (``fanout``).  The
+node API client itself lives in ``routerd.clients.node_client``."""

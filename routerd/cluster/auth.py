@@ -71,7 +71,7 @@ def _matches(candidate: str, keys: Iterable[str]) -> bool:
 @functools.lru_cache(maxsize=1024)
 def _address(host: str) -> _Address | None:
     """``host`` as an address (IPv4-mapped IPv6 as IPv4); None when it is not one.  Cached: every
-    request's peer is checked, and clients are few (issue 14: the parse was ~3 % of a request)."""
+    request's peer is checked, and clients are few (the parse was ~3 % of a request)."""
     try:
         address = ipaddress.ip_address(host.strip().strip("[]"))
     except ValueError:

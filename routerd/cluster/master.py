@@ -18,17 +18,16 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from routerd.cluster.client import ClusterError, NodeClient
+from routerd.clients.node_client import ClusterError, NodeClient
 from routerd.cluster.fanout import fan_out
 from routerd.errors import StatusError
 from routerd.registry.records import NodeInfo
 from routerd.registry.registry import Registry
-from routerd.routing.stt import RoundRobinCounter, choose_stt
+from routerd.routing.stt import RoundRobinCounter
 from routerd.services import IntervalService
 from routerd.urls import AllowList, URLError, normalise_url
 from routerd.wire.records import (
     PROTOCOL_VERSION,
-    ModelRecord,
     Snapshot,
     parse_snapshot,
 )
@@ -37,7 +36,7 @@ from routerd.wire.status import RuntimeStatus, parse_status
 log = Logger()
 
 # Bounded, but wide enough that a 200-slave cycle of ~40 ms answers stays well under 1 s (7 rounds;
-# issue 24, benchmarks/cluster.py (b)).
+# benchmarks/cluster.py (b)).
 POLL_CONCURRENCY = 32
 STATUS_CONCURRENCY = 8
 STATUS_DEADLINE_S = 5.0
@@ -164,10 +163,6 @@ class MasterAgent(MultiService):
             if status.node_id == node.node_id:
                 out[status.node_id] = status
         return out
-
-    async def choose_stt(self) -> ModelRecord:
-        statuses = await self.statuses()
-        return choose_stt(self.registry.records(), statuses, self.node_id, self.stt_counter)
 
     async def node_json(self, node_id: str, path: str) -> Any:
         """GET a node API document from a remote node (for the site API)."""

@@ -17,7 +17,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from routerd.cluster.client import ClusterError, IncompatibleMaster, NodeClient, RemoteError
+from routerd.clients.node_client import ClusterError, IncompatibleMaster, NodeClient, RemoteError
 from routerd.services import IntervalService
 from routerd.wire.records import Snapshot
 

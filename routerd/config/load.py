@@ -1,33 +1,31 @@
 """Load and validate a routerd YAML config (contract §2).
 
 ``load_config`` collects *every* problem before failing, so an operator fixes
-a config in one pass; each message names the key and the reason.
+a config in one pass; each message names the key and the reason.  This module
+reads each section (with the typed readers of :mod:`routerd.config.reader`) and
+checks what the values mean together (binds, URLs, the cluster, the keys).
 """
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import os
-import shlex
-from collections.abc import Callable, Iterable, Mapping
+import re
+from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
 
-import attrs
 import yaml
 
-from routerd.config.durations import DurationError, parse_duration
 from routerd.config.keys import read_inference_keys
 from routerd.config.lending import SETTINGS, LendingSettings, SettingError, normalise
+from routerd.config.reader import Errors, Reader, did_you_mean, section_of
 from routerd.config.schema import (
-    BACKEND_MODES,
     ROLES,
     AnalyticsConfig,
     AuthConfig,
     BackendConfig,
-    BinaryConfig,
     ClusterConfig,
     Config,
     KoboldConfig,
@@ -36,16 +34,17 @@ from routerd.config.schema import (
     QueueConfig,
     ServerConfig,
 )
+from routerd.families import BINARY_SECTIONS, DECLARED, DEFAULT_MODE, is_declared, modes_phrase
 
 PLACEHOLDER_TOKENS = ("change-me", "changeme", "replace-me", "replace_me")
 MIN_TOKEN_LENGTH = 16
 TOKEN_ENV = "ROUTERD_CLUSTER_TOKEN"
 TOKEN_FILE_ENV = "ROUTERD_CLUSTER_TOKEN_FILE"
 
-_BINARY_SECTIONS = ("llama", "sdcpp", "whispercpp", "kobold", "vllm")
 #: Keys a family's section has besides ``binary_path`` and ``extra_args``.
-_FAMILY_KEYS: dict[str, tuple[str, ...]] = {"kobold": ("no_model", "reload_timeout")}
-_SECTIONS = ("server", "auth", "models", "backend", *_BINARY_SECTIONS, "cluster", "limits", "queue",
+_FAMILY_KEYS: dict[str, tuple[str, ...]] = {section: family.settings for family in DECLARED
+                                            for section in family.binary_sections if family.settings}
+_SECTIONS = ("server", "auth", "models", "backend", *BINARY_SECTIONS, "cluster", "limits", "queue",
              "analytics")
 
 
@@ -55,19 +54,6 @@ class ConfigError(Exception):
     def __init__(self, errors: list[str]) -> None:
         super().__init__("; ".join(errors))
         self.errors = list(errors)
-
-
-def _did_you_mean(key: str, known: Iterable[str]) -> str:
-    matches = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
-    return f" (did you mean {matches[0]!r}?)" if matches else ""
-
-
-class _Errors:
-    def __init__(self) -> None:
-        self.items: list[str] = []
-
-    def add(self, key: str, reason: str) -> None:
-        self.items.append(f"{key}: {reason}")
 
 
 def embedded_default_path() -> str:
@@ -115,12 +101,12 @@ def parse_config(
     embedded: bool = False,
 ) -> Config:
     """Validate a parsed YAML mapping into a ``Config`` or raise ``ConfigError``."""
-    errs = _Errors()
+    errs = Errors()
     for section in data:
         if section not in _SECTIONS:
-            errs.add(str(section), "unknown section" + _did_you_mean(str(section), _SECTIONS))
-    sections = {name: _section(data, name, errs) for name in _SECTIONS}
-    reader = _Reader(errs, base_dir)
+            errs.add(str(section), "unknown section" + did_you_mean(str(section), _SECTIONS))
+    sections = {name: section_of(data, name, errs) for name in _SECTIONS}
+    reader = Reader(errs, base_dir)
 
     s = sections["server"]
     server = ServerConfig(
@@ -128,6 +114,7 @@ def parse_config(
         allowed_cidrs=reader.str_list(s, "server", "allowed_cidrs", ServerConfig().allowed_cidrs),
         cors_origins=tuple(o.strip().rstrip("/") for o in reader.str_list(s, "server", "cors_origins", ())),
         trusted_proxies=reader.str_list(s, "server", "trusted_proxies", ()),
+        allowed_hosts=reader.str_list(s, "server", "allowed_hosts", ()),
         drain_timeout=reader.duration(s, "server", "drain_timeout", ServerConfig().drain_timeout),
         head_timeout=reader.duration(s, "server", "head_timeout", ServerConfig().head_timeout),
         body_timeout=reader.duration(s, "server", "body_timeout", ServerConfig().body_timeout),
@@ -138,10 +125,13 @@ def parse_config(
     )
     reader.unknown(s, "server", ("bind", "allowed_cidrs", "cors_origins", "trusted_proxies", "drain_timeout",
                                  "head_timeout", "body_timeout", "send_timeout", "max_connections",
-                                 "listen_backlog"))
+                                 "listen_backlog", "allowed_hosts"))
     for origin in server.cors_origins:
         if origin != "*" and not _valid_origin(origin):
             errs.add("server.cors_origins", f"{origin!r} is not an origin (scheme://host[:port], or *)")
+    for name in server.allowed_hosts:
+        if name != "*" and _HOST_NAME.fullmatch(name) is None:
+            errs.add("server.allowed_hosts", f"{name!r} is not a host name (no scheme, no port), or *")
     _check_bind(server.bind, errs)
     for key, cidrs in (("allowed_cidrs", server.allowed_cidrs), ("trusted_proxies", server.trusted_proxies)):
         for cidr in cidrs:
@@ -184,13 +174,13 @@ def parse_config(
         errs.add("models.config_dir", f"directory {models.config_dir} does not exist")
 
     b = sections["backend"]
-    backend = BackendConfig(mode=reader.string(b, "backend", "mode", "llama_sdcpp").strip())
+    backend = BackendConfig(mode=reader.string(b, "backend", "mode", DEFAULT_MODE).strip())
     reader.unknown(b, "backend", ("mode",))
-    if backend.mode not in BACKEND_MODES:
-        errs.add("backend.mode", "must be kobold, llama_sdcpp, or vllm")
+    if not is_declared(backend.mode):
+        errs.add("backend.mode", "must be " + modes_phrase())
 
     binaries: dict[str, Any] = {name: reader.binary(sections[name], name, _FAMILY_KEYS.get(name, ()))
-                                for name in _BINARY_SECTIONS}
+                                for name in BINARY_SECTIONS}
     k = sections["kobold"]
     base = binaries["kobold"]
     binaries["kobold"] = KoboldConfig(
@@ -251,7 +241,7 @@ def parse_config(
                   limits=limits, queue=queue, analytics=analytics, source=source, **binaries)
 
 
-def _analytics(section: Mapping[str, Any], reader: _Reader) -> AnalyticsConfig:
+def _analytics(section: Mapping[str, Any], reader: Reader) -> AnalyticsConfig:
     """The ``analytics`` section (contract §2): every duration must be positive."""
     default = AnalyticsConfig()
     durations = ("flush_interval", "raw_retention", "minute_retention", "hour_retention", "day_retention")
@@ -264,136 +254,7 @@ def _analytics(section: Mapping[str, Any], reader: _Reader) -> AnalyticsConfig:
     return config
 
 
-def _section(data: Mapping[str, Any], name: str, errs: _Errors) -> Mapping[str, Any]:
-    value = data.get(name)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        errs.add(name, "must be a mapping of keys")
-        return {}
-    return value
-
-
-@attrs.define
-class _Reader:
-    errs: _Errors
-    base_dir: str
-
-    def unknown(self, section: Mapping[str, Any], name: str, known: tuple[str, ...]) -> None:
-        for key in section:
-            if key not in known:
-                self.errs.add(f"{name}.{key}", "unknown key" + _did_you_mean(str(key), known))
-
-    def string(self, section: Mapping[str, Any], name: str, key: str, default: str) -> str:
-        value = section.get(key, default)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            self.errs.add(f"{name}.{key}", f"must be a string, got {type(value).__name__}")
-            return default
-        return value
-
-    def str_list(self, section: Mapping[str, Any], name: str, key: str,
-                 default: tuple[str, ...]) -> tuple[str, ...]:
-        value = section.get(key)
-        if value is None:
-            return default
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            self.errs.add(f"{name}.{key}", "must be a list of strings")
-            return default
-        return tuple(value)
-
-    def integer(self, section: Mapping[str, Any], name: str, key: str, default: int,
-                lo: int, hi: int) -> int:
-        value = section.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.errs.add(f"{name}.{key}", f"must be a whole number, got {value!r}")
-            return default
-        if not lo <= value <= hi:
-            self.errs.add(f"{name}.{key}", f"must be between {lo} and {hi}, got {value}")
-            return default
-        return value
-
-    def number(self, section: Mapping[str, Any], name: str, key: str, default: float) -> float:
-        value = section.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            self.errs.add(f"{name}.{key}", f"must be a number, got {value!r}")
-            return default
-        if value <= 0:
-            self.errs.add(f"{name}.{key}", f"must be positive, got {value}")
-            return default
-        return float(value)
-
-    def duration(self, section: Mapping[str, Any], name: str, key: str, default: float) -> float:
-        if key not in section:
-            return default
-        try:
-            seconds = parse_duration(section[key])
-        except DurationError as exc:
-            self.errs.add(f"{name}.{key}", str(exc))
-            return default
-        if seconds <= 0:
-            self.errs.add(f"{name}.{key}", "must be positive")
-            return default
-        return seconds
-
-    def path_value(self, value: str, base: str | None = None) -> str:
-        if not value:
-            return ""
-        value = os.path.expanduser(value)
-        return os.path.normpath(os.path.join(base or self.base_dir, value))
-
-    def path(self, section: Mapping[str, Any], name: str, key: str, default: str,
-             base: str | None = None) -> str:
-        return self.path_value(self.string(section, name, key, default), base)
-
-    def boolean(self, section: Mapping[str, Any], name: str, key: str, default: bool) -> bool:
-        value = section.get(key, default)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            self.errs.add(f"{name}.{key}", "must be true or false")
-            return default
-        return value
-
-    def binary(self, section: Mapping[str, Any], name: str, more: tuple[str, ...] = ()) -> BinaryConfig:
-        self.unknown(section, name, ("binary_path", "extra_args", *more))
-        raw = section.get("binary_path")
-        command: tuple[str, ...] = ()
-        if raw is None or raw == "":
-            command = ()
-        elif isinstance(raw, str):
-            command = (self._command_path(raw),)
-        elif isinstance(raw, list) and raw and all(isinstance(v, str) and v for v in raw):
-            command = (self._command_path(raw[0]), *raw[1:])
-        else:
-            self.errs.add(f"{name}.binary_path", "must be a path or a non-empty list of strings")
-        extra = self.args(section, name, "extra_args")
-        return BinaryConfig(command=command, extra_args=extra)
-
-    def args(self, section: Mapping[str, Any], name: str, key: str) -> tuple[str, ...]:
-        """Program arguments: a list of strings, or one shell-style string split with ``shlex``
-        (``"-ngl 99 --flash-attn"`` is three arguments, as on a command line)."""
-        value = section.get(key)
-        if isinstance(value, str):
-            try:
-                return tuple(shlex.split(value))
-            except ValueError as exc:
-                self.errs.add(f"{name}.{key}", f"cannot be split like a command line: {exc}")
-                return ()
-        return self.str_list(section, name, key, ())
-
-    def _command_path(self, value: str) -> str:
-        # A bare program name is looked up on PATH at start; a relative path
-        # with a directory part resolves against the config file.
-        if os.sep in value or value.startswith("."):
-            return self.path_value(value)
-        return value
-
-
-def _lending(section: Mapping[str, Any], errs: _Errors) -> LendingSettings:
+def _lending(section: Mapping[str, Any], errs: Errors) -> LendingSettings:
     texts: dict[str, str] = {}
     for spec in SETTINGS:
         if spec.key not in section:
@@ -405,7 +266,7 @@ def _lending(section: Mapping[str, Any], errs: _Errors) -> LendingSettings:
     return LendingSettings.from_texts(texts)
 
 
-def _token_from_env(env: Mapping[str, str], token: str, errs: _Errors) -> str:
+def _token_from_env(env: Mapping[str, str], token: str, errs: Errors) -> str:
     direct = env.get(TOKEN_ENV, "")
     file_name = env.get(TOKEN_FILE_ENV, "")
     if direct and file_name:
@@ -427,7 +288,7 @@ def _token_from_env(env: Mapping[str, str], token: str, errs: _Errors) -> str:
     return token
 
 
-def _check_bind(bind: str, errs: _Errors) -> None:
+def _check_bind(bind: str, errs: Errors) -> None:
     host, sep, port = bind.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         errs.add("server.bind", f"must be host:port, got {bind!r}")
@@ -441,6 +302,10 @@ def _is_loopback_bind(bind: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+#: A host name or IP address as ``server.allowed_hosts`` lists it.
+_HOST_NAME = re.compile(r"[A-Za-z0-9_.-]+|\[?[0-9A-Fa-f:.]+\]?")
 
 
 def _valid_origin(origin: str) -> bool:
@@ -457,7 +322,7 @@ def _valid_url(url: str) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.hostname) and not parts.username
 
 
-def _check_cluster(cluster: ClusterConfig, auth: AuthConfig, errs: _Errors) -> None:
+def _check_cluster(cluster: ClusterConfig, auth: AuthConfig, errs: Errors) -> None:
     if cluster.role not in ROLES:
         errs.add("cluster.role", "must be standalone, master, or slave")
         return
@@ -492,7 +357,7 @@ def _check_cluster(cluster: ClusterConfig, auth: AuthConfig, errs: _Errors) -> N
         seen.add(norm)
 
 
-def _check_keys(auth: AuthConfig, cluster: ClusterConfig, errs: _Errors) -> None:
+def _check_keys(auth: AuthConfig, cluster: ClusterConfig, errs: Errors) -> None:
     for name, keys in (("auth.inference_keys", auth.inference_keys), ("auth.admin_keys", auth.admin_keys),
                        ("auth.metrics_keys", auth.metrics_keys)):
         for key in keys:

@@ -10,9 +10,10 @@ import attrs
 
 from routerd.config.keys import InferenceKey
 from routerd.config.lending import LendingSettings
+from routerd.families import BACKEND_MODES as BACKEND_MODES
+from routerd.families import DEFAULT_MODE
 
 ROLES = ("standalone", "master", "slave")
-BACKEND_MODES = ("llama_sdcpp", "kobold", "vllm")
 
 
 @attrs.frozen
@@ -31,6 +32,9 @@ class ServerConfig:
     drain_timeout: float = 30.0
     #: Browser origins (``https://host[:port]``, or ``*``) allowed to call the API (CORS).
     cors_origins: tuple[str, ...] = ()
+    #: Host names the node answers to besides IP literals, loopback names, the host of
+    #: ``cluster.public_url`` and of ``bind`` (``*``: any); a request no key vouches for must name one.
+    allowed_hosts: tuple[str, ...] = ()
     #: Seconds a request head may take from its first byte to its blank line (then 408 + close).
     head_timeout: float = 30.0
     #: Seconds a request body may go without a byte arriving (then 408 + close).
@@ -90,7 +94,7 @@ class ModelsConfig:
 
 @attrs.frozen
 class BackendConfig:
-    mode: str = "llama_sdcpp"
+    mode: str = DEFAULT_MODE
 
 
 @attrs.frozen
@@ -155,7 +159,7 @@ class LimitsConfig:
 
 @attrs.frozen
 class QueueConfig:
-    #: A waiting request rises one priority class per ``aging`` seconds (issue 23).
+    #: A waiting request rises one priority class per ``aging`` seconds, so a low class still runs.
     aging: float = 30.0
 
 

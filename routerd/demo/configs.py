@@ -14,11 +14,11 @@ import attrs
 import yaml
 
 from routerd.config.schema import ModelsConfig
+from routerd.families import BINARY_SECTIONS
 
 SLAVE_FILES = ("slave-a.yaml", "slave-b.yaml")
 MASTER_FILE = "master.yaml"
 ROUTING_ONLY_FILE = "routing-only-master.yaml"
-BINARY_SECTIONS = ("llama", "sdcpp", "whispercpp", "kobold", "vllm")
 
 
 class DemoError(Exception):

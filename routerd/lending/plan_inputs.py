@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import attrs
 
+from routerd.families import single_process
 from routerd.wire.lending import LANES, Lane, ModelCost
 from routerd.wire.status import RuntimeStatus
 
@@ -73,12 +74,12 @@ class NodeView:
 def displaced_configs(status: RuntimeStatus, lane: Lane, config_filename: str) -> list[str]:
     """Configs a helper would push out to load ``config_filename`` for ``lane``.
 
-    The lane's own runtime always; with ``backend_mode == "kobold"`` one process serves every lane,
-    so the other lane's config and the speech config go too.
+    The lane's own runtime always; in a family where one process serves every lane (KoboldCpp),
+    the other lane's config and the speech config go too.
     """
     found: list[str] = []
     candidates = [status.lane(lane).active_config]
-    if status.backend_mode == "kobold":
+    if single_process(status.backend_mode):
         candidates += [status.lane(other).active_config for other in LANES if other != lane]
         candidates.append(status.active_stt_config)
     for config in candidates:

@@ -63,6 +63,10 @@ def _own_lane(kind: RuntimeKind | None, _model: ModelConfig) -> tuple[Lane, ...]
     return tuple(lane for lane in LANES if kind in (None, lane))
 
 
+async def _no_local(call: Call, _model: ModelConfig, _public_id: str) -> bytes:
+    raise RuntimeError(f"no local server runs {call.request_id}: the lending service has no run_local")
+
+
 @attrs.frozen
 class Ticket:
     kind: Literal["admit", "lend", "returned"]
@@ -88,8 +92,11 @@ class LendingService:
                  max_queued: Callable[[], int] = lambda: 0,
                  queued_in_backend: Callable[[ModelConfig], int] = lambda _model: 0,
                  key_weight: Callable[[str], float] = lambda _name: 1.0,
-                 aging: Callable[[], float] = lambda: 30.0) -> None:
+                 aging: Callable[[], float] = lambda: 30.0,
+                 run_local: RunLocal | None = None) -> None:
         self.node_id = node_id
+        #: What an admitted request runs: this node serving it locally (one shared callable).
+        self.run_local: RunLocal = run_local if run_local is not None else _no_local
         self.role = role
         self.clock = clock
         self.transport: LendingTransport = transport if transport is not None else NoMaster()
@@ -228,19 +235,18 @@ class LendingService:
 
     # -- the request path ----------------------------------------------------------------------
 
-    def serve(self, call: Call, model: ModelConfig, lane: Lane, run_local: RunLocal,
-              borrowed: Borrowed | None, *, public_id: str) -> Deferred[bytes]:
+    def serve(self, call: Call, model: ModelConfig, lane: Lane, borrowed: Borrowed | None, *,
+              public_id: str) -> Deferred[bytes]:
         """Queue an enrolled model's request in the router and serve, lend or hand it back; the
         Deferred fires with the answer (cancel it when the client goes: its place is freed).
 
         While it waits the request is a :class:`~routerd.lending.waiting.WaitingRequest` woken by
-        the queue's tickets, not a suspended coroutine (issue 24: held requests small); admitted,
-        it runs as ``run_local(call, model, public_id)`` (one shared callable, not a closure per
-        request)."""
+        the queue's tickets, not a suspended coroutine (held requests stay small); admitted, it
+        runs as ``self.run_local(call, model, public_id)``."""
         model_id = lane_key(lane, model)
         owner = borrowed is None and self.queues[lane].is_owner(model_id)
         held: WaitingRequest[Ticket] = WaitingRequest(self, call, model, lane, model_id, public_id,
-                                                      run_local, owner)
+                                                      self.run_local, owner)
         try:
             if borrowed is None:
                 self._admit(lane, model, model_id, public_id)

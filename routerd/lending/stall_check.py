@@ -19,7 +19,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
-from routerd.cluster.client import RemoteError
+from routerd.clients.node_client import RemoteError
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.offload import RelayRequest
 from routerd.lending.stall import Ask, LentOut, StallTracker

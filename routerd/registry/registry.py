@@ -269,30 +269,37 @@ class Registry:
             named = [r for r in serving if r.public_id == public_id]
         return sorted(named, key=replica_order)
 
-    def acquire(self, public_id: str, lane: RuntimeKind, *, min_context: int = 0) -> Reservation:
-        """Choose and reserve a replica for a request naming ``public_id`` on ``lane``.
-
-        Raises :class:`NoReplica` (502) when none is available.
-        """
-        record = choose_replica(
+    def pick(self, public_id: str, lane: RuntimeKind, *, min_context: int = 0) -> ModelRecord:
+        """The replica a request naming ``public_id`` on ``lane`` goes to, not yet reserved (the
+        rotation among remote replicas moves on).  Raises :class:`NoReplica` (502) when none is
+        available."""
+        return choose_replica(
             self.replicas(public_id, lane, min_context=min_context), name=public_id, lane=lane,
             own_node_id=self.own_node_id, busy=self._busy, local_ready=self._local_ready,
             rotation=self._rotation)
-        return self.reserve(record, lane)
+
+    def acquire(self, public_id: str, lane: RuntimeKind, *, min_context: int = 0) -> Reservation:
+        """Choose (:meth:`pick`) and reserve a replica for a request naming ``public_id`` on ``lane``."""
+        return self.reserve(self.pick(public_id, lane, min_context=min_context), lane)
 
     def reserve(self, record: ModelRecord, lane: RuntimeKind) -> Reservation:
         """Reserve exactly ``record`` on ``lane`` (e.g. the STT scheduler's choice)."""
         return self._busy.reserve(record, lane, local=record.node_id == self.own_node_id)
 
-    def reserve_exact(self, node_id: str, filename: str, lane: RuntimeKind) -> Reservation:
-        """Reserve the config ``filename`` on ``node_id``; :class:`NoReplica` if it is unknown,
-        disabled, unavailable, does not serve ``lane``, or is local and its lane is not ready."""
+    def exact(self, node_id: str, filename: str, lane: RuntimeKind) -> ModelRecord:
+        """The record of config ``filename`` on ``node_id``, not yet reserved; :class:`NoReplica` if
+        it is unknown, disabled, unavailable, does not serve ``lane``, or is local and its lane is
+        not ready."""
         record = self.find(node_id, filename=filename)
         if record is None or record.disabled or not record.available or \
                 not record.capabilities.serves(lane) or \
                 (record.node_id == self.own_node_id and not self._local_ready(lane, record)):
             raise NoReplica(f"{node_id}/{filename}", lane)
-        return self.reserve(record, lane)
+        return record
+
+    def reserve_exact(self, node_id: str, filename: str, lane: RuntimeKind) -> Reservation:
+        """Reserve exactly the record :meth:`exact` names."""
+        return self.reserve(self.exact(node_id, filename, lane), lane)
 
     def busy(self, record: ModelRecord, lane: RuntimeKind) -> int:
         """How many reserved requests ``record`` has on ``lane``."""

@@ -93,7 +93,7 @@ class Outcome:
     work: tuple[float, ...] = ()
 
 
-@attrs.define(weakref_slot=False)  # slotted, no weak references: one per held request (issue 14)
+@attrs.define(weakref_slot=False)  # slotted, no weak references: one per held request
 class Call:
     reply: Reply
     route: Route
@@ -124,7 +124,7 @@ class Call:
 
     def shed_parsed(self) -> None:
         """Drop the parsed JSON body while the request waits in a queue (a held request then
-        costs its raw body, not that and its decoded copy: issue 14); :meth:`restore_parsed`
+        costs its raw body, not that and its decoded copy); :meth:`restore_parsed`
         decodes it again when the request moves on."""
         if self.parsed is not None:
             self.parsed = None

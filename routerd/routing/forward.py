@@ -68,7 +68,7 @@ class Outbound:
     #: A 400/500 refusing the request's image raises ImageRefused instead of being passed on
     #: (spec "Guardian models": the guardian answers instead).
     image_refusal_raises: bool = False
-    #: ``GET`` for a video job's poll (``routerd.serve.video``); a GET sends no body.
+    #: ``GET`` for a video job's poll (``routerd.inference.video``); a GET sends no body.
     method: bytes = b"POST"
 
 

@@ -1,5 +1,5 @@
 """Asynchronous video jobs (stable-diffusion.cpp ``sd-server``'s native ``/sdcpp/v1`` job API): the
-pure job table and the rules around it.  No Twisted, no I/O; ``routerd.serve.video`` performs.
+pure job table and the rules around it.  No Twisted, no I/O; ``routerd.inference.video`` performs.
 
 ``POST /sdcpp/v1/vid_gen`` answers 202 with a job ``id`` and a ``poll_url``
 (``/sdcpp/v1/jobs/{id}``); the polls (``GET /sdcpp/v1/jobs/{id}``, ``POST

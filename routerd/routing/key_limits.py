@@ -1,4 +1,4 @@
-"""Per-key limits (issue 23): ``limits.max_concurrent``, ``requests_per_minute`` and
+"""Per-key limits: ``limits.max_concurrent``, ``requests_per_minute`` and
 ``tokens_per_minute`` of a named inference key.
 
 Pure: fed the clock's seconds, no timers.  The node that admits a client's request counts it — the

@@ -2,7 +2,9 @@
 
 ``plan_backend_call`` turns (route, parsed request, family) into the backend path,
 body and the way its answer is converted back for the client, so the HTTP
-code only performs what the plan says.
+code only performs what the plan says.  Which routes a family passes through as
+sent and which it refuses are the family's declared facts (:mod:`routerd.families`);
+the translations below serve the rest.
 
 * ``llama_sdcpp``: Kobold generate becomes llama-server ``/completion``; transcription (OpenAI
   form or Kobold's base64 JSON) becomes whisper-server ``/inference``; speech and Kobold music are
@@ -24,6 +26,7 @@ from typing import Any, Literal
 import attrs
 
 from routerd.errors import HTTPError
+from routerd.families import DEFAULT_MODE, declared
 from routerd.routing.adapters import kobold, ollama, whisper
 from routerd.routing.classify import Route
 from routerd.routing.multipart import Part, build_form, make_boundary, parse_form
@@ -60,30 +63,21 @@ def _json(body: Mapping[str, Any]) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-#: Routes a backend family serves on the same path, so the request passes through.
-_PASS_THROUGH: Mapping[str, frozenset[str]] = {
-    "kobold": frozenset({"tts", "kobold_tts", "kobold_generate", "kobold_generate_stream",
-                         "kobold_transcribe", "stt", "kobold_music"}),
-    "vllm": frozenset({"tts", "stt"}),
-}
-_VLLM_UNSUPPORTED = frozenset({"kobold_tts", "kobold_generate", "kobold_generate_stream", "kobold_transcribe",
-                               "kobold_music", "llama_completion", "image", "sd_txt2img", "sd_img2img"})
-
-
 def plan_backend_call(route: Route, path: str, parsed: Mapping[str, Any] | None, raw: bytes,
                       content_type: str, local_id: str, stream: bool,
-                      family: str = "llama_sdcpp") -> BackendPlan:
+                      family: str = DEFAULT_MODE) -> BackendPlan:
     """Plan the backend request for a route whose model resolved to ``local_id`` in ``family``."""
     kind = route.kind
-    if family == "vllm" and kind in _VLLM_UNSUPPORTED:
-        raise HTTPError(501, f"{path} is not supported by the vllm backend family",
+    facts = declared(family)
+    if kind in facts.refuses:
+        raise HTTPError(501, f"{path} is not supported by the {family} backend family",
                         "unsupported_backend", "unsupported_backend")
     if kind == "sd_vid_gen":
-        if family != "llama_sdcpp":  # KoboldCpp renders video through its image routes; vLLM none
+        if not facts.video:  # KoboldCpp renders video through its image routes; vLLM none
             raise HTTPError(501, f"{path} is served by stable-diffusion.cpp's sd-server only, not by the "
                             f"{family} backend family", "unsupported_backend", "unsupported_backend")
         return BackendPlan(path, raw, "application/json", "job", False)
-    if kind in _PASS_THROUGH.get(family, frozenset()):
+    if kind in facts.passes_through:
         return _pass_through(path, parsed, raw, content_type, local_id, stream)
     if kind in ("tts", "kobold_tts"):
         raise HTTPError(501, "audio route is not supported by the selected split backend config",
@@ -93,9 +87,6 @@ def plan_backend_call(route: Route, path: str, parsed: Mapping[str, Any] | None,
                         "unsupported_backend", "unsupported_backend")
     if kind == "kobold_transcribe":
         return _plan_kobold_transcribe(parsed, raw)
-    if kind == "kobold_generate_stream":
-        raise HTTPError(501, f"{path} is not supported by the llama_sdcpp backend family",
-                        "unsupported_backend", "unsupported_backend")
     if kind == "stt":
         return _plan_stt(path, raw, content_type)
     assert parsed is not None

@@ -155,7 +155,7 @@ def rewrite_json_model(body: bytes, mapping: ModelMapping) -> bytes:
     Returns ``body`` itself (the same object) when it is not a UTF-8 JSON object, has no
     top-level string ``model``, or ``mapping`` returns ``None`` or the same value.
 
-    The hot path of every streamed chunk (issue 14): the document is validated by the C JSON
+    The hot path of every streamed chunk: the document is validated by the C JSON
     decoder, and the top-level ``"model"`` keys are found by one regex pass over its strings and
     brackets, not by decoding it member by member.
     """

@@ -1,3 +1,2 @@
-"""Serving inference calls: choose the model and node (``front``), serve on this node's own
-backends (``local``), and the node's model administration (``admin``).  Below the HTTP edge: these
-take a :class:`routerd.routing.call.Call` and answer through its ``Reply``."""
+"""The site's analytics and benchmark reads, on their way to ``routerd.site``.  The request path
+lives in ``routerd.inference``, the HTTP clients in ``routerd.clients``."""

@@ -18,9 +18,9 @@ from twisted.python.failure import Failure
 
 from routerd.cluster.fanout import failure_text, fan_out
 from routerd.errors import HTTPError
+from routerd.inference.analytics import LOAD_ERRORS_KEPT, series_point
 from routerd.lending.reports import FANOUT, NODE_TIMEOUT_S, select_nodes
 from routerd.registry.records import NodeInfo
-from routerd.serve.analytics import LOAD_ERRORS_KEPT, series_point
 from routerd.store.analytics import ANALYTICS_LANES, FIGURES, PERIODS, Query, Sums, figures
 
 NODE_ANALYTICS = "/router/v1/node/analytics"

@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from routerd.cluster.client import ClusterError, RemoteError
+from routerd.clients.node_client import ClusterError, RemoteError
 from routerd.cluster.fanout import failure_text, fan_out
 from routerd.errors import HTTPError
 from routerd.lending.reports import FANOUT, NODE_TIMEOUT_S, select_nodes

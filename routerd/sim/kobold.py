@@ -4,9 +4,8 @@ switched between configs with ``POST /api/admin/reload_config`` (reference clust
 Weights come from a ``.kcpps`` config (``--config``) or the per-lane flags (``--model``,
 ``--sdmodel``, ``--ttsmodel``, ``--whispermodel``, ``--embeddingsmodel``, ``--musicllm``,
 ``--musicdiffusion``); ``--nomodel`` starts with nothing loaded.  ``GET /api/extra/version``
-reports which lanes the loaded config serves.  Music weights are ``music`` simulator weights
-(``musicllm``: the planner, ``musicdiffusion``: the generator); ``musicembeddings`` and
-``musicvae`` must name existing files but are not read.
+reports which lanes the loaded config serves.  What a config loads is read by
+:mod:`routerd.sim.kobold_models`; this module holds the server and its routes.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import json
 import os
 import uuid
 from collections.abc import Mapping
-from pathlib import Path
 
 import attrs
 from klein import Klein
@@ -27,6 +25,7 @@ from twisted.internet.defer import Deferred
 from twisted.web.server import Request
 
 from routerd.sim.flags import Flag
+from routerd.sim.kobold_models import ModelSet, model_set_from_args, model_set_from_config
 from routerd.sim.llama import LlamaOptions, LlamaServer, _TextJob
 from routerd.sim.outputs import generate_tokens, music_plan, music_wav, speech_seconds, speech_wav, transcript
 from routerd.sim.routes import add_control_routes, add_error_pages, add_route
@@ -35,7 +34,7 @@ from routerd.sim.sd import SdOptions, SdServer
 from routerd.sim.timing import count_tokens, stt_seconds
 from routerd.sim.wav import wav_duration
 from routerd.sim.web import BadRequest, HttpError, SseStream, openai_error, read_json, send_json, set_header
-from routerd.sim.weights import TIMING_DEFAULTS, Weights, WeightsError, WeightsKind, load_weights
+from routerd.sim.weights import Weights, WeightsError
 
 __all__ = ["FLAGS", "ModelSet", "build_app", "initial_weights", "model_set_from_config", "validate_args"]
 
@@ -68,118 +67,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--quiet",), "quiet", bool, False, "accepted"),
 )
 
-#: ``.kcpps`` key -> (lane, weights kind).
-_LANES: tuple[tuple[str, str, WeightsKind], ...] = (
-    ("model", "text", "text"),
-    ("sdmodel", "image", "image"),
-    ("whispermodel", "stt", "stt"),
-    ("ttsmodel", "tts", "tts"),
-    ("embeddingsmodel", "embeddings", "text"),
-    ("musicllm", "music_planner", "music"),
-    ("musicdiffusion", "music", "music"),
-)
-#: Music files KoboldCpp loads besides the two weights (must exist; the simulator does not read them).
-_MUSIC_FILES = ("musicembeddings", "musicvae")
 #: Kobold's default music length in seconds (``duration``), and the longest it accepts.
 DEFAULT_MUSIC_SECONDS = 10.0
 MAX_MUSIC_SECONDS = 600.0
-
-
-@attrs.frozen
-class ModelSet:
-    """What one config loads: weights per lane (``text``, ``image``, ``stt``, ``tts``,
-    ``embeddings``) and their paths."""
-
-    name: str = ""
-    weights: Mapping[str, Weights] = attrs.field(factory=dict)
-    paths: Mapping[str, str] = attrs.field(factory=dict)
-    context: int = 0
-    mmproj: str | None = None
-
-    @property
-    def combined(self) -> Weights:
-        """One Weights standing for the whole set: the labels joined, load times summed."""
-        parts = [self.weights[lane] for lane in sorted(self.weights)]
-        values: dict[str, float | int] = dict(TIMING_DEFAULTS)
-        values["load_ms"] = sum(w.load_ms for w in parts)
-        label = "+".join(w.label for w in parts) or "nomodel"
-        return Weights.from_dict({"kind": "text", "weights": label, **values})
-
-    def has(self, lane: str) -> bool:
-        return lane in self.weights
-
-    @property
-    def has_music(self) -> bool:
-        return self.has("music") or self.has("music_planner")
-
-
-def _path_of(value: object, key: str) -> str | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, list):
-        found = [v for v in value if isinstance(v, str) and v]
-        return found[0] if found else None
-    if not isinstance(value, str):
-        raise WeightsError(f"{key} must be a file path")
-    return value
-
-
-def _build_set(name: str, values: Mapping[str, object], base_dir: str) -> ModelSet:
-    weights: dict[str, Weights] = {}
-    paths: dict[str, str] = {}
-    for key, lane, kind in _LANES:
-        raw = values.get(key)
-        if key == "model" and not raw:
-            raw = values.get("model_param")
-        path = _path_of(raw, key)
-        if path is None:
-            continue
-        if not os.path.isabs(path):
-            path = os.path.join(base_dir, path)
-        weights[lane] = load_weights(path, kind)
-        paths[lane] = path
-    for key in _MUSIC_FILES:
-        path = _path_of(values.get(key), key)
-        if path is None:
-            continue
-        if not os.path.isabs(path):
-            path = os.path.join(base_dir, path)
-        if not os.path.isfile(path):
-            raise WeightsError(f"failed to open {key} file '{path}': no such file")
-    context = values.get("contextsize")
-    mmproj = _path_of(values.get("mmproj"), "mmproj")
-    return ModelSet(name, weights, paths, context if isinstance(context, int) else 0, mmproj)
-
-
-def model_set_from_config(path: str) -> ModelSet:
-    """Read a ``.kcpps`` config; ``WeightsError`` when it or its weights cannot be used."""
-    try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise WeightsError(f"config file '{path}' not found") from None
-    except (OSError, ValueError) as exc:
-        raise WeightsError(f"config file '{path}' cannot be read: {exc}") from None
-    if not isinstance(raw, dict):
-        raise WeightsError(f"config file '{path}' is not a JSON object")
-    stem = os.path.basename(path).removesuffix(".kcpps")
-    if raw.get("nomodel") is True:
-        return ModelSet(stem)
-    return _build_set(stem, raw, os.path.dirname(os.path.abspath(path)))
-
-
-def _model_set_from_args(ns: argparse.Namespace) -> ModelSet:
-    if ns.nomodel:
-        return ModelSet()
-    if ns.config:
-        return model_set_from_config(ns.config)
-    values = {key: getattr(ns, key) for key, _lane, _kind in _LANES}
-    values.update({key: getattr(ns, key) for key in _MUSIC_FILES})
-    values["contextsize"] = ns.contextsize
-    values["mmproj"] = ns.mmproj
-    found = _build_set(os.path.basename(ns.model or "").removesuffix(".sim.json"), values, os.getcwd())
-    if not found.weights:
-        raise WeightsError("no model given (use --config, --model or --nomodel)")
-    return found
 
 
 def validate_args(ns: argparse.Namespace) -> str | None:
@@ -192,7 +82,7 @@ def validate_args(ns: argparse.Namespace) -> str | None:
 
 def initial_weights(ns: argparse.Namespace) -> tuple[Weights, str]:
     """The startup load (all the config's weights as one) and what it is called."""
-    models = _model_set_from_args(ns)
+    models = model_set_from_args(ns)
     ns.sim_models = models
     return models.combined, ns.config or ns.model or "nomodel"
 

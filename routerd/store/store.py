@@ -250,7 +250,7 @@ class Store:
 
         return self._write("sample pruning", lambda conn: samples_sql.prune(conn, before_ms), 0)
 
-    # --- analytics (contract §9; rows batched by routerd.serve.analytics) ------------------------
+    # --- analytics (contract §9; rows batched by routerd.inference.analytics) ------------------------
 
     def write_analytics(self, requests: Sequence[analytics_sql.RequestRow],
                         loads: Sequence[analytics_sql.LoadRow]) -> Deferred[None]:

@@ -1,8 +1,8 @@
-"""Issue 24, item 1: calls between nodes go over the lean path both ways.
+"""Calls between nodes go over the lean path both ways.
 
 A master, an owner slave and a helper slave (real nodes on 127.0.0.1, simulator backends as
 processes).  The client side of every forward, relay, queue event and grant is the lean keep-alive
-client (:mod:`routerd.serve.peer_http`: a ``BackendAgent`` pool per peer), and the receiving side
+client (:mod:`routerd.clients.peer_http`: a ``BackendAgent`` pool per peer), and the receiving side
 serves them on the lean channel: the connection each arrived on was never handed to twisted.web.
 """
 
@@ -16,7 +16,7 @@ import pytest_twisted
 from twisted.internet import defer
 
 from routerd.api.channel import LeanChannel
-from routerd.serve.backend_http import BackendAgent
+from routerd.clients.backend_http import BackendAgent
 from tests.integration.lending_support import JOB, Trio, ask_chat, start_trio, text_models, warm_and_link
 from tests.integration.nodes import RunningNode, wait_until
 

@@ -129,7 +129,7 @@ def test_startup_model_is_loaded_before_the_listener_opens(tmp_path: Path) -> No
     events = [json.loads(line) for line in lines[:-1]]
     loaded = [e for e in events if e["msg"].startswith("loaded warm on the text runtime")]
     assert loaded and loaded[0]["model"] == "warm" and loaded[0]["runtime"] == "text"
-    assert loaded[0]["level"] == "info" and loaded[0]["namespace"] == "routerd.serve.samples"
+    assert loaded[0]["level"] == "info" and loaded[0]["namespace"] == "routerd.inference.samples"
     assert loaded[0]["time"].endswith("Z") and "T" in loaded[0]["time"]
     assert not any(e["msg"].startswith("Starting factory") for e in events)
 

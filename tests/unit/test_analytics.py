@@ -1,4 +1,4 @@
-"""Analytics (issue 22, contract §9): rows → rollups → figures, the batching recorder on a Clock, the
+"""Analytics (contract §9): rows → rollups → figures, the batching recorder on a Clock, the
 site's merge, and the node and site routes of a real in-memory node."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from twisted.internet.task import Clock
 
 from routerd.config.schema import AnalyticsConfig
 from routerd.errors import HTTPError
+from routerd.inference.analytics import AnalyticsRecorder, LoadErrors, load_row, node_document, request_row
 from routerd.routing.call import Call
 from routerd.routing.classify import classify
-from routerd.serve.analytics import AnalyticsRecorder, LoadErrors, load_row, node_document, request_row
 from routerd.serve.analytics_site import merge, parse_query
 from routerd.store import analytics as sql
 from routerd.store.analytics import (

@@ -1,4 +1,4 @@
-"""Portable configs named only by sha256 (issue 15, reference §8.5): they parse, stay unresolved
+"""Portable configs named only by sha256 (reference §8.5): they parse, stay unresolved
 until a verified file is bound, and a load of one is refused before any backend starts; export
 turns paths back into hashes."""
 
@@ -17,13 +17,13 @@ from routerd.assets.book import AssetBook
 from routerd.assets.index import AssetIndex, build_index_blocking
 from routerd.assets.portable import portable_config
 from routerd.assets.pull import AssetPuller
+from routerd.assets.service import AssetService
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.hashing import FileHashCache
 from routerd.catalog.kcpps import parse_kcpps
 from routerd.catalog.model import InvalidConfig, ModelConfig
 from routerd.errors import HTTPError
-from routerd.serve.admin import ModelAdmin
-from routerd.serve.assets import AssetService
+from routerd.inference.admin import ModelAdmin
 
 SHA = hashlib.sha256(b"weights").hexdigest()
 

@@ -1,4 +1,4 @@
-"""The lean backend client (issue 14): answers parsed, connections kept alive and reused, and
+"""The lean backend client: answers parsed, connections kept alive and reused, and
 Agent's contract kept for cancellation, broken and close-delimited bodies, and stale connections."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from twisted.web.client import ResponseDone, ResponseFailed
 from twisted.web.http import PotentialDataLoss
 from twisted.web.http_headers import Headers
 
+from routerd.clients.backend_http import AnswerHeaders, BackendAgent
 from routerd.routing.body import BytesProducer
 from routerd.routing.relay import collect
-from routerd.serve.backend_http import AnswerHeaders, BackendAgent
 
 URL = b"http://127.0.0.1:8080/v1/chat/completions"
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"a\": true}"
@@ -181,7 +181,7 @@ def test_a_refused_connect_is_tried_again_after_short_delays_then_fails_with_the
     queue released onto a dying backend must not drain into errors before the node sees it end."""
     from twisted.internet.error import ConnectionRefusedError
 
-    from routerd.serve.backend_http import REFUSED_BACKOFF_S
+    from routerd.clients.backend_http import REFUSED_BACKOFF_S
 
     reactor, agent, _ = setup()
     answer = post(agent)
@@ -219,7 +219,7 @@ def test_chunks_that_arrive_in_one_read_are_delivered_together_and_reads_stay_ap
 
 
 def test_an_answer_that_arrived_in_one_read_is_complete_when_its_deferred_fires() -> None:
-    """Issue 24: the request's Deferred fires once the whole read is parsed, so the reader finds
+    """The request's Deferred fires once the whole read is parsed, so the reader finds
     the body complete (no suspension waiting for it); before, it fired at the end of the head,
     with the body still to be parsed."""
     reactor, agent, _ = setup()
@@ -265,7 +265,7 @@ def test_a_malformed_body_after_the_head_in_one_read_fires_the_answer_then_fails
 
 
 def test_answer_headers_are_read_by_name_whatever_the_case_as_headers_gives_them() -> None:
-    """:class:`AnswerHeaders` (issue 24) answers what the request path asks of twisted's
+    """:class:`AnswerHeaders` answers what the request path asks of twisted's
     ``Headers``: values in order, ``str`` for a ``str`` name, the default when missing."""
     reactor, agent, _ = setup()
     answer = post(agent)
@@ -285,7 +285,7 @@ def test_answer_headers_are_read_by_name_whatever_the_case_as_headers_gives_them
 
 
 def test_collect_takes_an_answer_that_arrived_whole_without_a_relay(monkeypatch: Any) -> None:
-    """Issue 24: a forwarded (or local) answer read in one go is taken at once by ``collect``;
+    """A forwarded (or local) answer read in one go is taken at once by ``collect``;
     before, it went through a relay protocol, its tail and its Deferred."""
     from routerd.routing import relay
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from routerd.backends.llama_sdcpp import image_argv, primary_kind, stt_argv, text_argv
+from routerd.backends.families.llama_sdcpp import image_argv, primary_kind, stt_argv, text_argv
 from routerd.catalog.model import Capabilities, ModelConfig
 
 CMD = ("/opt/llama/llama-server",)

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from twisted.internet.task import Clock
 
-from routerd.backends import kobold, vllm
 from routerd.backends.errors import LoadFailed
-from routerd.backends.readiness import kobold_capabilities, kobold_version_has
+from routerd.backends.families import kobold, vllm
+from routerd.backends.families.kobold import kobold_capabilities, kobold_version_has
 from routerd.backends.runtimes import Runtimes
 from routerd.backends.testing import FakeBackendHTTP, FakeLauncher, PortCounter
 from routerd.catalog.model import Capabilities, ModelConfig

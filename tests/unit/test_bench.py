@@ -1,4 +1,4 @@
-"""Benchmarks (issue 22, contract §9): a fixed workload per lane run through the node's own front,
+"""Benchmarks (contract §9): a fixed workload per lane run through the node's own front,
 stored in ``<store_dir>/benchmarks.json`` and shown on the model's record."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-from routerd.serve.bench import AUDIO_SECONDS, text_figures, tone_wav
+from routerd.inference.bench import AUDIO_SECONDS, text_figures, tone_wav
 
 from .node_fixture import IMAGE, TEXT, World
 

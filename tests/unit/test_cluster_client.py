@@ -18,7 +18,7 @@ from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.web.iweb import IRequest
 
-from routerd.cluster.client import (
+from routerd.clients.node_client import (
     MAX_JSON_BYTES,
     ClusterTimeout,
     IncompatibleMaster,

@@ -1,4 +1,4 @@
-"""The master's health-poll cycle at scale (issue 24 item 3): one registry rebuild per cycle."""
+"""The master's health-poll cycle at scale: one registry rebuild per cycle."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 
 import routerd.registry.registry as registry_module
-from routerd.cluster.client import ClusterError, NodeClient
+from routerd.clients.node_client import ClusterError, NodeClient
 from routerd.cluster.master import MasterAgent
 from routerd.registry.identity import MemoryPublicIdStore
 from routerd.registry.registry import Registry

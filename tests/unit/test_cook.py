@@ -1,6 +1,6 @@
-"""Cook (issue 22): a ``.kcpps`` built from the files a node's ``models.file_roots`` expose.
+"""Cook: a ``.kcpps`` built from the files a node's ``models.file_roots`` expose.
 
-The decisions (:mod:`routerd.serve.cook`) on their own, then the API on real nodes in memory: a
+The decisions (:mod:`routerd.assets.cook`) on their own, then the API on real nodes in memory: a
 standalone node cooking for itself, and a master cooking on its slave through the node route."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from routerd.assets.cook import MARK, CookError, CookOrder, CookShelf, cook, model_files, parse_order
 from routerd.config.load import load_config
 from routerd.node import Node
-from routerd.serve.cook import MARK, CookError, CookOrder, CookShelf, cook, model_files, parse_order
 from tests.unit.node_fixture import TEXT, World, master_cluster, slave_cluster
 
 

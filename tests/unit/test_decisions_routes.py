@@ -16,7 +16,7 @@ from twisted.internet.defer import Deferred, fail, succeed
 from routerd import __version__
 from routerd.api.decisions_routes import DecisionsAPI
 from routerd.api.dispatch import Dispatch
-from routerd.cluster.client import ClusterTimeout
+from routerd.clients.node_client import ClusterTimeout
 from routerd.config.lending import LendingSettings
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.reports import FANOUT, NODE_TIMEOUT_S

@@ -1,9 +1,9 @@
-"""What a request held in the lending queue keeps alive (issue 14, "Memory": 10,000 held requests).
+"""What a request held in the lending queue keeps alive ("Memory": 10,000 held requests).
 
 A real in-memory node whose model is enrolled in a link and whose backend is slow: requests go
 straight into ``InferenceFront.handle`` (as the HTTP edge hands them over) and wait in the lending
 queue while the clock stands still.  Each extra held request must cost its call, its queue entry and
-two small records (the front's and the lending queue's, issue 24) and one Deferred — not the edge's
+two small records (the front's and the lending queue's) and one Deferred — not the edge's
 header map, not its decoded JSON body, not a coroutine per serving layer — and everything must still
 be answered.
 """
@@ -66,7 +66,7 @@ def _held_calls() -> list[Call]:
 
 def test_a_held_request_is_two_small_records_and_one_deferred_with_neither_headers_nor_parsed_body(
         tmp_path: Path) -> None:
-    """Issue 24: a held request is the front's ``_Handling`` record and the lending queue's
+    """A held request is the front's ``Handling`` record and the lending queue's
     ``WaitingRequest`` record, woken by callbacks on one Deferred — not two suspended coroutines
     (``InferenceFront.handle`` and ``LendingService.serve`` were one each per held request)."""
     world, node = _owner(tmp_path)
@@ -75,9 +75,9 @@ def test_a_held_request_is_two_small_records_and_one_deferred_with_neither_heade
     more = _send(world, node, 30, 100)
     grown = _objects() - before
     assert len(node.lending.held_requests()) == 38
-    per = {name: grown[name] / 30 for name in ("coroutine", "_Handling", "WaitingRequest", "Deferred",
+    per = {name: grown[name] / 30 for name in ("coroutine", "Handling", "WaitingRequest", "Deferred",
                                               "generator", "Incoming", "Call", "Entry", "dict", "FirstWrite")}
-    assert per == {"coroutine": 0, "_Handling": 1, "WaitingRequest": 1, "Deferred": 1, "generator": 0,
+    assert per == {"coroutine": 0, "Handling": 1, "WaitingRequest": 1, "Deferred": 1, "generator": 0,
                    "Incoming": 0, "Call": 1, "Entry": 1, "dict": 0, "FirstWrite": 0}
     waiting = {h["request_id"] for h in node.lending.held_requests()}
     held = [c for c in _held_calls() if c.request_id in waiting]
@@ -111,7 +111,7 @@ def test_a_stream_still_reports_its_time_to_first_chunk_and_a_plain_answer_is_no
 
 def test_a_held_request_whose_client_leaves_frees_its_place_and_the_rest_are_answered_once(
         tmp_path: Path) -> None:
-    """Issue 24: cancelling the Deferred ``handle`` returned (the edge does so when the client
+    """Cancelling the Deferred ``handle`` returned (the edge does so when the client
     goes) takes a held request out of the lending queue and counts it once as
     ``client_disconnected``; the others are still answered, each exactly once."""
     world, node = _owner(tmp_path)

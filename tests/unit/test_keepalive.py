@@ -11,7 +11,7 @@ from twisted.internet.task import Clock
 
 from routerd.backends.runtimes import SlotStatus
 from routerd.errors import HTTPError
-from routerd.serve.keepalive import KeepAlive, OllamaControl, parse_keep_alive
+from routerd.inference.keepalive import KeepAlive, OllamaControl, parse_keep_alive
 
 
 def slot(model: str | None, *, users: int = 0, since: float = 0.0, state: str = "ready") -> SlotStatus:

@@ -1,4 +1,4 @@
-"""Issue 24, item 1: the offload routes every lent request calls (queue events, grants, the master's
+"""The offload routes every lent request calls (queue events, grants, the master's
 relay) are lean routes, served by the lean channel itself (StringTransport, no sockets), and the
 relay streams the helper's answer through as it arrives; the lean peer client picks its pool by path.
 """
@@ -18,10 +18,10 @@ from routerd.api.channel import LeanChannel, NodeServerFactory
 from routerd.api.dispatch import Dispatch
 from routerd.api.offload_routes import OffloadAPI
 from routerd.api.site import GuardResource, NodeSite
+from routerd.clients.peer_http import PeerHTTP, is_lean_path
 from routerd.cluster.auth import AuthPolicy
 from routerd.lending.offload import RelayRequest, relay_headers
 from routerd.routing.call import Call, Reply
-from routerd.serve.peer_http import PeerHTTP, is_lean_path
 from routerd.wire.lending import Lease
 
 TOKEN = "cluster-secret"

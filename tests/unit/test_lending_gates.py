@@ -9,9 +9,7 @@ import json
 from typing import Any
 
 import attrs
-from twisted.internet.defer import Deferred
 
-from routerd.catalog.model import ModelConfig
 from routerd.lending.links import LinkSet
 from routerd.lending.planner import ModelFacts, PlanResult, plan
 from routerd.lending.queue import LaneQueue
@@ -97,13 +95,7 @@ def owner_with_profile() -> ServiceNode:
 
 
 def serve_call(owner: ServiceNode, call: Call) -> None:
-    def run_local(_call: Call, _model: ModelConfig, _public_id: str) -> Deferred[bytes]:
-        d: Deferred[bytes] = Deferred()
-        owner.local_calls.append(call.request_id)
-        owner.running[call.request_id] = d
-        return d
-
-    d = owner.service.serve(call, MODEL_A, "text", run_local, None, public_id="A")
+    d = owner.service.serve(call, MODEL_A, "text", None, public_id="A")
     got = owner.answers.setdefault(call.request_id, [])
     d.addBoth(got.append)
 

@@ -1,5 +1,5 @@
 """A helper's own work goes first whatever model or lane it names (spec "A helper's own work",
-"Borrowed work yields to the helper's own requests"; issue 21 §2).
+"Borrowed work yields to the helper's own requests").
 
 Real in-memory nodes with simulator backends on one Clock: a helper holding borrowed work for its
 linked model ``beta`` receives a request of its own for ``gamma``, a model linked nowhere (so never
@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from routerd.lending.links import LinkSet
@@ -89,7 +88,7 @@ def settle(world: World, seconds: float) -> None:
 
 def test_an_own_request_for_another_model_takes_back_borrowed_work_that_has_not_started(
         tmp_path: Path) -> None:
-    """Issue 21 §2 as measured from outside: depth 1, one borrowed job generating and one waiting in
+    """As measured from outside: depth 1, one borrowed job generating and one waiting in
     the router; an own request for ``gamma`` hands the waiting one back at once (409, row
     ``borrowed_returned``/``own_work_arrived``), waits only for the generating one (row
     ``native_waited_behind_borrowed`` with one borrowed job ahead), and while it runs a new borrowed
@@ -176,7 +175,7 @@ def test_own_work_waiting_in_one_lane_queue_refuses_borrowed_work_in_every_lane(
     call = Call(reply=FakeReply(), route=image_route(), path="/v1/images/generations", body=b"{}",
                 content_type="application/json", parsed={}, stream=False, request_id="bi",
                 started=0.0, selector="H")
-    result = node.service.serve(call, MODEL_H, "image", lambda *_: Deferred(), BORROWED, public_id="H")
+    result = node.service.serve(call, MODEL_H, "image", BORROWED, public_id="H")
     failures: list[Failure] = []
     result.addErrback(failures.append)
     returned_409(failures[0])
@@ -185,7 +184,7 @@ def test_own_work_waiting_in_one_lane_queue_refuses_borrowed_work_in_every_lane(
 
 def test_an_explicit_load_is_own_work_busy_not_accepting_and_takes_back_waiting_borrowed_work(
         tmp_path: Path) -> None:
-    """Issue 21 §2: ``POST /router/v1/load`` on a helper holding borrowed work hands back the
+    """``POST /router/v1/load`` on a helper holding borrowed work hands back the
     borrowed request that has not started, refuses new borrowed work and reports no idle time while
     the load runs (so no probe is planned on it), and restarts the idle clock when it ends."""
     world, helper, http, base = helper_world(tmp_path)

@@ -100,7 +100,7 @@ class Node:
         self.lend_with: Callable[[Call, Lease, str], Awaitable[bytes]] = self._send_lent
         self.service = LendingService(node_id=node_id, settings=settings, clock=self.clock, transport=self,
                                       decisions=self.log, own_busy=lambda: self.busy,
-                                      on_settings=(self.settings_seen.append,))
+                                      on_settings=(self.settings_seen.append,), run_local=self._run_local)
         self.service.install_links(LinkSet.build("image", ()), LinkSet.build("text", links))
         self.events: list[Event] = []
         self.lent: list[Lent] = []
@@ -142,16 +142,17 @@ class Node:
         call = make_call(rid, model.local_id, stream=stream)
         call.priority, call.key_name = priority, key_name
 
-        def run_local(_call: Call, _model: ModelConfig, _public_id: str) -> Deferred[bytes]:
-            d: Deferred[bytes] = Deferred()
-            self.local_calls.append(rid)
-            self.running[rid] = d
-            return d
-
-        d = self.service.serve(call, model, "text", run_local, borrowed, public_id=model.local_id)
+        d = self.service.serve(call, model, "text", borrowed, public_id=model.local_id)
         got = self.answers.setdefault(rid, [])
         d.addBoth(lambda result: got.append(result))
         self.serving[rid] = d
+        return d
+
+    def _run_local(self, call: Call, _model: ModelConfig, _public_id: str) -> Deferred[bytes]:
+        rid = call.request_id
+        d: Deferred[bytes] = Deferred()
+        self.local_calls.append(rid)
+        self.running[rid] = d
         return d
 
     def serve_many(self, n: int, prefix: str = "r", model: ModelConfig = MODEL_A) -> list[str]:
@@ -253,7 +254,7 @@ def test_a_lease_lends_exactly_its_slot_count_of_held_requests(slots: int) -> No
 
 
 def test_lending_takes_batch_work_first_and_its_row_names_class_and_key() -> None:
-    """Issue 23: the owner lends what it would serve last (before, the oldest: ``chat``); the
+    """The owner lends what it would serve last (before, the oldest: ``chat``); the
     decision row names the class and the key's name."""
     node = Node(depth=2)
     node.serve_many(2)

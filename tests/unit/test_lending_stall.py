@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 from twisted.internet.defer import Deferred, fail, succeed
 
-from routerd.cluster.client import ClusterTimeout, RemoteError
+from routerd.clients.node_client import ClusterTimeout, RemoteError
 from routerd.config.lending import LendingSettings
 from routerd.lending.stall import StallTracker
 from routerd.lending.stall_check import BORROWED_PATH, HelperGone, borrowed_ids

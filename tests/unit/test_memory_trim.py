@@ -1,10 +1,10 @@
-"""Memory goes back to the system once a crowd of requests has gone (issue 14)."""
+"""Memory goes back to the system once a crowd of requests has gone."""
 
 from __future__ import annotations
 
 from twisted.internet.task import Clock
 
-from routerd.serve.memory import Trimmer, malloc_trim
+from routerd.inference.memory import Trimmer, malloc_trim
 
 
 def test_trims_once_after_a_crowd_has_all_left_and_not_after_ordinary_traffic() -> None:

@@ -1,4 +1,4 @@
-"""Kobold music (issue 11): the ``music`` capability from a ``.kcpps``, in records and runtime
+"""Kobold music: the ``music`` capability from a ``.kcpps``, in records and runtime
 configs, the music routes' classification and per-family plan, recipes' music lane and the
 KoboldCpp music readiness probe."""
 
@@ -13,16 +13,15 @@ import pytest
 from cattrs.preconf.json import make_converter
 from twisted.internet.defer import ensureDeferred
 
-from routerd.backends import kobold
-from routerd.backends.families import text_side
+from routerd.backends.families import kobold, text_side
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.kcpps import NO_MODEL_FILE, config_hash, parse_kcpps
 from routerd.catalog.model import Capabilities, InvalidConfig, ModelConfig
 from routerd.errors import HTTPError
+from routerd.inference.recipes import RecipeRouter
 from routerd.registry.recipes import RecipeBook, RecipeError, request_lanes
 from routerd.routing.classify import allowed_methods, classify
 from routerd.routing.plan import NEEDS, SECTIONS, plan_backend_call
-from routerd.serve.recipes import RecipeRouter
 from routerd.wire.records import (
     ModelRecord,
     WireError,

@@ -250,7 +250,7 @@ def test_an_unexpected_exception_on_the_request_path_still_logs_its_traceback(tm
         raise ZeroDivisionError("a bug")
 
     node.local.serve = bug  # type: ignore[method-assign]
-    node.front._serve_here = bug  # what a request admitted by the router queue runs
+    node.lending.run_local = bug  # what a request admitted by the router queue runs
     seen, response, body = _chat_logged(world, node)
 
     assert response.code == 502

@@ -1,11 +1,11 @@
-"""OwnLoads: an explicit load is the node's own work while it runs (issue 21 §2)."""
+"""OwnLoads: an explicit load is the node's own work while it runs."""
 
 from __future__ import annotations
 
 from twisted.internet.defer import Deferred
 
 from routerd.catalog.model import Capabilities, ModelConfig
-from routerd.serve.own_loads import OwnLoads
+from routerd.inference.own_loads import OwnLoads
 
 MODEL = ModelConfig(local_id="m", filename="m.kcpps", path="/m.kcpps", backend_mode="llama_sdcpp",
                     capabilities=Capabilities(llm=True), config_hash="h")

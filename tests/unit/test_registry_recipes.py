@@ -1,4 +1,4 @@
-"""Split recipes: parsing, validation, request matching, load order and persistence (issue 15)."""
+"""Split recipes: parsing, validation, request matching, load order and persistence."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from twisted.internet.defer import ensureDeferred, succeed
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.model import Capabilities
 from routerd.errors import HTTPError
+from routerd.inference.recipes import RecipeRouter
 from routerd.registry.recipes import (
     Component,
     Recipe,
@@ -24,7 +25,6 @@ from routerd.registry.recipes import (
     match,
     parse_recipe,
 )
-from routerd.serve.recipes import RecipeRouter
 from routerd.wire.records import ModelRecord
 
 TEXT = Capabilities(llm=True, context=4096)

@@ -1,4 +1,4 @@
-"""Reload (``serve.reload``): the pure diff/classify functions, and a reload applied to a node in
+"""Reload (``process.reload``): the pure diff/classify functions, and a reload applied to a node in
 memory through ``POST /router/v1/reload``."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from routerd.catalog.catalog import Catalog
 from routerd.catalog.model import Capabilities, ModelConfig
 from routerd.config.load import parse_config
 from routerd.config.schema import Config
-from routerd.serve.reload import catalog_diff, config_changes, live_config, slot_actions
+from routerd.process.reload import catalog_diff, config_changes, live_config, slot_actions
 from tests.unit.node_fixture import TEXT, World, master_cluster, slave_cluster
 
 MESSAGES = [{"role": "user", "content": "hello"}]
@@ -236,7 +236,7 @@ def test_a_reloaded_slave_re_registers_and_a_reloaded_master_re_polls(tmp_path: 
 
 
 def test_analytics_settings_apply_at_once(tmp_path: Path) -> None:
-    """Issue 22: ``analytics.*`` is live: a reload turns recording on and the flush loop follows the
+    """``analytics.*`` is live: a reload turns recording on and the flush loop follows the
     new interval."""
     assert config_changes(_config(), _config(analytics={"enabled": True})).applied == ("analytics.enabled",)
     world = World(tmp_path)

@@ -292,21 +292,21 @@ def ollama_embed_to_openai(body: Mapping[str, Any]) -> tuple[str, JSONObject]:
     return EMBEDDINGS_PATH, out
 
 
-def is_ollama_load_request(mode: Mode, body: Mapping[str, Any]) -> bool:
+def is_ollama_load_request(endpoint: Mode, body: Mapping[str, Any]) -> bool:
     """True for a chat with no messages or a generate with no prompt and no images.
 
     Ollama answers these by only loading the model (clients use them to
     preload); see :func:`ollama_load_response`.
     """
-    if mode == "chat":
+    if endpoint == "chat":
         return not body.get("messages")
     return not body.get("prompt") and not body.get("images")
 
 
-def ollama_load_response(mode: Mode, model: str, now_iso: str) -> JSONObject:
+def ollama_load_response(endpoint: Mode, model: str, now_iso: str) -> JSONObject:
     """The answer Ollama gives to a load-only request (``done_reason: "load"``)."""
     out: JSONObject = {"model": model, "created_at": now_iso}
-    if mode == "chat":
+    if endpoint == "chat":
         out["message"] = {"role": "assistant", "content": ""}
     else:
         out["response"] = ""

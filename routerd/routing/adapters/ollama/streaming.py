@@ -48,15 +48,15 @@ class SSEToNDJSON:
 
     def __init__(
         self,
-        mode: Mode,
+        endpoint: Mode,
         model: str,
         clock: Callable[[], float],
         *,
         max_frame_bytes: int = 8 << 20,
     ) -> None:
-        if mode not in ("chat", "generate"):
-            raise ValueError(f"unknown mode {mode!r}")
-        self._mode: Mode = mode
+        if endpoint not in ("chat", "generate"):
+            raise ValueError(f"unknown mode {endpoint!r}")
+        self._endpoint: Mode = endpoint
         self._model = model
         self._clock = clock
         self._max_frame = max_frame_bytes
@@ -201,7 +201,7 @@ class SSEToNDJSON:
         thought = thinking if isinstance(thinking, str) else ""
         if text or thought:
             out += self._delta_line(text, thought)
-        if self._mode == "chat":
+        if self._endpoint == "chat":
             self._collect_tool_calls(delta.get("tool_calls"))
         finish = choice.get("finish_reason")
         if finish:
@@ -243,7 +243,7 @@ class SSEToNDJSON:
         if self._first_token_at is None:
             self._first_token_at = now
         record = self._record(now)
-        if self._mode == "chat":
+        if self._endpoint == "chat":
             message: JSONObject = {"role": "assistant", "content": text}
             if thinking:
                 message["thinking"] = thinking
@@ -270,12 +270,12 @@ class SSEToNDJSON:
         prompt_ns, eval_ns = durations
         prompt_n, eval_n = _counts(self._usage, self._timings)
         record = self._record(now)
-        if self._mode == "chat":
+        if self._endpoint == "chat":
             record["message"] = {"role": "assistant", "content": ""}
         else:
             record["response"] = ""
         record.update(done=True, done_reason=self._done_reason or "stop")
-        if self._mode == "generate":
+        if self._endpoint == "generate":
             record["context"] = []
         record.update(
             total_duration=_ns(now - self._started),

@@ -20,7 +20,7 @@ from routerd.registry.recipes import Recipe, RecipeBook, RecipeLane, load_order,
 from routerd.routing.adapters.ollama import ListedModel
 from routerd.wire.records import ModelRecord
 
-log = Logger(namespace="routerd.serve.recipes")
+log = Logger(namespace="routerd.inference.recipes")
 
 # Music runs on the text side (KoboldCpp's one process; cluster spec "Registration and health").
 _RUNTIME: dict[RecipeLane, RuntimeKind] = {"text": "text", "embeddings": "text", "image": "image",

@@ -40,7 +40,7 @@ class Measurements:
         self.clock = clock
         self.metrics = metrics
         self.store = store
-        self.analytics = analytics  # analytics rows and the failed-load list (serve.analytics)
+        self.analytics = analytics  # analytics rows and the failed-load list (inference.analytics)
         #: When this node's own work last ended (or a non-borrowed load); idle-for counts from it.
         self.own_work_at = clock.seconds()
 

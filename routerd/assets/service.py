@@ -36,7 +36,7 @@ from routerd.errors import HTTPError
 from routerd.services import IntervalService
 from routerd.wire.records import ModelRecord
 
-log = Logger(namespace="routerd.serve.assets")
+log = Logger(namespace="routerd.assets.service")
 
 LOOKUP_PATH = "/router/v1/node/assets/lookup"
 LOOKUP_CLUSTER_PATH = "/router/v1/node/assets/lookup-cluster"

@@ -1,14 +1,14 @@
-"""The lean client for calls to other nodes (issue 24): forwards, relays and the control calls
+"""The lean client for calls to other nodes: forwards, relays and the control calls
 (queue events, grants, registration, status polls) go over the keep-alive client the backends use
-(:class:`~routerd.serve.backend_http.BackendAgent`) instead of twisted's ``Agent`` and treq.
+(:class:`~routerd.clients.backend_http.BackendAgent`) instead of twisted's ``Agent`` and treq.
 
-One :class:`~routerd.serve.backend_http.BackendAgent` serves every peer: a pool per peer node
+One :class:`~routerd.clients.backend_http.BackendAgent` serves every peer: a pool per peer node
 (host, port) keeping at most :data:`MAX_IDLE_PER_PEER` idle connections, the backend client's
 connect timeout, and its retry-before-send rule (a reused connection that dies before any answer
 byte is retried once on a fresh one; nothing is ever sent twice once the peer answered).  An
 ``https://`` peer, or a body that is not in memory, goes to the fallback ``Agent``.
 
-:class:`PeerHTTP` is the "treq-like" face :class:`~routerd.cluster.client.NodeClient` calls: its
+:class:`PeerHTTP` is the "treq-like" face :class:`~routerd.clients.node_client.NodeClient` calls: its
 ``request`` takes treq's arguments and fires with the agent's response (``code``, ``headers``,
 ``length``, ``deliverBody``), which is all the node client reads.
 
@@ -28,11 +28,11 @@ from twisted.internet.defer import Deferred
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent
 
+from routerd.clients.backend_http import BackendAgent
 from routerd.lending.offload import GRANT_PATH
 from routerd.lending.transport import EVENT_PATH, RELAY_PATH
 from routerd.routing.body import BytesProducer
 from routerd.routing.forward import INFERENCE_PREFIX
-from routerd.serve.backend_http import BackendAgent
 
 __all__ = ["LEAN_PATHS", "MAX_IDLE_PER_PEER", "PeerHTTP", "is_lean_path", "peer_agent"]
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from routerd.assets.service import assets_unresolved
 from routerd.backends.errors import BackendMissing, LoadFailed
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.model import RUNTIME_KINDS, ModelConfig, RuntimeKind
 from routerd.errors import HTTPError
-from routerd.serve.assets import assets_unresolved
 from routerd.wire.records import ModelRecord
 
 UNLOAD_TARGETS = ("text", "image", "stt", "embeddings", "all")
@@ -47,7 +47,7 @@ class ModelAdmin:
                  blocked: Callable[[ModelConfig], str | None] = lambda _model: None,
                  load: Callable[[ModelConfig], Awaitable[Any]] | None = None) -> None:
         self.node_id = node_id
-        # how a load runs: the node's own work (serve.own_loads) in a node; the runtimes' own here
+        # how a load runs: the node's own work (inference.own_loads) in a node; the runtimes' own here
         self._load = load if load is not None else runtimes.load
         self.blocked = blocked  # why a config may not load yet (unresolved portable assets), or None
         self.catalog = catalog

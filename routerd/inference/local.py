@@ -4,7 +4,7 @@ The local half of "A request's path" (architecture): plan the backend call →
 acquire the runtime slot (loading or switching the config, timed) → proxy to
 the backend process, streaming the answer back with model IDs rewritten to the
 public ID → release the slot, record a sample.  Which model serves the call is
-decided before (``serve.front``).
+decided before (``inference.front``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent
 
+from routerd.assets.service import assets_unresolved
 from routerd.backends.errors import BackendMissing, LoadFailed
 from routerd.catalog.model import ModelConfig
 from routerd.errors import HTTPError, Saturated, StatusError, queue_full
+from routerd.inference.video import VideoJobs
 from routerd.lending.offload import OFFLOAD_RETURNED, offload_returned
 from routerd.routing import work
 from routerd.routing.adapters import AdapterError, kobold, ollama, whisper
@@ -41,8 +43,6 @@ from routerd.routing.relay import (
     stream_idle,
 )
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
-from routerd.serve.assets import assets_unresolved
-from routerd.serve.video import VideoJobs
 from routerd.store.samples import RequestSample
 from routerd.wire.lending import section_key
 
@@ -90,7 +90,7 @@ class LocalInference:
         self.active: dict[str, ActiveRequest] = {}
         self._acquiring: dict[str, Deferred[Any]] = {}  # borrowed requests waiting for the runtime
         self._taken_back: set[str] = set()
-        #: Video jobs (``serve.video``): set by the node; None serves no job route.
+        #: Video jobs (``inference.video``): set by the node; None serves no job route.
         self.jobs: VideoJobs | None = None
         #: Video jobs accepted by a backend here and not ended: each holds its runtime.
         self.jobs_running = 0
@@ -326,7 +326,7 @@ class LocalInference:
         raw: bytes | None = None
         if call.guardian_fallback and code in REFUSAL_STATUSES:
             # spec "Guardian models": a backend refusing the image hands the request to the
-            # guardian (serve.front) before anything is written to the client
+            # guardian (inference.front) before anything is written to the client
             raw = await collect(response)
             refused = refusal_message(code, raw)
             if refused is not None:

@@ -1,5 +1,5 @@
-"""Model loads a node makes for itself on an operator's word (spec "A helper's own work", "Probes";
-issue 21 §2): ``POST /router/v1/load`` and the node and site load routes, an Ollama preload, the
+"""Model loads a node makes for itself on an operator's word (spec "A helper's own work", "Probes"):
+``POST /router/v1/load`` and the node and site load routes, an Ollama preload, the
 startup model, a reload of a changed config.
 
 Each is the node's own work while it runs: the node is busy (not idle for probes, not accepting

@@ -36,7 +36,7 @@ from routerd.catalog.model import ModelConfig
 from routerd.cluster.auth import AuthPolicy
 from routerd.config.load import ConfigError
 from routerd.config.schema import Config
-from routerd.serve.own_loads import OwnLoads
+from routerd.inference.own_loads import OwnLoads
 
 log = Logger()
 S = TypeVar("S")
@@ -46,6 +46,7 @@ LIVE_KEYS: tuple[str, ...] = (
     "auth.",
     "server.allowed_cidrs",
     "server.cors_origins",
+    "server.allowed_hosts",
     "server.trusted_proxies",
     "server.drain_timeout",
     "models.config_dir",

@@ -1,8 +1,9 @@
 """The ``llama_sdcpp`` family: llama-server, sd-server and whisper-server as
-three lazily started processes, one per runtime kind (reference cluster.md §7.1).
+three lazily started processes, one slot per runtime kind (reference cluster.md §7.1).
 
-This module knows the family's command lines and which probe tells each
-process is ready; :mod:`routerd.backends.runtimes` wires them into slots.
+This module knows the family's command lines, which probe tells each process is
+ready, and builds its slots; its declared facts are ``llama_sdcpp`` in
+:mod:`routerd.families`.
 """
 
 from __future__ import annotations
@@ -11,8 +12,14 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
+from routerd.backends.families.base import Family, FamilyPlugin, FamilyWorld, SlotFactory, command
 from routerd.backends.readiness import Probe, probe_image, probe_stt, probe_text
-from routerd.catalog.model import ModelConfig, RuntimeKind
+from routerd.backends.slot import RuntimeSlot
+from routerd.catalog.model import RUNTIME_KINDS, ModelConfig, RuntimeKind
+from routerd.config.schema import BinaryConfig, Config
+from routerd.families import declared
+
+DECLARED = declared("llama_sdcpp")
 
 HOST = "127.0.0.1"
 
@@ -88,7 +95,43 @@ class RuntimeSpec:
 
 
 SPECS: dict[RuntimeKind, RuntimeSpec] = {
-    "text": RuntimeSpec("text", "llama", "llama-server", text_argv, probe_text),
-    "image": RuntimeSpec("image", "sdcpp", "sd-server", image_argv, probe_image),
-    "stt": RuntimeSpec("stt", "whispercpp", "whisper-server", stt_argv, probe_stt),
+    "text": RuntimeSpec("text", DECLARED.sections["text"], "llama-server", text_argv, probe_text),
+    "image": RuntimeSpec("image", DECLARED.sections["image"], "sd-server", image_argv, probe_image),
+    "stt": RuntimeSpec("stt", DECLARED.sections["stt"], "whisper-server", stt_argv, probe_stt),
 }
+
+
+class LlamaSdcppFamily(Family):
+    name = DECLARED.name
+
+    def __init__(self, config: Config, make: SlotFactory) -> None:
+        self._slots: dict[RuntimeKind, RuntimeSlot] = {}
+        for kind in RUNTIME_KINDS:
+            spec = SPECS[kind]
+            binary: BinaryConfig = getattr(config, spec.section)
+            setting = f"{spec.section}.binary_path"
+
+            def argv_for(model: ModelConfig, port: int, spec: RuntimeSpec = spec,
+                         binary: BinaryConfig = binary, setting: str = setting) -> list[str]:
+                return list(spec.argv(command(binary, setting), binary.extra_args, model, port))
+
+            self._slots[kind] = make(kind, spec.process_name, argv_for, spec.probe)
+
+    def slots(self) -> list[RuntimeSlot]:
+        return [self._slots[k] for k in RUNTIME_KINDS]
+
+    def slot_for(self, kind: RuntimeKind, model: ModelConfig) -> RuntimeSlot | None:
+        return self._slots[kind] if model.capabilities.serves(kind) else None
+
+    def slots_for_kind(self, kind: RuntimeKind) -> list[RuntimeSlot]:
+        return [self._slots[kind]]
+
+    def lane_probe(self, kind: RuntimeKind, model: ModelConfig) -> Probe:
+        return SPECS[kind].probe
+
+
+def _build(config: Config, make: SlotFactory, world: FamilyWorld) -> Family:
+    return LlamaSdcppFamily(config, make)
+
+
+PLUGIN = FamilyPlugin(DECLARED, _build)

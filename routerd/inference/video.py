@@ -1,6 +1,6 @@
 """Video jobs: sd-server's asynchronous ``vid_gen`` routed, held and answered (``routing.jobs`` decides).
 
-A submission is served like an image request (``serve.local``: the image runtime is acquired, the
+A submission is served like an image request (``inference.local``: the image runtime is acquired, the
 model loaded or switched, image-side readiness) and sent to the backend, whose 202 names its job.
 From then on the runtime lease stays held by :class:`VideoJobs`, which polls the backend's job
 itself (:func:`~routerd.routing.jobs.poll_delay`) until it ends: no switch or unload happens under

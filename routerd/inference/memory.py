@@ -1,4 +1,4 @@
-"""The node's memory tricks, fenced here (issue 20), each with what it measured (issue 14).
+"""The node's memory tricks, fenced in one module, each with what it measured.
 
 * :class:`Trimmer` — giving memory back after a crowd of requests has gone.  Ten thousand held
   requests leave the C allocator's heap full of free chunks between the few live ones; glibc keeps
@@ -46,7 +46,7 @@ malloc_trim = _libc_trim()
 def freeze_start_up() -> None:
     """Move every object alive now out of the collector's sight for good: what start-up built
     (catalog, config, imported modules) lives as long as the node, and a full collection no longer
-    walks it on the reactor thread.  Measured (issue 14): full collections paused the reactor for
+    walks it on the reactor thread.  Measured: full collections paused the reactor for
     15-60 ms at start-up, the latency spikes of the first minutes."""
     gc.freeze()
 

@@ -5,6 +5,8 @@ A config's ``vllm.settings`` become ``vllm serve`` flags (``max_model_length`` �
 ``--max-model-len``, ``max_number_sequences`` → ``--max-num-seqs``, …) and ``vllm.serve_args``
 are appended as given.  The process serves the model under its local ID
 (``--served-model-name``), the name routerd writes into every request it forwards.
+
+Its declared facts are ``vllm`` in :mod:`routerd.families`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from routerd.catalog.model import ModelConfig
+from twisted.internet.defer import Deferred
+
+from routerd.backends.families.base import Family, FamilyPlugin, FamilyWorld, SlotFactory, command, text_side
+from routerd.backends.readiness import PROBE_TIMEOUT_S, HTTPGetter, Probe, probe_url
+from routerd.backends.slot import RuntimeSlot
+from routerd.catalog.model import ModelConfig, RuntimeKind
+from routerd.config.schema import BinaryConfig, Config
+from routerd.families import declared
+
+DECLARED = declared("vllm")
 
 HOST = "127.0.0.1"
 
@@ -90,3 +101,58 @@ def serve_argv(cmd: Sequence[str], extra: Sequence[str], model: ModelConfig, por
     if isinstance(serve_args, list):
         argv += [str(a) for a in serve_args]
     return [*argv, *model.extra_args, *extra]
+
+
+def probe_health(http: HTTPGetter, base_url: str, timeout: float = PROBE_TIMEOUT_S) -> Deferred[bool]:
+    """vLLM's readiness: ``GET /health`` 2xx (its body is empty)."""
+    return Deferred.fromCoroutine(probe_url(http, base_url + "/health", timeout, None))
+
+
+#: The runtime kind each runtime's requests are (its lane).
+_KINDS: Mapping[VllmRuntime, RuntimeKind] = {"generation": "text", "pooling": "text", "speech": "stt"}
+
+
+class VllmFamily(Family):
+    """Generation, pooling and speech runtimes, each one lazily started ``vllm serve``."""
+
+    name = DECLARED.name
+
+    def __init__(self, config: Config, make: SlotFactory) -> None:
+        section = DECLARED.sections["text"]
+        binary: BinaryConfig = getattr(config, section)
+        setting = f"{section}.binary_path"
+
+        def argv_for(model: ModelConfig, port: int) -> list[str]:
+            return serve_argv(command(binary, setting), binary.extra_args, model, port)
+
+        self._slots = {name: make(_KINDS[name], f"vllm-{name}", argv_for, probe_health)
+                       for name in VLLM_RUNTIMES}
+
+    def slots(self) -> list[RuntimeSlot]:
+        return [self._slots[name] for name in VLLM_RUNTIMES]
+
+    def slot_for(self, kind: RuntimeKind, model: ModelConfig) -> RuntimeSlot | None:
+        if kind not in DECLARED.kinds:
+            return None
+        if kind == "stt" and not model.capabilities.stt:
+            return None
+        if kind == "text" and not text_side(model):
+            return None
+        return self._slots[runtime_of(model)]
+
+    def slots_for_kind(self, kind: RuntimeKind) -> list[RuntimeSlot]:
+        if kind == "text":
+            return [self._slots["generation"], self._slots["pooling"]]
+        if kind == "stt":
+            return [self._slots["speech"]]
+        return []
+
+    def lane_probe(self, kind: RuntimeKind, model: ModelConfig) -> Probe:
+        return probe_health
+
+
+def _build(config: Config, make: SlotFactory, world: FamilyWorld) -> Family:
+    return VllmFamily(config, make)
+
+
+PLUGIN = FamilyPlugin(DECLARED, _build)

@@ -1,6 +1,6 @@
 """A lean HTTP/1.1 client for this node's own backend processes (loopback, plain HTTP).
 
-Issue 14: ``twisted.web.client.Agent`` costs more CPU per request than everything routerd does
+Why: ``twisted.web.client.Agent`` costs more CPU per request than everything routerd does
 itself (endpoint and pool machinery, per-request ``Deferred`` chains, the state-machine parser of
 ``_newclient``).  :class:`BackendAgent` keeps what the request path uses of an ``IAgent`` —
 ``request(method, uri, headers, body_producer)`` firing with a response that has ``code``,
@@ -17,7 +17,7 @@ by ``httptools`` (C).  Semantics kept from ``Agent``:
 
 Anything it does not handle (another scheme, a streaming body producer) goes to ``fallback``.
 
-Three cuts for forwarded requests (issue 24; the master's own time from the slave's answer to
+Three cuts for forwarded requests (the master's own time from the slave's answer to
 the send to the client at one client, timed inside the process: 84-88 us before, 69 us after):
 an answer's headers are kept as the parsed pairs (:class:`AnswerHeaders`, indexed once) instead
 of a twisted ``Headers`` that sanitises and re-encodes each one; the request's ``Deferred`` fires
@@ -146,7 +146,7 @@ class BackendResponse:
         asked for it (a small answer read in one go); None otherwise (then :meth:`deliverBody`).
         :func:`routerd.routing.relay.collect` asks this first: it spares a forwarded answer the
         relay protocol, its tail and its Deferred (~10 us of the master's path to the client at
-        one client, issue 24)."""
+        one client)."""
         if self._protocol is not None or self._ended is not _DONE:
             return None
         early, self._early = self._early, []

@@ -9,6 +9,8 @@ music (reference cluster.md §7.1, §7.2).
   liveness (``GET /api/extra/version``), at most ``kobold.reload_timeout``.
 * Unloading stops it and starts it again with ``--nomodel``; ``kobold.no_model`` starts it that
   way at boot.
+
+Its declared facts are ``kobold`` in :mod:`routerd.families`.
 """
 
 from __future__ import annotations
@@ -16,12 +18,21 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
 
-from routerd.catalog.model import MUSIC_FIELDS, ModelConfig
+from routerd.backends.families.base import Family, FamilyPlugin, FamilyWorld, SlotFactory, command, text_side
+from routerd.backends.process import Scheduler
+from routerd.backends.readiness import PROBE_TIMEOUT_S, HTTPGetter, Probe, probe_image, probe_text, probe_url
+from routerd.backends.slot import RuntimeSlot
+from routerd.catalog.model import MUSIC_FIELDS, ModelConfig, RuntimeKind
+from routerd.config.schema import Config
+from routerd.families import declared
+
+DECLARED = declared("kobold")
+_SECTION = DECLARED.sections["text"]
 
 HOST = "127.0.0.1"
 RELOAD_PATH = "/api/admin/reload_config"
@@ -142,3 +153,129 @@ def judge_reload(code: int, raw: bytes) -> None:
         return
     detail = body.get("error") if isinstance(body, dict) else None
     raise ReloadRefused(f"HTTP {code}: {detail or raw[:200].decode('utf-8', 'replace')}")
+
+
+# -- readiness -------------------------------------------------------------------------------
+
+#: ``/api/extra/version`` capability key per Kobold lane.
+KOBOLD_VERSION_KEYS = {"embeddings": "embeddings", "tts": "tts", "stt": "transcribe", "image": "txt2img",
+                       "music": "music"}
+
+
+def kobold_version_has(key: str) -> Callable[[Any], bool]:
+    """Judge a ``GET /api/extra/version`` body: the capability ``key`` must be boolean true."""
+
+    def judge(body: Any) -> bool:
+        return isinstance(body, dict) and body.get(key) is True
+
+    return judge
+
+
+def kobold_capabilities(body: Any) -> frozenset[str]:
+    """The lanes a ``/api/extra/version`` body says the running KoboldCpp serves."""
+    if not isinstance(body, dict):
+        return frozenset()
+    return frozenset(lane for lane, key in KOBOLD_VERSION_KEYS.items() if body.get(key) is True)
+
+
+def probe_kobold_live(http: HTTPGetter, base_url: str, timeout: float = PROBE_TIMEOUT_S) -> Deferred[bool]:
+    """KoboldCpp liveness: ``GET /api/extra/version`` answers 2xx JSON (it answers 503 while
+    a reload is loading)."""
+    return Deferred.fromCoroutine(probe_url(http, base_url + "/api/extra/version", timeout, lambda _b: True))
+
+
+def probe_kobold_capability(key: str) -> Probe:
+    """A probe for one Kobold lane that ``/api/extra/version`` reports (``tts``, ``embeddings``,
+    ``transcribe``, ``music``)."""
+
+    def probe(http: HTTPGetter, base_url: str, timeout: float = PROBE_TIMEOUT_S) -> Deferred[bool]:
+        return Deferred.fromCoroutine(probe_url(http, base_url + "/api/extra/version", timeout,
+                                                kobold_version_has(key)))
+
+    return probe
+
+
+def _sleep(clock: Scheduler, seconds: float) -> Deferred[None]:
+    d: Deferred[None] = Deferred()
+    clock.callLater(seconds, d.callback, None)
+    return d
+
+
+class KoboldFamily(Family):
+    """One KoboldCpp process for every lane."""
+
+    name = DECLARED.name
+    #: How often a reload waits for a just-started (``--nomodel``) process to answer.
+    LIVE_POLL_S = 0.1
+
+    def __init__(self, config: Config, make: SlotFactory, *, clock: Scheduler, http: Any,
+                 probe_timeout_s: float) -> None:
+        binary = config.kobold
+        setting = f"{_SECTION}.binary_path"
+        self.password = new_admin_password()
+        self.admindir = os.path.join(config.cluster.store_dir, "kobold-configs")
+        self.no_model = binary.no_model
+        self._clock = clock
+        self._http = http
+        self._probe_timeout_s = probe_timeout_s
+        self._reload_timeout_s = binary.reload_timeout
+
+        def argv_for(model: ModelConfig, port: int) -> list[str]:
+            return model_argv(command(binary, setting), binary.extra_args, model, port,
+                              self.password, self.admindir)
+
+        def idle(port: int) -> list[str]:
+            return idle_argv(command(binary, setting), binary.extra_args, port, self.password, self.admindir)
+
+        self.slot = make("text", "koboldcpp", argv_for, probe_kobold_live, reload=self._reload,
+                         reload_timeout_s=binary.reload_timeout, idle_argv=idle)
+
+    def _reload(self, model: ModelConfig, port: int) -> Deferred[None]:
+        return Deferred.fromCoroutine(self._reload_async(model, port))
+
+    async def _reload_async(self, model: ModelConfig, port: int) -> None:
+        base = f"http://127.0.0.1:{port}"
+        deadline = self._clock.seconds() + self._reload_timeout_s
+        # A process started a moment ago (--nomodel) may not listen yet.
+        while not await probe_kobold_live(self._http, base, self._probe_timeout_s):
+            if self._clock.seconds() >= deadline:
+                raise ReloadRefused("KoboldCpp did not answer to take the reload")
+            await _sleep(self._clock, self.LIVE_POLL_S)
+        await reload_config(self._http, base, self.password, self.admindir, model, self._probe_timeout_s)
+
+    def slots(self) -> list[RuntimeSlot]:
+        return [self.slot]
+
+    def slot_for(self, kind: RuntimeKind, model: ModelConfig) -> RuntimeSlot | None:
+        caps = model.capabilities
+        serves = {"text": text_side(model), "image": caps.image, "stt": caps.stt}[kind]
+        return self.slot if serves else None
+
+    def slots_for_kind(self, kind: RuntimeKind) -> list[RuntimeSlot]:
+        return [self.slot]
+
+    def lane_probe(self, kind: RuntimeKind, model: ModelConfig) -> Probe:
+        caps = model.capabilities
+        if kind == "image":
+            return probe_image
+        if kind == "stt":
+            return probe_kobold_capability("transcribe")
+        if caps.llm:
+            return probe_text
+        if caps.embeddings:
+            return probe_kobold_capability("embeddings")
+        if caps.tts:
+            return probe_kobold_capability("tts")
+        return probe_kobold_capability("music")
+
+    def boot(self) -> None:
+        if self.no_model:
+            self.slot.start_idle()
+
+
+def _build(config: Config, make: SlotFactory, world: FamilyWorld) -> Family:
+    return KoboldFamily(config, make, clock=world.clock, http=world.http,
+                        probe_timeout_s=world.probe_timeout_s)
+
+
+PLUGIN = FamilyPlugin(DECLARED, _build)

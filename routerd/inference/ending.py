@@ -1,0 +1,185 @@
+"""The end of one inference request: the record it keeps from arrival to end (:class:`Handling`),
+the one answer to a failure, and its bookkeeping (metrics, key limits, analytics).
+
+A request held in a queue keeps its :class:`Handling`, its call and its queue's record, not a
+suspended coroutine: the end is a callback of that record on the Deferred of what served it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet.defer import CancelledError
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from routerd.errors import HTTPError, Saturated, StatusError, error_body
+from routerd.inference.analytics import AnalyticsRecorder, request_row
+from routerd.inference.timing import FirstWrite
+from routerd.metrics import NodeMetrics
+from routerd.routing.call import Call, Reply
+from routerd.routing.classify import Route
+from routerd.routing.key_limits import KeyLimiter
+from routerd.routing.relay import StreamBroken
+from routerd.routing.upstream import upstream_gone
+
+log = Logger(namespace="routerd.inference.front")
+
+Outcome = bytes | Failure
+
+
+class Handling:
+    """One request from its arrival to its end: what the end reads.  Called with the outcome of
+    what served it."""
+
+    __slots__ = ("end", "reply", "route", "request_id", "cluster_call", "in_flight", "started", "call",
+                 "limited", "timed", "model_label")
+
+    def __init__(self, end: Callable[[Handling, Outcome], Outcome], reply: Reply, route: Route,
+                 request_id: str, cluster_call: bool, in_flight: Any) -> None:
+        self.end = end
+        self.reply = reply
+        self.route = route
+        self.request_id = request_id
+        self.cluster_call = cluster_call
+        self.in_flight = in_flight
+        self.started = 0.0
+        self.call: Call | None = None
+        self.limited = ""  # the key name the limiter counted this request against
+        self.timed: FirstWrite | None = None
+        self.model_label = "-"
+
+    def routed(self, answer: bytes, label: str) -> bytes:
+        """A master's answer: the model label is the routed record's once it answered."""
+        self.model_label = label
+        return answer
+
+    def __call__(self, outcome: Outcome) -> Outcome:
+        return self.end(self, outcome)
+
+
+def answer_outcome(handling: Handling, outcome: Outcome) -> Outcome:
+    """The bytes to write for ``outcome``: the answer itself, or the one answer to a failure."""
+    if not isinstance(outcome, Failure):
+        return outcome
+    exc = outcome.value
+    if not isinstance(exc, Exception):
+        return outcome
+    reply, call, request_id = handling.reply, handling.call, handling.request_id
+    if isinstance(exc, CancelledError) or reply.gone:
+        # A client that leaves is a normal event: everything it held is released by the
+        # cancellation (backend call aborted, slot and reservation freed).
+        if call is not None:
+            call.outcome.status = "client_disconnected"
+            call.outcome.http_status = 499
+        if reply.gone:
+            log.info("client disconnected before the answer to {request_id} was complete",
+                     request_id=request_id)
+            return b""
+        return Failure(CancelledError())
+    return _failed(reply, handling.route, call, request_id, exc)
+
+
+def _failed(reply: Reply, route: Route, call: Call | None, request_id: str, exc: Exception) -> bytes:
+    """The one answer to a request that failed (the client is still there)."""
+    if isinstance(exc, StatusError):
+        if call is not None:
+            call.outcome.status = exc.code
+            call.outcome.http_status = exc.status
+        return write_error(reply, route, exc)
+    if isinstance(exc, StreamBroken):
+        if call is not None:
+            call.outcome.status = "stream_broken"
+        log.warn("answer to {request_id} broke off mid-stream: {reason}", request_id=request_id,
+                 reason=str(exc))
+        reply.abort()
+        return b""
+    reason = upstream_gone(exc)
+    if reason is not None:
+        # An expected network event (the backend or node crashed, refused, reset): one line.
+        if call is not None:
+            call.outcome.status = "backend_error"
+        log.warn("upstream failed while answering {request_id}: {reason}", request_id=request_id,
+                 reason=reason)
+        if reply.started:
+            reply.abort()
+            return b""
+        return write_error(reply, route, HTTPError(502, f"the backend failed: {reason}",
+                                                    "backend_error", "backend_error"))
+    log.failure("request {request_id} failed", failure=Failure(exc), request_id=request_id)
+    if call is not None:
+        call.outcome.status = "internal_error"
+    return write_error(reply, route, HTTPError(502, f"request failed: {exc}", "backend_error",
+                                                "backend_error"))
+
+
+def write_error(reply: Reply, route: Route, err: StatusError) -> bytes:
+    """Status, headers and the error body of ``err`` in the route's style (or an abort, when the
+    answer already started)."""
+    if reply.started:
+        log.warn("error after the answer started: {message}", message=err.message)
+        reply.abort()
+        return b""
+    reply.set_status(err.status)
+    reply.set_header(b"content-type", b"application/json")
+    if isinstance(err, Saturated):
+        reply.set_header(b"retry-after", str(err.retry_after).encode())
+    return error_body(route.error_style, err.message, err.type, err.code)
+
+
+class Books:
+    """Metrics, key limits and analytics of the requests that end on this node."""
+
+    def __init__(self, *, node_id: str, clock: IReactorTime, metrics: NodeMetrics, limiter: KeyLimiter,
+                 analytics: AnalyticsRecorder | None) -> None:
+        self.node_id = node_id
+        self.clock = clock
+        self.metrics = metrics
+        self.limiter = limiter
+        self.analytics = analytics
+
+    def close(self, handling: Handling) -> None:
+        """Account a request that ended (the in-flight count is the front's)."""
+        call, route, started = handling.call, handling.route, handling.started
+        model_label, lane, timed = handling.model_label, route.runtime, handling.timed
+        metrics = self.metrics
+        if call is not None:
+            self._count_key(call, handling.cluster_call, started)
+        if handling.limited:
+            assert call is not None
+            self.limiter.done(handling.limited, self.clock.seconds(), _tokens(call))
+        handling.in_flight.dec()
+        status = call.outcome.status if call is not None else "bad_request"
+        metrics.child(metrics.requests, model_label, lane, route.kind, status).inc()
+        metrics.child(metrics.request_duration, model_label, lane).observe(self.clock.seconds() - started)
+        if timed is not None and timed.first_write_at is not None and status == "ok":
+            metrics.child(metrics.first_token, model_label, lane).observe(timed.first_write_at - started)
+        analytics = self.analytics
+        if analytics is not None and analytics.enabled:
+            row = request_row(call, route, node_id=self.node_id, model_label=model_label, status=status,
+                              started=started, finished=self.clock.seconds(),
+                              first_write=timed.first_write_at if timed is not None else None)
+            if row is not None:
+                analytics.request(row)
+
+    def _count_key(self, call: Call, cluster_call: bool, started: float) -> None:
+        """/metrics per key name and class: the requests and tokens of the node the client called,
+        the queue wait of the node that served it."""
+        metrics, key = self.metrics, call.key_name or "-"
+        if call.serving_since is not None:
+            metrics.child(metrics.key_queue_wait, key, call.priority).observe(call.serving_since - started)
+        if cluster_call:
+            return
+        metrics.child(metrics.key_requests, key, call.priority, call.outcome.status).inc()
+        tokens = _tokens(call)
+        if tokens:
+            metrics.child(metrics.key_tokens, key, call.priority).inc(tokens)
+
+
+def _tokens(call: Call) -> int:
+    """The tokens a finished text request used, where this node knows them (0 otherwise)."""
+    if call.route.runtime != "text":
+        return 0
+    return int(sum(call.outcome.work[:2]))
