@@ -31,6 +31,7 @@ from routerd.catalog.eligibility import concurrency
 from routerd.catalog.model import ModelConfig, RuntimeKind
 from routerd.config.lending import LendingSettings
 from routerd.errors import queue_full
+from routerd.lending.arrival import entry_image, images_for_new_owners
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.events import EventReports, HeldLease
 from routerd.lending.helper_side import HelperSide, SharedLanes
@@ -45,7 +46,6 @@ from routerd.lending.waiting import RunLocal, WaitingRequest
 from routerd.lending.watch import HoldGate, LentCall
 from routerd.routing.call import Call
 from routerd.routing.guardians import GuardianSet, sync_fingerprint
-from routerd.routing.images import has_image
 from routerd.wire.lending import (
     LANES,
     Costs,
@@ -146,6 +146,7 @@ class LendingService:
             link_set = self.links[lane]
             self.queues[lane].set_enrolled(link_set.enrolled(self.node_id),
                                            link_set.owned_models(self.node_id))
+            images_for_new_owners(self.queues[lane], {rid: w.call for rid, w in self._waiters.items()})
 
     def install_guardians(self, guardians: GuardianSet) -> None:
         """Replace the guardian settings; effective for the next request."""
@@ -354,7 +355,7 @@ class LendingService:
             _, also_ahead = self.own_work_arrived(others)
             effects = queue.arrive(rid, model_id, self._now_ms(), work=work, context=context,
                                    streaming=call.stream, reclaim=self.helper.reclaimable(queue),
-                                   image=lane == "text" and has_image(call.parsed), also_ahead=also_ahead,
+                                   image=entry_image(call, lane, held.owner), also_ahead=also_ahead,
                                    priority=RANK[call.priority],
                                    key_name=call.key_name, weight=self.key_weight(call.key_name),
                                    concurrency=concurrency(model))
