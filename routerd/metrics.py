@@ -214,11 +214,11 @@ class NodeMetrics:
     def observe_text_request(self, model: str, prompt_tokens: float, output_tokens: float,
                              seconds: float) -> None:
         """A finished text request: token counters and, when it generated any, its token rate."""
-        self.prompt_tokens.labels(model).inc(max(0.0, prompt_tokens))
+        self.child(self.prompt_tokens, model).inc(max(0.0, prompt_tokens))
         if output_tokens > 0:
-            self.generated_tokens.labels(model).inc(output_tokens)
+            self.child(self.generated_tokens, model).inc(output_tokens)
             if seconds > 0:
-                self.token_rate.labels(model).observe(output_tokens / seconds)
+                self.child(self.token_rate, model).observe(output_tokens / seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
