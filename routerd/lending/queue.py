@@ -191,10 +191,20 @@ class LaneQueue:
         entry.concurrency = max(int(concurrency), 1)
         self._widest = max(self._widest, entry.concurrency)
         self._class_seen[entry.priority] = now_ms
+        if self.idle():
+            # nothing borrowed to hand back, and the new entry is all admission can pick
+            entry.borrowed_ahead = max(int(also_ahead), 0)
+            self._line.add(entry)
+            return self.pump(now_ms)
         returned = self._hand_back(reclaim)
         entry.borrowed_ahead = self.borrowed_in_backend() + max(int(also_ahead), 0)
         self._line.add(entry)
         return Effects(returned=returned) + self.pump(now_ms)
+
+    def idle(self) -> bool:
+        """No entry waits and none is borrowed: an own arrival hands nothing back, and is admitted
+        at once unless the backend is full (the lending service's direct path)."""
+        return not self._pending and not self._borrowed_live
 
     def own_work_elsewhere(self, now_ms: int, reclaim: Collection[str] = ()) -> Effects:
         """This node's own work that is not queued in this lane claims the runtime this lane runs
@@ -246,9 +256,7 @@ class LaneQueue:
 
     def accepting_borrowed(self) -> bool:
         """No native work waiting or admitted in this lane (the node-wide idle test is the caller's)."""
-        return not any(not e.borrowed for e in self._pending) and not any(
-            not e.borrowed for e in self._admitted
-        )
+        return all(e.borrowed for e in self._pending) and all(e.borrowed for e in self._admitted)
 
     # -- admission ----------------------------------------------------------------------------------
 
@@ -482,13 +490,5 @@ class LaneQueue:
         return held_listing(self.lane, self._pending, self._lent, now_ms)
 
 
-__all__ = [
-    "BorrowedReturn",
-    "Effects",
-    "Entry",
-    "HoldCheck",
-    "HoldQuery",
-    "LaneQueue",
-    "QueueError",
-    "fits_helper",
-]
+__all__ = ["BorrowedReturn", "Effects", "Entry", "HoldCheck", "HoldQuery", "LaneQueue", "QueueError",
+           "fits_helper"]
