@@ -293,13 +293,18 @@ class LeanChannel(protocol.Protocol):
         self._release_reserved()
         self._refuse(err, (), head.request if head is not None else None)
 
-    def close(self) -> None:
-        """Close once what was written has gone out (the reaper aborts it if that never happens)."""
+    def close(self, linger: bool = False) -> None:
+        """Close once what was written has gone out (the reaper aborts it if that never happens).
+
+        ``linger``: only the sending side is closed and what still arrives is read and dropped
+        until the client closes (an answer before the body: a close with the body unread would
+        reset the connection, and a proxy still sending it would lose the answer and say 502)."""
         if self.transport is not None:
             if self.state != "closing":
                 self.state, self.since = "closing", self.server.seconds()
             self._closing = True
-            self.transport.loseConnection()
+            lose_write = getattr(self.transport, "loseWriteConnection", None) if linger else None
+            (lose_write or self.transport.loseConnection)()
 
     def abort(self) -> None:
         """Drop the connection now."""
@@ -402,7 +407,7 @@ class LeanChannel(protocol.Protocol):
         log_refusal(request.method if request is not None else method.decode("latin-1"), path, err.status,
                     getattr(self.transport.getPeer(), "host", "-"), request)
         self._parts, self._have = [], 0
-        self.close()
+        self.close(linger=True)
 
     def _release_reserved(self) -> None:
         reserved, self._reserved = self._reserved, 0

@@ -390,7 +390,7 @@ class NodeHTTPChannel(http.HTTPChannel):
 
     def refuse(self, err: StatusError, headers: tuple[tuple[bytes, bytes], ...] = (),
                head: RequestHead | None = None) -> None:
-        """Answer ``err`` before the body and close: nothing more of this connection is read."""
+        """Answer ``err`` before the body and close: nothing more of this connection is served."""
         if self.refused or self.transport is None:
             return
         self.refused = True
@@ -400,7 +400,9 @@ class NodeHTTPChannel(http.HTTPChannel):
         path = head.path if head is not None else _text(getattr(self, "_path", None))
         self.transport.write(refusal(path, err, headers, http.datetimeToString(self._now())))
         log_refusal(method, path, err.status, _peer(self), head)
-        self.loseConnection()  # type: ignore[no-untyped-call]
+        # only the sending side is closed; the body still arriving is dropped (LeanChannel.close)
+        linger = getattr(self.transport, "loseWriteConnection", None)
+        (linger or self.loseConnection)()
 
 
 def log_refusal(method: str, path: str, status: int, client: str, head: RequestHead | None) -> None:
