@@ -1,9 +1,9 @@
 """Errors with an HTTP status, and their envelopes per path family (contract §4).
 
-Every layer raises :class:`StatusError` (or a subclass) for a failure a caller must see; the HTTP
-edge answers it in one place (``routerd.errors.answer``).  OpenAI-style paths answer
-``{"error": {"message", "type", "code"}}``; Ollama paths (``/api/*`` apart from Kobold's
-``/api/v1`` and ``/api/extra``) answer ``{"error": "..."}``.
+Every layer raises :class:`StatusError` (or a subclass) for a failure a caller must see; every
+answer to one is built by :func:`error_answer` (status, headers, envelope), whichever edge or handler
+writes it.  OpenAI-style paths answer ``{"error": {"message", "type", "code"}}``; Ollama paths
+(``/api/*`` apart from Kobold's ``/api/v1`` and ``/api/extra``) answer ``{"error": "..."}``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ class StatusError(Exception):
     The HTTP edge answers every one the same way; ``reason`` (also ``message``) is the
     human-readable text.
     """
+
+    #: Seconds a client should wait before it retries (``Retry-After``), or None.
+    retry_after: int | None = None
 
     def __init__(self, status: int, reason: str, type_: str, code: str) -> None:
         super().__init__(reason)
@@ -68,3 +71,17 @@ def error_body(style: ErrorStyle, message: str, type_: str, code: str) -> bytes:
     if style == "ollama":
         return json.dumps({"error": message}).encode()
     return json.dumps({"error": {"message": message, "type": type_, "code": code}}).encode()
+
+
+#: The content type of every error envelope.
+_JSON = (b"content-type", b"application/json")
+
+
+def error_answer(err: StatusError, style: ErrorStyle) -> tuple[int, tuple[tuple[bytes, bytes], ...], bytes]:
+    """The answer to ``err`` in the error family ``style``: its status, its headers (the JSON
+    content type, and ``Retry-After`` when the error says when to retry) and its envelope.  The one
+    place both HTTP edges and every handler take an error's answer from."""
+    body = error_body(style, err.message, err.type, err.code)
+    if err.retry_after is None:
+        return err.status, (_JSON,), body
+    return err.status, (_JSON, (b"Retry-After", str(err.retry_after).encode())), body

@@ -336,5 +336,16 @@ def request_model(query_model: str | None, header_model: str | None, content_typ
         except ValueError:
             parsed = None
         if isinstance(parsed, dict) and isinstance(parsed.get("model"), str) and parsed["model"]:
-            return str(parsed["model"])
-    return query_model or header_model or "-"
+            return _bounded(str(parsed["model"]))
+    return _bounded(query_model or header_model or "-")
+
+
+#: Characters of a model name an access line keeps (a longer name is refused, 400, but its
+#: access line is still written).
+_MODEL_SHOWN = 256
+
+
+def _bounded(name: str) -> str:
+    if len(name) <= _MODEL_SHOWN:
+        return name
+    return f"{name[:64]}...({len(name)} characters)"

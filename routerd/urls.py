@@ -104,7 +104,7 @@ def _host(netloc: str, url: str) -> str:
     host = host.lower()
     if not host:
         raise URLError(f"URL {url!r} has no host")
-    if not _HOST_NAME.match(host) or ".." in host:
+    if not _HOST_NAME.fullmatch(host) or ".." in host:
         raise URLError(f"URL {url!r} has an invalid host")
     return host
 

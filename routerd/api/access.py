@@ -4,7 +4,7 @@
 (namespace ``routerd.access``).  Every value a client chose (path, model, client address as
 forwarded) is escaped first: a control byte, a quote or a non-printable character becomes a
 backslash escape, so a text log line stays one line and the JSON log one valid object per line
-whatever a request carried (issue 20).
+whatever a request carried.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from twisted.logger import LogLevel
 from twisted.web.http import RESPONSES
 
-from routerd.errors import StatusError, error_body, style_for_path
+from routerd.errors import ErrorStyle, StatusError, error_answer
 from routerd.logs import ACCESS_FORMAT, QuickLogger, gate, literal
 
 access_log = QuickLogger(namespace="routerd.access")
@@ -35,7 +35,7 @@ def printable(text: str) -> str:
 def log_access(**fields: Any) -> None:
     """Logs one access line (both HTTP edges; see the module docstring).  Rendered here by
     str.format (C): an observer then formats a literal, not ten fields through twisted's
-    Python-level formatter (issue 14)."""
+    Python-level formatter."""
     for name in _CLIENT_FIELDS:
         value = fields.get(name)
         if isinstance(value, str):
@@ -70,11 +70,13 @@ def answer_head(status: int, headers: Iterable[tuple[bytes, bytes]], length: int
     return b"".join(out)
 
 
-def refusal(path: str, err: StatusError, headers: Iterable[tuple[bytes, bytes]], date: bytes) -> bytes:
+def refusal(err: StatusError, family: ErrorStyle, headers: Iterable[tuple[bytes, bytes]],
+            date: bytes) -> bytes:
     """The whole answer to a request refused before its body was read (admission, a malformed head,
-    a deadline): the error envelope of ``path``'s family, ``Connection: close``."""
-    body = error_body(style_for_path(path), err.message, err.type, err.code)
-    return answer_head(err.status, headers, len(body), True, date, False) + body
+    a deadline): the one error answer (:func:`~routerd.errors.error_answer`) in the route's error
+    ``family`` after ``headers`` (CORS), with ``Connection: close``."""
+    status, own, body = error_answer(err, family)
+    return answer_head(status, (*headers, *own), len(body), True, date, True) + body
 
 
 __all__ = ["access_log", "access_logged", "answer_head", "log_access", "printable", "refusal"]

@@ -1,4 +1,4 @@
-"""The one admission decision both HTTP edges apply (issue 20).
+"""The one admission decision both HTTP edges apply.
 
 :func:`decide` is pure: from the caller's address, the request's :class:`~routerd.api.head.RequestHead`,
 the node's phase, the free bytes of the replay budget and the node's :class:`EdgeRules`, it returns a
@@ -9,20 +9,27 @@ lean channel and on twisted.web's channel alike; the edges only carry the verdic
    origin on an allowed network is answered 204 with its headers; any other preflight 403;
 2. the caller: ``server.allowed_cidrs`` (403) on the client address (the peer, or for a trusted proxy
    the nearest untrusted entry of the joined ``X-Forwarded-For`` list), then the key its route class
-   needs (401): see :mod:`routerd.cluster.auth`.  The class comes from the site's declared routes
-   (:class:`~routerd.api.routes.RouteTable`); the WebUI's files (``ui``) need no key;
-3. the node's phase: while starting or draining only the ``health``, ``metrics`` and ``docs`` routes
-   (``/health``, ``/metrics``, ``/openapi.json``) are served, and while draining the polls and
-   cancels of video jobs (``/sdcpp/v1/jobs/…``, a master's under ``/router/v1/node/inference``): a
-   drain lets running jobs end, and their clients fetch the results; a borrowed request
-   (``X-Routerd-Offload: 1``) or an owner's relay goes back to its owner (409 ``offload_returned``),
-   anything else gets 503 + ``Retry-After``;
+   needs (401): see :mod:`routerd.cluster.auth`; any request's ``Host`` and path must parse (400,
+   first of all);
+3. the node's phase: a route is served in the phases it is declared with (``/health``, ``/metrics``
+   and ``/openapi.json`` in every one; a video job's poll and cancel while draining too, so running
+   jobs end and their clients fetch the results; a master's forwarded request in the phases of the
+   path it forwards to).  Otherwise a borrowed request (``X-Routerd-Offload: 1``) or a route declared
+   ``returns`` (an owner's relay) goes back to its owner (409 ``offload_returned``), anything else
+   gets 503 + ``Retry-After``;
    (an admitted request's verdict names its key and class: :attr:`Verdict.key_name`)
-4. the body: a ``Content-Length`` over ``limits.max_body_bytes`` is a 413; one that does not fit in
+4. what a web page could make a browser send: a request no configured key vouches for meets
+   :func:`~routerd.api.browser.browser_refusal` (its ``Host``, ``Origin`` and body type: 421, 403,
+   415);
+5. the body: a ``Content-Length`` over ``limits.max_body_bytes`` is a 413; one that does not fit in
    the replay budget (``limits.replay_buffer_mb``) a 503 ``buffer_full`` + ``Retry-After``.  An
    admitted request reserves its whole ``Content-Length`` from the budget at once (``reserve``).
 
-A refusal is answered with ``Connection: close``: its body is never read.
+The auth class, the phases and the error family of every path come from the site's declared routes
+(:meth:`~routerd.api.routes.RouteTable.facts`): admission keeps no path list of its own.  A refusal
+is answered with ``Connection: close`` (its body is never read) in the route's error family, by the
+one error writer (:mod:`routerd.api.errors`, which adds ``Retry-After`` to a
+:class:`~routerd.errors.Saturated` refusal).
 """
 
 from __future__ import annotations
@@ -31,16 +38,15 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
+from routerd.api.browser import BrowserRules, browser_refusal, malformed, vouched
 from routerd.api.cors import CorsPolicy
+from routerd.api.facts import RouteFacts, namespace_facts, served
 from routerd.api.head import RequestHead
-from routerd.cluster.auth import ALWAYS_SERVED_CLASSES, AuthPolicy, RouteClass, route_class
+from routerd.cluster.auth import AuthPolicy, RouteClass
 from routerd.config.keys import PRIORITY_CLASSES
-from routerd.errors import HTTPError, StatusError
+from routerd.errors import ErrorStyle, HTTPError, Saturated, StatusError
 from routerd.lending.offload import offload_returned
-from routerd.lending.transport import RELAY_PATH
 from routerd.routing.call import KEY_CLASS_HEADER, KEY_NAME_HEADER
-from routerd.routing.forward import INFERENCE_PREFIX
-from routerd.routing.jobs import job_path
 
 Headers = tuple[tuple[bytes, bytes], ...]
 
@@ -52,9 +58,11 @@ class EdgeRules:
     policy: AuthPolicy
     max_body_bytes: int
     cors: CorsPolicy = CorsPolicy.build(())
-    #: The route class of a path: the site's declared routes (``Dispatch.route_class``), by default
-    #: the path's namespace.
-    route_class: Callable[[str], RouteClass] = route_class
+    #: The facts of a path: the site's declared routes (``Dispatch.route_facts``), by default the
+    #: path's namespace's.
+    routes: Callable[[str], RouteFacts] = namespace_facts
+    #: What a web page may not make a browser send (:mod:`routerd.api.browser`); none by default.
+    browser: BrowserRules = BrowserRules()
 
 
 @attrs.frozen
@@ -72,16 +80,16 @@ class Verdict:
     #: ``X-Routerd-Key-Name``/``-Class`` (the cluster token vouches for them).  Never the key.
     key_name: str = ""
     key_class: str = ""
+    #: The error family of the request's route: what its refusal and its errors are written in.
+    errors: ErrorStyle = "openai"
 
     @property
     def refused(self) -> bool:
         return self.error is not None
 
 
-def _refuse(error: StatusError, headers: Headers = (), retry_after: int | None = None) -> Verdict:
-    if retry_after is not None:
-        headers = (*headers, (b"Retry-After", str(retry_after).encode()))
-    return Verdict(error=error, headers=headers)
+def _refuse(error: StatusError, facts: RouteFacts, headers: Headers = ()) -> Verdict:
+    return Verdict(error=error, headers=headers, errors=facts.errors)
 
 
 def _cors_headers(values: dict[str, str]) -> Headers:
@@ -91,6 +99,10 @@ def _cors_headers(values: dict[str, str]) -> Headers:
 def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str, budget_free: int | None) -> Verdict:
     """The verdict on ``head`` from ``peer`` (see the module docstring); ``budget_free`` is None
     when the node keeps no replay budget."""
+    facts = rules.routes(head.path)
+    error = malformed(head)
+    if error is not None:
+        return _refuse(error, facts)
     fields = head.fields
     path = head.path
     policy = rules.policy
@@ -99,36 +111,40 @@ def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str, budget_fr
     host = policy.client_host(peer, fields.get("x-forwarded-for"))
     if origin is not None and head.method == "OPTIONS" and "access-control-request-method" in fields:
         if not policy.client_allowed(host):
-            return _refuse(HTTPError(403, "client address is not allowed", "forbidden", "forbidden"))
+            return _refuse(HTTPError(403, "client address is not allowed", "forbidden", "forbidden"), facts)
         if not cors.allows(origin):
             return _refuse(HTTPError(403, f"origin {origin} is not in server.cors_origins",
-                                     "forbidden", "forbidden"))
+                                     "forbidden", "forbidden"), facts)
         return Verdict(preflight=True, headers=_cors_headers(
             cors.preflight_headers(origin, fields.get("access-control-request-headers"))))
     headers: Headers = _cors_headers(cors.response_headers(origin)) \
         if origin is not None and cors.allows(origin) else ()
     authorization = fields.get("authorization")
-    cls = rules.route_class(path)
+    cls = facts.auth
     try:
         authenticated = policy.check(path, host, authorization.encode("latin-1")
                                      if authorization is not None else None, cls)
     except StatusError as err:
-        return _refuse(err, headers)
-    if phase != "ready" and cls not in ALWAYS_SERVED_CLASSES and not _job_call(phase, path):
-        if fields.get("x-routerd-offload") == "1" or path == RELAY_PATH:
+        return _refuse(err, facts, headers)
+    if phase != "ready" and not served(rules.routes, path, phase):
+        if fields.get("x-routerd-offload") == "1" or facts.returns:
             # A borrowed request goes back to its owner, who serves it itself; so does one an owner
             # relays through a master that is starting or draining.
-            return _refuse(offload_returned(f"helper node is {phase}"), headers)
-        return _refuse(HTTPError(503, f"this node is {phase}; retry later", "overloaded", phase), headers, 1)
+            return _refuse(offload_returned(f"helper node is {phase}"), facts, headers)
+        return _refuse(Saturated(503, f"this node is {phase}; retry later", phase), facts, headers)
+    if not vouched(policy, cls):
+        error = browser_refusal(rules.browser, head, cors, cls, authenticated)
+        if error is not None:
+            return _refuse(error, facts, headers)
     length = head.length or 0
     if length > rules.max_body_bytes:
         return _refuse(HTTPError(413, f"request body is larger than {rules.max_body_bytes} bytes",
-                                 "request_too_large", "request_too_large"), headers)
+                                 "request_too_large", "request_too_large"), facts, headers)
     if budget_free is not None and length > budget_free:
-        return _refuse(buffer_full(), headers, 1)
+        return _refuse(buffer_full(), facts, headers)
     key_name, key_class = _key_of(policy, cls, fields, authorization)
     return Verdict(headers=headers, authenticated=authenticated, reserve=length, key_name=key_name,
-                   key_class=key_class)
+                   key_class=key_class, errors=facts.errors)
 
 
 def _key_of(policy: AuthPolicy, cls: RouteClass, fields: Mapping[str, str],
@@ -144,18 +160,9 @@ def _key_of(policy: AuthPolicy, cls: RouteClass, fields: Mapping[str, str],
     return "", ""
 
 
-def _job_call(phase: str, path: str) -> bool:
-    """A video job's poll or cancel on a draining node (running jobs end during a drain)."""
-    if phase != "draining":
-        return False
-    if path.startswith(INFERENCE_PREFIX + "/"):
-        path = path[len(INFERENCE_PREFIX):]
-    return job_path(path) is not None
-
-
-def buffer_full() -> HTTPError:
-    return HTTPError(503, "this node's request buffer (limits.replay_buffer_mb) is full; retry later",
-                     "overloaded", "buffer_full")
+def buffer_full() -> Saturated:
+    return Saturated(503, "this node's request buffer (limits.replay_buffer_mb) is full; retry later",
+                     "buffer_full")
 
 
 __all__ = ["EdgeRules", "Verdict", "buffer_full", "decide"]

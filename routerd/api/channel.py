@@ -1,5 +1,5 @@
-"""The node's HTTP/1.1 server protocol: a lean channel for the inference paths (issue 14), under
-the same rules as twisted.web's (issue 20).
+"""The node's HTTP/1.1 server protocol: a lean channel for the inference paths, under the same
+rules as twisted.web's.
 
 twisted.web builds a ``Request`` (two ``Headers`` objects, a body buffer, producer and timeout
 plumbing, a ``Deferred`` per ``notifyFinish``) for every request, and its line-by-line parser runs in
@@ -13,13 +13,13 @@ twisted.web's channel would refuse it).  What it serves itself: ``POST <inferenc
 (see :class:`~routerd.api.dispatch.LeanRoutes`) with a ``Content-Length`` body (or none), without
 ``Transfer-Encoding``, ``Expect``, ``Upgrade`` or ``Origin``.  For those it asks the shared
 :func:`~routerd.api.admission.decide` as soon as the head is complete: a refusal is written by the
-shared :func:`~routerd.api.access.refusal` with ``Connection: close`` and no byte of its body is kept;
-an admitted request reserves its ``Content-Length`` from the replay budget at once and gives it
-back exactly once (:meth:`LeanReply._release`).  The handler gets the request's facts and a
-:class:`LeanReply`; the answer goes out as one write (``Content-Length``) or, once the handler
-streams, chunked.  Pipelined requests wait in the buffer until the answer before them is finished
-*and* the client has read it (the channel is the transport's producer: while its output is backed
-up nothing more is read or served); a client that disconnects cancels the handler.
+shared :func:`~routerd.api.access.refusal` with ``Connection: close`` and no byte of its body is
+kept; an admitted request reserves its ``Content-Length`` from the replay budget at once and gives
+it back exactly once.  The handler gets the request's facts and a
+:class:`~routerd.api.lean_reply.LeanReply`, which writes the answer (see there).  Pipelined requests
+wait in the buffer until the answer before them is finished *and* the client has read it (the
+channel is the transport's producer: while its output is backed up nothing more is read or served);
+a client that disconnects cancels the handler.
 
 Anything else (another path or method, HTTP/1.0, chunked bodies, CORS, a request line that is not
 three words) is handed over, with every byte of the connection from the start of that request
@@ -42,24 +42,20 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from twisted.internet import protocol
-from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IAddress
-from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.http import datetimeToString
 
-from routerd.api.access import access_logged, answer_head, log_access, refusal
+from routerd.api.access import refusal
 from routerd.api.dispatch import LeanHandler, LeanRoutes
-from routerd.api.errors import INTERNAL_ERROR, reply_error, reply_failure
 from routerd.api.head import MAX_HEAD_BYTES, RequestHead, bad_request, build_head
+from routerd.api.lean_reply import LeanReply
 from routerd.api.site import GuardResource, NodeHTTPChannel, NodeSite, log_refusal
 from routerd.config.schema import ServerConfig
-from routerd.errors import HTTPError, StatusError
-from routerd.logs import request_model
+from routerd.errors import ErrorStyle, HTTPError, Saturated, StatusError
 from routerd.routing.call import Incoming
-from routerd.transports import no_delay, send, send_with_head
-
-log = Logger()
+from routerd.transports import no_delay
 
 #: A head longer than this is refused (431, by twisted.web's channel after the hand-over).
 HEAD_LIMIT = MAX_HEAD_BYTES
@@ -84,9 +80,9 @@ def body_timed_out() -> HTTPError:
                      "invalid_request_error", "request_timeout")
 
 
-def too_many_connections() -> HTTPError:
-    return HTTPError(503, "this node has server.max_connections connections open; retry later",
-                     "overloaded", "too_many_connections")
+def too_many_connections() -> Saturated:
+    return Saturated(503, "this node has server.max_connections connections open; retry later",
+                     "too_many_connections")
 
 
 class NodeServerFactory(protocol.Factory):
@@ -105,6 +101,12 @@ class NodeServerFactory(protocol.Factory):
         self._date = b""
         self._reaper: Any = None
 
+    def give_back(self, size: int) -> None:
+        """Give ``size`` bytes back to the site's replay budget (if the node keeps one)."""
+        budget = self.site.buffer
+        if budget is not None:
+            budget.give(size)
+
     @property
     def limits(self) -> ServerConfig:
         limits: ServerConfig = self.guard.limits
@@ -112,7 +114,7 @@ class NodeServerFactory(protocol.Factory):
 
     def buildProtocol(self, addr: IAddress | None) -> protocol.Protocol:  # noqa: N802 - Twisted's name
         if len(self.protocols) >= self.limits.max_connections:
-            return _Refused(self.date(self.seconds()))
+            return _Refused(self.date(self.seconds()), self.guard.route_facts("/").errors)
         return LeanChannel(self, addr)
 
     def startFactory(self) -> None:  # noqa: N802 - Twisted's name
@@ -160,28 +162,30 @@ class NodeServerFactory(protocol.Factory):
 class _Refused(protocol.Protocol):
     """A connection over ``server.max_connections``: 503 and closed, nothing read."""
 
-    def __init__(self, date: bytes) -> None:
+    def __init__(self, date: bytes, family: ErrorStyle) -> None:
         self._date = date
+        self._family = family
 
     def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
         assert self.transport is not None
-        self.transport.write(refusal("/", too_many_connections(), ((b"retry-after", b"1"),), self._date))
+        self.transport.write(refusal(too_many_connections(), self._family, (), self._date))
         self.transport.loseConnection()
 
 
 class _Head:
     """A head the lean channel serves: the shared :class:`RequestHead` and its handler."""
 
-    __slots__ = ("handler", "request", "size", "client", "key_name", "key_class")
+    __slots__ = ("handler", "request", "size", "client", "key_name", "key_class", "errors")
 
     def __init__(self, handler: LeanHandler, request: RequestHead, size: int, client: str,
-                 key_name: str = "", key_class: str = "") -> None:
+                 key_name: str = "", key_class: str = "", errors: ErrorStyle = "openai") -> None:
         self.handler = handler
         self.request = request
         self.size = size  # bytes of the head, with its blank line
         self.client = client
         self.key_name = key_name  # the admitting key's name and class (admission's verdict)
         self.key_class = key_class
+        self.errors = errors  # the route's error family (admission's verdict)
 
     @property
     def path(self) -> str:
@@ -389,21 +393,25 @@ class LeanChannel(protocol.Protocol):
         client = getattr(self.transport.getPeer(), "host", "127.0.0.1")  # type: ignore[union-attr]
         verdict = self.server.guard.decide(request, client)
         if verdict.error is not None:
-            self._refuse(verdict.error, verdict.headers, request)
+            self._refuse(verdict.error, verdict.headers, request, family=verdict.errors)
             return None
         if verdict.reserve:
             budget = self.server.site.buffer
             if budget is not None and budget.take(verdict.reserve):
                 self._reserved = verdict.reserve
-        return _Head(handler, request, end + 4, client, verdict.key_name, verdict.key_class)
+        return _Head(handler, request, end + 4, client, verdict.key_name, verdict.key_class, verdict.errors)
 
     def _refuse(self, err: StatusError, headers: tuple[tuple[bytes, bytes], ...],
-                request: RequestHead | None, method: bytes = b"-", target: bytes = b"-") -> None:
-        """Answer ``err`` before the body and close (nothing more of the connection is read)."""
+                request: RequestHead | None, method: bytes = b"-", target: bytes = b"-",
+                family: ErrorStyle | None = None) -> None:
+        """Answer ``err`` before the body and close (nothing more of the connection is read), in
+        the route's error ``family`` (by default the one the facts of its path give)."""
         server = self.server
         path = request.path if request is not None else target.partition(b"?")[0].decode("latin-1")
         assert self.transport is not None
-        self.transport.write(refusal(path, err, headers, server.date(server.seconds())))
+        if family is None:
+            family = server.guard.route_facts(path).errors
+        self.transport.write(refusal(err, family, headers, server.date(server.seconds())))
         log_refusal(request.method if request is not None else method.decode("latin-1"), path, err.status,
                     getattr(self.transport.getPeer(), "host", "-"), request)
         self._parts, self._have = [], 0
@@ -411,13 +419,12 @@ class LeanChannel(protocol.Protocol):
 
     def _release_reserved(self) -> None:
         reserved, self._reserved = self._reserved, 0
-        budget = self.server.site.buffer
-        if reserved and budget is not None:
-            budget.give(reserved)
+        if reserved:
+            self.server.give_back(reserved)
 
     def _start(self, head: _Head, body: bytes) -> None:
         server = self.server
-        reply = LeanReply(self, head, body, server.seconds())
+        reply = LeanReply(self, head.request, head.client, head.errors, body, server.seconds())
         reply.held, self._reserved = self._reserved, 0
         self._busy = reply
         self.state, self.since = "busy", server.seconds()
@@ -472,174 +479,3 @@ class LeanChannel(protocol.Protocol):
         inner.makeConnection(transport)
         if data:
             inner.dataReceived(data)
-
-
-class LeanReply:
-    """A :class:`~routerd.routing.call.Reply` written straight to the connection."""
-
-    __slots__ = ("channel", "request", "client", "body", "started_at", "status", "headers", "typed",
-                 "started", "gone", "finished", "sent", "held", "pending", "model")
-
-    def __init__(self, channel: LeanChannel, head: _Head, body: bytes, now: float) -> None:
-        self.channel = channel
-        self.request = head.request  # of the head, what the answer and its access line read
-        self.client = head.client
-        self.body = body  # kept for the access line's model only while the request lives
-        self.started_at = now
-        self.status = 200
-        # name, value, name, value...: a flat list, not a dict of (name, value) pairs under
-        # lower-cased copies of the names (issue 24: a held request's reply kept ~410 B of
-        # headers that way, ~120 B like this; set once or twice, read when the answer starts)
-        self.headers: list[bytes] = []
-        self.typed = False  # a content-type header was set
-        self.started = False
-        self.gone = False
-        self.finished = False
-        self.sent = 0
-        self.held = 0  # bytes taken from the site's buffer budget
-        self.pending: Deferred[Any] | None = None
-        self.model: str | None = None  # named by routing (else the access line reads the body)
-
-    # -- Reply -------------------------------------------------------------------
-
-    def set_status(self, code: int) -> None:
-        if not self.started:
-            self.status = code
-
-    def set_header(self, name: bytes, value: bytes) -> None:
-        if b"\r" in value or b"\n" in value:
-            value = value.replace(b"\r", b" ").replace(b"\n", b" ")
-        headers = self.headers
-        if headers:  # the same name again (any case) replaces it
-            size = len(name)
-            for index in range(0, len(headers), 2):
-                known = headers[index]
-                if len(known) == size and (known == name or known.lower() == name.lower()):
-                    headers[index] = name
-                    headers[index + 1] = value
-                    return
-        headers += (name, value)
-        if len(name) == 12 and name.lower() == b"content-type":
-            self.typed = True
-
-    def write(self, data: bytes) -> None:
-        if self.gone or self.finished or not data:
-            return
-        transport = self.channel.transport
-        assert transport is not None
-        chunk = b"%x\r\n%b\r\n" % (len(data), data)
-        if not self.started:
-            self.started = True
-            send(transport, self._head_bytes(None) + chunk)  # the first chunk goes out at once
-        else:
-            # later chunks are queued: those written in one reactor turn leave in one send
-            transport.write(chunk)
-        self.sent += len(data)
-
-    def abort(self) -> None:
-        """End the answer incomplete: the connection is dropped and nothing more is written (not
-        even the last chunk the handler's return would add)."""
-        self.gone = True
-        self._release()
-        transport = self.channel.transport
-        if transport is not None:
-            transport.abortConnection()  # type: ignore[attr-defined]
-
-    def name_model(self, name: str) -> None:
-        self.model = name
-        self.body = b""  # the access line no longer needs it
-
-    # -- completion ----------------------------------------------------------------
-
-    def settle(self, outcome: bytes | Failure) -> None:
-        """The handler's Deferred fired: with its final bytes, or failed."""
-        if isinstance(outcome, Failure):
-            self.failed(outcome)
-        else:
-            self.finish(outcome)
-
-    def finish(self, body: bytes) -> None:
-        """The handler's final bytes: the answer is complete."""
-        if self.gone or self.finished:
-            return
-        self.finished = True
-        transport = self.channel.transport
-        assert transport is not None
-        if not self.started:
-            self.started = True
-            send_with_head(transport, self._head_bytes(len(body)), body)
-        elif body:
-            send(transport, b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body))
-        else:
-            send(transport, b"0\r\n\r\n")
-        self.sent += len(body)
-        self._release()
-        if access_logged():
-            self._log()
-        self.channel.answered(self)
-
-    def failed(self, failure: Failure) -> None:
-        if self.gone or self.finished:
-            if not failure.check(CancelledError):
-                log.failure("unhandled error after the request finished", failure=failure)
-            return
-        if self.started:
-            log.failure("error after the answer to {path} started", failure=failure, path=self.request.path)
-            self.finished = True
-            self.abort()
-            return
-        try:
-            body = reply_failure(self, self.request.path, failure)
-        except Exception:  # noqa: BLE001 - never leave the request open
-            log.failure("error handler failed")
-            body = reply_error(self, self.request.path, INTERNAL_ERROR)
-        self.finish(body)
-
-    def lost(self) -> None:
-        """The client went away before the answer was complete."""
-        if self.finished:
-            return
-        self.gone = True
-        self._release()
-        pending, self.pending = self.pending, None
-        if pending is not None:
-            pending.cancel()
-
-    def _release(self) -> None:
-        held, self.held = self.held, 0
-        budget = self.channel.server.site.buffer
-        if held and budget is not None:
-            budget.give(held)
-
-    def _head_bytes(self, length: int | None) -> bytes:
-        server = self.channel.server
-        headers = self.headers
-        pairs = iter(headers)
-        return answer_head(self.status, zip(pairs, pairs, strict=True), length, self.request.close,
-                           server.date(server.seconds()), self.typed)
-
-    def _log(self) -> None:
-        request = self.request
-        fields = request.fields
-        model = self.model
-        if model is None:
-            query_model = None
-            if request.query:
-                values = parse_qs(request.query.decode("ascii")).get("model")
-                query_model = values[0] if values else None
-            model = request_model(query_model, fields.get("x-routerd-model"),
-                                  fields.get("content-type", ""), self.body)
-            self.body = b""
-        out = {"node": "-", "lent_to": "-", "request_id": "-"}
-        headers = self.headers
-        for index in range(0, len(headers), 2):
-            field = _LOGGED.get(headers[index].lower())
-            if field is not None:
-                out[field] = headers[index + 1].decode("utf-8", "replace")
-        log_access(method=request.method, path=request.path, status=self.status, bytes=self.sent,
-                   ms=round((self.channel.server.seconds() - self.started_at) * 1000), model=model,
-                   client=self.client, **out)
-
-
-#: Answer headers the access line reads (lower-case name -> its field in the line).
-_LOGGED = {b"x-routerd-node": "node", b"x-routerd-lent-to": "lent_to", b"x-routerd-request-id": "request_id"}

@@ -24,6 +24,7 @@ from twisted.web import resource, server
 from twisted.web.iweb import IRequest
 
 from routerd.api.errors import answer_error, handle_failure, method_not_allowed, not_found
+from routerd.api.facts import RouteFacts
 from routerd.api.reply import RequestReply, incoming
 from routerd.api.routes import RouteTable, routes_of
 from routerd.cluster.auth import RouteClass
@@ -92,6 +93,10 @@ class Dispatch(resource.Resource):
     def route_class(self, path: str) -> RouteClass:
         """The auth class of ``path`` (see :meth:`RouteTable.route_class`)."""
         return self.routes.route_class(path)
+
+    def route_facts(self, path: str) -> RouteFacts:
+        """The facts of ``path`` (see :meth:`RouteTable.facts`): what the guard's admission reads."""
+        return self.routes.facts(path)
 
     def render(self, request: IRequest) -> Any:
         path = request.path.decode("utf-8", "replace")

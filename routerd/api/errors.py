@@ -2,13 +2,18 @@
 
 Every API class declares its routes with a class-level :class:`~routerd.api.routes.Routes`, whose
 Klein app (:func:`api_app`) has :func:`_handle` as its only error handler, so a route method just
-raises :class:`~routerd.errors.StatusError` (sync or async) and the envelope of its path family is
-written here.
+raises :class:`~routerd.errors.StatusError` (sync or async) and its answer is written here:
+:func:`answer_error` into a Twisted request, :func:`write_error` into a
+:class:`~routerd.routing.call.Reply` (the lean edge, lean handlers); the refusals both edges write
+before reading a body (:func:`~routerd.api.access.refusal`) take the same answer.  Status, headers
+(``Retry-After`` included) and envelope all come from :func:`routerd.errors.error_answer`, in the
+error family of the request's route (:attr:`~routerd.api.facts.RouteFacts.errors`, which admission
+put in its verdict), else that of the path's namespace.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from klein import Klein
 from twisted.logger import Logger
@@ -17,7 +22,8 @@ from twisted.web.iweb import IRequest
 from werkzeug.exceptions import MethodNotAllowed, NotFound
 from werkzeug.routing import RequestRedirect
 
-from routerd.errors import ErrorStyle, HTTPError, StatusError, error_body, style_for_path
+from routerd.api.reply import request_family
+from routerd.errors import ErrorStyle, HTTPError, StatusError, error_answer, style_for_path
 from routerd.routing.call import Reply
 
 log = Logger()
@@ -27,20 +33,38 @@ log = Logger()
 INTERNAL_ERROR = HTTPError(500, "internal error", "internal_error", "internal_error")
 
 
+@runtime_checkable
+class KnowsFamily(Protocol):
+    """A reply that knows its route's error family (the edges' own replies)."""
+
+    @property
+    def error_family(self) -> ErrorStyle: ...
+
+
 def answer_error(request: IRequest, err: StatusError, style: ErrorStyle | None = None) -> bytes:
-    """Set ``err``'s status and content type on ``request`` and return its envelope."""
-    if style is None:
-        style = style_for_path(request.path.decode("utf-8", "replace"))
-    request.setResponseCode(err.status)
-    request.setHeader(b"content-type", b"application/json")
-    return error_body(style, err.message, err.type, err.code)
+    """Set ``err``'s status and headers on ``request`` and return its envelope (in ``style``, by
+    default the request's route's family)."""
+    status, headers, body = error_answer(err, style or request_family(request))
+    request.setResponseCode(status)
+    for name, value in headers:
+        request.setHeader(name, value)
+    return body
+
+
+def write_error(reply: Reply, err: StatusError, style: ErrorStyle) -> bytes:
+    """Set ``err``'s status and headers on ``reply`` and return its envelope in ``style``."""
+    status, headers, body = error_answer(err, style)
+    reply.set_status(status)
+    for name, value in headers:
+        reply.set_header(name, value)
+    return body
 
 
 def reply_error(reply: Reply, path: str, err: StatusError) -> bytes:
-    """:func:`answer_error` for a :class:`~routerd.routing.call.Reply` (the lean HTTP edge)."""
-    reply.set_status(err.status)
-    reply.set_header(b"content-type", b"application/json")
-    return error_body(style_for_path(path), err.message, err.type, err.code)
+    """:func:`write_error` in the family of the reply's route (its path's namespace's when the
+    reply does not know it)."""
+    family = reply.error_family if isinstance(reply, KnowsFamily) else style_for_path(path)
+    return write_error(reply, err, family)
 
 
 def failure_error(failure: Failure, path: str) -> StatusError:

@@ -1,4 +1,4 @@
-"""One request head, built the same way by both HTTP edges (issue 20).
+"""One request head, built the same way by both HTTP edges.
 
 The lean channel (:mod:`routerd.api.channel`) splits a head itself; twisted.web's ``HTTPChannel``
 (:class:`routerd.api.site.NodeHTTPChannel`) parses the ones handed to it.  Both give the request line
@@ -43,7 +43,7 @@ _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 _LENGTH = re.compile(rb"[0-9]{1,19}")
 _VERSIONS = frozenset({b"HTTP/1.1", b"HTTP/1.0"})
 #: One shared object for the versions and methods every request repeats: a held request keeps no
-#: copy of its own (issue 24, held-request memory).
+#: copy of its own.
 _SHARED_VERSION = {b"HTTP/1.1": b"HTTP/1.1", b"HTTP/1.0": b"HTTP/1.0"}
 _SHARED_METHOD = {name.encode(): name for name in ("POST", "GET", "HEAD", "PUT", "DELETE", "OPTIONS",
                                                    "PATCH")}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.web.iweb import IRequest
 
+from routerd.api.facts import READY_OR_DRAINING
 from routerd.api.reply import KEY_ATTRIBUTE, RequestReply
 from routerd.api.routes import Routes
 from routerd.inference.video import VideoJobs
@@ -21,11 +22,12 @@ class JobsAPI:
     def __init__(self, jobs: VideoJobs) -> None:
         self.jobs = jobs
 
-    @routes.route("/sdcpp/v1/jobs/<job_id>", methods=["GET"], auth="inference")
+    @routes.route("/sdcpp/v1/jobs/<job_id>", methods=["GET"], auth="inference", phases=READY_OR_DRAINING)
     def poll(self, request: IRequest, job_id: str) -> Deferred[bytes]:
         return ensureDeferred(self.jobs.answer(job_id, "poll", RequestReply(request), _asker(request)))
 
-    @routes.route("/sdcpp/v1/jobs/<job_id>/cancel", methods=["POST"], auth="inference")
+    @routes.route("/sdcpp/v1/jobs/<job_id>/cancel", methods=["POST"], auth="inference",
+                  phases=READY_OR_DRAINING)
     def cancel(self, request: IRequest, job_id: str) -> Deferred[bytes]:
         return ensureDeferred(self.jobs.answer(job_id, "cancel", RequestReply(request), _asker(request)))
 

@@ -2,7 +2,7 @@
 the master's relay.
 
 Events, grants and the relay are every lent request's own calls between nodes, so they are lean
-routes (issue 24): the lean HTTP channel serves them from the request's facts, under the same
+routes: the lean HTTP channel serves them from the request's facts, under the same
 admission as every other path (a request handed to twisted.web reaches the same handlers)."""
 
 from __future__ import annotations
@@ -17,18 +17,15 @@ from routerd.api.jsonio import json_reply, json_response, parse_json_body
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 from routerd.lending.coordinator import Coordinator
-from routerd.lending.offload import GRANT_PATH, RelayRequest, offload_returned, relay_from_headers
+from routerd.lending.offload import RelayRequest, offload_returned, relay_from_headers
 from routerd.lending.service import LendingService
-from routerd.lending.transport import EVENT_PATH, RELAY_PATH
+from routerd.paths import BORROWED_PATH, EVENT_PATH, GRANT_PATH, RELAY_PATH
 from routerd.routing.call import Call, Incoming, Reply, new_request_id
 from routerd.routing.classify import classify
 from routerd.routing.forward import CameBack
 from routerd.routing.selector import SelectorError, parse_json_object
+from routerd.site.service import not_master
 from routerd.wire.lending import LANES, TRIGGERS, Lease, from_json, to_json
-
-
-def _not_master() -> HTTPError:
-    return HTTPError(409, "this node is not the master", "cluster_error", "not_master")
 
 
 class OffloadAPI:
@@ -43,7 +40,7 @@ class OffloadAPI:
         """An owner's queue event (the master only), answered with the owner's lease or none."""
         require_post(method, path, reply)
         if self.coordinator is None:
-            raise _not_master()
+            raise not_master()
         body = parse_json_body(facts.body)
         lane, owner, model, trigger = (body.get(k) for k in ("lane", "owner_node_id", "model_id", "trigger"))
         if lane not in LANES:
@@ -69,18 +66,18 @@ class OffloadAPI:
         self.lending.receive_lease(lease, lease.lane, lease.owner_model_id, "grant")
         return json_reply(reply, to_json(lease))
 
-    @routes.route("/router/v1/node/offload/borrowed", methods=["GET"], auth="cluster")
+    @routes.route(BORROWED_PATH, methods=["GET"], auth="cluster")
     def borrowed(self, request: IRequest) -> bytes:
         return json_response(request, {"borrowed": self.lending.borrowed_requests()})
 
-    @routes.lean(RELAY_PATH, methods=["POST"], auth="cluster")
+    @routes.lean(RELAY_PATH, methods=["POST"], auth="cluster", returns=True)
     def relay(self, method: str, path: str, facts: Incoming, reply: Reply) -> Deferred[bytes]:
         """The master's relay: pass an owner's lent request to the helper its live lease names,
         its answer streamed through as it arrives.  Refusals are answered in the OpenAI envelope
         whatever the inference path (the envelope of the relay's own path)."""
         require_post(method, path, reply)
         if self.coordinator is None:
-            raise _not_master()
+            raise not_master()
         relay = relay_from_headers(facts.header)
         route = classify("POST", relay.path) if relay is not None and relay.path.startswith("/") else None
         if relay is None or route is None or route.lane != relay.lane:

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 from twisted.web.iweb import IRequest
 
+from routerd.api.facts import EVERY_PHASE
 from routerd.api.routes import Routes
 
 OPENAPI_PATH = "/openapi.json"
@@ -33,7 +34,7 @@ def _rendered() -> bytes:
 class OpenAPI:
     routes = Routes()
 
-    @routes.route(OPENAPI_PATH, methods=["GET"], auth="docs")
+    @routes.route(OPENAPI_PATH, methods=["GET"], auth="docs", phases=EVERY_PHASE)
     def document(self, request: IRequest) -> bytes:
         request.setHeader(b"content-type", b"application/json")
         return _rendered()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from twisted.web.iweb import IRequest
 
+from routerd.errors import ErrorStyle, style_for_path
 from routerd.routing.call import Incoming
 
 
@@ -45,6 +46,16 @@ class RequestReply:
 
     def name_model(self, name: str) -> None:
         setattr(self._request, MODEL_ATTRIBUTE, name)
+
+    @property
+    def error_family(self) -> ErrorStyle:
+        return request_family(self._request)
+
+
+def request_family(request: IRequest) -> ErrorStyle:
+    """The error family of ``request``'s route: admission's verdict, else its path's namespace's."""
+    family: ErrorStyle | None = getattr(request, ERRORS_ATTRIBUTE, None)
+    return family or style_for_path(request.path.decode("utf-8", "replace"))
 
 
 def header(request: IRequest, name: bytes) -> str:
@@ -94,6 +105,8 @@ HEAD_ATTRIBUTE = "routerd_head"
 MODEL_ATTRIBUTE = "routerd_model"
 #: The request attribute holding the admitting key's (name, class) from the admission verdict.
 KEY_ATTRIBUTE = "routerd_key"
+#: The request attribute holding its route's error family (admission's verdict).
+ERRORS_ATTRIBUTE = "routerd_errors"
 
 
 class _Emptied:
@@ -115,7 +128,7 @@ def incoming(request: IRequest, path: str) -> Incoming:
     """The request's facts routing reads, with ``path`` as the inference path it names.
 
     The body is taken out of the request's buffer: the bytes routing keeps are then the only copy
-    while the request waits (issue 14: 10,000 held requests), and the access line finds them
+    while the request waits (10,000 held requests), and the access line finds them
     under :data:`BODY_ATTRIBUTE`."""
     body = read_body(request)
     if request.content is not None:

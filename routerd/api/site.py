@@ -26,8 +26,11 @@ from twisted.web.iweb import IRequest
 
 from routerd.api.access import access_logged, log_access, refusal
 from routerd.api.admission import EdgeRules, Verdict, buffer_full, decide
+from routerd.api.browser import BrowserRules, browser_rules
+from routerd.api.chunked import strict_chunked
 from routerd.api.cors import CorsPolicy
 from routerd.api.errors import answer_error
+from routerd.api.facts import RouteFacts, namespace_facts
 from routerd.api.head import (
     MAX_FIELDS,
     MAX_HEAD_BYTES,
@@ -39,10 +42,10 @@ from routerd.api.head import (
     head_too_large,
     transfer_coding,
 )
-from routerd.api.reply import BODY_ATTRIBUTE, HEAD_ATTRIBUTE, KEY_ATTRIBUTE, MODEL_ATTRIBUTE
-from routerd.cluster.auth import AuthPolicy, RouteClass, route_class
+from routerd.api.reply import BODY_ATTRIBUTE, ERRORS_ATTRIBUTE, HEAD_ATTRIBUTE, KEY_ATTRIBUTE, MODEL_ATTRIBUTE
+from routerd.cluster.auth import AuthPolicy
 from routerd.config.schema import Config, ServerConfig
-from routerd.errors import HTTPError, StatusError
+from routerd.errors import ErrorStyle, HTTPError, StatusError
 from routerd.logs import request_model
 
 #: The request attribute the guard sets: whether the caller may see node details on ``/health``.
@@ -110,13 +113,14 @@ class GuardResource(resource.Resource):
 
     def __init__(self, inner: resource.IResource, policy: AuthPolicy, max_body_bytes: int,
                  cors_origins: tuple[str, ...] = (), phase: Callable[[], str] = lambda: "ready",
-                 server_config: ServerConfig | None = None) -> None:
+                 server_config: ServerConfig | None = None, browser: BrowserRules | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.inner = inner
         self.phase = phase
-        #: the auth class of a path, from the declared routes of the resource it guards
-        self.route_class: Callable[[str], RouteClass] = getattr(inner, "route_class", route_class)
-        self.rules = EdgeRules(policy, max_body_bytes, CorsPolicy.build(cors_origins), self.route_class)
+        #: the facts of a path, from the declared routes of the resource it guards
+        self.route_facts: Callable[[str], RouteFacts] = getattr(inner, "route_facts", namespace_facts)
+        self.rules = EdgeRules(policy, max_body_bytes, CorsPolicy.build(cors_origins), self.route_facts,
+                               browser or BrowserRules())
         self.limits: ServerConfig = server_config or ServerConfig()
         self.budget: BufferBudget | None = None  # the site's (NodeSite sets it)
 
@@ -131,7 +135,8 @@ class GuardResource(resource.Resource):
     def update(self, policy: AuthPolicy, site: NodeSite, config: Config) -> None:
         """A reload: new keys and networks, body limit, CORS origins and server limits from now on."""
         self.rules = EdgeRules(policy, config.limits.max_body_bytes,
-                               CorsPolicy.build(config.server.cors_origins), self.route_class)
+                               CorsPolicy.build(config.server.cors_origins), self.route_facts,
+                               browser_rules(config) if self.rules.browser.enabled else self.rules.browser)
         self.limits = config.server
         site.max_body_bytes = config.limits.max_body_bytes
         if site.buffer is not None:
@@ -150,9 +155,11 @@ class GuardResource(resource.Resource):
             try:
                 head = head_of(request)
             except StatusError as err:
-                return answer_error(request, err)
+                path = request.path.decode("utf-8", "replace")
+                return answer_error(request, err, self.route_facts(path).errors)
             setattr(request, HEAD_ATTRIBUTE, head)
             verdict = self.decide(head, client_host(request))
+        setattr(request, ERRORS_ATTRIBUTE, verdict.errors)  # what every error answer below is written in
         for name, value in verdict.headers:
             request.setHeader(name, value)
         if verdict.error is not None:
@@ -164,7 +171,6 @@ class GuardResource(resource.Resource):
             return answer_error(request, HTTPError(413, f"request body is larger than {self.max_body_bytes} "
                                                    "bytes", "request_too_large", "request_too_large"))
         if getattr(request, "over_buffer", False):  # a chunked body past the budget
-            request.setHeader(b"retry-after", b"1")
             return answer_error(request, buffer_full())
         setattr(request, AUTHENTICATED, verdict.authenticated)
         setattr(request, KEY_ATTRIBUTE, (verdict.key_name, verdict.key_class))
@@ -350,9 +356,10 @@ class NodeHTTPChannel(http.HTTPChannel):
         guard = self.site.resource
         verdict = guard.decide(head, _peer(self)) if isinstance(guard, GuardResource) else Verdict()
         if verdict.error is not None:
-            self.refuse(verdict.error, verdict.headers, head)
+            self.refuse(verdict.error, verdict.headers, head, verdict.errors)
             return
         request.admitted(head, verdict)
+        strict_chunked(self)  # a bare LF in chunked framing is refused, as h11 and nginx read it
         self.state, self.since = ("body" if head.length or head.chunked else "busy"), self._now()
         super().allHeadersReceived()  # type: ignore[no-untyped-call]
 
@@ -389,8 +396,10 @@ class NodeHTTPChannel(http.HTTPChannel):
             self.refuse(bad_request("malformed request head"))
 
     def refuse(self, err: StatusError, headers: tuple[tuple[bytes, bytes], ...] = (),
-               head: RequestHead | None = None) -> None:
-        """Answer ``err`` before the body and close: nothing more of this connection is served."""
+               head: RequestHead | None = None, family: ErrorStyle | None = None) -> None:
+        """Answer ``err`` before the body and close: nothing more of this connection is served.
+        ``family`` is the route's error family (admission's verdict); by default the facts of
+        the path say it."""
         if self.refused or self.transport is None:
             return
         self.refused = True
@@ -398,7 +407,11 @@ class NodeHTTPChannel(http.HTTPChannel):
         self.setTimeout(None)  # type: ignore[no-untyped-call]
         method = head.method if head is not None else _text(getattr(self, "_command", None))
         path = head.path if head is not None else _text(getattr(self, "_path", None))
-        self.transport.write(refusal(path, err, headers, http.datetimeToString(self._now())))
+        if family is None:
+            guard = self.site.resource
+            facts_of = guard.route_facts if isinstance(guard, GuardResource) else namespace_facts
+            family = facts_of(path.partition("?")[0]).errors
+        self.transport.write(refusal(err, family, headers, http.datetimeToString(self._now())))
         log_refusal(method, path, err.status, _peer(self), head)
         # only the sending side is closed; the body still arriving is dropped (LeanChannel.close)
         linger = getattr(self.transport, "loseWriteConnection", None)

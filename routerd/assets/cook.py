@@ -22,6 +22,7 @@ import attrs
 
 from routerd.assets.paths import UnsafePath, resolve_in_roots, walk_files
 from routerd.backends.check import check_families
+from routerd.catalog.backend_args import unsafe_arg
 from routerd.catalog.kcpps import BACKEND_MODES, KCPPS_SUFFIX, config_from_mapping
 from routerd.catalog.model import ModelConfig
 from routerd.catalog.problems import near_miss_keys, weight_problems
@@ -87,7 +88,7 @@ class Cooked:
 
 
 def valid_id(value: Any) -> str:
-    if not isinstance(value, str) or not ID_PATTERN.match(value) or value.endswith(KCPPS_SUFFIX):
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value) or value.endswith(KCPPS_SUFFIX):
         raise CookError("id must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or "
                         "digit (it becomes <id>.kcpps)")
     return value
@@ -108,6 +109,9 @@ def _extra_args(value: Any) -> tuple[str, ...]:
     if (not isinstance(value, list) or len(value) > MAX_EXTRA_ARGS
             or not all(isinstance(a, str) and a and "\x00" not in a for a in value)):
         raise CookError(f"extra_args must be a list of at most {MAX_EXTRA_ARGS} non-empty strings")
+    problem = unsafe_arg(value)
+    if problem is not None:
+        raise CookError(problem, "unsafe_extra_arg")
     return tuple(value)
 
 
@@ -219,7 +223,7 @@ class CookShelf:
         """The configs of the folder Cook wrote: ``{id, files}`` each, by ID."""
         out = []
         for name in sorted(os.listdir(self.config_dir)) if os.path.isdir(self.config_dir) else ():
-            if name.endswith(KCPPS_SUFFIX) and ID_PATTERN.match(name[:-len(KCPPS_SUFFIX)]):
+            if name.endswith(KCPPS_SUFFIX) and ID_PATTERN.fullmatch(name[:-len(KCPPS_SUFFIX)]):
                 mark = _mark(os.path.join(self.config_dir, name))
                 if mark is not None:
                     out.append({"id": name[:-len(KCPPS_SUFFIX)], "files": mark.get("files", {})})

@@ -42,7 +42,7 @@ class HfOrigin:
 
 
 def parse_origin(value: Any) -> HfOrigin:
-    found = _ORIGIN.match(value) if isinstance(value, str) else None
+    found = _ORIGIN.fullmatch(value) if isinstance(value, str) else None
     if found is None:
         raise BindRefused("hf must be hf://owner/repo@<40-hex commit>/path")
     path = found.group(4)

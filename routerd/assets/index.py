@@ -44,7 +44,7 @@ class Asset:
 
 
 def is_sha256(value: Any) -> TypeGuard[str]:
-    return isinstance(value, str) and _HEX.match(value) is not None
+    return isinstance(value, str) and _HEX.fullmatch(value) is not None
 
 
 def parse_hashes(body: Any) -> list[str]:

@@ -30,8 +30,8 @@ from routerd.assets.index import Asset, AssetIndex
 from routerd.assets.paths import partial_path, safe_filename, shared_path
 from routerd.assets.ranges import parse_content_range
 from routerd.catalog.hashing import sha256_file
+from routerd.paths import ASSET_PREFIX
 
-ASSET_PATH = "/router/v1/node/assets/"
 ATTEMPTS_PER_SOURCE = 3
 DEFAULT_RATE = 512 * 1024 * 1024  # bytes per second per transfer
 DEFAULT_DEADLINE = 15 * 60.0  # seconds a transfer may take in all (reference §8.4)
@@ -176,7 +176,7 @@ class AssetPuller:
     async def _from(self, source: str, sha256: str, filename: str, transfer: Transfer) -> Asset:
         partial = partial_path(self.shared_dir, sha256)
         os.makedirs(os.path.dirname(partial), exist_ok=True)
-        url = source.rstrip("/") + ASSET_PATH + sha256
+        url = source.rstrip("/") + ASSET_PREFIX + sha256
         for attempt in range(1, ATTEMPTS_PER_SOURCE + 1):
             if self._left(transfer) <= 0:
                 raise PullFailed(f"the transfer deadline ({self.deadline:g} s) passed")

@@ -36,7 +36,7 @@ def parse_range(header: str | None, size: int) -> ByteRange | None:
     value = header.strip().replace(" ", "")
     if "," in value:
         raise RangeNotSatisfiable("only one range is supported")
-    found = _SPEC.match(value)
+    found = _SPEC.fullmatch(value)
     if found is None:
         raise RangeNotSatisfiable(f"malformed range {header!r}")
     first, last = found.group(1), found.group(2)
@@ -58,7 +58,7 @@ def parse_content_range(value: str | None) -> tuple[int, int, int] | None:
     """``bytes a-b/size`` → (a, b, size); None when absent or malformed."""
     if value is None:
         return None
-    found = re.match(r"^bytes (\d+)-(\d+)/(\d+)$", value.strip())
+    found = re.fullmatch(r"^bytes (\d+)-(\d+)/(\d+)$", value.strip())
     if found is None:
         return None
     return int(found.group(1)), int(found.group(2)), int(found.group(3))

@@ -33,13 +33,12 @@ from routerd.catalog.hashing import FileHashCache
 from routerd.catalog.model import ModelConfig
 from routerd.config.schema import Config
 from routerd.errors import HTTPError
+from routerd.paths import LOOKUP_CLUSTER_PATH, LOOKUP_PATH
 from routerd.services import IntervalService
 from routerd.wire.records import ModelRecord
 
 log = Logger(namespace="routerd.assets.service")
 
-LOOKUP_PATH = "/router/v1/node/assets/lookup"
-LOOKUP_CLUSTER_PATH = "/router/v1/node/assets/lookup-cluster"
 PostJson = Callable[[str, str, Any], Awaitable[Any]]
 LOOKUP_CACHE_LIMIT = 512  # hashes whose peer lookup answer is kept (reference §8.4)
 

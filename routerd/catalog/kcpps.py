@@ -191,7 +191,7 @@ def _portable(raw: Mapping[str, Any], key: str) -> tuple[str, str] | None:
     sha = raw.get(f"{key}_hash")
     if sha is None or sha == "":
         return None
-    if not isinstance(sha, str) or _SHA256.match(sha) is None:
+    if not isinstance(sha, str) or _SHA256.fullmatch(sha) is None:
         raise _Invalid(f"{key}_hash must be a sha256 of 64 lowercase hex characters")
     name = raw.get(f"{key}_filename")
     if name is None or name == "":

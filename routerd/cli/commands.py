@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from routerd.cli.http import Client
+from routerd.paths import NODE_DECISIONS
 
 SITE = "/router/v1/site"
 LINK_PATHS = {"image": f"{SITE}/routing-groups", "text": f"{SITE}/text-routing-groups"}
@@ -151,7 +152,7 @@ def decisions(client: Client, args: argparse.Namespace, out: TextIO,
               sleep: Callable[[float], None] = time.sleep) -> int:
     """Decision rows, newest first; with ``--follow``, then every new row as one JSON line, oldest
     first, polling every ``--interval`` seconds until interrupted (or ``--max-polls`` polls)."""
-    path = f"{SITE}/offload/decisions" if not args.node_local else "/router/v1/node/offload/decisions"
+    path = f"{SITE}/offload/decisions" if not args.node_local else NODE_DECISIONS
     query: dict[str, str | int | None] = {"lane": args.lane, "outcome": args.outcome, "kind": args.kind,
                                           "node_id": args.node, "limit": args.limit}
     answer = client.get(path, **query)

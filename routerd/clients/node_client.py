@@ -39,6 +39,7 @@ from twisted.web.client import (
 )
 from twisted.web.http import PotentialDataLoss
 
+from routerd.paths import NODE_LOAD, NODE_MODELS, NODE_REGISTER, NODE_RUNTIME_STATUS, NODE_UNLOAD
 from routerd.urls import AllowList, URLError, normalise_url, split_target
 from routerd.wire.records import (
     MINIMUM_PROTOCOL_VERSION,
@@ -51,7 +52,6 @@ from routerd.wire.status import RuntimeStatus, parse_status
 __all__ = [
     "MAX_JSON_BYTES",
     "MAX_REDIRECTS",
-    "NODE_PREFIX",
     "OPERATION_TIMEOUT",
     "ClusterError",
     "ClusterTimeout",
@@ -71,7 +71,6 @@ __all__ = [
 
 MAX_JSON_BYTES = 8 * 1024 * 1024
 MAX_REDIRECTS = 10
-NODE_PREFIX = "/router/v1/node"
 # Remote model load/unload is bounded by the receiver's model-operation deadline instead of
 # control_timeout (reference §1.2).
 OPERATION_TIMEOUT = 15 * 60.0
@@ -277,7 +276,7 @@ class NodeClient:
     def register(self, master_url: str, snapshot: Snapshot) -> Deferred[RegisterReply]:
         """Register ``snapshot`` with the master; :class:`IncompatibleMaster` if the master's
         reported protocol version is below this node's minimum."""
-        d = self.post_json(master_url, f"{NODE_PREFIX}/register", snapshot_to_json(snapshot))
+        d = self.post_json(master_url, NODE_REGISTER, snapshot_to_json(snapshot))
 
         def check(doc: Any) -> RegisterReply:
             if not isinstance(doc, dict):
@@ -295,15 +294,15 @@ class NodeClient:
 
     def models(self, url: str) -> Deferred[Snapshot]:
         """The node's snapshot (``GET /router/v1/node/models``); ``WireError`` if malformed."""
-        return self.get_json(url, f"{NODE_PREFIX}/models").addCallback(parse_snapshot)
+        return self.get_json(url, NODE_MODELS).addCallback(parse_snapshot)
 
     def runtime_status(self, url: str) -> Deferred[RuntimeStatus]:
         """The node's runtime status; ``WireError`` if malformed."""
-        return self.get_json(url, f"{NODE_PREFIX}/runtime-status").addCallback(parse_status)
+        return self.get_json(url, NODE_RUNTIME_STATUS).addCallback(parse_status)
 
     def load(self, url: str, model: str) -> Deferred[Any]:
         """Ask the node to load its local model ``model``."""
-        return self.post_json(url, f"{NODE_PREFIX}/load", {"model": model},
+        return self.post_json(url, NODE_LOAD, {"model": model},
                               timeout=self.operation_timeout)
 
     def unload(self, url: str, model: str | None = None, target: str | None = None) -> Deferred[Any]:
@@ -313,7 +312,7 @@ class NodeClient:
             body["model"] = model
         if target is not None:
             body["target"] = target
-        return self.post_json(url, f"{NODE_PREFIX}/unload", body, timeout=self.operation_timeout)
+        return self.post_json(url, NODE_UNLOAD, body, timeout=self.operation_timeout)
 
     # -- machinery ----------------------------------------------------------------
 

@@ -29,15 +29,10 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent
 
 from routerd.clients.backend_http import BackendAgent
-from routerd.lending.offload import GRANT_PATH
-from routerd.lending.transport import EVENT_PATH, RELAY_PATH
+from routerd.paths import LEAN_PATHS
 from routerd.routing.body import BytesProducer
-from routerd.routing.forward import INFERENCE_PREFIX
 
 __all__ = ["LEAN_PATHS", "MAX_IDLE_PER_PEER", "PeerHTTP", "is_lean_path", "peer_agent"]
-
-#: The peer's lean routes a node calls (prefixes of the URL's path).
-LEAN_PATHS = (INFERENCE_PREFIX + "/", EVENT_PATH, GRANT_PATH, RELAY_PATH)
 
 #: Idle keep-alive connections kept per peer node (the bound twisted's pool had per host).
 MAX_IDLE_PER_PEER = 64

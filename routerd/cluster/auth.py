@@ -24,17 +24,16 @@ import attrs
 
 from routerd.config.keys import InferenceKey
 from routerd.errors import HTTPError
+from routerd.paths import NODE_PREFIX
 
 #: ``ui``: the WebUI's static files and redirects (allowed networks, no key: the pages ask for it).
 RouteClass = Literal["cluster", "admin", "inference", "health", "metrics", "docs", "ui"]
-#: Route classes served while a node is starting or draining.
-ALWAYS_SERVED_CLASSES: frozenset[RouteClass] = frozenset({"health", "metrics", "docs"})
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def route_class(path: str) -> RouteClass:
-    if path.startswith("/router/v1/node/") or path == "/router/v1/node":
+    if path.startswith(NODE_PREFIX + "/") or path == NODE_PREFIX:
         return "cluster"
     if path.startswith("/router/"):
         return "admin"

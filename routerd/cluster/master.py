@@ -21,6 +21,7 @@ from twisted.python.failure import Failure
 from routerd.clients.node_client import ClusterError, NodeClient
 from routerd.cluster.fanout import fan_out
 from routerd.errors import StatusError
+from routerd.paths import NODE_RUNTIME_STATUS
 from routerd.registry.records import NodeInfo
 from routerd.registry.registry import Registry
 from routerd.routing.stt import RoundRobinCounter
@@ -150,7 +151,7 @@ class MasterAgent(MultiService):
         nodes = [n for n in self.registry.nodes() if n.healthy]
 
         def ask(node: NodeInfo) -> defer.Deferred[Any]:
-            return self.client.get_json(node.node_url, "/router/v1/node/runtime-status",
+            return self.client.get_json(node.node_url, NODE_RUNTIME_STATUS,
                                         timeout=STATUS_DEADLINE_S)
 
         for node, value in await fan_out(nodes, ask, STATUS_CONCURRENCY):

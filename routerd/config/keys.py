@@ -101,7 +101,7 @@ def _entry(item: Any, n: int, env: Mapping[str, str], resolve_path: Callable[[st
         if field not in _FIELDS:
             complain(f"{where}.{field}", f"unknown key (known: {', '.join(_FIELDS)})")
     name = item.get("name", f"key-{n}")
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         complain(f"{where}.name", "must be 1-64 letters, digits, '.', '_' or '-'")
         return None
     key = _secret(item, env, resolve_path, complain, where)

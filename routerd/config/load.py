@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import Any
@@ -113,6 +114,7 @@ def parse_config(
         allowed_cidrs=reader.str_list(s, "server", "allowed_cidrs", ServerConfig().allowed_cidrs),
         cors_origins=tuple(o.strip().rstrip("/") for o in reader.str_list(s, "server", "cors_origins", ())),
         trusted_proxies=reader.str_list(s, "server", "trusted_proxies", ()),
+        allowed_hosts=reader.str_list(s, "server", "allowed_hosts", ()),
         drain_timeout=reader.duration(s, "server", "drain_timeout", ServerConfig().drain_timeout),
         head_timeout=reader.duration(s, "server", "head_timeout", ServerConfig().head_timeout),
         body_timeout=reader.duration(s, "server", "body_timeout", ServerConfig().body_timeout),
@@ -123,10 +125,13 @@ def parse_config(
     )
     reader.unknown(s, "server", ("bind", "allowed_cidrs", "cors_origins", "trusted_proxies", "drain_timeout",
                                  "head_timeout", "body_timeout", "send_timeout", "max_connections",
-                                 "listen_backlog"))
+                                 "listen_backlog", "allowed_hosts"))
     for origin in server.cors_origins:
         if origin != "*" and not _valid_origin(origin):
             errs.add("server.cors_origins", f"{origin!r} is not an origin (scheme://host[:port], or *)")
+    for name in server.allowed_hosts:
+        if name != "*" and _HOST_NAME.fullmatch(name) is None:
+            errs.add("server.allowed_hosts", f"{name!r} is not a host name (no scheme, no port), or *")
     _check_bind(server.bind, errs)
     for key, cidrs in (("allowed_cidrs", server.allowed_cidrs), ("trusted_proxies", server.trusted_proxies)):
         for cidr in cidrs:
@@ -299,6 +304,10 @@ def _is_loopback_bind(bind: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+#: A host name or IP address as ``server.allowed_hosts`` lists it.
+_HOST_NAME = re.compile(r"[A-Za-z0-9_.-]+|\[?[0-9A-Fa-f:.]+\]?")
 
 
 def _valid_origin(origin: str) -> bool:

@@ -32,6 +32,9 @@ class ServerConfig:
     drain_timeout: float = 30.0
     #: Browser origins (``https://host[:port]``, or ``*``) allowed to call the API (CORS).
     cors_origins: tuple[str, ...] = ()
+    #: Host names the node answers to besides IP literals, loopback names, the host of
+    #: ``cluster.public_url`` and of ``bind`` (``*``: any); a request no key vouches for must name one.
+    allowed_hosts: tuple[str, ...] = ()
     #: Seconds a request head may take from its first byte to its blank line (then 408 + close).
     head_timeout: float = 30.0
     #: Seconds a request body may go without a byte arriving (then 408 + close).

@@ -15,7 +15,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from routerd.errors import HTTPError, Saturated, StatusError, error_body
+from routerd.errors import HTTPError, StatusError, error_answer
 from routerd.inference.analytics import AnalyticsRecorder, request_row
 from routerd.inference.timing import FirstWrite
 from routerd.metrics import NodeMetrics
@@ -122,11 +122,11 @@ def write_error(reply: Reply, route: Route, err: StatusError) -> bytes:
         log.warn("error after the answer started: {message}", message=err.message)
         reply.abort()
         return b""
-    reply.set_status(err.status)
-    reply.set_header(b"content-type", b"application/json")
-    if isinstance(err, Saturated):
-        reply.set_header(b"retry-after", str(err.retry_after).encode())
-    return error_body(route.error_style, err.message, err.type, err.code)
+    status, headers, body = error_answer(err, route.error_style)  # the one error answer
+    reply.set_status(status)
+    for name, value in headers:
+        reply.set_header(name, value)
+    return body
 
 
 class Books:

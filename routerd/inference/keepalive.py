@@ -24,6 +24,7 @@ from routerd.config.durations import DurationError, parse_duration
 from routerd.errors import HTTPError
 from routerd.routing.adapters import ollama
 from routerd.routing.adapters.ollama import Mode
+from routerd.routing.selector import model_too_long
 
 log = Logger()
 
@@ -120,7 +121,7 @@ class OllamaControl:
         """The answer to a control request, or ``None`` for a request to generate (whose
         ``keep_alive`` is noted here; the caller serves it as usual)."""
         model = body.get("model")
-        if not isinstance(model, str) or not model:
+        if not isinstance(model, str) or not model or model_too_long(model):
             return None  # the normal path answers 400
         ttl = parse_keep_alive(body.get("keep_alive"))
         if not ollama.is_ollama_load_request(mode, body):

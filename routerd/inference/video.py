@@ -25,9 +25,10 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent
 
 from routerd.errors import HTTPError
+from routerd.paths import INFERENCE_PREFIX
 from routerd.routing.body import BytesProducer
 from routerd.routing.call import Call, Reply
-from routerd.routing.forward import INFERENCE_PREFIX, TRANSPORT_ERRORS, Forwarder, Outbound, Unreachable
+from routerd.routing.forward import TRANSPORT_ERRORS, Forwarder, Outbound, Unreachable
 from routerd.routing.jobs import JOBS_PREFIX, Job, JobAction, JobTable, new_job_id, poll_delay
 from routerd.routing.plan import BackendPlan
 from routerd.routing.relay import collect

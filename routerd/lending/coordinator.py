@@ -20,12 +20,13 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from routerd.lending.links import LinkSet
-from routerd.lending.offload import GRANT_PATH, Borrowed, RelayRequest, borrowed_headers
+from routerd.lending.offload import Borrowed, RelayRequest, borrowed_headers
 from routerd.lending.planner import FactKey, ModelFacts, plan
 from routerd.lending.service import HeldLease, LendingService
 from routerd.lending.stall_check import HelperGone, StallCheck, ask_over_http
+from routerd.paths import GRANT_PATH, INFERENCE_PREFIX, LINKS_PATH, SETTINGS_PATH
 from routerd.routing.call import Call, Incoming, Reply
-from routerd.routing.forward import INFERENCE_PREFIX, CameBack, Forwarder, Outbound, Unreachable
+from routerd.routing.forward import CameBack, Forwarder, Outbound, Unreachable
 from routerd.routing.selector import replace_model
 from routerd.services import IntervalService
 from routerd.wire.lending import LANES, Endpoint, Lane, Lease, Trigger, lane_model_id, to_json
@@ -193,8 +194,8 @@ class Coordinator(MultiService):
         for node in self.master.registry.nodes():
             if not node.healthy:
                 continue
-            sends.append(self.master.client.post_json(node.node_url, "/router/v1/node/offload/links", links))
-            sends.append(self.master.client.post_json(node.node_url, "/router/v1/node/offload/settings",
+            sends.append(self.master.client.post_json(node.node_url, LINKS_PATH, links))
+            sends.append(self.master.client.post_json(node.node_url, SETTINGS_PATH,
                                                       settings))
         for ok, value in await defer.DeferredList(sends, consumeErrors=True):
             if not ok:

@@ -17,7 +17,6 @@ from routerd.errors import HTTPError
 from routerd.wire.lending import LANES, Lane, Lease
 
 #: Where the master sends a helper the lease it granted (a lean route, issue 24).
-GRANT_PATH = "/router/v1/node/offload/grant"
 OFFLOAD_RETURNED = "offload_returned"
 
 Headers = tuple[tuple[bytes, bytes], ...]

@@ -23,12 +23,12 @@ from routerd.clients.node_client import RemoteError
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.offload import RelayRequest
 from routerd.lending.stall import Ask, LentOut, StallTracker
+from routerd.paths import BORROWED_PATH
 from routerd.routing.forward import CameBack
 from routerd.wire.lending import Lease
 
 log = Logger()
 
-BORROWED_PATH = "/router/v1/node/offload/borrowed"
 
 T = TypeVar("T")
 

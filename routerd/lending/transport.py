@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlencode
 
 from routerd.lending.offload import RelayRequest, Returned, relay_headers
+from routerd.paths import EVENT_PATH, RELAY_PATH
 from routerd.routing.call import Call
 from routerd.routing.forward import CameBack, Forwarder, Outbound, Unreachable
 from routerd.wire.lending import Lane, Lease, Trigger, from_json
@@ -21,8 +22,6 @@ from routerd.wire.lending import Lane, Lease, Trigger, from_json
 if TYPE_CHECKING:
     from routerd.lending.coordinator import Coordinator
 
-EVENT_PATH = "/router/v1/node/offload/event"
-RELAY_PATH = "/router/v1/node/offload/request"
 
 
 class LendingTransport(Protocol):

@@ -46,6 +46,7 @@ LIVE_KEYS: tuple[str, ...] = (
     "auth.",
     "server.allowed_cidrs",
     "server.cors_origins",
+    "server.allowed_hosts",
     "server.trusted_proxies",
     "server.drain_timeout",
     "models.config_dir",

@@ -71,7 +71,7 @@ class Recipe:
 
 
 def _bare_id(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not _ID.match(value) or ".." in value:
+    if not isinstance(value, str) or not _ID.fullmatch(value) or ".." in value:
         raise RecipeError(f"{what} must be a bare name (letters, digits, '.', '_', ':', '-'; "
                           "at most 128 characters)")
     return value

@@ -18,6 +18,7 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent
 
 from routerd.errors import HTTPError
+from routerd.paths import INFERENCE_PREFIX
 from routerd.routing.body import BytesProducer
 from routerd.routing.call import KEY_CLASS_HEADER, KEY_NAME_HEADER, Call, Reply
 from routerd.routing.guardians import REFUSAL_STATUSES, ImageRefused, refusal_message
@@ -37,7 +38,6 @@ from routerd.routing.work import usage_of_answer
 from routerd.urls import AllowList
 from routerd.wire.records import ModelRecord
 
-INFERENCE_PREFIX = "/router/v1/node/inference"
 _PASSED_HEADERS = (b"x-routerd-node", b"x-routerd-lent-to", b"x-routerd-guardian", b"cache-control",
                    b"x-content-type-options")
 _STREAMING_TYPES = ("text/event-stream", "application/x-ndjson", "application/ndjson")

@@ -34,16 +34,30 @@ from routerd.routing.multipart import (
 from routerd.routing.rewrite import Member, nested_members, object_members, splice
 
 __all__ = [
+    "MAX_MODEL_BYTES",
     "MODEL_HEADER",
     "SelectorError",
     "SelectorResult",
     "SelectorSource",
+    "model_too_long",
     "parse_json_object",
     "replace_model",
     "select_model",
 ]
 
 MODEL_HEADER = "X-Routerd-Model"
+#: The longest model name a request may give (UTF-8 bytes): a longer one is refused (400) before
+#: anything stores, logs or echoes it.
+MAX_MODEL_BYTES = 256
+
+
+def model_too_long(name: str) -> bool:
+    """Whether ``name`` is longer than :data:`MAX_MODEL_BYTES` (in UTF-8)."""
+    return len(name) > MAX_MODEL_BYTES // 4 and len(name.encode("utf-8", "surrogatepass")) > MAX_MODEL_BYTES
+
+
+def too_long() -> SelectorError:
+    return SelectorError(f"model name is longer than {MAX_MODEL_BYTES} bytes")
 
 SelectorSource = Literal[
     "json",
@@ -148,6 +162,8 @@ def select_model(
     is_image = route.runtime == "image"
 
     def found(model: str, source: SelectorSource) -> SelectorResult:
+        if model_too_long(model):
+            raise too_long()
         return SelectorResult(model, source, payload, form)
 
     if is_multipart(content_type):

@@ -15,8 +15,8 @@ from typing import Any
 import pytest_twisted
 import treq
 
-from routerd.api import push_routes
 from routerd.config.lending import LendingSettings
+from routerd.paths import LINKS_PATH
 from routerd.store.links import LinkRow
 from routerd.wire.lending import Endpoint, Link
 from tests.integration.nodes import (
@@ -85,9 +85,9 @@ async def test_the_slave_closes_the_site_api_and_accepts_a_push_only_with_the_cl
     push = {"image": [], "text": [{"owner": {"node_id": "master", "model_id": "chat"},
                                    "helper": {"node_id": "slave-a", "model_id": "chat"},
                                    "load_if_unloaded": True, "restore_after_borrow": True}]}
-    code, _ = await _call("POST", pair.slave.url + push_routes.LINKS_PATH, push)
+    code, _ = await _call("POST", pair.slave.url + LINKS_PATH, push)
     assert code == 401
-    code, body = await _call("POST", pair.slave.url + push_routes.LINKS_PATH, push, token=TOKEN)
+    code, body = await _call("POST", pair.slave.url + LINKS_PATH, push, token=TOKEN)
     assert code == 200 and body == {"ok": True, "image": 0, "text": 1, "guardians": 0}
     assert list(pair.slave.node.lending.links["text"]) == [LINK]
 

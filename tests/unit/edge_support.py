@@ -21,6 +21,7 @@ from routerd.api.routes import Routes
 from routerd.api.site import GuardResource, NodeSite
 from routerd.cluster.auth import AuthPolicy
 from routerd.config.schema import ServerConfig
+from routerd.errors import StatusError
 from routerd.routing.call import Incoming, Reply
 
 KEY = "inference-key-0123"
@@ -28,7 +29,8 @@ ADMIN = "admin-key-0123456"
 
 
 class EdgeApi:
-    """``/v1/chat/completions`` (a lean route answering at once) and ``GET /health`` (Klein)."""
+    """``/v1/chat/completions`` and Ollama's ``/api/chat`` (a lean route answering at once) and
+    ``GET /health`` (Klein)."""
 
     routes = Routes()
 
@@ -36,14 +38,17 @@ class EdgeApi:
         self.served: list[Incoming] = []
         self.hold = False  # answer later: the Deferreds wait in ``pending``
         self.pending: list[Deferred[bytes]] = []
+        self.fail: StatusError | None = None  # raised by the lean route instead of an answer
 
     @routes.route("/health", methods=["GET"], auth="health")
     def health(self, request: IRequest) -> bytes:
         return b'{"status":"ok"}'
 
-    @routes.lean("/v1/chat/completions", methods=["POST"], auth="inference")
+    @routes.lean(["/v1/chat/completions", "/api/chat"], methods=["POST"], auth="inference")
     def chat(self, method: str, path: str, facts: Incoming, reply: Reply) -> Deferred[bytes] | bytes:
         self.served.append(facts)
+        if self.fail is not None:
+            raise self.fail
         reply.set_header(b"content-type", b"application/json")
         if self.hold:
             d: Deferred[bytes] = Deferred()

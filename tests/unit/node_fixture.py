@@ -90,7 +90,9 @@ class World:
             kcpps = {weights_key: f"../{local_id}.sim.json", **spec.get("kcpps", {})}
             (home / "models" / f"{local_id}.kcpps").write_text(json.dumps(kcpps))
         data: dict[str, Any] = {
-            "server": {"bind": "127.0.0.1:0"}, "models": {"config_dir": "models"},
+            # served under its .test name (server.allowed_hosts: the names a node answers to)
+            "server": {"bind": "127.0.0.1:0", "allowed_hosts": [f"{node_id}.test"]},
+            "models": {"config_dir": "models"},
             **{section: {"binary_path": [*SIM, family], "extra_args": FAST} for section, family in
                (("llama", "llama-server"), ("sdcpp", "sd-server"), ("whispercpp", "whisper-server"))},
             "cluster": {"node_id": node_id, "store_dir": "store"}}

@@ -1,6 +1,6 @@
-"""Routes declared once (issue 20, item 6): one declaration per route (path, methods, auth class,
-handler) in ``routerd.api.routes``, from which the dispatcher, the lean table, the auth classifier
-and the OpenAPI check (``test_openapi``) are built."""
+"""Routes declared once: one declaration per route (path, methods, handler and its facts: auth
+class, error family, phases) in ``routerd.api.routes``, from which the dispatcher, the lean table,
+admission and the OpenAPI check (``test_openapi``) are built."""
 
 from __future__ import annotations
 
@@ -13,8 +13,11 @@ from twisted.web.iweb import IRequest
 
 from routerd.api.app import build_site
 from routerd.api.dispatch import Dispatch
+from routerd.api.facts import served
 from routerd.api.routes import Declared, Routes, RouteTable, routes_of
 from routerd.cluster.auth import AuthPolicy, route_class
+from routerd.errors import style_for_path
+from routerd.paths import INFERENCE_PREFIX, RELAY_PATH
 from routerd.routing.call import Incoming, Reply
 
 from .node_fixture import TEXT, World
@@ -184,3 +187,33 @@ def test_the_site_declares_each_path_and_method_once(site_routes: Dispatch) -> N
         for method in declared.methods or ():
             assert (declared.path, method) not in seen, declared
             seen.add((declared.path, method))
+
+
+def test_every_route_and_undeclared_path_has_the_error_family_of_its_namespace(site_routes: Dispatch) -> None:
+    """The table's error families are the envelopes the paths were always answered in (Ollama's
+    under ``/api/``, but Kobold's ``/api/v1`` and ``/api/extra``; OpenAI's everywhere else)."""
+    table = site_routes.routes
+    for declared in table.routes:
+        assert declared.errors == style_for_path(declared.path), declared
+        for path in _examples(declared):
+            assert table.facts(path).errors == style_for_path(path), (declared, path)
+    for path in UNDECLARED + ["/api/chat", "/api/v1/generate", "/api/extra/tokencount", "/api/nope"]:
+        assert table.facts(path).errors == style_for_path(path), path
+    assert table.facts("/api/chat").errors == "ollama"
+
+
+def test_the_routes_served_while_starting_or_draining_are_the_declared_ones(site_routes: Dispatch) -> None:
+    table = site_routes.routes
+    starting = {d.path for d in table.routes if "starting" in d.phases}
+    draining = {d.path for d in table.routes if "draining" in d.phases}
+    assert starting == {"/health", "/metrics", "/openapi.json"}
+    assert draining == starting | {"/sdcpp/v1/jobs/<job_id>", "/sdcpp/v1/jobs/<job_id>/cancel"}
+    assert all("ready" in d.phases for d in table.routes)
+    forwarded = INFERENCE_PREFIX + "/sdcpp/v1/jobs/job-1"
+    assert served(table.facts, forwarded, "draining") and not served(table.facts, forwarded, "starting")
+    assert not served(table.facts, INFERENCE_PREFIX + "/v1/chat/completions", "draining")
+    assert not served(table.facts, "/v1/nope", "draining") and served(table.facts, "/v1/nope", "ready")
+    assert served(table.facts, "/sdcpp/v1/jobs/job-1/cancel", "draining")
+    assert not served(table.facts, "/sdcpp/v1/jobs/job-1/x", "draining")  # no job route's path
+    assert not served(table.facts, "/sdcpp/v1/jobs/", "draining")
+    assert [d.path for d in table.routes if d.returns] == [RELAY_PATH]

@@ -1,0 +1,225 @@
+"""One answer of the lean HTTP channel (:mod:`routerd.api.channel`), written straight to its connection.
+
+:class:`LeanReply` is the :class:`~routerd.routing.call.Reply` a lean route's handler writes to: its
+status and headers are kept until the first byte, then the answer goes out as one write with
+``Content-Length`` (the handler returned its bytes at once) or chunked (it streamed).  It gives the
+request's replay-budget bytes back exactly once (finished, failed, aborted or lost), answers a
+handler's failure with the one error writer (:mod:`routerd.api.errors`), and writes the access line.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+from urllib.parse import parse_qs
+
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.interfaces import ITransport
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from routerd.api.access import access_logged, answer_head, log_access
+from routerd.api.errors import INTERNAL_ERROR, reply_error, reply_failure
+from routerd.api.head import RequestHead
+from routerd.errors import ErrorStyle
+from routerd.logs import request_model
+from routerd.transports import send, send_with_head
+
+log = Logger()
+
+
+class Server(Protocol):
+    """What an answer reads of the channel's server: the clock, the ``Date`` value, the replay
+    budget its request's bytes go back to."""
+
+    def seconds(self) -> float: ...
+
+    def date(self, now: float) -> bytes: ...
+
+    def give_back(self, size: int) -> None: ...
+
+
+class Connection(Protocol):
+    """The connection an answer is written to (:class:`~routerd.api.channel.LeanChannel`)."""
+
+    @property
+    def transport(self) -> ITransport | None: ...
+
+    @property
+    def server(self) -> Server: ...
+
+    def answered(self, reply: LeanReply) -> None: ...
+
+
+class LeanReply:
+    """A :class:`~routerd.routing.call.Reply` written straight to the connection."""
+
+    __slots__ = ("channel", "request", "client", "error_family", "body", "started_at", "status", "headers",
+                 "typed", "started", "gone", "finished", "sent", "held", "pending", "model")
+
+    def __init__(self, channel: Connection, request: RequestHead, client: str, error_family: ErrorStyle,
+                 body: bytes, now: float) -> None:
+        self.channel = channel
+        self.request = request  # the head: what the answer and its access line read
+        self.client = client
+        self.error_family = error_family  # the route's: what an error answer is written in
+        self.body = body  # kept for the access line's model only while the request lives
+        self.started_at = now
+        self.status = 200
+        # name, value, name, value...: a flat list, not a dict of (name, value) pairs under
+        # lower-cased copies of the names (a held request's reply kept ~410 B of headers that
+        # way, ~120 B like this; set once or twice, read when the answer starts)
+        self.headers: list[bytes] = []
+        self.typed = False  # a content-type header was set
+        self.started = False
+        self.gone = False
+        self.finished = False
+        self.sent = 0
+        self.held = 0  # bytes taken from the site's buffer budget
+        self.pending: Deferred[Any] | None = None
+        self.model: str | None = None  # named by routing (else the access line reads the body)
+
+    # -- Reply -------------------------------------------------------------------
+
+    def set_status(self, code: int) -> None:
+        if not self.started:
+            self.status = code
+
+    def set_header(self, name: bytes, value: bytes) -> None:
+        if b"\r" in value or b"\n" in value:
+            value = value.replace(b"\r", b" ").replace(b"\n", b" ")
+        headers = self.headers
+        if headers:  # the same name again (any case) replaces it
+            size = len(name)
+            for index in range(0, len(headers), 2):
+                known = headers[index]
+                if len(known) == size and (known == name or known.lower() == name.lower()):
+                    headers[index] = name
+                    headers[index + 1] = value
+                    return
+        headers += (name, value)
+        if len(name) == 12 and name.lower() == b"content-type":
+            self.typed = True
+
+    def write(self, data: bytes) -> None:
+        if self.gone or self.finished or not data:
+            return
+        transport = self.channel.transport
+        assert transport is not None
+        chunk = b"%x\r\n%b\r\n" % (len(data), data)
+        if not self.started:
+            self.started = True
+            send(transport, self._head_bytes(None) + chunk)  # the first chunk goes out at once
+        else:
+            # later chunks are queued: those written in one reactor turn leave in one send
+            transport.write(chunk)
+        self.sent += len(data)
+
+    def abort(self) -> None:
+        """End the answer incomplete: the connection is dropped and nothing more is written (not
+        even the last chunk the handler's return would add)."""
+        self.gone = True
+        self._release()
+        transport = self.channel.transport
+        if transport is not None:
+            transport.abortConnection()  # type: ignore[attr-defined]
+
+    def name_model(self, name: str) -> None:
+        self.model = name
+        self.body = b""  # the access line no longer needs it
+
+    # -- completion ----------------------------------------------------------------
+
+    def settle(self, outcome: bytes | Failure) -> None:
+        """The handler's Deferred fired: with its final bytes, or failed."""
+        if isinstance(outcome, Failure):
+            self.failed(outcome)
+        else:
+            self.finish(outcome)
+
+    def finish(self, body: bytes) -> None:
+        """The handler's final bytes: the answer is complete."""
+        if self.gone or self.finished:
+            return
+        self.finished = True
+        transport = self.channel.transport
+        assert transport is not None
+        if not self.started:
+            self.started = True
+            send_with_head(transport, self._head_bytes(len(body)), body)
+        elif body:
+            send(transport, b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body))
+        else:
+            send(transport, b"0\r\n\r\n")
+        self.sent += len(body)
+        self._release()
+        if access_logged():
+            self._log()
+        self.channel.answered(self)
+
+    def failed(self, failure: Failure) -> None:
+        if self.gone or self.finished:
+            if not failure.check(CancelledError):
+                log.failure("unhandled error after the request finished", failure=failure)
+            return
+        if self.started:
+            log.failure("error after the answer to {path} started", failure=failure, path=self.request.path)
+            self.finished = True
+            self.abort()
+            return
+        try:
+            body = reply_failure(self, self.request.path, failure)
+        except Exception:  # noqa: BLE001 - never leave the request open
+            log.failure("error handler failed")
+            body = reply_error(self, self.request.path, INTERNAL_ERROR)
+        self.finish(body)
+
+    def lost(self) -> None:
+        """The client went away before the answer was complete."""
+        if self.finished:
+            return
+        self.gone = True
+        self._release()
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.cancel()
+
+    def _release(self) -> None:
+        held, self.held = self.held, 0
+        if held:
+            self.channel.server.give_back(held)
+
+    def _head_bytes(self, length: int | None) -> bytes:
+        server = self.channel.server
+        headers = self.headers
+        pairs = iter(headers)
+        return answer_head(self.status, zip(pairs, pairs, strict=True), length, self.request.close,
+                           server.date(server.seconds()), self.typed)
+
+    def _log(self) -> None:
+        request = self.request
+        fields = request.fields
+        model = self.model
+        if model is None:
+            query_model = None
+            if request.query:
+                values = parse_qs(request.query.decode("ascii")).get("model")
+                query_model = values[0] if values else None
+            model = request_model(query_model, fields.get("x-routerd-model"),
+                                  fields.get("content-type", ""), self.body)
+            self.body = b""
+        out = {"node": "-", "lent_to": "-", "request_id": "-"}
+        headers = self.headers
+        for index in range(0, len(headers), 2):
+            field = _LOGGED.get(headers[index].lower())
+            if field is not None:
+                out[field] = headers[index + 1].decode("utf-8", "replace")
+        log_access(method=request.method, path=request.path, status=self.status, bytes=self.sent,
+                   ms=round((self.channel.server.seconds() - self.started_at) * 1000), model=model,
+                   client=self.client, **out)
+
+
+#: Answer headers the access line reads (lower-case name -> its field in the line).
+_LOGGED = {b"x-routerd-node": "node", b"x-routerd-lent-to": "lent_to", b"x-routerd-request-id": "request_id"}
+
+
+__all__ = ["Connection", "LeanReply"]
