@@ -295,7 +295,7 @@ class LeanChannel(protocol.Protocol):
         head = self._head
         self._head = None
         self._release_reserved()
-        self._refuse(err, (), head.request if head is not None else None)
+        self._refuse(err, (), head.request if head is not None else None, linger=False)
 
     def close(self, linger: bool = False) -> None:
         """Close once what was written has gone out (the reaper aborts it if that never happens).
@@ -403,9 +403,10 @@ class LeanChannel(protocol.Protocol):
 
     def _refuse(self, err: StatusError, headers: tuple[tuple[bytes, bytes], ...],
                 request: RequestHead | None, method: bytes = b"-", target: bytes = b"-",
-                family: ErrorStyle | None = None) -> None:
-        """Answer ``err`` before the body and close (nothing more of the connection is read), in
-        the route's error ``family`` (by default the one the facts of its path give)."""
+                family: ErrorStyle | None = None, linger: bool = True) -> None:
+        """Answer ``err`` before the body and close (nothing more of the connection is served), in
+        the route's error ``family`` (by default the one the facts of its path give); a request
+        that declared a body lingers (:meth:`close`) unless ``linger`` is False (a deadline)."""
         server = self.server
         path = request.path if request is not None else target.partition(b"?")[0].decode("latin-1")
         assert self.transport is not None
@@ -415,7 +416,7 @@ class LeanChannel(protocol.Protocol):
         log_refusal(request.method if request is not None else method.decode("latin-1"), path, err.status,
                     getattr(self.transport.getPeer(), "host", "-"), request)
         self._parts, self._have = [], 0
-        self.close(linger=True)
+        self.close(linger=linger and request is not None and bool(request.length or request.chunked))
 
     def _release_reserved(self) -> None:
         reserved, self._reserved = self._reserved, 0

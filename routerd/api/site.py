@@ -413,8 +413,10 @@ class NodeHTTPChannel(http.HTTPChannel):
             family = facts_of(path.partition("?")[0]).errors
         self.transport.write(refusal(err, family, headers, http.datetimeToString(self._now())))
         log_refusal(method, path, err.status, _peer(self), head)
-        # only the sending side is closed; the body still arriving is dropped (LeanChannel.close)
-        linger = getattr(self.transport, "loseWriteConnection", None)
+        # a declared body: only the sending side is closed, what still arrives is dropped
+        # (LeanChannel.close); a deadline's refusal (no head) closes at once
+        body = head is not None and bool(head.length or head.chunked)
+        linger = getattr(self.transport, "loseWriteConnection", None) if body else None
         (linger or self.loseConnection)()
 
 

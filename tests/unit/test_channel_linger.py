@@ -9,6 +9,7 @@ from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
 
 from routerd.api.channel import LeanChannel
+from routerd.errors import HTTPError
 from tests.unit.test_api_channel import Served
 
 
@@ -75,3 +76,17 @@ def test_a_refusal_on_a_connection_handed_to_twisted_web_lingers_too() -> None:
     assert transport.write_closed and not transport.disconnecting
     served.send(b"x" * 65536)
     assert served.written() == b""
+
+
+def test_a_deadlines_refusal_and_a_bodiless_one_close_at_once() -> None:
+    served = _served()
+    served.send(_head(100, b"Authorization: Bearer secret-key\r\n") + b"x" * 10)
+    served.channel.expire(HTTPError(408, "the body did not arrive in time", "timeout", "body_timeout"))
+    transport = served.transport
+    assert isinstance(transport, HalfCloseTransport)
+    assert served.written().startswith(b"HTTP/1.1 408 ")
+    assert transport.disconnecting and not transport.write_closed
+    bodiless = _served()
+    bodiless.send(b"GET /v1/models HTTP/1.1\r\nHost: node\r\n\r\n")
+    assert bodiless.written().startswith(b"HTTP/1.1 401 ")
+    assert bodiless.transport.disconnecting
