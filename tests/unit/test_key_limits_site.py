@@ -10,23 +10,18 @@ from pathlib import Path
 from typing import Any
 
 from routerd.node import Node
-from tests.unit.node_fixture import TOKEN, World
+from tests.unit.node_fixture import World, master_cluster, slave_cluster
 
 CHAT = {"kind": "text", "weights": "chat", "load_ms": 40, "prompt_tokens_per_s": 1000,
         "gen_tokens_per_s": 200, "context": 4096}
 KEY = "sk-tpm-0123456789"
 KEYS = {"inference_keys": [{"name": "tpm", "key": KEY, "limits": {"tokens_per_minute": 60}}]}
-SLAVE_URL, MASTER_URL = "http://slave.test:8080", "http://master.test:8080"
 
 
 def _pair(tmp_path: Path) -> tuple[World, Node, Node]:
     world = World(tmp_path)
-    slave = world.node("slave", {"chat": CHAT}, auth=KEYS,
-                       cluster={"role": "slave", "token": TOKEN, "master_url": MASTER_URL,
-                                "public_url": SLAVE_URL})
-    master = world.node("master", {}, auth=KEYS,
-                        cluster={"role": "master", "token": TOKEN, "slave_urls": [SLAVE_URL],
-                                 "public_url": MASTER_URL})
+    slave = world.node("slave", {"chat": CHAT}, auth=KEYS, cluster=slave_cluster())
+    master = world.node("master", {}, auth=KEYS, cluster=master_cluster())
     world.start(slave, master)
     return world, master, slave
 

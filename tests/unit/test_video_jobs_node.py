@@ -210,12 +210,8 @@ def _bearer(key: str) -> dict[str, Any]:
 
 def _keyed_pair(tmp_path: Path) -> tuple[World, Node, Node]:
     world = World(tmp_path)
-    slave = world.node("slave", {"paint": PAINT}, sdcpp=TIMED, auth=KEYS,
-                       cluster={"role": "slave", "token": TOKEN, "master_url": MASTER_URL,
-                                "public_url": SLAVE_URL})
-    master = world.node("master", {}, auth=KEYS,
-                        cluster={"role": "master", "token": TOKEN, "slave_urls": [SLAVE_URL],
-                                 "public_url": MASTER_URL})
+    slave = world.node("slave", {"paint": PAINT}, sdcpp=TIMED, auth=KEYS, cluster=slave_cluster())
+    master = world.node("master", {}, auth=KEYS, cluster=master_cluster())
     world.start(slave, master)
     return world, master, slave
 
