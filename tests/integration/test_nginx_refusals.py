@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.integration.nodes import FAST_TEXT, SIM, write_models
+from tests.integration.processes import stop
 from tests.integration.test_examples import NGINX, _nginx_prefix
-from tests.integration.test_twistd_e2e import _free_port, _stop, _wait_http
+from tests.integration.test_twistd_e2e import _free_port, _wait_http
 
 ROUTERD = str(Path(sys.executable).parent / "routerd")
 KEY = "nginx-refusal-key-0123"
@@ -101,4 +102,4 @@ def test_refusals_before_the_body_reach_the_client_through_nginx_as_routerd_wrot
     finally:
         proxy.terminate()
         proxy.wait(10)
-        _stop(node)
+        stop(node)
