@@ -295,15 +295,20 @@ class LeanChannel(protocol.Protocol):
         head = self._head
         self._head = None
         self._release_reserved()
-        self._refuse(err, (), head.request if head is not None else None)
+        self._refuse(err, (), head.request if head is not None else None, linger=False)
 
-    def close(self) -> None:
-        """Close once what was written has gone out (the reaper aborts it if that never happens)."""
+    def close(self, linger: bool = False) -> None:
+        """Close once what was written has gone out (the reaper aborts it if that never happens).
+
+        ``linger``: only the sending side is closed and what still arrives is read and dropped
+        until the client closes (an answer before the body: a close with the body unread would
+        reset the connection, and a proxy still sending it would lose the answer and say 502)."""
         if self.transport is not None:
             if self.state != "closing":
                 self.state, self.since = "closing", self.server.seconds()
             self._closing = True
-            self.transport.loseConnection()
+            lose_write = getattr(self.transport, "loseWriteConnection", None) if linger else None
+            (lose_write or self.transport.loseConnection)()
 
     def abort(self) -> None:
         """Drop the connection now."""
@@ -398,9 +403,10 @@ class LeanChannel(protocol.Protocol):
 
     def _refuse(self, err: StatusError, headers: tuple[tuple[bytes, bytes], ...],
                 request: RequestHead | None, method: bytes = b"-", target: bytes = b"-",
-                family: ErrorStyle | None = None) -> None:
-        """Answer ``err`` before the body and close (nothing more of the connection is read), in
-        the route's error ``family`` (by default the one the facts of its path give)."""
+                family: ErrorStyle | None = None, linger: bool = True) -> None:
+        """Answer ``err`` before the body and close (nothing more of the connection is served), in
+        the route's error ``family`` (by default the one the facts of its path give); a request
+        that declared a body lingers (:meth:`close`) unless ``linger`` is False (a deadline)."""
         server = self.server
         path = request.path if request is not None else target.partition(b"?")[0].decode("latin-1")
         assert self.transport is not None
@@ -410,7 +416,7 @@ class LeanChannel(protocol.Protocol):
         log_refusal(request.method if request is not None else method.decode("latin-1"), path, err.status,
                     getattr(self.transport.getPeer(), "host", "-"), request)
         self._parts, self._have = [], 0
-        self.close()
+        self.close(linger=linger and request is not None and bool(request.length or request.chunked))
 
     def _release_reserved(self) -> None:
         reserved, self._reserved = self._reserved, 0

@@ -397,7 +397,7 @@ class NodeHTTPChannel(http.HTTPChannel):
 
     def refuse(self, err: StatusError, headers: tuple[tuple[bytes, bytes], ...] = (),
                head: RequestHead | None = None, family: ErrorStyle | None = None) -> None:
-        """Answer ``err`` before the body and close: nothing more of this connection is read.
+        """Answer ``err`` before the body and close: nothing more of this connection is served.
         ``family`` is the route's error family (admission's verdict); by default the facts of
         the path say it."""
         if self.refused or self.transport is None:
@@ -413,7 +413,11 @@ class NodeHTTPChannel(http.HTTPChannel):
             family = facts_of(path.partition("?")[0]).errors
         self.transport.write(refusal(err, family, headers, http.datetimeToString(self._now())))
         log_refusal(method, path, err.status, _peer(self), head)
-        self.loseConnection()  # type: ignore[no-untyped-call]
+        # a declared body: only the sending side is closed, what still arrives is dropped
+        # (LeanChannel.close); a deadline's refusal (no head) closes at once
+        body = head is not None and bool(head.length or head.chunked)
+        linger = getattr(self.transport, "loseWriteConnection", None) if body else None
+        (linger or self.loseConnection)()
 
 
 def log_refusal(method: str, path: str, status: int, client: str, head: RequestHead | None) -> None:

@@ -221,9 +221,11 @@ def parse_config(
                                            LimitsConfig().first_byte_timeout),
         idle_stream_timeout=reader.duration(lim, "limits", "idle_stream_timeout",
                                             LimitsConfig().idle_stream_timeout),
+        max_form_parts=reader.integer(lim, "limits", "max_form_parts", LimitsConfig().max_form_parts,
+                                      1, 100_000),
     )
     reader.unknown(lim, "limits", ("max_body_mb", "replay_buffer_mb", "max_queued_per_model",
-                                   "first_byte_timeout", "idle_stream_timeout"))
+                                   "first_byte_timeout", "idle_stream_timeout", "max_form_parts"))
 
     q = sections["queue"]
     queue = QueueConfig(aging=reader.duration(q, "queue", "aging", QueueConfig().aging))

@@ -147,6 +147,8 @@ class LimitsConfig:
     first_byte_timeout: float = 600.0
     #: Longest silence inside a forwarded answer once it has started.
     idle_stream_timeout: float = 300.0
+    #: Parts a ``multipart/form-data`` body may hold; more is refused 413 before they are read.
+    max_form_parts: int = 64
 
     @property
     def max_body_bytes(self) -> int:
