@@ -23,10 +23,12 @@ import ipaddress
 from typing import Literal
 
 import attrs
+from twisted.internet import protocol
 
+from routerd.api.access import refusal
 from routerd.cluster.auth import AuthPolicy
 from routerd.config.schema import ServerConfig
-from routerd.errors import Saturated
+from routerd.errors import ErrorStyle, Saturated, StatusError
 
 Accepted = Literal["counted", "foreign", "evict"]
 
@@ -84,6 +86,21 @@ def accept(book: ConnectionBook, limits: ServerConfig, policy: AuthPolicy, peer:
     return "evict" if can_evict else too_many_connections()
 
 
+class Refused(protocol.Protocol):
+    """A connection over ``server.max_connections`` (or the peer's cap): 503 and closed, nothing
+    read."""
+
+    def __init__(self, date: bytes, family: ErrorStyle, error: StatusError) -> None:
+        self._date = date
+        self._family = family
+        self._error = error
+
+    def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
+        assert self.transport is not None
+        self.transport.write(refusal(self._error, self._family, (), self._date))
+        self.transport.loseConnection()
+
+
 def _loopback(peer: str) -> bool:
     try:
         return ipaddress.ip_address(peer.strip("[]")).is_loopback
@@ -91,4 +108,4 @@ def _loopback(peer: str) -> bool:
         return False
 
 
-__all__ = ["Accepted", "ConnectionBook", "accept", "too_many_connections", "too_many_from_peer"]
+__all__ = ["Accepted", "ConnectionBook", "Refused", "accept", "too_many_connections", "too_many_from_peer"]

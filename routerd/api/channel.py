@@ -26,12 +26,12 @@ three words) is handed over, with every byte of the connection from the start of
 on, to :class:`~routerd.api.site.NodeHTTPChannel`, which applies the same head rules and the same
 admission and serves the rest of the connection.  The hand-over happens only between requests.
 
-Deadlines (``server.*``, one reaper per node for both edges, :meth:`NodeServerFactory.reap`): a head
-must be complete ``head_timeout`` after its first byte; a body must progress every
-``body_timeout`` (both 408 + close); an answer whose output has not drained ``send_timeout`` after
-it stopped moving, or a connection asked to close that has not, is aborted; an idle keep-alive
-connection is closed after the site's ``timeOut``.  Beyond ``server.max_connections`` open
-connections a new one gets 503 ``too_many_connections`` and is closed.
+Deadlines (``server.*``, one reaper per node for both edges, :meth:`NodeServerFactory.reap`) are
+those of :mod:`routerd.api.deadlines`.  Who may hold a connection is decided when it is accepted
+(:mod:`routerd.api.accept`): one from outside ``server.allowed_cidrs`` is not counted, one past
+``server.max_connections`` or the peer's ``server.max_connections_per_peer`` gets 503
+``too_many_connections`` and is closed, and at the limit the oldest connection that has sent
+nothing is closed to make room.
 """
 
 from __future__ import annotations
@@ -48,14 +48,15 @@ from twisted.internet.interfaces import IAddress
 from twisted.python.failure import Failure
 from twisted.web.http import datetimeToString
 
-from routerd.api.accept import ConnectionBook, accept
+from routerd.api.accept import ConnectionBook, Refused, accept
 from routerd.api.access import refusal
+from routerd.api.deadlines import body_deadline, due
 from routerd.api.dispatch import LeanHandler, LeanRoutes
 from routerd.api.head import MAX_HEAD_BYTES, RequestHead, bad_request, build_head
 from routerd.api.lean_reply import LeanReply
-from routerd.api.site import GuardResource, NodeHTTPChannel, NodeSite, body_deadline, log_refusal
+from routerd.api.site import GuardResource, NodeHTTPChannel, NodeSite, log_refusal
 from routerd.config.schema import ServerConfig
-from routerd.errors import ErrorStyle, HTTPError, StatusError
+from routerd.errors import ErrorStyle, StatusError
 from routerd.routing.call import Incoming
 from routerd.transports import no_delay
 
@@ -73,21 +74,6 @@ _HANDED_OVER = frozenset({"transfer-encoding", "expect", "upgrade", "origin"})
 _CRLF = b"\r\n"
 #: Request fields the access line reads after routing.
 _ACCESS_FIELDS = ("x-routerd-model", "content-type")
-
-
-def head_timed_out() -> HTTPError:
-    return HTTPError(408, "the request head was not received in time (server.head_timeout)",
-                     "invalid_request_error", "request_timeout")
-
-
-def body_timed_out() -> HTTPError:
-    return HTTPError(408, "the request body stopped arriving (server.body_timeout)",
-                     "invalid_request_error", "request_timeout")
-
-
-def body_too_slow() -> HTTPError:
-    return HTTPError(408, "the request body arrived slower than server.min_body_rate allows",
-                     "invalid_request_error", "request_timeout")
 
 
 class NodeServerFactory(protocol.Factory):
@@ -127,7 +113,7 @@ class NodeServerFactory(protocol.Factory):
         silent = self._silent() if self.book.counted >= limits.max_connections else None
         verdict = accept(self.book, limits, self.guard.policy, peer, silent is not None)
         if isinstance(verdict, StatusError):
-            return _Refused(self.date(self.seconds()), self.guard.route_facts("/").errors, verdict)
+            return Refused(self.date(self.seconds()), self.guard.route_facts("/").errors, verdict)
         if verdict == "evict" and silent is not None:
             silent.abort()
             silent.connectionLost(Failure(ConnectionAborted()))  # its slot is free now, not at the next turn
@@ -162,22 +148,13 @@ class NodeServerFactory(protocol.Factory):
         limits = self.limits
         idle = self.site.timeOut
         for channel in list(self.protocols):
-            state, since, blocked_at, body_by = channel.deadline()
-            waited = now - since
-            if blocked_at is not None and now - blocked_at > limits.send_timeout:
-                channel.abort()  # its output has not drained, whatever its state: the client stopped reading
-            elif state == "head" and limits.head_timeout and waited > limits.head_timeout:
-                channel.expire(head_timed_out())
-            elif state == "body" and limits.body_timeout and waited > limits.body_timeout:
-                channel.expire(body_timed_out())
-            elif state == "body" and body_by and now > body_by:
-                channel.expire(body_too_slow())
-            elif state == "idle" and idle and waited > idle:
+            action = due(limits, idle, now, *channel.deadline(), channel.foreign and not channel.heard)
+            if action == "abort":
+                channel.abort()
+            elif action == "close":
                 channel.close()
-            elif channel.foreign and not channel.heard and waited > limits.head_timeout:
-                channel.close()  # from outside server.allowed_cidrs: its head is due at once
-            elif state == "closing" and waited > limits.send_timeout:
-                channel.abort()  # asked to close and still open: its output has not drained
+            elif action is not None:
+                channel.expire(action)
 
     def seconds(self) -> float:
         return float(self.site.reactor.seconds())
@@ -189,21 +166,6 @@ class NodeServerFactory(protocol.Factory):
             self._date_second = second
             self._date = datetimeToString(second)
         return self._date
-
-
-class _Refused(protocol.Protocol):
-    """A connection over ``server.max_connections`` (or the peer's cap): 503 and closed, nothing
-    read."""
-
-    def __init__(self, date: bytes, family: ErrorStyle, error: StatusError) -> None:
-        self._date = date
-        self._family = family
-        self._error = error
-
-    def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
-        assert self.transport is not None
-        self.transport.write(refusal(self._error, self._family, (), self._date))
-        self.transport.loseConnection()
 
 
 class _Head:

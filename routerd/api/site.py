@@ -30,6 +30,7 @@ from routerd.api.browser import BrowserRules, browser_rules
 from routerd.api.budget import BufferBudget, LimitedRequest
 from routerd.api.chunked import strict_chunked
 from routerd.api.cors import CorsPolicy
+from routerd.api.deadlines import body_deadline
 from routerd.api.errors import answer_error
 from routerd.api.facts import RouteFacts, namespace_facts
 from routerd.api.head import (
@@ -309,14 +310,6 @@ class NodeHTTPChannel(http.HTTPChannel):
         self.transport.write(refusal(err, family, headers, http.datetimeToString(self._now())))
         log_refusal(method, path, err.status, client or _peer(self), head)
         self.loseConnection()  # type: ignore[no-untyped-call]
-
-
-def body_deadline(limits: ServerConfig, now: float, length: int) -> float:
-    """When a body of ``length`` declared bytes must be complete (both edges): ``server.body_timeout``
-    plus its length at ``server.min_body_rate`` bytes a second (0.0: no such deadline)."""
-    if not limits.min_body_rate or not length:
-        return 0.0
-    return now + limits.body_timeout + length / limits.min_body_rate
 
 
 def log_refusal(method: str, path: str, status: int, client: str, head: RequestHead | None) -> None:

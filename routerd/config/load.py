@@ -121,6 +121,8 @@ def parse_config(
         send_timeout=reader.duration(s, "server", "send_timeout", ServerConfig().send_timeout),
         max_client_buffer_share=reader.number(s, "server", "max_client_buffer_share",
                                               ServerConfig().max_client_buffer_share),
+        body_deadline_floor=reader.duration(s, "server", "body_deadline_floor",
+                                            ServerConfig().body_deadline_floor),
         min_body_rate=reader.integer(s, "server", "min_body_rate", ServerConfig().min_body_rate, 0, 1 << 40),
         max_connections=reader.integer(s, "server", "max_connections", ServerConfig().max_connections,
                                        1, 1_000_000),
@@ -131,7 +133,8 @@ def parse_config(
     reader.unknown(s, "server", ("bind", "allowed_cidrs", "cors_origins", "trusted_proxies", "drain_timeout",
                                  "head_timeout", "body_timeout", "send_timeout", "max_connections",
                                  "listen_backlog", "allowed_hosts", "min_body_rate",
-                                 "max_connections_per_peer", "max_client_buffer_share"))
+                                 "max_connections_per_peer", "max_client_buffer_share",
+                                 "body_deadline_floor"))
     for origin in server.cors_origins:
         if origin != "*" and not _valid_origin(origin):
             errs.add("server.cors_origins", f"{origin!r} is not an origin (scheme://host[:port], or *)")

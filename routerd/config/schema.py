@@ -39,9 +39,11 @@ class ServerConfig:
     head_timeout: float = 30.0
     #: Seconds a request body may go without a byte arriving (then 408 + close).
     body_timeout: float = 60.0
-    #: Bytes a second a declared body must arrive at on average: it must be complete
-    #: ``body_timeout`` + its length / this rate after its head (then 408 + close); 0: no such rule.
+    #: Bytes a second a declared body must arrive at on average: it must be complete its length /
+    #: this rate after its head, at least ``body_deadline_floor`` (then 408 + close); 0: no such rule.
     min_body_rate: int = 65536
+    #: Seconds any declared body may take whatever its length (the floor of that deadline).
+    body_deadline_floor: float = 60.0
     #: The fraction of the replay budget (``limits.replay_buffer_mb``) one holder (an inference
     #: key, else a client address) may hold, or one ``limits.max_body_mb`` body when that is more.
     max_client_buffer_share: float = 0.25

@@ -44,17 +44,17 @@ def connect(edges: Edges, edge: str, peer: str = "127.0.0.1") -> tuple[Any, Stri
 
 def test_a_body_trickled_below_the_minimum_rate_gets_408_while_a_byte_arrives_every_few_seconds() -> None:
     for edge in ("lean", "twisted"):
-        edges = Edges(server=ServerConfig(body_timeout=10, min_body_rate=100), buffer=10_000,
-                      limit=10_000)
+        edges = Edges(server=ServerConfig(body_timeout=10, body_deadline_floor=5, min_body_rate=50),
+                      buffer=10_000, limit=10_000)
         edges.factory.startFactory()
         channel, out = connect(edges, edge)
-        channel.dataReceived(head_only(2000))  # due 10 + 2000 / 100 = 30 s after its head
+        channel.dataReceived(head_only(2000))  # due 2000 / 50 = 40 s after its head
         assert edges.site.buffer is not None and edges.site.buffer.used == 2000, edge
-        for _ in range(6):
+        for _ in range(7):
             edges.clock.advance(5)
             channel.dataReceived(b"x")  # progress every 5 s: body_timeout alone never fires
         assert out.value() == b"", edge
-        edges.clock.advance(2)
+        edges.clock.advance(6)
         assert status_and_code(out.value()) == (408, "request_timeout") and out.disconnecting, edge
         channel.connectionLost(Failure(ConnectionDone()))
         assert edges.site.buffer.used == 0 and not edges.api.served, edge
@@ -62,8 +62,8 @@ def test_a_body_trickled_below_the_minimum_rate_gets_408_while_a_byte_arrives_ev
 
 def test_a_body_arriving_at_the_minimum_rate_is_served() -> None:
     for edge in ("lean", "twisted"):
-        edges = Edges(server=ServerConfig(body_timeout=10, min_body_rate=100), buffer=10_000,
-                      limit=10_000)
+        edges = Edges(server=ServerConfig(body_timeout=10, body_deadline_floor=5, min_body_rate=100),
+                      buffer=10_000, limit=10_000)
         edges.factory.startFactory()
         channel, out = connect(edges, edge)
         raw = request(body=b"x" * 2000)
@@ -74,8 +74,8 @@ def test_a_body_arriving_at_the_minimum_rate_is_served() -> None:
         assert len(edges.api.served) == 1 and status_and_code(out.value())[0] == 200, edge
 
 
-def test_the_minimum_body_rate_defaults_to_64_kib_a_second() -> None:
-    assert ServerConfig().min_body_rate == 65536
+def test_the_minimum_body_rate_defaults_to_64_kib_a_second_with_a_60_s_floor() -> None:
+    assert (ServerConfig().min_body_rate, ServerConfig().body_deadline_floor) == (65536, 60.0)
 
 
 # -- connections: the CIDR check at accept, the per-peer cap, silent ones first ------------------
@@ -175,13 +175,13 @@ def test_a_client_that_stops_reading_an_answer_is_aborted_after_send_timeout_on_
 
 
 def test_a_handed_over_connection_asked_to_close_is_aborted_after_send_timeout() -> None:
-    edges = Edges(server=ServerConfig(send_timeout=20))
+    edges = Edges(server=ServerConfig(send_timeout=5))
     edges.site.timeOut = 30
     edges.factory.startFactory()
     _, out = connect(edges, "twisted")
     edges.clock.advance(32)
     assert out.disconnecting and not out.disconnected  # idle: asked to close, output still queued
-    edges.clock.advance(22)
+    edges.clock.advance(6)  # before twisted.web's own abort (15 s after its idle timeout)
     assert out.disconnected
 
 
