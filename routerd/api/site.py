@@ -7,8 +7,10 @@ Requests the lean channel (:mod:`routerd.api.channel`) does not serve itself rea
 buffered; a refusal (and any head twisted's own parser refuses) is written by the same
 :func:`~routerd.api.access.refusal` with ``Connection: close``.  An admitted request reserves its
 ``Content-Length`` from the replay budget at once (a chunked body reserves as it arrives) and gives
-it back exactly once when it finishes or its connection is lost.  :class:`GuardResource` then only
-applies the verdict (CORS headers, a preflight's 204, the chunked body's 413/503).
+it back exactly once when it finishes or its connection is lost (:mod:`routerd.api.budget`).
+:class:`GuardResource` then only applies the verdict (CORS headers, a preflight's 204, the chunked
+body's 413/503).  ``state``, ``since``, ``blocked_at`` and ``body_by`` of the channel are what the
+lean channel's reaper reads after a hand-over (:mod:`routerd.api.deadlines`).
 
 Twisted internals used here (``_command``, ``_path``, ``_version``, ``_receivedHeaderSize``,
 ``_respondToBadRequestAndDisconnect``, ``_buffer``) are those of the Twisted range pinned in

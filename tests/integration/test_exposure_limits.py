@@ -1,7 +1,8 @@
 """A live node on loopback against clients that try to pin what every client shares: a key that
 trickles two 8 MiB bodies no longer fills the replay budget for another key, and idle connections
 from outside ``server.allowed_cidrs`` (from 127.0.0.2, which the config leaves out) no longer take
-the connections of the clients inside."""
+the connections of the clients inside; behind a trusted proxy the access line names the client
+admission decided."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest_twisted
 import treq
 from twisted.internet import reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
+from twisted.logger import capturedLogs
 
 from tests.integration.nodes import FAST_TEXT, RunningNode, node_config, start_node, write_models
 from tests.integration.rawhttp import RawClient
@@ -101,3 +103,21 @@ async def test_idle_connections_from_outside_the_cidrs_do_not_take_the_connectio
     finally:
         for client in outsiders:
             client.drop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_access_line_behind_a_trusted_proxy_names_the_forwarded_client(tmp_path: Path) -> None:
+    node = await start(tmp_path, {"server": {"bind": "127.0.0.1:0", "trusted_proxies": ["127.0.0.1/32"]}})
+    try:
+        with capturedLogs() as events:
+            response = await treq.post(node.url + "/v1/chat/completions", data=json.dumps(CHAT).encode(),
+                                       headers={"Content-Type": "application/json",
+                                                "X-Forwarded-For": "10.9.8.7"})
+            await response.content()
+            await treq.get(node.url + "/health", headers={"X-Forwarded-For": "192.168.4.5"})
+        lines = [e for e in events if e.get("log_namespace") == "routerd.access"]
+        assert response.code == 200
+        assert [(e["path"], e["client"]) for e in lines] == [("/v1/chat/completions", "10.9.8.7"),
+                                                            ("/health", "192.168.4.5")]
+    finally:
+        await node.stop()

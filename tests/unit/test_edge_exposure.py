@@ -15,11 +15,14 @@ from twisted.logger import capturedLogs
 from twisted.python.failure import Failure
 
 from routerd.api.accept import ConnectionBook, accept
+from routerd.api.admission import EdgeRules, decide
 from routerd.api.budget import BufferBudget
+from routerd.api.head import RequestHead, build_head
 from routerd.cluster.auth import AuthPolicy
 from routerd.config.keys import InferenceKey, KeyLimits
 from routerd.config.schema import ServerConfig
 from routerd.errors import Saturated
+from routerd.paths import NODE_PREFIX
 from tests.unit.edge_support import KEY, Edges, handed_over, request, status_and_code
 
 HANDED_OVER = b"GET /health HTTP/1.1\r\nHost: n\r\n\r\n"
@@ -279,3 +282,25 @@ def test_a_body_as_large_as_the_limit_is_admitted_whatever_the_share() -> None:
     assert budget.holding("key a") == 1
     budget.give(400, "key a")
     assert budget.holding("key a") == 0 and budget.free_for("key a") == 400 and budget.used == 0
+
+
+def test_admission_counts_a_body_to_its_key_else_its_client_and_a_masters_to_no_one() -> None:
+    named = (InferenceKey("slow", KEY, limits=KeyLimits(max_concurrent=1)),)
+    rules = EdgeRules(AuthPolicy.build((KEY,), (), "cluster-token", ("10.0.0.0/8",), named_keys=named), 1000)
+    budget = BufferBudget(4000, share=0.25, floor=500)
+
+    def head(path: bytes, *fields: bytes) -> RequestHead:
+        lines = (b"Host: node", b"Content-Length: 800", *fields)
+        return build_head(b"POST", path, b"HTTP/1.1", [(name, value) for name, _, value in
+                                                      (line.partition(b":") for line in lines)])
+
+    chat = head(b"/v1/chat/completions", b"Authorization: Bearer " + KEY.encode())
+    verdict = decide(rules, chat, "10.0.0.5", "ready", budget)
+    assert (verdict.holder, verdict.reserve, verdict.client) == ("key slow", 800, "10.0.0.5")
+    assert budget.take(800, verdict.holder)
+    refused = decide(rules, chat, "10.0.0.6", "ready", budget)  # its one request holds a body
+    assert refused.error is not None and refused.error.code == "key_limited"
+    assert decide(rules, chat, "10.0.0.5", "ready", 4000).error is None  # a plain count: as before
+    forwarded = head(NODE_PREFIX.encode() + b"/forward", b"Authorization: Bearer cluster-token")
+    master = decide(rules, forwarded, "10.0.0.7", "ready", budget)
+    assert master.error is None and master.reserve == 800 and master.holder == ""
