@@ -21,12 +21,13 @@ lean channel and on twisted.web's channel alike; the edges only carry the verdic
 4. what a web page could make a browser send: a request no configured key vouches for meets
    :func:`~routerd.api.browser.browser_refusal` (its ``Host``, ``Origin`` and body type: 421, 403,
    415);
-5. the body: a ``Content-Length`` over ``limits.max_body_bytes`` is a 413; a key at its
-   ``max_concurrent`` requests holding bodies (counted from their heads, not once a body is
-   complete) a 429 ``key_limited``; a body that does not fit in the replay budget
-   (``limits.replay_buffer_mb``), or in its holder's share of it (its key's, else its client's:
-   ``server.max_client_buffer_share``), a 503 ``buffer_full`` + ``Retry-After``.  An admitted
-   request reserves its whole ``Content-Length`` from the budget at once (``reserve``).
+5. the body: a ``Content-Length`` over ``limits.max_body_bytes`` is a 413; a key with
+   ``max_concurrent`` requests whose bodies are still arriving (counted from their heads; a whole
+   body's request is the inference front's to count) a 429 ``key_limited``; a body that does not
+   fit in the replay budget (``limits.replay_buffer_mb``), or in its holder's share of it (its
+   key's, else its client's: ``server.max_client_buffer_share``), a 503 ``buffer_full`` +
+   ``Retry-After``.  An admitted request reserves its whole ``Content-Length`` from the budget at
+   once (``reserve``).
 
 The auth class, the phases and the error family of every path come from the site's declared routes
 (:meth:`~routerd.api.routes.RouteTable.facts`): admission keeps no path list of its own.  A refusal
@@ -72,11 +73,11 @@ class EdgeRules:
 
 class BudgetView(Protocol):
     """What admission reads of the replay budget: the bytes a holder (a request's key, else its
-    client) may still take, and how many of its requests hold bytes now."""
+    client) may still take, and how many of its admitted requests' bodies are still arriving."""
 
     def free_for(self, holder: str) -> int: ...
 
-    def holding(self, holder: str) -> int: ...
+    def arriving(self, holder: str) -> int: ...
 
 
 @attrs.frozen
@@ -170,8 +171,8 @@ def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str,
         free = budget_free
     elif budget_free is not None:
         free = budget_free.free_for(holder)
-        if length and concurrent and budget_free.holding(holder) >= concurrent:
-            # counted from the head: a key's requests whose bodies are still arriving count too
+        if length and concurrent and budget_free.arriving(holder) >= concurrent:
+            # counted from the head: a key's requests whose bodies are still arriving
             return _refuse(key_limited(key_name, f"max_concurrent ({concurrent} requests at once)", 1),
                            facts, headers, host)
     if budget_free is not None and length > free:

@@ -49,15 +49,16 @@ class BufferBudget:
     its inference key, else its client address; "" for none, a master's forwarded requests).  One
     holder may hold at most ``share`` of the budget, or one body of ``floor`` bytes
     (``limits.max_body_mb``) when that is more: one client's slow bodies cannot take every byte
-    from the others.  ``holding`` counts a holder's requests that hold bytes (from their head until
-    answered), what a key's ``max_concurrent`` is checked against at head time."""
+    from the others.  :meth:`arriving` counts a holder's requests admitted whose bodies are still
+    arriving: what a key's ``max_concurrent`` is checked against at their heads (once a body is
+    whole, the request is the inference front's to count)."""
 
     def __init__(self, limit: int, share: float = 1.0, floor: int = 0) -> None:
         self.limit = limit
         self.used = 0
         self.share = share
         self.floor = floor
-        self._held: dict[str, tuple[int, int]] = {}  # holder -> (bytes, requests)
+        self._held: dict[str, tuple[int, int]] = {}  # holder -> (bytes, requests whose bodies arrive)
 
     @property
     def free(self) -> int:
@@ -71,30 +72,39 @@ class BufferBudget:
         cap = max(int(self.limit * self.share), self.floor)
         return max(0, min(free, cap - self._held.get(holder, (0, 0))[0]))
 
-    def holding(self, holder: str) -> int:
-        """How many of ``holder``'s requests hold bytes now."""
+    def arriving(self, holder: str) -> int:
+        """How many of ``holder``'s requests are admitted with their bodies still arriving."""
         return self._held.get(holder, (0, 0))[1] if holder else 0
 
     def fits(self, size: int) -> bool:
         return self.used + size <= self.limit
 
     def take(self, size: int, holder: str = "") -> bool:
+        """Reserve ``size`` bytes for a body about to arrive, counted to ``holder``."""
         if not self.fits(size):
             return False
         self.used += size
         if holder:
-            held, requests = self._held.get(holder, (0, 0))
-            self._held[holder] = (held + size, requests + 1)
+            held, arriving = self._held.get(holder, (0, 0))
+            self._held[holder] = (held + size, arriving + 1)
         return True
 
-    def give(self, size: int, holder: str = "") -> None:
+    def arrived(self, holder: str) -> None:
+        """A body :meth:`take` reserved for has arrived whole (its bytes stay held)."""
+        if holder in self._held:
+            held, arriving = self._held[holder]
+            self._held[holder] = (held, max(0, arriving - 1))
+
+    def give(self, size: int, holder: str = "", arriving: bool = False) -> None:
+        """Give back ``size`` bytes ``holder`` held (for a body still ``arriving``, or one that arrived)."""
         self.used = max(0, self.used - size)
         if holder and holder in self._held:
-            held, requests = self._held[holder]
-            if requests <= 1:
+            held, count = self._held[holder]
+            held, count = held - size, count - 1 if arriving else count
+            if held <= 0 and count <= 0:
                 del self._held[holder]
             else:
-                self._held[holder] = (max(0, held - size), requests - 1)
+                self._held[holder] = (max(0, held), max(0, count))
 
 
 class LimitedRequest(server.Request):
@@ -108,6 +118,7 @@ class LimitedRequest(server.Request):
     _received = 0
     _held = 0
     _holder = ""  # who the reserved bytes are counted to (chunked bytes are counted to no one)
+    _arriving = False  # the reserved body is still arriving
     _reserved = False
 
     def __init__(self, channel: Any, queued: Any = None) -> None:
@@ -130,7 +141,7 @@ class LimitedRequest(server.Request):
         if verdict.reserve:
             budget = self._budget()
             if budget is not None and budget.take(verdict.reserve, verdict.holder):
-                self._held, self._holder = verdict.reserve, verdict.holder
+                self._held, self._holder, self._arriving = verdict.reserve, verdict.holder, True
         self._reserved = head.length is not None
 
     def handleContentChunk(self, data: bytes) -> None:
@@ -156,11 +167,19 @@ class LimitedRequest(server.Request):
         self.content = _Discard()
         self._release()
 
+    def body_arrived(self) -> None:
+        """The whole body is here (its bytes stay held until the answer)."""
+        budget = self._budget()
+        if self._arriving and budget is not None:
+            budget.arrived(self._holder)
+        self._arriving = False
+
     def _release(self) -> None:
         held, self._held = self._held, 0
         budget = self._budget()
         if held and budget is not None:
-            budget.give(held, self._holder)
+            budget.give(held, self._holder, self._arriving)
+        self._arriving = False
 
     def finish(self) -> None:
         self._release()

@@ -93,11 +93,12 @@ class NodeServerFactory(protocol.Factory):
         self._date = b""
         self._reaper: Any = None
 
-    def give_back(self, size: int, holder: str = "") -> None:
-        """Give ``size`` bytes ``holder`` held back to the site's replay budget (if the node keeps one)."""
+    def give_back(self, size: int, holder: str = "", arriving: bool = False) -> None:
+        """Give ``size`` bytes ``holder`` held (for a body still ``arriving`` or not) back to the
+        site's replay budget (if the node keeps one)."""
         budget = self.site.buffer
         if budget is not None:
-            budget.give(size, holder)
+            budget.give(size, holder, arriving)
 
     @property
     def limits(self) -> ServerConfig:
@@ -434,11 +435,13 @@ class LeanChannel(protocol.Protocol):
     def _release_reserved(self) -> None:
         reserved, self._reserved = self._reserved, 0
         if reserved:
-            self.server.give_back(reserved, self._holder)
+            self.server.give_back(reserved, self._holder, arriving=True)
 
     def _start(self, head: _Head, body: bytes) -> None:
         server = self.server
         reply = LeanReply(self, head.request, head.client, head.errors, body, server.seconds())
+        if self._reserved and server.site.buffer is not None:
+            server.site.buffer.arrived(self._holder)  # its body is whole: no longer arriving
         reply.held, reply.holder, self._reserved = self._reserved, self._holder, 0
         self._busy = reply
         self.state, self.since = "busy", server.seconds()

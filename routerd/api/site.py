@@ -263,6 +263,9 @@ class NodeHTTPChannel(http.HTTPChannel):
         if self.refused:
             return
         self.state = "busy"
+        request = self.requests[-1] if self.requests else None
+        if isinstance(request, LimitedRequest):
+            request.body_arrived()
         self._first_line = True
         super().allContentReceived()  # type: ignore[no-untyped-call]
 

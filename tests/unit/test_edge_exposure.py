@@ -5,9 +5,11 @@ a trusted proxy.  A Clock and in-memory transports: no sockets, no sleeps."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 from twisted.internet.address import IPv4Address
 from twisted.internet.error import ConnectionDone
 from twisted.internet.testing import StringTransport
@@ -20,6 +22,7 @@ from routerd.api.budget import BufferBudget
 from routerd.api.head import RequestHead, build_head
 from routerd.cluster.auth import AuthPolicy
 from routerd.config.keys import InferenceKey, KeyLimits
+from routerd.config.load import ConfigError, parse_config
 from routerd.config.schema import ServerConfig
 from routerd.errors import Saturated
 from routerd.paths import NODE_PREFIX
@@ -279,9 +282,14 @@ def test_a_body_as_large_as_the_limit_is_admitted_whatever_the_share() -> None:
     budget = BufferBudget(1000, share=0.1, floor=400)
     assert budget.free_for("key a") == 400 and budget.take(400, "key a")
     assert budget.free_for("key a") == 0 and budget.free_for("key b") == 400 and budget.free_for("") == 600
-    assert budget.holding("key a") == 1
+    assert budget.arriving("key a") == 1
+    budget.arrived("key a")  # whole: no longer arriving, its bytes still held
+    assert budget.arriving("key a") == 0 and budget.free_for("key a") == 0
     budget.give(400, "key a")
-    assert budget.holding("key a") == 0 and budget.free_for("key a") == 400 and budget.used == 0
+    assert budget.free_for("key a") == 400 and budget.used == 0
+    assert budget.take(100, "key a") and budget.arriving("key a") == 1
+    budget.give(100, "key a", arriving=True)  # lost while arriving
+    assert budget.arriving("key a") == 0 and budget.used == 0 and not budget._held
 
 
 def test_admission_counts_a_body_to_its_key_else_its_client_and_a_masters_to_no_one() -> None:
@@ -298,9 +306,32 @@ def test_admission_counts_a_body_to_its_key_else_its_client_and_a_masters_to_no_
     verdict = decide(rules, chat, "10.0.0.5", "ready", budget)
     assert (verdict.holder, verdict.reserve, verdict.client) == ("key slow", 800, "10.0.0.5")
     assert budget.take(800, verdict.holder)
-    refused = decide(rules, chat, "10.0.0.6", "ready", budget)  # its one request holds a body
+    refused = decide(rules, chat, "10.0.0.6", "ready", budget)  # its one request's body is arriving
     assert refused.error is not None and refused.error.code == "key_limited"
+    budget.arrived("key slow")  # whole: from here the inference front counts it
+    over_share = decide(rules, chat, "10.0.0.6", "ready", budget).error  # 800 + 800 > 4000 / 4
+    assert over_share is not None and over_share.code == "buffer_full" and budget.free == 3200
+    budget.give(800, "key slow")
+    assert decide(rules, chat, "10.0.0.6", "ready", budget).error is None
     assert decide(rules, chat, "10.0.0.5", "ready", 4000).error is None  # a plain count: as before
     forwarded = head(NODE_PREFIX.encode() + b"/forward", b"Authorization: Bearer cluster-token")
     master = decide(rules, forwarded, "10.0.0.7", "ready", budget)
     assert master.error is None and master.reserve == 800 and master.holder == ""
+
+
+def test_the_new_server_limits_are_read_from_the_config_with_documented_defaults(tmp_path: Path) -> None:
+    (tmp_path / "models").mkdir()
+    base = {"models": {"config_dir": "models"}}
+    server = parse_config(base, base_dir=str(tmp_path), env={}).server
+    assert (server.min_body_rate, server.body_deadline_floor, server.max_client_buffer_share,
+            server.max_connections_per_peer) == (65536, 60.0, 0.25, 256)
+    set_ = {"min_body_rate": 0, "body_deadline_floor": "2m", "max_client_buffer_share": 0.5,
+            "max_connections_per_peer": 8}
+    server = parse_config({**base, "server": set_}, base_dir=str(tmp_path), env={}).server
+    assert (server.min_body_rate, server.body_deadline_floor, server.max_client_buffer_share,
+            server.max_connections_per_peer) == (0, 120.0, 0.5, 8)
+    with pytest.raises(ConfigError) as info:
+        parse_config({**base, "server": {"max_client_buffer_share": 1.5, "max_connections_per_peer": 0}},
+                     base_dir=str(tmp_path), env={})
+    assert any("server.max_client_buffer_share" in e for e in info.value.errors)
+    assert any("server.max_connections_per_peer" in e for e in info.value.errors)
