@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from routerd.inference.analytics import node_document  # noqa: E402
-from routerd.serve.analytics_site import merge  # noqa: E402
+from routerd.site.analytics import merge  # noqa: E402
 from routerd.store import analytics as sql  # noqa: E402
 from routerd.store.analytics import HIST_BUCKETS, LEVELS, SUMS, Query, RequestRow  # noqa: E402
 from routerd.store.migrations import migrate  # noqa: E402

@@ -5,26 +5,24 @@ Node API (cluster token): ``GET /router/v1/node/analytics?period&model&lane``,
 Site API (admin; a master or a standalone node, 404 on a slave):
 ``GET /router/v1/site/analytics?period&node_id&model&lane``, ``POST /router/v1/site/analytics/flush``,
 ``GET|DELETE /router/v1/site/load-errors?node_id&model&limit``.
-The documents are built by ``routerd.inference.analytics`` (a node's) and ``routerd.serve.analytics_site``
+The documents are built by ``routerd.inference.analytics`` (a node's) and ``routerd.site.analytics``
 (the site's merge); this module parses and answers.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Protocol
 
+import attrs
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import master_only
 from routerd.api.jsonio import json_response
 from routerd.api.reply import query_arg
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 from routerd.inference.analytics import LOAD_ERRORS_KEPT, RECENT_KEPT, AnalyticsRecorder, recent_json
 from routerd.paths import NODE_ANALYTICS, NODE_ANALYTICS_FLUSH, NODE_LOAD_ERRORS, NODE_RECENT
-from routerd.serve.analytics_site import (
-    Site,
+from routerd.site.analytics import (
     parse_query,
     site_analytics,
     site_clear_load_errors,
@@ -32,25 +30,13 @@ from routerd.serve.analytics_site import (
     site_load_errors,
     site_recent,
 )
+from routerd.site.service import SiteService
 
 SITE_ANALYTICS = "/router/v1/site/analytics"
 SITE_ANALYTICS_FLUSH = "/router/v1/site/analytics/flush"
 SITE_LOAD_ERRORS = "/router/v1/site/load-errors"
 SITE_RECENT = "/router/v1/site/analytics/recent"
 _DIGITS = re.compile(r"[0-9]{1,6}")
-
-
-class AnalyticsNode(Protocol):
-    """What the analytics routes read of a node."""
-
-    @property
-    def node_id(self) -> str: ...
-
-    @property
-    def site(self) -> Any: ...  # a Site (the master's agent or a site of one), None on a slave
-
-    @property
-    def analytics(self) -> AnalyticsRecorder: ...
 
 
 def _args(request: IRequest, *names: str) -> dict[str, str | None]:
@@ -73,88 +59,80 @@ def _recent_args(request: IRequest) -> tuple[str | None, str | None, int]:
     return args["model"], lane, _limit(request, RECENT_KEPT)
 
 
+@attrs.define(slots=False, kw_only=True)
 class AnalyticsAPI:
     """The node's and the site's analytics and load-error routes."""
 
+    site: SiteService
+    analytics: AnalyticsRecorder
+
     routes = Routes()
-
-    def __init__(self, node: AnalyticsNode) -> None:
-        self.node = node
-
-    def _site(self) -> Site:
-        site: Site | None = self.node.site
-        if site is None:
-            raise master_only()
-        return site
 
     # --- node API ----------------------------------------------------------------------------------
 
     @routes.route(NODE_ANALYTICS, methods=["GET"], auth="cluster")
     async def node_analytics(self, request: IRequest) -> bytes:
         query = parse_query(_args(request, "period", "model", "lane"))
-        return json_response(request, await self.node.analytics.document(query))
+        return json_response(request, await self.analytics.document(query))
 
     @routes.route(NODE_ANALYTICS_FLUSH, methods=["POST"], auth="cluster")
     async def node_flush(self, request: IRequest) -> bytes:
-        written = await self.node.analytics.flush()
-        return json_response(request, {"ok": True, "node_id": self.node.node_id, "written": written})
+        written = await self.analytics.flush()
+        return json_response(request, {"ok": True, "node_id": self.site.node_id, "written": written})
 
     @routes.route(NODE_LOAD_ERRORS, methods=["GET"], auth="cluster")
     def node_load_errors(self, request: IRequest) -> bytes:
-        errors = self.node.analytics.load_errors.listing(query_arg(request, "model") or None, _limit(request))
+        errors = self.analytics.load_errors.listing(query_arg(request, "model") or None, _limit(request))
         return json_response(request, {"errors": errors})
 
     @routes.route(NODE_LOAD_ERRORS, methods=["DELETE"], auth="cluster")
     def node_clear_load_errors(self, request: IRequest) -> bytes:
-        return json_response(request, {"ok": True, "removed": self.node.analytics.load_errors.clear()})
+        return json_response(request, {"ok": True, "removed": self.analytics.load_errors.clear()})
 
     @routes.route(NODE_RECENT, methods=["GET"], auth="cluster")
     def node_recent(self, request: IRequest) -> bytes:
         model, lane, limit = _recent_args(request)
-        rows = recent_json(self.node.analytics.recent, model, lane, limit)
+        rows = recent_json(self.analytics.recent, model, lane, limit)
         return json_response(request, {"requests": rows})
 
     # --- site API ----------------------------------------------------------------------------------
 
     @routes.route(SITE_ANALYTICS, methods=["GET"], auth="admin")
     async def site_analytics(self, request: IRequest) -> bytes:
-        site = self._site()
+        self.site.require()
         query = parse_query(_args(request, "period", "model", "lane", "node_id"))
-        analytics = self.node.analytics
-        document = await site_analytics(site, self.node.node_id, analytics.document, query,
-                                        analytics.now_ms())
+        analytics = self.analytics
+        document = await site_analytics(self.site, analytics.document, query, analytics.now_ms())
         return json_response(request, document)
 
     @routes.route(SITE_ANALYTICS_FLUSH, methods=["POST"], auth="admin")
     async def site_flush(self, request: IRequest) -> bytes:
-        site = self._site()
-        return json_response(request, await site_flush(site, self.node.node_id, self.node.analytics.flush))
+        self.site.require()
+        return json_response(request, await site_flush(self.site, self.analytics.flush))
 
     @routes.route(SITE_RECENT, methods=["GET"], auth="admin")
     async def site_recent(self, request: IRequest) -> bytes:
-        site = self._site()
+        self.site.require()
         model, lane, limit = _recent_args(request)
-        own = recent_json(self.node.analytics.recent, model, lane, limit)
+        own = recent_json(self.analytics.recent, model, lane, limit)
         node_id = query_arg(request, "node_id") or None
-        return json_response(request, await site_recent(site, self.node.node_id, own, node_id, model, lane,
-                                                        limit))
+        return json_response(request, await site_recent(self.site, own, node_id, model, lane, limit))
 
     @routes.route(SITE_LOAD_ERRORS, methods=["GET"], auth="admin")
     async def site_load_errors(self, request: IRequest) -> bytes:
-        site = self._site()
+        self.site.require()
         args = _args(request, "node_id", "model")
         limit = _limit(request)
-        own = self.node.analytics.load_errors.listing(args["model"], limit)
-        return json_response(request, await site_load_errors(site, self.node.node_id, own, args["node_id"],
-                                                             args["model"], limit))
+        own = self.analytics.load_errors.listing(args["model"], limit)
+        return json_response(request, await site_load_errors(self.site, own, args["node_id"], args["model"],
+                                                             limit))
 
     @routes.route(SITE_LOAD_ERRORS, methods=["DELETE"], auth="admin")
     async def site_clear_load_errors(self, request: IRequest) -> bytes:
-        site = self._site()
-        clear = self.node.analytics.load_errors.clear
+        self.site.require()
+        clear = self.analytics.load_errors.clear
         return json_response(request, await site_clear_load_errors(
-            site, self.node.node_id, clear, query_arg(request, "node_id") or None))
+            self.site, clear, query_arg(request, "node_id") or None))
 
 
-__all__ = ["SITE_ANALYTICS", "SITE_ANALYTICS_FLUSH", "SITE_LOAD_ERRORS", "SITE_RECENT", "AnalyticsAPI",
-           "AnalyticsNode"]
+__all__ = ["SITE_ANALYTICS", "SITE_ANALYTICS_FLUSH", "SITE_LOAD_ERRORS", "SITE_RECENT", "AnalyticsAPI"]

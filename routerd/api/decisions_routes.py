@@ -5,35 +5,28 @@ Node API (cluster token): ``GET /router/v1/node/offload/decisions?lane&outcome&k
 node; 404 on a slave): ``GET /router/v1/site/offload/decisions?…&node_id…``, the same rows folded
 for the WebUI (``GET /router/v1/site/offload/decisions/folded?…&page&page_size``) and
 ``GET /router/v1/site/offload/summary``.
-The documents are built by ``routerd.lending.reports``; this module parses and answers.
+The documents are built by ``routerd.lending.reports`` (a node's) and ``routerd.site.reports`` (the
+site's merge); this module parses and answers.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import cast
 
 import attrs
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import master_only
 from routerd.api.jsonio import json_response
 from routerd.api.reply import query_values
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 from routerd.lending.decisions import ALL_OUTCOMES, KINDS
 from routerd.lending.fold import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, fold, page
-from routerd.lending.reports import (
-    DecisionQuery,
-    DecisionsNode,
-    SiteNode,
-    local_decisions,
-    local_summary,
-    site_decisions,
-    site_summary,
-)
+from routerd.lending.reports import DecisionQuery, LendingReports
 from routerd.paths import NODE_DECISIONS, NODE_SUMMARY
+from routerd.site.reports import site_decisions, site_summary
+from routerd.site.service import SiteService
 from routerd.store.decisions import DEFAULT_LIMIT, MAX_LIMIT
 from routerd.wire.lending import LANES
 
@@ -92,54 +85,50 @@ def parse_query(request: IRequest, default_limit: int, max_limit: int = MAX_LIMI
     return DecisionQuery(lane=lane, outcome=outcome, kind=kind, limit=limit, since_ms=since_ms)
 
 
-def _site(node: DecisionsNode) -> SiteNode:
-    """The node as a site (a master, or a standalone node: a site of one); 404 on a slave."""
-    if getattr(node, "site", None) is None:
-        raise master_only()
-    return cast(SiteNode, node)
-
-
+@attrs.define(slots=False, kw_only=True)
 class DecisionsAPI:
     """The four decision-log and summary routes."""
 
-    routes = Routes()
+    site: SiteService
+    reports: LendingReports
 
-    def __init__(self, node: DecisionsNode) -> None:
-        self.node = node
+    routes = Routes()
 
     @routes.route(NODE_DECISIONS, methods=["GET"], auth="cluster")
     async def node_decisions(self, request: IRequest) -> bytes:
         query = parse_query(request, DEFAULT_LIMIT)
-        return json_response(request, {"records": await local_decisions(self.node, query)})
+        return json_response(request, {"records": await self.reports.decisions(query)})
 
     @routes.route(NODE_SUMMARY, methods=["GET"], auth="cluster")
     def node_summary(self, request: IRequest) -> bytes:
-        return json_response(request, local_summary(self.node))
+        return json_response(request, self.reports.summary())
 
     @routes.route(SITE_DECISIONS, methods=["GET"], auth="admin")
     async def site_decisions(self, request: IRequest) -> bytes:
-        node = _site(self.node)
+        self.site.require()
         query = parse_query(request, SITE_DEFAULT_LIMIT)
         wanted: Sequence[str] = [v for v in query_values(request, "node_id") if v]
-        return json_response(request, await site_decisions(node, query, wanted or None))
+        return json_response(request, await site_decisions(self.site, self.reports, query, wanted or None))
 
     @routes.route(SITE_FOLDED, methods=["GET"], auth="admin")
     async def site_folded(self, request: IRequest) -> bytes:
         """The merged rows folded by key (``routerd.lending.fold``), one page of lines."""
-        node = _site(self.node)
+        self.site.require()
         query = parse_query(request, SITE_FOLD_DEFAULT_LIMIT, SITE_FOLD_MAX_LIMIT)
         number = _count(request, "page", 0, 0, 1_000_000)
         size = _count(request, "page_size", DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE)
         wanted: Sequence[str] = [v for v in query_values(request, "node_id") if v]
         per_node = attrs.evolve(query, limit=min(query.limit, MAX_LIMIT))
-        merged = await site_decisions(node, per_node, wanted or None, total_limit=query.limit)
+        merged = await site_decisions(self.site, self.reports, per_node, wanted or None,
+                                      total_limit=query.limit)
         document = page(fold(merged["records"]), number, size)
         document["node_errors"] = merged["node_errors"]
         return json_response(request, document)
 
     @routes.route(SITE_SUMMARY, methods=["GET"], auth="admin")
     async def site_summary(self, request: IRequest) -> bytes:
-        return json_response(request, await site_summary(_site(self.node)))
+        self.site.require()
+        return json_response(request, await site_summary(self.site, self.reports))
 
 
 __all__ = ["SITE_DECISIONS", "SITE_FOLDED", "SITE_SUMMARY", "DecisionsAPI", "parse_query"]

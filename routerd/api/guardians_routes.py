@@ -13,53 +13,24 @@ Served by a master and by a standalone node (a site of one); 404 on a slave; adm
   ``GET`` document plus ``removed`` (0 when nothing was set).
 
 ``model_id`` is a model's local ID on its node.  The workflow (validate → persist → install → push
-to the slaves with the links) is ``routerd.lending.admin.GuardianEditor``.
+to the slaves with the links) is ``routerd.site.guardians.GuardianEditor``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
+import attrs
 from twisted.web.iweb import IRequest
 
-from routerd.api.errors import master_only
 from routerd.api.jsonio import json_response, read_json
 from routerd.api.reply import query_arg
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
-from routerd.lending.admin import GuardianEditor, GuardianTarget
-from routerd.registry.records import NodeInfo
 from routerd.routing.guardians import Guardian, GuardianError, parse_guardian, parse_scope_key
-from routerd.store.store import Store
-from routerd.wire.records import ModelRecord
+from routerd.site.records import SiteRecords
 
 GUARDIANS_PATH = "/router/v1/site/guardians"
-
-
-class _Registry(Protocol):
-    def records(self) -> Sequence[ModelRecord]: ...
-
-    def nodes(self) -> Sequence[NodeInfo]: ...
-
-
-class _Master(Protocol):
-    @property
-    def registry(self) -> _Registry: ...
-
-
-class GuardiansNode(Protocol):
-    @property
-    def node_id(self) -> str: ...
-
-    @property
-    def store(self) -> Store | None: ...
-
-    @property
-    def site(self) -> _Master | None: ...
-
-    @property
-    def lending(self) -> GuardianTarget: ...
 
 
 def parse_settings(body: dict[str, Any]) -> list[Guardian]:
@@ -75,34 +46,24 @@ def parse_settings(body: dict[str, Any]) -> list[Guardian]:
         raise HTTPError(400, str(exc)) from None
 
 
+@attrs.define(slots=False)
 class GuardiansAPI:
+    records: SiteRecords
+
     routes = Routes()
-
-    def __init__(self, node: GuardiansNode) -> None:
-        self.node = node
-
-    def _editor(self) -> GuardianEditor:
-        site = self.node.site
-        if site is None:
-            raise master_only()
-        if self.node.store is None:
-            raise HTTPError(404, "guardian models are not configured", "not_found", "not_found")
-        registry = site.registry
-        nodes = {self.node.node_id, *(info.node_id for info in registry.nodes())}
-        return GuardianEditor(self.node.store, self.node.lending, registry.records(), nodes)
 
     @routes.route(GUARDIANS_PATH, methods=["GET"], auth="admin")
     async def get(self, request: IRequest) -> bytes:
-        return json_response(request, await self._editor().view())
+        return json_response(request, await self.records.guardians().view())
 
     @routes.route(GUARDIANS_PATH, methods=["POST"], auth="admin")
     async def post(self, request: IRequest) -> bytes:
-        editor = self._editor()
+        editor = self.records.guardians()
         return json_response(request, await editor.put(parse_settings(read_json(request))))
 
     @routes.route(GUARDIANS_PATH, methods=["DELETE"], auth="admin")
     async def delete(self, request: IRequest) -> bytes:
-        editor = self._editor()
+        editor = self.records.guardians()
         try:
             scope, node_id, model_id = parse_scope_key(query_arg(request, "scope"),
                                                        query_arg(request, "node_id"),
@@ -112,4 +73,4 @@ class GuardiansAPI:
         return json_response(request, await editor.delete(scope, node_id, model_id))
 
 
-__all__ = ["GUARDIANS_PATH", "GuardiansAPI", "GuardiansNode", "parse_settings"]
+__all__ = ["GUARDIANS_PATH", "GuardiansAPI", "parse_settings"]

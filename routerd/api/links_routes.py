@@ -12,7 +12,7 @@ other node to link to (every candidate list is empty); 404 on a slave.
   linked to the anchor in either direction needs no new acknowledgement.
 * ``DELETE ?node_id&model_id`` removes every link touching the anchor.
 
-The workflow (validate → persist → install → push) is ``routerd.lending.admin.LinkEditor``; this
+The workflow (validate → persist → install → push) is ``routerd.site.links.LinkEditor``; this
 module parses the request and answers the editor's result.
 """
 
@@ -20,21 +20,39 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 from twisted.web.iweb import IRequest
 
 from routerd.api.jsonio import json_response, read_json
-from routerd.api.lending_http import LendingNode, require_site, want_bool, want_str
 from routerd.api.reply import query_arg
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
-from routerd.lending.admin import ACKNOWLEDGEMENT_REQUIRED, EditRequest, LaneModels, LinkEditor
 from routerd.lending.links import Peer
+from routerd.site.links import ACKNOWLEDGEMENT_REQUIRED, EditRequest
+from routerd.site.records import SiteRecords
 from routerd.wire.lending import Endpoint, Lane
 
 LANE_PATHS: dict[Lane, str] = {
     "image": "/router/v1/site/routing-groups",
     "text": "/router/v1/site/text-routing-groups",
 }
+_LANE_OF: dict[str, Lane] = {path: lane for lane, path in LANE_PATHS.items()}
+
+
+def want_bool(value: Any, where: str, default: bool) -> bool:
+    """A JSON boolean field (missing or null → ``default``); 400 naming ``where`` otherwise."""
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise HTTPError(400, f"{where} must be true or false")
+    return value
+
+
+def want_str(value: Any, where: str) -> str:
+    """A JSON string field, trimmed; 400 naming ``where`` when it is missing or not a string."""
+    if not isinstance(value, str):
+        raise HTTPError(400, f"{where} is required and must be a string")
+    return value.strip()
 
 
 def _endpoint(value: Any, where: str) -> Endpoint:
@@ -87,58 +105,38 @@ def _anchor_query(request: IRequest, required: bool) -> Endpoint | None:
     return Endpoint(node_id, model_id)
 
 
+@attrs.define(slots=False)
 class LinksAPI:
     """The three methods of both lanes' endpoints: parse, call the lane's ``LinkEditor``, answer."""
 
+    records: SiteRecords
+
     routes = Routes()
 
-    def __init__(self, node: LendingNode) -> None:
-        self.node = node
-
-    def _editor(self, lane: Lane) -> LinkEditor:
-        site = require_site(self.node)
-        if self.node.store is None:
-            raise HTTPError(404, "routing links are not configured", "not_found", "not_found")
-        models = LaneModels(lane, site.registry.records(), self.node.node_id, self.node.catalog)
-        return LinkEditor(lane, self.node.store, self.node.lending, models)
-
-    async def get(self, request: IRequest, lane: Lane) -> bytes:
-        editor = self._editor(lane)
+    @routes.route(LANE_PATHS["image"], methods=["GET"], auth="admin")
+    @routes.route(LANE_PATHS["text"], methods=["GET"], auth="admin")
+    async def get(self, request: IRequest) -> bytes:
+        editor = self.records.links(_lane(request))
         return json_response(request, await editor.view(_anchor_query(request, required=False)))
 
-    async def post(self, request: IRequest, lane: Lane) -> bytes:
-        editor = self._editor(lane)
+    @routes.route(LANE_PATHS["image"], methods=["POST"], auth="admin")
+    @routes.route(LANE_PATHS["text"], methods=["POST"], auth="admin")
+    async def post(self, request: IRequest) -> bytes:
+        editor = self.records.links(_lane(request))
         return json_response(request, await editor.replace(parse_edit(read_json(request))))
 
-    async def delete(self, request: IRequest, lane: Lane) -> bytes:
-        editor = self._editor(lane)
+    @routes.route(LANE_PATHS["image"], methods=["DELETE"], auth="admin")
+    @routes.route(LANE_PATHS["text"], methods=["DELETE"], auth="admin")
+    async def delete(self, request: IRequest) -> bytes:
+        editor = self.records.links(_lane(request))
         anchor = _anchor_query(request, required=True)
         assert anchor is not None
         return json_response(request, await editor.delete(anchor))
 
-    @routes.route(LANE_PATHS["image"], methods=["GET"], auth="admin")
-    def get_image(self, request: IRequest) -> Any:
-        return self.get(request, "image")
 
-    @routes.route(LANE_PATHS["image"], methods=["POST"], auth="admin")
-    def post_image(self, request: IRequest) -> Any:
-        return self.post(request, "image")
-
-    @routes.route(LANE_PATHS["image"], methods=["DELETE"], auth="admin")
-    def delete_image(self, request: IRequest) -> Any:
-        return self.delete(request, "image")
-
-    @routes.route(LANE_PATHS["text"], methods=["GET"], auth="admin")
-    def get_text(self, request: IRequest) -> Any:
-        return self.get(request, "text")
-
-    @routes.route(LANE_PATHS["text"], methods=["POST"], auth="admin")
-    def post_text(self, request: IRequest) -> Any:
-        return self.post(request, "text")
-
-    @routes.route(LANE_PATHS["text"], methods=["DELETE"], auth="admin")
-    def delete_text(self, request: IRequest) -> Any:
-        return self.delete(request, "text")
+def _lane(request: IRequest) -> Lane:
+    """The lane whose endpoint ``request`` was routed to."""
+    return _LANE_OF[request.path.decode("latin-1")]
 
 
 __all__ = [

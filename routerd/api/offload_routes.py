@@ -2,7 +2,7 @@
 the master's relay.
 
 Events, grants and the relay are every lent request's own calls between nodes, so they are lean
-routes (issue 24): the lean HTTP channel serves them from the request's facts, under the same
+routes: the lean HTTP channel serves them from the request's facts, under the same
 admission as every other path (a request handed to twisted.web reaches the same handlers)."""
 
 from __future__ import annotations
@@ -24,11 +24,8 @@ from routerd.routing.call import Call, Incoming, Reply, new_request_id
 from routerd.routing.classify import classify
 from routerd.routing.forward import CameBack
 from routerd.routing.selector import SelectorError, parse_json_object
+from routerd.site.service import not_master
 from routerd.wire.lending import LANES, TRIGGERS, Lease, from_json, to_json
-
-
-def _not_master() -> HTTPError:
-    return HTTPError(409, "this node is not the master", "cluster_error", "not_master")
 
 
 class OffloadAPI:
@@ -43,7 +40,7 @@ class OffloadAPI:
         """An owner's queue event (the master only), answered with the owner's lease or none."""
         require_post(method, path, reply)
         if self.coordinator is None:
-            raise _not_master()
+            raise not_master()
         body = parse_json_body(facts.body)
         lane, owner, model, trigger = (body.get(k) for k in ("lane", "owner_node_id", "model_id", "trigger"))
         if lane not in LANES:
@@ -80,7 +77,7 @@ class OffloadAPI:
         whatever the inference path (the envelope of the relay's own path)."""
         require_post(method, path, reply)
         if self.coordinator is None:
-            raise _not_master()
+            raise not_master()
         relay = relay_from_headers(facts.header)
         route = classify("POST", relay.path) if relay is not None and relay.path.startswith("/") else None
         if relay is None or route is None or route.lane != relay.lane:

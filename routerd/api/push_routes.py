@@ -15,20 +15,21 @@ settings come from its own database.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
+import attrs
 from twisted.logger import Logger
 from twisted.web.iweb import IRequest
 
 from routerd.api.jsonio import json_response, read_json
-from routerd.api.lending_http import LendingNode
 from routerd.api.routes import Routes
 from routerd.config.lending import SPECS, LendingSettings
 from routerd.errors import HTTPError
-from routerd.lending.admin import normalise_batch
 from routerd.lending.links import LinkError, LinkSet
 from routerd.paths import LINKS_PATH, SETTINGS_PATH
 from routerd.routing.guardians import GuardianError, GuardianSet
+from routerd.site.service import SiteService
+from routerd.site.settings import normalise_batch
 from routerd.wire.lending import Lane, Link, parse_strictly
 
 log = Logger()
@@ -45,21 +46,32 @@ def parse_link_set(lane: Lane, value: Any) -> LinkSet:
         raise HTTPError(400, f"{lane}: {exc}") from None
 
 
-def _refuse_on_master(node: LendingNode, what: str) -> None:
-    if node.site is not None:  # a master, or a standalone node (a site of one)
+class _Pushed(Protocol):
+    """The seams of the node's lending service a push takes effect through."""
+
+    def install_links(self, image: LinkSet, text: LinkSet) -> None: ...
+
+    def install_guardians(self, guardians: GuardianSet) -> None: ...
+
+    def apply_settings(self, settings: LendingSettings) -> None: ...
+
+
+def _refuse_on_master(site: SiteService, what: str) -> None:
+    if site.serves:  # a master, or a standalone node (a site of one)
         raise HTTPError(409, f"this node serves its own site; its {what} come from its own database",
                         "cluster_error", "is_master")
 
 
+@attrs.define(slots=False, kw_only=True)
 class PushAPI:
-    routes = Routes()
+    site: SiteService
+    lending: _Pushed
 
-    def __init__(self, node: LendingNode) -> None:
-        self.node = node
+    routes = Routes()
 
     @routes.route(LINKS_PATH, methods=["POST"], auth="cluster")
     def links(self, request: IRequest) -> bytes:
-        _refuse_on_master(self.node, "links")
+        _refuse_on_master(self.site, "links")
         body = read_json(request)
         image = parse_link_set("image", body.get("image"))
         text = parse_link_set("text", body.get("text"))
@@ -67,14 +79,14 @@ class PushAPI:
             guardians = GuardianSet.parse(body.get("guardians") or [], "guardians")
         except GuardianError as exc:
             raise HTTPError(400, str(exc)) from None
-        self.node.lending.install_links(image, text)
-        self.node.lending.install_guardians(guardians)
+        self.lending.install_links(image, text)
+        self.lending.install_guardians(guardians)
         return json_response(request, {"ok": True, "image": len(image), "text": len(text),
                                        "guardians": len(guardians)})
 
     @routes.route(SETTINGS_PATH, methods=["POST"], auth="cluster")
     def settings(self, request: IRequest) -> bytes:
-        _refuse_on_master(self.node, "settings")
+        _refuse_on_master(self.site, "settings")
         body = read_json(request)
         values = body.get("values")
         if not isinstance(values, dict):
@@ -85,7 +97,7 @@ class PushAPI:
         dropped = sorted(key for key in values if key not in SPECS)
         known = normalise_batch({k: v for k, v in values.items() if k in SPECS})
         settings = LendingSettings.from_texts(known)
-        self.node.lending.apply_settings(settings)
+        self.lending.apply_settings(settings)
         fingerprint = settings.fingerprint()
         if dropped:
             log.info("lending settings from the master: dropped unknown keys {keys}", keys=dropped)

@@ -11,41 +11,37 @@ Served by a master and by a standalone node (a site of one); 404 on a slave.
 * ``DELETE ?key=K`` clears one override; ``DELETE`` clears them all.
 
 After a change the effective settings (default < config < override) are applied to the node's
-lending and pushed to the slaves (``routerd.lending.admin.SettingsEditor``).  Without a router
+lending and pushed to the slaves (``routerd.site.settings.SettingsEditor``).  Without a router
 database, changes answer 409.
 """
 
 from __future__ import annotations
 
+import attrs
 from twisted.web.iweb import IRequest
 
 from routerd.api.jsonio import json_response, read_json
-from routerd.api.lending_http import LendingNode, require_site
 from routerd.api.reply import query_arg
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
-from routerd.lending.admin import SettingsEditor
+from routerd.site.records import SiteRecords
 
 PATH = "/router/v1/site/offload/settings"
 
 
+@attrs.define(slots=False)
 class SettingsAPI:
+    records: SiteRecords
+
     routes = Routes()
-
-    def __init__(self, node: LendingNode) -> None:
-        self.node = node
-
-    def _editor(self) -> SettingsEditor:
-        require_site(self.node)
-        return SettingsEditor(self.node.store, self.node.lending)
 
     @routes.route(PATH, methods=["GET"], auth="admin")
     async def get(self, request: IRequest) -> bytes:
-        return json_response(request, await self._editor().document())
+        return json_response(request, await self.records.settings().document())
 
     @routes.route(PATH, methods=["POST"], auth="admin")
     async def post(self, request: IRequest) -> bytes:
-        editor = self._editor()
+        editor = self.records.settings()
         values = read_json(request).get("values")
         if not isinstance(values, dict):
             raise HTTPError(400, 'values is required: an object of {"key": value}')
@@ -53,7 +49,7 @@ class SettingsAPI:
 
     @routes.route(PATH, methods=["DELETE"], auth="admin")
     async def delete(self, request: IRequest) -> bytes:
-        return json_response(request, await self._editor().clear(query_arg(request, "key")))
+        return json_response(request, await self.records.settings().clear(query_arg(request, "key")))
 
 
 __all__ = ["PATH", "SettingsAPI"]

@@ -1,7 +1,7 @@
 """A node's HTTP clients: one persistent connection pool behind an ``Agent`` for readiness probes,
 asset pulls and anything the lean clients hand back (treq over it); the lean keep-alive client for
-its own backends (issue 14); and another for other nodes (issue 24: forwards, relays and the
-control calls, :mod:`routerd.clients.peer_http`).  Tests inject their own agent and treq client; the
+its own backends (:mod:`routerd.clients.backend_http`); and another for other nodes (forwards, relays
+and the control calls, :mod:`routerd.clients.peer_http`).  Tests inject their own agent and treq client; the
 backend and peer clients are then those.
 """
 

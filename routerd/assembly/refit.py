@@ -11,7 +11,7 @@ from routerd.lending.service import LendingService
 from routerd.services import IntervalService
 from routerd.store.store import Store
 
-#: The newest samples of each (model, section) a fit reads (issue 14): the window may hold millions
+#: The newest samples of each (model, section) a fit reads: the window may hold millions
 #: on a busy node (24 h at 1,000 requests/s); a robust linear fit of the latest few thousand is as
 #: tight, and a refit then costs the same at every load instead of growing with the window.
 FIT_SAMPLES = 4000
@@ -20,7 +20,7 @@ FIT_SAMPLES = 4000
 def fit_sample_bound(min_samples: int) -> int:
     """How many of the newest samples of each (model, section) a refit reads: ``FIT_SAMPLES``, or
     ``scheduling_min_samples`` when that is higher (it accepts up to 100,000; a lower read would
-    leave every model unpriced for good, issue 21)."""
+    leave every model unpriced for good)."""
     return max(FIT_SAMPLES, int(min_samples))
 
 

@@ -29,7 +29,6 @@ from routerd.config.lending import LendingSettings
 from routerd.config.schema import ClusterConfig
 from routerd.inference.front import InferenceFront
 from routerd.inference.recipes import Loader, RecipeRouter
-from routerd.lending.admin import SettingsEditor, stored_guardians
 from routerd.lending.bootstrap import load_lending_state
 from routerd.lending.coordinator import Coordinator, ServeBorrowed
 from routerd.lending.offload import Borrowed, offload_returned
@@ -44,6 +43,8 @@ from routerd.routing.call import Incoming, Reply
 from routerd.routing.classify import classify
 from routerd.routing.forward import Forwarder
 from routerd.routing.relay import Timeouts
+from routerd.site.guardians import stored_guardians
+from routerd.site.settings import SettingsEditor
 from routerd.store.store import Store
 from routerd.urls import AllowList
 from routerd.wire.records import ModelRecord, Snapshot

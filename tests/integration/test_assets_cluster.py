@@ -80,6 +80,11 @@ async def _puller(s: Setup) -> RunningNode:
     return node
 
 
+def _bound(node: Any, pulled: Path) -> bool:
+    model = node.node.catalog.get("chat")
+    return model is not None and model.text_model == str(pulled)
+
+
 def _shared(s: Setup) -> Path:
     return s.plan.root / "puller" / "store" / "model-assets" / "sha256" / s.sha[:2] / s.sha
 
@@ -93,9 +98,12 @@ async def _chat(url: str) -> tuple[int, Any]:
 @pytest_twisted.ensureDeferred
 async def test_a_slave_missing_weights_pulls_them_by_hash_and_then_serves(setup: Setup) -> None:
     puller = await _puller(setup)
-    await wait_until(lambda: puller.node.assets.states.get("chat") is not None, timeout=10)
-    assert puller.node.assets.states["chat"].state == "ready", puller.node.assets.states
     pulled = _shared(setup) / "chat.sim.json"
+    # The states are published, then the bound catalog is hashed off the reactor and installed:
+    # wait for both (on a loaded machine the hashing thread may still run when the state is set).
+    await wait_until(lambda: puller.node.assets.states.get("chat") is not None and _bound(puller, pulled),
+                     timeout=10)
+    assert puller.node.assets.states["chat"].state == "ready", puller.node.assets.states
     assert pulled.read_bytes() == setup.weights
     assert not (_shared(setup) / ".partial").exists()
     model = puller.node.catalog.get("chat")

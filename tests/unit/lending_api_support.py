@@ -1,24 +1,27 @@
-"""A small fake node and an in-memory HTTP client for the lending route tests.
+"""What the lending route tests build the routes from, and an in-memory HTTP client for them.
 
-The routes run on a tiny Klein app behind ``treq.testing.StubTreq``; the store is a real in-memory
-``Store``; the master's registry returns hand-made records; the lending object records every call.
+The routes run behind ``treq.testing.StubTreq``; the site is ``routerd.site.testing``'s (its registry
+returns hand-made records); the store is a real in-memory ``Store``; the lending object records
+every call.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import attrs
 from treq.testing import StubTreq
 
-from routerd.api import links_routes, push_routes, settings_routes
+from routerd.api import guardians_routes, links_routes, push_routes, settings_routes
 from routerd.api.dispatch import Dispatch
 from routerd.catalog.model import Capabilities, ModelConfig
 from routerd.config.lending import LendingSettings
 from routerd.lending.links import LinkSet
 from routerd.routing.guardians import GuardianSet
+from routerd.site.records import SiteRecords
+from routerd.site.service import SiteService
+from routerd.site.testing import agent_of, fake_site
 from routerd.store.store import Store
 from routerd.wire.records import ModelRecord
 
@@ -44,19 +47,6 @@ def config_of(rec: ModelRecord, **changes: Any) -> ModelConfig:
     return ModelConfig(local_id=rec.local_id, filename=rec.filename, path=f"/models/{rec.filename}",
                        backend_mode="llama_sdcpp", capabilities=rec.capabilities,
                        config_hash=rec.config_hash, model_hash=rec.model_hash, **changes)
-
-
-@attrs.define
-class FakeRegistry:
-    models: list[ModelRecord] = attrs.Factory(list)
-
-    def records(self) -> Sequence[ModelRecord]:
-        return list(self.models)
-
-
-@attrs.define
-class FakeMaster:
-    registry: FakeRegistry = attrs.Factory(FakeRegistry)
 
 
 @attrs.define
@@ -94,27 +84,35 @@ class FakeLending:
 
 
 @attrs.define
-class FakeNode:
+class Parts:
+    """What the lending routes are built from on node ``node_id``: its site, store, catalog and lending."""
+
     node_id: str = MASTER
     store: Store | None = attrs.Factory(Store.open_sync)
-    site: FakeMaster | None = attrs.Factory(FakeMaster)
+    site: SiteService = attrs.Factory(lambda self: fake_site(self.node_id), takes_self=True)
     catalog: FakeCatalog = attrs.Factory(FakeCatalog)
     lending: FakeLending = attrs.Factory(FakeLending)
 
     @classmethod
-    def slave(cls) -> FakeNode:
-        return cls(node_id="slave-a", site=None)
+    def slave(cls, node_id: str = "slave-a") -> Parts:
+        return cls(node_id=node_id, site=fake_site(node_id, role="slave"))
 
     def add(self, *records: ModelRecord) -> None:
-        assert self.site is not None
-        self.site.registry.models.extend(records)
+        agent_of(self.site).registry.models.extend(records)
+
+    def add_nodes(self, *node_ids: str) -> None:
+        for node_id in node_ids:
+            agent_of(self.site).registry.add_node(node_id)
 
 
 class Client:
-    """Synchronous JSON calls against a Klein app holding the three route sets."""
+    """Synchronous JSON calls against the lending route sets (links, settings, push, guardians)."""
 
-    def __init__(self, node: FakeNode) -> None:
-        apis = [links_routes.LinksAPI(node), settings_routes.SettingsAPI(node), push_routes.PushAPI(node)]
+    def __init__(self, node: Parts) -> None:
+        records = SiteRecords(node.site, node.lending, store=lambda: node.store, catalog=lambda: node.catalog)
+        apis = [links_routes.LinksAPI(records), settings_routes.SettingsAPI(records),
+                push_routes.PushAPI(site=node.site, lending=node.lending),
+                guardians_routes.GuardiansAPI(records)]
         self.stub: Any = StubTreq(Dispatch(apis))  # its request methods are built at run time
 
     def call(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,

@@ -17,7 +17,7 @@ from routerd.errors import HTTPError
 from routerd.inference.analytics import AnalyticsRecorder, LoadErrors, load_row, node_document, request_row
 from routerd.routing.call import Call
 from routerd.routing.classify import classify
-from routerd.serve.analytics_site import merge, parse_query
+from routerd.site.analytics import merge, parse_query
 from routerd.store import analytics as sql
 from routerd.store.analytics import (
     HIST_BUCKETS,

@@ -10,15 +10,15 @@ from routerd.catalog.eligibility import MULTIMODAL_MISMATCH, NO_CONTEXT
 from routerd.store.links import LinkRow
 from routerd.wire.lending import Endpoint, Link
 from tests.support import fired
-from tests.unit.lending_api_support import Client, FakeNode, config_of, record
+from tests.unit.lending_api_support import Client, Parts, config_of, record
 
 TEXT = "/router/v1/site/text-routing-groups"
 IMAGE = "/router/v1/site/routing-groups"
 
 
-def cluster() -> FakeNode:
+def cluster() -> Parts:
     """master/llama (weights H1) and master/second; slave-a and slave-b with a mix of models."""
-    node = FakeNode()
+    node = Parts()
     node.add(
         record("master", "llama", model_hash="H1"),
         record("master", "second", model_hash="H9"),
@@ -37,7 +37,7 @@ def peer(node_id: str, model_id: str, **flags: bool) -> dict[str, Any]:
     return {"node_id": node_id, "model_id": model_id, **flags}
 
 
-def stored(node: FakeNode, lane: str = "text") -> list[LinkRow]:
+def stored(node: Parts, lane: str = "text") -> list[LinkRow]:
     assert node.store is not None
     return fired(node.store.links(lane))  # type: ignore[arg-type]
 
@@ -48,7 +48,7 @@ def row(owner: str, helper: str, load: bool = True, restore: bool = False) -> Li
     return LinkRow(on, om, hn, hm, load, restore)
 
 
-def seed(node: FakeNode, lane: str, *rows: LinkRow) -> None:
+def seed(node: Parts, lane: str, *rows: LinkRow) -> None:
     assert node.store is not None
     fired(node.store.replace_links(lane, list(rows)))  # type: ignore[arg-type]
 
@@ -105,7 +105,7 @@ def test_candidates_show_the_existing_links_in_both_directions_with_their_flags(
 
 
 def test_an_anchor_without_model_hash_matches_no_candidates_weights() -> None:
-    node = FakeNode()
+    node = Parts()
     node.add(record("master", "blank"), record("slave-a", "blank"))
     _, body = Client(node).get(TEXT, node_id="master", model_id="blank")
     assert [c["weights_match"] for c in body["candidates"]] == [False]
@@ -290,11 +290,11 @@ def test_delete_without_an_anchor_is_a_bad_request() -> None:
 @pytest.mark.parametrize("method", ["GET", "POST", "DELETE"])
 @pytest.mark.parametrize("path", [TEXT, IMAGE])
 def test_the_links_api_is_closed_on_a_slave(method: str, path: str) -> None:
-    code, body = Client(FakeNode.slave()).call(method, path, {"anchor": {"node_id": "a", "model_id": "b"}},
+    code, body = Client(Parts.slave()).call(method, path, {"anchor": {"node_id": "a", "model_id": "b"}},
                                                 params={"node_id": "a", "model_id": "b"})
     assert code == 404 and body["error"]["code"] == "not_found"
 
 
 def test_a_master_without_a_store_answers_links_not_configured() -> None:
-    code, body = Client(FakeNode(store=None)).get(TEXT)
+    code, body = Client(Parts(store=None)).get(TEXT)
     assert code == 404 and body["error"]["message"] == "routing links are not configured"

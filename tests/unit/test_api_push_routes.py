@@ -8,7 +8,7 @@ import pytest
 
 from routerd.config.lending import LendingSettings
 from routerd.wire.lending import Endpoint, Link
-from tests.unit.lending_api_support import Client, FakeNode
+from tests.unit.lending_api_support import Client, Parts
 
 LINKS = "/router/v1/node/offload/links"
 SETTINGS = "/router/v1/node/offload/settings"
@@ -21,7 +21,7 @@ def link_json(owner: str, helper: str, **flags: bool) -> dict[str, Any]:
 
 
 def test_pushed_links_are_installed_for_both_lanes_and_counted() -> None:
-    node = FakeNode.slave()
+    node = Parts.slave()
     code, body = Client(node).post(LINKS, {
         "image": [link_json("master/sd-x", "slave-a/sd-x", load_if_unloaded=False)],
         "text": [link_json("slave-a/llm", "master/llm", restore_after_borrow=True),
@@ -36,7 +36,7 @@ def test_pushed_links_are_installed_for_both_lanes_and_counted() -> None:
 
 
 def test_empty_lists_clear_the_links() -> None:
-    node = FakeNode.slave()
+    node = Parts.slave()
     code, body = Client(node).post(LINKS, {"image": [], "text": []})
     assert code == 200 and body == {"ok": True, "image": 0, "text": 0, "guardians": 0}
     assert [len(s) for s in node.lending.installed[0]] == [0, 0]
@@ -53,14 +53,14 @@ def test_empty_lists_clear_the_links() -> None:
     ({"image": [link_json("a/m", "a/n")], "text": []}, "cannot lend work to a model on its own node"),
 ])
 def test_malformed_link_pushes_are_refused_and_install_nothing(body: dict[str, Any], word: str) -> None:
-    node = FakeNode.slave()
+    node = Parts.slave()
     code, answer = Client(node).post(LINKS, body)
     assert code == 400 and word in answer["error"]["message"]
     assert node.lending.installed == []
 
 
 def test_pushed_settings_drop_unknown_keys_and_apply_the_rest() -> None:
-    node = FakeNode.slave()
+    node = Parts.slave()
     master = LendingSettings(scheduling_grant_ttl=45.0, offload_probe_helper_slots=3)
     values: dict[str, Any] = {**master.texts(), "setting_from_the_future": "7"}
     code, body = Client(node).post(SETTINGS, {"values": values, "fingerprint": "0123456789ab"})
@@ -70,7 +70,7 @@ def test_pushed_settings_drop_unknown_keys_and_apply_the_rest() -> None:
 
 
 def test_keys_missing_from_a_settings_push_take_their_defaults() -> None:
-    node = FakeNode.slave()
+    node = Parts.slave()
     node.lending.settings = LendingSettings(scheduling_backend_depth=9)
     code, body = Client(node).post(SETTINGS, {"values": {"offload_probe_idle": "2s"}})
     assert code == 200
@@ -84,7 +84,7 @@ def test_keys_missing_from_a_settings_push_take_their_defaults() -> None:
     ({"values": {}, "fingerprint": 5}, "fingerprint must be a string"),
 ])
 def test_invalid_settings_pushes_apply_nothing(body: dict[str, Any], word: str) -> None:
-    node = FakeNode.slave()
+    node = Parts.slave()
     code, answer = Client(node).post(SETTINGS, body)
     assert code == 400 and word in answer["error"]["message"]
     assert node.lending.applied == []
@@ -93,7 +93,7 @@ def test_invalid_settings_pushes_apply_nothing(body: dict[str, Any], word: str) 
 @pytest.mark.parametrize("path,body", [(LINKS, {"image": [], "text": []}), (SETTINGS, {"values": {}})])
 def test_a_master_refuses_pushes_because_its_own_database_is_authoritative(path: str,
                                                                           body: dict[str, Any]) -> None:
-    node = FakeNode()
+    node = Parts()
     code, answer = Client(node).post(path, body)
     assert code == 409 and answer["error"]["code"] == "is_master"
     assert node.lending.installed == [] and node.lending.applied == []

@@ -8,12 +8,12 @@ import pytest
 
 from routerd.config.lending import SETTINGS, LendingSettings
 from tests.support import fired
-from tests.unit.lending_api_support import Client, FakeNode
+from tests.unit.lending_api_support import Client, Parts
 
 PATH = "/router/v1/site/offload/settings"
 
 
-def overrides(node: FakeNode) -> dict[str, str]:
+def overrides(node: Parts) -> dict[str, str]:
     assert node.store is not None
     return fired(node.store.setting_overrides())
 
@@ -23,7 +23,7 @@ def entry(body: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 def test_get_lists_every_setting_with_its_default_fingerprint_and_editable() -> None:
-    node = FakeNode()
+    node = Parts()
     code, body = Client(node).get(PATH)
     assert code == 200
     assert [e["key"] for e in body["entries"]] == [s.key for s in SETTINGS]
@@ -34,7 +34,7 @@ def test_get_lists_every_setting_with_its_default_fingerprint_and_editable() -> 
 
 
 def test_get_shows_the_config_layer() -> None:
-    node = FakeNode()
+    node = Parts()
     node.lending.config_settings = LendingSettings(scheduling_min_samples=50)
     _, body = Client(node).get(PATH)
     e = entry(body, "scheduling_min_samples")
@@ -43,7 +43,7 @@ def test_get_shows_the_config_layer() -> None:
 
 
 def test_post_stores_normalised_overrides_applies_the_effective_settings_and_pushes() -> None:
-    node = FakeNode()
+    node = Parts()
     node.lending.config_settings = LendingSettings(scheduling_min_samples=50)
     code, body = Client(node).post(PATH, {"values": {"offload_restore_delay": " 1500ms ",
                                                      "scheduling_backend_depth": 3,
@@ -60,7 +60,7 @@ def test_post_stores_normalised_overrides_applies_the_effective_settings_and_pus
 
 
 def test_a_batch_with_one_bad_value_changes_nothing_and_names_the_key() -> None:
-    node = FakeNode()
+    node = Parts()
     client = Client(node)
     client.post(PATH, {"values": {"scheduling_grant_ttl": "40s"}})
     node.lending.applied.clear()
@@ -81,7 +81,7 @@ def test_a_batch_with_one_bad_value_changes_nothing_and_names_the_key() -> None:
     ({"offload_hold_for_faster_helper": "maybe"}, "offload_hold_for_faster_helper must be true or false"),
 ])
 def test_invalid_values_are_refused(values: dict[str, Any], word: str) -> None:
-    node = FakeNode()
+    node = Parts()
     code, body = Client(node).post(PATH, {"values": values})
     assert code == 400 and word in body["error"]["message"]
     assert overrides(node) == {}
@@ -89,12 +89,12 @@ def test_invalid_values_are_refused(values: dict[str, Any], word: str) -> None:
 
 @pytest.mark.parametrize("body", [{}, {"values": ["a"]}, {"values": "x"}])
 def test_post_without_a_values_object_is_a_bad_request(body: dict[str, Any]) -> None:
-    code, answer = Client(FakeNode()).post(PATH, body)
+    code, answer = Client(Parts()).post(PATH, body)
     assert code == 400 and "values" in answer["error"]["message"]
 
 
 def test_an_invalid_stored_override_is_shown_but_not_applied() -> None:
-    node = FakeNode()
+    node = Parts()
     node.lending.config_settings = LendingSettings(scheduling_backend_depth=4)
     assert node.store is not None
     fired(node.store.set_setting_overrides({"scheduling_backend_depth": "0"}))
@@ -108,7 +108,7 @@ def test_an_invalid_stored_override_is_shown_but_not_applied() -> None:
 
 
 def test_delete_with_a_key_clears_one_override_and_without_clears_all() -> None:
-    node = FakeNode()
+    node = Parts()
     client = Client(node)
     client.post(PATH, {"values": {"scheduling_grant_ttl": "40s", "offload_probe_idle": "9s"}})
     code, body = client.delete(PATH, key="scheduling_grant_ttl")
@@ -124,7 +124,7 @@ def test_delete_with_a_key_clears_one_override_and_without_clears_all() -> None:
 
 
 def test_delete_of_an_unknown_key_is_a_bad_request_unless_it_is_stored() -> None:
-    node = FakeNode()
+    node = Parts()
     code, _ = Client(node).delete(PATH, key="nope")
     assert code == 400 and node.lending.pushes == 0
     assert node.store is not None
@@ -134,7 +134,7 @@ def test_delete_of_an_unknown_key_is_a_bad_request_unless_it_is_stored() -> None
 
 
 def test_without_a_store_settings_are_listed_read_only_and_changes_are_refused() -> None:
-    node = FakeNode(store=None)
+    node = Parts(store=None)
     client = Client(node)
     code, body = client.get(PATH)
     assert code == 200 and body["editable"] is False
@@ -145,5 +145,5 @@ def test_without_a_store_settings_are_listed_read_only_and_changes_are_refused()
 
 @pytest.mark.parametrize("method", ["GET", "POST", "DELETE"])
 def test_the_settings_api_is_closed_on_a_slave(method: str) -> None:
-    code, body = Client(FakeNode.slave()).call(method, PATH, {"values": {}})
+    code, body = Client(Parts.slave()).call(method, PATH, {"values": {}})
     assert code == 404 and body["error"]["code"] == "not_found"

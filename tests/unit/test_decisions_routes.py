@@ -11,7 +11,7 @@ import attrs
 import pytest
 from treq.testing import StubTreq
 from twisted.internet import task
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred
 
 from routerd import __version__
 from routerd.api.decisions_routes import DecisionsAPI
@@ -19,8 +19,10 @@ from routerd.api.dispatch import Dispatch
 from routerd.clients.node_client import ClusterTimeout
 from routerd.config.lending import LendingSettings
 from routerd.lending.decisions import DecisionLog
-from routerd.lending.reports import FANOUT, NODE_TIMEOUT_S
+from routerd.lending.reports import LendingReports
 from routerd.registry.records import NodeInfo
+from routerd.site.service import FANOUT, NODE_TIMEOUT_S, SiteService
+from routerd.site.testing import FakeAgent, FakeRegistry
 from routerd.store.store import Store
 
 SETTINGS = LendingSettings()
@@ -59,41 +61,13 @@ class BareLending:
 
 
 @attrs.define
-class FakeRegistry:
-    infos: list[NodeInfo] = attrs.Factory(list)
+class Parts:
+    """What the decision routes are built from on node ``node_id``: its site's agent (None on a
+    slave), store, lending and coordinator (a master's)."""
 
-    def nodes(self) -> list[NodeInfo]:
-        return sorted(self.infos, key=lambda n: n.node_id)
-
-
-@attrs.define
-class FakeClient:
-    """Answers by node URL: a JSON value, an exception, or a Deferred the test fires later."""
-
-    answers: dict[str, Any] = attrs.Factory(dict)
-    calls: list[tuple[str, str, float | None]] = attrs.Factory(list)
-
-    def get_json(self, base: str, path: str, *, timeout: float | None = None) -> Deferred[Any]:
-        self.calls.append((base, path, timeout))
-        answer = self.answers[base]
-        if isinstance(answer, Deferred):
-            return answer
-        if isinstance(answer, Exception):
-            return fail(answer)
-        return succeed(answer(path) if callable(answer) else answer)
-
-
-@attrs.define
-class FakeMaster:
-    registry: FakeRegistry = attrs.Factory(FakeRegistry)
-    client: FakeClient = attrs.Factory(FakeClient)
-
-
-@attrs.define
-class FakeNode:
     node_id: str = "master"
     store: Any = None
-    site: FakeMaster | None = None
+    site: FakeAgent | None = None
     lending: Any = attrs.Factory(FakeLending)
     coordinator: FakeCoordinator | None = None
 
@@ -103,15 +77,21 @@ def info(node_id: str, healthy: bool = True) -> NodeInfo:
                     build_version="9.9.9", protocol_version=1)
 
 
-def with_log(node: FakeNode, clock: task.Clock) -> DecisionLog:
+def with_log(node: Parts, clock: task.Clock) -> DecisionLog:
     store = Store.open_sync(clock=clock)
     node.store = store
     node.lending.decisions = DecisionLog(store, clock, node.node_id, __version__, 3600.0)
     return node.lending.decisions  # type: ignore[no-any-return]
 
 
-def get(node: FakeNode, path: str) -> tuple[int, Any]:
-    client = StubTreq(Dispatch([DecisionsAPI(node)]))
+def routes(node: Parts) -> DecisionsAPI:
+    site = SiteService(node.node_id, node.site)
+    reports = LendingReports(node.node_id, node.lending, lambda: node.store, node.coordinator)
+    return DecisionsAPI(site=site, reports=reports)
+
+
+def get(node: Parts, path: str) -> tuple[int, Any]:
+    client = StubTreq(Dispatch([routes(node)]))
     out: list[Any] = []
     client.get("http://node" + path).addCallback(
         lambda r: out.append(r.code) or r.content()).addCallback(out.append)
@@ -129,7 +109,7 @@ def get(node: FakeNode, path: str) -> tuple[int, Any]:
 ])
 @pytest.mark.parametrize("path", ["/router/v1/node/offload/decisions", "/router/v1/site/offload/decisions"])
 def test_bad_parameters_answer_400_with_a_reason(path: str, query: str) -> None:
-    node = FakeNode(site=FakeMaster())
+    node = Parts(site=FakeAgent())
     code, body = get(node, f"{path}?{query}")
     assert code == 400
     assert body["error"]["type"] == "invalid_request_error"
@@ -140,7 +120,7 @@ def test_bad_parameters_answer_400_with_a_reason(path: str, query: str) -> None:
                                   "/router/v1/site/offload/decisions/folded"])
 def test_since_ms_past_sqlites_integer_range_is_a_400_not_a_500(path: str) -> None:
     """Found by the schemathesis run: the store raised OverflowError binding it (a 500)."""
-    node = FakeNode(site=FakeMaster())
+    node = Parts(site=FakeAgent())
     code, body = get(node, f"{path}?since_ms=9223372036854775808")
     assert code == 400
     assert "since_ms" in body["error"]["message"]
@@ -148,7 +128,7 @@ def test_since_ms_past_sqlites_integer_range_is_a_400_not_a_500(path: str) -> No
 
 def test_node_decisions_flush_the_buffer_and_apply_the_filters() -> None:
     clock = task.Clock()
-    node = FakeNode()
+    node = Parts()
     log = with_log(node, clock)
     for i in range(3):
         clock.advance(1)
@@ -169,7 +149,7 @@ def test_node_decisions_flush_the_buffer_and_apply_the_filters() -> None:
 
 
 def test_node_decisions_read_the_store_without_a_log_and_nothing_before_it_opens() -> None:
-    node = FakeNode()
+    node = Parts()
     assert get(node, "/router/v1/node/offload/decisions") == (200, {"records": []})
     store = Store.open_sync()
     store.insert_decisions([{"recorded_at": 5, "node_id": "master", "kind": "plan",
@@ -181,7 +161,7 @@ def test_node_decisions_read_the_store_without_a_log_and_nothing_before_it_opens
 
 def test_node_summary_reports_build_fingerprint_and_held_requests() -> None:
     held = [{"request_id": "r1", "lane": "image", "model_id": "sd", "state": "queued", "waiting_ms": 10}]
-    node = FakeNode(node_id="slave-a", lending=FakeLending(held=held))
+    node = Parts(node_id="slave-a", lending=FakeLending(held=held))
     assert get(node, "/router/v1/node/offload/summary") == (200, {
         "node_id": "slave-a", "build_version": __version__,
         "settings_fingerprint": SETTINGS.fingerprint(), "held_requests": held})
@@ -196,7 +176,7 @@ def test_node_summary_reports_build_fingerprint_and_held_requests() -> None:
 @pytest.mark.parametrize("path", ["/router/v1/site/offload/decisions", "/router/v1/site/offload/summary",
                                   "/router/v1/site/offload/decisions?limit=0"])
 def test_site_routes_answer_404_on_a_node_that_is_not_the_master(path: str) -> None:
-    code, body = get(FakeNode(site=None), path)
+    code, body = get(Parts(site=None), path)
     assert code == 404
     assert body["error"]["code"] == "not_found"
 
@@ -211,10 +191,10 @@ def _remote_rows(node_id: str, times: list[int]) -> Callable[[str], dict[str, An
     return answer
 
 
-def _site(clock: task.Clock) -> FakeNode:
-    master = FakeMaster(FakeRegistry([info("slave-a"), info("slave-b"), info("slave-c"),
+def _site(clock: task.Clock) -> Parts:
+    master = FakeAgent(FakeRegistry(infos=[info("slave-a"), info("slave-b"), info("slave-c"),
                                       info("slave-d", healthy=False)]))
-    node = FakeNode(site=master)
+    node = Parts(site=master)
     log = with_log(node, clock)
     for at in (1.5, 4.5):
         clock.advance(at - clock.seconds())
@@ -268,7 +248,7 @@ def test_site_decisions_forward_the_filters_truncate_and_select_nodes() -> None:
 
 
 def test_site_decisions_report_a_malformed_answer() -> None:
-    node = FakeNode(site=FakeMaster(FakeRegistry([info("slave-a")])))
+    node = Parts(site=FakeAgent(FakeRegistry(infos=[info("slave-a")])))
     assert node.site is not None
     node.site.client.answers = {"http://slave-a:8080": {"rows": []}}
     _, body = get(node, "/router/v1/site/offload/decisions")
@@ -278,11 +258,11 @@ def test_site_decisions_report_a_malformed_answer() -> None:
 
 def test_site_asks_at_most_eight_nodes_at_once() -> None:
     names = [f"slave-{i:02d}" for i in range(FANOUT + 4)]
-    node = FakeNode(site=FakeMaster(FakeRegistry([info(n) for n in names])))
+    node = Parts(site=FakeAgent(FakeRegistry(infos=[info(n) for n in names])))
     assert node.site is not None
     pending = {f"http://{n}:8080": Deferred() for n in names}
     node.site.client.answers = dict(pending)
-    client = StubTreq(Dispatch([DecisionsAPI(node)]))
+    client = StubTreq(Dispatch([routes(node)]))
     out: list[Any] = []
     client.get("http://node/router/v1/site/offload/decisions").addCallback(
         lambda r: out.append(r.code) or r.content()).addCallback(out.append)
@@ -305,8 +285,8 @@ def test_site_summary_lists_every_node_sorted_with_sync_state_and_leases() -> No
              "ttl_ms": 30000, "expires_in_ms": 12000}
     held = [{"request_id": "r9", "lane": "text", "model_id": "chat", "state": "lent", "waiting_ms": 5,
              "helper_node_id": "slave-a", "helper_model_id": "chat"}]
-    master = FakeMaster(FakeRegistry([info("slave-b"), info("slave-a")]))
-    node = FakeNode(site=master, coordinator=FakeCoordinator([lease]))
+    master = FakeAgent(FakeRegistry(infos=[info("slave-b"), info("slave-a")]))
+    node = Parts(site=master, coordinator=FakeCoordinator([lease]))
     master.client.answers = {
         "http://slave-a:8080": {"node_id": "slave-a", "build_version": "0.1.0",
                                 "settings_fingerprint": SETTINGS.fingerprint(), "held_requests": held},
@@ -333,9 +313,9 @@ def test_site_summary_lists_every_node_sorted_with_sync_state_and_leases() -> No
 
 
 def test_site_summary_reports_failed_nodes_and_guards_a_bare_lending_service() -> None:
-    master = FakeMaster(FakeRegistry([info("slave-a"), info("slave-b", healthy=False)]))
+    master = FakeAgent(FakeRegistry(infos=[info("slave-a"), info("slave-b", healthy=False)]))
     master.client.answers = {"http://slave-a:8080": ConnectionRefusedError("connection refused")}
-    node = FakeNode(site=master, lending=BareLending())
+    node = Parts(site=master, lending=BareLending())
     code, body = get(node, "/router/v1/site/offload/summary")
     assert code == 200
     assert [n["node_id"] for n in body["nodes"]] == ["master"]
@@ -349,7 +329,7 @@ def test_site_summary_reports_failed_nodes_and_guards_a_bare_lending_service() -
 
 def test_site_folded_decisions_fold_every_nodes_rows_and_paginate() -> None:
     clock = task.Clock()
-    node = FakeNode(site=FakeMaster())
+    node = Parts(site=FakeAgent())
     log = with_log(node, clock)
     for _ in range(3):
         clock.advance(1)
@@ -373,7 +353,7 @@ def test_site_folded_decisions_fold_every_nodes_rows_and_paginate() -> None:
 
 
 def test_site_folded_decisions_gather_more_rows_than_one_node_may_return() -> None:
-    node = FakeNode(site=FakeMaster())
+    node = Parts(site=FakeAgent())
     node.site.registry.infos.append(info("slave-a"))  # type: ignore[union-attr]
     node.site.client.answers["http://slave-a:8080"] = _remote_rows("slave-a", [1, 2, 3])
     code, body = get(node, "/router/v1/site/offload/decisions/folded?limit=20000")
@@ -385,13 +365,13 @@ def test_site_folded_decisions_gather_more_rows_than_one_node_may_return() -> No
 @pytest.mark.parametrize("query", ["page=-1", "page=x", "page_size=0", "page_size=501", "limit=100001",
                                    "kind=audit"])
 def test_site_folded_decisions_refuse_bad_parameters(query: str) -> None:
-    code, body = get(FakeNode(site=FakeMaster()), f"/router/v1/site/offload/decisions/folded?{query}")
+    code, body = get(Parts(site=FakeAgent()), f"/router/v1/site/offload/decisions/folded?{query}")
     assert code == 400
     assert query.split("=")[0] in body["error"]["message"]
 
 
 def test_site_folded_decisions_answer_404_on_a_node_that_is_not_the_master() -> None:
-    code, _ = get(FakeNode(site=None), "/router/v1/site/offload/decisions/folded")
+    code, _ = get(Parts(site=None), "/router/v1/site/offload/decisions/folded")
     assert code == 404
 
 
@@ -399,9 +379,9 @@ def test_site_folded_decisions_answer_404_on_a_node_that_is_not_the_master() -> 
 
 
 def test_site_states_gather_every_nodes_state_and_name_the_ones_that_failed() -> None:
-    from routerd.lending.reports import site_states
+    from routerd.site.reports import site_states
 
-    master = FakeMaster()
+    master = FakeAgent()
     master.registry.infos += [info("slave-a"), info("slave-b"), info("slave-c", healthy=False)]
     master.client.answers["http://slave-a:8080"] = {"node_id": "whatever", "runtimes": [],
                                                     "active_requests": [],
@@ -409,7 +389,7 @@ def test_site_states_gather_every_nodes_state_and_name_the_ones_that_failed() ->
     master.client.answers["http://slave-b:8080"] = ClusterTimeout("no answer in 5s")
     own = {"node_id": "master", "runtimes": [], "active_requests": [], "held_requests": []}
     out: list[Any] = []
-    Deferred.fromCoroutine(site_states(master, "master", own)).addCallback(out.append)
+    Deferred.fromCoroutine(site_states(SiteService("master", master), own)).addCallback(out.append)
     [doc] = out
     assert [s["node_id"] for s in doc["states"]] == ["master", "slave-a"]
     assert doc["states"][1]["held_requests"] == [{"request_id": "r"}]

@@ -21,7 +21,7 @@ from routerd.demo.demo import (
     setup_calls,
     wave_plan,
 )
-from routerd.lending.admin import normalise_batch
+from routerd.site.settings import normalise_batch
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "etc" / "cluster"

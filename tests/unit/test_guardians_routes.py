@@ -3,19 +3,13 @@ push; the guardian decision row's enumerations."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-import attrs
 import pytest
 
-from routerd.api.guardians_routes import GUARDIANS_PATH, GuardiansAPI
+from routerd.api.guardians_routes import GUARDIANS_PATH
 from routerd.lending.decisions import validate
-from routerd.registry.records import NodeInfo
-from routerd.routing.guardians import GuardianSet
-from routerd.store.store import Store
-from routerd.wire.records import ModelRecord
-from tests.unit.lending_api_support import Client, record
+from tests.unit.lending_api_support import Client, Parts, record
 
 TEXT_A = record("master", "text-a")
 VISION_A = record("master", "vision-a", multimodal=True)
@@ -24,50 +18,14 @@ VISION_B = record("slave-b", "vision-b", multimodal=True)
 SD_B = record("slave-b", "sd-b", llm=False, image_id="sd-b")
 
 
-@attrs.define
-class Registry:
-    models: list[ModelRecord]
-    node_ids: list[str] = attrs.Factory(lambda: ["slave-b", "slave-c"])
-
-    def records(self) -> Sequence[ModelRecord]:
-        return list(self.models)
-
-    def nodes(self) -> Sequence[NodeInfo]:
-        return [NodeInfo(n, f"http://{n}:1", True, "1", 1) for n in self.node_ids]
-
-
-@attrs.define
-class Master:
-    registry: Registry
-
-
-@attrs.define
-class Lending:
-    guardians: GuardianSet = attrs.Factory(GuardianSet)
-    pushes: int = 0
-
-    def install_guardians(self, guardians: GuardianSet) -> None:
-        self.guardians = guardians
-
-    async def push(self) -> None:
-        self.pushes += 1
-
-
-@attrs.define
-class Node:
-    node_id: str = "master"
-    store: Store | None = attrs.Factory(Store.open_sync)
-    site: Master | None = attrs.Factory(
-        lambda: Master(Registry([TEXT_A, VISION_A, TEXT_B, VISION_B, SD_B])))
-    lending: Lending = attrs.Factory(Lending)
-
-
-class GuardianClient(Client):
-    def __init__(self, node: Node) -> None:
-        from treq.testing import StubTreq
-
-        from routerd.api.dispatch import Dispatch
-        self.stub = StubTreq(Dispatch([GuardiansAPI(node)]))
+def guarded(node_id: str = "master", *, slave: bool = False) -> Parts:
+    """A master knowing two text and two vision models, an image model and nodes slave-b and slave-c."""
+    if slave:
+        return Parts.slave(node_id)
+    parts = Parts(node_id=node_id)
+    parts.add(TEXT_A, VISION_A, TEXT_B, VISION_B, SD_B)
+    parts.add_nodes("slave-b", "slave-c")
+    return parts
 
 
 def setting(scope: str, guardian: str, node_id: str | None = None,
@@ -82,8 +40,8 @@ def setting(scope: str, guardian: str, node_id: str | None = None,
 
 
 def test_a_setting_is_stored_installed_pushed_and_listed() -> None:
-    node = Node()
-    client = GuardianClient(node)
+    node = guarded()
+    client = Client(node)
     code, body = client.post(GUARDIANS_PATH, setting("cluster", "slave-b/vision-b"))
     assert code == 200, body
     assert body["guardians"] == [setting("cluster", "slave-b/vision-b")]
@@ -99,8 +57,8 @@ def test_a_setting_is_stored_installed_pushed_and_listed() -> None:
 
 
 def test_the_listing_shows_the_most_specific_setting_per_text_model() -> None:
-    node = Node()
-    client = GuardianClient(node)
+    node = guarded()
+    client = Client(node)
     code, body = client.post(GUARDIANS_PATH, {"guardians": [
         setting("cluster", "slave-b/vision-b"), setting("node", "master/vision-a", node_id="master"),
         setting("model", "master/vision-a", node_id="slave-b", model_id="text-b")]})
@@ -124,8 +82,8 @@ def test_the_listing_shows_the_most_specific_setting_per_text_model() -> None:
         "unknown-target", "self", "malformed"])
 def test_a_bad_setting_is_refused_with_the_reason_and_nothing_changes(entry: dict[str, Any],
                                                                        says: str) -> None:
-    node = Node()
-    client = GuardianClient(node)
+    node = guarded()
+    client = Client(node)
     code, body = client.post(GUARDIANS_PATH, entry)
     assert code == 400 and says in body["error"]["message"], body
     assert node.lending.pushes == 0
@@ -133,13 +91,13 @@ def test_a_bad_setting_is_refused_with_the_reason_and_nothing_changes(entry: dic
 
 
 def test_a_non_multimodal_guardian_names_its_code() -> None:
-    code, body = GuardianClient(Node()).post(GUARDIANS_PATH, setting("cluster", "slave-b/text-b"))
+    code, body = Client(guarded()).post(GUARDIANS_PATH, setting("cluster", "slave-b/text-b"))
     assert code == 400 and body["error"]["code"] == "guardian_not_multimodal"
 
 
 def test_a_batch_with_one_bad_setting_stores_none() -> None:
-    node = Node()
-    client = GuardianClient(node)
+    node = guarded()
+    client = Client(node)
     code, _ = client.post(GUARDIANS_PATH, {"guardians": [
         setting("cluster", "slave-b/vision-b"), setting("node", "slave-b/text-b", node_id="master")]})
     assert code == 400
@@ -148,13 +106,13 @@ def test_a_batch_with_one_bad_setting_stores_none() -> None:
 
 def test_a_known_node_without_models_can_have_a_node_guardian() -> None:
     entry = setting("node", "slave-b/vision-b", node_id="slave-c")
-    code, body = GuardianClient(Node()).post(GUARDIANS_PATH, entry)
+    code, body = Client(guarded()).post(GUARDIANS_PATH, entry)
     assert code == 200 and body["guardians"][0]["node_id"] == "slave-c"
 
 
 def test_delete_by_scope_key_removes_installs_and_pushes() -> None:
-    node = Node()
-    client = GuardianClient(node)
+    node = guarded()
+    client = Client(node)
     client.post(GUARDIANS_PATH, {"guardians": [setting("cluster", "slave-b/vision-b"),
                                                setting("node", "master/vision-a", node_id="slave-b")]})
     code, body = client.delete(GUARDIANS_PATH, scope="node", node_id="slave-b")
@@ -170,8 +128,8 @@ def test_delete_by_scope_key_removes_installs_and_pushes() -> None:
 
 
 def test_the_route_is_closed_on_a_slave() -> None:
-    node = Node(node_id="slave-b", site=None)
-    assert GuardianClient(node).get(GUARDIANS_PATH)[0] == 404
+    node = guarded("slave-b", slave=True)
+    assert Client(node).get(GUARDIANS_PATH)[0] == 404
 
 
 def test_the_guardian_decision_row_takes_exactly_its_two_reasons() -> None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import attrs
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
@@ -24,10 +24,10 @@ from routerd.lending.links import LinkSet
 from routerd.lending.offload import Borrowed, RelayRequest, relay_from_headers, relay_headers
 from routerd.lending.service import LendingService
 from routerd.paths import INFERENCE_PREFIX
-from routerd.registry.records import NodeInfo
 from routerd.routing.call import Call, Incoming
 from routerd.routing.classify import classify
 from routerd.routing.forward import CameBack, Outbound, Unreachable
+from routerd.site.testing import FakeAgent
 from routerd.store.store import Store
 from routerd.wire.lending import Endpoint, Lane, Lease, Link, Trigger, to_json
 from routerd.wire.records import ModelRecord
@@ -93,58 +93,6 @@ def helper_status(node_id: str, model: str, *, idle_ms: int = 60_000, accepting:
 
 
 @attrs.define
-class FakeRegistry:
-    models: list[ModelRecord] = attrs.Factory(list)
-    remote: dict[str, NodeInfo] = attrs.Factory(dict)
-
-    def records(self) -> list[ModelRecord]:
-        return list(self.models)
-
-    def node(self, node_id: str) -> NodeInfo | None:
-        return self.remote.get(node_id)
-
-    def nodes(self) -> list[NodeInfo]:
-        return [self.remote[n] for n in sorted(self.remote)]
-
-    def add_node(self, node_id: str, healthy: bool = True) -> None:
-        self.remote[node_id] = NodeInfo(node_id, f"http://{node_id}:1", healthy, "1.0", 1)
-
-
-@attrs.define
-class FakeClient:
-    posts: list[tuple[str, str, Any]] = attrs.Factory(list)
-    failing: set[str] = attrs.Factory(set)
-
-    def post_json(self, base: str, path: str, body: Any, *, timeout: float | None = None) -> Deferred[Any]:
-        self.posts.append((base, path, body))
-        if base in self.failing:
-            return fail(ConnectionError(f"{base} is down"))
-        return succeed({})
-
-    def to(self, path: str) -> list[tuple[str, Any]]:
-        return [(base, body) for base, p, body in self.posts if p == path]
-
-
-@attrs.define
-class FakeMaster:
-    registry: FakeRegistry = attrs.Factory(FakeRegistry)
-    client: FakeClient = attrs.Factory(FakeClient)
-    status: dict[str, RuntimeStatus] = attrs.Factory(dict)
-    polls: int = 0
-    gate: Deferred[None] | None = None  # when set, statuses() waits for it
-    failures: int = 0  # the next this many polls raise
-
-    async def statuses(self) -> dict[str, RuntimeStatus]:
-        self.polls += 1
-        if self.failures > 0:
-            self.failures -= 1
-            raise RuntimeError("own runtime status failed")
-        if self.gate is not None:
-            await self.gate
-        return dict(self.status)
-
-
-@attrs.define
 class FakeForwarder:
     sent: list[Outbound] = attrs.Factory(list)
     error: Exception | None = None
@@ -172,7 +120,7 @@ class Cluster:
                  settings: LendingSettings | None = None) -> None:
         self.clock = Clock()
         self.clock.advance(START)
-        self.master = FakeMaster()
+        self.master = FakeAgent()
         self.log = DecisionLog(Store.open_sync(clock=self.clock), self.clock, MASTER)
         self.service = LendingService(node_id=MASTER, settings=settings or LendingSettings(),
                                       clock=self.clock, role="master", decisions=self.log)
@@ -184,7 +132,7 @@ class Cluster:
                                        serve_borrowed=self._serve_borrowed)
         for link in links:
             for end in (link.owner, link.helper):
-                if end.node_id != MASTER and end.node_id not in self.master.registry.remote:
+                if end.node_id != MASTER and self.master.registry.node(end.node_id) is None:
                     self.master.registry.add_node(end.node_id)
                 self.master.registry.models.append(record(end.node_id, end.model_id))
 
@@ -397,7 +345,7 @@ def test_relay_to_an_unknown_helper_node_logs_helper_unreachable() -> None:
     cluster = Cluster()
     cluster.standard_statuses()
     cluster.plan("tick")
-    del cluster.master.registry.remote["s2"]
+    cluster.master.registry.remove_node("s2")
     failed_with(cluster.relay(), CameBack)
     refused = cluster.rows(outcome="relay_refused")
     assert [(r["reason"], r["helper_node_id"], r["helper_model_id"]) for r in refused] == [

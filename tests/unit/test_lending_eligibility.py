@@ -10,7 +10,7 @@ import attrs
 
 from routerd.catalog.model import Capabilities, ModelConfig
 from routerd.wire.records import parse_record, record_from_config, record_to_json, text_ineligibility
-from tests.unit.lending_api_support import Client, FakeNode, record
+from tests.unit.lending_api_support import Client, Parts, record
 from tests.unit.test_lending_coordinator import A_TO_H, Cluster, helper_status, owner_status
 
 TEXT = "/router/v1/site/text-routing-groups"
@@ -51,8 +51,8 @@ def test_record_eligibility_applies_the_local_rule() -> None:
     assert text_ineligibility(attrs.evolve(base, parallel=1, max_number_sequences=1)) is None
 
 
-def picker() -> FakeNode:
-    node = FakeNode()
+def picker() -> Parts:
+    node = Parts()
     node.add(record("master", "llama", model_hash="H1"),
              attrs.evolve(record("slave-a", "busy", model_hash="H1"), parallel=4),
              attrs.evolve(record("slave-b", "vbusy", model_hash="H1"), max_number_sequences=8),

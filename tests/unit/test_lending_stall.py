@@ -15,8 +15,9 @@ from routerd.lending.stall import StallTracker
 from routerd.lending.stall_check import HelperGone, borrowed_ids
 from routerd.paths import BORROWED_PATH
 from routerd.routing.forward import CameBack, Outbound
+from routerd.site.testing import FakeClient
 from tests.support import FakeReply, fired
-from tests.unit.test_lending_coordinator import Cluster, FakeClient, failed_with, helper_status, owner_status
+from tests.unit.test_lending_coordinator import Cluster, failed_with, helper_status, owner_status
 
 TIMEOUT = 180.0
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from twisted.internet.defer import succeed
 
-from routerd.lending.admin import normalise_batch
 from routerd.node import Node
+from routerd.site.settings import normalise_batch
 from routerd.store.guardians import GuardianRow
 from routerd.store.store import Store
 from tests.unit.node_fixture import IMAGE, TEXT, TOKEN, World

@@ -10,40 +10,14 @@ listed in ``node_errors``; the others still answer.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlencode
 
-from twisted.internet import defer
-from twisted.python.failure import Failure
-
-from routerd.cluster.fanout import failure_text, fan_out
 from routerd.errors import HTTPError
 from routerd.inference.analytics import LOAD_ERRORS_KEPT, series_point
-from routerd.lending.reports import FANOUT, NODE_TIMEOUT_S, select_nodes
 from routerd.paths import NODE_ANALYTICS, NODE_ANALYTICS_FLUSH, NODE_LOAD_ERRORS, NODE_RECENT
-from routerd.registry.records import NodeInfo
+from routerd.site.service import NODE_TIMEOUT_S, SiteService
 from routerd.store.analytics import ANALYTICS_LANES, FIGURES, PERIODS, Query, Sums, figures
-
-
-class _Registry(Protocol):
-    def nodes(self) -> Sequence[NodeInfo]: ...
-
-
-class _Client(Protocol):
-    def get_json(self, base: str, path: str, *, timeout: float | None = None) -> defer.Deferred[Any]: ...
-
-    def post_json(self, base: str, path: str, body: Any, *,
-                  timeout: float | None = None) -> defer.Deferred[Any]: ...
-
-    def delete_json(self, base: str, path: str, *, timeout: float | None = None) -> defer.Deferred[Any]: ...
-
-
-class Site(Protocol):
-    @property
-    def registry(self) -> _Registry: ...
-
-    @property
-    def client(self) -> _Client: ...
 
 
 def parse_query(args: Mapping[str, str | None]) -> Query:
@@ -70,31 +44,20 @@ def node_params(query: Query) -> str:
     return urlencode(params)
 
 
-async def _ask(site: Site, own_id: str, wanted: str | None,
-               ask: Callable[[NodeInfo], defer.Deferred[Any]]) -> tuple[bool, list[tuple[NodeInfo, Any]],
-                                                                         list[dict[str, str]]]:
-    include_self, remotes, errors = select_nodes(site, None if wanted is None else [wanted], own_id)
-    answers = await fan_out(remotes, ask, FANOUT)
-    return include_self, answers, errors
+def _wanted(node_id: str | None) -> list[str] | None:
+    return None if node_id is None else [node_id]
 
 
-async def site_analytics(site: Site, own_id: str, own: Callable[[Query], Awaitable[dict[str, Any]]],
+async def site_analytics(site: SiteService, own: Callable[[Query], Awaitable[dict[str, Any]]],
                          query: Query, now_ms: int) -> dict[str, Any]:
     """The site analytics document: every selected node's answer merged (contract §9)."""
-    path = NODE_ANALYTICS + "?" + node_params(query)
-    include_self, answers, errors = await _ask(
-        site, own_id, query.node_id,
-        lambda info: site.client.get_json(info.node_url, path, timeout=NODE_TIMEOUT_S))
-    docs: list[dict[str, Any]] = [await own(query)] if include_self else []
-    for info, answer in answers:
-        if isinstance(answer, Failure):
-            errors.append({"node_id": info.node_id, "error": failure_text(answer)})
-        elif not isinstance(answer, dict) or not isinstance(answer.get("models"), list):
-            errors.append({"node_id": info.node_id, "error": "analytics answer has no models list"})
-        else:
-            docs.append({**answer, "node_id": info.node_id})
+    gathered = await site.get_all(_wanted(query.node_id), NODE_ANALYTICS + "?" + node_params(query))
+    docs: list[dict[str, Any]] = [await own(query)] if gathered.include_self else []
+    for info, answer in gathered.replies("analytics answer has no models list",
+                                         lambda a: isinstance(a, dict) and isinstance(a.get("models"), list)):
+        docs.append({**answer, "node_id": info.node_id})
     document = merge(docs, query, now_ms)
-    document["node_errors"] = sorted(errors, key=lambda e: e["node_id"])
+    document["node_errors"] = gathered.node_errors()
     return document
 
 
@@ -154,55 +117,45 @@ def _objects(value: object) -> list[Mapping[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
-async def site_flush(site: Site, own_id: str, own: Callable[[], Awaitable[dict[str, int]]]) -> dict[str, Any]:
+async def site_flush(site: SiteService, own: Callable[[], Awaitable[dict[str, int]]]) -> dict[str, Any]:
     """Every node writes its buffered analytics rows now."""
-    include_self, answers, errors = await _ask(
-        site, own_id, None,
-        lambda info: site.client.post_json(info.node_url, NODE_ANALYTICS_FLUSH, {}, timeout=NODE_TIMEOUT_S))
-    nodes = [{"node_id": own_id, "written": await own()}] if include_self else []
-    for info, answer in answers:
-        if isinstance(answer, Failure):
-            errors.append({"node_id": info.node_id, "error": failure_text(answer)})
-        else:
-            written = answer.get("written") if isinstance(answer, dict) else None
-            nodes.append({"node_id": info.node_id, "written": written if isinstance(written, dict) else {}})
+    gathered = await site.ask_all(None, lambda client, info: client.post_json(
+        info.node_url, NODE_ANALYTICS_FLUSH, {}, timeout=NODE_TIMEOUT_S))
+    nodes = [{"node_id": site.node_id, "written": await own()}] if gathered.include_self else []
+    for info, answer in gathered.replies("", lambda _a: True):
+        written = answer.get("written") if isinstance(answer, dict) else None
+        nodes.append({"node_id": info.node_id, "written": written if isinstance(written, dict) else {}})
     return {"ok": True, "nodes": sorted(nodes, key=lambda n: str(n["node_id"])),
-            "node_errors": sorted(errors, key=lambda e: e["node_id"])}
+            "node_errors": gathered.node_errors()}
 
 
-async def site_load_errors(site: Site, own_id: str, own: list[dict[str, Any]], node_id: str | None,
+async def site_load_errors(site: SiteService, own: list[dict[str, Any]], node_id: str | None,
                            model: str | None, limit: int = LOAD_ERRORS_KEPT) -> dict[str, Any]:
     """Every selected node's failed loads, newest first."""
     path = NODE_LOAD_ERRORS + ("?" + urlencode({"model": model}) if model else "")
-    return await _merged_lists(site, own_id, own, node_id, path, "errors", "load-errors", limit)
+    return await merged_lists(site, own, node_id, path, "errors", "load-errors", limit)
 
 
-async def site_recent(site: Site, own_id: str, own: list[dict[str, Any]], node_id: str | None,
+async def site_recent(site: SiteService, own: list[dict[str, Any]], node_id: str | None,
                       model: str | None, lane: str | None, limit: int) -> dict[str, Any]:
     """Every selected node's newest requests, newest first, at most ``limit``."""
     params = {k: v for k, v in (("model", model), ("lane", lane), ("limit", str(limit))) if v}
-    return await _merged_lists(site, own_id, own, node_id, NODE_RECENT + "?" + urlencode(params),
-                               "requests", "recent", limit)
+    return await merged_lists(site, own, node_id, NODE_RECENT + "?" + urlencode(params),
+                              "requests", "recent", limit)
 
 
-async def _merged_lists(site: Site, own_id: str, own: list[dict[str, Any]], node_id: str | None, path: str,
-                        field: str, what: str, limit: int) -> dict[str, Any]:
+async def merged_lists(site: SiteService, own: list[dict[str, Any]], node_id: str | None, path: str,
+                       field: str, what: str, limit: int | None) -> dict[str, Any]:
     """The ``field`` lists of every selected node's answer to ``path`` (this node's: ``own``), each row
     named by its node, newest first, at most ``limit``; a node that failed or answered without the
     list is named in ``node_errors``."""
-    include_self, answers, errors = await _ask(
-        site, own_id, node_id, lambda info: site.client.get_json(info.node_url, path, timeout=NODE_TIMEOUT_S))
-    rows = list(own) if include_self else []
-    for info, answer in answers:
-        listed = answer.get(field) if isinstance(answer, dict) else None
-        if isinstance(answer, Failure):
-            errors.append({"node_id": info.node_id, "error": failure_text(answer)})
-        elif not isinstance(listed, list):
-            errors.append({"node_id": info.node_id, "error": f"{what} answer has no {field} list"})
-        else:
-            rows.extend({**row, "node_id": info.node_id} for row in listed if isinstance(row, dict))
+    gathered = await site.get_all(_wanted(node_id), path)
+    rows = list(own) if gathered.include_self else []
+    for info, answer in gathered.replies(f"{what} answer has no {field} list",
+                                         lambda a: isinstance(a, dict) and isinstance(a.get(field), list)):
+        rows.extend({**row, "node_id": info.node_id} for row in answer[field] if isinstance(row, dict))
     rows.sort(key=_newest_first)
-    return {field: rows[:limit], "node_errors": sorted(errors, key=lambda e: e["node_id"])}
+    return {field: rows[:limit], "node_errors": gathered.node_errors()}
 
 
 def _newest_first(row: Mapping[str, Any]) -> int:
@@ -210,21 +163,18 @@ def _newest_first(row: Mapping[str, Any]) -> int:
     return -at if isinstance(at, int) else 0
 
 
-async def site_clear_load_errors(site: Site, own_id: str, own: Callable[[], int],
+async def site_clear_load_errors(site: SiteService, own: Callable[[], int],
                                  node_id: str | None) -> dict[str, Any]:
     """Forget the failed loads of every selected node."""
-    include_self, answers, errors = await _ask(
-        site, own_id, node_id,
-        lambda info: site.client.delete_json(info.node_url, NODE_LOAD_ERRORS, timeout=NODE_TIMEOUT_S))
-    removed = own() if include_self else 0
-    for info, answer in answers:
-        if isinstance(answer, Failure):
-            errors.append({"node_id": info.node_id, "error": failure_text(answer)})
-        elif isinstance(answer, dict) and isinstance(answer.get("removed"), int):
+    gathered = await site.ask_all(_wanted(node_id), lambda client, info: client.delete_json(
+        info.node_url, NODE_LOAD_ERRORS, timeout=NODE_TIMEOUT_S))
+    removed = own() if gathered.include_self else 0
+    for _info, answer in gathered.replies("", lambda _a: True):
+        if isinstance(answer, dict) and isinstance(answer.get("removed"), int):
             removed += answer["removed"]
-    return {"ok": True, "removed": removed, "node_errors": sorted(errors, key=lambda e: e["node_id"])}
+    return {"ok": True, "removed": removed, "node_errors": gathered.node_errors()}
 
 
-__all__ = ["Site", "merge",
-           "node_params", "parse_query", "site_analytics", "site_clear_load_errors", "site_flush",
-           "site_load_errors", "site_recent"]
+__all__ = ["merge",
+           "merged_lists", "node_params", "parse_query", "site_analytics", "site_clear_load_errors",
+           "site_flush", "site_load_errors", "site_recent"]

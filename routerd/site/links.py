@@ -1,8 +1,9 @@
-"""The lending editors of the site API: links (per lane) and lending settings.
+"""The site's lending links (per lane; contract §7 routing groups): the models of a lane with their
+eligibility, and the editor that reads and replaces the links touching one anchor.
 
-Each editor is one workflow — validate → persist → install → push — that the HTTP handlers call with
+The editor is one workflow — validate → persist → install → push — that the HTTP handlers call with
 parsed input and whose result they answer.  Errors are ``StatusError``s with the reason (400 for a
-refused edit, 409 for a read-only node); nothing is stored when an edit is refused.
+refused edit); nothing is stored when an edit is refused.
 
 Eligibility of text models uses the master's own catalog for its own models.  A remote model is
 judged from its registry record: text capability, context window, ``parallel`` and
@@ -11,19 +12,16 @@ judged from its registry record: text capability, context window, ``parallel`` a
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import attrs
 
 from routerd.catalog.eligibility import MULTIMODAL_MISMATCH, text_ineligibility
 from routerd.catalog.model import ModelConfig
-from routerd.config.lending import SPECS, LendingSettings, SettingError, normalise
+from routerd.config.lending import LendingSettings
 from routerd.errors import HTTPError
-from routerd.lending.layering import effective
 from routerd.lending.links import LinkError, LinkSet, Peer
-from routerd.routing.guardians import Guardian, GuardianError, GuardianSet, Scope, parse_guardian
-from routerd.store.guardians import GuardianRow
 from routerd.store.links import LinkRow
 from routerd.store.store import Store
 from routerd.wire.lending import LANES, Endpoint, Lane, Link, lane_model_id, to_json
@@ -255,197 +253,13 @@ class LinkEditor:
         return {"links": [to_json(link) for link in links], "removed": removed}
 
 
-def normalise_batch(values: Mapping[str, Any]) -> dict[str, str]:
-    """Every value's canonical text; one 400 naming every key that does not validate."""
-    out: dict[str, str] = {}
-    errors: list[str] = []
-    for key, value in values.items():
-        if value is None or isinstance(value, (dict, list)):
-            errors.append(f"{key} must be a string, number or boolean")
-            continue
-        try:
-            out[key] = normalise(key, value)
-        except SettingError as exc:
-            message = str(exc)
-            errors.append(message if key in message else f"{key}: {message}")
-    if errors:
-        raise HTTPError(400, "invalid lending settings: " + "; ".join(errors))
-    return out
-
-
-@attrs.frozen
-class SettingsEditor:
-    """The master's lending settings: default < config < stored override."""
-
-    store: Store | None
-    lending: LendingTarget
-
-    def _writable(self) -> Store:
-        if self.store is None:
-            raise HTTPError(409, "lending settings are read-only: this node has no router database",
-                            "invalid_request_error", "read_only")
-        return self.store
-
-    async def document(self, *, apply: bool = False) -> dict[str, Any]:
-        """``{entries, fingerprint, editable}``; with ``apply`` the effective settings are applied
-        to the node's lending and pushed to the slaves first."""
-        overrides = await self.store.setting_overrides() if self.store is not None else {}
-        settings, entries = effective(self.lending.config_settings, overrides)
-        if apply:
-            self.lending.apply_settings(settings)
-            await self.lending.push()
-        return {"entries": entries, "fingerprint": settings.fingerprint(), "editable": self.store is not None}
-
-    async def set(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """Store the batch as overrides (all or nothing), apply and push."""
-        store = self._writable()
-        await store.set_setting_overrides(normalise_batch(values))
-        return await self.document(apply=True)
-
-    async def clear(self, key: str | None) -> dict[str, Any]:
-        """Clear one override (``key``) or all of them, apply and push."""
-        store = self._writable()
-        if key is not None:
-            if not key:
-                raise HTTPError(400, "key must not be empty")
-            if key not in SPECS and key not in await store.setting_overrides():
-                raise HTTPError(400, f"unknown lending setting {key!r}")
-        await store.delete_setting_overrides(key)
-        return await self.document(apply=True)
-
-
-
-# -- guardian models (spec "Guardian models"; contract §7 /router/v1/site/guardians) ------------------
-
-
-class GuardianTarget(Protocol):
-    """The seams of ``LendingService`` a guardian edit takes effect through."""
-
-    def install_guardians(self, guardians: GuardianSet) -> None: ...
-
-    async def push(self) -> None: ...
-
-
-def guardian_ineligibility(record: ModelRecord) -> str | None:
-    """Why ``record`` cannot be a guardian (it must be a multimodal text model), or None."""
-    if not record.capabilities.llm:
-        return "it is not a text model"
-    if not record.capabilities.multimodal:
-        return "it is not multimodal (a text model with an mmproj is needed)"
-    return None
-
-
-async def stored_guardians(store: Store) -> GuardianSet:
-    """The stored guardian settings; a row that does not parse is skipped."""
-    entries: list[Guardian] = []
-    for row in await store.guardians():
-        try:
-            entries.append(parse_guardian(
-                {"scope": row.scope, "node_id": row.node_id or None, "model_id": row.model_id or None,
-                 "guardian": {"node_id": row.guardian_node_id, "model_id": row.guardian_model_id}}))
-        except GuardianError:
-            continue
-    return GuardianSet(entries)
-
-
-class GuardianEditor:
-    """The master's guardian settings: validate → persist → install → push.
-
-    A guardian must be a multimodal text model known to the registry; a model scope names a text
-    model known to the registry (its local ID on its node); a node scope names a known node.
-    Anything else is refused with 400 and the reason, and nothing is stored.
-    """
-
-    def __init__(self, store: Store, lending: GuardianTarget, records: Sequence[ModelRecord],
-                 nodes: Collection[str]) -> None:
-        self.store = store
-        self.lending = lending
-        self.records = list(records)
-        self.nodes = set(nodes) | {r.node_id for r in self.records}
-
-    def _find(self, node_id: str, model_id: str) -> ModelRecord | None:
-        for record in self.records:
-            if record.node_id == node_id and record.local_id == model_id:
-                return record
-        return None
-
-    def validate(self, entry: Guardian, where: str = "") -> None:
-        at = f"{where}: " if where else ""
-        if entry.scope in ("model", "node") and entry.node_id not in self.nodes:
-            raise HTTPError(400, f"{at}node {entry.node_id!r} is not known to the registry")
-        if entry.scope == "model":
-            target = self._find(entry.node_id, entry.model_id)
-            if target is None or not target.capabilities.llm:
-                raise HTTPError(400, f"{at}model {entry.node_id}/{entry.model_id} is not a text model"
-                                     " known to the registry")
-            if entry.guardian == Endpoint(entry.node_id, entry.model_id):
-                raise HTTPError(400, f"{at}a model cannot be its own guardian")
-        g = entry.guardian
-        if g.node_id not in self.nodes:
-            raise HTTPError(400, f"{at}guardian node {g.node_id!r} is not known to the registry")
-        record = self._find(g.node_id, g.model_id)
-        if record is None:
-            raise HTTPError(400, f"{at}guardian {g.node_id}/{g.model_id} is not a model known to the"
-                                 " registry")
-        reason = guardian_ineligibility(record)
-        if reason is not None:
-            raise HTTPError(400, f"{at}guardian {g.node_id}/{g.model_id} is not a multimodal text model:"
-                                 f" {reason}", "invalid_request_error", "guardian_not_multimodal")
-
-    async def view(self) -> dict[str, Any]:
-        """``{guardians, candidates, text_models}``: the settings; every model that may be a
-        guardian; every text-only model with the guardian that applies to it (or null)."""
-        current = await stored_guardians(self.store)
-        candidates = [{"node_id": r.node_id, "model_id": r.local_id, "filename": r.filename,
-                       "available": r.available}
-                      for r in sorted(self.records, key=lambda r: (r.node_id, r.local_id))
-                      if guardian_ineligibility(r) is None]
-        text_models: list[dict[str, Any]] = []
-        for r in sorted(self.records, key=lambda r: (r.node_id, r.local_id)):
-            if not r.capabilities.llm or r.capabilities.multimodal:
-                continue
-            applied = current.resolve(r.node_id, r.local_id)
-            text_models.append({"node_id": r.node_id, "model_id": r.local_id, "filename": r.filename,
-                                "available": r.available,
-                                "guardian": None if applied is None else {
-                                    "scope": applied.scope, "node_id": applied.guardian.node_id,
-                                    "model_id": applied.guardian.model_id}})
-        return {"guardians": current.to_json(), "candidates": candidates, "text_models": text_models}
-
-    async def _apply(self) -> None:
-        self.lending.install_guardians(await stored_guardians(self.store))
-        await self.lending.push()
-
-    async def put(self, entries: Sequence[Guardian]) -> dict[str, Any]:
-        """Store every setting (replacing the one of the same scope key) or none; the view after."""
-        for index, entry in enumerate(entries):
-            self.validate(entry, f"guardians[{index}]" if len(entries) > 1 else "")
-        await self.store.put_guardians([
-            GuardianRow(e.scope, e.node_id, e.model_id, e.guardian.node_id, e.guardian.model_id)
-            for e in entries])
-        await self._apply()
-        return await self.view()
-
-    async def delete(self, scope: Scope, node_id: str, model_id: str) -> dict[str, Any]:
-        """Remove the setting of one scope key; the view after, with ``removed``."""
-        removed = await self.store.delete_guardian(scope, node_id, model_id)
-        await self._apply()
-        return {**await self.view(), "removed": removed}
-
-
 __all__ = [
     "ACKNOWLEDGEMENT_REQUIRED",
     "CatalogView",
     "EditRequest",
-    "GuardianEditor",
-    "GuardianTarget",
     "LaneModels",
     "LendingTarget",
     "LinkEditor",
-    "SettingsEditor",
-    "guardian_ineligibility",
     "install_stored_links",
-    "normalise_batch",
-    "stored_guardians",
     "stored_links",
 ]
