@@ -26,9 +26,8 @@ three words) is handed over, with every byte of the connection from the start of
 on, to :class:`~routerd.api.site.NodeHTTPChannel`, which applies the same head rules and the same
 admission and serves the rest of the connection.  The hand-over happens only between requests.
 
-Deadlines (``server.*``, one reaper per node for both edges, :meth:`NodeServerFactory.reap`) are
-those of :mod:`routerd.api.deadlines`; who may hold a connection is decided when it is accepted
-(:mod:`routerd.api.accept`).
+Deadlines (one reaper per node for both edges, :meth:`NodeServerFactory.reap`) are those of
+:mod:`routerd.api.deadlines`; who may hold a connection is decided at accept (:mod:`~routerd.api.accept`).
 """
 
 from __future__ import annotations
