@@ -24,11 +24,11 @@ from klein import Klein
 from twisted.internet.defer import Deferred
 from twisted.web.server import Request
 
-from routerd.sim.flags import Flag
+from routerd.sim.flags import Flag, below_floor
 from routerd.sim.kobold_models import ModelSet, model_set_from_args, model_set_from_config
 from routerd.sim.llama import LlamaOptions, LlamaServer, _TextJob
 from routerd.sim.outputs import generate_tokens, music_plan, music_wav, speech_seconds, speech_wav, transcript
-from routerd.sim.routes import add_control_routes, add_error_pages, add_route
+from routerd.sim.routes import build_family_app, openai_error_page, routes
 from routerd.sim.runtime import Handler, SimRuntime
 from routerd.sim.sd import SdOptions, SdServer
 from routerd.sim.timing import count_tokens, stt_seconds
@@ -73,11 +73,7 @@ MAX_MUSIC_SECONDS = 600.0
 
 
 def validate_args(ns: argparse.Namespace) -> str | None:
-    if ns.multiuser < 0:
-        return "--multiuser must not be negative"
-    if ns.contextsize < 0:
-        return "--contextsize must not be negative"
-    return None
+    return below_floor(ns, {"multiuser": 0, "contextsize": 0})
 
 
 def initial_weights(ns: argparse.Namespace) -> tuple[Weights, str]:
@@ -358,18 +354,12 @@ def _loading(request: Request) -> bytes:
 
 def build_app(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:
     server = KoboldServer(runtime, ns)
-    app = Klein()
-    add_control_routes(app, runtime)
-    gets = {
+    gets: dict[str, Handler] = {
         "/api/extra/version": server.version,
         "/api/v1/model": server.model,
         "/v1/models": server.models_list,
         "/sdapi/v1/sd-models": server.sd_models,
     }
-    for path, info in gets.items():
-        add_route(app, runtime, path, ["GET"], info, work=False, loading_reply=_loading)
-    add_route(app, runtime, "/api/admin/reload_config", ["POST"], server.reload_config, work=False,
-              loading_reply=_loading)
     posts: dict[str, Handler] = {
         "/api/v1/generate": server.generate,
         "/api/extra/generate/stream": server.generate_stream,
@@ -387,8 +377,9 @@ def build_app(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:
         "/api/extra/music/prepare": server.music_prepare,
         "/api/extra/music/generate": server.music_generate,
     }
-    for path, handler in posts.items():
-        add_route(app, runtime, path, ["POST"], handler, work=True, loading_reply=_loading)
-    add_error_pages(app, lambda code, message: openai_error(
-        code, message, "not_found_error" if code == 404 else "invalid_request_error"))
-    return app
+    table = [
+        *routes("GET", gets, work=False),
+        *routes("POST", {"/api/admin/reload_config": server.reload_config}, work=False),
+        *routes("POST", posts, work=True),
+    ]
+    return build_family_app(runtime, table, loading_reply=_loading, error_body=openai_error_page)

@@ -13,10 +13,10 @@ import attrs
 from klein import Klein
 from twisted.web.server import Request
 
-from routerd.sim.flags import Flag
+from routerd.sim.flags import Flag, below_floor
 from routerd.sim.outputs import embedding_vector, generate_tokens
-from routerd.sim.routes import add_control_routes, add_error_pages, add_route
-from routerd.sim.runtime import SimRuntime
+from routerd.sim.routes import build_family_app, openai_error_page, routes
+from routerd.sim.runtime import Handler, SimRuntime
 from routerd.sim.timing import count_tokens, requested_max_tokens, text_seconds
 from routerd.sim.web import BadRequest, HttpError, SseStream, openai_error, read_json, send_json
 from routerd.sim.weights import Weights
@@ -54,11 +54,7 @@ class LlamaOptions:
 
 
 def validate_args(ns: argparse.Namespace) -> str | None:
-    if ns.parallel < 1:
-        return "--parallel must be at least 1"
-    if ns.ctx_size < 0:
-        return "--ctx-size must not be negative"
-    return None
+    return below_floor(ns, {"parallel": 1, "ctx_size": 0})
 
 
 def options_from_args(ns: argparse.Namespace) -> LlamaOptions:
@@ -420,25 +416,19 @@ def _loading(request: Request) -> bytes:
 
 def build_app(runtime: SimRuntime, options: LlamaOptions) -> Klein:
     server = LlamaServer(runtime, options)
-    app = Klein()
-    add_control_routes(app, runtime)
-    info = [
-        (("/health", "/v1/health"), server.health),
-        (("/v1/models", "/models"), server.models),
-        (("/props",), server.props),
-    ]
-    for paths, info_handler in info:
-        for path in paths:
-            add_route(app, runtime, path, ["GET"], info_handler, work=False, loading_reply=_loading)
-    work = [
-        (("/v1/chat/completions", "/chat/completions"), server.chat_completions),
-        (("/v1/completions", "/completions"), server.completions),
-        (("/completion",), server.completion),
-        (("/v1/embeddings", "/embeddings", "/embedding"), server.embeddings),
-    ]
-    for paths, work_handler in work:
-        for path in paths:
-            add_route(app, runtime, path, ["POST"], work_handler, work=True, loading_reply=_loading)
-    add_error_pages(app, lambda code, message: openai_error(
-        code, message, "not_found_error" if code == 404 else "invalid_request_error"))
-    return app
+    gets: dict[str, Handler] = {
+        "/health": server.health, "/v1/health": server.health,
+        "/v1/models": server.models, "/models": server.models,
+        "/props": server.props,
+    }
+    posts: dict[str, Handler] = {
+        "/v1/chat/completions": server.chat_completions,
+        "/chat/completions": server.chat_completions,
+        "/v1/completions": server.completions,
+        "/completions": server.completions,
+        "/completion": server.completion,
+        "/v1/embeddings": server.embeddings, "/embeddings": server.embeddings,
+        "/embedding": server.embeddings,
+    }
+    table = [*routes("GET", gets, work=False), *routes("POST", posts, work=True)]
+    return build_family_app(runtime, table, loading_reply=_loading, error_body=openai_error_page)

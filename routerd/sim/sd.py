@@ -19,7 +19,7 @@ from twisted.web.server import Request
 
 from routerd.sim.flags import Flag
 from routerd.sim.outputs import digest, png_b64
-from routerd.sim.routes import add_control_routes, add_error_pages, add_route
+from routerd.sim.routes import Route, build_family_app, openai_error_page
 from routerd.sim.runtime import SimRuntime
 from routerd.sim.timing import DEFAULT_IMAGE_SIZE, DEFAULT_STEPS, image_seconds
 from routerd.sim.web import BadRequest, HttpError, openai_error, read_json, send_json
@@ -292,21 +292,13 @@ def _loading(request: Request) -> bytes:
 
 def build_app(runtime: SimRuntime, options: SdOptions) -> Klein:
     server = SdServer(runtime, options)
-    app = Klein()
-    add_control_routes(app, runtime)
-    add_route(app, runtime, "/health", ["GET"], server.health, work=False, loading_reply=_loading)
-    add_route(app, runtime, "/sdapi/v1/sd-models", ["GET"], server.sd_models, work=False,
-              loading_reply=_loading)
-    add_route(app, runtime, "/sdapi/v1/txt2img", ["POST"], server.txt2img, work=True,
-              loading_reply=_loading)
-    add_route(app, runtime, "/v1/images/generations", ["POST"], server.generations, work=True,
-              loading_reply=_loading)
-    add_route(app, runtime, "/sdcpp/v1/vid_gen", ["POST"], server.vid_gen, work=True,
-              loading_reply=_loading)
-    add_route(app, runtime, "/sdcpp/v1/jobs/<job_id>", ["GET"], server.job, work=False,
-              loading_reply=_loading)
-    add_route(app, runtime, "/sdcpp/v1/jobs/<job_id>/cancel", ["POST"], server.cancel, work=False,
-              loading_reply=_loading)
-    add_error_pages(app, lambda code, message: openai_error(
-        code, message, "not_found_error" if code == 404 else "invalid_request_error"))
-    return app
+    table: list[Route] = [
+        ("/health", "GET", server.health, False),
+        ("/sdapi/v1/sd-models", "GET", server.sd_models, False),
+        ("/sdapi/v1/txt2img", "POST", server.txt2img, True),
+        ("/v1/images/generations", "POST", server.generations, True),
+        ("/sdcpp/v1/vid_gen", "POST", server.vid_gen, True),
+        ("/sdcpp/v1/jobs/<job_id>", "GET", server.job, False),
+        ("/sdcpp/v1/jobs/<job_id>/cancel", "POST", server.cancel, False),
+    ]
+    return build_family_app(runtime, table, loading_reply=_loading, error_body=openai_error_page)
