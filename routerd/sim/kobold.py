@@ -87,6 +87,14 @@ def _bad(message: str) -> HttpError:
     return HttpError(400, openai_error(400, message, "invalid_request_error"))
 
 
+def _json_body(request: Request) -> dict[str, object]:
+    """The request's JSON object; a 400 in the OpenAI shape when it is not one."""
+    try:
+        return read_json(request)
+    except BadRequest as exc:
+        raise _bad(str(exc)) from None
+
+
 class KoboldServer:
     def __init__(self, runtime: SimRuntime, ns: argparse.Namespace) -> None:
         self.rt = runtime
@@ -205,10 +213,7 @@ class KoboldServer:
                         generate_tokens(weights.label, text, length), False)
 
     async def generate(self, request: Request) -> bytes:
-        try:
-            body = read_json(request)
-        except BadRequest as exc:
-            raise _bad(str(exc)) from None
+        body = _json_body(request)
         job = self._kobold_job(body)
         await self.text._generate(job)
         return send_json(request, 200, {"results": [{
@@ -217,10 +222,7 @@ class KoboldServer:
         }]})
 
     async def generate_stream(self, request: Request) -> None:
-        try:
-            body = read_json(request)
-        except BadRequest as exc:
-            raise _bad(str(exc)) from None
+        body = _json_body(request)
         job = self._kobold_job(body)
         sse = SseStream(request)
 
@@ -246,10 +248,7 @@ class KoboldServer:
     async def transcribe(self, request: Request) -> bytes:
         """``/api/extra/transcribe``: KoboldCpp's JSON shape, ``{"audio_data": <base64 WAV, or a
         data URI>, "prompt", "langcode", "suppress_non_speech"}`` -> ``{"text": ...}``."""
-        try:
-            body = read_json(request)
-        except BadRequest as exc:
-            raise _bad(str(exc)) from None
+        body = _json_body(request)
         raw = body.get("audio_data")
         if not isinstance(raw, str) or not raw:
             raise _bad("'audio_data' must be a base64 WAV")
@@ -270,10 +269,7 @@ class KoboldServer:
 
     async def speech(self, request: Request) -> bytes:
         """``/api/extra/tts`` and ``/v1/audio/speech``: a WAV of the text spoken."""
-        try:
-            body = read_json(request)
-        except BadRequest as exc:
-            raise _bad(str(exc)) from None
+        body = _json_body(request)
         text = body.get("input", body.get("text"))
         if not isinstance(text, str) or not text.strip():
             raise _bad("'input' must be a non-empty string")
@@ -306,10 +302,7 @@ class KoboldServer:
 
     def _music_request(self, request: Request) -> tuple[dict[str, object], str, str]:
         """A music request's JSON body, caption and lyrics (400 when unreadable)."""
-        try:
-            body = read_json(request)
-        except BadRequest as exc:
-            raise _bad(str(exc)) from None
+        body = _json_body(request)
         return body, self._music_text(body, "caption"), self._music_text(body, "lyrics")
 
     async def music_prepare(self, request: Request) -> bytes:

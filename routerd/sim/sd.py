@@ -19,7 +19,7 @@ from twisted.web.server import Request
 
 from routerd.sim.flags import Flag
 from routerd.sim.outputs import digest, png_b64
-from routerd.sim.routes import Route, build_family_app, openai_error_page
+from routerd.sim.routes import build_family_app, openai_error_page, routes
 from routerd.sim.runtime import SimRuntime
 from routerd.sim.timing import DEFAULT_IMAGE_SIZE, DEFAULT_STEPS, image_seconds
 from routerd.sim.web import BadRequest, HttpError, openai_error, read_json, send_json
@@ -292,13 +292,11 @@ def _loading(request: Request) -> bytes:
 
 def build_app(runtime: SimRuntime, options: SdOptions) -> Klein:
     server = SdServer(runtime, options)
-    table: list[Route] = [
-        ("/health", "GET", server.health, False),
-        ("/sdapi/v1/sd-models", "GET", server.sd_models, False),
-        ("/sdapi/v1/txt2img", "POST", server.txt2img, True),
-        ("/v1/images/generations", "POST", server.generations, True),
-        ("/sdcpp/v1/vid_gen", "POST", server.vid_gen, True),
-        ("/sdcpp/v1/jobs/<job_id>", "GET", server.job, False),
-        ("/sdcpp/v1/jobs/<job_id>/cancel", "POST", server.cancel, False),
+    table = [
+        *routes("GET", {"/health": server.health, "/sdapi/v1/sd-models": server.sd_models}, work=False),
+        *routes("POST", {"/sdapi/v1/txt2img": server.txt2img, "/v1/images/generations": server.generations,
+                         "/sdcpp/v1/vid_gen": server.vid_gen}, work=True),
+        *routes("GET", {"/sdcpp/v1/jobs/<job_id>": server.job}, work=False),
+        *routes("POST", {"/sdcpp/v1/jobs/<job_id>/cancel": server.cancel}, work=False),
     ]
     return build_family_app(runtime, table, loading_reply=_loading, error_body=openai_error_page)
