@@ -194,6 +194,15 @@ class FileHashCache:
                 pass
             raise
 
+    def save_if_dirty(self) -> None:
+        """:meth:`save` when anything changed since the last save; a failure is logged, not raised."""
+        if not self.dirty:
+            return
+        try:
+            self.save()
+        except OSError as exc:
+            _log.warn("cannot save hash cache {path}: {error}", path=self.path, error=str(exc))
+
 
 def missing_marker(file: str) -> str:
     """``missing:<stem>`` for a weight file that cannot be hashed."""
@@ -219,11 +228,7 @@ def hash_configs_blocking(configs: Iterable[ModelConfig], cache: FileHashCache) 
     """Blocking: every config with ``model_hash`` filled, then the cache saved
     (a save failure is logged, not raised).  Call only off the reactor thread."""
     out = [attrs.evolve(c, model_hash=model_hash(c.weight_files(), cache)) for c in configs]
-    if cache.dirty:
-        try:
-            cache.save()
-        except OSError as exc:
-            _log.warn("cannot save hash cache {path}: {error}", path=cache.path, error=str(exc))
+    cache.save_if_dirty()
     return out
 
 
