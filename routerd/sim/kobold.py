@@ -33,7 +33,17 @@ from routerd.sim.runtime import Handler, SimRuntime
 from routerd.sim.sd import SdOptions, SdServer
 from routerd.sim.timing import count_tokens, stt_seconds
 from routerd.sim.wav import wav_duration
-from routerd.sim.web import BadRequest, HttpError, SseStream, openai_error, read_json, send_json, set_header
+from routerd.sim.web import (
+    BadRequest,
+    HttpError,
+    SseStream,
+    openai_bad_request,
+    openai_error,
+    openai_json_body,
+    read_json,
+    send_json,
+    set_header,
+)
 from routerd.sim.weights import Weights, WeightsError
 
 __all__ = ["FLAGS", "ModelSet", "build_app", "initial_weights", "model_set_from_config", "validate_args"]
@@ -83,16 +93,6 @@ def initial_weights(ns: argparse.Namespace) -> tuple[Weights, str]:
     return models.combined, ns.config or ns.model or "nomodel"
 
 
-def _bad(message: str) -> HttpError:
-    return HttpError(400, openai_error(400, message, "invalid_request_error"))
-
-
-def _json_body(request: Request) -> dict[str, object]:
-    """The request's JSON object; a 400 in the OpenAI shape when it is not one."""
-    try:
-        return read_json(request)
-    except BadRequest as exc:
-        raise _bad(str(exc)) from None
 
 
 class KoboldServer:
@@ -202,18 +202,18 @@ class KoboldServer:
     def _kobold_job(self, body: Mapping[str, object]) -> _TextJob:
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
-            raise _bad("prompt is required")
+            raise openai_bad_request("prompt is required")
         memory = body.get("memory")
         text = (memory if isinstance(memory, str) else "") + prompt
         length = body.get("max_length", DEFAULT_MAX_LENGTH)
         if isinstance(length, bool) or not isinstance(length, int) or length < 0:
-            raise _bad("max_length must be a non-negative integer")
+            raise openai_bad_request("max_length must be a non-negative integer")
         weights = self._lane("text")
         return _TextJob(self.models.name, text, count_tokens(text),
                         generate_tokens(weights.label, text, length), False)
 
     async def generate(self, request: Request) -> bytes:
-        body = _json_body(request)
+        body = openai_json_body(request)
         job = self._kobold_job(body)
         await self.text._generate(job)
         return send_json(request, 200, {"results": [{
@@ -222,7 +222,7 @@ class KoboldServer:
         }]})
 
     async def generate_stream(self, request: Request) -> None:
-        body = _json_body(request)
+        body = openai_json_body(request)
         job = self._kobold_job(body)
         sse = SseStream(request)
 
@@ -239,7 +239,7 @@ class KoboldServer:
         try:
             duration = wav_duration(audio)
         except ValueError as exc:
-            raise _bad(f"failed to read audio data as WAV: {exc}") from None
+            raise openai_bad_request(f"failed to read audio data as WAV: {exc}") from None
         weights = self._lane("stt")
         async with self.rt.slot():
             await self.rt.work(stt_seconds(weights, duration))
@@ -248,31 +248,31 @@ class KoboldServer:
     async def transcribe(self, request: Request) -> bytes:
         """``/api/extra/transcribe``: KoboldCpp's JSON shape, ``{"audio_data": <base64 WAV, or a
         data URI>, "prompt", "langcode", "suppress_non_speech"}`` -> ``{"text": ...}``."""
-        body = _json_body(request)
+        body = openai_json_body(request)
         raw = body.get("audio_data")
         if not isinstance(raw, str) or not raw:
-            raise _bad("'audio_data' must be a base64 WAV")
+            raise openai_bad_request("'audio_data' must be a base64 WAV")
         if raw.startswith("data:"):
             raw = raw.split(",", 1)[-1]
         try:
             audio = base64.b64decode(raw, validate=True)
         except (binascii.Error, ValueError):
-            raise _bad("'audio_data' is not valid base64") from None
+            raise openai_bad_request("'audio_data' is not valid base64") from None
         return send_json(request, 200, {"text": await self._transcribe(audio)})
 
     async def transcriptions(self, request: Request) -> bytes:
         """``/v1/audio/transcriptions`` (OpenAI multipart, ``file``) -> ``{"text": ...}``."""
         values = (request.args or {}).get(b"file")
         if not values:
-            raise _bad("no 'file' field in the request")
+            raise openai_bad_request("no 'file' field in the request")
         return send_json(request, 200, {"text": await self._transcribe(values[0])})
 
     async def speech(self, request: Request) -> bytes:
         """``/api/extra/tts`` and ``/v1/audio/speech``: a WAV of the text spoken."""
-        body = _json_body(request)
+        body = openai_json_body(request)
         text = body.get("input", body.get("text"))
         if not isinstance(text, str) or not text.strip():
-            raise _bad("'input' must be a non-empty string")
+            raise openai_bad_request("'input' must be a non-empty string")
         voice = body.get("voice")
         weights = self._lane("tts")
         async with self.rt.slot():
@@ -297,12 +297,12 @@ class KoboldServer:
     def _music_text(body: Mapping[str, object], key: str) -> str:
         value = body.get(key, "")
         if not isinstance(value, str):
-            raise _bad(f"'{key}' must be a string")
+            raise openai_bad_request(f"'{key}' must be a string")
         return value
 
     def _music_request(self, request: Request) -> tuple[dict[str, object], str, str]:
         """A music request's JSON body, caption and lyrics (400 when unreadable)."""
-        body = _json_body(request)
+        body = openai_json_body(request)
         return body, self._music_text(body, "caption"), self._music_text(body, "lyrics")
 
     async def music_prepare(self, request: Request) -> bytes:
@@ -310,7 +310,7 @@ class KoboldServer:
         answer is the request with them (JSON)."""
         body, caption, lyrics = self._music_request(request)
         if not caption.strip():
-            raise _bad("'caption' is required")
+            raise openai_bad_request("'caption' is required")
         weights = self._music_weights()
         async with self.rt.slot():
             await self.rt.work(count_tokens(caption + lyrics) / weights.prompt_tokens_per_s
@@ -322,11 +322,11 @@ class KoboldServer:
         of work at the weights' realtime factor; the clip itself stays short)."""
         body, caption, lyrics = self._music_request(request)
         if not caption.strip() and not lyrics.strip():
-            raise _bad("'caption' or 'lyrics' is required")
+            raise openai_bad_request("'caption' or 'lyrics' is required")
         seconds = body.get("duration", DEFAULT_MUSIC_SECONDS)
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) \
                 or not 0 < seconds <= MAX_MUSIC_SECONDS:
-            raise _bad(f"'duration' must be a number of seconds in (0, {MAX_MUSIC_SECONDS:g}]")
+            raise openai_bad_request(f"'duration' must be a number of seconds in (0, {MAX_MUSIC_SECONDS:g}]")
         weights = self._music_weights()
         async with self.rt.slot():
             await self.rt.work(float(seconds) * weights.realtime_factor)
