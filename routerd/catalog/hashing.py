@@ -33,6 +33,7 @@ from twisted.logger import Logger
 
 from routerd.catalog.kcpps import strip_weights_ending, weights_file_name
 from routerd.catalog.model import ModelConfig
+from routerd.files import read_json_file
 
 CHUNK_SIZE = 1024 * 1024
 CACHE_VERSION = 1
@@ -99,14 +100,11 @@ class FileHashCache:
 
     @staticmethod
     def _load(path: str) -> dict[str, _Entry]:
-        try:
-            with open(path, encoding="utf-8") as handle:
-                data = json.load(handle)
-        except FileNotFoundError:
+        read = read_json_file(path, lambda error: _log.warn(
+            "ignoring unreadable hash cache {path}: {error}", path=path, error=error))
+        if read is None:
             return {}
-        except (OSError, ValueError) as exc:
-            _log.warn("ignoring unreadable hash cache {path}: {error}", path=path, error=str(exc))
-            return {}
+        (data,) = read
         entries: dict[str, _Entry] = {}
         raw = data.get("entries") if isinstance(data, dict) else None
         if not isinstance(raw, dict) or data.get("version") != CACHE_VERSION:
