@@ -178,7 +178,8 @@ class Node:
                                     local=self.local, metrics=self.metrics, master=self.master,
                                     forwarder=parts.forwarder, loaded_config=self.runtimes.loaded_config,
                                     lending=self.lending, recipes=self.recipes, analytics=self.analytics,
-                                    limiter=KeyLimiter(self._key_limits))
+                                    limiter=KeyLimiter(self._key_limits),
+                                    max_form_parts=lambda: self.config.limits.max_form_parts)
         self.admin = ModelAdmin(node_id=self.node_id, catalog=lambda: self.catalog, runtimes=self.runtimes,
                                 load=self.own_loads.load,
                                 blocked=self.assets.blocked,
