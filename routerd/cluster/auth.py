@@ -87,6 +87,16 @@ def _within(networks: tuple[_Network, ...], host: str) -> bool:
     return address is not None and any(address in net for net in networks)
 
 
+def _remembered(known: dict[str, bool], networks: tuple[_Network, ...], host: str) -> bool:
+    """:func:`_within`, looked up in (or added to) ``known``, one policy's answers for ``networks``."""
+    found = known.get(host)
+    if found is None:
+        if len(known) >= 4096:  # a bound, as the shared cache had
+            known.clear()
+        found = known[host] = _within(networks, host)
+    return found
+
+
 def _unauthorized(message: str) -> HTTPError:
     return HTTPError(401, message, "unauthorized", "unauthorized")
 
@@ -101,12 +111,13 @@ class AuthPolicy:
     trusted_proxies: tuple[_Network, ...] = ()
     #: The inference keys with their names, classes and limits (same order as ``inference_keys``).
     named_keys: tuple[InferenceKey, ...] = ()
-    #: host -> allowed, filled by :meth:`client_allowed`: every request's client is checked, clients
-    #: are few, and ``ipaddress``'s containment test is Python code.  Kept on the policy (a reload
-    #: builds a new one) rather than in a cache keyed by (networks, host), whose key hashed every
-    #: network in Python on each request (benchmarks/trees.py --profile: 27 calls a request there,
-    #: 8 with this dict).
+    #: host -> allowed (:meth:`client_allowed`) and host -> trusted proxy (:meth:`proxy`): every
+    #: request's client is checked, clients are few, and ``ipaddress``'s containment test is Python
+    #: code.  Kept on the policy (a reload builds a new one) rather than in a cache keyed by
+    #: (networks, host), whose key hashed every network in Python on each request
+    #: (benchmarks/trees.py --profile: 27 calls a request there, 8 with these dicts).
     _allowed: dict[str, bool] = attrs.field(factory=dict, init=False, eq=False, repr=False, hash=False)
+    _proxies: dict[str, bool] = attrs.field(factory=dict, init=False, eq=False, repr=False, hash=False)
 
     @classmethod
     def build(cls, inference_keys: Iterable[str], admin_keys: Iterable[str], cluster_token: str,
@@ -125,16 +136,11 @@ class AuthPolicy:
         )
 
     def client_allowed(self, host: str) -> bool:
-        known = self._allowed.get(host)
-        if known is None:
-            if len(self._allowed) >= 4096:  # a bound, as the shared cache had
-                self._allowed.clear()
-            known = self._allowed[host] = _within(self.networks, host)
-        return known
+        return _remembered(self._allowed, self.networks, host)
 
     def proxy(self, host: str) -> bool:
         """Whether ``host`` is a trusted proxy (``server.trusted_proxies``)."""
-        return _within(self.trusted_proxies, host)
+        return _remembered(self._proxies, self.trusted_proxies, host)
 
     def _trusted(self, address: _Address | None) -> bool:
         return address is not None and any(address in net for net in self.trusted_proxies)

@@ -206,3 +206,10 @@ def test_client_checks_are_remembered_per_policy_and_change_neither_equality_nor
     assert wide.client_allowed("192.168.1.1") and not narrow.client_allowed("192.168.1.1")
     assert narrow == fresh and hash(narrow) == before == hash(fresh)
     assert "10.1.2.3" not in repr(narrow)
+
+
+def test_trusted_proxy_checks_are_remembered_apart_from_client_checks() -> None:
+    policy = AuthPolicy.build([], [], "t", ["10.0.0.0/8"], trusted_proxies=["192.168.0.0/16"])
+    assert policy.client_allowed("10.0.0.1") and not policy.proxy("10.0.0.1")
+    assert policy.proxy("192.168.3.4") and not policy.client_allowed("192.168.3.4")
+    assert [policy.proxy(h) for h in ("192.168.3.4", "10.0.0.1", "nope")] == [True, False, False]
