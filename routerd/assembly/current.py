@@ -1,7 +1,8 @@
 """Holders for what a node replaces while it runs: the catalog (a reload, a bound portable config),
 the store (opened at start) and the config (a reload).  Parts built once read the current value
 through a holder's bound :meth:`Current.get`, so nothing needs a late-binding closure over the node;
-:class:`Late` holds a part built after the ones that reach it (the master's coordinator)."""
+:class:`Held` makes the node's own attribute read through the holder, and :class:`Late` holds a
+part built after the ones that reach it (the master's coordinator)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,19 @@ class Late(Generic[T]):
 
     def set(self, value: T) -> None:
         self._value = value
+
+
+class Held(Generic[T]):
+    """A node attribute read and replaced through its holder, the attribute ``current_<name>``
+    (so ``node.catalog = hashed`` reaches every part given ``node.current_catalog.get``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._holder = f"current_{name}"
+
+    def __get__(self, node: object, owner: type | None = None) -> T:
+        holder: Current[T] = getattr(node, self._holder)
+        return holder.get()
+
+    def __set__(self, node: object, value: T) -> None:
+        holder: Current[T] = getattr(node, self._holder)
+        holder.set(value)

@@ -17,7 +17,7 @@ from twisted.logger import Logger
 
 from routerd import __version__
 from routerd.assembly.clients import NodeClients
-from routerd.assembly.current import Current, Late
+from routerd.assembly.current import Current, Held, Late
 from routerd.assembly.documents import LocalReadiness, NodeDocuments
 from routerd.assembly.ports import LocalSide
 from routerd.assembly.reactions import OwnWork, RecordsChanged, SettingsApplied
@@ -138,29 +138,9 @@ class NodeParts:
     _refit_loop: CostRefit
     lane_probes: IntervalService | None
 
-    @property
-    def config(self) -> Config:
-        return self.current_config.get()
-
-    @config.setter
-    def config(self, config: Config) -> None:
-        self.current_config.set(config)
-
-    @property
-    def catalog(self) -> Catalog:
-        return self.current_catalog.get()
-
-    @catalog.setter
-    def catalog(self, catalog: Catalog) -> None:
-        self.current_catalog.set(catalog)
-
-    @property
-    def store(self) -> Store | None:
-        return self.current_store.get()
-
-    @store.setter
-    def store(self, store: Store | None) -> None:
-        self.current_store.set(store)
+    config = Held[Config]()
+    catalog = Held[Catalog]()
+    store = Held[Store | None]()
 
     def own_busy(self) -> bool:
         """Own work runs (``assembly.reactions.OwnWork``); borrowed work does not count."""
