@@ -1,4 +1,4 @@
-"""Analytics on against off, in one routerd process (issue 22; run by ``benchmarks/overhead.py``).
+"""Analytics on against off, in one routerd process (run by ``benchmarks/overhead.py``).
 
 The node ``overhead.py`` measures is switched between ``analytics.enabled: false`` and ``true`` by
 rewriting its YAML and reloading it (``analytics.*`` applies live), cell by cell, off then on, so
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from _harness import cpu_seconds
+from zero_cells import BODY, ZERO, measure_cell, stream_cell
 
 #: Seconds a reload is given to settle (asset index, resolve) before a cell starts.
 SETTLE_S = 2.0
@@ -89,8 +90,6 @@ def cells_of(http_client: Callable[[], Any], url: str, args: Any,
              levels: list[int]) -> list[tuple[str, Load]]:
     """overhead.py's cells at each concurrency, and its streams (a fresh client each time: pooled
     connections go stale while the other cells run)."""
-    from overhead import measure_cell, stream_cell
-
     def cell(conc: int) -> Load:
         async def load() -> int:
             return (await measure_cell(http_client(), url, conc, args, None)).count
@@ -108,7 +107,6 @@ def main() -> None:
     import shutil
 
     from _harness import NodeProcess, client, free_port, run, run_load, tempdir, write_node
-    from overhead import BODY, ZERO
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=5, help="seconds per wrk cell")

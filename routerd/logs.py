@@ -3,9 +3,9 @@ access lines.
 
 The text observer (:func:`text_observer`) writes exactly what twisted's ``textFileLogObserver``
 writes (``2026-12-01T08:03:53+0000 [routerd.access#info] POST /v1/chat …``) at a fraction of its
-cost (issue 14): the timestamp is rendered once per second, and a format with no replacement
-fields (see :func:`literal`) is taken as its own text instead of going through twisted's
-Python-level formatter.  The level filter (:func:`filtered`) runs before any of it.
+cost (it runs for every request line): the timestamp is rendered once per second, and a format
+with no replacement fields (see :func:`literal`) is taken as its own text instead of going through
+twisted's Python-level formatter.  The level filter (:func:`filtered`) runs before any of it.
 
 ``--json-log PATH|-`` writes one plain JSON object a line (``json.loads`` reads each line; no RFC 7464
 record separator): ``time`` (ISO-8601, UTC), ``level``, ``namespace``, ``msg`` (the rendered
@@ -316,7 +316,7 @@ def filtered(observer: ILogObserver, level: LogLevel) -> ILogObserver:
 def literal(text: str) -> str:
     """``text`` as a log format that renders as itself: a line built once with ``str.format`` (C)
     is then not formatted again field by field by twisted's Python-level formatter, while the
-    event still carries its keyword fields (issue 14: lines logged per request)."""
+    event still carries its keyword fields (lines are logged per request)."""
     return text.replace("{", "{{").replace("}", "}}")
 
 

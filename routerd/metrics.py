@@ -41,18 +41,21 @@ class _LendingGauges(Collector):
         self.held = held
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        leases = GaugeMetricFamily("routerd_lending_live_leases",
-                                   "Live leases by lane: held by this owner, or in the master's book",
-                                   labels=("lane", "side"))
-        for (lane, side), count in _count(self.leases()).items():
-            leases.add_metric((lane, side), count)
-        yield leases
-        held = GaugeMetricFamily("routerd_lending_held_requests",
-                                 "Requests held in this node's router queues, by lane and state",
-                                 labels=("lane", "state"))
-        for (lane, state), count in _count(self.held()).items():
-            held.add_metric((lane, state), count)
-        yield held
+        yield _counted("routerd_lending_live_leases",
+                       "Live leases by lane: held by this owner, or in the master's book",
+                       ("lane", "side"), self.leases())
+        yield _counted("routerd_lending_held_requests",
+                       "Requests held in this node's router queues, by lane and state",
+                       ("lane", "state"), self.held())
+
+
+def _counted(name: str, documentation: str, labels: tuple[str, str],
+             pairs: Iterable[tuple[str, str]]) -> GaugeMetricFamily:
+    """A gauge family with one sample per distinct label pair: how many times it occurs."""
+    family = GaugeMetricFamily(name, documentation, labels=labels)
+    for pair, count in _count(pairs).items():
+        family.add_metric(pair, count)
+    return family
 
 
 @attrs.frozen
@@ -159,7 +162,7 @@ class NodeMetrics:
         self.prompt_tokens = Counter(
             "routerd_prompt_tokens", "Prompt tokens processed by this node's backends", ("model",),
             registry=self.registry)
-        # per named key and class (issue 23): the key's name, never the key ("-" for none)
+        # per named key and class: the key's name, never the key ("-" for none)
         self.key_requests = Counter(
             "routerd_key_requests", "Inference requests a client sent this node, by key name, class and "
             "status (429s: status key_limited or queue_full)", ("key", "class", "status"),

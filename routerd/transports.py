@@ -1,4 +1,4 @@
-"""Writing to a TCP connection at once when nothing is queued on it (issue 14).
+"""Writing to a TCP connection at once when nothing is queued on it.
 
 ``ITransport.write`` in Twisted only queues: it asks the reactor to watch the socket for writing
 (one ``epoll_ctl``), sends on the next loop iteration, then stops watching (another).  On the hot
@@ -7,8 +7,8 @@ socket when the transport has nothing queued (so bytes keep their order), as asy
 do, and queues only what the kernel did not take; anything but a plain TCP connection (TLS, test
 transports), or a connection closing, goes through ``write`` as before.
 
-Fenced here (issue 20): this is the only module that reaches into a Twisted transport.  What it
-measured: profiled under ``wrk`` (issue 14), every ``write`` on the hot path cost two
+Fenced here: this is the only module that reaches into a Twisted transport.  What it
+measured: profiled under ``wrk``, every ``write`` on the hot path cost two
 ``epoll_ctl`` calls and a reactor loop turn before its bytes left; :func:`send` takes both away
 when the kernel takes the bytes at once (the common case for an answer or a backend request).
 What it relies on of ``twisted.internet.tcp.Connection`` beyond its documented API:

@@ -148,10 +148,10 @@ class AllowList:
 
     Bases are also indexed by origin, so :meth:`permits` parses the target once and compares paths
     only with the bases of its origin: it runs on every cluster call and forward, and a master
-    allows every slave (issue 24: one health-poll cycle over 200 slaves used to parse 80,000 URLs).
+    allows every slave (one health-poll cycle over 200 slaves used to parse 80,000 URLs).
     Its answers are remembered per target (at most :data:`PERMITS_MEMO`, forgotten whenever the
     bases change): a master forwards to the same few URLs over and over, and parsing one cost
-    ~8 µs of each forwarded request (issue 24).
+    ~8 µs of each forwarded request.
     """
 
     def __init__(self, urls: Iterable[str] = ()) -> None:

@@ -3,8 +3,9 @@
 Every slave listed in ``cluster.slave_urls`` is polled (``GET
 /router/v1/node/models``) at startup and every ``health_interval``, with
 bounded concurrency; a failed poll marks that node unhealthy (its models stay
-listed but unavailable) until a later poll or registration succeeds.  Nodes are
-never forgotten.
+listed but unavailable) until a later poll or registration succeeds.  A poll that
+fails after the node registered while it was out (the first cycle runs before a
+slave listens) leaves the registration standing.  Nodes are never forgotten.
 """
 
 from __future__ import annotations
@@ -64,6 +65,10 @@ class MasterAgent(MultiService):
         self.local_status = local_status
         self.stt_counter = RoundRobinCounter()
         self._registered: list[Callable[[str], None]] = []
+        # Registrations accepted so far, and the count at each URL's latest one: a poll that failed
+        # but was sent before a registration was accepted says nothing about the node since.
+        self._registrations = 0
+        self._registered_at: dict[str, int] = {}
         # Polls every health_interval (the node awaits one poll_all before it starts this
         # service, so the first cycle happens before the listener opens).
         IntervalService("health poll", self._tick, health_interval, clock).setServiceParent(self)  # type: ignore[no-untyped-call]
@@ -98,10 +103,13 @@ class MasterAgent(MultiService):
     async def _poll_all(self) -> None:
         # Applied in configuration order, so when two URLs claim one node_id the
         # first configured one wins; as one registry change (one rebuild for the cycle).
+        sent_after = self._registrations
         answers = await fan_out(self.slave_urls, self.client.models, POLL_CONCURRENCY)
         with self.registry.batch():
             for url, value in answers:
                 if isinstance(value, Failure):
+                    if self._registered_at.get(url, -1) >= sent_after:
+                        continue  # the node registered while this poll was out: its answer stands
                     if self.registry.mark_unhealthy(url):
                         log.warn("health poll of {url} failed: {reason}", url=url,
                                  reason=value.getErrorMessage())
@@ -135,6 +143,8 @@ class MasterAgent(MultiService):
                      url=url)
             raise NotListed(url)
         self._accept(snapshot, url, "registration")
+        self._registered_at[url] = self._registrations
+        self._registrations += 1
         log.info("node {node_id} registered from {url}", node_id=snapshot.node_id, url=url)
         for callback in self._registered:
             callback(snapshot.node_id)

@@ -1,4 +1,4 @@
-"""Named inference keys (``auth.inference_keys`` entries; issue 23).
+"""Named inference keys (``auth.inference_keys`` entries).
 
 An entry is a plain string (the key; its name is generated, ``key-1``, ``key-2``… by position) or an
 object ``{name, key | key_file | key_env, class, limits}``.  The key itself is a secret: only its

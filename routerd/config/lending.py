@@ -109,24 +109,40 @@ def _typed(key: str, text: str) -> float | int | bool:
     return text == "true"
 
 
+def _seconds(key: str) -> float:
+    """The default of a duration setting, in seconds (the table is the one place defaults live)."""
+    assert SPECS[key].kind == "duration"
+    return parse_duration(SPECS[key].default)
+
+
+def _whole(key: str) -> int:
+    assert SPECS[key].kind == "integer"
+    return int(SPECS[key].default)
+
+
+def _flag(key: str) -> bool:
+    assert SPECS[key].kind == "boolean"
+    return SPECS[key].default == "true"
+
+
 @attrs.frozen
 class LendingSettings:
-    """Resolved lending settings; durations in seconds."""
+    """Resolved lending settings; durations in seconds, defaults from ``SETTINGS``."""
 
-    scheduling_refresh_interval: float = 60.0
-    scheduling_sample_window: float = 86400.0
-    scheduling_min_samples: int = 20
-    scheduling_backend_depth: int = 2
-    scheduling_grant_ttl: float = 30.0
-    scheduling_context_reserve: int = 256
-    offload_restore_delay: float = 1.5
-    offload_probe_idle: float = 5.0
-    offload_faster_helper_slots: int = 2
-    offload_slower_helper_slots: int = 1
-    offload_probe_helper_slots: int = 1
-    offload_hold_for_faster_helper: bool = True
-    offload_decisions_retention: float = 720 * 3600.0
-    offload_lent_stall_timeout: float = 180.0
+    scheduling_refresh_interval: float = _seconds("scheduling_refresh_interval")
+    scheduling_sample_window: float = _seconds("scheduling_sample_window")
+    scheduling_min_samples: int = _whole("scheduling_min_samples")
+    scheduling_backend_depth: int = _whole("scheduling_backend_depth")
+    scheduling_grant_ttl: float = _seconds("scheduling_grant_ttl")
+    scheduling_context_reserve: int = _whole("scheduling_context_reserve")
+    offload_restore_delay: float = _seconds("offload_restore_delay")
+    offload_probe_idle: float = _seconds("offload_probe_idle")
+    offload_faster_helper_slots: int = _whole("offload_faster_helper_slots")
+    offload_slower_helper_slots: int = _whole("offload_slower_helper_slots")
+    offload_probe_helper_slots: int = _whole("offload_probe_helper_slots")
+    offload_hold_for_faster_helper: bool = _flag("offload_hold_for_faster_helper")
+    offload_decisions_retention: float = _seconds("offload_decisions_retention")
+    offload_lent_stall_timeout: float = _seconds("offload_lent_stall_timeout")
 
     @classmethod
     def from_texts(cls, values: Mapping[str, str]) -> LendingSettings:

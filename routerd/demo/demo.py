@@ -1,7 +1,7 @@
 """``routerd demo``: the example cluster of ``routerd-cluster`` with lending to watch, no GPU needed.
 
 It writes the example configs into a run directory as ``routerd-cluster`` does
-(:func:`routerd.demo.launcher.prepare`), then gives each node its own copy of its model configs
+(:func:`routerd.demo.configs.prepare`), then gives each node its own copy of its model configs
 (slave-b gains ``vision``, a multimodal model with a small projector file, to be the guardian),
 the example weights as ``models.file_roots`` (so Cook has files to offer) and analytics on.  Once
 every node is healthy it sets fast lending settings, links slave-b's ``llama-8b`` (public
@@ -31,14 +31,12 @@ import attrs
 import yaml
 
 from routerd.catalog.kcpps import PATH_KEYS
+from routerd.demo.configs import DemoError, NodeSpec, prepare
 from routerd.demo.launcher import (
     Cluster,
-    DemoError,
-    NodeSpec,
     cluster_arguments,
     cluster_folders,
     parsed_cluster_arguments,
-    prepare,
     run_cluster,
 )
 

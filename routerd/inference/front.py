@@ -10,7 +10,6 @@ bookkeeping).  Selector-less transcriptions on a master fetch the nodes' runtime
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -191,12 +190,9 @@ class InferenceFront:
         if result.model is None and route.model_required:
             raise HTTPError(400, "model is required")
         stream = wants_stream(route, parsed) if parsed is not None else False
-        # Strings every request repeats are shared, not one copy per waiting request (held requests):
-        # the path is one of the inference paths, a model name and a plain content type recur.
-        selector = result.model
-        return Call(reply=reply, route=route, path=sys.intern(incoming.path), body=body,
-                    content_type=content_type if ";" in content_type else sys.intern(content_type),
+        # a request held in a lending queue is shaped for memory there (lending.waiting)
+        return Call(reply=reply, route=route, path=incoming.path, body=body, content_type=content_type,
                     parsed=parsed, stream=stream, request_id=request_id, started=started,
-                    selector=None if selector is None else sys.intern(selector),
+                    selector=result.model,
                     query=incoming.query or _NO_QUERY, priority=request_class(incoming),
                     key_name=incoming.key_name)

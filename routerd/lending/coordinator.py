@@ -5,13 +5,18 @@ Plans are serialised (one at a time).  Each plan polls every node's runtime
 status, runs the pure planner, replaces the whole lease book with its leases,
 writes one plan row per owner/helper pair, arms the probe timer, and pushes
 leases to owners other than the one whose event it answers.
+
+The coordinator does not hold the master's lending service: it is given a :class:`LeaseSink`,
+the few things it reads and calls there (the site's links, guardians, settings and decision log;
+a lease for one of the master's own models; the borrowed work the master holds as helper).  What
+the owners call on it in process is declared by :class:`~routerd.lending.transport.MasterSide`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 from twisted.application.service import MultiService
@@ -19,14 +24,17 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
+from routerd.config.lending import LendingSettings
+from routerd.lending.decisions import DecisionLog
+from routerd.lending.events import HeldLease
 from routerd.lending.links import LinkSet
 from routerd.lending.offload import Borrowed, RelayRequest, borrowed_headers
 from routerd.lending.planner import FactKey, ModelFacts, plan
-from routerd.lending.service import HeldLease, LendingService
 from routerd.lending.stall_check import HelperGone, StallCheck, ask_over_http
 from routerd.paths import GRANT_PATH, INFERENCE_PREFIX, LINKS_PATH, SETTINGS_PATH
 from routerd.routing.call import Call, Incoming, Reply
 from routerd.routing.forward import CameBack, Forwarder, Outbound, Unreachable
+from routerd.routing.guardians import GuardianSet
 from routerd.routing.selector import replace_model
 from routerd.services import IntervalService
 from routerd.wire.lending import LANES, Endpoint, Lane, Lease, Trigger, lane_model_id, to_json
@@ -41,8 +49,34 @@ log = Logger()
 ServeBorrowed = Callable[[Reply, Incoming, Borrowed], defer.Deferred[bytes]]
 
 
+class LeaseSink(Protocol):
+    """What the coordinator reads and calls on the master's own lending service."""
+
+    @property
+    def settings(self) -> LendingSettings:
+        """The effective lending settings (planned with, pushed to the slaves)."""
+
+    @property
+    def links(self) -> Mapping[Lane, LinkSet]:
+        """Each lane's links (planned with, pushed to the slaves)."""
+
+    @property
+    def guardians(self) -> GuardianSet:
+        """The guardian models (pushed with the links)."""
+
+    @property
+    def decisions(self) -> DecisionLog | None:
+        """Where plan rows and refused relays are written (None: no log)."""
+
+    def receive_lease(self, lease: Lease | None, lane: Lane, model_id: str, trigger: str) -> None:
+        """A lease granted to one of the master's own models."""
+
+    def borrowed_requests(self) -> list[dict[str, Any]]:
+        """The borrowed work the master holds as helper (the stall check asks)."""
+
+
 class Coordinator(MultiService):
-    def __init__(self, *, node_id: str, master: MasterAgent, service: LendingService, clock: IReactorTime,
+    def __init__(self, *, node_id: str, master: MasterAgent, service: LeaseSink, clock: IReactorTime,
                  forwarder: Forwarder,
                  serve_borrowed: ServeBorrowed,
                  observe_plan: Callable[[float], None] = lambda _seconds: None) -> None:

@@ -12,7 +12,7 @@ outcome, reason, trigger, lane or column is a programming error and raises
 ``ValueError`` at once.
 
 A plan writes one row per linked pair (8,192 on a site of 64 nodes x 32 owners x 4
-helpers, issue 24).  ``record_plan_rows`` therefore checks a plan's enumerations
+helpers).  ``record_plan_rows`` therefore checks a plan's enumerations
 once per distinct value and buffers the plan's rows as they came from the planner
 (``routerd.wire.plan_rows.PlanRows``, one entry); each row becomes its insert
 tuple only on the store thread, while the batch is written.

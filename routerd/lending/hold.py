@@ -14,13 +14,13 @@ It holds iff every condition holds:
 4. every lent slot is busy (lent in flight ≥ slots), or the master's next answer is on its way
    (``refilling``: a queue event of the model is in flight, and that answer lends into the free
    slot).  A lent answer frees its slot until the master answers the owner's event; judged in that
-   window, a hold whose helper is on schedule ended and the owner took a third job (issue 24,
-   ``benchmarks/lending.py`` (f)).  The spec's "goes to the helper on the master's next answer";
+   window, a hold whose helper is on schedule ended and the owner took a third job
+   (``benchmarks/lending.py`` (f)).  The spec's "goes to the helper on the master's next answer";
 5. no lent request has overrun (spec: "released as soon as the helper has taken more than its
    predicted finish plus one job to answer"): ``now > lent_at + switch + slots × service + J``
    for none of them.  Its predicted finish: a request lent into a lease of ``slots`` slots may
    wait behind the ``slots - 1`` lent before it, so it is due ``switch + slots × service`` after
-   it was lent.  (Issue 24: judged by the one-slot formula, the request lent behind another into
+   it was lent.  (Judged by the one-slot formula, the request lent behind another into
    a two-slot lease "overran" the instant it was due.)  Plus one job: the owner's job ``J``, the
    job the hold keeps off the owner.  Once the helper is later than that, the owner could have
    run the held request in the delay, so it stops waiting for the helper; a helper only a little

@@ -16,7 +16,6 @@ import attrs
 from routerd.errors import HTTPError
 from routerd.wire.lending import LANES, Lane, Lease
 
-#: Where the master sends a helper the lease it granted (a lean route, issue 24).
 OFFLOAD_RETURNED = "offload_returned"
 
 Headers = tuple[tuple[bytes, bytes], ...]

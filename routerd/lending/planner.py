@@ -31,7 +31,8 @@ owner only the helpers it links to are considered:
   unpriced reason, ``cost_rejected``, ``outranked``.
 
 A lane is planned on arrays by :mod:`routerd.lending.plan_lane` (thousands of pairs a plan on a
-big site); the inputs' types live in :mod:`routerd.lending.plan_inputs`.
+big site), from columns read by :mod:`routerd.lending.plan_columns`; the inputs' types live in
+:mod:`routerd.lending.plan_inputs`.
 """
 
 from __future__ import annotations
@@ -97,9 +98,13 @@ def plan(
                 for lease in forced
                 if lease.lane == lane and lease.key() not in only_owners
             }
-        lane_due = plan_lane(
-            lane, trigger, now_ms, link_set, statuses, settings, facts, claimed, only_owners, leases, rows
+        lane_plan = plan_lane(
+            lane, trigger, now_ms, link_set, statuses, settings, facts, claimed, only_owners
         )
+        leases.extend(lane_plan.leases)
+        for chunk in lane_plan.chunks:
+            rows.add(chunk)
+        lane_due = lane_plan.due
         if lane_due is not None and (due is None or lane_due < due):
             due = lane_due
     return PlanResult(leases, rows, None if due is None else math.ceil(due))

@@ -19,6 +19,9 @@ Rules:
   scatter (or few samples) is priced conservatively.
 * Loads: the mean duration of every successful load per config file, whether or not a generation
   followed it.
+
+A request is priced by its work terms (:func:`work_terms`): read off an image request's body, or
+estimated for a text request from its size and the model's bytes-per-token profile.
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from routerd.config.lending import LendingSettings
+from routerd.routing.call import Call
+from routerd.routing.work import request_work
 from routerd.store.samples import OK, LoadSample, RequestSample
-from routerd.wire.lending import Costs, LoadCost, ModelCost, TokenProfile
+from routerd.wire.lending import Costs, Lane, LoadCost, ModelCost, TokenProfile
 
 if TYPE_CHECKING:
     import numpy as np
@@ -327,6 +332,22 @@ def estimate_text(
     return (float(prompt), float(output)), prompt + output
 
 
+def work_terms(call: Call, lane: Lane, profile: TokenProfile | None,
+               context_reserve: int) -> tuple[tuple[float, ...], int]:
+    """The work terms (and, for text, the context) the queue and the planner price a request by.
+
+    Image: steps × width × height × count from the body.  Text: estimated from the body size and
+    the model's measured bytes-per-token ``profile``, with the client's output limit in any
+    dialect (:func:`client_output_limit`: OpenAI, Responses API ``max_output_tokens``, llama.cpp,
+    Ollama ``options.num_predict``, Kobold); a model with no profile yet has no estimate (it is
+    only probed).
+    """
+    if lane == "image":
+        return request_work(call.route, call.parsed, call.body, call.content_type), 0
+    estimate = estimate_text(profile, len(call.body), client_output_limit(call.parsed), context_reserve)
+    return ((), 0) if estimate is None else estimate
+
+
 __all__ = [
     "CONSERVATIVE_SIGMAS",
     "LinearFit",
@@ -345,4 +366,5 @@ __all__ = [
     "predict",
     "predict_queue",
     "usable",
+    "work_terms",
 ]

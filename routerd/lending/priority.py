@@ -1,4 +1,4 @@
-"""Priority classes, aging and per-key fair share: the order a node's router queue serves (issue 23).
+"""Priority classes, aging and per-key fair share: the order a node's router queue serves.
 
 Pure: no clock of its own, no Twisted.  The queue (:mod:`routerd.lending.queue`) asks
 :meth:`FairOrder.pick` which waiting entry goes next and tells :meth:`FairOrder.charge` when one is
@@ -125,7 +125,7 @@ class FairOrder:
         """Indices of ``waiting`` in the order they would be served if nothing else arrived and the
         clock stood at ``now_ms`` (the queue position, and what lending takes last): what
         successive :meth:`pick` and :meth:`charge` calls would give, in O(entries × keys of a
-        class) rather than O(entries²) (10,000 held requests: issue 14)."""
+        class) rather than O(entries²) (a queue may hold 10,000 requests)."""
         served = dict(self._served)
         classes: dict[int, dict[str, deque[int]]] = {}
         for i, rank in enumerate(effective_ranks(waiting, now_ms, self.aging_ms)):

@@ -1,12 +1,16 @@
 """The router queue of one lane on one node (spec "What is lent", reference §3.1, §7).
 
 A pure object: the caller feeds it arrivals, completions, returns and cancellations with a clock
-value, and performs the :class:`Effects` it answers (start the admitted requests, hand borrowed
-requests back with 409).  No Twisted, no timers.
+value, and performs the :class:`~routerd.lending.queue_entries.Effects` it answers (start the
+admitted requests, hand borrowed requests back with 409).  No Twisted, no timers.  Its entries and
+answers are :mod:`routerd.lending.queue_entries`'s (re-exported here); what it shows of itself
+(stats, the held listing) is :mod:`routerd.lending.queue_views`'s; its waiting entries and the
+orders they are admitted and lent in are :mod:`routerd.lending.waiting_line`'s (over
+:mod:`routerd.lending.priority`); what is here is admission, lending and endings.
 
 Entries are *native* (this node's own clients) or *borrowed* (lent to this node by another owner).
-Every native request of the lane is queued here, whatever its model (issue 23: one class order for
-the node's whole router queue); only enrolled models (an owner or a helper in some link of the lane)
+Every native request of the lane is queued here, whatever its model (one class order for the
+node's whole router queue); only enrolled models (an owner or a helper in some link of the lane)
 take borrowed work, and only owners' entries are lent.
 
 * At most ``depth`` entries of the lane are admitted to the backend at once; the rest wait here, in
@@ -27,99 +31,29 @@ take borrowed work, and only owners' entries are lent.
   (or the caller says the node is busy with its own work).
 * To a place where it would wait inside the backend (behind work of another model, or beyond its
   model's concurrency), the head is admitted only if no higher class than its own had a native
-  arrival within the last aging period (a later interactive request could not pass it there:
-  issue 23's p99 at depth 2).  A place where it would start at once is always taken.
+  arrival within the last aging period (a later interactive request could not pass it there, and
+  the interactive class's p99 would suffer at depth 2).  A place where it would start at once is always taken.
 * An optional hold check may keep the head waiting for a faster helper, only for the second slot:
   when something of the same model, and nothing else, is already admitted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Literal
+from collections.abc import Collection, Iterable, Sequence
 
-import attrs
-
-from routerd.lending.priority import CLASSES, DEFAULT_AGING_MS, FairOrder, effective_rank
+from routerd.lending.priority import CLASSES, DEFAULT_AGING_MS, effective_rank
+from routerd.lending.queue_entries import (
+    BorrowedReturn,
+    Effects,
+    Entry,
+    HoldCheck,
+    HoldQuery,
+    QueueError,
+    fits_helper,
+)
+from routerd.lending.queue_views import held_listing, lane_stats
+from routerd.lending.waiting_line import WaitingLine
 from routerd.wire.lending import HeldRequest, Lane, QueueStat
-
-EntryState = Literal["pending", "admitted", "lent"]
-ReturnReason = Literal["helper_busy_on_arrival", "own_work_arrived"]
-
-
-class QueueError(ValueError):
-    """A call that does not fit the queue's state (unknown id, model not enrolled, duplicate id)."""
-
-
-@attrs.define(weakref_slot=False)
-class Entry:
-    """One queued request (mutable; owned by the queue — read it, do not change it)."""
-
-    request_id: str
-    model_id: str
-    arrived_ms: int
-    seq: int
-    work: tuple[float, ...] = ()
-    context: int = 0
-    streaming: bool = False
-    borrowed: bool = False
-    state: EntryState = "pending"
-    returned: bool = False  # came back from a helper: never lent again, never held
-    holding: bool = False  # the hold check is keeping it back right now
-    admitted_ms: int | None = None
-    lent_ms: int | None = None
-    helper_node_id: str | None = None
-    helper_model_id: str | None = None
-    borrowed_ahead: int = 0  # borrowed entries admitted when this native entry arrived
-    image: bool = False  # carries an image: lent only to a helper that reads images
-    priority: int = 1  # class rank (0 interactive, 1 standard, 2 batch): routerd.lending.priority
-    key_name: str = ""  # the name of the key that admitted it (fair share; never the key itself)
-    weight: float = 1.0  # the key's limits.weight (fair share)
-    concurrency: int = 1  # requests its model's backend serves at once (native entries)
-
-
-@attrs.frozen
-class BorrowedReturn:
-    """A borrowed request to answer with 409 ``offload_returned``."""
-
-    request_id: str
-    reason: ReturnReason
-
-
-@attrs.frozen
-class Effects:
-    """What the caller must do now: start ``admit`` (in order), hand back ``returned``."""
-
-    admit: tuple[str, ...] = ()
-    returned: tuple[BorrowedReturn, ...] = ()
-
-    def __add__(self, other: Effects) -> Effects:
-        return Effects(self.admit + other.admit, self.returned + other.returned)
-
-
-@attrs.frozen
-class HoldQuery:
-    """What a hold check sees: the waiting head and the owner's pipeline.
-
-    ``generating_since_ms`` = the earliest admission among the admitted entries, moved forward to
-    the last completion of the model's own work.
-    """
-
-    entry: Entry
-    in_flight: int
-    generating_since_ms: int
-    now_ms: int
-
-
-HoldCheck = Callable[[HoldQuery], bool]
-
-
-def fits_helper(entry: Entry, max_context: int | None, vision: bool) -> bool:
-    """The per-request gates of lending (reference §6/§7): an entry with an estimated size must fit
-    the helper's window ``max_context`` (None: no gate), and one carrying an image needs ``vision``."""
-    if max_context is not None and entry.context > 0 and entry.context > max_context:
-        return False
-    return vision or not entry.image
 
 
 class LaneQueue:
@@ -135,16 +69,14 @@ class LaneQueue:
         aging_ms: int = DEFAULT_AGING_MS,
     ) -> None:
         self.lane: Lane = lane
-        self.order = FairOrder(aging_ms)
+        self._line = WaitingLine(aging_ms)
+        self.order = self._line.order
         self._depth = max(int(depth), 1)
         self._enrolled: frozenset[str] = frozenset()
         self._owners: frozenset[str] = frozenset()
         self.set_enrolled(enrolled, owners)
         self.hold = hold
-        self._pending: list[Entry] = []
-        # how many waiting entries of each (class, key): with one kind only the order is the list's
-        # (the fast path: no per-pick scan, as before classes)
-        self._mix: dict[tuple[int, str], int] = {}
+        self._pending = self._line.entries  # the waiting entries (changed through the line only)
         self._admitted: list[Entry] = []
         self._lent: list[Entry] = []
         self._by_id: dict[str, Entry] = {}
@@ -257,7 +189,7 @@ class LaneQueue:
         self._class_seen[entry.priority] = now_ms
         returned = self._hand_back(reclaim)
         entry.borrowed_ahead = self.borrowed_in_backend() + max(int(also_ahead), 0)
-        self._wait(entry)
+        self._line.add(entry)
         return Effects(returned=returned) + self.pump(now_ms)
 
     def own_work_elsewhere(self, now_ms: int, reclaim: Collection[str] = ()) -> Effects:
@@ -301,7 +233,7 @@ class LaneQueue:
         if model_id not in self._enrolled:
             return Effects(returned=(BorrowedReturn(request_id, "helper_busy_on_arrival"),))
         entry = self._new_entry(request_id, model_id, now_ms, work, context, False, True, priority)
-        self._wait(entry)
+        self._line.add(entry)
         return self.pump(now_ms)
 
     def accepting_borrowed(self) -> bool:
@@ -319,8 +251,7 @@ class LaneQueue:
         for e in self._pending:
             e.holding = False
         while self._pending and len(self._admitted) < self._depth + self._widest - 1:
-            index = 0 if self._uniform() else self.order.pick(self._pending, now_ms)
-            assert index is not None
+            index = self._line.next_index(now_ms)
             head = self._pending[index]
             if len(self._admitted) >= self._cap(head):
                 break
@@ -329,9 +260,7 @@ class LaneQueue:
             if self._holds(head, now_ms):
                 head.holding = True
                 break
-            self._pending.pop(index)
-            self._unmix(head)
-            self.order.charge(head)
+            self._line.admit(index)
             head.state = "admitted"
             head.admitted_ms = now_ms
             self._admitted.append(head)
@@ -400,10 +329,7 @@ class LaneQueue:
             if not fits_helper(e, max_context, vision):
                 continue
             taken.append(e)
-        ids = {e.request_id for e in taken}
-        self._pending = [e for e in self._pending if e.request_id not in ids]
-        for e in taken:
-            self._unmix(e)
+        self._line.remove_all(taken)
         for e in taken:
             e.state = "lent"
             e.holding = False
@@ -414,37 +340,20 @@ class LaneQueue:
         return [e.request_id for e in taken]
 
     def lending_order(self, now_ms: int) -> list[Entry]:
-        """Waiting entries in the order lending takes them: what the owner would serve last goes
-        first — the lowest effective class first (batch before interactive) and, within a class,
-        in the class's serving order (fair share, then oldest first)."""
-        if self._uniform():
-            return list(self._pending)
-        order = self.order.service_order(self._pending, now_ms)
-        place = {index: n for n, index in enumerate(order)}
-        aging = self.order.aging_ms
-
-        def rank(index: int) -> tuple[int, int]:
-            e = self._pending[index]
-            return (-effective_rank(e.priority, e.arrived_ms, now_ms, aging), place[index])
-
-        return [self._pending[i] for i in sorted(range(len(self._pending)), key=rank)]
+        """Waiting entries in the order lending takes them (:meth:`WaitingLine.lending_order`)."""
+        return self._line.lending_order(now_ms)
 
     def serving_order(self, now_ms: int) -> list[Entry]:
         """Waiting entries in the order they would be admitted if nothing else arrived."""
-        if self._uniform():
-            return list(self._pending)
-        return [self._pending[i] for i in self.order.service_order(self._pending, now_ms)]
+        return self._line.serving_order(now_ms)
 
     def position(self, request_id: str, now_ms: int) -> int:
         """A waiting entry's place in the serving order (1 = admitted next; 0 for an entry that
-        is not waiting): exact with one class and one key, else :meth:`FairOrder.place`'s
-        one-pass count (the header of every arrival: no simulation of the whole queue)."""
+        is not waiting): :meth:`WaitingLine.position`."""
         entry = self._by_id.get(request_id)
         if entry is None or entry.state != "pending":
             return 0
-        pending = self._pending
-        index = next(i for i in range(len(pending) - 1, -1, -1) if pending[i] is entry)  # new: last
-        return index + 1 if self._uniform() else self.order.place(pending, index, now_ms)
+        return self._line.position(entry, now_ms)
 
     def returned(self, request_id: str, now_ms: int) -> Effects:
         """A lent request came back (409, failure or cut-off): back to the head, first arrival kept.
@@ -462,7 +371,7 @@ class LaneQueue:
         entry.helper_node_id = entry.helper_model_id = None
         back = self._hand_back(())
         entry.borrowed_ahead = self.borrowed_in_backend()
-        self._wait(entry, head=True)
+        self._line.add(entry, head=True)
         return Effects(returned=back) + self.pump(now_ms)
 
     # -- endings ------------------------------------------------------------------------------------
@@ -494,36 +403,15 @@ class LaneQueue:
         del self._by_id[entry.request_id]
         if not self._by_id:
             self.order.reset()
+        if entry.state == "pending":
+            self._line.remove(entry)
+            return
         # its state names its list; found by identity (Entry's generated == compares every field)
-        bucket = self._pending if entry.state == "pending" else \
-            self._admitted if entry.state == "admitted" else self._lent
+        bucket = self._admitted if entry.state == "admitted" else self._lent
         for i, e in enumerate(bucket):
             if e is entry:
                 del bucket[i]
                 break
-        if entry.state == "pending":
-            self._unmix(entry)
-
-    def _wait(self, entry: Entry, head: bool = False) -> None:
-        """Put ``entry`` among the waiting ones: last, or first (a returned one)."""
-        if head:
-            self._pending.insert(0, entry)
-        else:
-            self._pending.append(entry)
-        kind = (entry.priority, entry.key_name)
-        self._mix[kind] = self._mix.get(kind, 0) + 1
-
-    def _unmix(self, entry: Entry) -> None:
-        kind = (entry.priority, entry.key_name)
-        left = self._mix.get(kind, 0) - 1
-        if left > 0:
-            self._mix[kind] = left
-        else:
-            self._mix.pop(kind, None)
-
-    def _uniform(self) -> bool:
-        """Every waiting entry is of one class and one key: the serving order is the list's."""
-        return len(self._mix) <= 1
 
     def _get(self, request_id: str) -> Entry:
         try:
@@ -558,7 +446,7 @@ class LaneQueue:
 
     def waiting_native(self, model_id: str) -> int:
         """Native entries of ``model_id`` waiting (``stats``' ``pending_count`` of one model, without
-        summing every model's work: read on every arrival, issue 24)."""
+        summing every model's work: read on every arrival)."""
         return sum(1 for e in self._pending if e.model_id == model_id and not e.borrowed)
 
     def has_work(self, model_id: str) -> bool:
@@ -572,71 +460,11 @@ class LaneQueue:
 
         Without ``model_ids`` every model with native work waiting or admitted is listed.
         """
-        wanted = None if model_ids is None else set(model_ids)
-        width = 2 if self.lane == "text" else 1
-        acc: dict[str, list[Entry]] = {}
-        admitted: dict[str, list[Entry]] = {}
-        for e in self._pending:
-            if not e.borrowed:
-                acc.setdefault(e.model_id, []).append(e)
-        for e in self._admitted:
-            if not e.borrowed:
-                admitted.setdefault(e.model_id, []).append(e)
-        models = set(acc) | set(admitted) if wanted is None else wanted
-        out: list[QueueStat] = []
-        for model_id in sorted(models):
-            pending = acc.get(model_id, [])
-            backlog = pending + admitted.get(model_id, [])
-            out.append(
-                QueueStat(
-                    model_id=model_id,
-                    pending_count=len(pending),
-                    pending_work=_sum_work(pending, width),
-                    pending_context=sum(e.context for e in pending),
-                    backlog_count=len(backlog),
-                    backlog_work=_sum_work(backlog, width),
-                )
-            )
-        return out
+        return lane_stats(self.lane, self._pending, self._admitted, model_ids)
 
     def held_listing(self, now_ms: int) -> list[HeldRequest]:
         """The Nodes page listing: waiting native entries (``queued``/``held``) and lent ones."""
-        out = [
-            HeldRequest(
-                request_id=e.request_id,
-                lane=self.lane,
-                model_id=e.model_id,
-                state="held" if e.holding else "queued",
-                waiting_ms=max(now_ms - e.arrived_ms, 0),
-                priority=CLASSES[e.priority],
-                key_name=e.key_name or None,
-            )
-            for e in self._pending
-            if not e.borrowed
-        ]
-        out.extend(
-            HeldRequest(
-                request_id=e.request_id,
-                lane=self.lane,
-                model_id=e.model_id,
-                state="lent",
-                waiting_ms=max(now_ms - e.arrived_ms, 0),
-                helper_node_id=e.helper_node_id,
-                helper_model_id=e.helper_model_id,
-                priority=CLASSES[e.priority],
-                key_name=e.key_name or None,
-            )
-            for e in self._lent
-        )
-        return out
-
-
-def _sum_work(entries: Sequence[Entry], width: int) -> tuple[float, ...]:
-    total = [0.0] * width
-    for e in entries:
-        for i, w in enumerate(e.work[:width]):
-            total[i] += w
-    return tuple(total)
+        return held_listing(self.lane, self._pending, self._lent, now_ms)
 
 
 __all__ = [

@@ -4,9 +4,12 @@
 on the master), the effective lending settings, one ``LaneQueue`` per lane, the
 owner's leases and the node's fitted costs.  The pure decisions live in
 ``lending.queue``, ``lending.planner`` and ``lending.pricing``; this module
-performs their effects: it parks a request until the queue admits or lends
-it, reports queue events to the master, lends on the master's answers, and
-takes or hands back borrowed work.
+performs their effects on the owner's request path: it parks a request until
+the queue admits or lends it, runs or lends it, and lends on the master's
+answers.  Its other parts: the queue events sent to the master
+(``lending.events``), the node as helper, holding borrowed work and handing it
+back when its own work arrives (``lending.helper_side``), and the decision rows
+(``lending.service_rows``).
 
 Custody never moves: a lent request keeps its client connection here, and
 whatever comes back (409 ``offload_returned``, a failed relay) is re-queued at
@@ -15,7 +18,7 @@ the head and served by this node.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import attrs
@@ -29,18 +32,20 @@ from routerd.catalog.model import ModelConfig, RuntimeKind
 from routerd.config.lending import LendingSettings
 from routerd.errors import queue_full
 from routerd.lending.decisions import DecisionLog
+from routerd.lending.events import EventReports, HeldLease
+from routerd.lending.helper_side import HelperSide, SharedLanes
 from routerd.lending.links import LinkSet
 from routerd.lending.offload import Borrowed, Returned, offload_returned
-from routerd.lending.pricing import client_output_limit, estimate_text
-from routerd.lending.priority import CLASSES, RANK
+from routerd.lending.pricing import work_terms
+from routerd.lending.priority import RANK
 from routerd.lending.queue import Effects, LaneQueue
+from routerd.lending.service_rows import ServiceRows
 from routerd.lending.transport import LendingTransport, NoMaster
 from routerd.lending.waiting import RunLocal, WaitingRequest
 from routerd.lending.watch import HoldGate, LentCall
 from routerd.routing.call import Call
 from routerd.routing.guardians import GuardianSet, sync_fingerprint
 from routerd.routing.images import has_image
-from routerd.routing.work import request_work
 from routerd.wire.lending import (
     LANES,
     Costs,
@@ -53,10 +58,6 @@ from routerd.wire.lending import (
 )
 
 log = Logger()
-
-
-#: The lending lanes sharing the runtime a ``(runtime kind, model)`` takes (``Runtimes.lanes_sharing``).
-SharedLanes = Callable[[RuntimeKind | None, ModelConfig], Iterable[Lane]]
 
 
 def _own_lane(kind: RuntimeKind | None, _model: ModelConfig) -> tuple[Lane, ...]:
@@ -72,12 +73,6 @@ class Ticket:
     kind: Literal["admit", "lend", "returned"]
     lease: Lease | None = None
     reason: str = ""
-
-
-@attrs.define
-class HeldLease:
-    lease: Lease
-    expires_at: float
 
 
 class LendingService:
@@ -128,7 +123,7 @@ class LendingService:
         self.holds = HoldGate(node_id=node_id, clock=clock,
                               enabled=lambda: self.settings.offload_hold_for_faster_helper,
                               lease=self._lease_until, queue=lambda lane: self.queues[lane],
-                              repump=self._repump, decisions=decisions, refilling=self._answer_awaited)
+                              repump=self.repump, decisions=decisions, refilling=self._answer_awaited)
         self.lent_calls = LentCall(clock)
         self.queues: dict[Lane, LaneQueue] = {
             lane: LaneQueue(lane, settings.scheduling_backend_depth, hold=self.holds.check(lane))
@@ -136,12 +131,11 @@ class LendingService:
         self.leases: dict[tuple[Lane, str], HeldLease] = {}
         self.costs = Costs()
         self._waiters: dict[str, WaitingRequest[Ticket]] = {}
-        self._borrowed: dict[str, tuple[Lane, Borrowed, int]] = {}  # request id → owner, start ms
-        self._events: dict[tuple[Lane, str], _Coalescer] = {}
+        self.events = EventReports(self)  # queue events to the master, coalesced per model
+        self.rows = ServiceRows(node_id, self.queues, self)
+        self.helper = HelperSide(self)  # this node as helper: its borrowed work, its own work first
         self._in_backend: set[str] = set()  # admitted requests whose local run is under way
         self._taken_back: dict[str, str] = {}  # in-backend borrowed request id → return reason
-        # own requests not queued here that wait behind borrowed work: id → (lane, ahead, since ms)
-        self._own_waiting: dict[str, tuple[Lane, int, int]] = {}
 
     # -- configuration (site APIs and the master's pushes) ------------------------------------
 
@@ -167,13 +161,13 @@ class LendingService:
         when they changed: the master pushes the same settings again at every registration, and
         re-running it then judged a held request at whatever instant the push arrived, such as
         between a lent answer and the master's next lease, when a lent slot is momentarily free
-        (issue 24: the owner took a third job in ``benchmarks/lending.py`` (f))."""
+        (the owner then took a third job in ``benchmarks/lending.py`` (f))."""
         changed = settings != self.settings
         self.settings = settings
         if changed:
             for lane in LANES:
-                self._apply(lane, self.queues[lane].set_depth(settings.scheduling_backend_depth,
-                                                              self._now_ms()))
+                self.apply(lane, self.queues[lane].set_depth(settings.scheduling_backend_depth,
+                                                             self._now_ms()))
         for hook in self.on_settings:
             hook(settings)
 
@@ -213,16 +207,6 @@ class LendingService:
         now = self._now_ms()
         return [to_json(h) for lane in LANES for h in self.queues[lane].held_listing(now)]
 
-    def borrowed_requests(self) -> list[dict[str, Any]]:
-        """Borrowed work on this node (``GET /router/v1/node/offload/borrowed``)."""
-        out = []
-        for rid, (lane, info, started) in self._borrowed.items():
-            entry = self.queues[lane].entry(rid)
-            state = "running" if entry is not None and entry.state == "admitted" else "queued"
-            out.append({"request_id": rid, "lane": lane, "owner_node_id": info.owner_node_id,
-                        "owner_model_id": info.owner_model_id, "started_ms": started, "state": state})
-        return out
-
     def live_lease_lanes(self) -> list[Lane]:
         """The lane of each live lease this owner holds (for the metrics)."""
         return [lane for (lane, model_id) in self.leases if self.live_lease(lane, model_id) is not None]
@@ -261,7 +245,7 @@ class LendingService:
     def run_ticket(self, held: WaitingRequest[Any], ticket: Ticket) -> Deferred[bytes | None]:
         """What a held request does once woken (``WaitingRequest``'s steward)."""
         if ticket.kind == "returned":
-            self._helper_row("borrowed_returned", held.lane, held.call, ticket.reason)
+            self.rows.helper("borrowed_returned", held.lane, held.call.request_id, ticket.reason)
             self._forget(held.call.request_id)
             return defer.fail(offload_returned())
         if ticket.kind == "admit":
@@ -271,12 +255,12 @@ class LendingService:
     def cancel_waiting(self, held: WaitingRequest[Any]) -> None:
         """A held request's client went away: its place in the queue is freed."""
         rid = held.call.request_id
-        self._apply(held.lane, self.queues[held.lane].cancel(rid, self._now_ms()))
+        self.apply(held.lane, self.queues[held.lane].cancel(rid, self._now_ms()))
         self._forget(rid)
 
     def _forget(self, rid: str) -> None:
         self._waiters.pop(rid, None)
-        self._borrowed.pop(rid, None)
+        self.helper.borrowed.pop(rid, None)
 
     async def _run_admitted(self, held: WaitingRequest[Any]) -> bytes:
         call, lane = held.call, held.lane
@@ -290,13 +274,13 @@ class LendingService:
                 self._in_backend.discard(rid)
                 reason = self._taken_back.pop(rid, None)
                 if reason is not None:  # taken back before it claimed the runtime
-                    self._helper_row("borrowed_returned", lane, call, reason)
+                    self.rows.helper("borrowed_returned", lane, rid, reason)
                 elif rid in queue:
-                    self._apply(lane, queue.finished(rid, self._now_ms()))
+                    self.apply(lane, queue.finished(rid, self._now_ms()))
                     if held.owner:
                         self.report(lane, held.model_id, "completed")
         except CancelledError:
-            self._apply(lane, queue.cancel(rid, self._now_ms()))
+            self.apply(lane, queue.cancel(rid, self._now_ms()))
             raise
         finally:
             self._forget(rid)
@@ -315,11 +299,11 @@ class LendingService:
             except Returned as exc:
                 call.lent_to = ""  # back here: it is served (or lent again) like any other
                 log.info("lent request {request_id} came back: {reason}", request_id=rid, reason=str(exc))
-                self._dispatch_row("returned", lane, model_id, ticket.lease, request_id=rid)
+                self.rows.dispatch("returned", lane, model_id, ticket.lease, request_id=rid)
                 again = True
                 held.park_again()
                 self._waiters[rid] = held
-                self._apply(lane, queue.returned(rid, self._now_ms()))
+                self.apply(lane, queue.returned(rid, self._now_ms()))
                 self.report(lane, model_id, "borrowed_completed")
                 return None
             except CancelledError:
@@ -327,14 +311,14 @@ class LendingService:
             except Exception:
                 # The answer broke off after it started (it cannot be re-run): the
                 # request is over, and its lease slot must not stay taken.
-                self._apply(lane, queue.finished(rid, self._now_ms()))
+                self.apply(lane, queue.finished(rid, self._now_ms()))
                 self.report(lane, model_id, "borrowed_completed")
                 raise
-            self._apply(lane, queue.finished(rid, self._now_ms()))
+            self.apply(lane, queue.finished(rid, self._now_ms()))
             self.report(lane, model_id, "borrowed_completed")
             return result
         except CancelledError:
-            self._apply(lane, queue.cancel(rid, self._now_ms()))
+            self.apply(lane, queue.cancel(rid, self._now_ms()))
             raise
         finally:
             if not again:
@@ -361,7 +345,7 @@ class LendingService:
         self._waiters[rid] = held
         queue.set_aging(int(self.aging() * 1000))
         if borrowed is not None:
-            self._borrowed[rid] = (lane, borrowed, self._now_ms())
+            self.helper.borrowed[rid] = (lane, borrowed, self._now_ms())
             effects = queue.arrive_borrowed(rid, model_id, self._now_ms(), node_busy=self.node_busy(),
                                             work=work, context=context)
         else:
@@ -369,87 +353,51 @@ class LendingService:
             others = [other for other in self.shared_lanes(call.route.runtime, model) if other != lane]
             _, also_ahead = self.own_work_arrived(others)
             effects = queue.arrive(rid, model_id, self._now_ms(), work=work, context=context,
-                                   streaming=call.stream, reclaim=self._reclaimable(queue),
+                                   streaming=call.stream, reclaim=self.helper.reclaimable(queue),
                                    image=lane == "text" and has_image(call.parsed), also_ahead=also_ahead,
                                    priority=RANK[call.priority],
                                    key_name=call.key_name, weight=self.key_weight(call.key_name),
                                    concurrency=concurrency(model))
-        self._apply(lane, effects)
+        self.apply(lane, effects)
         if borrowed is None:
             # its place in the class order, counting what the backend already runs (the answer's
             # X-Routerd-Queue-Position); 0 when it was admitted at once
             place = queue.position(rid, self._now_ms())
             call.queue_position = place + len(queue.admitted()) if place else 0
 
-    def _reclaimable(self, queue: LaneQueue) -> list[str]:
-        """Admitted borrowed requests of ``queue`` that have not claimed the runtime yet."""
-        return [e.request_id for e in queue.admitted()
-                if e.borrowed and self.waiting_for_runtime(e.request_id)]
+    # -- this node as helper (lending.helper_side) ---------------------------------------------
 
-    # -- this node's own work outside the router queue (spec "A helper's own work") --------------
+    def borrowed_requests(self) -> list[dict[str, Any]]:
+        """Borrowed work on this node (``GET /router/v1/node/offload/borrowed``)."""
+        return self.helper.borrowed_requests()
 
     def own_work_arrived(self, lanes: Iterable[Lane]) -> tuple[Lane | None, int]:
         """Own work not queued in ``lanes`` is about to claim their runtime (a request for a model
-        linked nowhere, a request on another lane of a shared process, an explicit load): every
-        borrowed request there that has not claimed the runtime goes back (409
-        ``offload_returned``, row ``borrowed_returned``/``own_work_arrived``).  Answers the first
-        lane with borrowed jobs still in the backend and how many there are in all (what the own
-        work now waits behind)."""
-        first: Lane | None = None
-        ahead = 0
-        for lane in lanes:
-            queue = self.queues[lane]
-            effects = queue.own_work_elsewhere(self._now_ms(), self._reclaimable(queue))
-            self._apply(lane, effects)
-            here = queue.borrowed_in_backend()
-            if here and first is None:
-                first = lane
-            ahead += here
-        return first, ahead
+        linked nowhere, a request on another lane of a shared process, an explicit load):
+        :meth:`HelperSide.own_work_arrived`."""
+        return self.helper.own_work_arrived(lanes)
 
     def own_acquiring(self, call: Call, model: ModelConfig) -> None:
-        """An own request not queued in the router (its model is linked nowhere in its lane) is
-        about to acquire its runtime: borrowed work there that has not started goes back, and if
-        borrowed jobs are still ahead of it, its wait is logged once it claims the runtime
-        (:meth:`own_claimed`)."""
-        rid = call.request_id
-        if call.borrowed or any(rid in queue for queue in self.queues.values()):
-            return  # borrowed, or queued here: the lane queue did this at its arrival
-        lane, ahead = self.own_work_arrived(self.shared_lanes(call.route.runtime, model))
-        if lane is not None:
-            self._own_waiting[rid] = (lane, ahead, self._now_ms())
+        """An own request not queued in the router is about to acquire its runtime."""
+        self.helper.own_acquiring(call, model)
 
     def own_claimed(self, call: Call, claimed: bool) -> None:
         """The request of :meth:`own_acquiring` holds the runtime (``claimed``) or gave up waiting."""
-        waited = self._own_waiting.pop(call.request_id, None)
-        if waited is not None and claimed:
-            lane, ahead, since = waited
-            self._waited_row(lane, call.request_id, ahead, since)
+        self.helper.own_claimed(call, claimed)
 
     def work_hint(self, call: Call, model: ModelConfig, lane: Lane) -> tuple[tuple[float, ...], int]:
-        """The work terms (and, for text, the context) the queue and the planner price a request by.
-
-        Image: steps × width × height × count from the body.  Text: estimated from
-        the body size and this model's measured bytes-per-token profile, with the
-        client's output limit in any dialect (:func:`client_output_limit`: OpenAI,
-        Responses API ``max_output_tokens``, llama.cpp, Ollama ``options.num_predict``,
-        Kobold); a model with no profile yet has no estimate (it is only probed).
-        """
-        if lane == "image":
-            return request_work(call.route, call.parsed, call.body, call.content_type), 0
-        limit = client_output_limit(call.parsed)
-        estimate = estimate_text(self.costs.token_profile(lane_key(lane, model)), len(call.body), limit,
-                                 self.settings.scheduling_context_reserve)
-        if estimate is None:
-            return (), 0
-        return estimate
+        """The work terms (and, for text, the context) the queue and the planner price a request
+        by: :func:`~routerd.lending.pricing.work_terms`, with this model's token profile."""
+        profile = None if lane == "image" else self.costs.token_profile(lane_key(lane, model))
+        return work_terms(call, lane, profile, self.settings.scheduling_context_reserve)
 
     def _wake(self, rid: str, ticket: Ticket) -> None:
         held = self._waiters.pop(rid, None)
         if held is not None:
             held.wake(ticket)
 
-    def _apply(self, lane: Lane, effects: Effects) -> None:
+    def apply(self, lane: Lane, effects: Effects) -> None:
+        """Perform a lane queue's effects: hand back, then wake what it admits."""
         # Hand back first: a borrowed request taken back from its wait for the runtime leaves the
         # runtime's queue before this node's own request joins it.
         for back in effects.returned:
@@ -463,7 +411,7 @@ class LendingService:
         for rid in effects.admit:
             entry = self.queues[lane].entry(rid)
             if entry is not None and not entry.borrowed and entry.borrowed_ahead > 0:
-                self._waited_row(lane, rid, entry.borrowed_ahead, entry.arrived_ms)
+                self.rows.waited(lane, rid, entry.borrowed_ahead, self._now_ms() - entry.arrived_ms)
             self._wake(rid, Ticket("admit"))
 
     # -- events and leases (owner) ---------------------------------------------------------------
@@ -477,13 +425,8 @@ class LendingService:
         lend, so no plan is asked for; a follow-up queued behind an event in flight is checked
         again when its turn comes.
         """
-        if not self.worth_reporting(lane, model_id):
-            return
-        key = (lane, model_id)
-        coalescer = self._events.get(key)
-        if coalescer is None:
-            coalescer = self._events[key] = _Coalescer(self, lane, model_id)
-        coalescer.fire(trigger)
+        if self.worth_reporting(lane, model_id):
+            self.events.fire(lane, model_id, trigger)
 
     def worth_reporting(self, lane: Lane, model_id: str) -> bool:
         """Whether a queue event of ``model_id`` would be sent now (see :meth:`report`)."""
@@ -495,18 +438,18 @@ class LendingService:
         queue = self.queues[lane]
         if lease is None:
             if self.leases.pop((lane, model_id), None) is not None:
-                self._dispatch_row("lease_cleared", lane, model_id, None, trigger=trigger)
-                self._apply(lane, queue.pump(self._now_ms()))
+                self.rows.dispatch("lease_cleared", lane, model_id, None, trigger=trigger)
+                self.apply(lane, queue.pump(self._now_ms()))
             return
         if lease.owner_node_id != self.node_id or not queue.is_owner(lease.owner_model_id):
             self.leases.pop((lane, lease.owner_model_id), None)
-            self._dispatch_row("lease_refused", lane, lease.owner_model_id, lease, reason="not_an_owner",
+            self.rows.dispatch("lease_refused", lane, lease.owner_model_id, lease, reason="not_an_owner",
                                trigger=trigger)
-            self._apply(lane, queue.pump(self._now_ms()))
+            self.apply(lane, queue.pump(self._now_ms()))
             return
         # Timed on the owner's own clock, so clock skew cannot end it early.
         self.leases[(lane, model_id)] = HeldLease(lease, self._now() + lease.ttl_ms / 1000.0)
-        self._dispatch_row("lease_updated", lane, model_id, lease, trigger=trigger)
+        self.rows.dispatch("lease_updated", lane, model_id, lease, trigger=trigger)
         self._lend(lane, model_id)
 
     def _lend(self, lane: Lane, model_id: str) -> None:
@@ -523,9 +466,9 @@ class LendingService:
                                               vision=lease.helper_multimodal):
             entry = queue.entry(rid)
             wait = self._now_ms() - entry.arrived_ms if entry is not None else 0
-            self._dispatch_row("lent", lane, model_id, lease, request_id=rid, wait_ms=wait)
+            self.rows.dispatch("lent", lane, model_id, lease, request_id=rid, wait_ms=wait)
             self._wake(rid, Ticket("lend", lease))
-        self._repump(lane)  # the new head is judged against the new lease (hold or admit)
+        self.repump(lane)  # the new head is judged against the new lease (hold or admit)
 
     def _lease_until(self, lane: Lane, model_id: str) -> tuple[Lease, float] | None:
         """The stored lease of (lane, model) and its expiry in ms on this node's clock."""
@@ -534,47 +477,11 @@ class LendingService:
 
     def _answer_awaited(self, lane: Lane, model_id: str) -> bool:
         """Whether a queue event of (lane, model) is on its way to the master (its answer lends)."""
-        coalescer = self._events.get((lane, model_id))
-        return coalescer is not None and coalescer.in_flight
+        return self.events.awaited(lane, model_id)
 
-    def _repump(self, lane: Lane) -> None:
-        self._apply(lane, self.queues[lane].pump(self._now_ms()))
-
-    # -- decision rows -----------------------------------------------------------------------------
-
-    def _dispatch_row(self, outcome: str, lane: Lane, model_id: str, lease: Lease | None, *,
-                      reason: str = "", trigger: str = "", request_id: str = "", wait_ms: int = 0) -> None:
-        if self.decisions is None:
-            return
-        fields: dict[str, Any] = {"lane": lane, "owner_node_id": self.node_id, "owner_model_id": model_id,
-                                  "lent_out": self.queues[lane].lent_count(model_id)}
-        if lease is not None:
-            fields.update(helper_node_id=lease.helper_node_id, helper_model_id=lease.helper_model_id,
-                          slots=lease.slots())
-        if reason:
-            fields["reason"] = reason
-        if trigger:
-            fields["trigger"] = trigger
-        if request_id:
-            fields["request_id"] = request_id
-            entry = self.queues[lane].entry(request_id)
-            if entry is not None:  # its class and key's name (never the key)
-                fields["priority"] = CLASSES[entry.priority]
-                if entry.key_name:
-                    fields["key_name"] = entry.key_name
-        if wait_ms:
-            fields["wait_ms"] = wait_ms
-        self.decisions.record("dispatch", outcome, **fields)
-
-    def _waited_row(self, lane: Lane, request_id: str, ahead: int, since_ms: int) -> None:
-        """This node's own request waited behind borrowed work: say behind how many, how long."""
-        if self.decisions is not None:
-            self.decisions.record("helper", "native_waited_behind_borrowed", lane=lane, request_id=request_id,
-                                  borrowed_ahead=ahead, wait_ms=self._now_ms() - since_ms)
-
-    def _helper_row(self, outcome: str, lane: Lane, call: Call, reason: str) -> None:
-        if self.decisions is not None:
-            self.decisions.record("helper", outcome, lane=lane, reason=reason, request_id=call.request_id)
+    def repump(self, lane: Lane) -> None:
+        """Re-run admission of ``lane`` and perform what it admits (a hold may have lapsed)."""
+        self.apply(lane, self.queues[lane].pump(self._now_ms()))
 
     # -- time ----------------------------------------------------------------------------------------
 
@@ -583,51 +490,3 @@ class LendingService:
 
     def _now_ms(self) -> int:
         return int(self._now() * 1000)
-
-
-class _Coalescer:
-    """Per (lane, model): at most one decision in flight and one queued behind it (latest wins)."""
-
-    def __init__(self, service: LendingService, lane: Lane, model_id: str) -> None:
-        self.service = service
-        self.lane = lane
-        self.model_id = model_id
-        self.in_flight = False
-        self.queued: Trigger | None = None
-
-    def fire(self, trigger: Trigger) -> None:
-        if self.in_flight:
-            self.queued = trigger
-            return
-        self._run(trigger)
-
-    def _run(self, trigger: Trigger) -> None:
-        sender = self.service.transport.event
-        self.in_flight = True
-
-        def answered(lease: Lease | None) -> None:
-            self.service.receive_lease(lease, self.lane, self.model_id, trigger)
-
-        def failed(failure: Any) -> None:
-            log.warn("queue event for {model} not delivered: {reason}", model=self.model_id,
-                     reason=failure.getErrorMessage())
-
-        def next_one(_: object) -> None:
-            self.in_flight = False
-            follow, self.queued = self.queued, None
-            if follow is not None and self.service.worth_reporting(self.lane, self.model_id):
-                self._run(follow)
-            else:
-                # No answer is awaited any more: a request held for it (hold condition 4) is
-                # judged again now, whether or not the answer came.
-                self.service._repump(self.lane)
-
-        d = defer.ensureDeferred(_call(sender, self.lane, self.model_id, trigger))
-        d.addCallbacks(answered, failed).addBoth(next_one)
-
-
-EventSender = Callable[[Lane, str, Trigger], Awaitable[Lease | None]]
-
-
-async def _call(sender: EventSender, lane: Lane, model_id: str, trigger: Trigger) -> Lease | None:
-    return await sender(lane, model_id, trigger)

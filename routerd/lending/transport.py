@@ -3,25 +3,23 @@
 :class:`LendingTransport` is what :class:`~routerd.lending.service.LendingService` is built with:
 report a queue event (answered with the owner's lease, or none), send a lent request to the
 helper the lease names (through the master's relay), and push links and settings (the master
-only).  ``InProcess`` calls the master's coordinator directly; ``ViaMaster`` posts to the master's
-node API with the offload headers of :mod:`routerd.lending.offload`.
+only).  ``InProcess`` calls the master's side directly: :class:`MasterSide` declares the calls it
+makes, which the coordinator (:mod:`routerd.lending.coordinator`) answers, so this module needs
+nothing of it.  ``ViaMaster`` posts to the master's node API with the offload headers of
+:mod:`routerd.lending.offload`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 from urllib.parse import urlencode
 
 from routerd.lending.offload import RelayRequest, Returned, relay_headers
 from routerd.paths import EVENT_PATH, RELAY_PATH
-from routerd.routing.call import Call
+from routerd.routing.call import Call, Reply
 from routerd.routing.forward import CameBack, Forwarder, Outbound, Unreachable
 from routerd.wire.lending import Lane, Lease, Trigger, from_json
-
-if TYPE_CHECKING:
-    from routerd.lending.coordinator import Coordinator
-
 
 
 class LendingTransport(Protocol):
@@ -36,6 +34,22 @@ class LendingTransport(Protocol):
 
     async def push(self) -> None:
         """Push links and settings to the slaves (a no-op off the master)."""
+
+
+class MasterSide(Protocol):
+    """The master's calls an owner on the master itself makes in process (the coordinator)."""
+
+    async def event(self, lane: Lane, owner_node_id: str, model_id: str, trigger: Trigger) -> Lease | None:
+        """Plan now for an owner's queue event; that owner's lease, or None."""
+
+    async def relay(self, reply: Reply, relay: RelayRequest, call: Call, *,
+                    rewrite_to: str | None, returns_raise: bool,
+                    answering: Callable[[], None] | None = None) -> bytes:
+        """Send a lent request to the helper the live lease names; its answer goes into ``reply``
+        (a 409 raises ``CameBack`` when ``returns_raise``)."""
+
+    async def push(self) -> None:
+        """Push links and settings to every healthy slave."""
 
 
 class NoMaster:
@@ -55,9 +69,9 @@ class NoMaster:
 class InProcess:
     """The master's own models: events, relays and pushes are calls on its coordinator."""
 
-    def __init__(self, node_id: str, coordinator: Callable[[], Coordinator]) -> None:
+    def __init__(self, node_id: str, coordinator: Callable[[], MasterSide]) -> None:
         self.node_id = node_id
-        # The coordinator is built with the lending service this transport belongs to.
+        # The coordinator is built after the lending service this transport belongs to: read late.
         self._coordinator = coordinator
 
     async def event(self, lane: Lane, model_id: str, trigger: Trigger) -> Lease | None:

@@ -8,7 +8,6 @@ implements (``routerd.api.reply``) and tests fake, so routing and lending never 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -120,20 +119,6 @@ class Call:
     forwarded_to: str = ""  # the node the master forwarded it to (that node records it)
     lent_to: str = ""  # "helper_node/helper_model" when this owner lent it away
     guardian: bool = False  # a guardian model answered it
-    _shed: bool = attrs.field(default=False, init=False, repr=False)
-
-    def shed_parsed(self) -> None:
-        """Drop the parsed JSON body while the request waits in a queue (a held request then
-        costs its raw body, not that and its decoded copy); :meth:`restore_parsed`
-        decodes it again when the request moves on."""
-        if self.parsed is not None:
-            self.parsed = None
-            self._shed = True
-
-    def restore_parsed(self) -> None:
-        if self._shed:
-            self._shed = False
-            self.parsed = json.loads(self.body)
 
 
 @attrs.define

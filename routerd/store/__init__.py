@@ -1,4 +1,7 @@
-"""routerd.store: the router database (one SQLite file, versioned migrations, off-reactor SQL)."""
+"""The router database, one SQLite file: the ``Store`` facade every caller uses (each call a
+``Deferred``, the SQL run off the reactor by a ``DBRunner``), the versioned migrations, and one
+module of plain SQL per table family (samples, public IDs, links, settings, guardians, the decision
+log, analytics rollups)."""
 
 from routerd.lanes import Lane
 from routerd.store.links import LinkRow, SameNodeLinkError

@@ -268,18 +268,18 @@ def rollup(requests: Iterable[RequestRow], loads: Iterable[LoadRow]) -> dict[Rol
     sums to its hour and day (a busy batch has far fewer minutes than rows)."""
     minute_ms = LEVELS["minute"]
     minutes: dict[RollupKey, Sums] = {}
+
+    def minute(at_ms: int, node_id: str, model_id: str, lane: str) -> Sums:
+        key = ("minute", at_ms - at_ms % minute_ms, node_id, model_id, lane)
+        found = minutes.get(key)
+        if found is None:
+            found = minutes[key] = Sums()
+        return found
+
     for row in requests:
-        key = ("minute", row.at_ms - row.at_ms % minute_ms, row.node_id, row.model_id, row.lane)
-        found = minutes.get(key)
-        if found is None:
-            found = minutes[key] = Sums()
-        found.add_request(row)
+        minute(row.at_ms, row.node_id, row.model_id, row.lane).add_request(row)
     for load in loads:
-        key = ("minute", load.at_ms - load.at_ms % minute_ms, load.node_id, load.model_id, load.runtime)
-        found = minutes.get(key)
-        if found is None:
-            found = minutes[key] = Sums()
-        found.add_load(load)
+        minute(load.at_ms, load.node_id, load.model_id, load.runtime).add_load(load)
     out = dict(minutes)
     for (_level, bucket, node, model, lane), sums in minutes.items():
         for level in ("hour", "day"):

@@ -51,6 +51,18 @@ class SchemaTooNewError(MigrationError):
         self.known = known
 
 
+# The two lanes' link tables have one shape.
+_LINKS_TABLE = """CREATE TABLE routing_{lane}_links (
+    owner_node_id TEXT NOT NULL,
+    owner_model_id TEXT NOT NULL,
+    helper_node_id TEXT NOT NULL,
+    helper_model_id TEXT NOT NULL,
+    load_if_unloaded INTEGER NOT NULL DEFAULT 1,
+    restore_after_borrow INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (owner_node_id, owner_model_id, helper_node_id, helper_model_id)
+);
+"""
+
 _V1_SQL = """
 CREATE TABLE request_samples (
     id INTEGER PRIMARY KEY,
@@ -112,26 +124,8 @@ CREATE TABLE offload_decisions (
 );
 CREATE INDEX offload_decisions_recorded ON offload_decisions (recorded_at DESC);
 
-CREATE TABLE routing_image_links (
-    owner_node_id TEXT NOT NULL,
-    owner_model_id TEXT NOT NULL,
-    helper_node_id TEXT NOT NULL,
-    helper_model_id TEXT NOT NULL,
-    load_if_unloaded INTEGER NOT NULL DEFAULT 1,
-    restore_after_borrow INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (owner_node_id, owner_model_id, helper_node_id, helper_model_id)
-);
-
-CREATE TABLE routing_text_links (
-    owner_node_id TEXT NOT NULL,
-    owner_model_id TEXT NOT NULL,
-    helper_node_id TEXT NOT NULL,
-    helper_model_id TEXT NOT NULL,
-    load_if_unloaded INTEGER NOT NULL DEFAULT 1,
-    restore_after_borrow INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (owner_node_id, owner_model_id, helper_node_id, helper_model_id)
-);
-
+{image_links}
+{text_links}
 CREATE TABLE offload_settings (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL,
@@ -153,7 +147,8 @@ CREATE TABLE public_ids (
     public_id TEXT NOT NULL UNIQUE,
     assigned_at INTEGER NOT NULL
 );
-"""
+""".replace("{image_links}", _LINKS_TABLE.format(lane="image")).replace(
+    "{text_links}", _LINKS_TABLE.format(lane="text"))
 
 # v2: one identity (model hash + config hash) may be configured under two base
 # IDs, so a persisted public ID is keyed by both.
@@ -171,7 +166,7 @@ DROP TABLE public_ids;
 ALTER TABLE public_ids_v2 RENAME TO public_ids;
 """
 
-# v3 (issue 23): a decision about a request names its priority class and its key's name.
+# v3: a decision about a request names its priority class and its key's name.
 _V3_SQL = """
 ALTER TABLE offload_decisions ADD COLUMN priority TEXT NOT NULL DEFAULT '';
 ALTER TABLE offload_decisions ADD COLUMN key_name TEXT NOT NULL DEFAULT '';

@@ -9,7 +9,6 @@ settings) report failures through their ``Deferred``.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import time
@@ -25,6 +24,8 @@ from routerd.store import analytics as analytics_sql
 from routerd.store import decisions as decisions_sql
 from routerd.store import guardians as guardians_sql
 from routerd.store import links as links_sql
+from routerd.store import public_ids as public_ids_sql
+from routerd.store import samples as samples_sql
 from routerd.store import settings as settings_sql
 from routerd.store.guardians import GuardianRow
 from routerd.store.links import LinkRow
@@ -65,55 +66,6 @@ def _prepare(conn: sqlite3.Connection) -> None:
     convert_legacy_groups(conn)
 
 
-_REQUEST_COLUMNS = (
-    "model_id, section, work, duration_ms, status, finished_at, http_status, request_bytes, node_id"
-)
-_LOAD_COLUMNS = "config_filename, model_id, runtime, duration_ms, status, finished_at, reason"
-
-
-def _request_row(sample: RequestSample) -> tuple[object, ...]:
-    return (
-        sample.model_id,
-        sample.section,
-        json.dumps(list(sample.work)),
-        float(sample.duration_ms),
-        sample.status,
-        int(sample.finished_at_ms),
-        int(sample.http_status),
-        int(sample.request_bytes),
-        sample.node_id,
-    )
-
-
-def _request_sample(row: tuple[Any, ...]) -> RequestSample:
-    model_id, section, work, duration_ms, status, finished_at, http_status, request_bytes, node_id = row
-    decoded = json.loads(str(work)) if work else []
-    return RequestSample(
-        model_id=str(model_id),
-        section=str(section),
-        work=tuple(float(v) for v in decoded),
-        duration_ms=float(duration_ms),
-        status=str(status),
-        finished_at_ms=int(finished_at),
-        http_status=int(http_status),
-        request_bytes=int(request_bytes),
-        node_id=str(node_id),
-    )
-
-
-def _load_sample(row: tuple[Any, ...]) -> LoadSample:
-    config_filename, model_id, runtime, duration_ms, status, finished_at, reason = row
-    return LoadSample(
-        config_filename=str(config_filename),
-        model_id=str(model_id),
-        runtime=str(runtime),
-        duration_ms=float(duration_ms),
-        status=str(status),
-        finished_at_ms=int(finished_at),
-        reason=str(reason),
-    )
-
-
 class Store:
     """The router database: samples now; links, settings and more for lending."""
 
@@ -130,7 +82,7 @@ class Store:
         self._closed = False
         #: Seconds a lone request sample waits for others before its batch is written (0: at once).
         #: A node at one request at a time would otherwise hand a commit to the database thread per
-        #: request (issue 14: CPU and latency spikes); a read or close writes pending ones first.
+        #: request (CPU and latency spikes); a read or close writes pending ones first.
         self.linger = 0.0
         self._linger_call: Any = None
 
@@ -212,11 +164,8 @@ class Store:
         one thread hand-off) per batch rather than per request.
         """
         if sample.section not in SECTIONS:
-            self.log.warn(
-                "request sample for {model_id} dropped: unknown section {section!r}",
-                model_id=sample.model_id,
-                section=sample.section,
-            )
+            self.log.warn("request sample for {model_id} dropped: unknown section {section!r}",
+                          model_id=sample.model_id, section=sample.section)
             return succeed(None)
         if self._closed:
             # A request that ended after the stop began: nothing left to write it to.
@@ -224,7 +173,7 @@ class Store:
                           model_id=sample.model_id)
             return succeed(None)
         done: Deferred[None] = Deferred()
-        self._pending.append((_request_row(sample), done))
+        self._pending.append((samples_sql.request_row(sample), done))
         if self._writing or self._linger_call is not None:
             return done
         call_later = getattr(self._clock, "callLater", None)
@@ -258,16 +207,13 @@ class Store:
         rows = [row for row, _ in batch]
         self._writing = True
 
-        def insert(conn: sqlite3.Connection) -> None:
-            conn.executemany(
-                f"INSERT INTO request_samples ({_REQUEST_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", rows)
-
         def written(_: object) -> None:
             for _row, d in batch:
                 d.callback(None)
             self._flush_samples()
 
-        self._write("request sample", insert, None).addCallback(written)
+        insert = self._write("request sample", lambda conn: samples_sql.insert_requests(conn, rows), None)
+        insert.addCallback(written)
 
     def _submit_pending(self) -> None:
         """Queue pending samples ahead of a read so the read sees them (the runner is FIFO)."""
@@ -277,45 +223,22 @@ class Store:
     def record_load_sample(self, sample: LoadSample) -> Deferred[None]:
         """Store one finished model load; never fails (a failure is logged)."""
         if sample.runtime not in RUNTIMES:
-            self.log.warn(
-                "load sample for {config_filename} dropped: unknown runtime {runtime!r}",
-                config_filename=sample.config_filename,
-                runtime=sample.runtime,
-            )
+            self.log.warn("load sample for {config_filename} dropped: unknown runtime {runtime!r}",
+                          config_filename=sample.config_filename, runtime=sample.runtime)
             return succeed(None)
-        row = (
-            sample.config_filename,
-            sample.model_id,
-            sample.runtime,
-            float(sample.duration_ms),
-            sample.status,
-            int(sample.finished_at_ms),
-            sample.reason,
-        )
-
-        def insert(conn: sqlite3.Connection) -> None:
-            conn.execute(f"INSERT INTO load_samples ({_LOAD_COLUMNS}) VALUES (?,?,?,?,?,?,?)", row)
-
-        return self._write("load sample", insert, None)
+        return self._write("load sample", lambda conn: samples_sql.insert_load(conn, sample), None)
 
     def public_ids(self) -> Deferred[list[tuple[str, str, str]]]:
         """Every persisted ``(identity, base_id, public_id)``."""
 
-        def query(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
-            rows = conn.execute("SELECT identity, base_id, public_id FROM public_ids ORDER BY public_id")
-            return [(str(a), str(b), str(c)) for a, b, c in rows]
-
-        return self._runner.run(query)
+        return self._runner.run(public_ids_sql.list_public_ids)
 
     def save_public_id(self, identity: str, base_id: str, public_id: str) -> Deferred[None]:
         """Persist one public-ID assignment (replacing the identity's earlier one)."""
         now = self.now_ms()
 
         def upsert(conn: sqlite3.Connection) -> None:
-            conn.execute("DELETE FROM public_ids WHERE public_id = ? AND NOT (identity = ? AND base_id = ?)",
-                         (public_id, identity, base_id))
-            conn.execute("INSERT OR REPLACE INTO public_ids (identity, base_id, public_id, assigned_at) "
-                         "VALUES (?, ?, ?, ?)", (identity, base_id, public_id, now))
+            public_ids_sql.save_public_id(conn, identity, base_id, public_id, now)
 
         return self._write("public id", upsert, None)
 
@@ -325,12 +248,7 @@ class Store:
         Never fails: on error it logs and fires 0.
         """
 
-        def prune(conn: sqlite3.Connection) -> int:
-            removed = conn.execute("DELETE FROM request_samples WHERE finished_at < ?", (before_ms,)).rowcount
-            removed += conn.execute("DELETE FROM load_samples WHERE finished_at < ?", (before_ms,)).rowcount
-            return int(removed)
-
-        return self._write("sample pruning", prune, 0)
+        return self._write("sample pruning", lambda conn: samples_sql.prune(conn, before_ms), 0)
 
     # --- analytics (contract §9; rows batched by routerd.inference.analytics) ------------------------
 
@@ -357,61 +275,21 @@ class Store:
         """Requests of ``model_id`` (None: every model) in ``section`` finished at or after
         ``since_ms`` with ``status`` (None: any), oldest first; with ``newest``, only the newest
         that many of each model (chosen inside SQLite: nothing else is read into Python)."""
-        where = "section = ? AND finished_at >= ?"
-        args: list[object] = [section, since_ms]
-        if model_id is not None:
-            where += " AND model_id = ?"
-            args.append(model_id)
-        if status is not None:
-            where += " AND status = ?"
-            args.append(status)
-        if newest is None:
-            sql = f"SELECT {_REQUEST_COLUMNS} FROM request_samples WHERE {where} ORDER BY finished_at, id"
-        else:
-            sql = (f"SELECT {_REQUEST_COLUMNS} FROM (SELECT {_REQUEST_COLUMNS}, id, ROW_NUMBER() OVER "
-                   f"(PARTITION BY model_id ORDER BY finished_at DESC, id DESC) AS newness "
-                   f"FROM request_samples WHERE {where}) WHERE newness <= ? ORDER BY finished_at, id")
-            args.append(newest)
-
-        def query(conn: sqlite3.Connection) -> list[RequestSample]:
-            return [_request_sample(row) for row in conn.execute(sql, args)]
-
         self._submit_pending()
-        return self._runner.run(query)
+        return self._runner.run(
+            lambda conn: samples_sql.query_requests(conn, model_id, section, since_ms, status, newest))
 
     def load_samples(
         self, since_ms: int, config_filename: str | None = None, status: str | None = OK
     ) -> Deferred[list[LoadSample]]:
         """Loads finished at or after ``since_ms`` (of one config; with ``status``, None: any),
         oldest first."""
-        sql = f"SELECT {_LOAD_COLUMNS} FROM load_samples WHERE finished_at >= ?"
-        args: list[object] = [since_ms]
-        if config_filename is not None:
-            sql += " AND config_filename = ?"
-            args.append(config_filename)
-        if status is not None:
-            sql += " AND status = ?"
-            args.append(status)
-        sql += " ORDER BY finished_at, id"
-
-        def query(conn: sqlite3.Connection) -> list[LoadSample]:
-            return [_load_sample(row) for row in conn.execute(sql, args)]
-
-        return self._runner.run(query)
+        return self._runner.run(lambda conn: samples_sql.query_loads(conn, since_ms, config_filename, status))
 
     def load_summary(self, since_ms: int) -> Deferred[dict[str, tuple[float, int]]]:
         """Config filename → (mean duration ms, count) of successful loads since ``since_ms``."""
 
-        def query(conn: sqlite3.Connection) -> dict[str, tuple[float, int]]:
-            rows = conn.execute(
-                "SELECT config_filename, AVG(duration_ms), COUNT(*) FROM load_samples"
-                " WHERE finished_at >= ? AND status = ? AND config_filename != ''"
-                " GROUP BY config_filename ORDER BY config_filename",
-                (since_ms, OK),
-            )
-            return {str(name): (float(mean), int(count)) for name, mean, count in rows}
-
-        return self._runner.run(query)
+        return self._runner.run(lambda conn: samples_sql.load_summary(conn, since_ms))
 
     # --- routing links (admin writes: failures reach the caller) -------------------------------
 

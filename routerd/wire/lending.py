@@ -8,27 +8,18 @@ Enumerations are ``Literal`` types so mypy and the converter both check them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, Protocol, TypeVar, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 import attrs
 import cattrs
 from cattrs.gen import make_dict_unstructure_fn
 
+from routerd.catalog.model import ModelConfig
 from routerd.lanes import LANES, Lane
-from routerd.wire.records import strict_scalars, structure_strictly
+from routerd.wire.records import ModelRecord, strict_scalars, structure_strictly
 
-
-class _LaneServer(Protocol):
-    """A model config or record: what :func:`lane_model_id` reads."""
-
-    @property
-    def local_id(self) -> str: ...
-
-    @property
-    def image_id(self) -> str | None: ...
-
-    @property
-    def capabilities(self) -> Any: ...
+#: What :func:`lane_model_id` reads: a local model config or a model record.
+_LaneServer = ModelConfig | ModelRecord
 
 
 def lane_model_id(lane: Lane, model: _LaneServer) -> str | None:
@@ -82,7 +73,7 @@ Reason = Literal[
     "helper_recently_busy",
     # the owner or helper model no longer meets text-lending eligibility (spec "LLM lending")
     "model_ineligible",
-    # the owner's / helper's node is unreachable, or its model disabled or gone (issue 21)
+    # the owner's / helper's node is unreachable, or its model disabled or gone
     "owner_unavailable",
     "helper_unavailable",
 ]
@@ -248,22 +239,13 @@ class Costs:
     tokens: tuple[TokenProfile, ...] = ()
 
     def model(self, model_id: str, section: str) -> ModelCost | None:
-        for cost in self.models:
-            if cost.model_id == model_id and cost.section == section:
-                return cost
-        return None
+        return next((c for c in self.models if c.model_id == model_id and c.section == section), None)
 
     def load_ms(self, config_filename: str) -> float | None:
-        for load in self.loads:
-            if load.config_filename == config_filename:
-                return load.load_ms
-        return None
+        return next((load.load_ms for load in self.loads if load.config_filename == config_filename), None)
 
     def token_profile(self, model_id: str) -> TokenProfile | None:
-        for profile in self.tokens:
-            if profile.model_id == model_id:
-                return profile
-        return None
+        return next((profile for profile in self.tokens if profile.model_id == model_id), None)
 
 
 # -- decision rows and listings ----------------------------------------------------------------------
@@ -319,7 +301,7 @@ class HeldRequest:
     waiting_ms: int
     helper_node_id: str | None = None
     helper_model_id: str | None = None
-    #: The request's class (``interactive``/``standard``/``batch``) and its key's name (issue 23).
+    #: The request's class (``interactive``/``standard``/``batch``) and its key's name.
     priority: str | None = None
     key_name: str | None = None
 

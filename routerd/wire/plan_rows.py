@@ -1,4 +1,4 @@
-"""The rows of one lease plan, held compactly (issue 24: thousands of rows a plan on a big site).
+"""The rows of one lease plan, held compactly (thousands of rows a plan on a big site).
 
 A plan writes one :class:`~routerd.wire.lending.PlanRow` per linked owner/helper pair (spec
 "Decision log"; contract §8): 8,192 of them for 64 nodes × 32 owners × 4 helpers.  Building that

@@ -80,10 +80,10 @@ class ModelRecord:
     # Text-lending eligibility facts (additive: a peer that does not send them parses as unset).
     parallel: int | None = None
     max_number_sequences: int | None = None
-    # Portable asset binding (issue 15; additive): ready, unresolved or failed, and why.
+    # Portable asset binding (additive): ready, unresolved or failed, and why.
     asset_state: str | None = None
     asset_reason: str | None = None
-    # The model's latest benchmark result (issue 22, contract §9; additive).
+    # The model's latest benchmark result (contract §9; additive).
     benchmark: dict[str, Any] | None = None
 
     @property

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 import pytest_twisted
 import treq
@@ -23,22 +22,11 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 from twisted.internet import defer
 
-from tests.browser.webui import Browser, browser_missing, start_chromium
-from tests.integration.nodes import (
-    FAST_TEXT,
-    TOKEN,
-    ClusterPlan,
-    RunningNode,
-    node_config,
-    plan_cluster,
-    start_node,
-    wait_until,
-    write_models,
-)
+from tests.browser.webui import ADMIN_KEY, Browser, Site, running_site
+from tests.integration.nodes import FAST_TEXT, RunningNode, plan_cluster, sim_model, wait_until, write_models
 
 pytestmark = pytest.mark.slow
 
-ADMIN_KEY = "webui-admin-key-0123456789"
 LENDING = {"scheduling_min_samples": 2, "offload_probe_idle": "100ms", "scheduling_refresh_interval": "10m"}
 # 20 generated tokens at 50 tokens/s: a job takes ~400 ms, so a burst lasts a few page refreshes.
 JOB = {**FAST_TEXT, "load_ms": 30, "gen_tokens_per_s": 50}
@@ -46,59 +34,19 @@ JOB = {**FAST_TEXT, "load_ms": 30, "gen_tokens_per_s": 50}
 TIMING_LIMIT_MS = 300.0
 
 
-@attrs.define
-class Site:
-    plan: ClusterPlan
-    master: RunningNode
-    slave: RunningNode
-    browser: Browser
-
-
-def _config(plan: ClusterPlan, name: str, cluster: dict[str, Any]) -> Any:
-    port = plan.master_port if name == "master" else plan.slave_ports[name]
-    return node_config(plan.root / name, {
-        "server": {"bind": f"127.0.0.1:{port}"},
-        "auth": {"admin_keys": [ADMIN_KEY]},
-        "cluster": {"node_id": name, "token": TOKEN, **LENDING, **cluster},
-    })
-
-
 @pytest_twisted.async_yield_fixture
 async def site(tmp_path: Path) -> AsyncIterator[Site]:
-    missing = browser_missing()
-    if missing:
-        pytest.fail(missing)  # CI installs them (README test command); never skipped
     plan = plan_cluster(tmp_path, ["slave-a"])
-    write_models(plan.root / "master", {"alpha": {"model": "../weights/alpha.sim.json", "contextsize": 4096}},
+    write_models(plan.root / "master", {"alpha": sim_model("alpha")},
                  {"alpha": JOB})
     write_models(plan.root / "slave-a", {
-        "beta": {"model": "../weights/beta.sim.json", "contextsize": 4096},
-        "alpha-copy": {"model": "../weights/alpha.sim.json", "contextsize": 4096},
-        "vision": {"model": "../weights/vision.sim.json", "mmproj": "../weights/vision.sim.json",
-                   "contextsize": 4096},
+        "beta": sim_model("beta"),
+        "alpha-copy": sim_model("alpha"),
+        "vision": sim_model("vision", mmproj="../weights/vision.sim.json"),
     }, {"beta": JOB, "alpha": JOB, "vision": JOB})
-    master = await start_node(_config(plan, "master", {
-        "role": "master", "slave_urls": [plan.slave_url("slave-a")], "health_interval": "200ms"}))
-    slave = await start_node(_config(plan, "slave-a", {
-        "role": "slave", "master_url": plan.master_url, "public_url": plan.slave_url("slave-a"),
-        "sync_interval": "200ms"}))
-    registry = master.node.master.registry  # type: ignore[union-attr]
-    await wait_until(lambda: registry.find("slave-a", local_id="beta") is not None
-                     and all(n.healthy for n in registry.nodes()))
-    driver = await defer.Deferred.fromCoroutine(_start_driver())
-    running = Site(plan, master, slave, Browser(driver, master.url))
-    try:
+    async with running_site(plan, "beta", sections={"auth": {"admin_keys": [ADMIN_KEY]}},
+                            extra_cluster=LENDING) as running:
         yield running
-    finally:
-        await running.browser.do(driver.quit)
-        await slave.stop()
-        await master.stop()
-
-
-async def _start_driver() -> Any:
-    from twisted.internet import threads
-
-    return await threads.deferToThread(start_chromium)
 
 
 def _chat(model: str) -> dict[str, Any]:

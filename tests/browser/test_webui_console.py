@@ -10,79 +10,34 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 import pytest_twisted
 import treq
 from selenium.webdriver.support.ui import Select
-from twisted.internet import defer, threads
+from twisted.internet import defer
 
-from tests.browser.webui import Browser, browser_missing, start_chromium
-from tests.integration.nodes import (
-    FAST_TEXT,
-    TOKEN,
-    ClusterPlan,
-    RunningNode,
-    node_config,
-    plan_cluster,
-    start_node,
-    wait_until,
-    write_models,
-)
+from tests.browser.webui import Browser, Site, running_site
+from tests.integration.nodes import FAST_TEXT, plan_cluster, sim_model, wait_until, write_models
 
 pytestmark = pytest.mark.slow
 
 ANALYTICS = {"enabled": True, "flush_interval": "1h"}  # the test flushes when it wants rows written
 
 
-@attrs.define
-class Site:
-    plan: ClusterPlan
-    master: RunningNode
-    slave: RunningNode
-    browser: Browser
-
-
-def _config(plan: ClusterPlan, name: str, cluster: dict[str, Any],
-            models: dict[str, Any] | None = None) -> Any:
-    port = plan.master_port if name == "master" else plan.slave_ports[name]
-    return node_config(plan.root / name, {
-        "server": {"bind": f"127.0.0.1:{port}"},
-        "analytics": ANALYTICS,
-        "models": {"config_dir": str(plan.root / name / "models"), **(models or {})},
-        "cluster": {"node_id": name, "token": TOKEN, **cluster},
-    })
-
-
 @pytest_twisted.async_yield_fixture
 async def site(tmp_path: Path) -> AsyncIterator[Site]:
-    missing = browser_missing()
-    if missing:
-        pytest.fail(missing)
     plan = plan_cluster(tmp_path, ["slave-a"])
-    write_models(plan.root / "master", {"alpha": {"model": "../weights/alpha.sim.json", "contextsize": 4096}},
+    write_models(plan.root / "master", {"alpha": sim_model("alpha")},
                  {"alpha": FAST_TEXT})
     write_models(plan.root / "slave-a", {
-        "beta": {"model": "../weights/beta.sim.json", "contextsize": 4096},
+        "beta": sim_model("beta"),
         "broken": {"model": "../weights/broken.sim.json"},
     }, {"beta": FAST_TEXT, "brew": FAST_TEXT})
     (plan.root / "slave-a" / "weights" / "broken.sim.json").write_text("this is not a weights file")
-    master = await start_node(_config(plan, "master", {
-        "role": "master", "slave_urls": [plan.slave_url("slave-a")], "health_interval": "200ms"}))
-    slave = await start_node(_config(plan, "slave-a", {
-        "role": "slave", "master_url": plan.master_url, "public_url": plan.slave_url("slave-a"),
-        "sync_interval": "200ms"}, {"file_roots": [str(plan.root / "slave-a" / "weights")]}))
-    registry = master.node.master.registry  # type: ignore[union-attr]
-    await wait_until(lambda: registry.find("slave-a", local_id="beta") is not None
-                     and all(n.healthy for n in registry.nodes()))
-    driver = await threads.deferToThread(start_chromium)
-    running = Site(plan, master, slave, Browser(driver, master.url))
-    try:
+    slave_models = {"file_roots": [str(plan.root / "slave-a" / "weights")]}
+    async with running_site(plan, "beta", sections={"analytics": ANALYTICS},
+                            slave_sections={"analytics": ANALYTICS, "models": slave_models}) as running:
         yield running
-    finally:
-        await running.browser.do(driver.quit)
-        await slave.stop()
-        await master.stop()
 
 
 async def _post(url: str, body: Any = None, method: str = "POST") -> int:

@@ -11,28 +11,15 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
-import attrs
 import pytest
 import pytest_twisted
 import treq
 from selenium.webdriver.support.ui import Select
-from twisted.internet import threads
 
 from tests.browser.test_webui import ADMIN_KEY, sign_in
-from tests.browser.webui import Browser, browser_missing, start_chromium
-from tests.integration.nodes import (
-    FAST_TEXT,
-    TOKEN,
-    ClusterPlan,
-    RunningNode,
-    node_config,
-    plan_cluster,
-    start_node,
-    wait_until,
-    write_models,
-)
+from tests.browser.webui import Browser, Site, running_site
+from tests.integration.nodes import FAST_TEXT, plan_cluster, sim_model, write_models
 
 pytestmark = pytest.mark.slow
 
@@ -43,63 +30,20 @@ GUARDIANS = "/router/v1/site/guardians"
 RECIPES = "/router/v1/site/recipes"
 
 
-@attrs.define
-class Site:
-    plan: ClusterPlan
-    master: RunningNode
-    slave: RunningNode
-    browser: Browser
-
-    async def site_json(self, path: str) -> Any:
-        response = await treq.get(self.master.url + path, headers={"authorization": f"Bearer {ADMIN_KEY}"})
-        assert response.code == 200
-        return json.loads(await response.content())
-
-
-def _model(weights: str, **extra: Any) -> dict[str, Any]:
-    return {"model": f"../weights/{weights}.sim.json", "contextsize": 4096, **extra}
-
-
-def _config(plan: ClusterPlan, name: str, cluster: dict[str, Any]) -> Any:
-    port = plan.master_port if name == "master" else plan.slave_ports[name]
-    return node_config(plan.root / name, {
-        "server": {"bind": f"127.0.0.1:{port}"},
-        "auth": {"admin_keys": [ADMIN_KEY]},
-        "cluster": {"node_id": name, "token": TOKEN, **cluster},
-    })
-
-
 @pytest_twisted.async_yield_fixture
 async def site(tmp_path: Path) -> AsyncIterator[Site]:
-    missing = browser_missing()
-    if missing:
-        pytest.fail(missing)  # CI installs them (README test command); never skipped
     plan = plan_cluster(tmp_path, ["slave-a"])
     write_models(plan.root / "master", {
-        "alpha": _model("alpha"),
-        "eye": _model("eye", mmproj="../weights/eye.sim.json"),
+        "alpha": sim_model("alpha"),
+        "eye": sim_model("eye", mmproj="../weights/eye.sim.json"),
         "paint": {"sdmodel": "../weights/paint.sim.json"},
     }, {"alpha": JOB, "eye": JOB, "paint": PAINTER})
     write_models(plan.root / "slave-a", {
-        "beta": _model("beta"),
-        "vision": _model("vision", mmproj="../weights/vision.sim.json"),
+        "beta": sim_model("beta"),
+        "vision": sim_model("vision", mmproj="../weights/vision.sim.json"),
     }, {"beta": JOB, "vision": JOB})
-    master = await start_node(_config(plan, "master", {
-        "role": "master", "slave_urls": [plan.slave_url("slave-a")], "health_interval": "200ms"}))
-    slave = await start_node(_config(plan, "slave-a", {
-        "role": "slave", "master_url": plan.master_url, "public_url": plan.slave_url("slave-a"),
-        "sync_interval": "200ms"}))
-    registry = master.node.master.registry  # type: ignore[union-attr]
-    await wait_until(lambda: registry.find("slave-a", local_id="vision") is not None
-                     and all(n.healthy for n in registry.nodes()))
-    driver = await threads.deferToThread(start_chromium)
-    running = Site(plan, master, slave, Browser(driver, master.url))
-    try:
+    async with running_site(plan, "vision", sections={"auth": {"admin_keys": [ADMIN_KEY]}}) as running:
         yield running
-    finally:
-        await running.browser.do(driver.quit)
-        await slave.stop()
-        await master.stop()
 
 
 # -- guardians (blocking steps) ------------------------------------------------------------------------

@@ -7,7 +7,6 @@ page showed the site API's 404 instead.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,8 @@ from twisted.internet import threads
 
 from tests.browser.test_webui import ADMIN_KEY, sign_in
 from tests.browser.test_webui_editors import JOB, PAINTER, PNG, create_recipe, set_guardian
-from tests.browser.webui import Browser, browser_missing, start_chromium
-from tests.integration.nodes import RunningNode, free_port, node_config, start_node, write_models
+from tests.browser.webui import Browser, browser_missing, site_json, start_chromium
+from tests.integration.nodes import RunningNode, free_port, node_config, sim_model, start_node, write_models
 
 pytestmark = pytest.mark.slow
 
@@ -33,13 +32,7 @@ class Solo:
     browser: Browser
 
     async def site_json(self, path: str) -> Any:
-        response = await treq.get(self.node.url + path, headers={"authorization": f"Bearer {ADMIN_KEY}"})
-        assert response.code == 200
-        return json.loads(await response.content())
-
-
-def _model(weights: str, **extra: Any) -> dict[str, Any]:
-    return {"model": f"../weights/{weights}.sim.json", "contextsize": 4096, **extra}
+        return await site_json(self.node.url, path)
 
 
 @pytest_twisted.async_yield_fixture
@@ -47,7 +40,8 @@ async def solo(tmp_path: Path) -> AsyncIterator[Solo]:
     missing = browser_missing()
     if missing:
         pytest.fail(missing)  # CI installs them (README test command); never skipped
-    write_models(tmp_path, {"alpha": _model("alpha"), "eye": _model("eye", mmproj="../weights/eye.sim.json"),
+    write_models(tmp_path, {"alpha": sim_model("alpha"),
+                            "eye": sim_model("eye", mmproj="../weights/eye.sim.json"),
                             "paint": {"sdmodel": "../weights/paint.sim.json"}},
                  {"alpha": JOB, "eye": JOB, "paint": PAINTER})
     node = await start_node(node_config(tmp_path, {

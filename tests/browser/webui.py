@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import attrs
+import pytest
+import treq
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
@@ -25,6 +28,8 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.wait import WebDriverWait
 from twisted.internet import threads
 
+from tests.integration.nodes import ClusterPlan, RunningNode, all_healthy, knows, start_cluster
+
 T = TypeVar("T")
 
 CHROMIUM = os.environ.get("ROUTERD_CHROMIUM", "/usr/bin/chromium")
@@ -32,6 +37,8 @@ CHROMEDRIVER = os.environ.get("ROUTERD_CHROMEDRIVER", "/usr/bin/chromedriver")
 #: Where the tests write the README's screenshots when set (e.g. ``docs``); unset, none are taken.
 SCREENSHOTS = os.environ.get("ROUTERD_WEBUI_SCREENSHOTS", "")
 WIDTH, HEIGHT = 1280, 800
+#: The admin key of the sites the browser tests sign in to.
+ADMIN_KEY = "webui-admin-key-0123456789"
 
 
 def browser_missing() -> str | None:
@@ -116,8 +123,54 @@ class Browser:
         return self.driver.execute_script(script, *args)
 
 
+@attrs.define
+class Site:
+    """A master and its ``slave-a``, and a browser on the master's WebUI."""
+
+    plan: ClusterPlan
+    master: RunningNode
+    slave: RunningNode
+    browser: Browser
+
+    async def site_json(self, path: str) -> Any:
+        return await site_json(self.master.url, path)
+
+
+async def site_json(url: str, path: str) -> Any:
+    """``GET url + path`` as the admin: the JSON answer (a 200 is asserted)."""
+    response = await treq.get(url + path, headers={"authorization": f"Bearer {ADMIN_KEY}"})
+    assert response.code == 200
+    return json.loads(await response.content())
+
+
+@asynccontextmanager
+async def running_site(plan: ClusterPlan, ready: str, *, sections: Mapping[str, Mapping[str, Any]],
+                       extra_cluster: Mapping[str, Any] | None = None,
+                       slave_sections: Mapping[str, Mapping[str, Any]] | None = None) -> AsyncIterator[Site]:
+    """Start the plan's master and ``slave-a`` (their models already written) with these config
+    ``sections``, wait until the master knows the slave's model ``ready`` and every node is
+    healthy, open a browser on the master; stop it all on the way out.  Fails (never skips) when
+    the browser is missing: CI installs it (README test command)."""
+    missing = browser_missing()
+    if missing:
+        pytest.fail(missing)
+    slave = plan.slave_config("slave-a", extra_cluster=extra_cluster,
+                              sections=sections if slave_sections is None else slave_sections)
+    master = plan.master_config(extra_cluster, sections=sections)
+    cluster = await start_cluster(plan, master, {"slave-a": slave},
+                                  ready=lambda r: knows(r, **{"slave-a": ready}) and all_healthy(r))
+    driver = await threads.deferToThread(start_chromium)
+    running = Site(plan, cluster.master, cluster.slaves["slave-a"], Browser(driver, cluster.master.url))
+    try:
+        yield running
+    finally:
+        await running.browser.do(driver.quit)
+        await cluster.stop()
+
+
 def sim_weights(spec: dict[str, Any], name: str) -> str:
     return json.dumps({"weights": name, **spec})
 
 
-__all__ = ["HEIGHT", "WIDTH", "Browser", "browser_missing", "start_chromium"]
+__all__ = ["ADMIN_KEY", "HEIGHT", "WIDTH", "Browser", "Site", "browser_missing", "running_site",
+           "start_chromium"]

@@ -12,15 +12,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import attrs
 import treq
 
 from tests.integration.nodes import (
     FAST_TEXT,
-    ClusterPlan,
-    RunningNode,
+    Cluster,
+    knows,
     plan_cluster,
-    start_node,
+    slave,
+    start_cluster,
     wait_until,
     write_models,
 )
@@ -45,16 +45,11 @@ def image_models(**weights: Mapping[str, Any]) -> dict[str, tuple[dict[str, Any]
     return {name: ({"sdmodel": f"../weights/{name}.sim.json"}, spec) for name, spec in weights.items()}
 
 
-@attrs.define
-class Trio:
-    plan: ClusterPlan
-    master: RunningNode
-    owner: RunningNode
-    helper: RunningNode
+class Trio(Cluster):
+    """The master (no models), the ``owner`` slave and the ``helper`` slave."""
 
-    async def stop(self) -> None:
-        for running in (self.helper, self.owner, self.master):
-            await running.stop()
+    owner = slave("owner")
+    helper = slave("helper")
 
 
 async def start_trio(root: Path, owner: Models, helper: Models, *, master_extra: Mapping[str, Any] = LENDING,
@@ -70,15 +65,13 @@ async def start_trio(root: Path, owner: Models, helper: Models, *, master_extra:
     for name, models in (("owner", owner), ("helper", helper)):
         write_models(plan.root / name, {m: kcpps for m, (kcpps, _w) in models.items()},
                      {m: weights for m, (_k, weights) in models.items()})
-    master = await start_node(plan.master_config(dict(master_extra), sections=master_sections))
-    owner_node = await start_node(plan.slave_config("owner", extra_cluster=dict(slave_extra),
-                                                       sections=owner_sections))
-    helper_node = await start_node(plan.slave_config("helper", extra_cluster=dict(slave_extra),
-                                                        sections=helper_sections))
-    registry = master.node.master.registry  # type: ignore[union-attr]
-    await wait_until(lambda: all(registry.find(node, local_id=m) is not None
-                                 for node, models in (("owner", owner), ("helper", helper)) for m in models))
-    return Trio(plan, master, owner_node, helper_node)
+    slaves = {name: plan.slave_config(name, extra_cluster=dict(slave_extra), sections=sections)
+              for name, sections in (("owner", owner_sections), ("helper", helper_sections))}
+    started = await start_cluster(
+        plan, plan.master_config(dict(master_extra), sections=master_sections), slaves,
+        ready=lambda r: all(knows(r, **{node: m}) for node, models in (("owner", owner), ("helper", helper))
+                            for m in models))
+    return Trio(started.plan, started.master, started.slaves)
 
 
 def chat(model: str, content: str = "tell me a short story please") -> dict[str, Any]:
@@ -105,10 +98,17 @@ async def warm_and_link(trio: Trio, owner: str = "alpha", helper: str = "beta", 
     for node in (trio.owner, trio.helper):
         await node.node._refit()
         assert node.node.lending.costs.models, "a cost fit from the warm-up samples"
-    response = await treq.post(trio.master.url + "/router/v1/site/text-routing-groups", json={
+    await link(trio, "text", owner, helper)
+
+
+async def link(trio: Trio, lane: str, owner: str, helper: str) -> None:
+    """Link the owner's model ``owner`` to the helper's ``helper`` in ``lane`` through the master's
+    site API, and wait until both slaves run the link."""
+    groups = "text-routing-groups" if lane == "text" else "routing-groups"
+    response = await treq.post(trio.master.url + f"/router/v1/site/{groups}", json={
         "anchor": {"node_id": "owner", "model_id": owner},
         "lends_to": [{"node_id": "helper", "model_id": helper, "load_if_unloaded": True}],
         "acknowledge_different_weights": True})
     assert response.code == 200, await response.content()
-    await wait_until(lambda: trio.owner.node.lending.queues["text"].is_owner(owner)
-                     and trio.helper.node.lending.queues["text"].is_enrolled(helper))
+    await wait_until(lambda: trio.owner.node.lending.queues[lane].is_owner(owner)
+                     and trio.helper.node.lending.queues[lane].is_enrolled(helper))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,11 @@ SIM = [sys.executable, "-m", "routerd.sim"]
 # A fast text model: 1 ms per prompt word, 5 ms per generated token.
 FAST_TEXT = {"kind": "text", "load_ms": 40, "prompt_tokens_per_s": 1000, "gen_tokens_per_s": 200,
              "context": 4096}
+
+
+def sim_model(weights: str, **extra: Any) -> dict[str, Any]:
+    """A text model's ``.kcpps`` on ``../weights/<weights>.sim.json`` with 4096 tokens of context."""
+    return {"model": f"../weights/{weights}.sim.json", "contextsize": 4096, **extra}
 
 
 def write_models(root: Path, models: Mapping[str, Mapping[str, Any]],
@@ -75,6 +80,27 @@ async def start_node(config: Config) -> RunningNode:
     service.startService()
     await service.ready
     return RunningNode(node, service)
+
+
+async def start_standalone(root: Path, models: Mapping[str, Mapping[str, Any]],
+                           weights: Mapping[str, Mapping[str, Any]],
+                           extra: Mapping[str, Any] | None = None) -> RunningNode:
+    """Write ``models`` and ``weights`` under ``root`` and start a standalone node serving them."""
+    write_models(root, models, weights)
+    return await start_node(node_config(root, extra))
+
+
+async def post(url: str, body: Any, **kwargs: Any) -> tuple[int, Any, Any]:
+    """POST ``body`` as JSON: the status, the answer (parsed when it is JSON, else its bytes) and the
+    response."""
+    import treq
+
+    response = await treq.post(url, json=body, **kwargs)
+    raw = await response.content()
+    try:
+        return response.code, json.loads(raw), response
+    except ValueError:
+        return response.code, raw, response
 
 
 def sim_env() -> dict[str, str]:
@@ -171,11 +197,67 @@ async def start_pair(root: Path) -> Pair:
     """Start the pair and wait until the master has accepted the slave's ``chat`` model."""
     plan = plan_cluster(root, ["slave-a"])
     for name in ("master", "slave-a"):
-        write_models(plan.root / name, {"chat": {"model": "../weights/chat.sim.json", "contextsize": 4096}},
+        write_models(plan.root / name, {"chat": sim_model("chat")},
                      {"chat": FAST_TEXT})
-    master = await start_node(plan.master_config())
-    slave = await start_node(plan.slave_config("slave-a"))
-    registry = master.node.master.registry  # type: ignore[union-attr]
-    await wait_until(lambda: registry.find("slave-a", local_id="chat") is not None
-                     and all(n.healthy for n in registry.nodes()))
-    return Pair(plan, master, slave)
+    cluster = await start_cluster(plan, ready=lambda r: knows(r, **{"slave-a": "chat"}) and all_healthy(r))
+    return Pair(plan, cluster.master, cluster.slaves["slave-a"])
+
+
+def registry_of(master: RunningNode) -> Any:
+    """The master's merged registry (what the cluster fixtures wait on)."""
+    return master.node.master.registry  # type: ignore[union-attr]
+
+
+def knows(registry: Any, **models: str) -> bool:
+    """Whether the registry holds each ``node=model`` given, e.g. ``knows(r, left="shy")``."""
+    return all(registry.find(node, local_id=model) is not None for node, model in models.items())
+
+
+def all_healthy(registry: Any) -> bool:
+    return all(n.healthy for n in registry.nodes())
+
+
+def slave(name: str) -> Any:
+    """A read-only attribute naming one slave of a :class:`Cluster` (``owner = slave("owner")``)."""
+    return property(lambda cluster: cluster.slaves[name], doc=f"The slave {name!r}.")
+
+
+@attrs.define
+class Cluster:
+    """A running master and its slaves (by name); :meth:`stop` stops the slaves, last started
+    first, then the master."""
+
+    plan: ClusterPlan
+    master: RunningNode
+    slaves: dict[str, RunningNode]
+
+    @property
+    def registry(self) -> Any:
+        return registry_of(self.master)
+
+    async def stop(self) -> None:
+        for running in reversed(list(self.slaves.values())):
+            await running.stop()
+        await self.master.stop()
+
+
+async def start_cluster(plan: ClusterPlan, master: Config | None = None,
+                        slaves: Mapping[str, Config] | None = None,
+                        ready: Callable[[Any], bool] | None = None) -> Cluster:
+    """Start the master (``plan.master_config()`` unless given), then each slave of the plan (its
+    ``plan.slave_config(name)`` unless ``slaves`` gives one), and wait until ``ready(registry)``
+    holds (by default: the master has seen every slave, all healthy)."""
+    started_master = await start_node(master if master is not None else plan.master_config())
+    configs = slaves if slaves is not None else {name: plan.slave_config(name) for name in plan.slave_ports}
+    running = {name: await start_node(config) for name, config in configs.items()}
+    cluster = Cluster(plan, started_master, running)
+    registry = cluster.registry
+    try:
+        if ready is None:
+            await wait_until(lambda: len([n for n in registry.nodes() if n.healthy]) == len(configs))
+        else:
+            await wait_until(lambda: ready(registry))
+    except BaseException:
+        await cluster.stop()
+        raise
+    return cluster

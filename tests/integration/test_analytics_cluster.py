@@ -15,7 +15,15 @@ import pytest_twisted
 import treq
 
 from routerd.config.schema import AnalyticsConfig
-from tests.integration.nodes import FAST_TEXT, Pair, plan_cluster, start_node, wait_until, write_models
+from tests.integration.nodes import (
+    FAST_TEXT,
+    Pair,
+    plan_cluster,
+    sim_model,
+    start_node,
+    wait_until,
+    write_models,
+)
 
 ON = AnalyticsConfig(enabled=True)
 
@@ -23,11 +31,11 @@ ON = AnalyticsConfig(enabled=True)
 @pytest_twisted.async_yield_fixture
 async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
     plan = plan_cluster(tmp_path, ["slave-a"])
-    write_models(plan.root / "master", {"chat": {"model": "../weights/chat.sim.json", "contextsize": 4096}},
+    write_models(plan.root / "master", {"chat": sim_model("chat")},
                  {"chat": FAST_TEXT})
     write_models(plan.root / "slave-a", {
-        "chat": {"model": "../weights/chat.sim.json", "contextsize": 4096},
-        "solo": {"model": "../weights/solo.sim.json", "contextsize": 4096},
+        "chat": sim_model("chat"),
+        "solo": sim_model("solo"),
         "broken": {"model": "../weights/solo.sim.json", "extra_args": ["--sim-fail-load"]},
     }, {"chat": FAST_TEXT, "solo": {**FAST_TEXT, "gen_tokens_per_s": 400}})
     master = await start_node(attrs.evolve(plan.master_config(), analytics=ON))

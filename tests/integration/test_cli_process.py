@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.nodes import FAST_TEXT, SIM, write_models
-from tests.integration.test_twistd_e2e import _free_port, _request, _stop, _wait_http
+from tests.integration.processes import stop
+from tests.integration.test_twistd_e2e import _free_port, _request, _wait_http
 
 ROUTERD = str(Path(sys.executable).parent / "routerd")
 pytestmark = pytest.mark.slow
@@ -57,7 +58,7 @@ def test_routerd_run_serves_and_the_api_subcommands_script_it(tmp_path: Path) ->
         missing = _cli("load", "nope", url=url)
         assert missing.returncode == 1 and "HTTP 404" in missing.stderr
     finally:
-        _stop(proc)
+        stop(proc, timeout=15)
     assert proc.returncode in (0, -signal.SIGTERM)
     out = proc.stdout.read().decode()  # type: ignore[union-attr]
     events = [json.loads(line) for line in out.splitlines() if line.strip()]

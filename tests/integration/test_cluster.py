@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 import pytest_twisted
 import treq
@@ -17,15 +16,18 @@ from routerd.sim.wav import make_wav
 from tests.integration.nodes import (
     FAST_TEXT,
     TOKEN,
+    Cluster,
     ClusterPlan,
-    RunningNode,
     plan_cluster,
+    post,
+    sim_model,
+    start_cluster,
     start_node,
     wait_until,
     write_models,
 )
 
-SHARED = {"model": "../weights/shared.sim.json", "contextsize": 4096}
+SHARED = sim_model("shared")
 EARS = {"whispermodel": "../weights/ears.sim.json"}
 STT = {"kind": "stt", "load_ms": 20, "realtime_factor": 0.01}
 
@@ -40,16 +42,6 @@ def _layout(plan: ClusterPlan) -> None:
                  {"shared": {**FAST_TEXT, "weights": "shared-v2"}, "ears": STT})
 
 
-@attrs.define
-class Cluster:
-    plan: ClusterPlan
-    master: RunningNode
-    slaves: dict[str, RunningNode]
-
-    async def stop(self) -> None:
-        for node in self.slaves.values():
-            await node.stop()
-        await self.master.stop()
 
 
 
@@ -58,22 +50,9 @@ class Cluster:
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     plan = plan_cluster(tmp_path, ["slave-a", "slave-b"])
     _layout(plan)
-    master = await start_node(plan.master_config())
-    slaves = {name: await start_node(plan.slave_config(name)) for name in ("slave-a", "slave-b")}
-    registry = master.node.master.registry  # type: ignore[union-attr]
-    await wait_until(lambda: len([n for n in registry.nodes() if n.healthy]) == 2)
-    running = Cluster(plan, master, slaves)
+    running = await start_cluster(plan)
     yield running
     await running.stop()
-
-
-async def post(url: str, body: Any, **kwargs: Any) -> tuple[int, Any, Any]:
-    response = await treq.post(url, json=body, **kwargs)
-    raw = await response.content()
-    try:
-        return response.code, json.loads(raw), response
-    except ValueError:
-        return response.code, raw, response
 
 
 def chat(model: str, **extra: Any) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -19,7 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from routerd.demo.launcher import rewrite_ports
+from routerd.demo.configs import rewrite_ports
+from tests.integration.processes import stop
 
 pytestmark = pytest.mark.slow
 
@@ -92,16 +92,6 @@ def _wait(check: Any, procs: list[subprocess.Popen[bytes]], timeout: float = 30)
     raise AssertionError("condition not reached in time")
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def _twistd(config: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen([TWISTD, "-n", "--pidfile=", "routerd", "--config", str(config)],
                             cwd=config.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -129,7 +119,7 @@ def master_and_slave_b(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         yield master, examples
     finally:
         for proc in reversed(procs):
-            _stop(proc)
+            stop(proc)
 
 
 def test_example_master_and_slave_configs_form_a_cluster_that_routes_by_model(
@@ -195,12 +185,7 @@ def test_routerd_cluster_starts_three_nodes_serves_and_stops_them_all_on_sigterm
         assert code == 200 and headers["x-routerd-node"] == "slave-b", reply
         assert _leftovers(tmp_path)  # nodes and the backends they loaded are running
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            rest, _ = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rest, _ = proc.communicate()
+        rest = stop(proc, timeout=30, collect=True)
     assert proc.returncode == 0, rest.decode()
     assert "routerd-cluster: stopped" in rest.decode()
     # no node and no backend (their weights live under tmp_path) is left behind

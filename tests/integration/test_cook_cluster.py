@@ -17,7 +17,7 @@ from tests.integration.nodes import (
     ClusterPlan,
     RunningNode,
     plan_cluster,
-    start_node,
+    start_cluster,
     wait_until,
     write_models,
 )
@@ -28,15 +28,11 @@ async def pair(tmp_path: Path) -> AsyncIterator[tuple[ClusterPlan, RunningNode, 
     plan = plan_cluster(tmp_path, ["slave-a"])
     write_models(plan.root / "master", {"chat": {"model": "../weights/chat.sim.json"}}, {"chat": FAST_TEXT})
     write_models(plan.root / "slave-a", {}, {"brewed": FAST_TEXT})  # weights, no config yet
-    master = await start_node(plan.master_config())
-    slave = await start_node(plan.slave_config(
+    cluster = await start_cluster(plan, slaves={"slave-a": plan.slave_config(
         "slave-a", sections={"models": {"config_dir": str(plan.root / "slave-a" / "models"),
-                                        "file_roots": [str(plan.root / "slave-a" / "weights")]}}))
-    registry = master.node.master.registry  # type: ignore[union-attr]
-    await wait_until(lambda: any(n.node_id == "slave-a" and n.healthy for n in registry.nodes()))
-    yield plan, master, slave
-    await slave.stop()
-    await master.stop()
+                                        "file_roots": [str(plan.root / "slave-a" / "weights")]}})})
+    yield plan, cluster.master, cluster.slaves["slave-a"]
+    await cluster.stop()
 
 
 async def call(method: str, url: str, body: Any = None) -> tuple[int, Any]:

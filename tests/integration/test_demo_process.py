@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.processes import stop
 from tests.integration.test_cluster_processes import _free_run_of_three, _leftovers
 
 pytestmark = pytest.mark.slow
@@ -72,12 +73,7 @@ def test_routerd_demo_lends_under_its_load_and_stops_cleanly_on_ctrl_c(tmp_path:
             time.sleep(1)
         assert totals["requests"] > 0 and totals["lent"] > 0, totals
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            rest, _ = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rest, _ = proc.communicate()
+        rest = stop(proc, signal.SIGINT, timeout=60, collect=True)
     assert proc.returncode == 0, rest.decode()
     assert "routerd demo: stopped" in rest.decode()
     assert _leftovers(run_dir) == ""

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.nodes import FAST_TEXT, SIM, write_models
-from tests.integration.test_twistd_e2e import _free_port, _stop, _wait_http
+from tests.integration.processes import stop
+from tests.integration.test_twistd_e2e import _free_port, _wait_http
 
 ROOT = Path(__file__).parents[2]
 ROUTERD = str(Path(sys.executable).parent / "routerd")
@@ -103,7 +104,7 @@ def test_the_nginx_site_passes_nginx_t_and_streams_a_chat_chunk_by_chunk(tmp_pat
     finally:
         proxy.terminate()
         proxy.wait(10)
-        _stop(node)
+        stop(node, timeout=15)
 
 
 _CHAT = b'{"model":"chat","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}'
@@ -179,7 +180,7 @@ def test_malformed_and_repeated_field_requests_through_the_nginx_site_are_refuse
     finally:
         proxy.terminate()
         proxy.wait(10)
-        _stop(node)
+        stop(node, timeout=15)
 
 
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
@@ -231,7 +232,7 @@ def test_a_node_notifies_systemd_once_it_listens_and_exits_78_on_a_config_error(
             assert conn.getresponse().status == 200
             conn.close()
         finally:
-            _stop(node)
+            stop(node, timeout=15)
     assert message.startswith("READY=1\n") and f":{port}" in message
     cfg.write_text(json.dumps({"server": {"bind": "nowhere"}}))
     bad = subprocess.run([ROUTERD, "run", "--config", str(cfg)], cwd=tmp_path, capture_output=True, text=True,

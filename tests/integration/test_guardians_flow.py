@@ -11,18 +11,18 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest_twisted
 import treq
 from twisted.internet import defer, reactor, task
 
 from routerd.routing.guardians import GuardianSet
+from tests.integration import nodes
 from tests.integration.nodes import (
     FAST_TEXT,
-    ClusterPlan,
     RunningNode,
     plan_cluster,
-    start_node,
+    sim_model,
+    start_cluster,
     wait_until,
     write_models,
 )
@@ -33,20 +33,11 @@ PNG = "data:image/png;base64,iVBORw0KGgo="
 JOB = {**FAST_TEXT, "load_ms": 30}
 
 
-@attrs.define
-class Cluster:
-    plan: ClusterPlan
-    master: RunningNode
-    left: RunningNode
-    right: RunningNode
+class Cluster(nodes.Cluster):
+    """The master, ``left`` and ``right``."""
 
-    async def stop(self) -> None:
-        for running in (self.right, self.left, self.master):
-            await running.stop()
-
-
-def _model(weights: str, **extra: Any) -> dict[str, Any]:
-    return {"model": f"../weights/{weights}.sim.json", "contextsize": 4096, **extra}
+    left = nodes.slave("left")
+    right = nodes.slave("right")
 
 
 @pytest_twisted.async_yield_fixture
@@ -54,22 +45,19 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     plan = plan_cluster(tmp_path, ["left", "right"])
     (plan.root / "master" / "models").mkdir(parents=True)
     write_models(plan.root / "left", {
-        "text": _model("text"),
-        "vision": _model("vision", mmproj="../weights/proj.gguf"),
-        "shy": _model("shy", mmproj="../weights/proj.gguf", extra_args=["--no-mmproj"]),
+        "text": sim_model("text"),
+        "vision": sim_model("vision", mmproj="../weights/proj.gguf"),
+        "shy": sim_model("shy", mmproj="../weights/proj.gguf", extra_args=["--no-mmproj"]),
     }, {"text": JOB, "vision": JOB, "shy": JOB})
-    write_models(plan.root / "right", {"big": _model("big", mmproj="../weights/proj.gguf"),
-                                       "own": _model("own")}, {"big": JOB, "own": JOB})
+    write_models(plan.root / "right", {"big": sim_model("big", mmproj="../weights/proj.gguf"),
+                                       "own": sim_model("own")}, {"big": JOB, "own": JOB})
     for name in ("left", "right"):
         (plan.root / name / "weights" / "proj.gguf").write_bytes(b"projector")
-    master = await start_node(plan.master_config(QUICK))
-    left = await start_node(plan.slave_config("left", extra_cluster=QUICK))
-    right = await start_node(plan.slave_config("right", extra_cluster=QUICK))
-    registry = master.node.master.registry  # type: ignore[union-attr]
-    await wait_until(lambda: registry.find("left", local_id="shy") is not None
-                     and registry.find("right", local_id="big") is not None
-                     and all(n.healthy for n in registry.nodes()))
-    running = Cluster(plan, master, left, right)
+    slaves = {name: plan.slave_config(name, extra_cluster=QUICK) for name in ("left", "right")}
+    started = await start_cluster(
+        plan, plan.master_config(QUICK), slaves,
+        ready=lambda r: nodes.knows(r, left="shy", right="big") and nodes.all_healthy(r))
+    running = Cluster(started.plan, started.master, started.slaves)
     yield running
     await running.stop()
 

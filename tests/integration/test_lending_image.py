@@ -17,8 +17,7 @@ import pytest_twisted
 import treq
 from twisted.internet import defer
 
-from tests.integration.lending_support import Trio, image_models, start_trio
-from tests.integration.nodes import wait_until
+from tests.integration.lending_support import Trio, image_models, link, start_trio
 
 PAINTER = {"kind": "image", "load_ms": 30, "ms_per_step_megapixel": 20}
 OWNER_IMAGE, HELPER_IMAGE = "paint-paint", "brush-brush"  # <local id>-<weights file name>
@@ -46,13 +45,7 @@ async def test_a_burst_of_same_size_image_jobs_is_granted_and_partly_served_by_t
     for node, image_id in ((trio.owner, OWNER_IMAGE), (trio.helper, HELPER_IMAGE)):
         await node.node._refit()
         assert node.node.lending.costs.model(image_id, "image") is not None, "fitted under the image ID"
-    response = await treq.post(trio.master.url + "/router/v1/site/routing-groups", json={
-        "anchor": {"node_id": "owner", "model_id": OWNER_IMAGE},
-        "lends_to": [{"node_id": "helper", "model_id": HELPER_IMAGE, "load_if_unloaded": True}],
-        "acknowledge_different_weights": True})
-    assert response.code == 200, await response.content()
-    await wait_until(lambda: trio.owner.node.lending.queues["image"].is_owner(OWNER_IMAGE)
-                     and trio.helper.node.lending.queues["image"].is_enrolled(HELPER_IMAGE))
+    await link(trio, "image", OWNER_IMAGE, HELPER_IMAGE)
 
     results = await defer.gatherResults(
         [defer.Deferred.fromCoroutine(_image(trio.master.url, OWNER_IMAGE)) for _ in range(8)])

@@ -15,7 +15,7 @@ from twisted.internet.defer import Deferred, DeferredList
 
 from routerd.sim.wav import make_wav
 from routerd.store.store import Store
-from tests.integration.nodes import FAST_TEXT, RunningNode, node_config, start_node, write_models
+from tests.integration.nodes import FAST_TEXT, RunningNode, node_config, post, start_node, write_models
 
 MODELS = {
     "alpha": {"model": "../weights/alpha.sim.json", "contextsize": 4096},
@@ -49,16 +49,6 @@ async def node(node_root: Path) -> AsyncIterator[RunningNode]:
     running = await start_node(node_config(node_root, {"limits": {"max_body_mb": 1}}))
     yield running
     await running.stop()
-
-
-async def post(url: str, body: Any, **kwargs: Any) -> tuple[int, Any, Any]:
-    response = await treq.post(url, json=body, **kwargs)
-    content = await response.content()
-    try:
-        payload = json.loads(content)
-    except ValueError:
-        payload = content
-    return response.code, payload, response
 
 
 def chat(model: str, text: str = "hello there", max_tokens: int = 4, **extra: Any) -> dict[str, Any]:

@@ -9,17 +9,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest_twisted
 import treq
 
 from tests.integration.nodes import (
     FAST_TEXT,
-    ClusterPlan,
-    RunningNode,
+    Cluster,
+    knows,
     plan_cluster,
+    start_cluster,
     start_node,
-    wait_until,
     write_models,
 )
 
@@ -27,11 +26,7 @@ PAINTER = {"kind": "image", "load_ms": 30, "ms_per_step_megapixel": 5}
 JOB = {"prompt": "a lighthouse", "size": "256x256", "steps": 2}
 
 
-@attrs.define
-class Trio:
-    plan: ClusterPlan
-    master: RunningNode
-    slaves: dict[str, RunningNode]
+Trio = Cluster  # the master, slave-a (text) and slave-b (image)
 
 
 @pytest_twisted.async_yield_fixture
@@ -42,15 +37,9 @@ async def trio(tmp_path: Path) -> AsyncIterator[Trio]:
                  {"words": FAST_TEXT})
     write_models(plan.root / "slave-b", {"paint": {"sdmodel": "../weights/paint.sim.json"}},
                  {"paint": PAINTER})
-    master = await start_node(plan.master_config())
-    slaves = {name: await start_node(plan.slave_config(name)) for name in ("slave-a", "slave-b")}
-    registry = master.node.master.registry  # type: ignore[union-attr]
-    await wait_until(lambda: registry.find("slave-a", local_id="words") is not None
-                     and registry.find("slave-b", local_id="paint") is not None)
-    yield Trio(plan, master, slaves)
-    for node in slaves.values():
-        await node.stop()
-    await master.stop()
+    trio = await start_cluster(plan, ready=lambda r: knows(r, **{"slave-a": "words", "slave-b": "paint"}))
+    yield trio
+    await trio.stop()
 
 
 async def _call(method: str, url: str, body: Any = None) -> tuple[int, Any, Any]:

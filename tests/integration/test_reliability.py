@@ -15,15 +15,8 @@ import treq
 from twisted.internet import reactor, task
 from twisted.logger import LogLevel, globalLogPublisher
 
-from tests.integration.nodes import (
-    FAST_TEXT,
-    RunningNode,
-    node_config,
-    plan_cluster,
-    start_node,
-    wait_until,
-    write_models,
-)
+from tests.integration import nodes
+from tests.integration.nodes import FAST_TEXT, RunningNode, wait_until
 from tests.integration.rawhttp import raw_post
 
 MODELS = {"alpha": {"model": "../weights/alpha.sim.json", "contextsize": 4096}}
@@ -40,8 +33,7 @@ def events() -> Iterator[list[dict[str, Any]]]:
 
 @pytest_twisted.async_yield_fixture
 async def node(tmp_path: Path) -> AsyncIterator[RunningNode]:
-    write_models(tmp_path, MODELS, WEIGHTS)
-    running = await start_node(node_config(tmp_path, {"models": {"startup_model": "alpha"}}))
+    running = await nodes.start_standalone(tmp_path, MODELS, WEIGHTS, {"models": {"startup_model": "alpha"}})
     yield running
     await running.stop()
 
@@ -84,14 +76,13 @@ async def test_a_client_disconnect_frees_the_slot_within_100ms_and_logs_at_info(
 @pytest_twisted.ensureDeferred
 async def test_a_hung_slave_is_a_504_naming_it_in_bounded_time_and_frees_both_sides(
         tmp_path: Path, events: list[dict[str, Any]]) -> None:
-    plan = plan_cluster(tmp_path, ["slave-a"])
-    write_models(plan.root / "master", {}, {})
-    write_models(plan.root / "slave-a", MODELS, WEIGHTS)
-    master = await start_node(plan.master_config(limits={"first_byte_timeout": "1s"}))
-    slave = await start_node(plan.slave_config("slave-a"))
+    plan = nodes.plan_cluster(tmp_path, ["slave-a"])
+    nodes.write_models(plan.root / "master", {}, {})
+    nodes.write_models(plan.root / "slave-a", MODELS, WEIGHTS)
+    cluster = await nodes.start_cluster(plan, plan.master_config(limits={"first_byte_timeout": "1s"}),
+                                  ready=lambda r: nodes.knows(r, **{"slave-a": "alpha"}))
+    master, slave = cluster.master, cluster.slaves["slave-a"]
     try:
-        registry = master.node.master.registry  # type: ignore[union-attr]
-        await wait_until(lambda: registry.find("slave-a", local_id="alpha") is not None)
         # Load the model on the slave directly: the master's 1 s first-byte limit covers a load.
         warm = await treq.post(slave.url + "/v1/chat/completions", json=_chat(2, False))
         assert warm.code == 200
@@ -113,8 +104,7 @@ async def test_a_hung_slave_is_a_504_naming_it_in_bounded_time_and_frees_both_si
         assert master.node.master.registry.find("slave-a", local_id="alpha") is not None  # type: ignore[union-attr]
         assert _critical(events) == []
     finally:
-        await slave.stop()
-        await master.stop()
+        await cluster.stop()
 
 
 @pytest_twisted.ensureDeferred
@@ -122,9 +112,8 @@ async def test_a_stop_during_a_stream_lets_it_finish_then_stops(tmp_path: Path,
                                                                 events: list[dict[str, Any]]) -> None:
     """What SIGTERM does (twistd stops the service): the listener closes, the live stream
     finishes whole, then the node stops; nothing critical is logged."""
-    write_models(tmp_path, MODELS, WEIGHTS)
-    running = await start_node(node_config(tmp_path, {"models": {"startup_model": "alpha"},
-                                                      "server": {"drain_timeout": "10s"}}))
+    running = await nodes.start_standalone(tmp_path, MODELS, WEIGHTS, {"models": {"startup_model": "alpha"},
+                                                                 "server": {"drain_timeout": "10s"}})
     port = running.service.port.getHost().port
     client = await raw_post(port, "/v1/chat/completions", _chat(200, True))  # a 1 s stream
     await client.first_data
@@ -141,9 +130,8 @@ async def test_a_stop_during_a_stream_lets_it_finish_then_stops(tmp_path: Path,
 
 @pytest_twisted.ensureDeferred
 async def test_a_stop_cuts_a_hung_request_at_the_drain_timeout(tmp_path: Path) -> None:
-    write_models(tmp_path, MODELS, WEIGHTS)
-    running = await start_node(node_config(tmp_path, {"models": {"startup_model": "alpha"},
-                                                      "server": {"drain_timeout": "500ms"}}))
+    running = await nodes.start_standalone(tmp_path, MODELS, WEIGHTS, {"models": {"startup_model": "alpha"},
+                                                                 "server": {"drain_timeout": "500ms"}})
     backend = next(s.port for s in running.node.runtimes.status() if s.kind == "text" and s.port)
     hang = await treq.post(f"http://127.0.0.1:{backend}/sim/control", json={"hang": True})
     await hang.content()

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from tests.integration.nodes import FAST_TEXT, SIM, write_models
-from tests.integration.test_twistd_e2e import _free_port, _request, _stop, _wait_http
+from tests.integration.processes import stop
+from tests.integration.test_twistd_e2e import _free_port, _request, _wait_http
 
 ROUTERD = str(Path(sys.executable).parent / "routerd")
 pytestmark = pytest.mark.slow
@@ -82,7 +83,7 @@ def test_sighup_adds_and_removes_models_while_a_request_runs(tmp_path: Path) -> 
             "model": "doomed", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})[0] == 404
         assert proc.poll() is None
     finally:
-        _stop(proc)
+        stop(proc, timeout=15)
     events = [json.loads(line) for line in json_log.read_text().splitlines()]
     [reloaded] = [e for e in events if e["msg"].startswith("reloaded:")]
     assert reloaded["added"] == ["fresh"] and reloaded["removed"] == ["doomed"]

@@ -13,7 +13,15 @@ import pytest_twisted
 import treq
 from twisted.internet import reactor
 
-from tests.integration.nodes import FAST_TEXT, RunningNode, node_config, start_node, wait_until, write_models
+from tests.integration.nodes import (
+    FAST_TEXT,
+    RunningNode,
+    node_config,
+    sim_model,
+    start_node,
+    wait_until,
+    write_models,
+)
 
 PNG = "data:image/png;base64,iVBORw0KGgo="
 JOB = {**FAST_TEXT, "load_ms": 30}
@@ -21,13 +29,10 @@ PAINTER = {"kind": "image", "load_ms": 30, "ms_per_step_megapixel": 5}
 RESTORE_DELAY_S = 0.5
 
 
-def _model(weights: str, **extra: Any) -> dict[str, Any]:
-    return {"model": f"../weights/{weights}.sim.json", "contextsize": 4096, **extra}
-
-
 @pytest_twisted.async_yield_fixture
 async def box(tmp_path: Path) -> AsyncIterator[RunningNode]:
-    write_models(tmp_path, {"text": _model("text"), "vision": _model("vision", mmproj="../weights/proj.gguf"),
+    write_models(tmp_path, {"text": sim_model("text"),
+                            "vision": sim_model("vision", mmproj="../weights/proj.gguf"),
                             "paint": {"sdmodel": "../weights/paint.sim.json"}},
                  {"text": JOB, "vision": JOB, "paint": PAINTER})
     (tmp_path / "weights" / "proj.gguf").write_bytes(b"projector")

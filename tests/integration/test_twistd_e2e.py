@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.integration.nodes import FAST_TEXT, SIM, write_models
+from tests.integration.processes import stop
 
 TWISTD = str(Path(sys.executable).parent / "twistd")
 pytestmark = pytest.mark.slow
@@ -51,16 +52,6 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], deadline_s: float = 30) 
     raise AssertionError(f"{url} did not answer within {deadline_s}s")
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def test_readme_run_command_serves_the_embedded_default(tmp_path: Path) -> None:
     """`twistd -n routerd` with no config: a standalone node on 127.0.0.1:8080 with simulator models."""
     with socket.socket() as probe:
@@ -80,7 +71,7 @@ def test_readme_run_command_serves_the_embedded_default(tmp_path: Path) -> None:
         assert reply["model"] == "chat-small"
         assert (tmp_path / "routerd-data" / "routerd.sqlite").exists()
     finally:
-        _stop(proc)
+        stop(proc, timeout=15)
     # twistd re-raises the stop signal after a clean shutdown
     assert proc.returncode in (0, -signal.SIGTERM)
     out = proc.stdout.read().decode()  # type: ignore[union-attr]
@@ -130,7 +121,7 @@ def test_startup_model_is_loaded_before_the_listener_opens(tmp_path: Path) -> No
         text = [r for r in state["runtimes"] if r["kind"] == "text"][0]
         assert text["state"] == "ready" and text["model_id"] == "warm"
     finally:
-        _stop(proc)
+        stop(proc, timeout=15)
     # --json-log writes one flat JSON object per "\n"-ended line (no RFC 7464 separator): time,
     # level, namespace, the rendered msg, and the keyword fields of each log call
     lines = json_log.read_text().split("\n")

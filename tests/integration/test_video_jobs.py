@@ -17,14 +17,8 @@ import pytest_twisted
 import treq
 from twisted.internet import reactor, task
 
-from tests.integration.nodes import (
-    RunningNode,
-    node_config,
-    plan_cluster,
-    start_node,
-    wait_until,
-    write_models,
-)
+from tests.integration import nodes
+from tests.integration.nodes import RunningNode, wait_until
 
 PAINTER = {"kind": "image", "load_ms": 30, "ms_per_step_megapixel": 20}
 IMAGE_ID = "paint-paint"  # <local id>-<weights file name>
@@ -33,8 +27,7 @@ VIDEO = {"prompt": "a lighthouse at dusk", "width": 512, "height": 512, "video_f
 JOB_S = 20 * 0.262144 * 5 * 0.020
 
 
-def _models(root: Path) -> None:
-    write_models(root, {"paint": {"sdmodel": "../weights/paint.sim.json"}}, {"paint": PAINTER})
+MODELS = {"paint": {"sdmodel": "../weights/paint.sim.json"}}
 
 
 async def _call(method: str, url: str, body: Any = None) -> tuple[int, Any, Any]:
@@ -62,8 +55,7 @@ async def _until_done(url: str, job_id: str, node: RunningNode) -> tuple[dict[st
 
 @pytest_twisted.async_yield_fixture
 async def box(tmp_path: Path) -> AsyncIterator[RunningNode]:
-    _models(tmp_path)
-    node = await start_node(node_config(tmp_path))
+    node = await nodes.start_standalone(tmp_path, MODELS, {"paint": PAINTER})
     yield node
     await node.stop()
 
@@ -105,14 +97,12 @@ async def test_a_queued_job_is_cancelled_and_an_unknown_job_is_404_on_a_standalo
 
 @pytest_twisted.ensureDeferred
 async def test_a_master_forwards_a_video_job_and_its_polls_and_cancels_to_the_slave(tmp_path: Path) -> None:
-    plan = plan_cluster(tmp_path, ["slave-a"])
-    _models(plan.root / "slave-a")
-    write_models(plan.root / "master", {}, {})
-    master = await start_node(plan.master_config())
-    slave = await start_node(plan.slave_config("slave-a"))
+    plan = nodes.plan_cluster(tmp_path, ["slave-a"])
+    nodes.write_models(plan.root / "slave-a", MODELS, {"paint": PAINTER})
+    nodes.write_models(plan.root / "master", {}, {})
+    cluster = await nodes.start_cluster(plan, ready=lambda r: nodes.knows(r, **{"slave-a": "paint"}))
+    master, slave = cluster.master, cluster.slaves["slave-a"]
     try:
-        registry = master.node.master.registry  # type: ignore[union-attr]
-        await wait_until(lambda: registry.find("slave-a", local_id="paint") is not None)
         code, accepted, response = await _call("POST", master.url + "/sdcpp/v1/vid_gen",
                                                {"model": IMAGE_ID, **VIDEO})
         assert code == 202, accepted
@@ -128,5 +118,4 @@ async def test_a_master_forwards_a_video_job_and_its_polls_and_cancels_to_the_sl
         code, missing, _ = await _call("GET", master.url + "/sdcpp/v1/jobs/rjob_0000")
         assert (code, missing["error"]["code"]) == (404, "job_not_found")
     finally:
-        await slave.stop()
-        await master.stop()
+        await cluster.stop()

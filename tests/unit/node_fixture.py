@@ -40,6 +40,19 @@ TEXT: dict[str, Any] = {"kind": "text", "weights": "tiny"}  # a text model's *.s
 IMAGE: dict[str, Any] = {"kind": "image", "weights": "paint"}  # an image model's: image ID "<id>-<id>"
 #: The kcpps key a simulator weights file of each kind is named under.
 WEIGHTS_KEY = {"text": "model", "image": "sdmodel", "stt": "whispermodel"}
+#: Where a two-node world's slave and master listen (``MemoryNetwork`` host names).
+SLAVE_URL = "http://slave.test:8080"
+MASTER_URL = "http://master.test:8080"
+
+
+def slave_cluster(public_url: str = SLAVE_URL, **extra: Any) -> dict[str, Any]:
+    """The ``cluster`` section of a slave of the master at ``MASTER_URL``."""
+    return {"role": "slave", "token": TOKEN, "master_url": MASTER_URL, "public_url": public_url, **extra}
+
+
+def master_cluster(**extra: Any) -> dict[str, Any]:
+    """The ``cluster`` section of a master at ``MASTER_URL`` with one slave at ``SLAVE_URL``."""
+    return {"role": "master", "token": TOKEN, "slave_urls": [SLAVE_URL], "public_url": MASTER_URL, **extra}
 
 
 class SimLauncher(FakeLauncher):

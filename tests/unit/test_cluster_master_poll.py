@@ -60,3 +60,33 @@ def test_one_poll_cycle_over_many_slaves_rebuilds_the_registry_once(
     assert len(registry.nodes()) == SLAVES - 1 and all(n.healthy for n in registry.nodes())
     assert {r.public_id for r in registry.records()} == {f"own-{n}" for n in range(SLAVES) if n != 7}
     assert allowed.permits("http://slave-12/router/v1/node/models")
+
+
+def test_a_poll_sent_before_a_registration_cannot_mark_the_registered_node_unhealthy() -> None:
+    """The first cycle runs before a slave listens: its failure, arriving after the slave registered,
+    left the node unhealthy until the next cycle (no replicas for its models meanwhile).  A later
+    cycle's failure still counts."""
+    url = "http://slave-1"
+    registry = Registry("master", "", MemoryPublicIdStore())
+    pending: list[defer.Deferred[Snapshot]] = []
+
+    class Late(Slaves):
+        def models(self, url: str) -> defer.Deferred[Snapshot]:
+            d: defer.Deferred[Snapshot] = defer.Deferred()
+            pending.append(d)
+            return d
+
+    master = MasterAgent(node_id="master", slave_urls=(url,), registry=registry,
+                         client=cast(NodeClient, Late(set())), routing_allowed=AllowList(),
+                         clock=Clock(), health_interval=10.0, local_status=lambda: RuntimeStatus("master"))
+    first = master.poll_all()
+    snapshot = Slaves(set()).models(url).result
+    master.register({"node_id": snapshot.node_id, "node_url": url, "build_version": "x",
+                     "protocol_version": 2, "models": []})
+    pending.pop().errback(ClusterError(f"{url} refused the connection"))
+    assert first.called
+    assert [n.healthy for n in registry.nodes()] == [True]
+    second = master.poll_all()
+    pending.pop().errback(ClusterError(f"{url} refused the connection"))
+    assert second.called
+    assert [n.healthy for n in registry.nodes()] == [False]

@@ -106,12 +106,8 @@ def test_normalising_is_idempotent_and_case_blind(host: str, port: int | None, p
 # -- the allow-list at scale (issue 24: a master allows every slave and checks every call) ------------
 
 
-def test_permits_parses_the_target_once_however_many_bases_are_allowed(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """It used to parse every base and the target again per base: 400 parses a call with 200
-    slaves allowed, 80,000 a health-poll cycle."""
-    allowed = AllowList(f"http://127.0.0.1:{9000 + n}" for n in range(200))
+def _count_parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every URL ``urls.split_target`` parses from now on, in order."""
     calls: list[str] = []
     real = urls.split_target
 
@@ -120,6 +116,16 @@ def test_permits_parses_the_target_once_however_many_bases_are_allowed(
         return real(url)
 
     monkeypatch.setattr(urls, "split_target", counting)
+    return calls
+
+
+def test_permits_parses_the_target_once_however_many_bases_are_allowed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It used to parse every base and the target again per base: 400 parses a call with 200
+    slaves allowed, 80,000 a health-poll cycle."""
+    allowed = AllowList(f"http://127.0.0.1:{9000 + n}" for n in range(200))
+    calls = _count_parses(monkeypatch)
     assert allowed.permits("http://127.0.0.1:9150/router/v1/node/models")
     assert not allowed.permits("http://127.0.0.1:9250/router/v1/node/models")
     assert len(calls) == 2
@@ -131,14 +137,7 @@ def test_permits_remembers_a_target_and_forgets_when_the_bases_change(
     """A master forwards to the same URLs over and over (issue 24): the same target is parsed once
     while the bases stand, and a change of the bases (a slave added or removed) is seen at once."""
     allowed = AllowList(["http://127.0.0.1:9001"])
-    calls: list[str] = []
-    real = urls.split_target
-
-    def counting(url: str) -> urls.TargetParts:
-        calls.append(url)
-        return real(url)
-
-    monkeypatch.setattr(urls, "split_target", counting)
+    calls = _count_parses(monkeypatch)
     target = "http://127.0.0.1:9002/router/v1/node/inference/v1/chat/completions"
     assert not allowed.permits(target)
     assert not allowed.permits(target)

@@ -15,10 +15,7 @@ import pytest
 from routerd.assets.cook import MARK, CookError, CookOrder, CookShelf, cook, model_files, parse_order
 from routerd.config.load import load_config
 from routerd.node import Node
-from tests.unit.node_fixture import TEXT, TOKEN, World
-
-SLAVE_URL = "http://slave.test:8080"
-MASTER_URL = "http://master.test:8080"
+from tests.unit.node_fixture import TEXT, World, master_cluster, slave_cluster
 
 
 def roots(tmp_path: Path) -> Path:
@@ -135,12 +132,10 @@ def cluster(tmp_path: Path) -> tuple[World, Node, Node]:
     world = World(tmp_path)
     root = roots(tmp_path)
     slave = world.node("slave", {"far": TEXT},
-                       cluster={"role": "slave", "token": TOKEN, "master_url": MASTER_URL,
-                                "public_url": SLAVE_URL},
+                       cluster=slave_cluster(),
                        models={"file_roots": [str(root)]})
     master = world.node("master", {"chat": TEXT},
-                        cluster={"role": "master", "token": TOKEN, "slave_urls": [SLAVE_URL],
-                                 "public_url": MASTER_URL})
+                        cluster=master_cluster())
     world.start(slave, master)
     return world, master, slave
 

@@ -9,16 +9,15 @@ from typing import Any
 import yaml
 
 from routerd.config.load import load_config
-from routerd.demo.launcher import (
+from routerd.demo.configs import (
     NodeSpec,
     anchor_paths,
     default_config_dir,
-    describe,
     prepare,
     rewrite_ports,
     rewrite_url,
-    slaves_healthy,
 )
+from routerd.demo.launcher import describe, slaves_healthy
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "etc" / "cluster"

@@ -16,12 +16,10 @@ from routerd.lending.queue import BorrowedReturn, Effects, LaneQueue
 from routerd.routing.call import Incoming
 from routerd.wire.lending import Endpoint, Link
 from tests.support import FakeReply
-from tests.unit.node_fixture import TEXT, TOKEN, World
+from tests.unit.node_fixture import TEXT, TOKEN, World, master_cluster, slave_cluster
 from tests.unit.test_lending_service import BORROWED, HELPER, MODEL_H, returned_409
 from tests.unit.test_lending_service import Node as ServiceNode
 
-SLAVE_URL = "http://slave.test:8080"
-MASTER_URL = "http://master.test:8080"
 CHAT = {"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 3}
 NODE_CHAT = "/router/v1/node/inference/v1/chat/completions"
 
@@ -34,27 +32,25 @@ def borrowed_headers(load: bool = True) -> dict[str, list[str]]:
     return headers
 
 
-def test_a_helper_without_the_named_model_hands_a_borrowed_request_back_with_409(tmp_path: Path) -> None:
+def _ask_slave_for_a_missing_model(tmp_path: Path,
+                                   headers: dict[str, list[str]]) -> tuple[World, object, bytes]:
+    """A slave with only ``beta`` asked, through the node API, for a model it does not have."""
     world = World(tmp_path)
-    slave = world.node("slave", {"beta": TEXT},
-                       cluster={"role": "slave", "token": TOKEN, "master_url": MASTER_URL,
-                                "public_url": SLAVE_URL})
+    slave = world.node("slave", {"beta": TEXT}, cluster=slave_cluster())
     world.start(slave)
-    response, body = world.call("POST", slave, NODE_CHAT, json={"model": "gone", **CHAT},
-                                headers=borrowed_headers())
+    response, body = world.call("POST", slave, NODE_CHAT, json={"model": "gone", **CHAT}, headers=headers)
+    return world, response, body
+
+
+def test_a_helper_without_the_named_model_hands_a_borrowed_request_back_with_409(tmp_path: Path) -> None:
+    world, response, body = _ask_slave_for_a_missing_model(tmp_path, borrowed_headers())
     assert response.code == 409
     assert json.loads(body)["error"]["code"] == "offload_returned"
     assert world.launcher.spawned == []  # nothing was loaded for it
 
 
 def test_an_ordinary_forwarded_request_for_a_missing_model_is_still_a_404(tmp_path: Path) -> None:
-    world = World(tmp_path)
-    slave = world.node("slave", {"beta": TEXT},
-                       cluster={"role": "slave", "token": TOKEN, "master_url": MASTER_URL,
-                                "public_url": SLAVE_URL})
-    world.start(slave)
-    response, body = world.call("POST", slave, NODE_CHAT, json={"model": "gone", **CHAT},
-                                headers={"authorization": [f"Bearer {TOKEN}"]})
+    _world, response, body = _ask_slave_for_a_missing_model(tmp_path, {"authorization": [f"Bearer {TOKEN}"]})
     assert response.code == 404
     assert json.loads(body)["error"]["code"] == "model_not_found"
 
@@ -63,11 +59,9 @@ def test_the_master_as_helper_hands_back_a_borrowed_request_for_a_model_only_a_s
         tmp_path: Path) -> None:
     world = World(tmp_path)
     slave = world.node("slave", {"far": TEXT},
-                       cluster={"role": "slave", "token": TOKEN, "master_url": MASTER_URL,
-                                "public_url": SLAVE_URL})
+                       cluster=slave_cluster())
     master = world.node("master", {"chat": TEXT},
-                        cluster={"role": "master", "token": TOKEN, "slave_urls": [SLAVE_URL],
-                                 "public_url": MASTER_URL})
+                        cluster=master_cluster())
     world.start(slave, master)
     before = list(world.network.requests)
     reply = FakeReply()
@@ -164,8 +158,7 @@ def test_a_borrowed_request_waiting_for_its_model_to_load_is_handed_back_when_ow
     slow = {"kind": "text", "weights": "slow", "load_ms": 5000, "gen_tokens_per_s": 1000}
     helper = world.node("helper", {"beta": slow},
                         llama={"extra_args": ["--sim-time-scale", "1"]},
-                        cluster={"role": "slave", "token": TOKEN, "master_url": MASTER_URL,
-                                 "public_url": SLAVE_URL})
+                        cluster=slave_cluster())
     world.start(helper)
     link = Link(Endpoint("owner", "alpha"), Endpoint("helper", "beta"), True, False)
     helper.lending.install_links(LinkSet.build("image", ()), LinkSet.build("text", [link]))

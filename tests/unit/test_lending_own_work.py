@@ -22,7 +22,7 @@ from routerd.routing.call import Call
 from routerd.routing.classify import Route, classify
 from routerd.wire.lending import Endpoint, Link
 from tests.support import FakeReply
-from tests.unit.node_fixture import TOKEN, World
+from tests.unit.node_fixture import TOKEN, World, slave_cluster
 from tests.unit.test_lending_service import (
     BORROWED,
     HELPER,
@@ -62,8 +62,7 @@ def helper_world(tmp_path: Path) -> tuple[World, Node, Any, str]:
     world = World(tmp_path)
     helper = world.node("helper", {"beta": SLOW, "gamma": {**SLOW, "weights": "other"}},
                         llama={"extra_args": ["--sim-time-scale", "1"]},
-                        cluster={"role": "slave", "token": TOKEN, "master_url": MASTER_URL,
-                                 "public_url": SLAVE_URL, "scheduling_backend_depth": 1})
+                        cluster=slave_cluster(SLAVE_URL, scheduling_backend_depth=1))
     world.start(helper)
     link = Link(Endpoint("owner", "alpha"), Endpoint("helper", "beta"), True, False)
     helper.lending.install_links(LinkSet.build("image", ()), LinkSet.build("text", [link]))

@@ -211,7 +211,8 @@ def test_probe_leases_are_never_cut_off() -> None:
     assert node.rows("returned") == []
 
 
-def test_a_transport_that_reports_the_cancel_as_a_return_still_counts_as_cut_off() -> None:
+def _lending_through_a_transport_that_reports_a_cancel_as_a_return() -> Node:
+    """Depth 1, two requests, the second lent by a transport that turns a cancel into a return."""
     node = Node(depth=1)
 
     async def unreachable_on_cancel(call: Call, grant: Lease, model_id: str) -> bytes:
@@ -224,6 +225,11 @@ def test_a_transport_that_reports_the_cancel_as_a_return_still_counts_as_cut_off
     node.service.apply_settings(LendingSettings(scheduling_backend_depth=1))
     node.serve_many(2)
     node.answer(0, QUICK)
+    return node
+
+
+def test_a_transport_that_reports_the_cancel_as_a_return_still_counts_as_cut_off() -> None:
+    node = _lending_through_a_transport_that_reports_a_cancel_as_a_return()
     at(node, 39)
     assert len(node.rows("returned")) == 1
     node.finish_local("r0")
@@ -232,18 +238,7 @@ def test_a_transport_that_reports_the_cancel_as_a_return_still_counts_as_cut_off
 
 
 def test_the_client_going_away_cancels_the_lent_request_and_nothing_reruns_it() -> None:
-    node = Node(depth=1)
-
-    async def unreachable_on_cancel(call: Call, grant: Lease, model_id: str) -> bytes:
-        try:
-            return await node._send_lent(call, grant, model_id)
-        except CancelledError:
-            raise Returned("ResponseNeverReceived") from None
-
-    node.lend_with = unreachable_on_cancel
-    node.service.apply_settings(LendingSettings(scheduling_backend_depth=1))
-    node.serve_many(2)
-    node.answer(0, QUICK)
+    node = _lending_through_a_transport_that_reports_a_cancel_as_a_return()
     node.serving["r1"].cancel()
     assert node.lent[0].answer.called
     result = node.answered("r1")

@@ -8,10 +8,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.unit.node_fixture import TEXT, TOKEN, World
+from tests.unit.node_fixture import TEXT, World, master_cluster, slave_cluster
 
-SLAVE_URL = "http://slave.test:8080"
-MASTER_URL = "http://master.test:8080"
 MESSAGES = [{"role": "user", "content": "count to ten"}]
 #: The simulator on the world's clock (time scale 1), so requests take measurable time.
 TIMED = {"extra_args": ["--sim-time-scale", "1"]}
@@ -78,10 +76,8 @@ def test_queue_depth_counts_requests_waiting_for_a_runtime(tmp_path: Path) -> No
 
 def test_a_master_reports_each_slaves_health(tmp_path: Path) -> None:
     world = World(tmp_path)
-    slave = world.node("slave", {"far": TEXT}, cluster={"role": "slave", "token": TOKEN,
-                                                      "master_url": MASTER_URL, "public_url": SLAVE_URL})
-    master = world.node("master", {"chat": TEXT}, cluster={
-        "role": "master", "token": TOKEN, "slave_urls": [SLAVE_URL], "public_url": MASTER_URL})
+    slave = world.node("slave", {"far": TEXT}, cluster=slave_cluster())
+    master = world.node("master", {"chat": TEXT}, cluster=master_cluster())
     world.start(slave, master)
     assert scrape(world, master)[("routerd_node_healthy", (("node_id", "slave"),))] == 1.0
     world.network.unplug("slave.test:8080")

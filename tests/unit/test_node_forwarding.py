@@ -11,10 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from routerd.node import Node
-from tests.unit.node_fixture import TEXT, TOKEN, World
+from tests.unit.node_fixture import SLAVE_URL, TEXT, World, master_cluster, slave_cluster
 
-SLAVE_URL = "http://slave.test:8080"
-MASTER_URL = "http://master.test:8080"
 MESSAGES = [{"role": "user", "content": "hello there"}]
 
 
@@ -22,11 +20,9 @@ def cluster(tmp_path: Path) -> tuple[World, Node, Node]:
     """master has ``chat``; the slave has ``far`` and a different ``chat`` (public ID ``chat-2``)."""
     world = World(tmp_path)
     slave = world.node("slave", {"chat": {"kind": "text", "weights": "other"}, "far": TEXT},
-                       cluster={"role": "slave", "token": TOKEN, "master_url": MASTER_URL,
-                                "public_url": SLAVE_URL})
+                       cluster=slave_cluster())
     master = world.node("master", {"chat": TEXT},
-                        cluster={"role": "master", "token": TOKEN, "slave_urls": [SLAVE_URL],
-                                 "public_url": MASTER_URL})
+                        cluster=master_cluster())
     world.start(slave, master)
     return world, master, slave
 

@@ -12,7 +12,7 @@ from routerd.catalog.model import Capabilities, ModelConfig
 from routerd.config.load import parse_config
 from routerd.config.schema import Config
 from routerd.process.reload import catalog_diff, config_changes, live_config, slot_actions
-from tests.unit.node_fixture import TEXT, World
+from tests.unit.node_fixture import TEXT, World, master_cluster, slave_cluster
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 
@@ -210,15 +210,10 @@ def _settle(world: World) -> Any:
 
 
 def test_a_reloaded_slave_re_registers_and_a_reloaded_master_re_polls(tmp_path: Path) -> None:
-    from tests.unit.node_fixture import TOKEN
 
     world = World(tmp_path)
-    slave = world.node("slave", {"far": TEXT}, cluster={
-        "role": "slave", "token": TOKEN, "master_url": "http://master.test:8080",
-        "public_url": "http://slave.test:8080", "sync_interval": "1h"})
-    master = world.node("master", {"chat": TEXT}, cluster={
-        "role": "master", "token": TOKEN, "slave_urls": ["http://slave.test:8080"],
-        "public_url": "http://master.test:8080", "health_interval": "1h"})
+    slave = world.node("slave", {"far": TEXT}, cluster=slave_cluster(sync_interval="1h"))
+    master = world.node("master", {"chat": TEXT}, cluster=master_cluster(health_interval="1h"))
     world.start(slave, master)
     world.run(slave.after_listening())
     assert _ids(world, master) == ["chat", "far"]

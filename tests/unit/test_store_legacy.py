@@ -25,33 +25,18 @@ def legacy_db(
     """A legacy database; members are (node_id, model, group_id, restore_after_borrow)."""
     conn = sqlite3.connect(path)
     flag_column = ", restore_after_borrow INTEGER NOT NULL DEFAULT 0" if flags else ""
-    if image_members is not None:
-        conn.execute("CREATE TABLE routing_groups (id TEXT PRIMARY KEY, name TEXT)")
-        conn.execute(
-            f"CREATE TABLE routing_group_members (node_id TEXT, image_id TEXT, group_id TEXT{flag_column})"
-        )
-        for node, model, group, flag in image_members:
-            conn.execute("INSERT OR IGNORE INTO routing_groups VALUES (?, ?)", (group, group))
-            if flags:
-                conn.execute(
-                    "INSERT INTO routing_group_members VALUES (?, ?, ?, ?)", (node, model, group, flag)
-                )
-            else:
-                conn.execute("INSERT INTO routing_group_members VALUES (?, ?, ?)", (node, model, group))
-    if text_members is not None:
-        conn.execute("CREATE TABLE routing_text_groups (id TEXT PRIMARY KEY, name TEXT)")
-        conn.execute(
-            "CREATE TABLE routing_text_group_members"
-            f" (node_id TEXT, model_id TEXT, group_id TEXT{flag_column})"
-        )
-        for node, model, group, flag in text_members:
-            conn.execute("INSERT OR IGNORE INTO routing_text_groups VALUES (?, ?)", (group, group))
-            if flags:
-                conn.execute(
-                    "INSERT INTO routing_text_group_members VALUES (?, ?, ?, ?)", (node, model, group, flag)
-                )
-            else:
-                conn.execute("INSERT INTO routing_text_group_members VALUES (?, ?, ?)", (node, model, group))
+    tables = (("routing_groups", "routing_group_members", "image_id", image_members),
+              ("routing_text_groups", "routing_text_group_members", "model_id", text_members))
+    for groups, members_table, id_column, members in tables:
+        if members is None:
+            continue
+        conn.execute(f"CREATE TABLE {groups} (id TEXT PRIMARY KEY, name TEXT)")
+        columns = f"node_id TEXT, {id_column} TEXT, group_id TEXT{flag_column}"
+        conn.execute(f"CREATE TABLE {members_table} ({columns})")
+        for node, model, group, flag in members:
+            conn.execute(f"INSERT OR IGNORE INTO {groups} VALUES (?, ?)", (group, group))
+            row = (node, model, group, flag) if flags else (node, model, group)
+            conn.execute(f"INSERT INTO {members_table} VALUES ({', '.join('?' * len(row))})", row)
     conn.commit()
     conn.close()
     return str(path)

@@ -58,6 +58,14 @@ def indexes(conn: sqlite3.Connection, table: str) -> set[str]:
     return {str(r[1]) for r in conn.execute(f'PRAGMA index_list("{table}")') if r[3] == "c"}
 
 
+def _migrated_file(tmp_path: Path) -> tuple[str, sqlite3.Connection]:
+    """A database file under ``tmp_path`` migrated to the newest version: its path and connection."""
+    path = str(tmp_path / "routerd.sqlite")
+    conn = connect(path)
+    migrate(conn)
+    return path, conn
+
+
 def test_fresh_database_migrates_to_the_newest_version_with_every_table() -> None:
     conn = connect(":memory:")
     assert current_version(conn) == 0
@@ -112,9 +120,7 @@ def test_link_defaults_are_load_if_unloaded_1_and_restore_after_borrow_0() -> No
 
 
 def test_migrate_twice_is_a_no_op(tmp_path: Path) -> None:
-    path = str(tmp_path / "routerd.sqlite")
-    conn = connect(path)
-    migrate(conn)
+    path, conn = _migrated_file(tmp_path)
     conn.execute(
         "INSERT INTO offload_settings (key, value, updated_at) VALUES ('offload_probe_idle', '5s', 1)"
     )
@@ -126,9 +132,7 @@ def test_migrate_twice_is_a_no_op(tmp_path: Path) -> None:
 
 
 def test_v1_database_is_upgraded_by_an_added_step(tmp_path: Path) -> None:
-    path = str(tmp_path / "routerd.sqlite")
-    conn = connect(path)
-    migrate(conn)
+    path, conn = _migrated_file(tmp_path)
     conn.execute(
         "INSERT INTO request_samples (model_id, section, work, duration_ms, status, finished_at)"
         " VALUES ('m', 'llm', '[1, 2]', 10.0, 'ok', 5)"
@@ -186,9 +190,7 @@ def test_failing_step_rolls_back_alone_and_keeps_earlier_steps() -> None:
 
 
 def test_database_newer_than_the_code_is_refused_with_a_clear_error(tmp_path: Path) -> None:
-    path = str(tmp_path / "routerd.sqlite")
-    conn = connect(path)
-    migrate(conn)
+    path, conn = _migrated_file(tmp_path)
     conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (7, 0)")
     n = len(MIGRATIONS)
     with pytest.raises(SchemaTooNewError, match=f"version 7 is newer .*newest known: {n}") as info:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from routerd.node import Node
-from tests.unit.node_fixture import TOKEN, World
+from tests.unit.node_fixture import World, master_cluster, slave_cluster
 
 PAINT = {"kind": "image", "weights": "paint", "ms_per_step_megapixel": 1000, "load_ms": 100}
 OTHER = {"kind": "image", "weights": "other", "ms_per_step_megapixel": 1000, "load_ms": 100}
@@ -22,7 +22,6 @@ TIMED = {"extra_args": ["--sim-time-scale", "1"]}  # the simulator's timing mode
 VIDEO = {"prompt": "a lighthouse at dusk", "width": 512, "height": 512, "video_frames": 5,
          "sample_params": {"sample_steps": 20}}
 JOB_S = 20 * 0.262144 * 5  # 26.2 s
-SLAVE_URL, MASTER_URL = "http://slave.test:8080", "http://master.test:8080"
 
 
 def _json(body: bytes) -> Any:
@@ -143,10 +142,8 @@ def test_an_unknown_job_is_404_and_a_kobold_or_text_model_cannot_take_a_video_jo
 def _pair(tmp_path: Path) -> tuple[World, Node, Node]:
     world = World(tmp_path)
     slave = world.node("slave", {"paint": PAINT}, sdcpp=TIMED,
-                       cluster={"role": "slave", "token": TOKEN, "master_url": MASTER_URL,
-                                "public_url": SLAVE_URL})
-    master = world.node("master", {}, cluster={"role": "master", "token": TOKEN, "slave_urls": [SLAVE_URL],
-                                               "public_url": MASTER_URL})
+                       cluster=slave_cluster())
+    master = world.node("master", {}, cluster=master_cluster())
     world.start(slave, master)
     return world, master, slave
 

@@ -1,7 +1,9 @@
 // The WebUI shell: tabs by URL hash, one page mounted at a time, refreshed by polling every
 // POLL_MS while the tab is visible (paused while it is hidden), and errors shown in the banner.
+// What the pages need of the shell (showError, refreshNow) lives in shell.js, which they import.
 
-import { ApiError, signOut, storedKey } from "./api.js";
+import { signOut, storedKey } from "./api.js";
+import { banner, showError, sleep } from "./shell.js";
 import { h, replace } from "./dom.js";
 import * as nodes from "./nodes.js";
 import * as models from "./models.js";
@@ -16,45 +18,11 @@ import * as cook from "./cook.js";
 export const POLL_MS = 1500;
 const PAGES = { overview, nodes, models, lending, links, analytics, bench, errors, cook };
 
-const state = { name: null, page: null, ctx: null, generation: 0, wake: null };
-
-function banner(message) {
-  const el = document.getElementById("banner");
-  if (!message) {
-    el.hidden = true;
-    return;
-  }
-  el.hidden = false;
-  replace(el, message);
-}
-
-export function showError(err) {
-  if (err instanceof ApiError && err.status === 404 && err.message.includes("master only")) {
-    banner("This node is a slave: the site API is served by its master (or by a standalone node). " +
-      "Open the WebUI on the master node.");
-    return;
-  }
-  banner(err instanceof ApiError ? `${err.status} ${err.code}: ${err.message}` : String(err));
-}
+const state = { name: null, page: null, ctx: null, generation: 0 };
 
 function status(text) {
   document.getElementById("status").textContent = text;
   document.getElementById("signout").hidden = !storedKey();
-}
-
-/** Refresh the current page now (after an action) instead of at the next tick. */
-export function refreshNow() {
-  if (state.wake) state.wake();
-}
-
-function sleep(ms) {
-  return new Promise((resolve) => {
-    const timer = setTimeout(resolve, ms);
-    state.wake = () => {
-      clearTimeout(timer);
-      resolve();
-    };
-  });
 }
 
 function visible() {

@@ -6,7 +6,7 @@ import { get, post } from "./api.js";
 import { clock, h, replace, table } from "./dom.js";
 import { chart } from "./charts.js";
 import { millis, optional, rate } from "./figures.js";
-import { refreshNow, showError } from "./app.js";
+import { refreshNow, showError } from "./shell.js";
 
 const HEADLINE = {
   text: ["gen_tokens_per_s", "generation tokens/s"],

@@ -4,7 +4,7 @@
 import { del, query } from "./api.js";
 import { clock, duration, errorBox, h, replace, table } from "./dom.js";
 import { optional } from "./figures.js";
-import { refreshNow, showError } from "./app.js";
+import { refreshNow, showError } from "./shell.js";
 
 export function mount(container) {
   const ctx = { container };

@@ -5,7 +5,7 @@
 
 import { del, get, post, query } from "./api.js";
 import { badge, clock, duration, errorBox, h, replace, table } from "./dom.js";
-import { refreshNow, showError } from "./app.js";
+import { refreshNow, showError } from "./shell.js";
 
 const KINDS = ["plan", "dispatch", "helper"];
 const OUTCOMES = ["granted", "probe", "skipped", "lease_updated", "lease_cleared", "lease_refused", "lent",

@@ -7,7 +7,7 @@
 
 import { ApiError, del, get, post, query } from "./api.js";
 import { badge, h, replace, table } from "./dom.js";
-import { showError } from "./app.js";
+import { showError } from "./shell.js";
 
 const PATHS = { text: "/router/v1/site/text-routing-groups", image: "/router/v1/site/routing-groups" };
 

@@ -5,7 +5,7 @@
 
 import { del, get, post, query } from "./api.js";
 import { badge, h, replace, table } from "./dom.js";
-import { refreshNow, showError } from "./app.js";
+import { refreshNow, showError } from "./shell.js";
 
 const CAPS = ["llm", "multimodal", "embeddings", "image", "stt", "tts"];
 

@@ -2,7 +2,7 @@
 
 import { get, post, query } from "./api.js";
 import { badge, duration, errorBox, h, replace, table } from "./dom.js";
-import { refreshNow, showError } from "./app.js";
+import { refreshNow, showError } from "./shell.js";
 
 export function mount(container) {
   const body = h("div", { className: "cards" });

@@ -7,7 +7,7 @@ import { badge, clock, duration, h, replace, table } from "./dom.js";
 import { get, query } from "./api.js";
 import { chart } from "./charts.js";
 import { count, millis, optional, percent, PERIODS, periodPicker, rate } from "./figures.js";
-import { refreshNow } from "./app.js";
+import { refreshNow } from "./shell.js";
 
 const ANALYTICS_EVERY_MS = 5000; // the rollups change by the minute: no need to ask every tick
 
