@@ -21,9 +21,13 @@ lean channel and on twisted.web's channel alike; the edges only carry the verdic
 4. what a web page could make a browser send: a request no configured key vouches for meets
    :func:`~routerd.api.browser.browser_refusal` (its ``Host``, ``Origin`` and body type: 421, 403,
    415);
-5. the body: a ``Content-Length`` over ``limits.max_body_bytes`` is a 413; one that does not fit in
-   the replay budget (``limits.replay_buffer_mb``) a 503 ``buffer_full`` + ``Retry-After``.  An
-   admitted request reserves its whole ``Content-Length`` from the budget at once (``reserve``).
+5. the body: a ``Content-Length`` over ``limits.max_body_bytes`` is a 413; a key with
+   ``max_concurrent`` requests whose bodies are still arriving (counted from their heads; a whole
+   body's request is the inference front's to count) a 429 ``key_limited``; a body that does not
+   fit in the replay budget (``limits.replay_buffer_mb``), or in its holder's share of it (its
+   key's, else its client's: ``server.max_client_buffer_share``), a 503 ``buffer_full`` +
+   ``Retry-After``.  An admitted request reserves its whole ``Content-Length`` from the budget at
+   once (``reserve``).
 
 The auth class, the phases and the error family of every path come from the site's declared routes
 (:meth:`~routerd.api.routes.RouteTable.facts`): admission keeps no path list of its own.  A refusal
@@ -35,6 +39,7 @@ one error writer (:mod:`routerd.api.errors`, which adds ``Retry-After`` to a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 import attrs
 
@@ -47,6 +52,7 @@ from routerd.config.keys import PRIORITY_CLASSES
 from routerd.errors import ErrorStyle, HTTPError, Saturated, StatusError
 from routerd.lending.offload import offload_returned
 from routerd.routing.call import KEY_CLASS_HEADER, KEY_NAME_HEADER
+from routerd.routing.key_limits import key_limited
 
 Headers = tuple[tuple[bytes, bytes], ...]
 
@@ -63,6 +69,15 @@ class EdgeRules:
     routes: Callable[[str], RouteFacts] = namespace_facts
     #: What a web page may not make a browser send (:mod:`routerd.api.browser`); none by default.
     browser: BrowserRules = BrowserRules()
+
+
+class BudgetView(Protocol):
+    """What admission reads of the replay budget: the bytes a holder (a request's key, else its
+    client) may still take, and how many of its admitted requests' bodies are still arriving."""
+
+    def free_for(self, holder: str) -> int: ...
+
+    def arriving(self, holder: str) -> int: ...
 
 
 @attrs.frozen
@@ -82,23 +97,30 @@ class Verdict:
     key_class: str = ""
     #: The error family of the request's route: what its refusal and its errors are written in.
     errors: ErrorStyle = "openai"
+    #: Who the reserved bytes are counted to (see :class:`BudgetView`).
+    holder: str = ""
+    #: The client the decision applied to (the peer, or behind a trusted proxy the forwarded
+    #: client): what the access line names.  "" before it was known (a malformed head).
+    client: str = ""
 
     @property
     def refused(self) -> bool:
         return self.error is not None
 
 
-def _refuse(error: StatusError, facts: RouteFacts, headers: Headers = ()) -> Verdict:
-    return Verdict(error=error, headers=headers, errors=facts.errors)
+def _refuse(error: StatusError, facts: RouteFacts, headers: Headers = (), client: str = "") -> Verdict:
+    return Verdict(error=error, headers=headers, errors=facts.errors, client=client)
 
 
 def _cors_headers(values: dict[str, str]) -> Headers:
     return tuple((name.encode("latin-1"), value.encode("latin-1")) for name, value in values.items())
 
 
-def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str, budget_free: int | None) -> Verdict:
-    """The verdict on ``head`` from ``peer`` (see the module docstring); ``budget_free`` is None
-    when the node keeps no replay budget."""
+def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str,
+           budget_free: int | BudgetView | None) -> Verdict:
+    """The verdict on ``head`` from ``peer`` (see the module docstring); ``budget_free`` is the
+    replay budget (its free bytes, or a view of what each holder may take), None when the node
+    keeps none."""
     facts = rules.routes(head.path)
     error = malformed(head)
     if error is not None:
@@ -111,12 +133,13 @@ def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str, budget_fr
     host = policy.client_host(peer, fields.get("x-forwarded-for"))
     if origin is not None and head.method == "OPTIONS" and "access-control-request-method" in fields:
         if not policy.client_allowed(host):
-            return _refuse(HTTPError(403, "client address is not allowed", "forbidden", "forbidden"), facts)
+            return _refuse(HTTPError(403, "client address is not allowed", "forbidden", "forbidden"),
+                           facts, (), host)
         if not cors.allows(origin):
             return _refuse(HTTPError(403, f"origin {origin} is not in server.cors_origins",
                                      "forbidden", "forbidden"), facts)
         return Verdict(preflight=True, headers=_cors_headers(
-            cors.preflight_headers(origin, fields.get("access-control-request-headers"))))
+            cors.preflight_headers(origin, fields.get("access-control-request-headers"))), client=host)
     headers: Headers = _cors_headers(cors.response_headers(origin)) \
         if origin is not None and cors.allows(origin) else ()
     authorization = fields.get("authorization")
@@ -125,39 +148,51 @@ def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str, budget_fr
         authenticated = policy.check(path, host, authorization.encode("latin-1")
                                      if authorization is not None else None, cls)
     except StatusError as err:
-        return _refuse(err, facts, headers)
+        return _refuse(err, facts, headers, host)
     if phase != "ready" and not served(rules.routes, path, phase):
         if fields.get("x-routerd-offload") == "1" or facts.returns:
             # A borrowed request goes back to its owner, who serves it itself; so does one an owner
             # relays through a master that is starting or draining.
-            return _refuse(offload_returned(f"helper node is {phase}"), facts, headers)
-        return _refuse(Saturated(503, f"this node is {phase}; retry later", phase), facts, headers)
+            return _refuse(offload_returned(f"helper node is {phase}"), facts, headers, host)
+        return _refuse(Saturated(503, f"this node is {phase}; retry later", phase), facts, headers, host)
     if not vouched(policy, cls):
         error = browser_refusal(rules.browser, head, cors, cls, authenticated)
         if error is not None:
-            return _refuse(error, facts, headers)
+            return _refuse(error, facts, headers, host)
     length = head.length or 0
     if length > rules.max_body_bytes:
         return _refuse(HTTPError(413, f"request body is larger than {rules.max_body_bytes} bytes",
-                                 "request_too_large", "request_too_large"), facts, headers)
-    if budget_free is not None and length > budget_free:
-        return _refuse(buffer_full(), facts, headers)
-    key_name, key_class = _key_of(policy, cls, fields, authorization)
+                                 "request_too_large", "request_too_large"), facts, headers, host)
+    key_name, key_class, concurrent = _key_of(policy, cls, fields, authorization)
+    # who the body's bytes are counted to: its key, else its client; a master's forwarded
+    # requests (counted where they were admitted) to no one
+    holder = "" if cls == "cluster" else f"key {key_name}" if key_name else f"client {host}"
+    if isinstance(budget_free, int):
+        free = budget_free
+    elif budget_free is not None:
+        free = budget_free.free_for(holder)
+        if length and concurrent and budget_free.arriving(holder) >= concurrent:
+            # counted from the head: a key's requests whose bodies are still arriving
+            return _refuse(key_limited(key_name, f"max_concurrent ({concurrent} requests at once)", 1),
+                           facts, headers, host)
+    if budget_free is not None and length > free:
+        return _refuse(buffer_full(), facts, headers, host)
     return Verdict(headers=headers, authenticated=authenticated, reserve=length, key_name=key_name,
-                   key_class=key_class, errors=facts.errors)
+                   key_class=key_class, errors=facts.errors, client=host, holder=holder)
 
 
 def _key_of(policy: AuthPolicy, cls: RouteClass, fields: Mapping[str, str],
-            authorization: str | None) -> tuple[str, str]:
-    """The admitting key's name and class (see :attr:`Verdict.key_name`)."""
+            authorization: str | None) -> tuple[str, str, int]:
+    """The admitting key's name and class (see :attr:`Verdict.key_name`), and its
+    ``max_concurrent`` (0: none, or not counted here)."""
     if cls == "inference":
         key = policy.inference_key(authorization.encode("latin-1") if authorization is not None else None)
-        return ("", "") if key is None else (key.name, key.priority)
+        return ("", "", 0) if key is None else (key.name, key.priority, key.limits.max_concurrent)
     if cls == "cluster":
         name = fields.get(KEY_NAME_HEADER, "")
         klass = fields.get(KEY_CLASS_HEADER, "")
-        return name, klass if klass in PRIORITY_CLASSES else ""
-    return "", ""
+        return name, klass if klass in PRIORITY_CLASSES else "", 0
+    return "", "", 0
 
 
 def buffer_full() -> Saturated:
@@ -165,4 +200,4 @@ def buffer_full() -> Saturated:
                      "buffer_full")
 
 
-__all__ = ["EdgeRules", "Verdict", "buffer_full", "decide"]
+__all__ = ["BudgetView", "EdgeRules", "Verdict", "buffer_full", "decide"]

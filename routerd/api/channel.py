@@ -26,12 +26,8 @@ three words) is handed over, with every byte of the connection from the start of
 on, to :class:`~routerd.api.site.NodeHTTPChannel`, which applies the same head rules and the same
 admission and serves the rest of the connection.  The hand-over happens only between requests.
 
-Deadlines (``server.*``, one reaper per node for both edges, :meth:`NodeServerFactory.reap`): a head
-must be complete ``head_timeout`` after its first byte; a body must progress every
-``body_timeout`` (both 408 + close); an answer whose output has not drained ``send_timeout`` after
-it stopped moving, or a connection asked to close that has not, is aborted; an idle keep-alive
-connection is closed after the site's ``timeOut``.  Beyond ``server.max_connections`` open
-connections a new one gets 503 ``too_many_connections`` and is closed.
+Deadlines (one reaper per node for both edges, :meth:`NodeServerFactory.reap`) are those of
+:mod:`routerd.api.deadlines`; who may hold a connection is decided at accept (:mod:`~routerd.api.accept`).
 """
 
 from __future__ import annotations
@@ -43,17 +39,20 @@ from urllib.parse import parse_qs
 
 from twisted.internet import protocol
 from twisted.internet.defer import Deferred
+from twisted.internet.error import ConnectionAborted
 from twisted.internet.interfaces import IAddress
 from twisted.python.failure import Failure
 from twisted.web.http import datetimeToString
 
+from routerd.api.accept import ConnectionBook, Refused, accept
 from routerd.api.access import refusal
+from routerd.api.deadlines import body_deadline, due
 from routerd.api.dispatch import LeanHandler, LeanRoutes
 from routerd.api.head import MAX_HEAD_BYTES, RequestHead, bad_request, build_head
 from routerd.api.lean_reply import LeanReply
 from routerd.api.site import GuardResource, NodeHTTPChannel, NodeSite, log_refusal
 from routerd.config.schema import ServerConfig
-from routerd.errors import ErrorStyle, HTTPError, Saturated, StatusError
+from routerd.errors import ErrorStyle, StatusError
 from routerd.routing.call import Incoming
 from routerd.transports import no_delay
 
@@ -61,6 +60,9 @@ from routerd.transports import no_delay
 HEAD_LIMIT = MAX_HEAD_BYTES
 #: How often the reaper looks at every connection's deadline (seconds).
 REAP_EVERY = 1.0
+#: A connection that has sent nothing for this long (seconds) is closed first when the node is at
+#: ``server.max_connections`` (a fresh one has not had the time to).
+EVICT_SILENT_AFTER = 2.0
 #: Bytes buffered behind a request in flight before the connection stops reading.
 _PIPELINE_LIMIT = 64 * 1024
 #: Request fields whose presence sends the request to twisted.web.
@@ -68,21 +70,6 @@ _HANDED_OVER = frozenset({"transfer-encoding", "expect", "upgrade", "origin"})
 _CRLF = b"\r\n"
 #: Request fields the access line reads after routing.
 _ACCESS_FIELDS = ("x-routerd-model", "content-type")
-
-
-def head_timed_out() -> HTTPError:
-    return HTTPError(408, "the request head was not received in time (server.head_timeout)",
-                     "invalid_request_error", "request_timeout")
-
-
-def body_timed_out() -> HTTPError:
-    return HTTPError(408, "the request body stopped arriving (server.body_timeout)",
-                     "invalid_request_error", "request_timeout")
-
-
-def too_many_connections() -> Saturated:
-    return Saturated(503, "this node has server.max_connections connections open; retry later",
-                     "too_many_connections")
 
 
 class NodeServerFactory(protocol.Factory):
@@ -97,15 +84,17 @@ class NodeServerFactory(protocol.Factory):
         self.guard = guard
         self.routes: LeanRoutes = guard.inner.lean  # type: ignore[attr-defined]
         self.protocols: set[LeanChannel] = set()
+        self.book = ConnectionBook()  # what the accept-time rules count
         self._date_second = -1
         self._date = b""
         self._reaper: Any = None
 
-    def give_back(self, size: int) -> None:
-        """Give ``size`` bytes back to the site's replay budget (if the node keeps one)."""
+    def give_back(self, size: int, holder: str = "", arriving: bool = False) -> None:
+        """Give ``size`` bytes ``holder`` held (for a body still ``arriving`` or not) back to the
+        site's replay budget (if the node keeps one)."""
         budget = self.site.buffer
         if budget is not None:
-            budget.give(size)
+            budget.give(size, holder, arriving)
 
     @property
     def limits(self) -> ServerConfig:
@@ -113,9 +102,29 @@ class NodeServerFactory(protocol.Factory):
         return limits
 
     def buildProtocol(self, addr: IAddress | None) -> protocol.Protocol:  # noqa: N802 - Twisted's name
-        if len(self.protocols) >= self.limits.max_connections:
-            return _Refused(self.date(self.seconds()), self.guard.route_facts("/").errors)
-        return LeanChannel(self, addr)
+        """The accept-time rules (:func:`~routerd.api.accept.accept`): a foreign connection is
+        served uncounted, one over a limit refused, and at the limit the oldest connection that
+        has sent nothing is closed to make room."""
+        limits = self.limits
+        peer = getattr(addr, "host", None)
+        silent = self._silent() if self.book.counted >= limits.max_connections else None
+        verdict = accept(self.book, limits, self.guard.policy, peer, silent is not None)
+        if isinstance(verdict, StatusError):
+            return Refused(self.date(self.seconds()), self.guard.route_facts("/").errors, verdict)
+        if verdict == "evict" and silent is not None:
+            silent.abort()
+            silent.connectionLost(Failure(ConnectionAborted()))  # its slot is free now, not at the next turn
+        return LeanChannel(self, addr, peer or "", verdict == "foreign")
+
+    def _silent(self) -> LeanChannel | None:
+        """The oldest counted connection that has sent nothing for ``EVICT_SILENT_AFTER`` seconds."""
+        oldest = self.seconds() - EVICT_SILENT_AFTER
+        found: LeanChannel | None = None
+        for channel in self.protocols:
+            if not channel.heard and not channel.foreign and channel.opened_at <= oldest \
+                    and (found is None or channel.opened_at < found.opened_at):
+                found = channel
+        return found
 
     def startFactory(self) -> None:  # noqa: N802 - Twisted's name
         self.site.doStart()  # type: ignore[no-untyped-call]
@@ -136,16 +145,13 @@ class NodeServerFactory(protocol.Factory):
         limits = self.limits
         idle = self.site.timeOut
         for channel in list(self.protocols):
-            state, since, blocked = channel.deadline()
-            waited = now - since
-            if state == "head" and limits.head_timeout and waited > limits.head_timeout:
-                channel.expire(head_timed_out())
-            elif state == "body" and limits.body_timeout and waited > limits.body_timeout:
-                channel.expire(body_timed_out())
-            elif state == "idle" and idle and waited > idle:
+            action = due(limits, idle, now, *channel.deadline(), channel.foreign and not channel.heard)
+            if action == "abort":
+                channel.abort()
+            elif action == "close":
                 channel.close()
-            elif (state == "closing" or (state == "busy" and blocked)) and waited > limits.send_timeout:
-                channel.abort()  # its output has not drained: the client stopped reading
+            elif action is not None:
+                channel.expire(action)
 
     def seconds(self) -> float:
         return float(self.site.reactor.seconds())
@@ -157,19 +163,6 @@ class NodeServerFactory(protocol.Factory):
             self._date_second = second
             self._date = datetimeToString(second)
         return self._date
-
-
-class _Refused(protocol.Protocol):
-    """A connection over ``server.max_connections``: 503 and closed, nothing read."""
-
-    def __init__(self, date: bytes, family: ErrorStyle) -> None:
-        self._date = date
-        self._family = family
-
-    def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
-        assert self.transport is not None
-        self.transport.write(refusal(too_many_connections(), self._family, (), self._date))
-        self.transport.loseConnection()
 
 
 class _Head:
@@ -199,33 +192,45 @@ class _Head:
 class LeanChannel(protocol.Protocol):
     """One client connection (see the module docstring)."""
 
-    def __init__(self, factory: NodeServerFactory, addr: IAddress | None) -> None:
+    def __init__(self, factory: NodeServerFactory, addr: IAddress | None, peer: str = "",
+                 foreign: bool = False) -> None:
         self.server = factory
         self.addr = addr
+        self.peer = peer
+        #: from outside ``server.allowed_cidrs``: not counted, a head due ``head_timeout`` after accept
+        self.foreign = foreign
+        self.heard = False  # a byte has arrived
         self._parts: list[bytes] = []  # bytes received and not yet consumed
         self._have = 0
         self._head: _Head | None = None  # admitted head whose body is still arriving
         self._reserved = 0  # budget bytes the arriving body holds
+        self._holder = ""  # who they are counted to (admission's verdict)
         self._busy: LeanReply | None = None  # the request being answered
         self._inner: NodeHTTPChannel | None = None  # the twisted.web channel after a hand-over
         self._paused = False  # reading stopped by this channel
         self._write_blocked = False  # the transport's output is backed up
+        self._blocked_at: float | None = None  # since when (None: it is not)
+        self._body_by = 0.0  # when the arriving body must be complete (server.min_body_rate)
         self._closing = False
         self._serving = False  # inside _serve_buffered (an answer given at once must not recurse)
         #: the deadline that applies (see NodeServerFactory.reap) and since when: a connection
         #: that has sent nothing yet is idle; a head's deadline runs from its first byte
         self.state = "idle"
-        self.since = factory.seconds()
+        self.since = self.opened_at = factory.seconds()
 
     # -- connection --------------------------------------------------------------
 
     def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
         self.server.protocols.add(self)
+        self.server.book.opened(self.peer, self.foreign)
         no_delay(self.transport)
         self.transport.registerProducer(self, True)  # type: ignore[union-attr]
 
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:  # noqa: N802
+        if self not in self.server.protocols:
+            return  # already lost (a silent connection closed to make room)
         self.server.protocols.discard(self)
+        self.server.book.closed(self.peer, self.foreign)
         if self._inner is not None:
             self._inner.connectionLost(reason)  # type: ignore[no-untyped-call]
         busy, self._busy = self._busy, None
@@ -235,6 +240,7 @@ class LeanChannel(protocol.Protocol):
         self._parts = []
 
     def dataReceived(self, data: bytes) -> None:  # noqa: N802 - Twisted's name
+        self.heard = True
         if self._inner is not None:
             self._inner.dataReceived(data)
             return
@@ -257,6 +263,7 @@ class LeanChannel(protocol.Protocol):
     def pauseProducing(self) -> None:  # noqa: N802 - Twisted's name
         if not self._write_blocked:
             self._write_blocked = True
+            self._blocked_at = self.server.seconds()
             if self.state == "busy":
                 self.since = self.server.seconds()
             if not self._paused:
@@ -266,6 +273,7 @@ class LeanChannel(protocol.Protocol):
     def resumeProducing(self) -> None:  # noqa: N802 - Twisted's name
         if self._write_blocked:
             self._write_blocked = False
+            self._blocked_at = None
             self._resume_reading()
             if self._busy is None and self._have:
                 self._serve_buffered()
@@ -278,13 +286,14 @@ class LeanChannel(protocol.Protocol):
             self._paused = False
             self.transport.resumeProducing()  # type: ignore[union-attr]
 
-    def deadline(self) -> tuple[str, float, bool]:
-        """(state, since, output backed up) for the reaper; a handed-over connection's come from
-        twisted.web's channel."""
+    def deadline(self) -> tuple[str, float, float | None, float]:
+        """(state, since, since when its output is backed up or None, when the arriving body must
+        be complete or 0.0) for the reaper; a handed-over connection's come from twisted.web's
+        channel."""
         inner = self._inner
         if inner is not None:
-            return inner.state, inner.since, inner.write_blocked
-        return self.state, self.since, self._write_blocked
+            return inner.state, inner.since, inner.blocked_at, inner.body_by
+        return self.state, self.since, self._blocked_at, self._body_by
 
     def expire(self, err: StatusError) -> None:
         """A head or body deadline passed: 408 and close."""
@@ -295,15 +304,22 @@ class LeanChannel(protocol.Protocol):
         head = self._head
         self._head = None
         self._release_reserved()
-        self._refuse(err, (), head.request if head is not None else None)
+        self._refuse(err, (), head.request if head is not None else None, linger=False)
 
-    def close(self) -> None:
-        """Close once what was written has gone out (the reaper aborts it if that never happens)."""
+    def close(self, linger: bool = False) -> None:
+        """Close once what was written has gone out (the reaper aborts it if that never happens).
+
+        ``linger``: only the sending side is closed and what still arrives is read and dropped
+        until the client closes (an answer before the body: a close with the body unread would
+        reset the connection, and a proxy still sending it would lose the answer and say 502)."""
         if self.transport is not None:
-            if self.state != "closing":
-                self.state, self.since = "closing", self.server.seconds()
+            # the state the reaper reads: twisted.web's channel's after a hand-over
+            holder: Any = self._inner if self._inner is not None else self
+            if holder.state != "closing":
+                holder.state, holder.since = "closing", self.server.seconds()
             self._closing = True
-            self.transport.loseConnection()
+            lose_write = getattr(self.transport, "loseWriteConnection", None) if linger else None
+            (lose_write or self.transport.loseConnection)()
 
     def abort(self) -> None:
         """Drop the connection now."""
@@ -344,7 +360,9 @@ class LeanChannel(protocol.Protocol):
                 if head is None:
                     return  # refused or handed over
                 self._head = head
-                self.state, self.since = "body", self.server.seconds()
+                now = self.server.seconds()
+                self.state, self.since = "body", now
+                self._body_by = body_deadline(self.server.limits, now, head.request.length or 0)
             if self._have < head.size + (head.request.length or 0):
                 return  # the body is still arriving
             data = self._buffered()
@@ -388,19 +406,23 @@ class LeanChannel(protocol.Protocol):
         client = getattr(self.transport.getPeer(), "host", "127.0.0.1")  # type: ignore[union-attr]
         verdict = self.server.guard.decide(request, client)
         if verdict.error is not None:
-            self._refuse(verdict.error, verdict.headers, request, family=verdict.errors)
+            self._refuse(verdict.error, verdict.headers, request, family=verdict.errors,
+                         client=verdict.client)
             return None
         if verdict.reserve:
             budget = self.server.site.buffer
-            if budget is not None and budget.take(verdict.reserve):
-                self._reserved = verdict.reserve
-        return _Head(handler, request, end + 4, client, verdict.key_name, verdict.key_class, verdict.errors)
+            if budget is not None and budget.take(verdict.reserve, verdict.holder):
+                self._reserved, self._holder = verdict.reserve, verdict.holder
+        return _Head(handler, request, end + 4, verdict.client or client, verdict.key_name, verdict.key_class,
+                     verdict.errors)
 
     def _refuse(self, err: StatusError, headers: tuple[tuple[bytes, bytes], ...],
                 request: RequestHead | None, method: bytes = b"-", target: bytes = b"-",
-                family: ErrorStyle | None = None) -> None:
-        """Answer ``err`` before the body and close (nothing more of the connection is read), in
-        the route's error ``family`` (by default the one the facts of its path give)."""
+                family: ErrorStyle | None = None, linger: bool = True, client: str = "") -> None:
+        """Answer ``err`` before the body and close (nothing more of the connection is served), in
+        the route's error ``family`` (by default the one the facts of its path give); a request
+        that declared a body lingers (:meth:`close`) unless ``linger`` is False (a deadline); the
+        access line names ``client`` (admission's), by default the peer."""
         server = self.server
         path = request.path if request is not None else target.partition(b"?")[0].decode("latin-1")
         assert self.transport is not None
@@ -408,19 +430,21 @@ class LeanChannel(protocol.Protocol):
             family = server.guard.route_facts(path).errors
         self.transport.write(refusal(err, family, headers, server.date(server.seconds())))
         log_refusal(request.method if request is not None else method.decode("latin-1"), path, err.status,
-                    getattr(self.transport.getPeer(), "host", "-"), request)
+                    client or getattr(self.transport.getPeer(), "host", "-"), request)
         self._parts, self._have = [], 0
-        self.close()
+        self.close(linger=linger and request is not None and bool(request.length or request.chunked))
 
     def _release_reserved(self) -> None:
         reserved, self._reserved = self._reserved, 0
         if reserved:
-            self.server.give_back(reserved)
+            self.server.give_back(reserved, self._holder, arriving=True)
 
     def _start(self, head: _Head, body: bytes) -> None:
         server = self.server
         reply = LeanReply(self, head.request, head.client, head.errors, body, server.seconds())
-        reply.held, self._reserved = self._reserved, 0
+        if self._reserved and server.site.buffer is not None:
+            server.site.buffer.arrived(self._holder)  # its body is whole: no longer arriving
+        reply.held, reply.holder, self._reserved = self._reserved, self._holder, 0
         self._busy = reply
         self.state, self.since = "busy", server.seconds()
         request = head.request
@@ -465,7 +489,7 @@ class LeanChannel(protocol.Protocol):
         transport = self.transport
         assert transport is not None
         transport.unregisterProducer()  # type: ignore[attr-defined]  # twisted.web's registers itself
-        self._write_blocked = False
+        self._write_blocked, self._blocked_at = False, None
         if self._paused:
             self._paused = False
             transport.resumeProducing()  # type: ignore[attr-defined]

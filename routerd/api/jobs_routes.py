@@ -9,7 +9,7 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.web.iweb import IRequest
 
 from routerd.api.facts import READY_OR_DRAINING
-from routerd.api.reply import RequestReply
+from routerd.api.reply import KEY_ATTRIBUTE, RequestReply
 from routerd.api.routes import Routes
 from routerd.inference.video import VideoJobs
 
@@ -24,9 +24,15 @@ class JobsAPI:
 
     @routes.route("/sdcpp/v1/jobs/<job_id>", methods=["GET"], auth="inference", phases=READY_OR_DRAINING)
     def poll(self, request: IRequest, job_id: str) -> Deferred[bytes]:
-        return ensureDeferred(self.jobs.answer(job_id, "poll", RequestReply(request)))
+        return ensureDeferred(self.jobs.answer(job_id, "poll", RequestReply(request), _asker(request)))
 
     @routes.route("/sdcpp/v1/jobs/<job_id>/cancel", methods=["POST"], auth="inference",
                   phases=READY_OR_DRAINING)
     def cancel(self, request: IRequest, job_id: str) -> Deferred[bytes]:
-        return ensureDeferred(self.jobs.answer(job_id, "cancel", RequestReply(request)))
+        return ensureDeferred(self.jobs.answer(job_id, "cancel", RequestReply(request), _asker(request)))
+
+
+def _asker(request: IRequest) -> str:
+    """The name of the key that admitted the request ("" for an admin key or a keyless node)."""
+    name: str = getattr(request, KEY_ATTRIBUTE, ("", ""))[0]
+    return name

@@ -35,7 +35,7 @@ class Server(Protocol):
 
     def date(self, now: float) -> bytes: ...
 
-    def give_back(self, size: int) -> None: ...
+    def give_back(self, size: int, holder: str = "") -> None: ...
 
 
 class Connection(Protocol):
@@ -54,7 +54,7 @@ class LeanReply:
     """A :class:`~routerd.routing.call.Reply` written straight to the connection."""
 
     __slots__ = ("channel", "request", "client", "error_family", "body", "started_at", "status", "headers",
-                 "typed", "started", "gone", "finished", "sent", "held", "pending", "model")
+                 "typed", "started", "gone", "finished", "sent", "held", "holder", "pending", "model")
 
     def __init__(self, channel: Connection, request: RequestHead, client: str, error_family: ErrorStyle,
                  body: bytes, now: float) -> None:
@@ -75,6 +75,7 @@ class LeanReply:
         self.finished = False
         self.sent = 0
         self.held = 0  # bytes taken from the site's buffer budget
+        self.holder = ""  # who they are counted to
         self.pending: Deferred[Any] | None = None
         self.model: str | None = None  # named by routing (else the access line reads the body)
 
@@ -186,7 +187,7 @@ class LeanReply:
     def _release(self) -> None:
         held, self.held = self.held, 0
         if held:
-            self.channel.server.give_back(held)
+            self.channel.server.give_back(held, self.holder)
 
     def _head_bytes(self, length: int | None) -> bytes:
         server = self.channel.server

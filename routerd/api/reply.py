@@ -107,6 +107,8 @@ MODEL_ATTRIBUTE = "routerd_model"
 KEY_ATTRIBUTE = "routerd_key"
 #: The request attribute holding its route's error family (admission's verdict).
 ERRORS_ATTRIBUTE = "routerd_errors"
+#: The request attribute holding the admission verdict its channel reached at head time.
+VERDICT_ATTRIBUTE = "routerd_verdict"
 
 
 class _Emptied:

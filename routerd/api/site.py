@@ -7,8 +7,10 @@ Requests the lean channel (:mod:`routerd.api.channel`) does not serve itself rea
 buffered; a refusal (and any head twisted's own parser refuses) is written by the same
 :func:`~routerd.api.access.refusal` with ``Connection: close``.  An admitted request reserves its
 ``Content-Length`` from the replay budget at once (a chunked body reserves as it arrives) and gives
-it back exactly once when it finishes or its connection is lost.  :class:`GuardResource` then only
-applies the verdict (CORS headers, a preflight's 204, the chunked body's 413/503).
+it back exactly once when it finishes or its connection is lost (:mod:`routerd.api.budget`).
+:class:`GuardResource` then only applies the verdict (CORS headers, a preflight's 204, the chunked
+body's 413/503).  ``state``, ``since``, ``blocked_at`` and ``body_by`` of the channel are what the
+lean channel's reaper reads after a hand-over (:mod:`routerd.api.deadlines`).
 
 Twisted internals used here (``_command``, ``_path``, ``_version``, ``_receivedHeaderSize``,
 ``_respondToBadRequestAndDisconnect``, ``_buffer``) are those of the Twisted range pinned in
@@ -27,8 +29,10 @@ from twisted.web.iweb import IRequest
 from routerd.api.access import access_logged, log_access, refusal
 from routerd.api.admission import EdgeRules, Verdict, buffer_full, decide
 from routerd.api.browser import BrowserRules, browser_rules
+from routerd.api.budget import BufferBudget, LimitedRequest
 from routerd.api.chunked import strict_chunked
 from routerd.api.cors import CorsPolicy
+from routerd.api.deadlines import body_deadline
 from routerd.api.errors import answer_error
 from routerd.api.facts import RouteFacts, namespace_facts
 from routerd.api.head import (
@@ -42,7 +46,14 @@ from routerd.api.head import (
     head_too_large,
     transfer_coding,
 )
-from routerd.api.reply import BODY_ATTRIBUTE, ERRORS_ATTRIBUTE, HEAD_ATTRIBUTE, KEY_ATTRIBUTE, MODEL_ATTRIBUTE
+from routerd.api.reply import (
+    BODY_ATTRIBUTE,
+    ERRORS_ATTRIBUTE,
+    HEAD_ATTRIBUTE,
+    KEY_ATTRIBUTE,
+    MODEL_ATTRIBUTE,
+    VERDICT_ATTRIBUTE,
+)
 from routerd.cluster.auth import AuthPolicy
 from routerd.config.schema import Config, ServerConfig
 from routerd.errors import ErrorStyle, HTTPError, StatusError
@@ -50,59 +61,11 @@ from routerd.logs import request_model
 
 #: The request attribute the guard sets: whether the caller may see node details on ``/health``.
 AUTHENTICATED = "routerd_authenticated"
-#: The request attribute holding the admission verdict its channel reached at head time.
-VERDICT_ATTRIBUTE = "routerd_verdict"
 
 
 def authenticated(request: IRequest) -> bool:
     """Whether the guard found the caller authenticated for inference (False if unguarded)."""
     return bool(getattr(request, AUTHENTICATED, False))
-
-
-class _Discard:
-    """Stands in for the request body buffer once the body is over the limit."""
-
-    def write(self, data: bytes) -> None:
-        pass
-
-    def seek(self, *args: Any) -> None:
-        pass
-
-    def read(self, *args: Any) -> bytes:
-        return b""
-
-    def tell(self) -> int:
-        return 0
-
-    def truncate(self, *args: Any) -> int:
-        return 0
-
-    def close(self) -> None:
-        pass
-
-
-class BufferBudget:
-    """The bytes every live request's buffered body may hold together (``limits.replay_buffer_mb``)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.used = 0
-
-    @property
-    def free(self) -> int:
-        return max(0, self.limit - self.used)
-
-    def fits(self, size: int) -> bool:
-        return self.used + size <= self.limit
-
-    def take(self, size: int) -> bool:
-        if not self.fits(size):
-            return False
-        self.used += size
-        return True
-
-    def give(self, size: int) -> None:
-        self.used = max(0, self.used - size)
 
 
 class GuardResource(resource.Resource):
@@ -141,11 +104,11 @@ class GuardResource(resource.Resource):
         site.max_body_bytes = config.limits.max_body_bytes
         if site.buffer is not None:
             site.buffer.limit = config.limits.replay_buffer_bytes
+            site.buffer.share, site.buffer.floor = config.server.max_client_buffer_share, site.max_body_bytes
 
     def decide(self, head: RequestHead, peer: str) -> Verdict:
         """The admission verdict on ``head`` from ``peer`` now (both edges ask this)."""
-        budget = self.budget
-        return decide(self.rules, head, peer, self.phase(), budget.free if budget is not None else None)
+        return decide(self.rules, head, peer, self.phase(), self.budget)
 
     def render(self, request: IRequest) -> bytes | int:
         verdict: Verdict | None = getattr(request, VERDICT_ATTRIBUTE, None)
@@ -159,6 +122,7 @@ class GuardResource(resource.Resource):
                 return answer_error(request, err, self.route_facts(path).errors)
             setattr(request, HEAD_ATTRIBUTE, head)
             verdict = self.decide(head, client_host(request))
+            setattr(request, VERDICT_ATTRIBUTE, verdict)
         setattr(request, ERRORS_ATTRIBUTE, verdict.errors)  # what every error answer below is written in
         for name, value in verdict.headers:
             request.setHeader(name, value)
@@ -196,79 +160,6 @@ def client_host(request: IRequest) -> str:
     return "127.0.0.1"  # in-memory transports in tests
 
 
-class LimitedRequest(server.Request):
-    """A request admitted at head time (see the module docstring): its body's bytes are reserved
-    from the replay budget (all of a ``Content-Length`` at once, a chunked body as it arrives) and
-    given back once; a chunked body past the body limit or the budget is discarded, and answered
-    413 / 503 by the guard."""
-
-    too_large = False
-    over_buffer = False
-    _received = 0
-    _held = 0
-    _reserved = False
-
-    def __init__(self, channel: Any, queued: Any = None) -> None:
-        clock = getattr(getattr(channel, "site", None), "reactor", None)
-        self.started_at: float | None = clock.seconds() if clock is not None else None
-        # routerd reads request bodies itself (bounded, replayable): twisted's
-        # form parsing would parse every multipart upload a second time.
-        if queued is None:
-            super().__init__(channel, parsePOSTFormSubmission=False)  # type: ignore[no-untyped-call]
-        else:
-            super().__init__(channel, queued, parsePOSTFormSubmission=False)  # type: ignore[no-untyped-call]
-
-    def _budget(self) -> BufferBudget | None:
-        return getattr(getattr(self.channel, "site", None), "buffer", None)
-
-    def admitted(self, head: RequestHead, verdict: Verdict) -> None:
-        """The channel admitted this request: keep the verdict and reserve its body's bytes."""
-        setattr(self, HEAD_ATTRIBUTE, head)
-        setattr(self, VERDICT_ATTRIBUTE, verdict)
-        if verdict.reserve:
-            budget = self._budget()
-            if budget is not None and budget.take(verdict.reserve):
-                self._held = verdict.reserve
-        self._reserved = head.length is not None
-
-    def handleContentChunk(self, data: bytes) -> None:
-        if self.too_large or self.over_buffer:
-            return
-        if not self._reserved:  # a chunked body: the limit and the budget as it arrives
-            limit = getattr(getattr(self.channel, "site", None), "max_body_bytes", None)
-            self._received += len(data)
-            if limit is not None and self._received > limit:
-                self.too_large = True
-                self._discard()
-                return
-            budget = self._budget()
-            if budget is not None:
-                if not budget.take(len(data)):
-                    self.over_buffer = True
-                    self._discard()
-                    return
-                self._held += len(data)
-        super().handleContentChunk(data)  # type: ignore[no-untyped-call]
-
-    def _discard(self) -> None:
-        self.content = _Discard()
-        self._release()
-
-    def _release(self) -> None:
-        held, self._held = self._held, 0
-        budget = self._budget()
-        if held and budget is not None:
-            budget.give(held)
-
-    def finish(self) -> None:
-        self._release()
-        super().finish()  # type: ignore[no-untyped-call]
-
-    def connectionLost(self, reason: Any) -> None:
-        self._release()
-        super().connectionLost(reason)  # type: ignore[no-untyped-call]
-
-
 class NodeHTTPChannel(http.HTTPChannel):
     """twisted.web's channel under the node's edge rules (see the module docstring).  ``state``
     and ``since`` tell the lean channel's reaper which deadline applies (``head``, ``body``,
@@ -284,6 +175,8 @@ class NodeHTTPChannel(http.HTTPChannel):
         self.state = "idle"
         self.since = 0.0
         self.write_blocked = False
+        self.blocked_at: float | None = None  # since when the output is backed up
+        self.body_by = 0.0  # when the arriving body must be complete (server.min_body_rate)
         self._fields = 0
         self._first_line = True
 
@@ -356,17 +249,23 @@ class NodeHTTPChannel(http.HTTPChannel):
         guard = self.site.resource
         verdict = guard.decide(head, _peer(self)) if isinstance(guard, GuardResource) else Verdict()
         if verdict.error is not None:
-            self.refuse(verdict.error, verdict.headers, head, verdict.errors)
+            self.refuse(verdict.error, verdict.headers, head, verdict.errors, verdict.client)
             return
         request.admitted(head, verdict)
         strict_chunked(self)  # a bare LF in chunked framing is refused, as h11 and nginx read it
-        self.state, self.since = ("body" if head.length or head.chunked else "busy"), self._now()
+        now = self._now()
+        self.state, self.since = ("body" if head.length or head.chunked else "busy"), now
+        if isinstance(guard, GuardResource):
+            self.body_by = body_deadline(guard.limits, now, head.length or 0)
         super().allHeadersReceived()  # type: ignore[no-untyped-call]
 
     def allContentReceived(self) -> None:  # noqa: N802 - Twisted's name
         if self.refused:
             return
         self.state = "busy"
+        request = self.requests[-1] if self.requests else None
+        if isinstance(request, LimitedRequest):
+            request.body_arrived()
         self._first_line = True
         super().allContentReceived()  # type: ignore[no-untyped-call]
 
@@ -381,12 +280,14 @@ class NodeHTTPChannel(http.HTTPChannel):
             self.state = "head"  # part of the next request is here: its head deadline runs
 
     def pauseProducing(self) -> None:  # noqa: N802 - Twisted's name
+        if not self.write_blocked:
+            self.blocked_at = self._now()
         self.write_blocked = True
         self.since = self._now() if self.state == "busy" else self.since
         super().pauseProducing()  # type: ignore[no-untyped-call]
 
     def resumeProducing(self) -> None:  # noqa: N802 - Twisted's name
-        self.write_blocked = False
+        self.write_blocked, self.blocked_at = False, None
         super().resumeProducing()  # type: ignore[no-untyped-call]
 
     def _respondToBadRequestAndDisconnect(self) -> None:  # noqa: N802 - Twisted's name
@@ -396,10 +297,10 @@ class NodeHTTPChannel(http.HTTPChannel):
             self.refuse(bad_request("malformed request head"))
 
     def refuse(self, err: StatusError, headers: tuple[tuple[bytes, bytes], ...] = (),
-               head: RequestHead | None = None, family: ErrorStyle | None = None) -> None:
-        """Answer ``err`` before the body and close: nothing more of this connection is read.
-        ``family`` is the route's error family (admission's verdict); by default the facts of
-        the path say it."""
+               head: RequestHead | None = None, family: ErrorStyle | None = None, client: str = "") -> None:
+        """Answer ``err`` before the body and close: nothing more of this connection is served.
+        ``family`` is the route's error family and ``client`` the client (admission's verdict);
+        by default the facts of the path say the one, the peer is the other."""
         if self.refused or self.transport is None:
             return
         self.refused = True
@@ -412,8 +313,12 @@ class NodeHTTPChannel(http.HTTPChannel):
             facts_of = guard.route_facts if isinstance(guard, GuardResource) else namespace_facts
             family = facts_of(path.partition("?")[0]).errors
         self.transport.write(refusal(err, family, headers, http.datetimeToString(self._now())))
-        log_refusal(method, path, err.status, _peer(self), head)
-        self.loseConnection()  # type: ignore[no-untyped-call]
+        log_refusal(method, path, err.status, client or _peer(self), head)
+        # a declared body: only the sending side is closed, what still arrives is dropped
+        # (LeanChannel.close); a deadline's refusal (no head) closes at once
+        body = head is not None and bool(head.length or head.chunked)
+        linger = getattr(self.transport, "loseWriteConnection", None) if body else None
+        (linger or self.loseConnection)()
 
 
 def log_refusal(method: str, path: str, status: int, client: str, head: RequestHead | None) -> None:
@@ -444,7 +349,9 @@ class NodeSite(server.Site):
                  replay_buffer_bytes: int | None = None) -> None:
         super().__init__(root)  # type: ignore[no-untyped-call]
         self.max_body_bytes = max_body_bytes
-        self.buffer = BufferBudget(replay_buffer_bytes) if replay_buffer_bytes is not None else None
+        share = root.limits.max_client_buffer_share if isinstance(root, GuardResource) else 1.0
+        self.buffer = BufferBudget(replay_buffer_bytes, share, max_body_bytes) \
+            if replay_buffer_bytes is not None else None
         if isinstance(root, GuardResource):
             root.budget = self.buffer
         self.displayTracebacks = False
@@ -475,7 +382,14 @@ def access_line(request: Any, now: float) -> None:
                node=_header(request, "out", b"x-routerd-node") or "-",
                lent_to=_header(request, "out", b"x-routerd-lent-to") or "-",
                request_id=_header(request, "out", b"x-routerd-request-id") or "-",
-               client=client_host(request))
+               client=access_client(request))
+
+
+def access_client(request: Any) -> str:
+    """The client the access line names: the one admission decided (behind a trusted proxy the
+    forwarded client), else the peer."""
+    verdict: Verdict | None = getattr(request, VERDICT_ATTRIBUTE, None)
+    return verdict.client if verdict is not None and verdict.client else client_host(request)
 
 
 def _named_model(request: Any) -> str:

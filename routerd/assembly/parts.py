@@ -104,6 +104,7 @@ class NodeParts:
     records_changed: RecordsChanged
     decisions: DecisionLog
     keys: KeyBook
+    local_side: LocalSide
     role_parts: RoleParts
     master: MasterAgent | None
     slave: SlaveAgent | None
@@ -211,6 +212,7 @@ def build_common(p: NodeParts, config: Config, reactor: Any, *, clients: NodeCli
                               cluster.lending.offload_decisions_retention)
     p.settings_applied = SettingsApplied(p.decisions)
     p.keys = KeyBook(p.current_config.get)
+    p.local_side = LocalSide(p.runtimes, p.local, p.current_config.get)
 
 
 def build_role(p: NodeParts, *, coordinator: Late[Coordinator],
@@ -231,7 +233,7 @@ def build_role(p: NodeParts, *, coordinator: Late[Coordinator],
     p.role_parts, p.master, p.slave, p.site, p._public_ids = parts, parts.master, parts.slave, parts.site, \
         parts.public_ids
     p.records_changed = RecordsChanged(p.site)
-    side, keys = LocalSide(p.runtimes, p.local, p.current_config.get), p.keys
+    side, keys = p.local_side, p.keys
     p.lending = LendingService(
         node_id=p.node_id, settings=cluster.lending, clock=reactor, role=p.role, transport=parts.transport,
         decisions=p.decisions, own_busy=p.own_work.busy, active_config=side.active_config,
@@ -263,7 +265,7 @@ def build_services(p: NodeParts, *, on_catalog: Callable[[Catalog], Awaitable[No
                              metrics=p.metrics, master=p.master, forwarder=parts.forwarder,
                              loaded_config=p.runtimes.loaded_config,
                              lending=p.lending, recipes=p.recipes, analytics=p.analytics,
-                             limiter=KeyLimiter(p.keys.limits))
+                             limiter=KeyLimiter(p.keys.limits), max_form_parts=p.local_side.max_form_parts)
     p._serve_borrowed = borrowed_server(p.front)
     p.coordinator = None if p.master is None else master_coordinator(
         parts, p.lending, reactor, serve_borrowed=p._serve_borrowed,

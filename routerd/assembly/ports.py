@@ -1,6 +1,7 @@
-"""What the lending service reads of this node's local side, as bound methods instead of closures:
-the config a lane has loaded, the queue bound and depth of local inference, and the queue's aging
-(read from the current config: a reload replaces it)."""
+"""What parts read of this node's local side and current config, as bound methods instead of
+closures: for lending, the config a lane has loaded, the queue bound and depth of local inference
+and the queue's aging; for the front, the form-part limit (both read from the current config: a
+reload replaces it)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,6 @@ class LocalSide:
 
     def aging(self) -> float:
         return self.config().queue.aging
+
+    def max_form_parts(self) -> int:
+        return self.config().limits.max_form_parts

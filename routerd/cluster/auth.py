@@ -123,6 +123,10 @@ class AuthPolicy:
     def client_allowed(self, host: str) -> bool:
         return _within(self.networks, host)
 
+    def proxy(self, host: str) -> bool:
+        """Whether ``host`` is a trusted proxy (``server.trusted_proxies``)."""
+        return _within(self.trusted_proxies, host)
+
     def _trusted(self, address: _Address | None) -> bool:
         return address is not None and any(address in net for net in self.trusted_proxies)
 

@@ -119,13 +119,22 @@ def parse_config(
         head_timeout=reader.duration(s, "server", "head_timeout", ServerConfig().head_timeout),
         body_timeout=reader.duration(s, "server", "body_timeout", ServerConfig().body_timeout),
         send_timeout=reader.duration(s, "server", "send_timeout", ServerConfig().send_timeout),
+        max_client_buffer_share=reader.number(s, "server", "max_client_buffer_share",
+                                              ServerConfig().max_client_buffer_share),
+        body_deadline_floor=reader.duration(s, "server", "body_deadline_floor",
+                                            ServerConfig().body_deadline_floor),
+        min_body_rate=reader.integer(s, "server", "min_body_rate", ServerConfig().min_body_rate, 0, 1 << 40),
         max_connections=reader.integer(s, "server", "max_connections", ServerConfig().max_connections,
                                        1, 1_000_000),
+        max_connections_per_peer=reader.integer(s, "server", "max_connections_per_peer",
+                                                ServerConfig().max_connections_per_peer, 1, 1_000_000),
         listen_backlog=reader.integer(s, "server", "listen_backlog", ServerConfig().listen_backlog, 1, 65535),
     )
     reader.unknown(s, "server", ("bind", "allowed_cidrs", "cors_origins", "trusted_proxies", "drain_timeout",
                                  "head_timeout", "body_timeout", "send_timeout", "max_connections",
-                                 "listen_backlog", "allowed_hosts"))
+                                 "listen_backlog", "allowed_hosts", "min_body_rate",
+                                 "max_connections_per_peer", "max_client_buffer_share",
+                                 "body_deadline_floor"))
     for origin in server.cors_origins:
         if origin != "*" and not _valid_origin(origin):
             errs.add("server.cors_origins", f"{origin!r} is not an origin (scheme://host[:port], or *)")
@@ -133,6 +142,8 @@ def parse_config(
         if name != "*" and _HOST_NAME.fullmatch(name) is None:
             errs.add("server.allowed_hosts", f"{name!r} is not a host name (no scheme, no port), or *")
     _check_bind(server.bind, errs)
+    if server.max_client_buffer_share > 1:
+        errs.add("server.max_client_buffer_share", f"must be at most 1, got {server.max_client_buffer_share}")
     for key, cidrs in (("allowed_cidrs", server.allowed_cidrs), ("trusted_proxies", server.trusted_proxies)):
         for cidr in cidrs:
             try:
@@ -221,9 +232,11 @@ def parse_config(
                                            LimitsConfig().first_byte_timeout),
         idle_stream_timeout=reader.duration(lim, "limits", "idle_stream_timeout",
                                             LimitsConfig().idle_stream_timeout),
+        max_form_parts=reader.integer(lim, "limits", "max_form_parts", LimitsConfig().max_form_parts,
+                                      1, 100_000),
     )
     reader.unknown(lim, "limits", ("max_body_mb", "replay_buffer_mb", "max_queued_per_model",
-                                   "first_byte_timeout", "idle_stream_timeout"))
+                                   "first_byte_timeout", "idle_stream_timeout", "max_form_parts"))
 
     q = sections["queue"]
     queue = QueueConfig(aging=reader.duration(q, "queue", "aging", QueueConfig().aging))

@@ -39,11 +39,22 @@ class ServerConfig:
     head_timeout: float = 30.0
     #: Seconds a request body may go without a byte arriving (then 408 + close).
     body_timeout: float = 60.0
+    #: Bytes a second a declared body must arrive at on average: it must be complete its length /
+    #: this rate after its head, at least ``body_deadline_floor`` (then 408 + close); 0: no such rule.
+    min_body_rate: int = 65536
+    #: Seconds any declared body may take whatever its length (the floor of that deadline).
+    body_deadline_floor: float = 60.0
+    #: The fraction of the replay budget (``limits.replay_buffer_mb``) one holder (an inference
+    #: key, else a client address) may hold, or one ``limits.max_body_mb`` body when that is more.
+    max_client_buffer_share: float = 0.25
     #: Seconds an answer's output may stay backed up (a client not reading), or a closing
     #: connection stay open, before the connection is aborted.
     send_timeout: float = 60.0
     #: Open client connections beyond which a new one is answered 503 and closed.
     max_connections: int = 4096
+    #: Open connections one client address may hold (a trusted proxy's and loopback's are not
+    #: capped); beyond it a new one is answered 503 and closed.
+    max_connections_per_peer: int = 256
     #: Connections the kernel queues for the node before it accepts them (``listen(2)``'s backlog;
     #: the kernel caps it at ``net.core.somaxconn``).  Twisted's default, 50, reset clients of a
     #: burst of thousands of connects (``benchmarks/held.py``).
@@ -147,6 +158,8 @@ class LimitsConfig:
     first_byte_timeout: float = 600.0
     #: Longest silence inside a forwarded answer once it has started.
     idle_stream_timeout: float = 300.0
+    #: Parts a ``multipart/form-data`` body may hold; more is refused 413 before they are read.
+    max_form_parts: int = 64
 
     @property
     def max_body_bytes(self) -> int:

@@ -37,7 +37,7 @@ from routerd.routing.classify import Route, wants_stream
 from routerd.routing.forward import Forwarder
 from routerd.routing.guardians import GuardianSet
 from routerd.routing.key_limits import KeyLimiter
-from routerd.routing.multipart import MultipartError
+from routerd.routing.multipart import MAX_PARTS, MultipartError, TooManyParts
 from routerd.routing.selector import SelectorError, parse_json_object, select_model
 
 log = Logger()
@@ -50,13 +50,16 @@ class InferenceFront:
                  local: LocalInference, metrics: NodeMetrics, master: MasterAgent | None = None,
                  forwarder: Forwarder | None = None, loaded_config: Callable[[Any], str | None],
                  lending: LendingService | None = None, recipes: RecipeRouter | None = None,
-                 limiter: KeyLimiter | None = None, analytics: AnalyticsRecorder | None = None) -> None:
+                 limiter: KeyLimiter | None = None, analytics: AnalyticsRecorder | None = None,
+                 max_form_parts: Callable[[], int] = lambda: MAX_PARTS) -> None:
         self.node_id = node_id
         self._node_header = node_id.encode()  # one copy, not one per request (held requests keep it)
         self.clock = clock
         self.local = local
         self.metrics = metrics
         self.master = master
+        #: ``limits.max_form_parts``: a form with more parts is refused (413) before they are read.
+        self.max_form_parts = max_form_parts
         #: Per-key limits, counted for the requests clients send this node (not forwarded ones).
         self.limiter = limiter if limiter is not None else KeyLimiter(lambda _name: None)
         self.books = Books(node_id=node_id, clock=clock, metrics=metrics, limiter=self.limiter,
@@ -181,10 +184,13 @@ class InferenceFront:
         content_type = incoming.content_type
         body = incoming.body
         try:
-            result = select_model(route, body, content_type, incoming.query, incoming.headers)
+            result = select_model(route, body, content_type, incoming.query, incoming.headers,
+                                  self.max_form_parts())
             parsed = result.payload
             if route.runtime != "stt" and parsed is None:
                 parsed = parse_json_object(body)
+        except TooManyParts as exc:
+            raise HTTPError(413, str(exc), "request_too_large", "too_many_parts") from None
         except (SelectorError, MultipartError) as exc:
             raise HTTPError(400, str(exc)) from None
         if result.model is None and route.model_required:

@@ -7,7 +7,8 @@ itself (:func:`~routerd.routing.jobs.poll_delay`) until it ends: no switch or un
 a running job, and the job's duration is measured.  The client gets the 202 with a routerd job ID
 and ``poll_url``; its polls and cancels are answered here, by the node that runs the job (the
 backend's live answer, or the kept one once the job ended, since the process may then be
-switched) or, on a master, by forwarding them to the node it forwarded the job to.  Jobs are
+switched) or, on a master, by forwarding them to the node it forwarded the job to.  A job belongs
+to the key that submitted it (``routing.jobs``: another key's poll or cancel is a 404).  Jobs are
 never lent.
 """
 
@@ -78,7 +79,7 @@ class VideoJobs:
             return raw, None
         self.table.expire(self.clock.seconds())  # ended jobs nobody polls are let go here too
         job = self.table.add_local(new_job_id(), public_id, backend_id, base_url, document,
-                                   self.clock.seconds())
+                                   self.clock.seconds(), owner=call.key_name)
         log.info("video job {job_id} of {model} runs as {backend_id} at {base_url}", job_id=job.job_id,
                  model=public_id, backend_id=backend_id, base_url=base_url)
         done: Deferred[str] = Deferred()
@@ -146,7 +147,7 @@ class VideoJobs:
         job_id = document.get("id") if document is not None else None
         if call.outcome.http_status == 202 and isinstance(job_id, str) and job_id:
             self.table.expire(self.clock.seconds())
-            self.table.add_remote(job_id, public_id, node_id, self.clock.seconds())
+            self.table.add_remote(job_id, public_id, node_id, self.clock.seconds(), owner=call.key_name)
 
     def stop(self) -> None:
         """The node stops: every job still running here ends as failed (its runtime given back)."""
@@ -163,9 +164,10 @@ class VideoJobs:
         """Jobs this node's backends run now."""
         return len(self.table.running())
 
-    async def answer(self, job_id: str, action: JobAction, reply: Reply) -> bytes:
-        """A client's (or the master's) poll or cancel of job ``job_id``."""
-        found = self.table.lookup(job_id, self.clock.seconds())
+    async def answer(self, job_id: str, action: JobAction, reply: Reply, asker: str = "") -> bytes:
+        """A client's (or the master's) poll or cancel of job ``job_id``; ``asker`` is the name of
+        the client's key (another key's job is not found; "" sees every job)."""
+        found = self.table.lookup(job_id, self.clock.seconds(), asker)
         if found is None:
             raise HTTPError(404, f"job {job_id!r} was not found", "not_found", "job_not_found")
         if found == "expired":

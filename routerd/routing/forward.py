@@ -34,6 +34,7 @@ from routerd.routing.relay import (
 )
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
 from routerd.routing.selector import replace_model
+from routerd.routing.work import usage_of_answer
 from routerd.urls import AllowList
 from routerd.wire.records import ModelRecord
 
@@ -70,6 +71,9 @@ class Outbound:
     image_refusal_raises: bool = False
     #: ``GET`` for a video job's poll (``routerd.inference.video``); a GET sends no body.
     method: bytes = b"POST"
+    #: Called with the answer's content type and its last bytes (a stream's tail, or the whole body)
+    #: once it ended: where its usage report is.
+    on_end: Callable[[str, bytes], None] | None = attrs.field(default=None, eq=False)
 
 
 class Forwarder:
@@ -127,9 +131,11 @@ class Forwarder:
             if rewrite:
                 public = out.rewrite_to
                 converter = make_rewriter(ctype, lambda _old: public)
-                await relay(response, reply, converter.feed, converter.flush, idle)
+                tail = await relay(response, reply, converter.feed, converter.flush, idle)
             else:
-                await relay(response, reply, _same, _nothing, idle)
+                tail = await relay(response, reply, _same, _nothing, idle)
+            if out.on_end is not None:
+                out.on_end(ctype, tail)
             return code, b""
         return self._whole(reply, response, code, ctype, await collect(response, idle), out)
 
@@ -144,6 +150,8 @@ class Forwarder:
     def _whole(self, reply: Reply, response: object, code: int, ctype: str, raw: bytes,
                out: Outbound) -> tuple[int, bytes]:
         self._head(reply, response, code, ctype)
+        if out.on_end is not None:
+            out.on_end(ctype, raw)
         rewrite = out.rewrite_to is not None and (out.rewrite_errors or 200 <= code < 300)
         if rewrite and ctype.startswith("application/json"):
             public = out.rewrite_to
@@ -162,10 +170,13 @@ class Forwarder:
         query = _query(call, local)
         url = base + INFERENCE_PREFIX + call.path + (f"?{query}" if query else "")
         stt = call.route.runtime == "stt"  # audio answers carry no model ID (reference §5.5)
+        text = call.route.runtime == "text"
+        ends: list[tuple[str, bytes]] = []
         out = Outbound(url=url, body=body, content_type=call.content_type, request_id=call.request_id,
                        headers=key_headers(call), rewrite_to=None if stt else public_id,
                        rewrite_errors=call.route.runtime != "image",
-                       image_refusal_raises=image_refusal_raises)
+                       image_refusal_raises=image_refusal_raises,
+                       on_end=(lambda ctype, last: ends.append((ctype, last))) if text else None)
         try:
             code, result = await self.send(call.reply, out)
         except Unreachable as exc:
@@ -181,6 +192,11 @@ class Forwarder:
                             "timeout", "node_timeout") from None
         call.outcome.http_status = code
         call.outcome.status = "ok" if 200 <= code < 300 else f"http_{code}"
+        if ends and 200 <= code < 300:
+            # the tokens the answer reports: what the key limits of the node the client called charge
+            usage = usage_of_answer(*ends[-1])
+            if usage is not None:
+                call.outcome.work = (float(usage[0]), float(usage[1]))
         return result
 
 

@@ -8,6 +8,10 @@ So a node gives every job it runs (or, on a master, forwarded) its own ID and ke
 :class:`JobTable` where the job lives: on this node (the backend's job ID and process URL) or on
 another node (its node ID).  The answer a client sees is the backend's document with the routerd
 ID, the routerd ``poll_url`` and the public model ID put in (:func:`rewrite`).
+
+A job belongs to the key that submitted it: another key's poll or cancel finds no job (404, as for
+an ID never issued, so an ID's existence is not revealed).  An admin key, every caller of a keyless
+node (one principal) and the master passing a poll on (it checked the key itself) see every job.
 """
 
 from __future__ import annotations
@@ -101,6 +105,8 @@ class Job:
     document: dict[str, Any] | None = None
     finished: float | None = None
     poll_failures: int = 0
+    #: The name of the key that submitted the job ("" for an admin key or a keyless node).
+    owner: str = ""
 
     @property
     def local(self) -> bool:
@@ -120,26 +126,30 @@ class JobTable:
     remote_max_age_s: float = REMOTE_MAX_AGE_S
     jobs: dict[str, Job] = attrs.field(factory=dict)
     expired: dict[str, float] = attrs.field(factory=dict)  # job id -> forgotten at
+    expired_owners: dict[str, str] = attrs.field(factory=dict)  # job id -> its owner, while expired
 
     def add_local(self, job_id: str, public_id: str, backend_id: str, base_url: str,
-                  document: Mapping[str, Any], now: float) -> Job:
-        job = Job(job_id, public_id, now, backend_id=backend_id, base_url=base_url)
+                  document: Mapping[str, Any], now: float, owner: str = "") -> Job:
+        job = Job(job_id, public_id, now, backend_id=backend_id, base_url=base_url, owner=owner)
         self.jobs[job_id] = job
         self.observe(job, document, now)
         return job
 
-    def add_remote(self, job_id: str, public_id: str, node_id: str, now: float) -> Job:
-        job = Job(job_id, public_id, now, node_id=node_id)
+    def add_remote(self, job_id: str, public_id: str, node_id: str, now: float, owner: str = "") -> Job:
+        job = Job(job_id, public_id, now, node_id=node_id, owner=owner)
         self.jobs[job_id] = job
         return job
 
-    def lookup(self, job_id: str, now: float) -> Job | Literal["expired"] | None:
-        """The job, ``"expired"`` when it finished too long ago, or None when never known."""
+    def lookup(self, job_id: str, now: float, asker: str = "") -> Job | Literal["expired"] | None:
+        """The job, ``"expired"`` when it finished too long ago, or None when never known or not
+        ``asker``'s (the name of the key asking; see :func:`visible_to`)."""
         self.expire(now)
         job = self.jobs.get(job_id)
         if job is not None:
-            return job
-        return "expired" if job_id in self.expired else None
+            return job if visible_to(job.owner, asker) else None
+        if job_id in self.expired and visible_to(self.expired_owners.get(job_id, ""), asker):
+            return "expired"
+        return None
 
     def observe(self, job: Job, document: Mapping[str, Any], now: float) -> bool:
         """A document the job's backend (or node) answered; True when it ended the job now.
@@ -176,12 +186,20 @@ class JobTable:
     def expire(self, now: float) -> None:
         for job_id in [j for j, at in self.expired.items() if now - at >= self.ttl_s]:
             del self.expired[job_id]
+            self.expired_owners.pop(job_id, None)
         for job in list(self.jobs.values()):
             done = job.finished is not None and now - job.finished >= self.ttl_s
             stale = not job.local and now - job.created >= self.remote_max_age_s
             if done or stale:
                 del self.jobs[job.job_id]
                 self.expired[job.job_id] = now
+                self.expired_owners[job.job_id] = job.owner
+
+
+def visible_to(owner: str, asker: str) -> bool:
+    """Whether the key named ``asker`` may see a job ``owner`` submitted: its own, or every job for
+    ``""`` (an admin key, a keyless node's callers, the master passing a poll on)."""
+    return not asker or asker == owner
 
 
 __all__ = ["FINISHED_TTL_S", "JOBS_PREFIX", "MAX_POLL_FAILURES", "TERMINAL", "Job", "JobTable",

@@ -7,9 +7,10 @@ for what it receives that way; a request the master forwards is not counted agai
 goes to.  A request over a limit is refused with 429 ``key_limited`` and ``Retry-After`` (when the
 window frees a place; 1 s for the concurrency limit).
 
-``tokens_per_minute`` counts the tokens a finished request used where the counting node knows them
-(the text lane's prompt and output tokens when it served the request itself); a request is refused
-while the last minute's count is at or over the limit.
+``tokens_per_minute`` counts the prompt and output tokens a finished text request used: those its
+backend reported when the counting node served it, or those the answer reports as it comes back
+from the node the master forwarded it to (so a key has one token limit for the site, not one per
+node); a request is refused while the last minute's count is at or over the limit.
 """
 
 from __future__ import annotations

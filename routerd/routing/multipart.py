@@ -4,6 +4,10 @@ A small bytes parser rather than the stdlib ``email`` package, which is not safe
 part data (line-ending normalisation, header folding surprises).  Part data is returned
 byte-for-byte; each :class:`Part` also records where its data sits in the original body so a
 caller can splice a new value in without touching anything else.
+
+Parsing is linear in the body (each delimiter is searched for once, from where the last one
+ended) and stops at a part-count limit: a body with more parts than ``max_parts`` is refused with
+:class:`TooManyParts` when the first part past the limit begins, before its headers are read.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from urllib.parse import unquote_to_bytes
 import attrs
 
 __all__ = [
+    "MAX_PARTS",
     "MultipartError",
     "Part",
+    "TooManyParts",
     "boundary_of",
     "build_form",
     "is_multipart",
@@ -31,8 +37,20 @@ _CRLF = b"\r\n"
 _BOUNDARY_RE = re.compile(r"[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\-./:=?]")
 
 
+#: The default part-count limit (``limits.max_form_parts``): audio uploads carry a handful.
+MAX_PARTS = 64
+
+
 class MultipartError(ValueError):
     """The body is not a well-formed ``multipart/form-data`` body."""
+
+
+class TooManyParts(MultipartError):
+    """The body has more parts than the limit allows (answered 413)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"more than {limit} parts in the form (limits.max_form_parts)")
+        self.limit = limit
 
 
 @attrs.frozen
@@ -163,12 +181,13 @@ def _parse_headers(block: bytes) -> tuple[tuple[str, str], ...]:
     return tuple(headers)
 
 
-def parse_form(body: bytes, content_type: str) -> list[Part]:
+def parse_form(body: bytes, content_type: str, max_parts: int | None = None) -> list[Part]:
     """Parse a complete ``multipart/form-data`` body.
 
     Requires CRLF line endings (as every mainstream client sends) and a closing delimiter;
     a preamble before the first delimiter and an epilogue after the last are ignored.
-    Raises :class:`MultipartError` on anything malformed.
+    Raises :class:`MultipartError` on anything malformed, :class:`TooManyParts` as soon as a part
+    past ``max_parts`` (None: no limit) begins.
     """
     boundary = boundary_of(content_type)
     dash = b"--" + boundary
@@ -187,6 +206,8 @@ def parse_form(body: bytes, content_type: str) -> list[Part]:
     while True:
         if body.startswith(b"--", pos):
             return parts  # closing delimiter; the rest is epilogue
+        if max_parts is not None and len(parts) >= max_parts:
+            raise TooManyParts(max_parts)
         # transport padding, then CRLF
         while body[pos : pos + 1] in (b" ", b"\t"):
             pos += 1

@@ -24,6 +24,7 @@ from routerd.routing.classify import Route
 from routerd.routing.multipart import (
     MultipartError,
     Part,
+    TooManyParts,
     boundary_of,
     build_form,
     is_multipart,
@@ -148,11 +149,13 @@ def select_model(
     content_type: str,
     query: Mapping[str, list[str]],
     headers: Mapping[str, str],
+    max_parts: int | None = None,
 ) -> SelectorResult:
     """Find the request's model selector (see the module docstring for the order).
 
     Raises :class:`SelectorError` for an unparsable body, a non-string selector, or a missing
-    model on a route that requires one (``"model is required"``).
+    model on a route that requires one (``"model is required"``); a form with more than
+    ``max_parts`` parts raises :class:`~routerd.routing.multipart.TooManyParts`.
     """
     payload: dict[str, Any] | None = None
     form: tuple[Part, ...] | None = None
@@ -165,7 +168,9 @@ def select_model(
 
     if is_multipart(content_type):
         try:
-            parts = parse_form(body, content_type)
+            parts = parse_form(body, content_type, max_parts)
+        except TooManyParts:
+            raise
         except MultipartError as exc:
             raise SelectorError(f"invalid multipart body: {exc}") from None
         form = tuple(parts)

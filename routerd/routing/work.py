@@ -106,6 +106,27 @@ def usage_from_tail(tail: bytes) -> tuple[int, int] | None:
     return _usage_in(tail)
 
 
+def usage_of_answer(content_type: str, data: bytes) -> tuple[int, int] | None:
+    """Token counts an answer reports, from its whole body (JSON) or its last bytes (an SSE or
+    NDJSON stream): OpenAI ``usage``, llama-server ``timings``, or Ollama's ``prompt_eval_count``
+    and ``eval_count``.  None when it reports none."""
+    if content_type.startswith("text/event-stream"):
+        return usage_from_tail(data)
+    if content_type.startswith(("application/x-ndjson", "application/ndjson")):
+        lines = data.rstrip(b"\n").rsplit(b"\n", 1)
+        data = lines[-1]
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(payload, dict):
+        return None
+    found = usage_from_json(payload)
+    if found is None:
+        found = _counts(payload.get("prompt_eval_count"), payload.get("eval_count"))
+    return found
+
+
 def _usage_in(tail: bytes) -> tuple[int, int] | None:
     for event in reversed(parse_events(tail)):
         if event.name == "error" or '"' not in event.data:

@@ -115,3 +115,20 @@ def test_a_forwarded_job_is_remembered_by_node_and_forgotten_when_stale() -> Non
     assert table.running() == []  # not run here: holds no runtime of this node
     assert table.lookup("rjob_9", now=99.0) is job
     assert table.lookup("rjob_9", now=100.0) == "expired"
+
+
+def test_a_job_is_found_only_by_the_key_that_submitted_it_or_by_an_all_seeing_asker() -> None:
+    """Another key's lookup is None, as for an ID never issued (also once the job expired); ""
+    (an admin key, a keyless node, the master passing a poll on) finds every job."""
+    table = JobTable(ttl_s=600.0)
+    job = table.add_local("rjob_1", "paint-paint", "job_1", "http://127.0.0.1:9", ACCEPTED, now=0.0,
+                          owner="alice")
+    remote = table.add_remote("rjob_2", "paint-paint", "slave", now=0.0, owner="alice")
+    for found, job_id in ((job, "rjob_1"), (remote, "rjob_2")):
+        assert table.lookup(job_id, now=1.0, asker="alice") is found
+        assert table.lookup(job_id, now=1.0, asker="") is found
+        assert table.lookup(job_id, now=1.0, asker="bob") is None
+    table.observe(job, DONE, now=2.0)
+    assert table.lookup("rjob_1", now=602.0, asker="alice") == "expired"
+    assert table.lookup("rjob_1", now=602.0, asker="bob") is None
+    assert table.lookup("rjob_1", now=1202.0, asker="alice") is None

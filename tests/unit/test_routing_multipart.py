@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from routerd.routing.multipart import (
     MultipartError,
     Part,
+    TooManyParts,
     boundary_of,
     build_form,
     is_multipart,
@@ -141,3 +142,75 @@ def test_build_then_parse_round_trips(parts: list[Part]) -> None:
     assert parsed == parts
     for p in parsed:
         assert body[p.start : p.end] == p.data
+
+
+# --------------------------------------------------------------------------- part-count limit
+
+
+def _many(count: int) -> bytes:
+    part = b'--XyZ\r\nContent-Disposition: form-data; name="f"\r\n\r\nx\r\n'
+    return part * count + b"--XyZ--\r\n"
+
+
+def test_a_form_past_the_part_limit_is_refused_before_the_parts_past_it_are_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from routerd.routing import multipart
+
+    made: list[int] = []
+    real = multipart._make_part
+
+    def counted(*args: object, **kwargs: object) -> Part:
+        made.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(multipart, "_make_part", counted)
+    with pytest.raises(TooManyParts) as refused:
+        parse_form(_many(140_000), CT, max_parts=64)
+    assert isinstance(refused.value, MultipartError)
+    assert "more than 64 parts" in str(refused.value)
+    assert len(made) == 64  # the work stopped at the limit, not at the end of the body
+    made.clear()
+    assert len(parse_form(_many(64), CT, max_parts=64)) == 64  # at the limit: accepted
+    assert len(made) == 64
+    assert len(parse_form(_many(65), CT)) == 65  # no limit given: none applied
+
+
+_safe_names = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-. ",
+                      min_size=1, max_size=12).filter(lambda n: n.strip() == n)
+_ref_parts = st.lists(st.tuples(_safe_names, st.none() | _safe_names, st.binary(max_size=200),
+                                st.sampled_from(["Content-Disposition", "content-disposition"])),
+                      max_size=10)
+
+
+@given(parts=_ref_parts, preamble=st.sampled_from([b"", b"a preamble\r\n"]),
+       epilogue=st.sampled_from([b"", b"epilogue bytes"]), limit=st.integers(1, 12))
+def test_parse_form_agrees_with_the_multipart_package(parts: list[tuple[str, str | None, bytes, str]],
+                                                      preamble: bytes, epilogue: bytes, limit: int) -> None:
+    """The kept reference: the ``multipart`` package (treq's dependency) reads the same fields from
+    the same generated bodies; the limit refuses exactly the forms with more parts than it."""
+    import io
+
+    import multipart as reference
+    from hypothesis import assume
+
+    boundary = b"gen-b0undary-Q"
+    for _, _, data, _ in parts:
+        assume(b"\r\n--" + boundary not in data + b"\r\n--" + boundary[:-1])
+        assume((data + b"\r\n--" + boundary).find(b"\r\n--" + boundary) == len(data))
+    chunks = []
+    for name, filename, data, header in parts:
+        disposition = f'{header}: form-data; name="{name}"'
+        if filename is not None:
+            disposition += f'; filename="{filename}"'
+        chunks.append(b"--" + boundary + b"\r\n" + disposition.encode() + b"\r\n\r\n" + data + b"\r\n")
+    body = preamble + b"".join(chunks) + b"--" + boundary + b"--\r\n" + epilogue
+    ct = "multipart/form-data; boundary=" + boundary.decode()
+    ours = parse_form(body, ct)
+    theirs = list(reference.MultipartParser(io.BytesIO(body), boundary.decode(), content_length=len(body)))
+    assert [(p.name, p.filename, p.data) for p in ours] == \
+        [(p.name, p.filename or None, p.raw) for p in theirs]
+    if len(parts) > limit:
+        with pytest.raises(TooManyParts):
+            parse_form(body, ct, max_parts=limit)
+    else:
+        assert parse_form(body, ct, max_parts=limit) == ours

@@ -197,3 +197,53 @@ def test_a_drain_waits_for_running_jobs_and_a_stop_ends_the_ones_left(tmp_path: 
     world2.run(node2.stop())
     assert node2.jobs.table.jobs[second["id"]].status == "failed"
     assert node2.local.jobs_running == 0
+
+
+ALICE, BOB, ADMIN = "sk-alice-0123456789", "sk-bob-0123456789", "sk-admin-0123456789"
+KEYS = {"inference_keys": [{"name": "alice", "key": ALICE}, {"name": "bob", "key": BOB}],
+        "admin_keys": [ADMIN]}
+
+
+def _bearer(key: str) -> dict[str, Any]:
+    return {"headers": {"Authorization": f"Bearer {key}"}}
+
+
+def _keyed_pair(tmp_path: Path) -> tuple[World, Node, Node]:
+    world = World(tmp_path)
+    slave = world.node("slave", {"paint": PAINT}, sdcpp=TIMED, auth=KEYS, cluster=slave_cluster())
+    master = world.node("master", {}, auth=KEYS, cluster=master_cluster())
+    world.start(slave, master)
+    return world, master, slave
+
+
+def test_a_job_belongs_to_the_key_that_submitted_it_on_the_master_and_on_the_node_running_it(
+        tmp_path: Path) -> None:
+    """Another key's poll or cancel is the 404 of an unknown job (its existence is not revealed),
+    through the master and on the slave running the job; the owner and an admin key see it."""
+    world, master, slave = _keyed_pair(tmp_path)
+    response, body = world.call("POST", master, "/sdcpp/v1/vid_gen", json={"model": "paint-paint", **VIDEO},
+                                **_bearer(ALICE))
+    assert response.code == 202, body
+    job_id = _json(body)["id"]
+    unknown = world.call("GET", master, "/sdcpp/v1/jobs/rjob_00112233", **_bearer(BOB))[1]
+    for node in (master, slave):
+        calls = (("GET", f"/sdcpp/v1/jobs/{job_id}"), ("POST", f"/sdcpp/v1/jobs/{job_id}/cancel"))
+        for method, path in calls:
+            response, body = world.call(method, node, path, **_bearer(BOB))
+            assert response.code == 404, (node.node_id, method, body)
+            assert _json(body)["error"]["code"] == "job_not_found"
+            assert _json(body)["error"]["message"] == _json(unknown)["error"]["message"].replace(
+                "rjob_00112233", job_id)
+        for key in (ALICE, ADMIN):
+            response, body = world.call("GET", node, f"/sdcpp/v1/jobs/{job_id}", **_bearer(key))
+            assert response.code == 200 and _json(body)["id"] == job_id, (node.node_id, body)
+    response, body = world.call("POST", master, f"/sdcpp/v1/jobs/{job_id}/cancel", **_bearer(ALICE))
+    assert response.code in (200, 409), body  # the owner's cancel reaches the backend
+
+
+def test_on_a_keyless_node_every_caller_is_the_same_principal(tmp_path: Path) -> None:
+    world, node = _box(tmp_path)
+    _, accepted = _submit(world, node)
+    response, body = world.call("GET", node, f"/sdcpp/v1/jobs/{accepted['id']}",
+                                headers={"Authorization": "Bearer anything"})
+    assert response.code == 200 and _json(body)["id"] == accepted["id"]
