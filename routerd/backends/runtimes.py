@@ -100,6 +100,11 @@ class Runtimes:
             mode: plugin.build(config, make, world) for mode, plugin in FAMILIES.items()}
         # (slot name, kind) -> (config filename, slot state since, ready)
         self._lanes: dict[tuple[str, RuntimeKind], tuple[str, float, bool]] = {}
+        # lanes_sharing's answers: asked on every queued arrival (benchmarks/trees.py --profile:
+        # 13 calls a request to work it out).  The answer depends only on the key (the model
+        # value itself, so a reloaded config is a new key) and on the families' slots, which
+        # are built once with this object: nothing ever makes an entry stale.
+        self._sharing: dict[tuple[RuntimeKind | None, ModelConfig], tuple[Lane, ...]] = {}
 
     def family(self, model: ModelConfig | None = None) -> Family:
         """The family ``model`` runs in (the node's own without a model)."""
@@ -122,6 +127,15 @@ class Runtimes:
     def lanes_sharing(self, kind: RuntimeKind | None, model: ModelConfig) -> tuple[Lane, ...]:
         """The lending lanes whose work runs in the runtime ``model`` takes for ``kind`` (every kind
         it serves for None): its own lane, and with KoboldCpp's one process every lane."""
+        key = (kind, model)
+        known = self._sharing.get(key)
+        if known is None:
+            if len(self._sharing) >= 1024:  # configs replaced by reloads are never asked again
+                self._sharing.clear()
+            known = self._sharing[key] = self._lanes_sharing(kind, model)
+        return known
+
+    def _lanes_sharing(self, kind: RuntimeKind | None, model: ModelConfig) -> tuple[Lane, ...]:
         kinds = [kind] if kind is not None else [k for k in RUNTIME_KINDS if self.serves(k, model)]
         taken = [slot for k in kinds if (slot := self._slot_for(k, model)) is not None]
         family = self.family(model)

@@ -80,13 +80,21 @@ def _address(host: str) -> _Address | None:
     return address
 
 
-@functools.lru_cache(maxsize=4096)
 def _within(networks: tuple[_Network, ...], host: str) -> bool:
-    """Whether ``host`` is inside one of ``networks``.  Cached: every request's client is checked,
-    clients are few, and ``ipaddress``'s containment test is Python code (edge micro-benchmark:
-    1.5 us of a request's 26)."""
+    """Whether ``host`` is inside one of ``networks`` (remembered per policy by
+    :meth:`AuthPolicy.client_allowed`)."""
     address = _address(host)
     return address is not None and any(address in net for net in networks)
+
+
+def _remembered(known: dict[str, bool], networks: tuple[_Network, ...], host: str) -> bool:
+    """:func:`_within`, looked up in (or added to) ``known``, one policy's answers for ``networks``."""
+    found = known.get(host)
+    if found is None:
+        if len(known) >= 4096:  # a bound, as the shared cache had
+            known.clear()
+        found = known[host] = _within(networks, host)
+    return found
 
 
 def _unauthorized(message: str) -> HTTPError:
@@ -103,6 +111,13 @@ class AuthPolicy:
     trusted_proxies: tuple[_Network, ...] = ()
     #: The inference keys with their names, classes and limits (same order as ``inference_keys``).
     named_keys: tuple[InferenceKey, ...] = ()
+    #: host -> allowed (:meth:`client_allowed`) and host -> trusted proxy (:meth:`proxy`): every
+    #: request's client is checked, clients are few, and ``ipaddress``'s containment test is Python
+    #: code.  Kept on the policy (a reload builds a new one) rather than in a cache keyed by
+    #: (networks, host), whose key hashed every network in Python on each request
+    #: (benchmarks/trees.py --profile: 27 calls a request there, 8 with these dicts).
+    _allowed: dict[str, bool] = attrs.field(factory=dict, init=False, eq=False, repr=False, hash=False)
+    _proxies: dict[str, bool] = attrs.field(factory=dict, init=False, eq=False, repr=False, hash=False)
 
     @classmethod
     def build(cls, inference_keys: Iterable[str], admin_keys: Iterable[str], cluster_token: str,
@@ -121,11 +136,11 @@ class AuthPolicy:
         )
 
     def client_allowed(self, host: str) -> bool:
-        return _within(self.networks, host)
+        return _remembered(self._allowed, self.networks, host)
 
     def proxy(self, host: str) -> bool:
         """Whether ``host`` is a trusted proxy (``server.trusted_proxies``)."""
-        return _within(self.trusted_proxies, host)
+        return _remembered(self._proxies, self.trusted_proxies, host)
 
     def _trusted(self, address: _Address | None) -> bool:
         return address is not None and any(address in net for net in self.trusted_proxies)

@@ -167,15 +167,17 @@ class Books:
     def _count_key(self, call: Call, cluster_call: bool, started: float) -> None:
         """/metrics per key name and class: the requests and tokens of the node the client called,
         the queue wait of the node that served it."""
-        metrics, key = self.metrics, call.key_name or "-"
-        if call.serving_since is not None:
-            metrics.child(metrics.key_queue_wait, key, call.priority).observe(call.serving_since - started)
-        if cluster_call:
-            return
-        metrics.child(metrics.key_requests, key, call.priority, call.outcome.status).inc()
-        tokens = _tokens(call)
-        if tokens:
-            metrics.child(metrics.key_tokens, key, call.priority).inc(tokens)
+        since = call.serving_since
+        tokens = 0 if cluster_call else _tokens(call)
+        wait, requests, used = self.metrics.key_children(
+            call.key_name or "-", call.priority, call.outcome.status, waited=since is not None,
+            counted=not cluster_call, used_tokens=bool(tokens))
+        if since is not None:
+            wait.observe(since - started)
+        if requests is not None:
+            requests.inc()
+        if used is not None:
+            used.inc(tokens)
 
 
 def _tokens(call: Call) -> int:

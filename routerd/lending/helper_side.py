@@ -72,6 +72,8 @@ class HelperSide:
 
     def reclaimable(self, queue: LaneQueue) -> list[str]:
         """Admitted borrowed requests of ``queue`` that have not claimed the runtime yet."""
+        if not queue.borrowed_in_backend():
+            return []
         return [e.request_id for e in queue.admitted()
                 if e.borrowed and self.service.waiting_for_runtime(e.request_id)]
 

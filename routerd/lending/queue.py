@@ -78,6 +78,8 @@ class LaneQueue:
         self.hold = hold
         self._pending = self._line.entries  # the waiting entries (changed through the line only)
         self._admitted: list[Entry] = []
+        self._admitted_of: dict[str, int] = {}  # admitted entries per model (kept with _admitted)
+        self._borrowed_live = 0  # borrowed entries queued or admitted (0: nothing to hand back)
         self._lent: list[Entry] = []
         self._by_id: dict[str, Entry] = {}
         self._seq = 0
@@ -150,6 +152,8 @@ class LaneQueue:
             weight=float(weight) if weight > 0 else 1.0,
         )
         self._by_id[request_id] = entry
+        if borrowed:
+            self._borrowed_live += 1
         return entry
 
     def arrive(
@@ -187,10 +191,20 @@ class LaneQueue:
         entry.concurrency = max(int(concurrency), 1)
         self._widest = max(self._widest, entry.concurrency)
         self._class_seen[entry.priority] = now_ms
+        if self.idle():
+            # nothing borrowed to hand back, and the new entry is all admission can pick
+            entry.borrowed_ahead = max(int(also_ahead), 0)
+            self._line.add(entry)
+            return self.pump(now_ms)
         returned = self._hand_back(reclaim)
         entry.borrowed_ahead = self.borrowed_in_backend() + max(int(also_ahead), 0)
         self._line.add(entry)
         return Effects(returned=returned) + self.pump(now_ms)
+
+    def idle(self) -> bool:
+        """No entry waits and none is borrowed: an own arrival hands nothing back, and is admitted
+        at once unless the backend is full (the lending service's direct path)."""
+        return not self._pending and not self._borrowed_live
 
     def own_work_elsewhere(self, now_ms: int, reclaim: Collection[str] = ()) -> Effects:
         """This node's own work that is not queued in this lane claims the runtime this lane runs
@@ -202,11 +216,15 @@ class LaneQueue:
 
     def borrowed_in_backend(self) -> int:
         """Borrowed entries admitted to the backend (what the node's own work now waits behind)."""
+        if not self._borrowed_live:
+            return 0
         return sum(1 for e in self._admitted if e.borrowed)
 
     def _hand_back(self, reclaim: Collection[str]) -> tuple[BorrowedReturn, ...]:
         """Drop every waiting borrowed entry and the admitted ones named in ``reclaim``; answer the
         returns (reason ``own_work_arrived``) in that order: reclaimed first, then waiting."""
+        if not self._borrowed_live:
+            return ()
         taken = [e for e in self._admitted if e.borrowed and e.request_id in reclaim]
         handed_back = taken + [e for e in self._pending if e.borrowed]
         for e in handed_back:
@@ -238,9 +256,7 @@ class LaneQueue:
 
     def accepting_borrowed(self) -> bool:
         """No native work waiting or admitted in this lane (the node-wide idle test is the caller's)."""
-        return not any(not e.borrowed for e in self._pending) and not any(
-            not e.borrowed for e in self._admitted
-        )
+        return all(e.borrowed for e in self._pending) and all(e.borrowed for e in self._admitted)
 
     # -- admission ----------------------------------------------------------------------------------
 
@@ -264,6 +280,7 @@ class LaneQueue:
             head.state = "admitted"
             head.admitted_ms = now_ms
             self._admitted.append(head)
+            self._admitted_of[head.model_id] = self._admitted_of.get(head.model_id, 0) + 1
             admitted.append(head.request_id)
         return Effects(admit=tuple(admitted))
 
@@ -275,8 +292,8 @@ class LaneQueue:
     def _starts_at_once(self, head: Entry) -> bool:
         """Whether ``head`` admitted now would start at once: everything in the backend is of its
         model and a place of the model's concurrency is free (with concurrency 1: nothing is in)."""
-        admitted = self._admitted
-        return len(admitted) < head.concurrency and all(e.model_id == head.model_id for e in admitted)
+        admitted = len(self._admitted)
+        return admitted < head.concurrency and self._admitted_of.get(head.model_id, 0) == admitted
 
     def _outranked(self, head: Entry, now_ms: int) -> bool:
         """Whether ``head`` may not take a place where it would wait in the backend because a
@@ -293,6 +310,8 @@ class LaneQueue:
     def _holds(self, head: Entry, now_ms: int) -> bool:
         if self.hold is None or head.borrowed or head.streaming or head.returned:
             return False
+        if head.model_id not in self._owners:
+            return False  # only an owner's request can be lent, so only it waits for a helper
         if not self._admitted or any(e.borrowed or e.model_id != head.model_id for e in self._admitted):
             return False
         since = min(e.admitted_ms if e.admitted_ms is not None else now_ms for e in self._admitted)
@@ -401,6 +420,10 @@ class LaneQueue:
 
     def _forget(self, entry: Entry) -> None:
         del self._by_id[entry.request_id]
+        if entry.borrowed:
+            self._borrowed_live -= 1
+        if entry.state == "admitted":
+            self._admitted_of[entry.model_id] -= 1
         if not self._by_id:
             self.order.reset()
         if entry.state == "pending":
@@ -467,13 +490,5 @@ class LaneQueue:
         return held_listing(self.lane, self._pending, self._lent, now_ms)
 
 
-__all__ = [
-    "BorrowedReturn",
-    "Effects",
-    "Entry",
-    "HoldCheck",
-    "HoldQuery",
-    "LaneQueue",
-    "QueueError",
-    "fits_helper",
-]
+__all__ = ["BorrowedReturn", "Effects", "Entry", "HoldCheck", "HoldQuery", "LaneQueue", "QueueError",
+           "fits_helper"]

@@ -1,19 +1,15 @@
 """One node's backlog lending, wired to Twisted (architecture "Lending's loop").
 
-``LendingService`` holds the node's link sets (pushed by the master, or stored
-on the master), the effective lending settings, one ``LaneQueue`` per lane, the
-owner's leases and the node's fitted costs.  The pure decisions live in
-``lending.queue``, ``lending.planner`` and ``lending.pricing``; this module
-performs their effects on the owner's request path: it parks a request until
-the queue admits or lends it, runs or lends it, and lends on the master's
-answers.  Its other parts: the queue events sent to the master
-(``lending.events``), the node as helper, holding borrowed work and handing it
-back when its own work arrives (``lending.helper_side``), and the decision rows
-(``lending.service_rows``).
+``LendingService`` holds the node's link sets (pushed by the master, or stored on the master), the effective
+lending settings, one ``LaneQueue`` per lane, the owner's leases and the node's fitted costs. The pure
+decisions live in ``lending.queue``, ``lending.planner`` and ``lending.pricing``; this module performs their
+effects on the owner's request path: it parks a request until the queue admits or lends it, runs or lends
+it, and lends on the master's answers. Its other parts: the queue events sent to the master
+(``lending.events``), the node as helper, holding borrowed work and handing it back when its own work
+arrives (``lending.helper_side``), and the decision rows (``lending.service_rows``).
 
-Custody never moves: a lent request keeps its client connection here, and
-whatever comes back (409 ``offload_returned``, a failed relay) is re-queued at
-the head and served by this node.
+Custody never moves: a lent request keeps its client connection here, and whatever comes back (409
+``offload_returned``, a failed relay) is re-queued at the head and served by this node.
 """
 
 from __future__ import annotations
@@ -27,17 +23,14 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from routerd.catalog.eligibility import concurrency
 from routerd.catalog.model import ModelConfig, RuntimeKind
 from routerd.config.lending import LendingSettings
-from routerd.errors import queue_full
+from routerd.lending.arrival import entry_image, images_for_new_owners, queue_own, refuse_when_full, work_hint
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.events import EventReports, HeldLease
 from routerd.lending.helper_side import HelperSide, SharedLanes
 from routerd.lending.links import LinkSet
 from routerd.lending.offload import Borrowed, Returned, offload_returned
-from routerd.lending.pricing import work_terms
-from routerd.lending.priority import RANK
 from routerd.lending.queue import Effects, LaneQueue
 from routerd.lending.service_rows import ServiceRows
 from routerd.lending.transport import LendingTransport, NoMaster
@@ -45,7 +38,6 @@ from routerd.lending.waiting import RunLocal, WaitingRequest
 from routerd.lending.watch import HoldGate, LentCall
 from routerd.routing.call import Call
 from routerd.routing.guardians import GuardianSet, sync_fingerprint
-from routerd.routing.images import has_image
 from routerd.wire.lending import (
     LANES,
     Costs,
@@ -82,13 +74,11 @@ class LendingService:
                  active_config: Callable[[Lane], str] = lambda _lane: "",
                  on_settings: Iterable[Callable[[LendingSettings], None]] = (),
                  waiting_for_runtime: Callable[[str], bool] = lambda _rid: False,
-                 take_back: Callable[[str], bool] = lambda _rid: False,
-                 shared_lanes: SharedLanes = _own_lane,
+                 take_back: Callable[[str], bool] = lambda _rid: False, shared_lanes: SharedLanes = _own_lane,
                  max_queued: Callable[[], int] = lambda: 0,
                  queued_in_backend: Callable[[ModelConfig], int] = lambda _model: 0,
                  key_weight: Callable[[str], float] = lambda _name: 1.0,
-                 aging: Callable[[], float] = lambda: 30.0,
-                 run_local: RunLocal | None = None) -> None:
+                 aging: Callable[[], float] = lambda: 30.0, run_local: RunLocal | None = None) -> None:
         self.node_id = node_id
         #: What an admitted request runs: this node serving it locally (one shared callable).
         self.run_local: RunLocal = run_local if run_local is not None else _no_local
@@ -146,6 +136,7 @@ class LendingService:
             link_set = self.links[lane]
             self.queues[lane].set_enrolled(link_set.enrolled(self.node_id),
                                            link_set.owned_models(self.node_id))
+            images_for_new_owners(self.queues[lane], {rid: w.call for rid, w in self._waiters.items()})
 
     def install_guardians(self, guardians: GuardianSet) -> None:
         """Replace the guardian settings; effective for the next request."""
@@ -157,11 +148,10 @@ class LendingService:
         return sync_fingerprint(self.settings.fingerprint(), self.guardians)
 
     def apply_settings(self, settings: LendingSettings) -> None:
-        """Run with these effective settings from now on (no restart).  Admission is re-run only
-        when they changed: the master pushes the same settings again at every registration, and
-        re-running it then judged a held request at whatever instant the push arrived, such as
-        between a lent answer and the master's next lease, when a lent slot is momentarily free
-        (the owner then took a third job in ``benchmarks/lending.py`` (f))."""
+        """Run with these effective settings from now on (no restart).  Admission is re-run only when
+        they changed: the master pushes the same settings at every registration, and re-running it
+        then judged a held request at whatever instant the push arrived, such as between a lent answer
+        and the master's next lease (the owner then took a third job in ``benchmarks/lending.py`` (f))."""
         changed = settings != self.settings
         self.settings = settings
         if changed:
@@ -229,6 +219,8 @@ class LendingService:
         runs as ``self.run_local(call, model, public_id)``."""
         model_id = lane_key(lane, model)
         owner = borrowed is None and self.queues[lane].is_owner(model_id)
+        if borrowed is None and not owner and all(q.idle() for q in self.queues.values()):
+            return self._arrive_direct(call, model, lane, model_id, public_id)
         held: WaitingRequest[Ticket] = WaitingRequest(self, call, model, lane, model_id, public_id,
                                                       self.run_local, owner)
         try:
@@ -242,6 +234,31 @@ class LendingService:
         held.wait()
         return held.result
 
+    def _arrive_direct(self, call: Call, model: ModelConfig, lane: Lane, model_id: str,
+                       public_id: str) -> Deferred[bytes]:
+        """:meth:`serve` of an own request of a model owning no link while no lane holds waiting or
+        borrowed work: it hands nothing back (here or in a lane sharing its runtime) and is never
+        held for a helper, so when the queue admits it on arrival it runs at once, with no
+        :class:`WaitingRequest` parked and woken.  Otherwise it waits as in :meth:`serve`."""
+        queue, rid = self.queues[lane], call.request_id
+        try:
+            self._admit(lane, model, model_id, public_id)
+            queue.set_aging(int(self.aging() * 1000))
+            effects = queue_own(queue, call, model, model_id, self._now_ms(),
+                                self.work_hint(call, model, lane), self.key_weight(call.key_name))
+        except Exception:  # noqa: BLE001 - refused on arrival (429 queue_full...): the Deferred says so
+            return defer.fail()
+        if effects.admit:  # itself: nothing else waited
+            call.queue_position = 0
+            return Deferred.fromCoroutine(self._run_admitted(call, model, lane, model_id, public_id,
+                                                             self.run_local, False))
+        held: WaitingRequest[Ticket] = WaitingRequest(self, call, model, lane, model_id, public_id,
+                                                      self.run_local, False)
+        self._waiters[rid] = held
+        call.queue_position = queue.position(rid, self._now_ms()) + len(queue.admitted())
+        held.wait()
+        return held.result
+
     def run_ticket(self, held: WaitingRequest[Any], ticket: Ticket) -> Deferred[bytes | None]:
         """What a held request does once woken (``WaitingRequest``'s steward)."""
         if ticket.kind == "returned":
@@ -249,7 +266,8 @@ class LendingService:
             self._forget(held.call.request_id)
             return defer.fail(offload_returned())
         if ticket.kind == "admit":
-            return Deferred.fromCoroutine(self._run_admitted(held))
+            return Deferred.fromCoroutine(self._run_admitted(held.call, held.model, held.lane, held.model_id,
+                                                             held.public_id, held.run_local, held.owner))
         return Deferred.fromCoroutine(self._run_lent(held, ticket))
 
     def cancel_waiting(self, held: WaitingRequest[Any]) -> None:
@@ -262,14 +280,14 @@ class LendingService:
         self._waiters.pop(rid, None)
         self.helper.borrowed.pop(rid, None)
 
-    async def _run_admitted(self, held: WaitingRequest[Any]) -> bytes:
-        call, lane = held.call, held.lane
+    async def _run_admitted(self, call: Call, model: ModelConfig, lane: Lane, model_id: str, public_id: str,
+                            run_local: RunLocal, owner: bool) -> bytes:
         rid = call.request_id
         queue = self.queues[lane]
         try:
             self._in_backend.add(rid)
             try:
-                return await held.run_local(call, held.model, held.public_id)
+                return await run_local(call, model, public_id)
             finally:
                 self._in_backend.discard(rid)
                 reason = self._taken_back.pop(rid, None)
@@ -277,8 +295,8 @@ class LendingService:
                     self.rows.helper("borrowed_returned", lane, rid, reason)
                 elif rid in queue:
                     self.apply(lane, queue.finished(rid, self._now_ms()))
-                    if held.owner:
-                        self.report(lane, held.model_id, "completed")
+                    if owner:
+                        self.report(lane, model_id, "completed")
         except CancelledError:
             self.apply(lane, queue.cancel(rid, self._now_ms()))
             raise
@@ -325,26 +343,19 @@ class LendingService:
                 self._forget(rid)
 
     def _admit(self, lane: Lane, model: ModelConfig, model_id: str, public_id: str) -> None:
-        """Refuse (429 ``queue_full``) an own request that would wait behind
-        ``limits.max_queued_per_model`` others of its model, held here or admitted to the backend
-        but still waiting for its slot (borrowed work is bounded by leases)."""
-        limit = self.max_queued()
-        if not limit:
-            return
-        waiting = self.queues[lane].waiting_native(model_id) + self.queued_in_backend(model)
-        if waiting >= limit:
-            raise queue_full(public_id, waiting, limit)
+        """:func:`~routerd.lending.arrival.refuse_when_full` (429 ``queue_full``)."""
+        refuse_when_full(self.queues[lane], model, model_id, public_id, self.max_queued(),
+                         self.queued_in_backend)
 
     def _arrive(self, held: WaitingRequest[Ticket], borrowed: Borrowed | None) -> None:
-        """Park the request and queue it (a ticket the arrival brings is kept by ``held`` until it
-        waits)."""
+        """Park the request and queue it (a ticket the arrival brings is kept by ``held`` until it waits)."""
         call, model, model_id, lane = held.call, held.model, held.model_id, held.lane
         queue = self.queues[lane]
         rid = call.request_id
-        work, context = self.work_hint(call, model, lane)
         self._waiters[rid] = held
         queue.set_aging(int(self.aging() * 1000))
         if borrowed is not None:
+            work, context = self.work_hint(call, model, lane)
             self.helper.borrowed[rid] = (lane, borrowed, self._now_ms())
             effects = queue.arrive_borrowed(rid, model_id, self._now_ms(), node_busy=self.node_busy(),
                                             work=work, context=context)
@@ -352,12 +363,10 @@ class LendingService:
             # another lane sharing this runtime (KoboldCpp) gives its borrowed work back too
             others = [other for other in self.shared_lanes(call.route.runtime, model) if other != lane]
             _, also_ahead = self.own_work_arrived(others)
-            effects = queue.arrive(rid, model_id, self._now_ms(), work=work, context=context,
-                                   streaming=call.stream, reclaim=self.helper.reclaimable(queue),
-                                   image=lane == "text" and has_image(call.parsed), also_ahead=also_ahead,
-                                   priority=RANK[call.priority],
-                                   key_name=call.key_name, weight=self.key_weight(call.key_name),
-                                   concurrency=concurrency(model))
+            effects = queue_own(queue, call, model, model_id, self._now_ms(),
+                                self.work_hint(call, model, lane), self.key_weight(call.key_name),
+                                reclaim=self.helper.reclaimable(queue), also_ahead=also_ahead,
+                                image=entry_image(call, lane, held.owner))
         self.apply(lane, effects)
         if borrowed is None:
             # its place in the class order, counting what the backend already runs (the answer's
@@ -388,8 +397,7 @@ class LendingService:
     def work_hint(self, call: Call, model: ModelConfig, lane: Lane) -> tuple[tuple[float, ...], int]:
         """The work terms (and, for text, the context) the queue and the planner price a request
         by: :func:`~routerd.lending.pricing.work_terms`, with this model's token profile."""
-        profile = None if lane == "image" else self.costs.token_profile(lane_key(lane, model))
-        return work_terms(call, lane, profile, self.settings.scheduling_context_reserve)
+        return work_hint(call, model, lane, self.costs, self.settings.scheduling_context_reserve)
 
     def _wake(self, rid: str, ticket: Ticket) -> None:
         held = self._waiters.pop(rid, None)

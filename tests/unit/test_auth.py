@@ -192,3 +192,24 @@ def test_guard_refuses_health_and_metrics_outside_allowed_cidrs() -> None:
     client = StubTreq(GuardResource(_Ok(), policy(cidrs=("10.0.0.0/8",)), 1024))
     assert _get(client, "http://node/health")[0] == 403
     assert _get(client, "http://node/metrics")[0] == 403
+
+
+def test_client_checks_are_remembered_per_policy_and_change_neither_equality_nor_hash() -> None:
+    """A reload builds a new policy: what one policy remembered of a client never answers for
+    another, and what it remembered is not part of what the policy is."""
+    narrow = AuthPolicy.build([], [], "t", ["10.0.0.0/8"])
+    wide = AuthPolicy.build([], [], "t", ["0.0.0.0/0"])
+    fresh = AuthPolicy.build([], [], "t", ["10.0.0.0/8"])
+    before = hash(narrow)
+    assert [narrow.client_allowed(h) for h in ("10.1.2.3", "192.168.1.1", "10.1.2.3", "x")] == [
+        True, False, True, False]
+    assert wide.client_allowed("192.168.1.1") and not narrow.client_allowed("192.168.1.1")
+    assert narrow == fresh and hash(narrow) == before == hash(fresh)
+    assert "10.1.2.3" not in repr(narrow)
+
+
+def test_trusted_proxy_checks_are_remembered_apart_from_client_checks() -> None:
+    policy = AuthPolicy.build([], [], "t", ["10.0.0.0/8"], trusted_proxies=["192.168.0.0/16"])
+    assert policy.client_allowed("10.0.0.1") and not policy.proxy("10.0.0.1")
+    assert policy.proxy("192.168.3.4") and not policy.client_allowed("192.168.3.4")
+    assert [policy.proxy(h) for h in ("192.168.3.4", "10.0.0.1", "nope")] == [True, False, False]

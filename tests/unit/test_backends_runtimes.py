@@ -175,3 +175,17 @@ def test_lanes_sharing_a_runtime_are_its_own_lane_with_llama_sdcpp_and_every_lan
     combo = attrs.evolve(COMBO, backend_mode="kobold")
     assert kobold.lanes_sharing("text", combo) == ("image", "text")
     assert kobold.lanes_sharing("stt", combo) == ("image", "text")
+
+
+def test_lanes_sharing_answers_for_the_model_as_it_is_now_after_a_reload_changes_it() -> None:
+    """Answers are remembered per (kind, model value): a config that a reload changed (same id,
+    other parts or another family) is answered afresh, and the old one keeps its own answer."""
+    runtimes = World().runtimes
+    assert runtimes.lanes_sharing(None, COMBO) == ("image", "text")
+    text_only = attrs.evolve(COMBO, capabilities=attrs.evolve(COMBO.capabilities, image=False))
+    assert runtimes.lanes_sharing(None, text_only) == ("text",)
+    assert runtimes.lanes_sharing(None, COMBO) == ("image", "text")
+    kobold = World(Config(backend=BackendConfig(mode="kobold"),
+                          kobold=KoboldConfig(command=(*SIM, "koboldcpp")))).runtimes
+    assert kobold.lanes_sharing("text", COMBO) == ("text",)  # its own .kcpps names llama_sdcpp
+    assert kobold.lanes_sharing("text", attrs.evolve(COMBO, backend_mode="kobold")) == ("image", "text")

@@ -17,7 +17,7 @@ from routerd.routing.call import Call
 from routerd.wire.lending import Costs, TokenProfile
 from tests.support import FakeReply
 from tests.unit.test_lending_planner import NOW, SETTINGS, facts, fit, link, node, queue
-from tests.unit.test_lending_service import CHAT, MODEL_A, START, chat_route, lease
+from tests.unit.test_lending_service import CHAT, LINK, MODEL_A, START, chat_route, lease
 from tests.unit.test_lending_service import Node as ServiceNode
 
 PNG = "data:image/png;base64,iVBORw0KGgo="
@@ -160,3 +160,19 @@ def test_an_image_request_is_held_for_a_faster_helper_with_vision() -> None:
     owner = _image_burst(vision=True)
     assert "r3" not in owner.local_calls
     assert [r["request_id"] for r in owner.rows("held_for_helper")] == ["r3"]
+
+
+def test_an_image_request_waiting_when_its_model_becomes_an_owner_is_never_lent_without_vision() -> None:
+    """The body is walked for images only for an owner's request: one queued before its model owned
+    a link is walked when the links make it an owner (its parsed body was dropped while held)."""
+    owner = ServiceNode(depth=1, links=())
+    serve_call(owner, call_with("r0", "hi"))
+    serve_call(owner, call_with("picture", [{"type": "image_url", "image_url": {"url": PNG}}]))
+    serve_call(owner, call_with("words", "what is it"))
+    assert [e.image for e in owner.queue.pending()] == [False, False]  # not an owner: not walked
+    owner.service.install_links(LinkSet.build("image", ()), LinkSet.build("text", [LINK]))
+    assert [e.image for e in owner.queue.pending()] == [True, False]
+    owner.service.report("text", "A", "enqueued")
+    owner.answer(0, lease(slots=2))  # a lease without helper_multimodal: no vision
+    assert owner.lent_ids() == ["words"]
+    assert [e.request_id for e in owner.queue.pending()] == ["picture"]

@@ -303,6 +303,27 @@ def test_the_hold_is_never_asked_for_streams_returned_requests_or_behind_another
     assert asked == []
 
 
+def test_the_hold_is_never_asked_for_a_model_that_owns_no_link() -> None:
+    """Only an owner's request can be lent, so only it is held for a helper: a helper-only or
+    unlinked model's second request goes to the backend without asking."""
+    asked: list[str] = []
+
+    def hold(query: HoldQuery) -> bool:
+        asked.append(query.entry.request_id)
+        return True
+
+    q = image_queue(depth=2, hold=hold)
+    fill(q, 2, model="H")
+    fill(q, 0)
+    assert [e.request_id for e in q.admitted()] == ["H0", "H1"]
+    q = image_queue(depth=2, hold=hold)
+    fill(q, 2, model="X")
+    assert [e.request_id for e in q.admitted()] == ["X0", "X1"]
+    assert asked == []
+    fill(q, 1, model="A", start=5)  # behind another model: waits without asking either
+    assert asked == []
+
+
 def test_generating_since_moves_to_the_last_own_completion() -> None:
     seen: list[int] = []
 
@@ -434,6 +455,16 @@ class QueueMachine(RuleBasedStateMachine):
         pending = self.q.pending()
         if any(not e.borrowed for e in pending + self.q.admitted()):
             assert not any(e.borrowed for e in pending)
+
+    @invariant()
+    def counters_agree_with_the_lists(self) -> None:
+        """The queue's per-model admitted count and live borrowed count (kept so an arrival does
+        not scan the backend's entries) say what the lists say."""
+        admitted = self.q.admitted()
+        for model_id in ("A", "H"):
+            assert self.q._admitted_of.get(model_id, 0) == sum(1 for e in admitted if e.model_id == model_id)
+        live = self.q.pending() + admitted + self.q.lent()
+        assert self.q._borrowed_live == sum(1 for e in live if e.borrowed)
 
     @invariant()
     def waiting_native_counts_as_stats_does(self) -> None:

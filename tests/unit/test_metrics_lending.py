@@ -93,3 +93,39 @@ def test_a_plans_rows_are_counted_by_outcome_lane_and_reason_in_one_call_each() 
     assert counted("image", "granted", "") == 1
     assert counted("text", "skipped", "helper_claimed") == 1
     assert sorted(calls) == [1, 1, 300]
+
+
+def test_text_request_tokens_add_up_per_model_across_requests() -> None:
+    """observe_text_request reuses one child per model: counts still add up per model."""
+    metrics = NodeMetrics()
+    metrics.observe_text_request("m", 10, 4, 2.0)
+    metrics.observe_text_request("m", 5, 0, 1.0)  # generated nothing: no rate
+    metrics.observe_text_request("n", 3, 6, 0.0)  # no service time: no rate
+    value = metrics.registry.get_sample_value
+    assert value("routerd_prompt_tokens_total", {"model": "m"}) == 15
+    assert value("routerd_generated_tokens_total", {"model": "m"}) == 4
+    assert value("routerd_generation_tokens_per_second_count", {"model": "m"}) == 1
+    assert value("routerd_generation_tokens_per_second_sum", {"model": "m"}) == 2.0
+    assert value("routerd_prompt_tokens_total", {"model": "n"}) == 3
+    assert value("routerd_generated_tokens_total", {"model": "n"}) == 6
+    assert value("routerd_generation_tokens_per_second_count", {"model": "n"}) is None
+
+
+def test_key_children_create_only_the_samples_a_request_updates() -> None:
+    """A child once asked for shows in /metrics at 0: a request forwarded here by another node
+    (not counted here) or without tokens must not make its key's counters appear."""
+    metrics = NodeMetrics()
+    wait, requests, tokens = metrics.key_children("k", "standard", "ok", waited=True, counted=False,
+                                                  used_tokens=False)
+    assert requests is None and tokens is None
+    wait.observe(0.5)
+    text = metrics.render().decode()
+    assert 'routerd_key_queue_wait_seconds_count{class="standard",key="k"} 1.0' in text
+    assert "routerd_key_requests_total{" not in text and "routerd_key_tokens_total{" not in text
+    again = metrics.key_children("k", "standard", "ok", waited=True, counted=True, used_tokens=True)
+    assert again[0] is wait
+    again[1].inc()
+    again[2].inc(7)
+    value = metrics.registry.get_sample_value
+    assert value("routerd_key_requests_total", {"key": "k", "class": "standard", "status": "ok"}) == 1
+    assert value("routerd_key_tokens_total", {"key": "k", "class": "standard"}) == 7
