@@ -16,39 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.nginx_site import NGINX, nginx_prefix
 from tests.integration.nodes import FAST_TEXT, SIM, write_models
 from tests.integration.processes import stop
 from tests.integration.test_twistd_e2e import _free_port, _wait_http
 
 ROOT = Path(__file__).parents[2]
 ROUTERD = str(Path(sys.executable).parent / "routerd")
-NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 pytestmark = pytest.mark.slow
-
-
-def _nginx_prefix(tmp_path: Path, upstream_port: int, tls_port: int, http_port: int) -> Path:
-    """A private nginx prefix serving ``etc/nginx-routerd.conf`` (ports and certificate paths
-    changed to the test's own, nothing else)."""
-    prefix = tmp_path / "nginx"
-    (prefix / "logs").mkdir(parents=True)
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-                    "/CN=routerd.example.internal", "-keyout", str(prefix / "key.pem"),
-                    "-out", str(prefix / "cert.pem")], check=True, capture_output=True)
-    site = (ROOT / "etc/nginx-routerd.conf").read_text()
-    site = re.sub(r"^\s*listen \[::\]:.*\n", "", site, flags=re.MULTILINE)
-    site = site.replace("listen 443 ssl http2;", f"listen 127.0.0.1:{tls_port} ssl http2;")
-    site = site.replace("listen 80;", f"listen 127.0.0.1:{http_port};")
-    site = site.replace("server 127.0.0.1:8080;", f"server 127.0.0.1:{upstream_port};")
-    site = site.replace("/etc/ssl/certs/routerd.pem", str(prefix / "cert.pem"))
-    site = site.replace("/etc/ssl/private/routerd.key", str(prefix / "key.pem"))
-    (prefix / "routerd.conf").write_text(site)
-    user = "user root;\n" if os.geteuid() == 0 else ""
-    (prefix / "nginx.conf").write_text(
-        f"{user}pid {prefix}/nginx.pid;\nerror_log stderr;\nevents {{}}\nhttp {{\n  access_log off;\n"
-        + "".join(f"  {name}_temp_path {prefix}/{name};\n"
-                  for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-        + f"  include {prefix}/routerd.conf;\n}}\n")
-    return prefix
 
 
 @pytest.mark.skipif(NGINX is None, reason="nginx is not installed (the README test command installs it)")
@@ -62,7 +37,7 @@ def test_the_nginx_site_passes_nginx_t_and_streams_a_chat_chunk_by_chunk(tmp_pat
     cfg.write_text(json.dumps({"server": {"bind": f"127.0.0.1:{port}"}, "models": {"config_dir": "models"},
                                "llama": {"binary_path": [*SIM, "llama-server"]},
                                "cluster": {"store_dir": "store"}}))
-    prefix = _nginx_prefix(tmp_path, port, tls_port, http_port)
+    prefix = nginx_prefix(tmp_path, port, tls_port, http_port)
     nginx = [NGINX, "-p", str(prefix), "-c", str(prefix / "nginx.conf")]
     checked = subprocess.run([*nginx, "-t"], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stderr
@@ -144,7 +119,7 @@ def test_malformed_and_repeated_field_requests_through_the_nginx_site_are_refuse
                                "auth": {"inference_keys": [key]}, "models": {"config_dir": "models"},
                                "llama": {"binary_path": [*SIM, "llama-server"]},
                                "cluster": {"store_dir": "store"}}))
-    prefix = _nginx_prefix(tmp_path, port, tls_port, http_port)
+    prefix = nginx_prefix(tmp_path, port, tls_port, http_port)
     nginx = [NGINX, "-p", str(prefix), "-c", str(prefix / "nginx.conf")]
     node = subprocess.Popen([ROUTERD, "run", "--config", str(cfg)], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
