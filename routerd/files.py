@@ -1,11 +1,12 @@
-"""Small files a node keeps beside its database (split recipes, asset origins): written whole or not
-at all, readable only by the node's user."""
+"""Small files a node keeps beside its database (split recipes, asset origins, the hash cache):
+written whole or not at all, readable only by the node's user, and read back as JSON."""
 
 from __future__ import annotations
 
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 
@@ -31,3 +32,16 @@ def write_json_atomically(path: str, payload: Any, *, mode: int = 0o600) -> None
 
 
 __all__ = ["write_json_atomically"]
+
+
+def read_json_file(path: str, on_unreadable: Callable[[str], None]) -> tuple[Any] | None:
+    """``(decoded JSON,)`` of the file at ``path``; None when there is no such file, or when it
+    cannot be read or decoded (then ``on_unreadable`` is told why, to log it)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return (json.load(handle),)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        on_unreadable(str(exc))
+        return None

@@ -1,7 +1,8 @@
 """The documents a node answers with — its records, listings, snapshot, state and runtime status —
 computed by ``routerd.documents`` from the node's live state, and the metrics gauges fed from it.
 
-The catalog and config are read through callables: a reload replaces them on the node.
+The catalog and config are read through their holders' ``get`` (``assembly.current``): a reload
+replaces them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from routerd.backends.slot import SlotState
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.model import Capabilities
 from routerd.cluster.master import MasterAgent
+from routerd.config.schema import Config
 from routerd.inference.local import LocalInference
 from routerd.inference.recipes import RecipeRouter, merge_listing
 from routerd.inference.samples import Measurements
@@ -27,23 +29,29 @@ from routerd.wire.records import ModelRecord, Snapshot, snapshot_to_json
 from routerd.wire.status import RuntimeStatus
 
 
+class LocalReadiness:
+    """A master's own replica is eligible only while its lane is ready (what its registry asks)."""
+
+    def __init__(self, catalog: Callable[[], Catalog], runtimes: Runtimes) -> None:
+        self.catalog, self.runtimes = catalog, runtimes
+
+    def __call__(self, kind: Any, record: ModelRecord) -> bool:
+        model = self.catalog().get(record.local_id)
+        return model is not None and self.runtimes.ready(kind, model)
+
+
 class NodeDocuments:
     def __init__(self, *, node_id: str, public_url: str, clock: Any, started_at: float,
-                 backend_mode: Callable[[], str], catalog: Callable[[], Catalog], runtimes: Runtimes,
+                 config: Callable[[], Config], catalog: Callable[[], Catalog], runtimes: Runtimes,
                  assets: AssetService, local: LocalInference, lending: LendingService,
                  samples: Measurements, own_busy: Callable[[], bool], master: MasterAgent | None,
                  recipes: RecipeRouter | None,
                  benchmark: Callable[[str], dict[str, Any] | None] = lambda _model: None) -> None:
         self.node_id, self.public_url, self.clock, self.started_at = node_id, public_url, clock, started_at
-        self.backend_mode, self.catalog, self.runtimes, self.assets = backend_mode, catalog, runtimes, assets
+        self.config, self.catalog, self.runtimes, self.assets = config, catalog, runtimes, assets
         self.local, self.lending, self.samples, self.own_busy = local, lending, samples, own_busy
         self.master, self.recipes = master, recipes
         self.benchmark = benchmark  # a model's latest benchmark result (inference.bench), or None
-
-    def local_ready(self, kind: Any, record: ModelRecord) -> bool:
-        """A master's own replica is eligible only while its lane is ready."""
-        model = self.catalog().get(record.local_id)
-        return model is not None and self.runtimes.ready(kind, model)
 
     def local_records(self) -> list[ModelRecord]:
         records = self.assets.annotate(documents.local_records(self.catalog(), self.node_id, self.public_url,
@@ -83,7 +91,7 @@ class NodeDocuments:
         # borrowed work does not count as busy (spec "Probes")
         idle_s = 0.0 if self.own_busy() else max(0.0, self.clock.seconds() - self.samples.own_work_at)
         return documents.runtime_status(
-            self.node_id, self.backend_mode(), self.runtimes.status(),
+            self.node_id, self.config().backend.mode, self.runtimes.status(),
             self.runtimes.loaded_config("stt") or "", int(idle_s * 1000),
             self.lending.sync_fingerprint(), self.lending.lane_statuses(), self.lending.costs)
 

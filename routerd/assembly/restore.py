@@ -16,9 +16,9 @@ from routerd.lending.service import LendingService
 
 
 def build_restorer(clock: Any, *, runtimes: Runtimes, local: LocalInference,
-                   lending: Callable[[], LendingService], catalog: Callable[[], Catalog],
+                   lending: LendingService, catalog: Callable[[], Catalog],
                    on_loaded: Callable[[], None]) -> Restorer:
-    """A restorer over this node's runtimes (``lending`` is read late: it is built after)."""
+    """A restorer over this node's runtimes (``catalog`` reads the current one)."""
 
     def loaded_config(kind: str) -> str | None:
         for known in RUNTIME_KINDS:
@@ -27,7 +27,7 @@ def build_restorer(clock: Any, *, runtimes: Runtimes, local: LocalInference,
         return None
 
     def borrowed_in_flight() -> bool:
-        return any(a.borrowed for a in local.active.values()) or bool(lending().borrowed_requests())
+        return any(a.borrowed for a in local.active.values()) or bool(lending.borrowed_requests())
 
     async def restore_load(kind: str, config: str) -> None:
         model = next((m for m in catalog().models if m.filename == config), None)
@@ -36,7 +36,10 @@ def build_restorer(clock: Any, *, runtimes: Runtimes, local: LocalInference,
             raise LoadFailed(f"{config} is no longer in the catalog")
         await runtimes.load(model, runtime)
 
-    return Restorer(clock=clock, delay=lambda: lending().settings.offload_restore_delay,
+    def delay() -> float:
+        return lending.settings.offload_restore_delay
+
+    return Restorer(clock=clock, delay=delay,
                     loaded_config=loaded_config, borrowed_in_flight=borrowed_in_flight,
                     own_busy=local.own_busy, load=restore_load, on_loaded=on_loaded)
 

@@ -7,9 +7,10 @@ standalone node the same agent and registry with no slaves listed (never polled,
 node's own records), so a standalone node serves the site API with the master's code.  A slave has
 no site.
 
-``Node`` calls one of :func:`standalone_parts`, :func:`master_parts` or :func:`slave_parts` before
-its lending service exists (the service needs the role's transport), then — on a master —
-:func:`master_coordinator` and :func:`recipe_router`, which need the service and the catalog.
+``assembly.parts`` calls one of :func:`standalone_parts`, :func:`master_parts` or :func:`slave_parts`
+before the lending service exists (the service needs the role's transport), then — on a master —
+:func:`recipe_router` and :func:`master_coordinator`, which need the service, the catalog and the
+front.
 """
 
 from __future__ import annotations
@@ -86,27 +87,50 @@ def _no_status() -> RuntimeStatus:
     raise AssertionError("a site of one is never asked for runtime status")
 
 
+def _unwired_snapshot() -> Snapshot:
+    raise AssertionError("a slave registers only after the node is wired")
+
+
+class Peers:
+    """The other nodes a master knows (none elsewhere): where each is reached, which are healthy."""
+
+    def __init__(self, master: MasterAgent | None) -> None:
+        self.master = master
+
+    def node_url(self, node_id: str) -> str | None:
+        """Where node ``node_id`` is reached (a video job's polls go there)."""
+        info = self.master.registry.node(node_id) if self.master is not None else None
+        return info.node_url if info is not None else None
+
+    def healthy_urls(self) -> list[str]:
+        """The healthy nodes' URLs (where portable assets may be pulled from)."""
+        if self.master is None:
+            return []
+        return [n.node_url for n in self.master.registry.nodes() if n.healthy]
+
+
 def master_parts(cluster: ClusterConfig, reactor: Any, *, http: Any, agent: Any, timeouts: Timeouts,
                  on_public_id: Callable[[str, str, str], None], local_ready: LocalReady,
-                 local_status: Callable[[], RuntimeStatus],
                  coordinator: Callable[[], Coordinator]) -> RoleParts:
-    """The registry, health poller and forwarder; lending goes to the coordinator in process."""
+    """The registry, health poller and forwarder; lending goes to the coordinator in process (built
+    later, with the lending service: ``coordinator`` reads it).  The agent's ``local_status`` is
+    wired once the node's documents exist."""
     public_ids = MemoryPublicIdStore(on_assign=on_public_id)
     master = site_agent(cluster, reactor, http=http, slave_urls=cluster.slave_urls, public_ids=public_ids,
-                        local_ready=local_ready, local_status=local_status)
+                        local_ready=local_ready)
     return RoleParts(transport=InProcess(cluster.node_id, coordinator), master=master, client=master.client,
                      forwarder=Forwarder(agent, cluster.token, master.routing_allowed, timeouts),
                      public_ids=public_ids, site=master)
 
 
 def slave_parts(cluster: ClusterConfig, reactor: Any, *, http: Any, agent: Any, timeouts: Timeouts,
-                snapshot: Callable[[], Snapshot],
                 on_terminal: Callable[[RegistrationRefused], None]) -> RoleParts:
-    """The registration loop; lending goes through the master's offload endpoints."""
+    """The registration loop; lending goes through the master's offload endpoints.  The agent's
+    ``snapshot`` is wired once the node's documents exist."""
     client = NodeClient(http, cluster.token, AllowList([cluster.master_url, cluster.public_url]),
                         cluster.control_timeout, reactor)
-    slave = SlaveAgent(master_url=cluster.master_url, client=client, snapshot=snapshot, clock=reactor,
-                       sync_interval=cluster.sync_interval, on_terminal=on_terminal)
+    slave = SlaveAgent(master_url=cluster.master_url, client=client, snapshot=_unwired_snapshot,
+                       clock=reactor, sync_interval=cluster.sync_interval, on_terminal=on_terminal)
     to_master = Forwarder(agent, cluster.token, AllowList([cluster.master_url]), timeouts)
     return RoleParts(transport=ViaMaster(cluster.node_id, cluster.master_url, client, to_master),
                      slave=slave, client=client)
@@ -174,13 +198,13 @@ async def apply_live_lending(settings: LendingSettings, lending: LendingService,
         lending.apply_settings(settings)
 
 
-def borrowed_server(front: Callable[[], InferenceFront]) -> ServeBorrowed:
+def borrowed_server(front: InferenceFront) -> ServeBorrowed:
     """How a helper serves a borrowed request: through its own front, as a cluster call."""
 
     def serve_borrowed(reply: Reply, incoming: Incoming, borrowed: Borrowed) -> Deferred[bytes]:
         route = classify("POST", incoming.path)
         if route is None:
             raise offload_returned(f"{incoming.path} is not an inference path")
-        return ensureDeferred(front().handle(incoming, reply, route, cluster_call=True, borrowed=borrowed))
+        return ensureDeferred(front.handle(incoming, reply, route, cluster_call=True, borrowed=borrowed))
 
     return serve_borrowed

@@ -11,7 +11,6 @@ substitutions, kept in ``<store_dir>/model-assets.json`` (mode 0600, replaced at
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import Any
 
@@ -19,7 +18,7 @@ import attrs
 from twisted.logger import Logger
 
 from routerd.assets.index import is_sha256
-from routerd.files import write_json_atomically
+from routerd.files import read_json_file, write_json_atomically
 
 BOOK_FILE = "model-assets.json"
 _log = Logger(namespace="routerd.assets.book")
@@ -48,14 +47,12 @@ class AssetBook:
     def load(self) -> None:
         if self.path is None:
             return
-        try:
-            with open(self.path, encoding="utf-8") as handle:
-                data = json.load(handle)
-        except FileNotFoundError:
+        path = self.path
+        read = read_json_file(path, lambda error: _log.warn(
+            "ignoring unreadable asset book {path}: {error}", path=path, error=error))
+        if read is None:
             return
-        except (OSError, ValueError) as exc:
-            _log.warn("ignoring unreadable asset book {path}: {error}", path=self.path, error=str(exc))
-            return
+        (data,) = read
         origins = data.get("hf_origins") if isinstance(data, dict) else None
         for sha, hf in (origins.items() if isinstance(origins, dict) else ()):
             if is_sha256(sha) and isinstance(hf, str):

@@ -16,14 +16,12 @@ from collections.abc import Iterable
 from typing import Any, TypeGuard
 
 import attrs
-from twisted.logger import Logger
 
 from routerd.assets.paths import is_within, walk_files
 from routerd.catalog.hashing import FileHashCache
 
 MAX_LOOKUP_HASHES = 256
 _HEX = re.compile(r"^[0-9a-f]{64}$")
-_log = Logger(namespace="routerd.assets.index")
 
 
 class LookupError400(ValueError):
@@ -98,11 +96,7 @@ def build_index_blocking(weight_files: Iterable[str], file_roots: Iterable[str],
         for path in walk_files(store):
             if is_within(path, store):
                 add(path, "shared")
-    if cache.dirty:
-        try:
-            cache.save()
-        except OSError as exc:
-            _log.warn("cannot save hash cache {path}: {error}", path=cache.path, error=str(exc))
+    cache.save_if_dirty()
     return out
 
 

@@ -33,6 +33,7 @@ from twisted.logger import Logger
 
 from routerd.catalog.kcpps import strip_weights_ending, weights_file_name
 from routerd.catalog.model import ModelConfig
+from routerd.files import read_json_file
 
 CHUNK_SIZE = 1024 * 1024
 CACHE_VERSION = 1
@@ -99,14 +100,11 @@ class FileHashCache:
 
     @staticmethod
     def _load(path: str) -> dict[str, _Entry]:
-        try:
-            with open(path, encoding="utf-8") as handle:
-                data = json.load(handle)
-        except FileNotFoundError:
+        read = read_json_file(path, lambda error: _log.warn(
+            "ignoring unreadable hash cache {path}: {error}", path=path, error=error))
+        if read is None:
             return {}
-        except (OSError, ValueError) as exc:
-            _log.warn("ignoring unreadable hash cache {path}: {error}", path=path, error=str(exc))
-            return {}
+        (data,) = read
         entries: dict[str, _Entry] = {}
         raw = data.get("entries") if isinstance(data, dict) else None
         if not isinstance(raw, dict) or data.get("version") != CACHE_VERSION:
@@ -194,6 +192,15 @@ class FileHashCache:
                 pass
             raise
 
+    def save_if_dirty(self) -> None:
+        """:meth:`save` when anything changed since the last save; a failure is logged, not raised."""
+        if not self.dirty:
+            return
+        try:
+            self.save()
+        except OSError as exc:
+            _log.warn("cannot save hash cache {path}: {error}", path=self.path, error=str(exc))
+
 
 def missing_marker(file: str) -> str:
     """``missing:<stem>`` for a weight file that cannot be hashed."""
@@ -219,11 +226,7 @@ def hash_configs_blocking(configs: Iterable[ModelConfig], cache: FileHashCache) 
     """Blocking: every config with ``model_hash`` filled, then the cache saved
     (a save failure is logged, not raised).  Call only off the reactor thread."""
     out = [attrs.evolve(c, model_hash=model_hash(c.weight_files(), cache)) for c in configs]
-    if cache.dirty:
-        try:
-            cache.save()
-        except OSError as exc:
-            _log.warn("cannot save hash cache {path}: {error}", path=cache.path, error=str(exc))
+    cache.save_if_dirty()
     return out
 
 

@@ -22,6 +22,7 @@ from twisted.web.iweb import IAgent
 from routerd.assets.service import assets_unresolved
 from routerd.backends.errors import BackendMissing, LoadFailed
 from routerd.catalog.model import ModelConfig
+from routerd.counts import count_down
 from routerd.errors import HTTPError, Saturated, StatusError, queue_full
 from routerd.inference.video import VideoJobs
 from routerd.lending.offload import OFFLOAD_RETURNED, offload_returned
@@ -216,11 +217,7 @@ class LocalInference:
         return len(waiting)
 
     def _dequeue(self, model_id: str) -> None:
-        left = self.queued.get(model_id, 0) - 1
-        if left > 0:
-            self.queued[model_id] = left
-        else:
-            self.queued.pop(model_id, None)
+        count_down(self.queued, model_id)
 
     async def serve_unmodelled(self, call: Call) -> bytes:
         """Selector-less embeddings with no embeddings config loaded (reference §6.7): the request

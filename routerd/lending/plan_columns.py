@@ -109,6 +109,30 @@ class Owners:
         return float(numbers[O_JOB]) if numbers[O_JOB_OK] else None
 
 
+class _NodeReader:
+    """A side's node view and model facts, the view asked once per node (keys come node by node)."""
+
+    __slots__ = ("_views", "_facts", "_node", "_view")
+
+    def __init__(self, views: Views, facts: Mapping[FactKey, ModelFacts]) -> None:
+        self._views = views
+        self._facts = facts
+        self._node = ""
+        self._view: NodeView | None = None
+
+    def read(self, key: FactKey) -> tuple[NodeView, ModelFacts] | None:
+        """The view of ``key``'s node and its model's facts; None when the node is unreachable or the
+        model disabled or gone."""
+        node_id = key[1]
+        if node_id != self._node:
+            self._node = node_id
+            self._view = self._views(node_id)
+        model_facts = self._facts.get(key)
+        if self._view is None or model_facts is None or not model_facts.eligible:
+            return None
+        return self._view, model_facts
+
+
 def weigh_owners(
     lane: Lane, trigger: Trigger, index: PairIndex, facts: Mapping[FactKey, ModelFacts],
     only_owners: Collection[FactKey] | None, views: Views,
@@ -121,21 +145,18 @@ def weigh_owners(
     positions: list[int] = []
     numbers: list[tuple[float, ...]] = []
     heads: list[Head] = []
-    last_node = ""
-    view: NodeView | None = None
+    reader = _NodeReader(views, facts)  # owners come node by node
     for position, (_owner, key, links) in enumerate(index.owners):
         if only_owners is not None and key not in only_owners:
             continue
         _lane, node_id, model_id = key
-        if node_id != last_node:  # owners come node by node
-            last_node = node_id
-            view = views(node_id)
-        owner_facts = facts.get(key)
-        if view is None or owner_facts is None or not owner_facts.eligible:
+        live = reader.read(key)
+        if live is None:
             # unreachable, or its model disabled or gone: every pair of it says so
             head: Head = (trigger, lane, node_id, model_id, 0, 0, 0.0, 0.0)
             gone.extend((head, link) for link in links)
             continue
+        view, owner_facts = live
         stat = view.queue.get(model_id)
         if stat is None or stat.pending_count <= 0:
             continue
@@ -257,19 +278,16 @@ def weigh_helpers(
     at = needed.tolist()
     numbers: list[tuple[float, ...]] = []
     tails: list[Tail] = []
-    last_node = ""
-    view: NodeView | None = None
+    reader = _NodeReader(views, facts)  # helpers come node by node
     for key in take(index.helper_keys, at):
         _lane, node_id, model_id = key
-        if node_id != last_node:  # helpers come node by node
-            last_node = node_id
-            view = views(node_id)
-        helper_facts = facts.get(key)
-        if view is None or helper_facts is None or not helper_facts.eligible:
+        live = reader.read(key)
+        if live is None:
             # its node unreachable, or its model disabled or gone
             numbers.append(_DEAD_SIDE if text else _DEAD_SIDE_IMAGE)
             tails.append((node_id, model_id, 0.0, 0.0, 0))
             continue
+        view, helper_facts = live
         config = helper_facts.config_filename
         switch: float | None
         restore: float | None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from routerd.counts import count_down
 from routerd.lending.priority import FairOrder, effective_rank
 from routerd.lending.queue_entries import Entry
 
@@ -104,12 +105,7 @@ class WaitingLine:
         return index + 1 if self.uniform() else self.order.place(entries, index, now_ms)
 
     def _unmix(self, entry: Entry) -> None:
-        kind = (entry.priority, entry.key_name)
-        left = self._mix.get(kind, 0) - 1
-        if left > 0:
-            self._mix[kind] = left
-        else:
-            self._mix.pop(kind, None)
+        count_down(self._mix, (entry.priority, entry.key_name))
 
 
 __all__ = ["WaitingLine"]

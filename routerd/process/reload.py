@@ -15,14 +15,14 @@ A reload re-reads the YAML and rescans ``models.config_dir``:
   model is never swapped or stopped mid-request.
 * **Cluster.** A master refreshes its own records and re-polls its slaves; a slave re-registers.
 
-:class:`Reloader` performs a reload on a :class:`ReloadTarget` (the node); the decisions above are
-pure functions.  Reloads never overlap: a second one waits for the first.
+:class:`Reloader` performs a reload on the running config, catalog and runtimes it is given (never
+the node); the decisions above are pure functions.  Reloads never overlap: a second one waits for the first.
 """
 
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import attrs
@@ -33,13 +33,13 @@ from routerd.backends.runtimes import Runtimes
 from routerd.backends.slot import RuntimeSlot
 from routerd.catalog.catalog import Catalog, CatalogError
 from routerd.catalog.model import ModelConfig
-from routerd.cluster.auth import AuthPolicy
 from routerd.config.load import ConfigError
 from routerd.config.schema import Config
 from routerd.inference.own_loads import OwnLoads
 
 log = Logger()
 S = TypeVar("S")
+R = TypeVar("R")
 
 #: Config keys (dotted; a trailing dot covers a whole section) a reload applies at once.
 LIVE_KEYS: tuple[str, ...] = (
@@ -188,26 +188,26 @@ class ReloadFailed(Exception):
         super().__init__("; ".join(self.errors))
 
 
-class ReloadTarget(Protocol):
-    """What a reload changes on a node."""
+class Replaceable(Protocol[R]):
+    """Something a reload replaces: the running config, the catalog."""
 
-    config: Config
-    catalog: Catalog
-    policy: AuthPolicy
-    runtimes: Runtimes
+    def get(self) -> R: ...
 
-    async def apply_live_config(self, old: Config, new: Config) -> None:
-        """Make the live keys of ``new`` take effect (keys, intervals, lending settings, ...)."""
-
-    async def announce(self) -> None:
-        """Tell the cluster about the new models (master: refresh and re-poll; slave: register)."""
+    def set(self, value: R) -> None: ...
 
 
 class Reloader:
-    def __init__(self, target: ReloadTarget, *, read_config: Callable[[], Config],
+    """Performs reloads on the running config and catalog (``config``, ``catalog``) and the
+    runtimes; ``apply_live_config(old, new)`` makes the live keys take effect and ``announce()``
+    tells the cluster about the new models (master: refresh and re-poll; slave: register)."""
+
+    def __init__(self, *, config: Replaceable[Config], catalog: Replaceable[Catalog], runtimes: Runtimes,
+                 apply_live_config: Callable[[Config, Config], Awaitable[None]],
+                 announce: Callable[[], Awaitable[None]], read_config: Callable[[], Config],
                  hash_catalog: Callable[[Catalog], Deferred[Catalog]],
                  own_loads: OwnLoads | None = None) -> None:
-        self.target = target
+        self.config, self.catalog, self.runtimes = config, catalog, runtimes
+        self.apply_live_config, self.announce = apply_live_config, announce
         self.own_loads = own_loads  # a changed config's reload is the node's own work while it runs
         self.read_config = read_config
         self.hash_catalog = hash_catalog
@@ -219,12 +219,11 @@ class Reloader:
         return self._lock.run(lambda: ensureDeferred(self._reload()))
 
     async def _reload(self) -> ReloadReport:
-        node = self.target
         try:
             new = self.read_config()
         except ConfigError as exc:
             raise ReloadFailed(exc.errors) from None
-        old = node.config
+        old = self.config.get()
         changes = config_changes(old, new)
         running = live_config(old, new)
         try:
@@ -232,14 +231,14 @@ class Reloader:
         except CatalogError as exc:
             raise ReloadFailed([str(exc)]) from None
         catalog = await self.hash_catalog(scanned)
-        diff = catalog_diff(node.catalog, catalog)
-        runtimes = node.runtimes
+        diff = catalog_diff(self.catalog.get(), catalog)
+        runtimes = self.runtimes
         loaded = [(slot, slot.name, held) for slot in runtimes.slots()
                   if (held := slot.loaded_config()) is not None]
         actions = slot_actions(loaded, catalog, runtimes.places)
-        node.config = running
-        node.catalog = catalog
-        await node.apply_live_config(old, running)
+        self.config.set(running)
+        self.catalog.set(catalog)
+        await self.apply_live_config(old, running)
         for hook in self.on_applied:
             hook(running)
         for action in actions:
@@ -255,7 +254,7 @@ class Reloader:
                      keys=", ".join(changes.restart_required))
         for bad in catalog.invalid:
             log.warn("model config {filename} is invalid: {reason}", filename=bad.filename, reason=bad.reason)
-        await node.announce()
+        await self.announce()
         return report
 
     def _perform(self, action: SlotAction[RuntimeSlot]) -> None:
@@ -293,6 +292,6 @@ def install_sighup(reactor: Any, reloader: Reloader) -> None:
     signal.signal(signal.SIGHUP, lambda _signum, _frame: reactor.callFromThread(reloader.reload_logged))
 
 
-__all__ = ["LIVE_KEYS", "CatalogDiff", "ConfigChanges", "ReloadFailed", "ReloadReport", "ReloadTarget",
+__all__ = ["LIVE_KEYS", "CatalogDiff", "ConfigChanges", "ReloadFailed", "ReloadReport", "Replaceable",
            "Reloader", "SlotAction", "catalog_diff", "config_changes", "install_sighup", "live_config",
            "slot_actions"]

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from routerd.catalog.model import RuntimeKind
+from routerd.counts import count_down
 from routerd.errors import StatusError
 from routerd.wire.records import ModelRecord
 
@@ -85,11 +86,7 @@ class BusyCounts:
         return Reservation(record=record, lane=lane, local=local, counts=self)
 
     def _release(self, key: str) -> None:
-        left = self._counts.get(key, 0) - 1
-        if left > 0:
-            self._counts[key] = left
-        else:
-            self._counts.pop(key, None)
+        count_down(self._counts, key)
 
     def snapshot(self) -> dict[str, int]:
         return dict(self._counts)

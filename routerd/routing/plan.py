@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import attrs
@@ -57,6 +57,16 @@ class BackendPlan:
     mode: ResponseMode
     stream: bool
     response_format: str = "json"
+
+
+#: An ollama route's converter to its OpenAI call, the mode its answer is read in, and whether it
+#: may stream.
+_ToOpenAI = Callable[[Mapping[str, Any]], tuple[str, dict[str, Any]]]
+_OLLAMA_TO_OPENAI: Mapping[str, tuple[_ToOpenAI, ResponseMode, bool]] = {
+    "ollama_chat": (ollama.ollama_chat_to_openai, "ollama_chat", True),
+    "ollama_generate": (ollama.ollama_generate_to_openai, "ollama_generate", True),
+    "ollama_embed": (ollama.ollama_embed_to_openai, "ollama_embed", False),
+}
 
 
 def _json(body: Mapping[str, Any]) -> bytes:
@@ -98,20 +108,13 @@ def plan_backend_call(route: Route, path: str, parsed: Mapping[str, Any] | None,
         return BackendPlan(path, _json(body), "application/json", "openai", stream)
     if kind in ("image", "sd_txt2img", "sd_img2img"):
         return BackendPlan(path, raw, "application/json", "openai", False)
-    if kind == "ollama_chat":
-        backend_path, out = ollama.ollama_chat_to_openai(body)
+    if kind in _OLLAMA_TO_OPENAI:
+        to_openai, mode, streams = _OLLAMA_TO_OPENAI[kind]
+        backend_path, out = to_openai(body)
         out["model"] = local_id
-        return BackendPlan(backend_path, _json(out), "application/json", "ollama_chat", stream)
-    if kind == "ollama_generate":
-        backend_path, out = ollama.ollama_generate_to_openai(body)
-        out["model"] = local_id
-        chat = backend_path.endswith("/chat/completions")
-        mode: ResponseMode = "ollama_chat" if chat else "ollama_generate"
-        return BackendPlan(backend_path, _json(out), "application/json", mode, stream)
-    if kind == "ollama_embed":
-        backend_path, out = ollama.ollama_embed_to_openai(body)
-        out["model"] = local_id
-        return BackendPlan(backend_path, _json(out), "application/json", "ollama_embed", False)
+        if mode == "ollama_generate" and backend_path.endswith("/chat/completions"):
+            mode = "ollama_chat"  # a generate call with images goes to the chat route
+        return BackendPlan(backend_path, _json(out), "application/json", mode, stream and streams)
     if kind == "kobold_generate":
         backend_path, out = kobold.kobold_generate_to_llama(body)
         return BackendPlan(backend_path, _json(out), "application/json", "kobold", False)

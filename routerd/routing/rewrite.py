@@ -240,48 +240,55 @@ class Rewriter:
         return b""
 
 
-class JsonRewriter(Rewriter):
+class _HoldingRewriter(Rewriter):
+    """A rewriter that holds bytes back (``_pending``, ``_pending_len`` long) until it can rewrite
+    them, up to ``_max`` bytes."""
+
+    def __init__(self, mapping: ModelMapping, max_bytes: int) -> None:
+        self._mapping = mapping
+        self._max = max_bytes
+        self._pending: list[bytes] = []
+        self._pending_len = 0
+
+    def _take_pending(self) -> bytes:
+        """Everything held back, no longer held."""
+        out = b"".join(self._pending)
+        self._pending = []
+        self._pending_len = 0
+        return out
+
+
+class JsonRewriter(_HoldingRewriter):
     kind: RewriteKind = "json"
 
     def __init__(self, mapping: ModelMapping, max_bytes: int = DEFAULT_MAX_JSON_BYTES) -> None:
-        self._mapping = mapping
-        self._max = max_bytes
-        self._buf: list[bytes] = []
-        self._size = 0
+        super().__init__(mapping, max_bytes)
         self._passthrough = False
 
     def feed(self, chunk: bytes) -> bytes:
         if self._passthrough:
             return chunk
-        self._buf.append(chunk)
-        self._size += len(chunk)
-        if self._size > self._max:
+        self._pending.append(chunk)
+        self._pending_len += len(chunk)
+        if self._pending_len > self._max:
             _log.warn(
                 "JSON answer over {max} bytes: model IDs passed through unrewritten", max=self._max
             )
             self._passthrough = True
-            out = b"".join(self._buf)
-            self._buf = []
-            return out
+            return self._take_pending()
         return b""
 
     def flush(self) -> bytes:
         if self._passthrough:
             return b""
-        body = b"".join(self._buf)
-        self._buf = []
-        self._size = 0
-        return rewrite_json_model(body, self._mapping)
+        return rewrite_json_model(self._take_pending(), self._mapping)
 
 
-class _LineRewriter(Rewriter):
+class _LineRewriter(_HoldingRewriter):
     """Shared machinery: split at line terminators, transform each line's content."""
 
     def __init__(self, mapping: ModelMapping, max_line: int) -> None:
-        self._mapping = mapping
-        self._max = max_line
-        self._pending: list[bytes] = []
-        self._pending_len = 0
+        super().__init__(mapping, max_line)
         # Inside a line longer than the cap: pass bytes through until its terminator.
         self._overflow = False
 
@@ -304,11 +311,8 @@ class _LineRewriter(Rewriter):
         _log.warn(
             "streamed line over {max} bytes: model IDs passed through unrewritten", max=self._max
         )
-        out = b"".join(self._pending)
-        self._pending = []
-        self._pending_len = 0
         self._overflow = True
-        return out
+        return self._take_pending()
 
     def feed(self, chunk: bytes) -> bytes:
         if not chunk:
@@ -346,9 +350,7 @@ class _LineRewriter(Rewriter):
         if self._overflow:
             self._overflow = False
             return b""
-        content = b"".join(self._pending)
-        self._pending = []
-        self._pending_len = 0
+        content = self._take_pending()
         return self._transform(content) if content else b""
 
 

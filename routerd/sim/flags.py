@@ -14,6 +14,7 @@ __all__ = [
     "Flag",
     "SIM_FLAGS",
     "build_parser",
+    "below_floor",
     "parse_flags",
     "split_known",
 ]
@@ -142,4 +143,14 @@ def _check_sim_flags(namespace: argparse.Namespace) -> str | None:
     crash_after = getattr(namespace, "sim_crash_after", None)
     if crash_after is not None and crash_after < 0:
         return "--sim-crash-after must not be negative"
+    return None
+
+
+def below_floor(ns: argparse.Namespace, floors: dict[str, int]) -> str | None:
+    """The complaint about the first numeric flag (by ``dest``) below its floor, or None: ``--x must
+    not be negative`` for a floor of 0, ``--x must be at least N`` otherwise."""
+    for dest, floor in floors.items():
+        if getattr(ns, dest) < floor:
+            flag = "--" + dest.replace("_", "-")
+            return f"{flag} must not be negative" if floor == 0 else f"{flag} must be at least {floor}"
     return None

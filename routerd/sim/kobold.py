@@ -24,16 +24,26 @@ from klein import Klein
 from twisted.internet.defer import Deferred
 from twisted.web.server import Request
 
-from routerd.sim.flags import Flag
+from routerd.sim.flags import Flag, below_floor
 from routerd.sim.kobold_models import ModelSet, model_set_from_args, model_set_from_config
 from routerd.sim.llama import LlamaOptions, LlamaServer, _TextJob
 from routerd.sim.outputs import generate_tokens, music_plan, music_wav, speech_seconds, speech_wav, transcript
-from routerd.sim.routes import add_control_routes, add_error_pages, add_route
+from routerd.sim.routes import build_family_app, openai_error_page, routes
 from routerd.sim.runtime import Handler, SimRuntime
 from routerd.sim.sd import SdOptions, SdServer
 from routerd.sim.timing import count_tokens, stt_seconds
 from routerd.sim.wav import wav_duration
-from routerd.sim.web import BadRequest, HttpError, SseStream, openai_error, read_json, send_json, set_header
+from routerd.sim.web import (
+    BadRequest,
+    HttpError,
+    SseStream,
+    openai_bad_request,
+    openai_error,
+    openai_json_body,
+    read_json,
+    send_json,
+    set_header,
+)
 from routerd.sim.weights import Weights, WeightsError
 
 __all__ = ["FLAGS", "ModelSet", "build_app", "initial_weights", "model_set_from_config", "validate_args"]
@@ -73,11 +83,7 @@ MAX_MUSIC_SECONDS = 600.0
 
 
 def validate_args(ns: argparse.Namespace) -> str | None:
-    if ns.multiuser < 0:
-        return "--multiuser must not be negative"
-    if ns.contextsize < 0:
-        return "--contextsize must not be negative"
-    return None
+    return below_floor(ns, {"multiuser": 0, "contextsize": 0})
 
 
 def initial_weights(ns: argparse.Namespace) -> tuple[Weights, str]:
@@ -87,8 +93,6 @@ def initial_weights(ns: argparse.Namespace) -> tuple[Weights, str]:
     return models.combined, ns.config or ns.model or "nomodel"
 
 
-def _bad(message: str) -> HttpError:
-    return HttpError(400, openai_error(400, message, "invalid_request_error"))
 
 
 class KoboldServer:
@@ -198,21 +202,18 @@ class KoboldServer:
     def _kobold_job(self, body: Mapping[str, object]) -> _TextJob:
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
-            raise _bad("prompt is required")
+            raise openai_bad_request("prompt is required")
         memory = body.get("memory")
         text = (memory if isinstance(memory, str) else "") + prompt
         length = body.get("max_length", DEFAULT_MAX_LENGTH)
         if isinstance(length, bool) or not isinstance(length, int) or length < 0:
-            raise _bad("max_length must be a non-negative integer")
+            raise openai_bad_request("max_length must be a non-negative integer")
         weights = self._lane("text")
         return _TextJob(self.models.name, text, count_tokens(text),
                         generate_tokens(weights.label, text, length), False)
 
     async def generate(self, request: Request) -> bytes:
-        try:
-            body = read_json(request)
-        except BadRequest as exc:
-            raise _bad(str(exc)) from None
+        body = openai_json_body(request)
         job = self._kobold_job(body)
         await self.text._generate(job)
         return send_json(request, 200, {"results": [{
@@ -221,10 +222,7 @@ class KoboldServer:
         }]})
 
     async def generate_stream(self, request: Request) -> None:
-        try:
-            body = read_json(request)
-        except BadRequest as exc:
-            raise _bad(str(exc)) from None
+        body = openai_json_body(request)
         job = self._kobold_job(body)
         sse = SseStream(request)
 
@@ -241,7 +239,7 @@ class KoboldServer:
         try:
             duration = wav_duration(audio)
         except ValueError as exc:
-            raise _bad(f"failed to read audio data as WAV: {exc}") from None
+            raise openai_bad_request(f"failed to read audio data as WAV: {exc}") from None
         weights = self._lane("stt")
         async with self.rt.slot():
             await self.rt.work(stt_seconds(weights, duration))
@@ -250,37 +248,31 @@ class KoboldServer:
     async def transcribe(self, request: Request) -> bytes:
         """``/api/extra/transcribe``: KoboldCpp's JSON shape, ``{"audio_data": <base64 WAV, or a
         data URI>, "prompt", "langcode", "suppress_non_speech"}`` -> ``{"text": ...}``."""
-        try:
-            body = read_json(request)
-        except BadRequest as exc:
-            raise _bad(str(exc)) from None
+        body = openai_json_body(request)
         raw = body.get("audio_data")
         if not isinstance(raw, str) or not raw:
-            raise _bad("'audio_data' must be a base64 WAV")
+            raise openai_bad_request("'audio_data' must be a base64 WAV")
         if raw.startswith("data:"):
             raw = raw.split(",", 1)[-1]
         try:
             audio = base64.b64decode(raw, validate=True)
         except (binascii.Error, ValueError):
-            raise _bad("'audio_data' is not valid base64") from None
+            raise openai_bad_request("'audio_data' is not valid base64") from None
         return send_json(request, 200, {"text": await self._transcribe(audio)})
 
     async def transcriptions(self, request: Request) -> bytes:
         """``/v1/audio/transcriptions`` (OpenAI multipart, ``file``) -> ``{"text": ...}``."""
         values = (request.args or {}).get(b"file")
         if not values:
-            raise _bad("no 'file' field in the request")
+            raise openai_bad_request("no 'file' field in the request")
         return send_json(request, 200, {"text": await self._transcribe(values[0])})
 
     async def speech(self, request: Request) -> bytes:
         """``/api/extra/tts`` and ``/v1/audio/speech``: a WAV of the text spoken."""
-        try:
-            body = read_json(request)
-        except BadRequest as exc:
-            raise _bad(str(exc)) from None
+        body = openai_json_body(request)
         text = body.get("input", body.get("text"))
         if not isinstance(text, str) or not text.strip():
-            raise _bad("'input' must be a non-empty string")
+            raise openai_bad_request("'input' must be a non-empty string")
         voice = body.get("voice")
         weights = self._lane("tts")
         async with self.rt.slot():
@@ -305,15 +297,12 @@ class KoboldServer:
     def _music_text(body: Mapping[str, object], key: str) -> str:
         value = body.get(key, "")
         if not isinstance(value, str):
-            raise _bad(f"'{key}' must be a string")
+            raise openai_bad_request(f"'{key}' must be a string")
         return value
 
     def _music_request(self, request: Request) -> tuple[dict[str, object], str, str]:
         """A music request's JSON body, caption and lyrics (400 when unreadable)."""
-        try:
-            body = read_json(request)
-        except BadRequest as exc:
-            raise _bad(str(exc)) from None
+        body = openai_json_body(request)
         return body, self._music_text(body, "caption"), self._music_text(body, "lyrics")
 
     async def music_prepare(self, request: Request) -> bytes:
@@ -321,7 +310,7 @@ class KoboldServer:
         answer is the request with them (JSON)."""
         body, caption, lyrics = self._music_request(request)
         if not caption.strip():
-            raise _bad("'caption' is required")
+            raise openai_bad_request("'caption' is required")
         weights = self._music_weights()
         async with self.rt.slot():
             await self.rt.work(count_tokens(caption + lyrics) / weights.prompt_tokens_per_s
@@ -333,11 +322,11 @@ class KoboldServer:
         of work at the weights' realtime factor; the clip itself stays short)."""
         body, caption, lyrics = self._music_request(request)
         if not caption.strip() and not lyrics.strip():
-            raise _bad("'caption' or 'lyrics' is required")
+            raise openai_bad_request("'caption' or 'lyrics' is required")
         seconds = body.get("duration", DEFAULT_MUSIC_SECONDS)
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) \
                 or not 0 < seconds <= MAX_MUSIC_SECONDS:
-            raise _bad(f"'duration' must be a number of seconds in (0, {MAX_MUSIC_SECONDS:g}]")
+            raise openai_bad_request(f"'duration' must be a number of seconds in (0, {MAX_MUSIC_SECONDS:g}]")
         weights = self._music_weights()
         async with self.rt.slot():
             await self.rt.work(float(seconds) * weights.realtime_factor)
@@ -358,18 +347,12 @@ def _loading(request: Request) -> bytes:
 
 def build_app(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:
     server = KoboldServer(runtime, ns)
-    app = Klein()
-    add_control_routes(app, runtime)
-    gets = {
+    gets: dict[str, Handler] = {
         "/api/extra/version": server.version,
         "/api/v1/model": server.model,
         "/v1/models": server.models_list,
         "/sdapi/v1/sd-models": server.sd_models,
     }
-    for path, info in gets.items():
-        add_route(app, runtime, path, ["GET"], info, work=False, loading_reply=_loading)
-    add_route(app, runtime, "/api/admin/reload_config", ["POST"], server.reload_config, work=False,
-              loading_reply=_loading)
     posts: dict[str, Handler] = {
         "/api/v1/generate": server.generate,
         "/api/extra/generate/stream": server.generate_stream,
@@ -387,8 +370,9 @@ def build_app(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:
         "/api/extra/music/prepare": server.music_prepare,
         "/api/extra/music/generate": server.music_generate,
     }
-    for path, handler in posts.items():
-        add_route(app, runtime, path, ["POST"], handler, work=True, loading_reply=_loading)
-    add_error_pages(app, lambda code, message: openai_error(
-        code, message, "not_found_error" if code == 404 else "invalid_request_error"))
-    return app
+    table = [
+        *routes("GET", gets, work=False),
+        *routes("POST", {"/api/admin/reload_config": server.reload_config}, work=False),
+        *routes("POST", posts, work=True),
+    ]
+    return build_family_app(runtime, table, loading_reply=_loading, error_body=openai_error_page)

@@ -13,12 +13,20 @@ import attrs
 from klein import Klein
 from twisted.web.server import Request
 
-from routerd.sim.flags import Flag
+from routerd.sim.flags import Flag, below_floor
 from routerd.sim.outputs import embedding_vector, generate_tokens
-from routerd.sim.routes import add_control_routes, add_error_pages, add_route
-from routerd.sim.runtime import SimRuntime
+from routerd.sim.routes import build_family_app, openai_error_page, routes
+from routerd.sim.runtime import Handler, SimRuntime, WeightsServer
 from routerd.sim.timing import count_tokens, requested_max_tokens, text_seconds
-from routerd.sim.web import BadRequest, HttpError, SseStream, openai_error, read_json, send_json
+from routerd.sim.web import (
+    BadRequest,
+    HttpError,
+    SseStream,
+    openai_bad_request,
+    openai_error,
+    openai_json_body,
+    send_json,
+)
 from routerd.sim.weights import Weights
 
 __all__ = ["FLAGS", "LlamaOptions", "build_app", "chat_prompt", "options_from_args"]
@@ -54,11 +62,7 @@ class LlamaOptions:
 
 
 def validate_args(ns: argparse.Namespace) -> str | None:
-    if ns.parallel < 1:
-        return "--parallel must be at least 1"
-    if ns.ctx_size < 0:
-        return "--ctx-size must not be negative"
-    return None
+    return below_floor(ns, {"parallel": 1, "ctx_size": 0})
 
 
 def options_from_args(ns: argparse.Namespace) -> LlamaOptions:
@@ -135,9 +139,6 @@ def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
-def _bad(message: str) -> HttpError:
-    return HttpError(400, openai_error(400, message, "invalid_request_error"))
-
 
 @attrs.frozen
 class _TextJob:
@@ -152,32 +153,19 @@ class _TextJob:
         return "".join(self.tokens)
 
 
-class LlamaServer:
+class LlamaServer(WeightsServer):
     """The request handlers; ``build_app`` wires them to routes."""
 
     def __init__(self, runtime: SimRuntime, options: LlamaOptions,
                  weights: Callable[[], Weights] | None = None) -> None:
-        self.rt = runtime
+        super().__init__(runtime, weights)
         self.opts = options
-        # The weights this server answers with: the process's own, or (koboldcpp, which holds
-        # several) the ones of one lane.
-        self._weights = weights if weights is not None else (lambda: runtime.weights)
-
-    @property
-    def weights(self) -> Weights:
-        return self._weights()
 
     @property
     def n_ctx(self) -> int:
         return self.opts.ctx_size or self.weights.context
 
     # -- common pieces -------------------------------------------------------------------------
-
-    def _body(self, request: Request) -> dict[str, object]:
-        try:
-            return read_json(request)
-        except BadRequest as exc:
-            raise _bad(str(exc)) from None
 
     def _model(self, body: dict[str, object]) -> str:
         model = body.get("model")
@@ -260,11 +248,11 @@ class LlamaServer:
     # -- generation ----------------------------------------------------------------------------
 
     async def chat_completions(self, request: Request) -> bytes | None:
-        body = self._body(request)
+        body = openai_json_body(request)
         try:
             prompt, images = chat_prompt(body.get("messages"))
         except BadRequest as exc:
-            raise _bad(str(exc)) from None
+            raise openai_bad_request(str(exc)) from None
         if images and self.opts.mmproj is None:
             raise HttpError(500, openai_error(
                 500,
@@ -310,7 +298,7 @@ class LlamaServer:
         return None
 
     async def completions(self, request: Request) -> bytes | None:
-        body = self._body(request)
+        body = openai_json_body(request)
         job = self._prompt_job(body)
         completion_id = f"cmpl-{uuid.uuid4().hex}"
         created = int(self.rt.now())
@@ -337,16 +325,16 @@ class LlamaServer:
 
     def _prompt_job(self, body: dict[str, object]) -> _TextJob:
         if "prompt" not in body:
-            raise _bad("\"prompt\" must be provided")
+            raise openai_bad_request("\"prompt\" must be provided")
         try:
             text, tokens = prompt_text(body["prompt"])
         except BadRequest as exc:
-            raise _bad(str(exc)) from None
+            raise openai_bad_request(str(exc)) from None
         return self._job(body, text, tokens, text)
 
     async def completion(self, request: Request) -> bytes | None:
         """llama.cpp's native ``POST /completion``."""
-        body = self._body(request)
+        body = openai_json_body(request)
         job = self._prompt_job(body)
 
         def result(content: str, stop: bool, predicted: int, **extra: object) -> dict[str, object]:
@@ -380,7 +368,7 @@ class LlamaServer:
                 501, "This server does not support embeddings. Start it with `--embeddings`",
                 "not_supported_error",
             ))
-        body = self._body(request)
+        body = openai_json_body(request)
         inputs = _embedding_inputs(body.get("input", body.get("content")))
         for _text, tokens in inputs:
             self._check_context(tokens, 0)
@@ -411,7 +399,8 @@ def _embedding_inputs(raw: object) -> list[tuple[str, int]]:
         return [prompt_text(item) if not isinstance(item, str) else (item, count_tokens(item))
                 for item in items]
     except BadRequest:
-        raise _bad("'input' must be a string, an array of strings or an array of token arrays") from None
+        raise openai_bad_request(
+            "'input' must be a string, an array of strings or an array of token arrays") from None
 
 
 def _loading(request: Request) -> bytes:
@@ -420,25 +409,19 @@ def _loading(request: Request) -> bytes:
 
 def build_app(runtime: SimRuntime, options: LlamaOptions) -> Klein:
     server = LlamaServer(runtime, options)
-    app = Klein()
-    add_control_routes(app, runtime)
-    info = [
-        (("/health", "/v1/health"), server.health),
-        (("/v1/models", "/models"), server.models),
-        (("/props",), server.props),
-    ]
-    for paths, info_handler in info:
-        for path in paths:
-            add_route(app, runtime, path, ["GET"], info_handler, work=False, loading_reply=_loading)
-    work = [
-        (("/v1/chat/completions", "/chat/completions"), server.chat_completions),
-        (("/v1/completions", "/completions"), server.completions),
-        (("/completion",), server.completion),
-        (("/v1/embeddings", "/embeddings", "/embedding"), server.embeddings),
-    ]
-    for paths, work_handler in work:
-        for path in paths:
-            add_route(app, runtime, path, ["POST"], work_handler, work=True, loading_reply=_loading)
-    add_error_pages(app, lambda code, message: openai_error(
-        code, message, "not_found_error" if code == 404 else "invalid_request_error"))
-    return app
+    gets: dict[str, Handler] = {
+        "/health": server.health, "/v1/health": server.health,
+        "/v1/models": server.models, "/models": server.models,
+        "/props": server.props,
+    }
+    posts: dict[str, Handler] = {
+        "/v1/chat/completions": server.chat_completions,
+        "/chat/completions": server.chat_completions,
+        "/v1/completions": server.completions,
+        "/completions": server.completions,
+        "/completion": server.completion,
+        "/v1/embeddings": server.embeddings, "/embeddings": server.embeddings,
+        "/embedding": server.embeddings,
+    }
+    table = [*routes("GET", gets, work=False), *routes("POST", posts, work=True)]
+    return build_family_app(runtime, table, loading_reply=_loading, error_body=openai_error_page)

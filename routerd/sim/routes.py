@@ -1,8 +1,9 @@
-"""Route wiring shared by every family: guarded endpoints, ``/sim/control`` and 404s."""
+"""Route wiring shared by every family: guarded endpoints, ``/sim/control``, 404s, and a family's
+whole app built from its route table."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from klein import Klein
 from twisted.internet.defer import Deferred
@@ -12,9 +13,21 @@ from werkzeug.exceptions import MethodNotAllowed, NotFound
 
 from routerd.sim.control import ControlError, apply_control, snapshot
 from routerd.sim.runtime import Handler, LoadingReply, SimRuntime
-from routerd.sim.web import BadRequest, read_json, send_json
+from routerd.sim.web import BadRequest, openai_error, read_json, send_json
 
-__all__ = ["add_control_routes", "add_error_pages", "add_route"]
+__all__ = [
+    "Route",
+    "add_control_routes",
+    "add_error_pages",
+    "add_route",
+    "build_family_app",
+    "openai_error_page",
+    "routes",
+]
+
+#: One served route: its path, its method, its handler, and whether it is work (counted, slowed,
+#: refused while loading) rather than an information read.
+Route = tuple[str, str, Handler, bool]
 
 
 def add_route(
@@ -77,3 +90,24 @@ def add_error_pages(app: Klein, body: Callable[[int, str], object]) -> None:
     @app.handle_errors(MethodNotAllowed)  # type: ignore[arg-type]
     def not_allowed(request: Request, failure: Failure) -> bytes:
         return send_json(request, 405, body(405, "Method Not Allowed"))
+
+
+def openai_error_page(code: int, message: str) -> object:
+    """The OpenAI-shaped body of an unknown path (404) or method (405)."""
+    return openai_error(code, message, "not_found_error" if code == 404 else "invalid_request_error")
+
+
+def routes(method: str, table: Mapping[str, Handler], *, work: bool) -> list[Route]:
+    """Every path of ``table`` served with ``method`` by its handler, in the table's order."""
+    return [(path, method, handler, work) for path, handler in table.items()]
+
+
+def build_family_app(runtime: SimRuntime, table: Iterable[Route], *, loading_reply: LoadingReply,
+                     error_body: Callable[[int, str], object]) -> Klein:
+    """A family's app: ``/sim/control``, every route of ``table`` in order, and its error pages."""
+    app = Klein()
+    add_control_routes(app, runtime)
+    for path, method, handler, work in table:
+        add_route(app, runtime, path, [method], handler, work=work, loading_reply=loading_reply)
+    add_error_pages(app, error_body)
+    return app

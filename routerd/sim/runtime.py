@@ -16,7 +16,7 @@ from routerd.sim.control import Counters, Knobs
 from routerd.sim.web import HttpError, send_json
 from routerd.sim.weights import Weights
 
-__all__ = ["Clock", "Handler", "LoadingReply", "SimRuntime"]
+__all__ = ["Clock", "Handler", "LoadingReply", "SimRuntime", "WeightsServer"]
 
 Handler = Callable[[Request], Coroutine[Any, Any, bytes | None]]
 LoadingReply = Callable[[Request], bytes]
@@ -218,3 +218,16 @@ class SimRuntime:
         self.exit_code = code
         self.log.info("exiting with code {code}", code=code)
         self._on_exit(code)
+
+
+class WeightsServer:
+    """A family's request handlers over one runtime, answering with the weights ``weights`` gives:
+    the process's own, or (koboldcpp, which holds several) the ones of one lane."""
+
+    def __init__(self, runtime: SimRuntime, weights: Callable[[], Weights] | None = None) -> None:
+        self.rt = runtime
+        self._weights = weights if weights is not None else (lambda: runtime.weights)
+
+    @property
+    def weights(self) -> Weights:
+        return self._weights()

@@ -19,10 +19,16 @@ from twisted.web.server import Request
 
 from routerd.sim.flags import Flag
 from routerd.sim.outputs import digest, png_b64
-from routerd.sim.routes import add_control_routes, add_error_pages, add_route
-from routerd.sim.runtime import SimRuntime
+from routerd.sim.routes import build_family_app, openai_error_page, routes
+from routerd.sim.runtime import SimRuntime, WeightsServer
 from routerd.sim.timing import DEFAULT_IMAGE_SIZE, DEFAULT_STEPS, image_seconds
-from routerd.sim.web import BadRequest, HttpError, openai_error, read_json, send_json
+from routerd.sim.web import (
+    HttpError,
+    openai_bad_request,
+    openai_error,
+    openai_json_body,
+    send_json,
+)
 from routerd.sim.weights import Weights, weights_display_name
 
 __all__ = ["FLAGS", "ImageJob", "SdOptions", "VideoJob", "build_app", "options_from_args"]
@@ -102,18 +108,15 @@ class VideoJob:
                 "queue_position": queue_position, "result": self.result, "error": self.error}
 
 
-def _bad(message: str) -> HttpError:
-    return HttpError(400, openai_error(400, message, "invalid_request_error"))
-
 
 def _int_field(body: dict[str, object], name: str, default: int, low: int, high: int) -> int:
     value = body.get(name, default)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-        raise _bad(f"'{name}' must be an integer")
+        raise openai_bad_request(f"'{name}' must be an integer")
     if not low <= int(value) <= high:
-        raise _bad(f"'{name}' must be between {low} and {high}")
+        raise openai_bad_request(f"'{name}' must be between {low} and {high}")
     return int(value)
 
 
@@ -121,10 +124,10 @@ def _str_field(body: dict[str, object], name: str, required: bool = False) -> st
     value = body.get(name)
     if value is None:
         if required:
-            raise _bad(f"'{name}' is required")
+            raise openai_bad_request(f"'{name}' is required")
         return ""
     if not isinstance(value, str):
-        raise _bad(f"'{name}' must be a string")
+        raise openai_bad_request(f"'{name}' must be a string")
     return value
 
 
@@ -138,27 +141,16 @@ def parse_size(size: object) -> tuple[int, int]:
             w, h = int(width), int(height)
             if 0 < w <= MAX_SIDE and 0 < h <= MAX_SIDE:
                 return w, h
-    raise _bad("'size' must look like '512x512'")
+    raise openai_bad_request("'size' must look like '512x512'")
 
 
-class SdServer:
+class SdServer(WeightsServer):
     def __init__(self, runtime: SimRuntime, options: SdOptions,
                  weights: Callable[[], Weights] | None = None) -> None:
-        self.rt = runtime
+        super().__init__(runtime, weights)
         self.opts = options
-        self._weights = weights if weights is not None else (lambda: runtime.weights)
         self.jobs: dict[str, VideoJob] = {}
         self._job_count = 0
-
-    @property
-    def weights(self) -> Weights:
-        return self._weights()
-
-    def _body(self, request: Request) -> dict[str, object]:
-        try:
-            return read_json(request)
-        except BadRequest as exc:
-            raise _bad(str(exc)) from None
 
     async def _render(self, job: ImageJob) -> list[str]:
         async with self.rt.slot():
@@ -178,7 +170,7 @@ class SdServer:
         ])
 
     async def txt2img(self, request: Request) -> bytes:
-        body = self._body(request)
+        body = openai_json_body(request)
         job = ImageJob(
             prompt=_str_field(body, "prompt"),
             negative_prompt=_str_field(body, "negative_prompt"),
@@ -201,11 +193,11 @@ class SdServer:
                                         "info": json.dumps(info)})
 
     async def generations(self, request: Request) -> bytes:
-        body = self._body(request)
+        body = openai_json_body(request)
         width, height = parse_size(body.get("size"))
         response_format = body.get("response_format", "b64_json")
         if response_format not in (None, "b64_json"):
-            raise _bad("only response_format 'b64_json' is supported")
+            raise openai_bad_request("only response_format 'b64_json' is supported")
         job = ImageJob(
             prompt=_str_field(body, "prompt", required=True),
             negative_prompt=_str_field(body, "negative_prompt"),
@@ -226,13 +218,13 @@ class SdServer:
     # -- the native asynchronous video job ------------------------------------------------------
 
     async def vid_gen(self, request: Request) -> bytes:
-        body = self._body(request)
+        body = openai_json_body(request)
         params = body.get("sample_params")
         steps = _int_field(params, "sample_steps", DEFAULT_STEPS, 1, MAX_STEPS) \
             if isinstance(params, dict) else DEFAULT_STEPS
         output_format = body.get("output_format", "webm")
         if output_format not in VIDEO_FORMATS:
-            raise _bad("invalid output_format")
+            raise openai_bad_request("invalid output_format")
         frames = _int_field(body, "video_frames", 1, 1, 4096)
         now = int(self.rt.now())
         self._job_count += 1
@@ -292,21 +284,11 @@ def _loading(request: Request) -> bytes:
 
 def build_app(runtime: SimRuntime, options: SdOptions) -> Klein:
     server = SdServer(runtime, options)
-    app = Klein()
-    add_control_routes(app, runtime)
-    add_route(app, runtime, "/health", ["GET"], server.health, work=False, loading_reply=_loading)
-    add_route(app, runtime, "/sdapi/v1/sd-models", ["GET"], server.sd_models, work=False,
-              loading_reply=_loading)
-    add_route(app, runtime, "/sdapi/v1/txt2img", ["POST"], server.txt2img, work=True,
-              loading_reply=_loading)
-    add_route(app, runtime, "/v1/images/generations", ["POST"], server.generations, work=True,
-              loading_reply=_loading)
-    add_route(app, runtime, "/sdcpp/v1/vid_gen", ["POST"], server.vid_gen, work=True,
-              loading_reply=_loading)
-    add_route(app, runtime, "/sdcpp/v1/jobs/<job_id>", ["GET"], server.job, work=False,
-              loading_reply=_loading)
-    add_route(app, runtime, "/sdcpp/v1/jobs/<job_id>/cancel", ["POST"], server.cancel, work=False,
-              loading_reply=_loading)
-    add_error_pages(app, lambda code, message: openai_error(
-        code, message, "not_found_error" if code == 404 else "invalid_request_error"))
-    return app
+    table = [
+        *routes("GET", {"/health": server.health, "/sdapi/v1/sd-models": server.sd_models}, work=False),
+        *routes("POST", {"/sdapi/v1/txt2img": server.txt2img, "/v1/images/generations": server.generations,
+                         "/sdcpp/v1/vid_gen": server.vid_gen}, work=True),
+        *routes("GET", {"/sdcpp/v1/jobs/<job_id>": server.job}, work=False),
+        *routes("POST", {"/sdcpp/v1/jobs/<job_id>/cancel": server.cancel}, work=False),
+    ]
+    return build_family_app(runtime, table, loading_reply=_loading, error_body=openai_error_page)

@@ -17,10 +17,10 @@ import attrs
 from klein import Klein
 from twisted.web.server import Request
 
-from routerd.sim.flags import Flag
+from routerd.sim.flags import Flag, below_floor
 from routerd.sim.llama import LlamaOptions, LlamaServer
 from routerd.sim.outputs import speech_seconds, speech_wav, transcript
-from routerd.sim.routes import add_control_routes, add_error_pages, add_route
+from routerd.sim.routes import build_family_app, routes
 from routerd.sim.runtime import Handler, SimRuntime
 from routerd.sim.timing import stt_seconds
 from routerd.sim.wav import wav_duration
@@ -52,11 +52,7 @@ def prepare_argv(argv: Sequence[str]) -> list[str]:
 
 
 def validate_args(ns: argparse.Namespace) -> str | None:
-    if ns.max_num_seqs < 1:
-        return "--max-num-seqs must be at least 1"
-    if ns.max_model_len < 0:
-        return "--max-model-len must not be negative"
-    return None
+    return below_floor(ns, {"max_num_seqs": 1, "max_model_len": 0})
 
 
 def initial_weights(ns: argparse.Namespace) -> tuple[Weights, str]:
@@ -186,10 +182,7 @@ def _loading(request: Request) -> bytes:
 
 def build_app(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:
     server = VllmServer(runtime, ns)
-    app = Klein()
-    add_control_routes(app, runtime)
-    for path, info in (("/health", server.health), ("/v1/models", server.models)):
-        add_route(app, runtime, path, ["GET"], info, work=False, loading_reply=_loading)
+    gets: dict[str, Handler] = {"/health": server.health, "/v1/models": server.models}
     posts: dict[str, Handler] = {
         "/v1/chat/completions": server.chat_completions,
         "/v1/completions": server.completions,
@@ -197,9 +190,10 @@ def build_app(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:
         "/v1/audio/speech": server.speech,
         "/v1/audio/transcriptions": server.transcriptions,
     }
-    for path, handler in posts.items():
-        add_route(app, runtime, path, ["POST"], handler, work=True, loading_reply=_loading)
-    add_error_pages(app, lambda code, message: VllmError(
-        code, message, "NotFoundError" if code == 404 else "BadRequestError").body())
-    return app
+    table = [*routes("GET", gets, work=False), *routes("POST", posts, work=True)]
+    return build_family_app(runtime, table, loading_reply=_loading, error_body=_error_page)
+
+
+def _error_page(code: int, message: str) -> object:
+    return VllmError(code, message, "NotFoundError" if code == 404 else "BadRequestError").body()
 

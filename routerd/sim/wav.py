@@ -6,22 +6,22 @@ from __future__ import annotations
 
 import struct
 
+import attrs
+
 __all__ = ["WavInfo", "make_wav", "parse_wav", "wav_duration"]
 
 _RIFF_HEADER = struct.Struct("<4sI4s")
 _CHUNK_HEADER = struct.Struct("<4sI")
 _FMT_BODY = struct.Struct("<HHIIHH")
 
+@attrs.frozen
 class WavInfo:
     """What the header of a WAV file says about its audio."""
 
-    __slots__ = ("channels", "rate", "bits_per_sample", "data_bytes")
-
-    def __init__(self, channels: int, rate: int, bits_per_sample: int, data_bytes: int) -> None:
-        self.channels = channels
-        self.rate = rate
-        self.bits_per_sample = bits_per_sample
-        self.data_bytes = data_bytes
+    channels: int
+    rate: int
+    bits_per_sample: int
+    data_bytes: int
 
     @property
     def duration(self) -> float:

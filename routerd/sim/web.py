@@ -14,7 +14,9 @@ __all__ = [
     "HttpError",
     "SseStream",
     "dumps",
+    "openai_bad_request",
     "openai_error",
+    "openai_json_body",
     "read_json",
     "send_json",
     "send_text",
@@ -78,6 +80,19 @@ def read_json(request: Request) -> dict[str, object]:
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
     return body
+
+
+def openai_bad_request(message: str) -> HttpError:
+    """A 400 in the OpenAI error shape."""
+    return HttpError(400, openai_error(400, message, "invalid_request_error"))
+
+
+def openai_json_body(request: Request) -> dict[str, object]:
+    """The request body as a JSON object; a 400 in the OpenAI error shape when it is not one."""
+    try:
+        return read_json(request)
+    except BadRequest as exc:
+        raise openai_bad_request(str(exc)) from None
 
 
 class SseStream:

@@ -11,7 +11,7 @@ from twisted.web.server import Request
 
 from routerd.sim.flags import Flag
 from routerd.sim.outputs import transcript
-from routerd.sim.routes import add_control_routes, add_error_pages, add_route
+from routerd.sim.routes import build_family_app, routes
 from routerd.sim.runtime import SimRuntime
 from routerd.sim.timing import stt_seconds
 from routerd.sim.wav import wav_duration
@@ -127,10 +127,10 @@ def _loading(request: Request) -> bytes:
 
 def build_app(runtime: SimRuntime, options: WhisperOptions) -> Klein:
     server = WhisperServer(runtime, options)
-    app = Klein()
-    add_control_routes(app, runtime)
-    add_route(app, runtime, "/health", ["GET"], server.health, work=False, loading_reply=_loading)
-    add_route(app, runtime, "/inference", ["POST"], server.inference, work=True, loading_reply=_loading)
-    add_route(app, runtime, "/load", ["POST"], server.load, work=False, loading_reply=_loading)
-    add_error_pages(app, lambda code, message: {"error": message})
-    return app
+    table = [
+        *routes("GET", {"/health": server.health}, work=False),
+        *routes("POST", {"/inference": server.inference}, work=True),
+        *routes("POST", {"/load": server.load}, work=False),
+    ]
+    return build_family_app(runtime, table, loading_reply=_loading,
+                            error_body=lambda code, message: {"error": message})

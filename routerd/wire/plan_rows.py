@@ -55,7 +55,27 @@ def _flat(head: Head, tail: Tail, outcome: Outcome, reason: Reason | None, servi
 T = TypeVar("T")
 
 
-class Gathered(Sequence[T]):
+class _Rows(Sequence[T]):
+    """A read-only column or table read row by row: a slice is a list of its rows, an integer the
+    row :meth:`_row` builds."""
+
+    __slots__ = ()
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[T]: ...
+
+    def __getitem__(self, index: int | slice) -> T | list[T]:
+        if isinstance(index, slice):
+            return list(self)[index]
+        return self._row(index)
+
+    def _row(self, index: int) -> T:
+        raise NotImplementedError
+
+
+class Gathered(_Rows[T]):
     """A column whose rows repeat a few values: ``values[i] for i in at``, looked up as it is read
     (the planner's heads, tails, outcomes, reasons and sources; ``at`` may be a numpy array)."""
 
@@ -68,14 +88,7 @@ class Gathered(Sequence[T]):
     def __len__(self) -> int:
         return len(self.at)
 
-    @overload
-    def __getitem__(self, index: int) -> T: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[T]: ...
-
-    def __getitem__(self, index: int | slice) -> T | list[T]:
-        if isinstance(index, slice):
-            return list(self)[index]
+    def _row(self, index: int) -> T:
         return self.values[as_index(self.at[index])]
 
     def __iter__(self) -> Iterator[T]:
@@ -100,7 +113,7 @@ def distinct(column: Sequence[T]) -> list[T]:
     return list({id(value): value for value in column}.values())
 
 
-class PlanRows(Sequence[PlanRow]):
+class PlanRows(_Rows[PlanRow]):
     """A plan's rows in order, as :class:`PlanRow` objects made on reading.
 
     Equal to any sequence of the same rows in the same order (a list of :class:`PlanRow` too)."""
@@ -148,14 +161,7 @@ class PlanRows(Sequence[PlanRow]):
     def __len__(self) -> int:
         return self._length
 
-    @overload
-    def __getitem__(self, index: int) -> PlanRow: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[PlanRow]: ...
-
-    def __getitem__(self, index: int | slice) -> PlanRow | list[PlanRow]:
-        if isinstance(index, slice):
-            return list(self)[index]
+    def _row(self, index: int) -> PlanRow:
         at = index + self._length if index < 0 else index
         if not 0 <= at < self._length:
             raise IndexError("plan row index out of range")

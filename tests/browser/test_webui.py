@@ -19,7 +19,6 @@ import pytest
 import pytest_twisted
 import treq
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select
 from twisted.internet import defer
 
 from tests.browser.webui import ADMIN_KEY, Browser, Site, running_site
@@ -102,7 +101,7 @@ def models_page_shows_replicas(b: Browser) -> None:
 
 def link_to_different_weights(b: Browser) -> None:
     b.tab("links")
-    Select(b.one('select[name="anchor"]')).select_by_value("master/alpha")
+    b.select('select[name="anchor"]', "master/alpha")
     row = b.one('tr.candidate[data-candidate="slave-a/beta"]')
     assert "different weights" in row.text
     assert "same weights" in b.one('tr.candidate[data-candidate="slave-a/alpha-copy"]').text
@@ -156,11 +155,11 @@ def lending_tab_shows_folded_lines(b: Browser) -> None:
         assert b.css(f'.detail tr[data-field="{variable}"]'), variable
     assert "lent" in detail
     # filters: only plan rows
-    Select(b.one('select[name="kind"]')).select_by_value("plan")
+    b.select('select[name="kind"]', "plan")
     b.wait(lambda d: b.css("table.folded tr.line") and all(
         tr.get_attribute("data-kind") == "plan" for tr in b.css("table.folded tr.line")),
         what="plan rows only")
-    Select(b.one('select[name="kind"]')).select_by_value("")
+    b.select('select[name="kind"]', "")
 
 
 def change_a_setting(b: Browser) -> str:
@@ -200,7 +199,7 @@ def unload_from_card(b: Browser) -> None:
 def time_ten_thousand_rows(b: Browser) -> dict[str, float]:
     b.tab("lending")
     start = time.perf_counter()
-    Select(b.one('select[name="limit"]')).select_by_value("10000")
+    b.select('select[name="limit"]', "10000")
     b.wait(lambda d: b.js("return document.querySelector('.decisions').dataset.totalRows") == "10000",
            timeout=20, what="10,000 rows folded")
     wall = (time.perf_counter() - start) * 1000
@@ -257,7 +256,7 @@ async def test_an_operator_signs_in_links_watches_lending_changes_settings_and_u
         site.master.node.lending.settings.texts()["offload_probe_idle"]
     await b.do(unload_from_card, b)
     await b.do(b.tab, "links")
-    await b.do(lambda: Select(b.one('select[name="anchor"]')).select_by_value("master/alpha"))
+    await b.do(lambda: b.select('select[name="anchor"]', "master/alpha"))
     await b.do(lambda: b.one('tr.candidate[data-candidate="slave-a/vision"]'))
     await b.do(b.screenshot, "links")
     # remove the link from the lane's list

@@ -86,7 +86,7 @@ def analytics(b: Browser) -> None:
     b.wait(lambda d: b.one("#chart-requests").get_attribute("data-drawn") == "uplot", what="requests chart")
     b.screenshot("analytics")
     b.wait(lambda d: len(Select(b.one('select[name="node_id"]')).options) >= 3, what="the node choices")
-    Select(b.one('select[name="node_id"]')).select_by_value("slave-a")
+    b.select('select[name="node_id"]', "slave-a")
     b.wait(lambda d: "alpha" not in b.text("table.figures.models")
            and "beta" in b.text("table.figures.models"), what="only slave-a's models")
 
@@ -104,11 +104,11 @@ def cook(b: Browser) -> None:
     b.tab("cook")
     b.wait(lambda d: any(o.get_attribute("value") == "slave-a" for o in Select(b.one("#cook-node")).options),
            what="slave-a offered")
-    Select(b.one("#cook-node")).select_by_value("slave-a")
+    b.select("#cook-node", "slave-a")
     b.wait(lambda d: any(o.get_attribute("value") == "brew.sim.json"
                          for o in Select(b.one("#cook-model")).options), what="the slave's files offered")
     b.one("#cook-id").send_keys("brew")
-    Select(b.one("#cook-model")).select_by_value("brew.sim.json")
+    b.select("#cook-model", "brew.sim.json")
     b.one("#cook-contextsize").send_keys("2048")
     b.one("#cook-parallel").send_keys("2")
     b.click("button.preview")
@@ -131,7 +131,7 @@ def bench(b: Browser) -> None:
     b.tab("bench")
     b.wait(lambda d: len(Select(b.one('select[name="model"]')).options) >= 2, what="models offered")
     for _ in range(2):  # two runs: a history and a line in the model's chart
-        Select(b.one('select[name="model"]')).select_by_value("alpha")
+        b.select('select[name="model"]', "alpha")
         b.click("button.run-bench")
         b.wait(lambda d: "running" not in b.text(".bench-message") and b.text(".bench-message"),
                timeout=60, what="the run finishes")

@@ -25,6 +25,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.wait import WebDriverWait
 from twisted.internet import threads
 
@@ -91,6 +92,12 @@ class Browser:
 
     def one(self, selector: str, timeout: float = 15.0) -> WebElement:
         return self.wait(lambda d: (self.css(selector) or [None])[0], timeout, f"no {selector}")
+
+    def select(self, selector: str, value: str, timeout: float = 15.0) -> None:
+        """Choose ``value`` in the ``<select>`` at ``selector`` once that option is there (a page
+        fills its options from documents it fetches)."""
+        self.one(f'{selector} option[value="{value}"]', timeout)
+        Select(self.one(selector)).select_by_value(value)
 
     def text(self, selector: str) -> str:
         return " ".join(e.text for e in self.css(selector))

@@ -18,10 +18,11 @@ from routerd.config.schema import AnalyticsConfig
 from tests.integration.nodes import (
     FAST_TEXT,
     Pair,
+    all_healthy,
+    knows,
     plan_cluster,
     sim_model,
-    start_node,
-    wait_until,
+    start_cluster,
     write_models,
 )
 
@@ -38,12 +39,11 @@ async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
         "solo": sim_model("solo"),
         "broken": {"model": "../weights/solo.sim.json", "extra_args": ["--sim-fail-load"]},
     }, {"chat": FAST_TEXT, "solo": {**FAST_TEXT, "gen_tokens_per_s": 400}})
-    master = await start_node(attrs.evolve(plan.master_config(), analytics=ON))
-    slave = await start_node(attrs.evolve(plan.slave_config("slave-a"), analytics=ON))
-    registry = master.node.master.registry  # type: ignore[union-attr]
-    await wait_until(lambda: registry.find("slave-a", local_id="solo") is not None
-                     and all(n.healthy for n in registry.nodes()))
-    running = Pair(plan, master, slave)
+    cluster = await start_cluster(
+        plan, attrs.evolve(plan.master_config(), analytics=ON),
+        {"slave-a": attrs.evolve(plan.slave_config("slave-a"), analytics=ON)},
+        ready=lambda r: knows(r, **{"slave-a": "solo"}) and all_healthy(r))
+    running = Pair(plan, cluster.master, cluster.slaves["slave-a"])
     yield running
     await running.stop()
 

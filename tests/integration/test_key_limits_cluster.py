@@ -12,7 +12,15 @@ from typing import Any
 import pytest_twisted
 import treq
 
-from tests.integration.nodes import FAST_TEXT, Pair, plan_cluster, start_node, wait_until, write_models
+from tests.integration.nodes import (
+    FAST_TEXT,
+    Pair,
+    all_healthy,
+    knows,
+    plan_cluster,
+    start_cluster,
+    write_models,
+)
 
 KEY = "sk-site-tpm-0123456789"
 KEYS = {"inference_keys": [{"name": "tpm", "key": KEY, "limits": {"tokens_per_minute": 60}}]}
@@ -24,12 +32,10 @@ async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
     write_models(plan.root / "slave-a", {"chat": {"model": "../weights/chat.sim.json", "contextsize": 4096}},
                  {"chat": FAST_TEXT})
     write_models(plan.root / "master", {}, {})
-    master = await start_node(plan.master_config(sections={"auth": KEYS}))
-    slave = await start_node(plan.slave_config("slave-a", sections={"auth": KEYS}))
-    registry = master.node.master.registry  # type: ignore[union-attr]
-    await wait_until(lambda: registry.find("slave-a", local_id="chat") is not None
-                     and all(n.healthy for n in registry.nodes()))
-    running = Pair(plan, master, slave)
+    cluster = await start_cluster(plan, plan.master_config(sections={"auth": KEYS}),
+                                  {"slave-a": plan.slave_config("slave-a", sections={"auth": KEYS})},
+                                  ready=lambda r: knows(r, **{"slave-a": "chat"}) and all_healthy(r))
+    running = Pair(plan, cluster.master, cluster.slaves["slave-a"])
     yield running
     await running.stop()
 
