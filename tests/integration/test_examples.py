@@ -16,39 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.nginx_site import NGINX, nginx_prefix, node_behind_nginx
 from tests.integration.nodes import FAST_TEXT, SIM, write_models
 from tests.integration.processes import stop
 from tests.integration.test_twistd_e2e import _free_port, _wait_http
 
 ROOT = Path(__file__).parents[2]
 ROUTERD = str(Path(sys.executable).parent / "routerd")
-NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 pytestmark = pytest.mark.slow
-
-
-def _nginx_prefix(tmp_path: Path, upstream_port: int, tls_port: int, http_port: int) -> Path:
-    """A private nginx prefix serving ``etc/nginx-routerd.conf`` (ports and certificate paths
-    changed to the test's own, nothing else)."""
-    prefix = tmp_path / "nginx"
-    (prefix / "logs").mkdir(parents=True)
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-                    "/CN=routerd.example.internal", "-keyout", str(prefix / "key.pem"),
-                    "-out", str(prefix / "cert.pem")], check=True, capture_output=True)
-    site = (ROOT / "etc/nginx-routerd.conf").read_text()
-    site = re.sub(r"^\s*listen \[::\]:.*\n", "", site, flags=re.MULTILINE)
-    site = site.replace("listen 443 ssl http2;", f"listen 127.0.0.1:{tls_port} ssl http2;")
-    site = site.replace("listen 80;", f"listen 127.0.0.1:{http_port};")
-    site = site.replace("server 127.0.0.1:8080;", f"server 127.0.0.1:{upstream_port};")
-    site = site.replace("/etc/ssl/certs/routerd.pem", str(prefix / "cert.pem"))
-    site = site.replace("/etc/ssl/private/routerd.key", str(prefix / "key.pem"))
-    (prefix / "routerd.conf").write_text(site)
-    user = "user root;\n" if os.geteuid() == 0 else ""
-    (prefix / "nginx.conf").write_text(
-        f"{user}pid {prefix}/nginx.pid;\nerror_log stderr;\nevents {{}}\nhttp {{\n  access_log off;\n"
-        + "".join(f"  {name}_temp_path {prefix}/{name};\n"
-                  for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-        + f"  include {prefix}/routerd.conf;\n}}\n")
-    return prefix
 
 
 @pytest.mark.skipif(NGINX is None, reason="nginx is not installed (the README test command installs it)")
@@ -62,7 +37,7 @@ def test_the_nginx_site_passes_nginx_t_and_streams_a_chat_chunk_by_chunk(tmp_pat
     cfg.write_text(json.dumps({"server": {"bind": f"127.0.0.1:{port}"}, "models": {"config_dir": "models"},
                                "llama": {"binary_path": [*SIM, "llama-server"]},
                                "cluster": {"store_dir": "store"}}))
-    prefix = _nginx_prefix(tmp_path, port, tls_port, http_port)
+    prefix = nginx_prefix(tmp_path, port, tls_port, http_port)
     nginx = [NGINX, "-p", str(prefix), "-c", str(prefix / "nginx.conf")]
     checked = subprocess.run([*nginx, "-t"], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stderr
@@ -109,7 +84,7 @@ def test_the_nginx_site_passes_nginx_t_and_streams_a_chat_chunk_by_chunk(tmp_pat
 
 _CHAT = b'{"model":"chat","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}'
 #: (name, the request's bytes, the statuses a client may get) through
-#: the shipped nginx site (issue 20): nginx's own refusals and routerd's behind it.
+#: the shipped nginx site: nginx's own refusals and routerd's behind it.
 _NGINX_CASES = [
     ("authorization twice", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer KEY\r\n"
      b"Authorization: Bearer wrong\r\nContent-Length: 2\r\n\r\n{}", {400}),
@@ -129,58 +104,26 @@ _NGINX_CASES = [
 
 @pytest.mark.skipif(NGINX is None, reason="nginx is not installed (the README test command installs it)")
 def test_malformed_and_repeated_field_requests_through_the_nginx_site_are_refused(tmp_path: Path) -> None:
-    """The issue-20 cases replayed through etc/nginx-routerd.conf in front of a node that trusts
+    """The malformed-head cases replayed through etc/nginx-routerd.conf in front of a node that trusts
     nginx's X-Forwarded-For: what nginx lets through, routerd refuses the same way."""
-    assert NGINX is not None
-    import socket
-
-    port, tls_port, http_port = _free_port(), _free_port(), _free_port()
-    write_models(tmp_path, {"chat": {"model": "../weights/chat.sim.json", "contextsize": 2048}},
-                 {"chat": FAST_TEXT})
     key = "nginx-test-key-0123"
-    cfg = tmp_path / "node.yaml"
-    cfg.write_text(json.dumps({"server": {"bind": f"127.0.0.1:{port}", "allowed_cidrs": ["127.0.0.0/8"],
-                                          "trusted_proxies": ["127.0.0.1/32"]},
-                               "auth": {"inference_keys": [key]}, "models": {"config_dir": "models"},
-                               "llama": {"binary_path": [*SIM, "llama-server"]},
-                               "cluster": {"store_dir": "store"}}))
-    prefix = _nginx_prefix(tmp_path, port, tls_port, http_port)
-    nginx = [NGINX, "-p", str(prefix), "-c", str(prefix / "nginx.conf")]
-    node = subprocess.Popen([ROUTERD, "run", "--config", str(cfg)], cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    proxy = subprocess.Popen([*nginx, "-g", "daemon off;"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    config = {"server": {"allowed_cidrs": ["127.0.0.0/8"], "trusted_proxies": ["127.0.0.1/32"]},
+              "auth": {"inference_keys": [key]}}
+    with node_behind_nginx(tmp_path, config) as front:
 
-    def status_of(raw: bytes) -> int:
-        with socket.create_connection(("127.0.0.1", tls_port), timeout=30) as plain, \
-                context.wrap_socket(plain) as conn:
-            conn.sendall(raw)
-            answer = b""
-            while b"\r\n" not in answer:
-                part = conn.recv(4096)
-                if not part:
-                    break
-                answer += part
-        return int(answer.split(b" ", 2)[1])
+        def status_of(raw: bytes) -> int:
+            with front.connect() as conn:
+                conn.sendall(raw)
+                answer = b""
+                while b"\r\n" not in answer:
+                    part = conn.recv(4096)
+                    if not part:
+                        break
+                    answer += part
+            return int(answer.split(b" ", 2)[1])
 
-    try:
-        _wait_http(f"http://127.0.0.1:{port}/health", node)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                status_of(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
         for name, raw, expected in _NGINX_CASES:
             assert status_of(raw.replace(b"KEY", key.encode())) in expected, name
-    finally:
-        proxy.terminate()
-        proxy.wait(10)
-        stop(node, timeout=15)
 
 
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
