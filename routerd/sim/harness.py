@@ -52,6 +52,13 @@ class SimHarness:
         """Begin loading the startup weights (the process has just started listening)."""
         return self.runtime.start()
 
+    @classmethod
+    def loaded(cls, argv: list[str]) -> SimHarness:
+        """A harness for ``argv`` (the program and its flags), started with its load finished."""
+        sim = cls(argv)
+        sim.start_loaded()
+        return sim
+
     def start_loaded(self) -> None:
         """Start and let the load finish."""
         self.start()

@@ -103,9 +103,8 @@ async def test_kobold_nomodel_lists_inactive(weights: Path) -> None:
 
 
 def vllm(root: Path, *extra: str) -> SimHarness:
-    sim = SimHarness(["vllm", "serve", str(root / "t1.sim.json"), "--served-model-name", "chat", *extra])
-    sim.start_loaded()
-    return sim
+    return SimHarness.loaded(["vllm", "serve", str(root / "t1.sim.json"), "--served-model-name", "chat",
+                              *extra])
 
 
 @pytest_twisted.ensureDeferred

@@ -21,9 +21,7 @@ def weights(tmp_path: Path) -> Path:
 
 
 def make(weights: Path, *flags: str) -> SimHarness:
-    sim = SimHarness(["sd-server", "-m", str(weights), *flags])
-    sim.start_loaded()
-    return sim
+    return SimHarness.loaded(["sd-server", "-m", str(weights), *flags])
 
 
 async def call(sim: SimHarness, method: str, path: str, body: object = None) -> tuple[int, Any]:

@@ -22,9 +22,7 @@ def weights(tmp_path: Path) -> Path:
 
 
 def make(weights: Path, *flags: str) -> SimHarness:
-    sim = SimHarness(["whisper-server", "-m", str(weights), *flags])
-    sim.start_loaded()
-    return sim
+    return SimHarness.loaded(["whisper-server", "-m", str(weights), *flags])
 
 
 async def form(sim: SimHarness, path: str, fields: dict[str, str | bytes | FilePart]) -> Any:
