@@ -81,45 +81,53 @@ def sources_from(answers: Iterable[tuple[str, Any]]) -> dict[str, list[str]]:
     return out
 
 
+def _roots(roots: Sequence[str]) -> tuple[str, ...]:
+    return tuple(roots)
+
+
+def _book_or_blank(book: AssetBook | None) -> AssetBook:
+    return book if book is not None else AssetBook(None)
+
+
+@attrs.define(kw_only=True, eq=False, slots=False)  # tests set attributes on one instance
 class AssetService:
-    def __init__(self, *, clock: IReactorTime, index: AssetIndex, puller: AssetPuller,
-                 cache: FileHashCache, run_in_thread: Callable[..., Any], file_roots: Sequence[str],
-                 shared_dir: str, own_url: str, catalog: Callable[[], Catalog],
-                 on_catalog: Callable[[Catalog], Awaitable[None]], post_json: PostJson,
-                 peers: Callable[[], list[str]], master_url: str | None,
-                 metrics_registry: CollectorRegistry | None = None, retry_interval: float = 30.0,
-                 node_id: str = "", book: AssetBook | None = None, hub_http: Any = None,
-                 lookup_cache: float = 5.0) -> None:
-        self.clock = clock
-        self.index = index
-        self.puller = puller
-        self.cache = cache
-        self.run_in_thread = run_in_thread
-        self.file_roots = tuple(file_roots)
-        self.shared_dir = shared_dir
-        self.own_url = own_url
-        self.catalog = catalog
-        self.on_catalog = on_catalog
-        self.post_json = post_json
-        self.peers = peers
-        self.master_url = master_url
-        self.states: dict[str, AssetState] = {}
-        self.node_id = node_id
-        self.book = book if book is not None else AssetBook(None)
-        self.hub_http = hub_http  # treq-like client for bind (the Hugging Face Hub)
-        self.lookup_cache = lookup_cache
-        self._found: dict[str, tuple[float, list[str]]] = {}  # sha256 -> (expires, peer URLs)
-        self.jobs = JobBoard(node_id, lambda: int(clock.seconds() * 1000))
-        self.resolver = AssetResolver(index=index, puller=puller, cache=cache, run_in_thread=run_in_thread,
-                                      sources=self.find_sources, substitute_for=self.book.substitute_for)
+    clock: IReactorTime
+    index: AssetIndex
+    puller: AssetPuller
+    cache: FileHashCache
+    run_in_thread: Callable[..., Any]
+    file_roots: tuple[str, ...] = attrs.field(converter=_roots)
+    shared_dir: str
+    own_url: str
+    catalog: Callable[[], Catalog]
+    on_catalog: Callable[[Catalog], Awaitable[None]]
+    post_json: PostJson
+    peers: Callable[[], list[str]]
+    master_url: str | None
+    metrics_registry: CollectorRegistry | None = None
+    retry_interval: float = 30.0
+    node_id: str = ""
+    book: AssetBook = attrs.field(default=None, converter=_book_or_blank)
+    hub_http: Any = None  # treq-like client for bind (the Hugging Face Hub)
+    lookup_cache: float = 5.0
+    states: dict[str, AssetState] = attrs.field(init=False, factory=dict)
+    #: sha256 -> (expires, peer URLs).
+    _found: dict[str, tuple[float, list[str]]] = attrs.field(init=False, factory=dict)
+    _resolving: defer.Deferred[None] | None = attrs.field(init=False, default=None)
+
+    def __attrs_post_init__(self) -> None:
+        clock = self.clock
+        self.jobs = JobBoard(self.node_id, lambda: int(clock.seconds() * 1000))
+        self.resolver = AssetResolver(index=self.index, puller=self.puller, cache=self.cache,
+                                      run_in_thread=self.run_in_thread, sources=self.find_sources,
+                                      substitute_for=self.book.substitute_for)
         self.bytes_transferred = Counter("routerd_asset_bytes_transferred",
                                          "Bytes received by peer asset transfers",
-                                         registry=metrics_registry) if metrics_registry else None
+                                         registry=self.metrics_registry) if self.metrics_registry else None
         if self.bytes_transferred is not None:
             counter = self.bytes_transferred
-            puller.on_bytes = counter.inc
-        self.retry = IntervalService("asset resolution", self.resolve_again, retry_interval, clock)
-        self._resolving: defer.Deferred[None] | None = None
+            self.puller.on_bytes = counter.inc
+        self.retry = IntervalService("asset resolution", self.resolve_again, self.retry_interval, clock)
 
     async def rebuild_index(self) -> None:
         files = [p for m in self.catalog().models for p in m.weight_files().values()]

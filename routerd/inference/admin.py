@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+import attrs
+
 from routerd.assets.service import assets_unresolved
 from routerd.backends.errors import BackendMissing, LoadFailed
 from routerd.catalog.catalog import Catalog
@@ -39,21 +41,20 @@ class RemoteControl(Protocol):
     def unload(self, base: str, model: str | None, target: str | None) -> Awaitable[Any]: ...
 
 
+@attrs.define(kw_only=True, eq=False)
 class ModelAdmin:
     """Loads and unloads; ``registry``/``remote`` are the master's (None elsewhere)."""
 
-    def __init__(self, *, node_id: str, catalog: Callable[[], Catalog], runtimes: Runtimes,
-                 registry: Records | None = None, remote: RemoteControl | None = None,
-                 blocked: Callable[[ModelConfig], str | None] = lambda _model: None,
-                 load: Callable[[ModelConfig], Awaitable[Any]] | None = None) -> None:
-        self.node_id = node_id
-        # how a load runs: the node's own work (inference.own_loads) in a node; the runtimes' own here
-        self._load = load if load is not None else runtimes.load
-        self.blocked = blocked  # why a config may not load yet (unresolved portable assets), or None
-        self.catalog = catalog
-        self.runtimes = runtimes
-        self.registry = registry
-        self.remote = remote
+    node_id: str
+    catalog: Callable[[], Catalog]
+    runtimes: Runtimes
+    registry: Records | None = None
+    remote: RemoteControl | None = None
+    #: Why a config may not load yet (unresolved portable assets), or None.
+    blocked: Callable[[ModelConfig], str | None] = lambda _model: None
+    #: How a load runs: the node's own work (inference.own_loads) in a node; the runtimes' own here.
+    _load: Callable[[ModelConfig], Awaitable[Any]] = attrs.field(
+        alias="load", default=attrs.Factory(lambda self: self.runtimes.load, takes_self=True))
 
     def _model(self, name: str) -> ModelConfig:
         model = self.catalog().resolve(name)

@@ -19,6 +19,7 @@ import wave
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import attrs
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
@@ -203,21 +204,19 @@ def _write_atomically(path: str, data: bytes) -> None:
 Handle = Callable[[Incoming, Reply, Route], Awaitable[bytes]]
 
 
+@attrs.define(kw_only=True, eq=False)
 class BenchRunner:
     """Runs a model's workload on this node and stores the result."""
 
-    def __init__(self, *, node_id: str, clock: IReactorTime, catalog: Callable[[], Catalog],
-                 loaded_config: Callable[[Any], str | None], load: Callable[[str], Awaitable[Any]],
-                 handle: Handle, book: BenchBook,
-                 on_result: Callable[[dict[str, Any]], None] = lambda _result: None) -> None:
-        self.node_id = node_id
-        self.on_result = on_result  # told after a result is stored (the site's records show it)
-        self.clock = clock
-        self.catalog = catalog
-        self.loaded_config = loaded_config
-        self.load = load
-        self.handle = handle
-        self.book = book
+    node_id: str
+    clock: IReactorTime
+    catalog: Callable[[], Catalog]
+    loaded_config: Callable[[Any], str | None]
+    load: Callable[[str], Awaitable[Any]]
+    handle: Handle
+    book: BenchBook
+    #: Told after a result is stored (the site's records show it).
+    on_result: Callable[[dict[str, Any]], None] = lambda _result: None
 
     def model(self, name: str) -> ModelConfig:
         model = self.catalog().resolve(name)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
+import attrs
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.web.http_headers import Headers
@@ -62,39 +63,40 @@ class SampleSink(Protocol):
     def finished(self, call: Call) -> None: ...
 
 
+@attrs.define(kw_only=True, eq=False, slots=False)  # tests replace a method on one instance
 class LocalInference:
     """Serves inference calls with this node's own backend runtimes."""
 
-    def __init__(self, *, node_id: str, clock: IReactorTime, runtimes: RuntimePool, agent: IAgent,
-                 samples: SampleSink, on_acquire: Callable[[Call, ModelConfig], None] | None = None,
-                 on_claimed: Callable[[Call, bool], None] | None = None,
-                 timeouts: Timeouts | None = None, max_queued_per_model: int = 0,
-                 blocked: Callable[[ModelConfig], str | None] = lambda _model: None) -> None:
-        self.timeouts = timeouts
-        #: Requests per model waiting for the backend slot (a load, or the slot busy); 0 = unbounded.
-        self.max_queued_per_model = max_queued_per_model
-        self.queued: dict[str, int] = {}
-        #: Set when the node drains: nothing new starts, waiting requests are refused (503).
-        self.draining = False
-        self._waiting: dict[str, Deferred[Any]] = {}  # request id -> its slot acquisition
-        self._refused: set[str] = set()
-        self.node_id = node_id
-        self.clock = clock
-        self.runtimes = runtimes
-        # The backend is a loopback child process: a plain pooled Agent (no
-        # cookies, redirects or URL re-parsing) keeps the proxy cheap.
-        self.agent = agent
-        self.samples = samples
-        self.on_acquire = on_acquire  # told before every runtime acquire (restore after borrow)
-        self.on_claimed = on_claimed  # told after it: the runtime is the call's (True) or never was
-        self.blocked = blocked  # why a config may not load yet (unresolved portable assets), or None
-        self.active: dict[str, ActiveRequest] = {}
-        self._acquiring: dict[str, Deferred[Any]] = {}  # borrowed requests waiting for the runtime
-        self._taken_back: set[str] = set()
-        #: Video jobs (``inference.video``): set by the node; None serves no job route.
-        self.jobs: VideoJobs | None = None
-        #: Video jobs accepted by a backend here and not ended: each holds its runtime.
-        self.jobs_running = 0
+    node_id: str
+    clock: IReactorTime
+    runtimes: RuntimePool
+    # The backend is a loopback child process: a plain pooled Agent (no
+    # cookies, redirects or URL re-parsing) keeps the proxy cheap.
+    agent: IAgent
+    samples: SampleSink
+    #: Told before every runtime acquire (restore after borrow).
+    on_acquire: Callable[[Call, ModelConfig], None] | None = None
+    #: Told after it: the runtime is the call's (True) or never was.
+    on_claimed: Callable[[Call, bool], None] | None = None
+    timeouts: Timeouts | None = None
+    #: Requests per model waiting for the backend slot (a load, or the slot busy); 0 = unbounded.
+    max_queued_per_model: int = 0
+    #: Why a config may not load yet (unresolved portable assets), or None.
+    blocked: Callable[[ModelConfig], str | None] = lambda _model: None
+    queued: dict[str, int] = attrs.field(init=False, factory=dict)
+    #: Set when the node drains: nothing new starts, waiting requests are refused (503).
+    draining: bool = attrs.field(init=False, default=False)
+    #: Request id -> its slot acquisition.
+    _waiting: dict[str, Deferred[Any]] = attrs.field(init=False, factory=dict)
+    _refused: set[str] = attrs.field(init=False, factory=set)
+    active: dict[str, ActiveRequest] = attrs.field(init=False, factory=dict)
+    #: Borrowed requests waiting for the runtime.
+    _acquiring: dict[str, Deferred[Any]] = attrs.field(init=False, factory=dict)
+    _taken_back: set[str] = attrs.field(init=False, factory=set)
+    #: Video jobs (``inference.video``): set by the node; None serves no job route.
+    jobs: VideoJobs | None = attrs.field(init=False, default=None)
+    #: Video jobs accepted by a backend here and not ended: each holds its runtime.
+    jobs_running: int = attrs.field(init=False, default=0)
 
     def now_ms(self) -> int:
         return int(self.clock.seconds() * 1000)

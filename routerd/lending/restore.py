@@ -84,21 +84,18 @@ class RestorePlan:
         return Step(load=targets)
 
 
+@attrs.define(kw_only=True, eq=False)
 class Restorer:
-    def __init__(self, *, clock: IReactorTime, delay: Callable[[], float],
-                 loaded_config: Callable[[str], str | None], borrowed_in_flight: Callable[[], bool],
-                 own_busy: Callable[[], bool], load: Callable[[str, str], Awaitable[object]],
-                 on_loaded: Callable[[], None] = lambda: None) -> None:
-        self.clock = clock
-        self.delay = delay
-        self.loaded_config = loaded_config
-        self.borrowed_in_flight = borrowed_in_flight
-        self.own_busy = own_busy
-        self.load = load
-        self.on_loaded = on_loaded
-        self.plan = RestorePlan()
-        self.loading = 0  # restore loads under way (own work)
-        self._timer: IDelayedCall | None = None
+    clock: IReactorTime
+    delay: Callable[[], float]
+    loaded_config: Callable[[str], str | None]
+    borrowed_in_flight: Callable[[], bool]
+    own_busy: Callable[[], bool]
+    load: Callable[[str, str], Awaitable[object]]
+    on_loaded: Callable[[], None] = lambda: None
+    plan: RestorePlan = attrs.field(init=False, factory=RestorePlan)
+    loading: int = attrs.field(init=False, default=0)  # restore loads under way (own work)
+    _timer: IDelayedCall | None = attrs.field(init=False, default=None)
 
     def acquired(self, kind: str, incoming: str, *, borrowed: bool, restore: bool) -> None:
         """Tell the restore of a model acquire (call it before the runtime is acquired)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+import attrs
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
@@ -61,18 +62,17 @@ async def ask_over_http(get_json: Callable[[str, str], Awaitable[Any]], node_url
     return borrowed_ids(doc)
 
 
+@attrs.define(kw_only=True, eq=False)
 class StallCheck:
-    def __init__(self, *, clock: IReactorTime, timeout: Callable[[], float], ask: AskHelper,
-                 decisions: Callable[[], DecisionLog | None]) -> None:
-        self.clock = clock
-        self.timeout = timeout
-        self.ask = ask
-        self.decisions = decisions
-        self.tracker = StallTracker()
-        self._sending: dict[int, Deferred[Any]] = {}
-        self._reclaimed: set[int] = set()
-        self._timer: IDelayedCall | None = None
-        self._stopped = False
+    clock: IReactorTime
+    timeout: Callable[[], float]
+    ask: AskHelper
+    decisions: Callable[[], DecisionLog | None]
+    tracker: StallTracker = attrs.field(init=False, factory=StallTracker)
+    _sending: dict[int, Deferred[Any]] = attrs.field(init=False, factory=dict)
+    _reclaimed: set[int] = attrs.field(init=False, factory=set)
+    _timer: IDelayedCall | None = attrs.field(init=False, default=None)
+    _stopped: bool = attrs.field(init=False, default=False)
 
     async def send(self, out: LentOut, sending: Coroutine[Any, Any, T]) -> T:
         """Run one relayed send while tracking ``out`` (from :meth:`lent`); a reclaim raises
