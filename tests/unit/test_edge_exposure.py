@@ -48,12 +48,18 @@ def connect(edges: Edges, edge: str, peer: str = "127.0.0.1") -> tuple[Any, Stri
 
 # -- a body slower than server.min_body_rate ------------------------------------------------------
 
+def trickle_edges(edge: str, min_body_rate: int) -> tuple[Edges, Any, StringTransport]:
+    """Both edges with a 10 s body timeout, a 5 s deadline floor and ``min_body_rate``; a connection."""
+    edges = Edges(server=ServerConfig(body_timeout=10, body_deadline_floor=5, min_body_rate=min_body_rate),
+                  buffer=10_000, limit=10_000)
+    edges.factory.startFactory()
+    channel, out = connect(edges, edge)
+    return edges, channel, out
+
+
 def test_a_body_trickled_below_the_minimum_rate_gets_408_while_a_byte_arrives_every_few_seconds() -> None:
     for edge in ("lean", "twisted"):
-        edges = Edges(server=ServerConfig(body_timeout=10, body_deadline_floor=5, min_body_rate=50),
-                      buffer=10_000, limit=10_000)
-        edges.factory.startFactory()
-        channel, out = connect(edges, edge)
+        edges, channel, out = trickle_edges(edge, min_body_rate=50)
         channel.dataReceived(head_only(2000))  # due 2000 / 50 = 40 s after its head
         assert edges.site.buffer is not None and edges.site.buffer.used == 2000, edge
         for _ in range(7):
@@ -68,10 +74,7 @@ def test_a_body_trickled_below_the_minimum_rate_gets_408_while_a_byte_arrives_ev
 
 def test_a_body_arriving_at_the_minimum_rate_is_served() -> None:
     for edge in ("lean", "twisted"):
-        edges = Edges(server=ServerConfig(body_timeout=10, body_deadline_floor=5, min_body_rate=100),
-                      buffer=10_000, limit=10_000)
-        edges.factory.startFactory()
-        channel, out = connect(edges, edge)
+        edges, channel, out = trickle_edges(edge, min_body_rate=100)
         raw = request(body=b"x" * 2000)
         channel.dataReceived(raw[:len(raw) - 2000])
         for _ in range(20):
