@@ -14,13 +14,13 @@ from twisted.python.components import Componentized
 from twisted.python.logfile import LogFile
 
 from routerd import __version__
-from routerd.api.app import build_site
 from routerd.api.channel import NodeServerFactory
 from routerd.catalog.catalog import CatalogError
 from routerd.checking import check_config
 from routerd.cluster.slave import RegistrationRefused
 from routerd.config.load import ConfigError, load_config
 from routerd.config.schema import Config, ServerConfig
+from routerd.edge import build_site
 from routerd.logs import FanOut, JsonLinesObserver, filtered, gate, parse_level, text_observer
 from routerd.node import Node
 from routerd.process.notify import sd_notify

@@ -6,6 +6,6 @@ node answers with (``documents``), its HTTP clients (``clients``), the reactions
 settings and records (``reactions``), what lending reads of the local side (``ports``), the
 restore-after-borrow hooks (``restore``), the cost refit loop (``refit``), start/drain/stop
 (``lifecycle``) and the application of a reload (``reload``).  They build and connect objects; they
-decide nothing.  Only this package and ``routerd.site`` (through ``routerd.api.app.build_site``)
+decide nothing.  Only this package and ``routerd.site`` (through ``routerd.edge.build_site``)
 receive the node.
 """

@@ -23,10 +23,10 @@ from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.web.server import Site
 
-from routerd.api.app import build_site
 from routerd.api.channel import NodeServerFactory
 from routerd.backends.testing import FakeLauncher, FakeProcess, PortCounter
 from routerd.config.load import load_config
+from routerd.edge import build_site
 from routerd.node import Node
 from routerd.sim.cli import StartupError, make_server
 from routerd.store.store import Store

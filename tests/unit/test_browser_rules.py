@@ -15,11 +15,11 @@ from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
 from twisted.logger import LogLevel, capturedLogs
 
-from routerd.api.app import build_site
 from routerd.api.browser import BrowserRules, split_authority
 from routerd.api.channel import NodeServerFactory
 from routerd.api.site import GuardResource
 from routerd.config.load import ConfigError, parse_config
+from routerd.edge import build_site
 from routerd.node import Node
 from tests.unit.edge_support import status_and_code
 from tests.unit.node_fixture import TEXT, World

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from openapi_spec_validator import validate
 
-from routerd.api.app import build_site
 from routerd.api.openapi import openapi_document
+from routerd.edge import build_site
 from routerd.errors import style_for_path
 
 from .node_fixture import TEXT, World

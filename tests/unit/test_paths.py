@@ -8,8 +8,8 @@ from pathlib import Path
 
 import routerd
 from routerd import paths
-from routerd.api.app import build_site
 from routerd.api.dispatch import Dispatch
+from routerd.edge import build_site
 
 from .node_fixture import TEXT, World
 

@@ -11,11 +11,11 @@ from treq.testing import StubTreq
 from twisted.internet.defer import succeed
 from twisted.web.iweb import IRequest
 
-from routerd.api.app import build_site
 from routerd.api.dispatch import Dispatch
 from routerd.api.facts import served
 from routerd.api.routes import Declared, Routes, RouteTable, routes_of
 from routerd.cluster.auth import AuthPolicy, route_class
+from routerd.edge import build_site
 from routerd.errors import style_for_path
 from routerd.paths import INFERENCE_PREFIX, RELAY_PATH
 from routerd.routing.call import Incoming, Reply

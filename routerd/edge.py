@@ -2,9 +2,10 @@
 front of a node — the client API (contract §5, :mod:`~routerd.api.client_routes`), the node API (§6)
 and the admin and site API (§7) — behind the access guard.
 
-This is the assembly's edge: the one place in ``routerd.api`` that receives the node.  It builds the
-node's site service (:class:`routerd.site.service.SiteService`) and hands each API class that
-service plus the one domain service it calls.  Each API class declares its routes in a class-level
+It sits above ``routerd.api`` and ``routerd.node``, so nothing in ``routerd.api`` receives or imports
+the node: every API class is given only the collaborators it calls.  It builds the node's site
+service (:class:`routerd.site.service.SiteService`) and hands each API class that service plus the
+one domain service it calls.  Each API class declares its routes in a class-level
 :class:`~routerd.api.routes.Routes` (path, methods, auth class, handler); a route parses the
 request, calls one collaborator and answers.  Errors are raised as ``StatusError`` and answered by
 the one handler in :mod:`routerd.api.errors`.
@@ -12,7 +13,7 @@ the one handler in :mod:`routerd.api.errors`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from routerd.api.admin_routes import AdminAPI
 from routerd.api.analytics_routes import AnalyticsAPI
@@ -35,14 +36,12 @@ from routerd.api.settings_routes import SettingsAPI
 from routerd.api.site import GuardResource, NodeSite
 from routerd.api.webui import WebUI, webui_dir
 from routerd.lending.reports import LendingReports
+from routerd.node import Node
 from routerd.site.assets import SiteAssets
 from routerd.site.cook import Kitchen
 from routerd.site.records import SiteRecords
 from routerd.site.service import SiteService
 from routerd.wire.records import PROTOCOL_VERSION
-
-if TYPE_CHECKING:
-    from routerd.node import Node
 
 __all__ = ["PROTOCOL_VERSION", "build_apis", "build_site"]
 
