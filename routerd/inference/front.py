@@ -121,9 +121,8 @@ class InferenceFront:
                 request_id = given
         reply.set_header(b"x-routerd-request-id", request_id.encode())
         reply.set_header(b"x-routerd-node", self._node_header)
-        metrics = self.metrics
         handling = Handling(self._end, reply, route, request_id, cluster_call,
-                            metrics.child(metrics.in_flight, route.runtime))
+                            self.metrics.in_flight.child(route.runtime))
         handling.in_flight.inc()
         self.active_calls += 1
         self.trimmer.entered(self.active_calls)
