@@ -291,6 +291,8 @@ class NodeMetrics:
         self._request_children: dict[tuple[str, str, str, str], tuple[CountChild, HistogramChild]] = {}
         self._key_children: dict[tuple[str, str, str, bool, bool, bool],
                                  tuple[HistogramChild | None, CountChild | None, CountChild | None]] = {}
+        self._text_children: dict[tuple[str, bool, bool],
+                                  tuple[CountChild, CountChild | None, HistogramChild | None]] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         # process_* (CPU, memory, open files, start time) and python_info, as every exporter has
         ProcessCollector(registry=self.registry)
@@ -387,11 +389,20 @@ class NodeMetrics:
     def observe_text_request(self, model: str, prompt_tokens: float, output_tokens: float,
                              seconds: float) -> None:
         """A finished text request: token counters and, when it generated any, its token rate."""
-        self.prompt_tokens.child(model).inc(max(0.0, prompt_tokens))
-        if output_tokens > 0:
-            self.generated_tokens.child(model).inc(output_tokens)
-            if seconds > 0:
-                self.token_rate.child(model).observe(output_tokens / seconds)
+        generated = output_tokens > 0
+        timed = generated and seconds > 0
+        key = (model, generated, timed)
+        found = self._text_children.get(key)
+        if found is None:  # only the children it updates (one asked for shows in /metrics at 0)
+            found = self._text_children[key] = (
+                self.prompt_tokens.child(model), self.generated_tokens.child(model) if generated else None,
+                self.token_rate.child(model) if timed else None)
+        prompt, output, rate = found
+        prompt.inc(max(0.0, prompt_tokens))
+        if output is not None:
+            output.inc(output_tokens)
+        if rate is not None:
+            rate.observe(output_tokens / seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

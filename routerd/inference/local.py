@@ -29,7 +29,7 @@ from routerd.inference.video import VideoJobs
 from routerd.lending.offload import OFFLOAD_RETURNED, offload_returned
 from routerd.routing import work
 from routerd.routing.adapters import AdapterError, kobold, ollama, whisper
-from routerd.routing.body import BytesProducer
+from routerd.routing.body import BytesProducer, json_loads
 from routerd.routing.call import ActiveRequest, Call
 from routerd.routing.guardians import REFUSAL_STATUSES, ImageRefused, refusal_message
 from routerd.routing.multipart import MultipartError
@@ -292,10 +292,14 @@ class LocalInference:
                 raise _draining() from None
             raise
         finally:
-            self._acquiring.pop(rid, None)
-            self._taken_back.discard(rid)
             self._waiting.pop(rid, None)
-            self._refused.discard(rid)
+            # only a borrowed request is taken back, and only a drain refuses
+            if call.borrowed:
+                self._acquiring.pop(rid, None)
+            if self._taken_back:
+                self._taken_back.discard(rid)
+            if self._refused:
+                self._refused.discard(rid)
 
     def waiting_for_runtime(self, request_id: str) -> bool:
         """Whether borrowed request ``request_id`` waits for a free runtime or a model load."""
@@ -388,7 +392,7 @@ class LocalInference:
         if ctype.startswith("application/json"):
             if ok and SECTIONS[call.route.kind] == "llm":
                 try:
-                    parsed = json.loads(raw)
+                    parsed = json_loads(raw)
                 except ValueError:
                     parsed = None
                 if isinstance(parsed, dict):
@@ -436,7 +440,7 @@ def _draining() -> Saturated:
 
 def _loads(raw: bytes) -> dict[str, Any]:
     try:
-        data = json.loads(raw)
+        data = json_loads(raw)
     except ValueError:
         raise HTTPError(502, "backend answered with invalid JSON", "backend_error", "backend_error") from None
     if not isinstance(data, dict):

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import attrs
 
+from routerd.routing.body import json_loads
 from routerd.routing.classify import Route
 from routerd.routing.multipart import (
     MultipartError,
@@ -96,7 +97,7 @@ class SelectorResult:
 def parse_json_object(body: bytes) -> dict[str, Any]:
     """Parse a request body that must be a JSON object; raises :class:`SelectorError`."""
     try:
-        value = json.loads(body)
+        value = json_loads(body)
     except RecursionError:
         raise SelectorError("invalid JSON body: nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
