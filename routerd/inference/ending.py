@@ -2,12 +2,11 @@
 the one answer to a failure, and its bookkeeping (metrics, key limits, analytics).
 
 A request held in a queue keeps its :class:`Handling`, its call and its queue's record, not a
-suspended coroutine: the end is a callback of that record on the Deferred of what served it.
+suspended coroutine: the end is the front's callback, carrying that record, on the Deferred of what
+served it.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from twisted.internet.defer import CancelledError
 from twisted.internet.interfaces import IReactorTime
@@ -30,15 +29,14 @@ Outcome = bytes | Failure
 
 
 class Handling:
-    """One request from its arrival to its end: what the end reads.  Called with the outcome of
-    what served it."""
+    """One request from its arrival to its end: what the end reads (the front's end callback on
+    the Deferred of what served it carries it)."""
 
-    __slots__ = ("end", "reply", "route", "request_id", "cluster_call", "in_flight", "started", "call",
+    __slots__ = ("reply", "route", "request_id", "cluster_call", "in_flight", "started", "call",
                  "limited", "timed", "model_label")
 
-    def __init__(self, end: Callable[[Handling, Outcome], Outcome], reply: Reply, route: Route,
-                 request_id: str, cluster_call: bool, in_flight: GaugeChild) -> None:
-        self.end = end
+    def __init__(self, reply: Reply, route: Route, request_id: str, cluster_call: bool,
+                 in_flight: GaugeChild) -> None:
         self.reply = reply
         self.route = route
         self.request_id = request_id
@@ -54,9 +52,6 @@ class Handling:
         """A master's answer: the model label is the routed record's once it answered."""
         self.model_label = label
         return answer
-
-    def __call__(self, outcome: Outcome) -> Outcome:
-        return self.end(self, outcome)
 
 
 def answer_outcome(handling: Handling, outcome: Outcome) -> Outcome:

@@ -97,13 +97,16 @@ class LocalInference:
     jobs: VideoJobs | None = attrs.field(init=False, default=None)
     #: Video jobs accepted by a backend here and not ended: each holds its runtime.
     jobs_running: int = attrs.field(init=False, default=0)
+    #: ``x-routerd-node``, encoded once.
+    _node_header: bytes = attrs.field(init=False, default=attrs.Factory(
+        lambda self: self.node_id.encode(), takes_self=True))
 
     def now_ms(self) -> int:
         return int(self.clock.seconds() * 1000)
 
     async def serve(self, call: Call, model: ModelConfig, public_id: str) -> bytes:
         """Serve ``call`` with ``model``; returns the final bytes (the caller finishes the request)."""
-        call.reply.set_header(b"x-routerd-node", self.node_id.encode())
+        call.reply.set_header(b"x-routerd-node", self._node_header)
         taken = False  # a video job the backend accepted: its end gives the runtime back (_job_ended)
         try:
             try:
@@ -130,7 +133,7 @@ class LocalInference:
                     raise HTTPError(502, str(exc), "backend_error", "backend_missing") from None
                 entry.state = "running"
                 waiting = False
-                self._dequeue(model.local_id)
+                count_down(self.queued, model.local_id)
                 if self.on_claimed is not None:
                     self.on_claimed(call, True)
                 call.serving_since = self.clock.seconds()
@@ -157,7 +160,7 @@ class LocalInference:
                         lease.release()
             finally:
                 if waiting:
-                    self._dequeue(model.local_id)
+                    count_down(self.queued, model.local_id)
                     if self.on_claimed is not None:
                         self.on_claimed(call, False)
                 if not taken:
@@ -218,14 +221,11 @@ class LocalInference:
             acquiring.cancel()
         return len(waiting)
 
-    def _dequeue(self, model_id: str) -> None:
-        count_down(self.queued, model_id)
-
     async def serve_unmodelled(self, call: Call) -> bytes:
         """Selector-less embeddings with no embeddings config loaded (reference §6.7): the request
         goes to the running text-side backend as the client sent it, without a model and without
         loading one; 503 when no backend runs.  The answer's ``model`` is the backend's own."""
-        call.reply.set_header(b"x-routerd-node", self.node_id.encode())
+        call.reply.set_header(b"x-routerd-node", self._node_header)
         lease = self.runtimes.lease_current(call.route.runtime)
         if lease is None:
             raise HTTPError(503, "no embeddings model is loaded and no backend runs to take the request",
@@ -416,7 +416,8 @@ class LocalInference:
         # The service time, from the backend slot being ours to the last byte: a
         # wait for a load (timed separately as a load sample) or in a queue is
         # not part of what the request cost.
-        duration = self.clock.seconds() - (call.serving_since or call.started)
+        now = self.clock.seconds()
+        duration = now - (call.serving_since or call.started)
         self.samples.finished(call)
         section = SECTIONS[call.route.kind]
         # Keyed as lending keys the model in the section's lane (an image model by its image ID),
@@ -424,7 +425,7 @@ class LocalInference:
         sample = RequestSample(
             model_id=section_key(section, model), section=section, work=call.outcome.work,
             duration_ms=duration * 1000.0, status=call.outcome.status,
-            finished_at_ms=self.now_ms(), http_status=call.outcome.http_status,
+            finished_at_ms=int(now * 1000), http_status=call.outcome.http_status,
             request_bytes=len(call.body), node_id=self.node_id)
         self.samples.record_request_sample(sample)
 

@@ -19,7 +19,7 @@ log = Logger()
 
 
 class _SampleStore(Protocol):
-    def add_request_sample(self, sample: RequestSample) -> None: ...
+    def add_request_sample(self, sample: RequestSample) -> object: ...
 
     def record_load_sample(self, sample: LoadSample) -> object: ...
 
@@ -49,7 +49,7 @@ class Measurements:
     def finished(self, call: Call) -> None:
         """A request left the backend; own work (not borrowed) resets the idle clock."""
         if not call.borrowed:
-            self.own_work_done()
+            self.own_work_at = self.clock.seconds()
 
     def record_request_sample(self, sample: RequestSample) -> None:
         """A finished request: its text metrics, and its sample into the router database (written

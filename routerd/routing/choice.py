@@ -204,7 +204,7 @@ def choose(call: Call, view: RoutingView,
 
 def _own(call: Call, view: RoutingView) -> Target:
     route = call.route
-    if not call.borrowed and _nothing_to_embed_with(call, view):
+    if not call.borrowed and call.selector is None and _nothing_to_embed_with(call, view):
         return UNMODELLED
     need = _need(route)
     own = None if call.borrowed else _own_recipe(call, view, need)

@@ -160,17 +160,13 @@ class Store:
         """Store one finished request; never fails (a failure is logged).  Fires once it is
         written (or dropped)."""
         done: Deferred[None] = Deferred()
-        if not self._queue_sample(sample, done):
+        if not self.add_request_sample(sample, done):
             done.callback(None)
         return done
 
-    def add_request_sample(self, sample: RequestSample) -> None:
-        """:meth:`record_request_sample` for a caller that does not wait for the write (the
-        request path): no Deferred per request."""
-        self._queue_sample(sample, None)
-
-    def _queue_sample(self, sample: RequestSample, done: Deferred[None] | None) -> bool:
-        """Queue ``sample`` (False: dropped, logged).
+    def add_request_sample(self, sample: RequestSample, done: Deferred[None] | None = None) -> bool:
+        """Queue ``sample``, firing ``done`` once it is written (False: dropped, logged).  The
+        request path waits for no write: it passes no Deferred.
 
         Samples are group-committed: when a write is already under way the
         sample joins the next batch, so a busy node does one transaction (and
