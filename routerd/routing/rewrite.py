@@ -287,7 +287,7 @@ class JsonRewriter(_HoldingRewriter):
 class _LineRewriter(_HoldingRewriter):
     """Shared machinery: split at line terminators, transform each line's content."""
 
-    def __init__(self, mapping: ModelMapping, max_line: int) -> None:
+    def __init__(self, mapping: ModelMapping, max_line: int = DEFAULT_MAX_LINE_BYTES) -> None:
         super().__init__(mapping, max_line)
         # Inside a line longer than the cap: pass bytes through until its terminator.
         self._overflow = False
@@ -357,9 +357,6 @@ class _LineRewriter(_HoldingRewriter):
 class SseRewriter(_LineRewriter):
     kind: RewriteKind = "sse"
 
-    def __init__(self, mapping: ModelMapping, max_line: int = DEFAULT_MAX_LINE_BYTES) -> None:
-        super().__init__(mapping, max_line)
-
     def _first_terminator(self, data: bytes) -> int:
         lf, cr = data.find(b"\n"), data.find(b"\r")
         if lf < 0:
@@ -391,9 +388,6 @@ class SseRewriter(_LineRewriter):
 
 class NdjsonRewriter(_LineRewriter):
     kind: RewriteKind = "ndjson"
-
-    def __init__(self, mapping: ModelMapping, max_line: int = DEFAULT_MAX_LINE_BYTES) -> None:
-        super().__init__(mapping, max_line)
 
     def _first_terminator(self, data: bytes) -> int:
         return data.find(b"\n")

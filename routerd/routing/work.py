@@ -87,13 +87,10 @@ def _counts(prompt: object, output: object) -> tuple[int, int] | None:
     return None
 
 
-_USAGE_MARKS = (b'"usage"', b'"timings"', b'"tokens_predicted"')
-
-
 def usage_from_tail(tail: bytes) -> tuple[int, int] | None:
     """Token counts from the last event of an SSE stream's tail that reports them (a final
     ``usage``, nested or not, or llama-server ``timings``)."""
-    last = max(tail.rfind(mark) for mark in _USAGE_MARKS)
+    last = max(tail.rfind(b'"usage"'), tail.rfind(b'"timings"'), tail.rfind(b'"tokens_predicted"'))
     if last < 0:
         return None
     # The report is nearly always in the last event naming it: parse from that event's start
