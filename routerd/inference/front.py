@@ -186,7 +186,7 @@ class InferenceFront:
         body = incoming.body
         try:
             result = select_model(route, body, content_type, incoming.query, incoming.headers,
-                                  self.max_form_parts())
+                                  self.max_form_parts)
             parsed = result.payload
             if route.runtime != "stt" and parsed is None:
                 parsed = parse_json_object(body)

@@ -15,7 +15,7 @@ A body that is neither empty nor multipart is parsed as JSON whatever its Conten
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import attrs
@@ -150,13 +150,14 @@ def select_model(
     content_type: str,
     query: Mapping[str, list[str]],
     headers: Mapping[str, str],
-    max_parts: int | None = None,
+    max_parts: int | Callable[[], int] | None = None,
 ) -> SelectorResult:
     """Find the request's model selector (see the module docstring for the order).
 
     Raises :class:`SelectorError` for an unparsable body, a non-string selector, or a missing
     model on a route that requires one (``"model is required"``); a form with more than
-    ``max_parts`` parts raises :class:`~routerd.routing.multipart.TooManyParts`.
+    ``max_parts`` parts raises :class:`~routerd.routing.multipart.TooManyParts`.  ``max_parts``
+    may be a callable (the front's live limit), asked only when the body is a form.
     """
     payload: dict[str, Any] | None = None
     form: tuple[Part, ...] | None = None
@@ -169,7 +170,7 @@ def select_model(
 
     if is_multipart(content_type):
         try:
-            parts = parse_form(body, content_type, max_parts)
+            parts = parse_form(body, content_type, max_parts() if callable(max_parts) else max_parts)
         except TooManyParts:
             raise
         except MultipartError as exc:
