@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import threading
 from collections.abc import Mapping
 from typing import Literal, TypeGuard
 
@@ -104,6 +105,9 @@ DEFAULT_MODE = "llama_sdcpp"
 
 # Every family by name once found (filled whole, on the first question asked of the registry).
 _BY_NAME: dict[str, Declared] = {}
+# Held while the families are being found: another thread asking waits; this thread asking again
+# (a family module asking at import time) is refused rather than answered with half the families.
+_FINDING = threading.RLock()
 _finding = False
 
 
@@ -112,28 +116,36 @@ def _found() -> Mapping[str, Declared]:
     global _finding
     if _BY_NAME:
         return _BY_NAME
-    if _finding:
-        raise RuntimeError("a module asked for the backend families while they were being found: "
-                           "a family module declares its facts itself and asks nothing at import")
-    _finding = True
-    try:
-        package = importlib.import_module(FAMILY_PACKAGE)
-        found: dict[str, Declared] = {}
-        for info in pkgutil.iter_modules(package.__path__):
-            module = importlib.import_module(f"{FAMILY_PACKAGE}.{info.name}")
-            facts = getattr(module, "DECLARED", None)
-            if facts is None:
-                continue
-            if not isinstance(facts, Declared) or facts.name != info.name:
-                raise ImportError(f"{module.__name__}.DECLARED must be the Declared facts of the "
-                                  f"{info.name} family")
-            found[facts.name] = facts
-        if DEFAULT_MODE not in found:
-            raise ImportError(f"no module of {FAMILY_PACKAGE} declares the default family {DEFAULT_MODE}")
-        _BY_NAME.update((name, found[name]) for name in sorted(found, key=lambda n: (n != DEFAULT_MODE, n)))
-    finally:
-        _finding = False
+    with _FINDING:
+        if _BY_NAME:
+            return _BY_NAME
+        if _finding:
+            raise RuntimeError("a module asked for the backend families while they were being found: "
+                               "a family module declares its facts itself and asks nothing at import")
+        _finding = True
+        try:
+            _BY_NAME.update(_scan())
+        finally:
+            _finding = False
     return _BY_NAME
+
+
+def _scan() -> dict[str, Declared]:
+    """The families declared in :data:`FAMILY_PACKAGE`, :data:`DEFAULT_MODE` first, then by name."""
+    package = importlib.import_module(FAMILY_PACKAGE)
+    found: dict[str, Declared] = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{FAMILY_PACKAGE}.{info.name}")
+        facts = getattr(module, "DECLARED", None)
+        if facts is None:
+            continue
+        if not isinstance(facts, Declared) or facts.name != info.name:
+            raise ImportError(f"{module.__name__}.DECLARED must be the Declared facts of the "
+                              f"{info.name} family")
+        found[facts.name] = facts
+    if DEFAULT_MODE not in found:
+        raise ImportError(f"no module of {FAMILY_PACKAGE} declares the default family {DEFAULT_MODE}")
+    return {name: found[name] for name in sorted(found, key=lambda name: (name != DEFAULT_MODE, name))}
 
 
 def every_family() -> tuple[Declared, ...]:
