@@ -40,10 +40,19 @@ class OwnWork:
     def load_starting(self, model: ModelConfig, kind: RuntimeKind | None) -> None:
         self.lending.get().own_work_arrived(self.runtimes.lanes_sharing(kind, model))
 
-    def acquiring(self, call: Call, model: ModelConfig) -> None:
-        self.lending.get().own_acquiring(call, model)  # own work first (spec "A helper's own work")
-        self.restorer.get().acquired(call.route.runtime, model.filename, borrowed=call.borrowed,
-                                     restore=call.restore_after_borrow or call.guardian_restore)
+
+
+class Acquiring:
+    """An own request is about to acquire its runtime: lending hears it first (own work first, spec
+    "A helper's own work"), then the restorer.  Built by the wiring, once both exist."""
+
+    def __init__(self, lending: LendingService, restorer: Restorer) -> None:
+        self.lending, self.restorer = lending, restorer
+
+    def __call__(self, call: Call, model: ModelConfig) -> None:
+        self.lending.own_acquiring(call, model)
+        self.restorer.acquired(call.route.runtime, model.filename, borrowed=call.borrowed,
+                               restore=call.restore_after_borrow or call.guardian_restore)
 
 
 class SettingsApplied:

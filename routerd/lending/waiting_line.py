@@ -40,7 +40,7 @@ class WaitingLine:
 
     def next_index(self, now_ms: int) -> int:
         """Where in :attr:`entries` the entry admitted next is (there is one)."""
-        if self.uniform():
+        if len(self._mix) <= 1:  # uniform: the list's order
             return 0
         index = self.order.pick(self.entries, now_ms)
         assert index is not None
@@ -49,7 +49,7 @@ class WaitingLine:
     def admit(self, index: int) -> Entry:
         """Take the entry at ``index`` out of the line and charge its key's share."""
         entry = self.entries.pop(index)
-        self._unmix(entry)
+        count_down(self._mix, (entry.priority, entry.key_name))
         self.order.charge(entry)
         return entry
 
