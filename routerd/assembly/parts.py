@@ -219,7 +219,7 @@ def build_role(p: NodeParts, *, coordinator: Late[Coordinator],
         decisions=p.decisions, own_busy=p.own_work.busy, active_config=side.active_config,
         on_settings=(p.settings_applied,), waiting_for_runtime=p.local.waiting_for_runtime,
         take_back=p.local.take_back, shared_lanes=p.runtimes.lanes_sharing,
-        max_queued=p.config.limits.max_queued_per_model, queued_in_backend=side.queued_in_backend,
+        max_queued=p.config.limits.max_queued_per_model, queued_in_backend=p.local.queued,
         key_weight=keys.weight, aging=p.config.queue.aging, run_local=p.local.serve)
 
 

@@ -7,7 +7,6 @@ weights.  What comes from the config is read once per config (at start, then by 
 from __future__ import annotations
 
 from routerd.backends.runtimes import Runtimes
-from routerd.catalog.model import ModelConfig
 from routerd.config.keys import KeyLimits
 from routerd.config.schema import Config
 from routerd.inference.local import LocalInference
@@ -24,9 +23,6 @@ class LocalSide:
 
     def active_config(self, lane: Lane) -> str:
         return self.runtimes.loaded_config(lane) or ""
-
-    def queued_in_backend(self, model: ModelConfig) -> int:
-        return self.local.queued.get(model.local_id, 0)
 
     def max_form_parts(self) -> int:
         return self._max_form_parts

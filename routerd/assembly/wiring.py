@@ -20,7 +20,7 @@ def wire(p: NodeParts, coordinator: Late[Coordinator]) -> None:
     own.lending.set(p.lending)
     own.restorer.set(p.restorer)
     own.own_loads.set(p.own_loads)
-    p.local.on_acquire = Acquiring(p.lending, p.restorer)  # own work first, then restore after borrow
+    p.local.on_acquire = Acquiring(p.lending.helper, p.restorer)  # own work first, then restore after borrow
     p.local.on_claimed = p.lending.helper.own_claimed
     p.local.blocked = p.assets.blocked  # unresolved portable assets block a load
     p.local.jobs = p.jobs

@@ -12,10 +12,11 @@ an owner's request, and a waiting request whose model has just become an owner i
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 
 from routerd.catalog.eligibility import concurrency
 from routerd.catalog.model import ModelConfig
+from routerd.config.lending import LendingSettings
 from routerd.errors import queue_full
 from routerd.lending.pricing import work_terms
 from routerd.lending.priority import RANK
@@ -38,10 +39,11 @@ class WorkHints:
         self._profiles = {profile.model_id: profile for profile in reversed(costs.tokens)}
 
     def terms(self, call: Call, lane: Lane, model_id: str,
-              context_reserve: int) -> tuple[tuple[float, ...], int]:
-        """The work of ``call`` for ``model_id`` (its :func:`~routerd.wire.lending.lane_key`)."""
+              settings: LendingSettings) -> tuple[tuple[float, ...], int]:
+        """The work of ``call`` for ``model_id`` (its :func:`~routerd.wire.lending.lane_key`), with
+        the ``scheduling_context_reserve`` of ``settings``."""
         profile = None if lane == "image" else self._profiles.get(model_id)
-        return work_terms(call, lane, profile, context_reserve)
+        return work_terms(call, lane, profile, settings.scheduling_context_reserve)
 
 
 def queue_own(queue: LaneQueue, call: Call, model: ModelConfig, model_id: str, now_ms: int,
@@ -57,13 +59,14 @@ def queue_own(queue: LaneQueue, call: Call, model: ModelConfig, model_id: str, n
 
 
 def refuse_when_full(queue: LaneQueue, model: ModelConfig, model_id: str, public_id: str, limit: int,
-                     queued_in_backend: Callable[[ModelConfig], int]) -> None:
+                     queued_in_backend: Mapping[str, int]) -> None:
     """Refuse (429 ``queue_full``) an own request that would wait behind ``limit``
     (``limits.max_queued_per_model``; 0: none) others of its model, held here or admitted to the
-    backend but still waiting for its slot (borrowed work is bounded by leases)."""
+    backend but still waiting for its slot (``queued_in_backend``, by local ID; borrowed work is
+    bounded by leases)."""
     if not limit:
         return
-    waiting = queue.waiting_native(model_id) + queued_in_backend(model)
+    waiting = queue.waiting_native(model_id) + queued_in_backend.get(model.local_id, 0)
     if waiting >= limit:
         raise queue_full(public_id, waiting, limit)
 

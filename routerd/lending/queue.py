@@ -56,6 +56,9 @@ from routerd.lending.queue_views import held_listing, lane_stats
 from routerd.lending.waiting_line import WaitingLine
 from routerd.wire.lending import HeldRequest, Lane, QueueStat
 
+#: The rank of the lowest class (an entry's class rank is clamped to 0..this).
+_LOWEST_CLASS = len(CLASSES) - 1
+
 
 class LaneQueue:
     """The router queue of one lane on one node."""
@@ -148,7 +151,7 @@ class LaneQueue:
             context=max(int(context), 0),
             streaming=streaming,
             borrowed=borrowed,
-            priority=min(max(int(priority), 0), len(CLASSES) - 1),
+            priority=min(max(int(priority), 0), _LOWEST_CLASS),
             key_name=key_name,
             weight=float(weight) if weight > 0 else 1.0,
         )
@@ -277,9 +280,15 @@ class LaneQueue:
             # the depth, plus its model's parallel places beyond the first for a native entry
             if in_backend >= (self._depth if head.borrowed else self._depth + head.concurrency - 1):
                 break
-            if not self._starts_at_once(head, in_backend) and self._outranked(head, now_ms):
-                break  # it would wait in the backend: keep that place for the higher class about
-            if self._holds(head, now_ms):
+            # it starts at once when everything in the backend is of its model and a place of the
+            # model's concurrency is free (with concurrency 1: nothing is in); else it would wait in
+            # the backend, and a higher class about keeps that place
+            starts_at_once = (in_backend < head.concurrency
+                              and self._admitted_of.get(head.model_id, 0) == in_backend)
+            if not starts_at_once and self._outranked(head, now_ms):
+                break
+            # only an owner's request can be lent, so only it waits for a helper
+            if head.model_id in self._owners and self._holds(head, now_ms):
                 head.holding = True
                 break
             self._line.admit(index)
@@ -289,12 +298,6 @@ class LaneQueue:
             self._admitted_of[head.model_id] = self._admitted_of.get(head.model_id, 0) + 1
             admitted.append(head.request_id)
         return Effects(admit=tuple(admitted)) if admitted else NO_EFFECTS
-
-    def _starts_at_once(self, head: Entry, in_backend: int) -> bool:
-        """Whether ``head`` admitted now (``in_backend`` entries are) would start at once: everything
-        in the backend is of its model and a place of the model's concurrency is free (with
-        concurrency 1: nothing is in)."""
-        return in_backend < head.concurrency and self._admitted_of.get(head.model_id, 0) == in_backend
 
     def _outranked(self, head: Entry, now_ms: int) -> bool:
         """Whether ``head`` may not take a place where it would wait in the backend because a
@@ -309,10 +312,9 @@ class LaneQueue:
         return any(r < rank and now_ms - seen < window for r, seen in self._class_seen.items())
 
     def _holds(self, head: Entry, now_ms: int) -> bool:
+        """Whether the hold check keeps ``head`` (of an owner model) waiting for a faster helper."""
         if self.hold is None or head.borrowed or head.streaming or head.returned:
             return False
-        if head.model_id not in self._owners:
-            return False  # only an owner's request can be lent, so only it waits for a helper
         if not self._admitted or any(e.borrowed or e.model_id != head.model_id for e in self._admitted):
             return False
         since = min(e.admitted_ms if e.admitted_ms is not None else now_ms for e in self._admitted)

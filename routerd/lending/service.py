@@ -14,7 +14,7 @@ Custody never moves: a lent request keeps its client connection here, and whatev
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import attrs
@@ -67,7 +67,7 @@ class LendingService:
                  on_settings: Iterable[Callable[[LendingSettings], None]] = (),
                  waiting_for_runtime: Callable[[str], bool] = lambda _rid: False,
                  take_back: Callable[[str], bool] = lambda _rid: False, shared_lanes: SharedLanes = _own_lane,
-                 max_queued: int = 0, queued_in_backend: Callable[[ModelConfig], int] = lambda _model: 0,
+                 max_queued: int = 0, queued_in_backend: Mapping[str, int] | None = None,
                  key_weight: Callable[[str], float] = lambda _name: 1.0,
                  aging: float = 30.0, run_local: RunLocal | None = None) -> None:
         self.node_id = node_id
@@ -90,13 +90,11 @@ class LendingService:
         self.shared_lanes = shared_lanes
         # ``limits.max_queued_per_model`` (a reload sets it: :meth:`set_limits`); 0 = unbounded
         self.max_queued = max_queued
-        # own requests of a model admitted to its backend that still wait for the slot (a load):
-        # they count against the same limit as the ones held here
-        self.queued_in_backend = queued_in_backend
-        # a key's limits.weight (fair share) by its name
-        self.key_weight = key_weight
-        self.config_settings = settings
-        self.settings = settings
+        # own requests of a model (by local ID) admitted to its backend that still wait for the slot
+        # (a load), a live count: they count against the same limit as the ones held here
+        self.queued_in_backend: Mapping[str, int] = queued_in_backend if queued_in_backend is not None else {}
+        self.key_weight = key_weight  # a key's limits.weight (fair share) by its name
+        self.config_settings = self.settings = settings
         self.links: dict[Lane, LinkSet] = {lane: LinkSet.build(lane, ()) for lane in LANES}
         self.guardians = GuardianSet()  # guardian models (stored on the master, pushed with the links)
         # Hold for a faster helper and the lent cut-off: lending.hold / lending.cutoff, wired in watch.
@@ -249,7 +247,8 @@ class LendingService:
         try:
             refuse_when_full(queue, model, model_id, public_id, self.max_queued, self.queued_in_backend)
             effects = queue_own(queue, call, model, model_id, self._now_ms(),
-                                self._work(call, lane, model_id), self.key_weight(call.key_name))
+                                self.work.terms(call, lane, model_id, self.settings),
+                                self.key_weight(call.key_name))
         except Exception:  # noqa: BLE001 - refused on arrival (429 queue_full...): the Deferred says so
             return defer.fail()
         if effects.admit:  # itself: nothing else waited
@@ -355,7 +354,7 @@ class LendingService:
         rid = call.request_id
         self._waiters[rid] = held
         if borrowed is not None:
-            work, context = self._work(call, lane, model_id)
+            work, context = self.work.terms(call, lane, model_id, self.settings)
             self.helper.borrowed[rid] = (lane, borrowed, self._now_ms())
             effects = queue.arrive_borrowed(rid, model_id, self._now_ms(), node_busy=self.node_busy(),
                                             work=work, context=context)
@@ -364,9 +363,9 @@ class LendingService:
             others = [other for other in self.shared_lanes(call.route.runtime, model) if other != lane]
             _, also_ahead = self.own_work_arrived(others)
             effects = queue_own(queue, call, model, model_id, self._now_ms(),
-                                self._work(call, lane, model_id), self.key_weight(call.key_name),
-                                reclaim=self.helper.reclaimable(queue), also_ahead=also_ahead,
-                                image=entry_image(call, lane, held.owner))
+                                self.work.terms(call, lane, model_id, self.settings),
+                                self.key_weight(call.key_name), reclaim=self.helper.reclaimable(queue),
+                                also_ahead=also_ahead, image=entry_image(call, lane, held.owner))
         self.apply(lane, effects)
         if borrowed is None:
             # its place in the class order, counting what the backend already runs (the answer's
@@ -397,10 +396,7 @@ class LendingService:
     def work_hint(self, call: Call, model: ModelConfig, lane: Lane) -> tuple[tuple[float, ...], int]:
         """The work terms (and, for text, the context) the queue and the planner price a request
         by: :func:`~routerd.lending.pricing.work_terms`, with this model's token profile."""
-        return self._work(call, lane, lane_key(lane, model))
-
-    def _work(self, call: Call, lane: Lane, model_id: str) -> tuple[tuple[float, ...], int]:
-        return self.work.terms(call, lane, model_id, self.settings.scheduling_context_reserve)
+        return self.work.terms(call, lane, lane_key(lane, model), self.settings)
 
     def _wake(self, rid: str, ticket: Ticket) -> None:
         held = self._waiters.pop(rid, None)

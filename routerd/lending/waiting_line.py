@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from routerd.counts import count_down
 from routerd.lending.priority import FairOrder, effective_rank
 from routerd.lending.queue_entries import Entry
 
@@ -49,7 +48,7 @@ class WaitingLine:
     def admit(self, index: int) -> Entry:
         """Take the entry at ``index`` out of the line and charge its key's share."""
         entry = self.entries.pop(index)
-        count_down(self._mix, (entry.priority, entry.key_name))
+        self._unmix(entry)
         self.order.charge(entry)
         return entry
 
@@ -105,7 +104,12 @@ class WaitingLine:
         return index + 1 if self.uniform() else self.order.place(entries, index, now_ms)
 
     def _unmix(self, entry: Entry) -> None:
-        count_down(self._mix, (entry.priority, entry.key_name))
+        kind = (entry.priority, entry.key_name)
+        left = self._mix[kind] - 1  # the entry is waiting: its kind is counted
+        if left:
+            self._mix[kind] = left
+        else:
+            del self._mix[kind]
 
 
 __all__ = ["WaitingLine"]
