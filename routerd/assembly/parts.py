@@ -220,7 +220,7 @@ def build_role(p: NodeParts, *, coordinator: Late[Coordinator],
         on_settings=(p.settings_applied,), waiting_for_runtime=p.local.waiting_for_runtime,
         take_back=p.local.take_back, shared_lanes=p.runtimes.lanes_sharing,
         max_queued=p.config.limits.max_queued_per_model, queued_in_backend=p.local.queued,
-        key_weight=keys.weight, aging=p.config.queue.aging, run_local=p.local.serve)
+        key_weights=keys.weights, aging=p.config.queue.aging, run_local=p.local.serve)
 
 
 def build_services(p: NodeParts, *, on_catalog: Callable[[Catalog], Awaitable[None]],

@@ -33,18 +33,15 @@ class KeyBook:
 
     def __init__(self, config: Config) -> None:
         self._limits: dict[str, KeyLimits] = {}
-        self._weights: dict[str, float] = {}
+        #: The fair-share weight of each named inference key (an unknown name weighs 1).
+        self.weights: dict[str, float] = {}
         self.reload(config)
 
     def reload(self, config: Config) -> None:
         entries = config.auth.inference_entries()  # each name once (the config refuses a name twice)
         self._limits = {key.name: key.limits for key in entries}
-        self._weights = {key.name: key.limits.weight for key in entries}
+        self.weights = {key.name: key.limits.weight for key in entries}
 
     def limits(self, key_name: str) -> KeyLimits | None:
         """The limits of the inference key named ``key_name`` (None for an unknown name)."""
         return self._limits.get(key_name)
-
-    def weight(self, key_name: str) -> float:
-        """The fair-share weight of the inference key named ``key_name`` (1 for unknown names)."""
-        return self._weights.get(key_name, 1.0)

@@ -47,14 +47,16 @@ class WorkHints:
 
 
 def queue_own(queue: LaneQueue, call: Call, model: ModelConfig, model_id: str, now_ms: int,
-              work: tuple[tuple[float, ...], int], weight: float, *, reclaim: Collection[str] = (),
-              also_ahead: int = 0, image: bool = False) -> Effects:
-    """Queue an own request (``work``: :meth:`WorkHints.terms`' terms and context; ``weight``: its
-    key's), handing back ``reclaim`` and counting ``also_ahead`` (:meth:`LaneQueue.arrive`)."""
+              work: tuple[tuple[float, ...], int], weights: Mapping[str, float], *,
+              reclaim: Collection[str] = (), also_ahead: int = 0, image: bool = False) -> Effects:
+    """Queue an own request (``work``: :meth:`WorkHints.terms`' terms and context; ``weights``: the
+    named keys', an unknown name weighing 1), handing back ``reclaim`` and counting ``also_ahead``
+    (:meth:`LaneQueue.arrive`)."""
     terms, context = work
     return queue.arrive(call.request_id, model_id, now_ms, work=terms, context=context,
                         streaming=call.stream, reclaim=reclaim, image=image, also_ahead=also_ahead,
-                        priority=RANK[call.priority], key_name=call.key_name, weight=weight,
+                        priority=RANK[call.priority], key_name=call.key_name,
+                        weight=weights.get(call.key_name, 1.0),
                         concurrency=concurrency(model))
 
 

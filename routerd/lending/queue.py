@@ -283,8 +283,8 @@ class LaneQueue:
             # it starts at once when everything in the backend is of its model and a place of the
             # model's concurrency is free (with concurrency 1: nothing is in); else it would wait in
             # the backend, and a higher class about keeps that place
-            starts_at_once = (in_backend < head.concurrency
-                              and self._admitted_of.get(head.model_id, 0) == in_backend)
+            of_model = self._admitted_of.get(head.model_id, 0)
+            starts_at_once = in_backend < head.concurrency and of_model == in_backend
             if not starts_at_once and self._outranked(head, now_ms):
                 break
             # only an owner's request can be lent, so only it waits for a helper
@@ -295,7 +295,7 @@ class LaneQueue:
             head.state = "admitted"
             head.admitted_ms = now_ms
             self._admitted.append(head)
-            self._admitted_of[head.model_id] = self._admitted_of.get(head.model_id, 0) + 1
+            self._admitted_of[head.model_id] = of_model + 1
             admitted.append(head.request_id)
         return Effects(admit=tuple(admitted)) if admitted else NO_EFFECTS
 
@@ -411,7 +411,9 @@ class LaneQueue:
             self._last_own_completion[entry.model_id] = now_ms
         lent = entry.state == "lent"
         self._forget(entry)
-        return NO_EFFECTS if lent else self.pump(now_ms)
+        if lent or not self._pending:
+            return NO_EFFECTS  # no backend place freed, or nothing waits for one
+        return self.pump(now_ms)
 
     def cancel(self, request_id: str, now_ms: int) -> Effects:
         """The client went away: drop the entry in whatever state it is (unknown ids are ignored)."""

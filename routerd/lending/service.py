@@ -68,7 +68,7 @@ class LendingService:
                  waiting_for_runtime: Callable[[str], bool] = lambda _rid: False,
                  take_back: Callable[[str], bool] = lambda _rid: False, shared_lanes: SharedLanes = _own_lane,
                  max_queued: int = 0, queued_in_backend: Mapping[str, int] | None = None,
-                 key_weight: Callable[[str], float] = lambda _name: 1.0,
+                 key_weights: Mapping[str, float] | None = None,
                  aging: float = 30.0, run_local: RunLocal | None = None) -> None:
         self.node_id = node_id
         #: What an admitted request runs: this node serving it locally (one shared callable).
@@ -88,12 +88,11 @@ class LendingService:
         # The lanes whose work runs in the runtime a request or a load of this node takes (its own
         # lane; every lane with KoboldCpp's one process): its own work takes borrowed work back there.
         self.shared_lanes = shared_lanes
-        # ``limits.max_queued_per_model`` (a reload sets it: :meth:`set_limits`); 0 = unbounded
-        self.max_queued = max_queued
+        self.max_queued = max_queued  # ``limits.max_queued_per_model`` (0: unbounded), set by a reload
         # own requests of a model (by local ID) admitted to its backend that still wait for the slot
         # (a load), a live count: they count against the same limit as the ones held here
         self.queued_in_backend: Mapping[str, int] = queued_in_backend if queued_in_backend is not None else {}
-        self.key_weight = key_weight  # a key's limits.weight (fair share) by its name
+        self.key_weights: Mapping[str, float] = key_weights or {}  # limits.weight (fair share) by key name
         self.config_settings = self.settings = settings
         self.links: dict[Lane, LinkSet] = {lane: LinkSet.build(lane, ()) for lane in LANES}
         self.guardians = GuardianSet()  # guardian models (stored on the master, pushed with the links)
@@ -129,9 +128,10 @@ class LendingService:
                                            link_set.owned_models(self.node_id))
             images_for_new_owners(self.queues[lane], {rid: w.call for rid, w in self._waiters.items()})
 
-    def set_limits(self, max_queued: int, aging: float) -> None:
-        """A reload's ``limits.max_queued_per_model`` and ``queue.aging`` (seconds), from now on."""
-        self.max_queued = max_queued
+    def set_limits(self, max_queued: int, aging: float, key_weights: Mapping[str, float]) -> None:
+        """A reload's ``limits.max_queued_per_model``, ``queue.aging`` (seconds) and named keys'
+        weights, from now on."""
+        self.max_queued, self.key_weights = max_queued, key_weights
         for queue in self._lanes:
             queue.set_aging(int(aging * 1000))
 
@@ -247,8 +247,7 @@ class LendingService:
         try:
             refuse_when_full(queue, model, model_id, public_id, self.max_queued, self.queued_in_backend)
             effects = queue_own(queue, call, model, model_id, self._now_ms(),
-                                self.work.terms(call, lane, model_id, self.settings),
-                                self.key_weight(call.key_name))
+                                self.work.terms(call, lane, model_id, self.settings), self.key_weights)
         except Exception:  # noqa: BLE001 - refused on arrival (429 queue_full...): the Deferred says so
             return defer.fail()
         if effects.admit:  # itself: nothing else waited
@@ -305,8 +304,9 @@ class LendingService:
         except CancelledError:
             self.apply(lane, queue.cancel(rid, self._now_ms()))
             raise
-        finally:
-            self._forget(rid)
+        finally:  # _forget
+            self._waiters.pop(rid, None)
+            self.helper.borrowed.pop(rid, None)
 
     async def _run_lent(self, held: WaitingRequest[Any], ticket: Ticket) -> bytes | None:
         """Lend ``held`` on the ticket's lease; None when it came back (it waits in the queue again)."""
@@ -364,7 +364,7 @@ class LendingService:
             _, also_ahead = self.own_work_arrived(others)
             effects = queue_own(queue, call, model, model_id, self._now_ms(),
                                 self.work.terms(call, lane, model_id, self.settings),
-                                self.key_weight(call.key_name), reclaim=self.helper.reclaimable(queue),
+                                self.key_weights, reclaim=self.helper.reclaimable(queue),
                                 also_ahead=also_ahead, image=entry_image(call, lane, held.owner))
         self.apply(lane, effects)
         if borrowed is None:

@@ -193,8 +193,8 @@ def test_reload_applies_the_limits_the_request_path_reads_once_per_config(tmp_pa
     world = World(tmp_path)
     node = world.node("solo", {"chat": TEXT})
     world.start(node)
-    before = (node.lending.max_queued, node.local_side.max_form_parts(), node.keys.weight("nightly"))
-    assert before == (node.config.limits.max_queued_per_model, node.config.limits.max_form_parts, 1.0)
+    before = (node.lending.max_queued, node.local_side.max_form_parts(), node.lending.key_weights)
+    assert before == (node.config.limits.max_queued_per_model, node.config.limits.max_form_parts, {})
     yaml_path = tmp_path / "solo" / "routerd.yaml"
     data = json.loads(yaml_path.read_text())
     data["limits"] = {**data.get("limits", {}), "max_queued_per_model": 7, "max_form_parts": 9}
@@ -209,7 +209,7 @@ def test_reload_applies_the_limits_the_request_path_reads_once_per_config(tmp_pa
     assert code == 200, report
     assert node.lending.max_queued == 7 and node.local_side.max_form_parts() == 9
     assert [q.order.aging_ms for q in node.lending.queues.values()] == [5000, 5000]
-    assert [node.keys.weight(name) for name in ("nightly", "chat", "other")] == [3.0, 5.0, 1.0]
+    assert node.lending.key_weights == {"nightly": 3.0, "chat": 5.0}
     limits = node.keys.limits("nightly")
     assert limits is not None and limits.max_concurrent == 2 and node.keys.limits("other") is None
 
