@@ -192,7 +192,7 @@ def build_common(p: NodeParts, config: Config, reactor: Any, *, clients: NodeCli
                               cluster.lending.offload_decisions_retention)
     p.settings_applied = SettingsApplied(p.decisions)
     p.keys = KeyBook(config)
-    p.local_side = LocalSide(p.runtimes, p.local, config)
+    p.local_side = LocalSide(p.runtimes, config)
 
 
 def build_role(p: NodeParts, *, coordinator: Late[Coordinator],

@@ -1,21 +1,19 @@
 """What parts read of this node's local side and current config, as bound methods instead of
-closures: for lending, the config a lane has loaded and the queue depth of local inference; for the
-front, the form-part limit; for the router queue and the key limiter, the named keys' limits and
-weights.  What comes from the config is read once per config (at start, then by each reload's
-:meth:`reload`), not once per request."""
+closures: for lending, the config a lane has loaded; for the front, the form-part limit; for the
+key limiter and the router queue, the named keys' limits and weights.  What comes from the config
+is read once per config (at start, then by each reload's :meth:`reload`), not once per request."""
 
 from __future__ import annotations
 
 from routerd.backends.runtimes import Runtimes
 from routerd.config.keys import KeyLimits
 from routerd.config.schema import Config
-from routerd.inference.local import LocalInference
 from routerd.lanes import Lane
 
 
 class LocalSide:
-    def __init__(self, runtimes: Runtimes, local: LocalInference, config: Config) -> None:
-        self.runtimes, self.local = runtimes, local
+    def __init__(self, runtimes: Runtimes, config: Config) -> None:
+        self.runtimes = runtimes
         self._max_form_parts = config.limits.max_form_parts
 
     def reload(self, config: Config) -> None:

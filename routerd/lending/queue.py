@@ -280,9 +280,8 @@ class LaneQueue:
             # the depth, plus its model's parallel places beyond the first for a native entry
             if in_backend >= (self._depth if head.borrowed else self._depth + head.concurrency - 1):
                 break
-            # it starts at once when everything in the backend is of its model and a place of the
-            # model's concurrency is free (with concurrency 1: nothing is in); else it would wait in
-            # the backend, and a higher class about keeps that place
+            # it starts at once when all in the backend is of its model, with a place of its concurrency
+            # free (concurrency 1: none in); else it would wait there: a higher class about keeps that
             of_model = self._admitted_of.get(head.model_id, 0)
             starts_at_once = in_backend < head.concurrency and of_model == in_backend
             if not starts_at_once and self._outranked(head, now_ms):
