@@ -25,6 +25,7 @@ reported through ``on_load``.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from twisted.internet.defer import Deferred, fail, gatherResults, succeed
@@ -141,19 +142,21 @@ class RuntimeSlot(SlotProcess):
     # -- scheduling ---------------------------------------------------------
 
     def _holds(self, model: ModelConfig) -> bool:
-        return self._config is not None and config_key(self._config) == config_key(model)
+        config = self._config
+        # the same object (a request for the loaded catalog entry) is the same config: two calls
+        # of config_key fewer a request
+        return config is model or (config is not None and config_key(config) == config_key(model))
 
     def _lease(self) -> RuntimeLease:
         assert self._config is not None and self._port is not None
         self._users += 1
-        generation = self._generation
-        return RuntimeLease(self.kind, self._config, self._port, lambda: self._release(generation))
+        return RuntimeLease(self.kind, self._config, self._port, partial(self._release, self._generation))
 
     def _release(self, generation: int) -> None:
         if generation != self._generation:
             return  # a lease on a process that died or was replaced: nothing to count
         self._users -= 1
-        if self._users == 0:
+        if self._users == 0 and self._queue:  # nobody waits: nothing to serve (~10 calls a request)
             self._pump()
 
     def _cancel_waiter(self, d: Deferred[Any]) -> None:
