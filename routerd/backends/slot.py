@@ -67,7 +67,8 @@ class RuntimeSlot(SlotProcess):
         """
         if self._state is S.CLOSED:
             return fail(RuntimeClosed(f"{self.name} runtime is stopped"))
-        if self._state is S.READY and not self._queue and self._holds(model):
+        # the very config object it holds (the loaded catalog entry) needs no config_key
+        if self._state is S.READY and not self._queue and (self._config is model or self._holds(model)):
             return succeed(self._lease())
         d: Deferred[RuntimeLease] = Deferred(self._cancel_waiter)
         self._queue.append(Waiter(model, d))
@@ -142,10 +143,7 @@ class RuntimeSlot(SlotProcess):
     # -- scheduling ---------------------------------------------------------
 
     def _holds(self, model: ModelConfig) -> bool:
-        config = self._config
-        # the same object (a request for the loaded catalog entry) is the same config: two calls
-        # of config_key fewer a request
-        return config is model or (config is not None and config_key(config) == config_key(model))
+        return self._config is not None and config_key(self._config) == config_key(model)
 
     def _lease(self) -> RuntimeLease:
         assert self._config is not None and self._port is not None
