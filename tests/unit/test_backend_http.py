@@ -151,12 +151,8 @@ def test_a_close_delimited_body_ends_with_potential_data_loss_and_is_not_reused(
 
 
 def test_a_reused_connection_closed_before_any_answer_byte_is_retried_once_on_a_fresh_one() -> None:
-    reactor, agent, _ = setup()
-    first = post(agent)
-    protocol, _transport = connect(reactor)
-    protocol.dataReceived(OK)
-    result(first).deliverBody(Body())
-    second = post(agent)  # goes out on the idle connection, which the backend had closed
+    # the second goes out on the idle connection, which the backend had closed
+    reactor, _agent, protocol, second = on_a_reused_connection()
     protocol.connectionLost(Failure(ConnectionDone()))
     assert not second.called and len(reactor.tcpClients) == 2
     fresh, transport = connect(reactor)
@@ -373,25 +369,25 @@ def test_answer_headers_give_every_value_of_a_name_in_any_case(fields: list[tupl
     assert headers.hasHeader(asked) is (expected is not None)
 
 
-def test_a_request_cancelled_on_a_reused_connection_is_not_sent_again_when_it_closes() -> None:
+def on_a_reused_connection() -> tuple[MemoryReactorClock, BackendAgent, Any, Deferred[Any]]:
+    """A first request answered whole, then a second sent on the same (kept-alive) connection."""
     reactor, agent, _ = setup()
     first = post(agent)
     protocol, _transport = connect(reactor)
     protocol.dataReceived(OK)
     result(first).deliverBody(Body())
-    second = post(agent)
+    return reactor, agent, protocol, post(agent)
+
+
+def test_a_request_cancelled_on_a_reused_connection_is_not_sent_again_when_it_closes() -> None:
+    reactor, _agent, protocol, second = on_a_reused_connection()
     second.cancel()
     protocol.connectionLost(Failure(ConnectionDone()))
     assert isinstance(result(second).value, CancelledError) and len(reactor.tcpClients) == 1
 
 
 def test_an_idle_connection_that_closes_after_its_answer_sends_nothing_again() -> None:
-    reactor, agent, _ = setup()
-    first = post(agent)
-    protocol, _transport = connect(reactor)
-    protocol.dataReceived(OK)
-    result(first).deliverBody(Body())
-    second = post(agent)
+    reactor, agent, protocol, second = on_a_reused_connection()
     protocol.dataReceived(OK)
     assert result(second).code == 200
     protocol.connectionLost(Failure(ConnectionDone()))
