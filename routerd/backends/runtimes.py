@@ -98,8 +98,8 @@ class Runtimes:
             mode: plugin.build(config, make, world) for mode, plugin in FAMILIES.items()}
         # Worked out once (a family's slots are built with it and never change) instead of per
         # request (benchmarks/trees.py --profile at one client: 45 calls a request to acquire a
-        # slot and name the loaded config before, 13 after).  Per mode: its family and every other family's
-        # slots, which one family's request must find idle.
+        # slot and name the loaded config before, 13 after).  Per mode: its family and every
+        # other family's slots, which one family's request must find idle.
         self._homes: dict[str, tuple[Family, tuple[RuntimeSlot, ...]]] = {
             mode: (family, tuple(s for other in self._families.values() if other is not family
                                  for s in other.slots()))
