@@ -11,7 +11,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from routerd.backends.errors import BackendMissing, LoadFailed, RuntimeClosed
-from routerd.backends.families import FAMILIES, Family, FamilyWorld, slot_factory
+from routerd.backends.families import Family, FamilyWorld, plugins, slot_factory
 from routerd.backends.process import (
     ProcessLauncher,
     ReactorProcessLauncher,
@@ -95,7 +95,7 @@ class Runtimes:
         self.default_mode = config.backend.mode
         world = FamilyWorld(reactor, http, probe_timeout_s)
         self._families: dict[str, Family] = {
-            mode: plugin.build(config, make, world) for mode, plugin in FAMILIES.items()}
+            mode: plugin.build(config, make, world) for mode, plugin in plugins().items()}
         # Worked out once (a family's slots are built with it and never change) instead of per
         # request (benchmarks/trees.py --profile at one client: 45 calls a request to acquire a
         # slot and name the loaded config before, 13 after).  Per mode: its family and every
