@@ -49,7 +49,7 @@ class Connection(Protocol):
     @property
     def server(self) -> Server: ...
 
-    def answered(self, reply: LeanReply) -> None: ...
+    def answered(self, reply: LeanReply, now: float | None = None) -> None: ...
 
 
 class LeanReply:
@@ -150,7 +150,7 @@ class LeanReply:
         channel = self.channel
         transport = channel.transport
         assert transport is not None
-        now = channel.server.seconds()  # read once: the Date, the access line's ms
+        now = channel.server.seconds()  # read once: the Date, the access line's ms, the channel's idle
         if not self.started:
             self.started = True
             send_with_head(transport, self._head_bytes(len(body), now), body)
@@ -162,7 +162,7 @@ class LeanReply:
         self._release()
         if _INFO in gate.levels:  # access_logged(), without its two frames
             self._log(now)
-        channel.answered(self)
+        channel.answered(self, now)
 
     def failed(self, failure: Failure) -> None:
         if self.gone or self.finished:

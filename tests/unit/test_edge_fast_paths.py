@@ -3,6 +3,8 @@
 - :class:`~routerd.api.lean_reply.LeanReply` renders its answer head itself: byte for byte what
   :func:`~routerd.api.access.answer_head` writes for the same status, headers, length, close and
   content type; its headers replace a name set again in any case, as a case-insensitive lookup does;
+- :func:`~routerd.api.head.clean_head` builds a clean head in a few calls: what
+  :func:`~routerd.api.head.build_head` builds, or None (never where it refuses);
 - :func:`~routerd.api.access.log_access` checks the four values a client chose in one pass: the
   event and its line are those of escaping each value with :func:`~routerd.api.access.printable`.
 """
@@ -17,8 +19,9 @@ from twisted.internet.testing import StringTransport
 from twisted.logger import capturedLogs
 
 from routerd.api.access import answer_head, log_access, printable
-from routerd.api.head import build_head
+from routerd.api.head import build_head, clean_head, head_of_lines
 from routerd.api.lean_reply import LeanReply
+from routerd.errors import HTTPError
 from routerd.logs import ACCESS_FORMAT, message
 
 NAMES = st.sampled_from([b"content-type", b"Content-Type", b"x-routerd-node", b"X-Routerd-Node",
@@ -101,3 +104,54 @@ def test_the_access_line_escapes_as_printable_does_field_by_field(method: str, p
                                 "request_id": "r", "client": printable(client)}
     assert {key: event[key] for key in expected} == expected
     assert message(event) == ACCESS_FORMAT.format(**expected)
+
+
+FIELD_NAMES = st.sampled_from([b"Host", b"host", b"Content-Length", b"Content-Type", b"Connection", b"X-A",
+                               b"Transfer-Encoding", b"Authorization", b"X-Forwarded-For", b"Bad Name", b"",
+                               b" Host", b"Host ", b"X\x01"])
+FIELD_VALUES = st.sampled_from([b"n", b" n ", b"\tn", b"5", b" 12 ", b"0x5", b"close", b"keep-alive",
+                                b"chunked", b"a, b", b"", b"  ", b"\xe9t\xe9", b"a\x00b", b"a\x7f", b"a\rb",
+                                b"a\nb", b"x:y", b"12345678901234567890", b"\xb2"]) | st.binary(max_size=6)
+FIELD_LINE = st.tuples(FIELD_NAMES, st.sampled_from([b":", b": ", b"", b" : "]), FIELD_VALUES).map(b"".join)
+GOOD_LINE = st.tuples(st.sampled_from([b"Content-Type", b"X-A", b"x-b", b"Accept", b"Content-Length"]),
+                      st.sampled_from([b":", b": ", b":\t"]),
+                      st.sampled_from([b"application/json", b"5", b" 7 ", b"a, b", b"", b"\xe9", b"v:w"]),
+                      ).map(b"".join)
+
+
+def _same_head(a: Any, b: Any) -> bool:
+    return all(getattr(a, slot) == getattr(b, slot) for slot in a.__slots__)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(method=st.just(b"POST") | st.sampled_from([b"POST", b"GET", b"PUT", b"P\x01ST", b"BREW"]),
+       target=st.just(b"/v1/chat/completions")
+       | st.sampled_from([b"/v1/chat/completions", b"/v1/x?model=a", b"/a b", b"*", b"/\x80", b"/%41"]),
+       version=st.just(b"HTTP/1.1") | st.sampled_from([b"HTTP/1.1", b"HTTP/1.0", b"HTTP/2.0", b"HTTP/x"]),
+       host=st.sampled_from([[b"Host: n"], [b"host:n "], []]),
+       lines=st.lists(GOOD_LINE | GOOD_LINE | FIELD_LINE, max_size=4, unique=True), padding=st.sampled_from([0, 0, 9000]))
+def test_a_clean_head_is_what_build_head_builds(method: bytes, target: bytes, version: bytes,
+                                               host: list[bytes], lines: list[bytes], padding: int) -> None:
+    """clean_head gives build_head's head or None (never another head, never where build_head
+    refuses), on heads clean and not (case, whitespace, control bytes, repeats, missing colons,
+    bad lengths, long heads)."""
+    lines = host + lines
+    if padding:
+        lines = [*lines, b"X-Pad: " + b"p" * padding]
+    block = b"\r\n".join([method + b" " + target + b" " + version, *lines])
+    field_lines = b"".join(line + b"\r\n" for line in lines)
+    for _ in range(2):  # the second time with the names build_head has checked
+        try:
+            general = head_of_lines(method, target, version, lines)
+        except HTTPError:
+            general = None
+        fast = clean_head(method, target, version, len(block), field_lines)
+        assert fast is None or (general is not None and _same_head(fast, general))
+
+
+def test_a_clean_head_is_taken_once_its_names_are_known() -> None:
+    lines = [b"Host: n", b"Content-Length: 2", b"Content-Type: application/json"]
+    head_of_lines(b"POST", b"/v1/chat/completions", b"HTTP/1.1", lines)
+    fast = clean_head(b"POST", b"/v1/chat/completions", b"HTTP/1.1", 80,
+                      b"".join(line + b"\r\n" for line in lines))
+    assert fast is not None and fast.length == 2 and fast.fields["content-type"] == "application/json"
