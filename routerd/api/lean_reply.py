@@ -23,7 +23,7 @@ from routerd.api.errors import INTERNAL_ERROR, reply_error, reply_failure
 from routerd.api.head import RequestHead
 from routerd.errors import ErrorStyle
 from routerd.logs import gate, request_model
-from routerd.transports import send, send_with_head
+from routerd.transports import JOIN_BELOW, send, send_with_head
 
 log = Logger()
 _INFO = LogLevel.info
@@ -151,14 +151,18 @@ class LeanReply:
         transport = channel.transport
         assert transport is not None
         now = channel.server.seconds()  # read once: the Date, the access line's ms, the channel's idle
+        size = len(body)
         if not self.started:
             self.started = True
-            send_with_head(transport, self._head_bytes(len(body), now), body)
+            if size < JOIN_BELOW:  # send_with_head's rule, without its frame and len
+                send(transport, self._head_bytes(size, now) + body)
+            else:
+                send_with_head(transport, self._head_bytes(size, now), body)
         elif body:
-            send(transport, b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body))
+            send(transport, b"%x\r\n%b\r\n0\r\n\r\n" % (size, body))
         else:
             send(transport, b"0\r\n\r\n")
-        self.sent += len(body)
+        self.sent += size
         self._release()
         if _INFO in gate.levels:  # access_logged(), without its two frames
             self._log(now)
