@@ -139,7 +139,7 @@ def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str,
     # membership and subscripts rather than dict.get and the ``enabled`` property: no calls for
     # the fields a request does not carry
     origin = fields["origin"] if cors.origins and "origin" in fields else None
-    host = policy.client_host(peer, fields["x-forwarded-for"] if "x-forwarded-for" in fields else None)
+    host = policy.client_host(peer, fields["x-forwarded-for"]) if "x-forwarded-for" in fields else peer
     if origin is not None and head.method == "OPTIONS" and "access-control-request-method" in fields:
         if not policy.client_allowed(host):
             return _refuse(HTTPError(403, "client address is not allowed", "forbidden", "forbidden"),
@@ -194,7 +194,7 @@ def _key_of(policy: AuthPolicy, cls: RouteClass, fields: Mapping[str, str],
             authorization: str | None) -> tuple[str, str, int]:
     """The admitting key's name and class (see :attr:`Verdict.key_name`), and its
     ``max_concurrent`` (0: none, or not counted here)."""
-    if cls == "inference":
+    if cls == "inference" and policy.named_keys:
         key = policy.inference_key(authorization.encode("latin-1") if authorization is not None else None)
         return ("", "", 0) if key is None else (key.name, key.priority, key.limits.max_concurrent)
     if cls == "cluster":

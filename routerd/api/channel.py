@@ -325,10 +325,12 @@ class LeanChannel(protocol.Protocol):
 
     def _buffered(self) -> bytes:
         parts = self._parts
-        if len(parts) != 1:
-            joined = b"".join(parts)
-            self._parts = parts = [joined]
-        return parts[0]
+        try:  # one part, as a small request arrives: no len() call
+            [data] = parts
+        except ValueError:
+            data = b"".join(parts)
+            self._parts = [data]
+        return data
 
     def _serve_buffered(self, now: float | None = None) -> None:
         """Serve the complete requests in the buffer, one at a time, or hand the connection over
@@ -336,39 +338,38 @@ class LeanChannel(protocol.Protocol):
         if self._serving:
             return
         self._serving = True
+        if now is None:
+            now = self.server.seconds()
         try:
-            self._serve_loop(self.server.seconds() if now is None else now)
+            while self._busy is None and self._inner is None and self._have and not self._closing \
+                    and not self._write_blocked:
+                head = self._head
+                if head is None:
+                    data = self._buffered()
+                    end = data.find(b"\r\n\r\n", 0, HEAD_LIMIT + 4)
+                    if end < 0:
+                        if self._have > HEAD_LIMIT:
+                            self._hand_over()
+                        return
+                    head = self._admit(data, end)
+                    if head is None:
+                        return  # refused or handed over
+                    self._head = head
+                    self.state, self.since = "body", now
+                    length = head.request.length
+                    self._body_by = body_deadline(self.server.guard.limits, now, length) if length else 0.0
+                total = head.size + (head.request.length or 0)
+                if self._have < total:
+                    return  # the body is still arriving
+                data = self._buffered()
+                body = data[head.size:total]
+                rest = data[total:]
+                self._parts = [rest] if rest else []
+                self._have -= total  # len(rest)
+                self._head = None
+                self._start(head, body, now)
         finally:
             self._serving = False
-
-    def _serve_loop(self, now: float) -> None:
-        while self._busy is None and self._inner is None and self._have and not self._closing \
-                and not self._write_blocked:
-            head = self._head
-            if head is None:
-                data = self._parts[0] if len(self._parts) == 1 else self._buffered()
-                end = data.find(b"\r\n\r\n", 0, HEAD_LIMIT + 4)
-                if end < 0:
-                    if self._have > HEAD_LIMIT:
-                        self._hand_over()
-                    return
-                head = self._admit(data, end)
-                if head is None:
-                    return  # refused or handed over
-                self._head = head
-                self.state, self.since = "body", now
-                length = head.request.length
-                self._body_by = body_deadline(self.server.guard.limits, now, length) if length else 0.0
-            total = head.size + (head.request.length or 0)
-            if self._have < total:
-                return  # the body is still arriving
-            data = self._parts[0] if len(self._parts) == 1 else self._buffered()
-            body = data[head.size:total]
-            rest = data[total:]
-            self._parts = [rest] if rest else []
-            self._have = len(rest)
-            self._head = None
-            self._start(head, body, now)
 
     def _admit(self, data: bytes, end: int) -> _Head | None:
         """The head ``data[:end]`` if this channel serves it and admission admits it; a refused one
@@ -376,11 +377,11 @@ class LeanChannel(protocol.Protocol):
         line_end = data.find(_CRLF, 0, end)
         if line_end < 0:
             line_end = end  # no field lines
-        request_line = data[:line_end].split(b" ")
-        if len(request_line) != 3:
+        try:  # three words (no len() call), else twisted.web's channel serves it
+            method, target, version = data[:line_end].split(b" ")
+        except ValueError:
             self._hand_over()
             return None
-        method, target, version = request_line
         try:  # a clean head in a few calls (clean_head), any other line by line (build_head)
             request = clean_head(method, target, version, end, data[line_end + 2:end + 2]) \
                 or head_of_lines(method, target, version, data[:end].split(_CRLF)[1:])

@@ -110,7 +110,8 @@ class LeanReply:
             return
         transport = self.channel.transport
         assert transport is not None
-        chunk = b"%x\r\n%b\r\n" % (len(data), data)
+        size = len(data)  # once: a streamed answer writes ~20 chunks
+        chunk = b"%x\r\n%b\r\n" % (size, data)
         if not self.started:
             self.started = True
             # the first chunk goes out at once
@@ -118,7 +119,7 @@ class LeanReply:
         else:
             # later chunks are queued: those written in one reactor turn leave in one send
             transport.write(chunk)
-        self.sent += len(data)
+        self.sent += size
 
     def abort(self) -> None:
         """End the answer incomplete: the connection is dropped and nothing more is written (not
