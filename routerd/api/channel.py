@@ -389,7 +389,7 @@ class LeanChannel(protocol.Protocol):
             self._refuse(err, (), None, method, target)
             return None
         exact = self.server.routes.exact
-        raw_path = target if not request.query else target.partition(b"?")[0]
+        raw_path = target if b"?" not in target else target.partition(b"?")[0]
         handler = (exact[raw_path] if raw_path in exact else self.server.routes.find(raw_path)) \
             if method == b"POST" and version == b"HTTP/1.1" else None
         if handler is None or not _HANDED_OVER.isdisjoint(request.fields):

@@ -23,6 +23,7 @@ from routerd.api.head import build_head, clean_head, head_of_lines
 from routerd.api.lean_reply import LeanReply
 from routerd.errors import HTTPError
 from routerd.logs import ACCESS_FORMAT, message
+from tests.unit.test_api_channel import Served, post
 
 NAMES = st.sampled_from([b"content-type", b"Content-Type", b"x-routerd-node", b"X-Routerd-Node",
                          b"x-routerd-request-id", b"allow", b"Cache-Control", b"x-a", b"X-A"])
@@ -129,7 +130,8 @@ def _same_head(a: Any, b: Any) -> bool:
        | st.sampled_from([b"/v1/chat/completions", b"/v1/x?model=a", b"/a b", b"*", b"/\x80", b"/%41"]),
        version=st.just(b"HTTP/1.1") | st.sampled_from([b"HTTP/1.1", b"HTTP/1.0", b"HTTP/2.0", b"HTTP/x"]),
        host=st.sampled_from([[b"Host: n"], [b"host:n "], []]),
-       lines=st.lists(GOOD_LINE | GOOD_LINE | FIELD_LINE, max_size=4, unique=True), padding=st.sampled_from([0, 0, 9000]))
+       lines=st.lists(GOOD_LINE | GOOD_LINE | FIELD_LINE, max_size=4, unique=True),
+       padding=st.sampled_from([0, 0, 9000]))
 def test_a_clean_head_is_what_build_head_builds(method: bytes, target: bytes, version: bytes,
                                                host: list[bytes], lines: list[bytes], padding: int) -> None:
     """clean_head gives build_head's head or None (never another head, never where build_head
@@ -155,3 +157,12 @@ def test_a_clean_head_is_taken_once_its_names_are_known() -> None:
     fast = clean_head(b"POST", b"/v1/chat/completions", b"HTTP/1.1", 80,
                       b"".join(line + b"\r\n" for line in lines))
     assert fast is not None and fast.length == 2 and fast.fields["content-type"] == "application/json"
+
+
+def test_an_empty_query_is_served_by_the_lean_channel_at_its_path() -> None:
+    """``/v1/chat/completions?`` is the lean route's path with an empty query: served by the lean
+    channel (the route looked up without the ``?``), as ``?x=1`` is."""
+    for target in (b"/v1/chat/completions?", b"/v1/chat/completions?x=1", b"/v1/chat/completions"):
+        served = Served()
+        served.send(post(b'{"model":"m"}', target))
+        assert served.channel._inner is None and served.api.calls[0][0] == "/v1/chat/completions", target
