@@ -79,8 +79,10 @@ class BufferBudget:
         if cap < self.floor:
             cap = self.floor
         held = self._held
-        left = cap - held[holder][0] if holder in held else cap
-        return free if free < left else left if left > 0 else 0
+        left = cap - held[holder][0] if holder in held else cap  # what its share leaves it
+        if left <= 0:
+            return 0
+        return free if free < left else left
 
     def arriving(self, holder: str) -> int:
         """How many of ``holder``'s requests are admitted with their bodies still arriving."""

@@ -5,6 +5,8 @@
   content type; its headers replace a name set again in any case, as a case-insensitive lookup does;
 - :func:`~routerd.api.head.clean_head` builds a clean head in a few calls: what
   :func:`~routerd.api.head.build_head` builds, or None (never where it refuses);
+- :class:`~routerd.api.budget.BufferBudget` compares where it called max and min: the same
+  bytes and holders as those formulas after any steps;
 - :func:`~routerd.api.access.log_access` checks the four values a client chose in one pass: the
   event and its line are those of escaping each value with :func:`~routerd.api.access.printable`.
 """
@@ -19,6 +21,7 @@ from twisted.internet.testing import StringTransport
 from twisted.logger import capturedLogs
 
 from routerd.api.access import answer_head, log_access, printable
+from routerd.api.budget import BufferBudget
 from routerd.api.head import build_head, clean_head, head_of_lines
 from routerd.api.lean_reply import LeanReply
 from routerd.errors import HTTPError
@@ -166,3 +169,68 @@ def test_an_empty_query_is_served_by_the_lean_channel_at_its_path() -> None:
         served = Served()
         served.send(post(b'{"model":"m"}', target))
         assert served.channel._inner is None and served.api.calls[0][0] == "/v1/chat/completions", target
+
+
+class _ReferenceBudget:
+    """BufferBudget's rules as max/min formulas (what its comparisons must keep)."""
+
+    def __init__(self, limit: int, share: float, floor: int) -> None:
+        self.limit, self.used, self.share, self.floor = limit, 0, share, floor
+        self.held: dict[str, tuple[int, int]] = {}
+
+    def free_for(self, holder: str) -> int:
+        free = max(0, self.limit - self.used)
+        if not holder:
+            return free
+        cap = max(int(self.limit * self.share), self.floor)
+        return max(0, min(free, cap - self.held.get(holder, (0, 0))[0]))
+
+    def take(self, size: int, holder: str) -> bool:
+        if self.used + size > self.limit:
+            return False
+        self.used += size
+        if holder:
+            held, arriving = self.held.get(holder, (0, 0))
+            self.held[holder] = (held + size, arriving + 1)
+        return True
+
+    def arrived(self, holder: str) -> None:
+        if holder in self.held:
+            held, arriving = self.held[holder]
+            self.held[holder] = (held, max(0, arriving - 1))
+
+    def give(self, size: int, holder: str, arriving: bool) -> None:
+        self.used = max(0, self.used - size)
+        if holder and holder in self.held:
+            held, count = self.held[holder]
+            held, count = held - size, count - 1 if arriving else count
+            if held <= 0 and count <= 0:
+                del self.held[holder]
+            else:
+                self.held[holder] = (max(0, held), max(0, count))
+
+
+BUDGET_STEPS = st.lists(st.tuples(st.sampled_from(["free_for", "take", "arrived", "give"]),
+                                  st.sampled_from(["", "key a", "client b"]), st.integers(0, 120),
+                                  st.booleans()), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(limit=st.integers(0, 300), share=st.sampled_from([0.0, 0.25, 0.5, 1.0]), floor=st.integers(0, 100),
+       steps=BUDGET_STEPS)
+def test_the_budget_keeps_its_max_min_rules(limit: int, share: float, floor: int,
+                                            steps: list[tuple[str, str, int, bool]]) -> None:
+    budget, reference = BufferBudget(limit, share, floor), _ReferenceBudget(limit, share, floor)
+    for step, holder, size, arriving in steps:
+        if step == "free_for":
+            assert budget.free_for(holder) == reference.free_for(holder)
+        elif step == "take":
+            assert budget.take(size, holder) == reference.take(size, holder)
+        elif step == "arrived":
+            budget.arrived(holder)
+            reference.arrived(holder)
+        else:
+            budget.give(size, holder, arriving)
+            reference.give(size, holder, arriving)
+        assert (budget.used, budget._held, budget.free) == (reference.used, reference.held,
+                                                            max(0, reference.limit - reference.used))
