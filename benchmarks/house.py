@@ -8,8 +8,10 @@ Counts, each the way anyone can check it by reading the code:
   (every ``import`` statement, at any depth, ``TYPE_CHECKING`` blocks included) and of ``webui/js``
   (ES module ``import ... from "./x.js"``);
 - "issue N" references in ``routerd/`` (the history belongs in commits and the CHANGELOG);
-- string comparisons on a backend mode outside the family declarations and the simulator (a literal
-  family name compared with ``==``, ``!=`` or ``in``, or a ``mode`` compared with anything).
+- string comparisons on a backend mode outside the family modules and the simulator (a literal
+  family name, as :mod:`routerd.families` finds them, compared with ``==``, ``!=`` or ``in``, or a
+  ``mode`` compared with anything; ``for mode in`` is a loop, not a comparison, and a backend
+  answer's ``answer_format`` is not a mode even where its value is ``"kobold"``, KoboldCpp's API).
 
     .venv/bin/python benchmarks/house.py [--strict]
 
@@ -26,17 +28,20 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from routerd.families import backend_modes
+
 ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 500
 NODE_MAX_LINES = 200
 ISSUE_REF = re.compile(r"\bissues? \d+", re.IGNORECASE)
 JS_IMPORT = re.compile(r"""^\s*import\b[^'"]*['"](\./[^'"]+)['"]""", re.MULTILINE)
-FAMILY_NAMES = ("llama_sdcpp", "kobold", "vllm")
-_NAMES = "|".join(FAMILY_NAMES)
-#: a family's name compared as a string, or a ``mode`` compared with anything
+_NAMES = "|".join(backend_modes())
+#: a family's name compared as a string, or a ``mode`` compared with anything (not ``for mode in``)
 MODE_COMPARISON = re.compile(
     rf"""(==|!=|\bin)\s*\(?\s*['"]({_NAMES})['"]|['"]({_NAMES})['"]\s*(==|!=)"""
-    r"""|\bmode\b\s*(==|!=|not in|in)\s""")
+    r"""|(?<!for )\bmode\b\s*(==|!=|not in|in)\s""")
+#: a backend answer's format compared (``"kobold"`` there names KoboldCpp's API, not the family)
+ANSWER_FORMAT_COMPARISON = re.compile(r"""\banswer_format\s*(==|!=|not in|in)\s""")
 
 
 def module_name(path: Path) -> str:
@@ -195,8 +200,9 @@ def main() -> int:
 
     comparisons = [(p, i + 1) for p in sources if not {"families", "sim"} & set(p.relative_to(ROOT).parts)
                    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines())
-                   if MODE_COMPARISON.search(line)]
-    print(f"string comparisons on a backend mode outside the family declarations: {len(comparisons)}")
+                   if MODE_COMPARISON.search(line) and not ANSWER_FORMAT_COMPARISON.search(line)]
+    print(f"string comparisons on a backend mode outside the family modules and the simulator: "
+          f"{len(comparisons)}")
     for p, line in comparisons[:30]:
         print(f"  {p.relative_to(ROOT)}:{line}")
 

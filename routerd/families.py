@@ -1,34 +1,54 @@
-"""What every layer may know about a backend family without running it: its declared facts.
+"""The registry of backend families: what every layer may know about one without running it.
 
 A backend family is a way of running the inference programs (the node's ``backend.mode``, or a
-``.kcpps`` file's ``backend_mode``).  Each one declares here its name, the config section naming the
-program of each runtime kind it serves, whether one process serves every lane, the keys its section
-holds besides ``binary_path`` and ``extra_args``, the routes its programs serve as the client sent
-them and the routes they cannot serve, and the simulator (a ``routerd-sim`` program) standing in for
-each program.  How a family runs (command lines, readiness probes, runtime slots) is its module in
-:mod:`routerd.backends.families`, which carries its declaration from here.
+``.kcpps`` file's ``backend_mode``).  Each family is one module of :data:`FAMILY_PACKAGE`
+(``routerd/backends/families/<name>.py``) and declares there, in its ``DECLARED``, its facts as a
+:class:`Declared`: its name, the config section naming the program of each runtime kind it serves,
+whether one process serves every lane, the keys its section holds besides ``binary_path`` and
+``extra_args``, the routes its programs serve as the client sent them and the routes they cannot
+serve, and the simulator (a ``routerd-sim`` program) standing in for each program.  The same module
+holds how the family runs (command lines, readiness probes, runtime slots) as its ``PLUGIN``.
 
-The declarations sit on the ground floor, importing nothing of routerd, because the config, the
-catalog, routing and the lending core read them and all sit below the backends; every list of modes
-and every choice that depends on a mode is derived from :data:`DECLARED`.
+Why the registry finds the families instead of listing them: adding a family is then its module
+(plus its simulator) and nothing else; no list here, in the config, the catalog or the API
+description names the families.  The config, the catalog, routing and the lending core ask their
+questions here (every list of modes and every choice that depends on a mode is derived from what is
+found), and they all sit below the backends, so this module stays on the ground floor: it imports
+nothing of routerd by an ``import`` statement.  The families are found at the first question asked,
+by :mod:`pkgutil` over :data:`FAMILY_PACKAGE` and :func:`importlib.import_module` of each module,
+never at import time, so no import circle forms (a lower layer asks, at run time, what a higher one
+declares).  That is the layering cost: the first question imports the family modules, and with them
+the backends (Twisted, the slots); a process that only parses a config pays that once.  No module may
+ask at import time (a constant computed from :func:`backend_modes` in a module a family imports
+would be asked while the families are being found: :func:`_found` refuses that).
+
+Python entry points (``[project.entry-points."routerd.families"]``) were weighed: they would let a
+third party ship a family, but each family would then touch ``pyproject.toml`` too (and an editable
+install would need reinstalling to see it), and loading one imports its module all the same; a
+package scan keeps the one-module rule and can take entry points beside it when a family ships
+outside the tree.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+import threading
 from collections.abc import Mapping
-from typing import Literal
+from typing import Literal, TypeGuard
 
 import attrs
 
 __all__ = [
-    "BACKEND_MODES",
-    "DECLARED",
-    "RUNTIME_KINDS",
-    "BINARY_SECTIONS",
     "DEFAULT_MODE",
+    "FAMILY_PACKAGE",
+    "RUNTIME_KINDS",
     "Declared",
     "RuntimeKind",
+    "backend_modes",
+    "binary_sections",
     "declared",
+    "every_family",
     "is_declared",
     "modes_phrase",
     "single_process",
@@ -76,62 +96,94 @@ class Declared:
         return tuple(dict.fromkeys(self.sections[kind] for kind in self.kinds))
 
 
-_KOBOLD_ROUTES = frozenset({"kobold_tts", "kobold_generate", "kobold_generate_stream", "kobold_transcribe",
-                            "kobold_music"})
+#: The package holding one module per family; each module that defines ``DECLARED`` (a
+#: :class:`Declared` named after the module) is a family.
+FAMILY_PACKAGE = "routerd.backends.families"
+#: A node's ``backend.mode`` when its config names none; the families are listed with it first, then
+#: by name.
+DEFAULT_MODE = "llama_sdcpp"
 
-#: Every family, in the order the modes are listed (the first is the default mode).
-DECLARED: tuple[Declared, ...] = (
-    Declared(
-        "llama_sdcpp",
-        sections={"text": "llama", "image": "sdcpp", "stt": "whispercpp"},
-        simulators={"llama": "llama-server", "sdcpp": "sd-server", "whispercpp": "whisper-server"},
-        refuses=frozenset({"kobold_generate_stream"}),
-        video=True,
-    ),
-    Declared(
-        "kobold",
-        sections={"text": "kobold", "image": "kobold", "stt": "kobold"},
-        simulators={"kobold": "koboldcpp"},
-        single_process=True,
-        settings=("no_model", "reload_timeout"),
-        passes_through=_KOBOLD_ROUTES | {"tts", "stt"},
-    ),
-    Declared(
-        "vllm",
-        sections={"text": "vllm", "stt": "vllm"},
-        simulators={"vllm": "vllm"},
-        passes_through=frozenset({"tts", "stt"}),
-        refuses=_KOBOLD_ROUTES | {"llama_completion", "image", "sd_txt2img", "sd_img2img"},
-        context_from_settings=True,
-    ),
-)
+# Every family by name once found (filled whole, on the first question asked of the registry).
+_BY_NAME: dict[str, Declared] = {}
+# Held while the families are being found: another thread asking waits; this thread asking again
+# (a family module asking at import time) is refused rather than answered with half the families.
+_FINDING = threading.RLock()
+_finding = False
 
-_BY_NAME: Mapping[str, Declared] = {family.name: family for family in DECLARED}
-BACKEND_MODES: tuple[str, ...] = tuple(_BY_NAME)
-#: A node's ``backend.mode`` when its config names none: the first family declared.
-DEFAULT_MODE = BACKEND_MODES[0]
-#: Every family's config sections, each once.
-BINARY_SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(s for f in DECLARED for s in f.binary_sections))
+
+def _found() -> Mapping[str, Declared]:
+    """Every family by name, found (once) by importing each module of :data:`FAMILY_PACKAGE`."""
+    global _finding
+    if _BY_NAME:
+        return _BY_NAME
+    with _FINDING:
+        if _BY_NAME:
+            return _BY_NAME
+        if _finding:
+            raise RuntimeError("a module asked for the backend families while they were being found: "
+                               "a family module declares its facts itself and asks nothing at import")
+        _finding = True
+        try:
+            _BY_NAME.update(_scan())
+        finally:
+            _finding = False
+    return _BY_NAME
+
+
+def _scan() -> dict[str, Declared]:
+    """The families declared in :data:`FAMILY_PACKAGE`, :data:`DEFAULT_MODE` first, then by name."""
+    package = importlib.import_module(FAMILY_PACKAGE)
+    found: dict[str, Declared] = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{FAMILY_PACKAGE}.{info.name}")
+        facts = getattr(module, "DECLARED", None)
+        if facts is None:
+            continue
+        if not isinstance(facts, Declared) or facts.name != info.name:
+            raise ImportError(f"{module.__name__}.DECLARED must be the Declared facts of the "
+                              f"{info.name} family")
+        found[facts.name] = facts
+    if DEFAULT_MODE not in found:
+        raise ImportError(f"no module of {FAMILY_PACKAGE} declares the default family {DEFAULT_MODE}")
+    return {name: found[name] for name in sorted(found, key=lambda name: (name != DEFAULT_MODE, name))}
+
+
+def every_family() -> tuple[Declared, ...]:
+    """Every family, in the order the modes are listed (:data:`DEFAULT_MODE` first, then by name)."""
+    return tuple(_found().values())
+
+
+def backend_modes() -> tuple[str, ...]:
+    """Every family's name (``backend.mode`` / ``backend_mode`` value), in :func:`every_family` order."""
+    return tuple(_found())
+
+
+def binary_sections() -> tuple[str, ...]:
+    """Every family's config sections, each once, in :func:`every_family` order."""
+    return tuple(dict.fromkeys(section for family in every_family() for section in family.binary_sections))
 
 
 def declared(mode: str) -> Declared:
     """The family named ``mode``; ``KeyError`` for a name no family declares."""
-    return _BY_NAME[mode]
+    try:
+        return _BY_NAME[mode]
+    except KeyError:
+        return _found()[mode]
 
 
-def is_declared(name: object) -> bool:
+def is_declared(name: object) -> TypeGuard[str]:
     """Whether ``name`` (any value a config or a request gave as a mode) names a declared family."""
-    return isinstance(name, str) and name in _BY_NAME
+    return isinstance(name, str) and name in _found()
 
 
 def single_process(mode: str) -> bool:
     """Whether one process serves every lane in the ``mode`` family (false for an unknown or empty
     mode, as a node that reports none)."""
-    family = _BY_NAME.get(mode)
+    family = (_BY_NAME or _found()).get(mode)
     return family is not None and family.single_process
 
 
 def modes_phrase() -> str:
     """``"kobold, llama_sdcpp, or vllm"``: the modes for an error message."""
-    names = sorted(BACKEND_MODES)
+    names = sorted(_found())
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + ", or " + names[-1]

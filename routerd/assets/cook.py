@@ -23,11 +23,11 @@ import attrs
 from routerd.assets.paths import UnsafePath, resolve_in_roots, walk_files
 from routerd.backends.check import check_families
 from routerd.catalog.backend_args import unsafe_arg
-from routerd.catalog.kcpps import BACKEND_MODES, KCPPS_SUFFIX, config_from_mapping
+from routerd.catalog.kcpps import KCPPS_SUFFIX, config_from_mapping
 from routerd.catalog.model import ModelConfig
 from routerd.catalog.problems import near_miss_keys, weight_problems
 from routerd.config.schema import Config
-from routerd.families import is_declared
+from routerd.families import backend_modes, is_declared
 from routerd.files import write_json_atomically
 
 #: The weight fields Cook fills (the ``.kcpps`` keys), in the order a form shows them.
@@ -132,7 +132,7 @@ def parse_order(body: Mapping[str, Any]) -> CookOrder:
             raise CookError(f"files.{field} must be a path relative to a file root")
     mode = body.get("backend_mode")
     if mode is not None and not is_declared(mode):
-        raise CookError("backend_mode must be one of " + ", ".join(BACKEND_MODES))
+        raise CookError("backend_mode must be one of " + ", ".join(backend_modes()))
     replace = body.get("replace", False)
     if not isinstance(replace, bool):
         raise CookError("replace must be true or false")

@@ -11,7 +11,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from routerd.backends.errors import BackendMissing, LoadFailed, RuntimeClosed
-from routerd.backends.families import FAMILIES, Family, FamilyWorld, slot_factory
+from routerd.backends.families import Family, FamilyWorld, plugins, slot_factory
 from routerd.backends.process import (
     ProcessLauncher,
     ReactorProcessLauncher,
@@ -97,7 +97,7 @@ class Runtimes:
         self.default_mode = config.backend.mode
         world = FamilyWorld(reactor, http, probe_timeout_s)
         self._families: dict[str, Family] = {
-            mode: plugin.build(config, make, world) for mode, plugin in FAMILIES.items()}
+            mode: plugin.build(config, make, world) for mode, plugin in plugins().items()}
         # (slot name, kind) -> (config filename, slot state since, ready)
         self._lanes: dict[tuple[str, RuntimeKind], tuple[str, float, bool]] = {}
         # lanes_sharing's answers: asked on every queued arrival (benchmarks/trees.py --profile:

@@ -44,10 +44,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from routerd.catalog.model import MUSIC_FIELDS, Capabilities, InvalidConfig, ModelConfig
-from routerd.families import BACKEND_MODES, declared, modes_phrase
+from routerd.families import declared, is_declared, modes_phrase
 
 KCPPS_SUFFIX = ".kcpps"
-BAD_BACKEND_MODE = "backend_mode must be " + modes_phrase()
 NO_MODEL_FILE = "config names no model file"
 
 # Endings stripped from a weights file name to form an image ID (contract §3),
@@ -67,6 +66,11 @@ PORTABLE_KEYS: tuple[str, ...] = ("model", "mmproj", "embeddingsmodel", "sdmodel
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # Raw keys not carried in ``ModelConfig.options`` (cluster.md §3.3).
 OPTION_EXCLUDED_KEYS: frozenset[str] = frozenset({"mcp_servers", "mcp_enabled", "mcpfile"})
+
+
+def bad_backend_mode() -> str:
+    """Why a ``backend_mode`` naming no declared family is refused."""
+    return "backend_mode must be " + modes_phrase()
 
 
 class _Invalid(Exception):
@@ -233,8 +237,8 @@ def _backend_mode(raw: Mapping[str, Any], default: str) -> str:
     value = raw.get("backend_mode")
     if value is None or value == "":
         return default
-    if not isinstance(value, str) or value not in BACKEND_MODES:
-        raise _Invalid(BAD_BACKEND_MODE)
+    if not is_declared(value):
+        raise _Invalid(bad_backend_mode())
     return value
 
 
@@ -384,8 +388,7 @@ def parse_kcpps(path: str, default_backend_mode: str) -> ModelConfig | InvalidCo
 
 
 __all__ = [
-    "BACKEND_MODES",
-    "BAD_BACKEND_MODE",
+    "bad_backend_mode",
     "NO_MODEL_FILE",
     "PATH_MARKER",
     "config_from_mapping",

@@ -34,18 +34,25 @@ from routerd.config.schema import (
     QueueConfig,
     ServerConfig,
 )
-from routerd.families import BINARY_SECTIONS, DECLARED, DEFAULT_MODE, is_declared, modes_phrase
+from routerd.families import DEFAULT_MODE, binary_sections, every_family, is_declared, modes_phrase
 
 PLACEHOLDER_TOKENS = ("change-me", "changeme", "replace-me", "replace_me")
 MIN_TOKEN_LENGTH = 16
 TOKEN_ENV = "ROUTERD_CLUSTER_TOKEN"
 TOKEN_FILE_ENV = "ROUTERD_CLUSTER_TOKEN_FILE"
 
-#: Keys a family's section has besides ``binary_path`` and ``extra_args``.
-_FAMILY_KEYS: dict[str, tuple[str, ...]] = {section: family.settings for family in DECLARED
-                                            for section in family.binary_sections if family.settings}
-_SECTIONS = ("server", "auth", "models", "backend", *BINARY_SECTIONS, "cluster", "limits", "queue",
-             "analytics")
+
+
+def _family_keys() -> dict[str, tuple[str, ...]]:
+    """Keys a family's section has besides ``binary_path`` and ``extra_args``."""
+    return {section: family.settings for family in every_family()
+            for section in family.binary_sections if family.settings}
+
+
+def _sections() -> tuple[str, ...]:
+    """Every section a config may have (the families' sections as the families declare them)."""
+    return ("server", "auth", "models", "backend", *binary_sections(), "cluster", "limits", "queue",
+            "analytics")
 
 
 class ConfigError(Exception):
@@ -102,10 +109,11 @@ def parse_config(
 ) -> Config:
     """Validate a parsed YAML mapping into a ``Config`` or raise ``ConfigError``."""
     errs = Errors()
+    known = _sections()
     for section in data:
-        if section not in _SECTIONS:
-            errs.add(str(section), "unknown section" + did_you_mean(str(section), _SECTIONS))
-    sections = {name: section_of(data, name, errs) for name in _SECTIONS}
+        if section not in known:
+            errs.add(str(section), "unknown section" + did_you_mean(str(section), known))
+    sections = {name: section_of(data, name, errs) for name in known}
     reader = Reader(errs, base_dir)
 
     s = sections["server"]
@@ -190,8 +198,9 @@ def parse_config(
     if not is_declared(backend.mode):
         errs.add("backend.mode", "must be " + modes_phrase())
 
-    binaries: dict[str, Any] = {name: reader.binary(sections[name], name, _FAMILY_KEYS.get(name, ()))
-                                for name in BINARY_SECTIONS}
+    family_keys = _family_keys()
+    binaries: dict[str, Any] = {name: reader.binary(sections[name], name, family_keys.get(name, ()))
+                                for name in binary_sections()}
     k = sections["kobold"]
     base = binaries["kobold"]
     binaries["kobold"] = KoboldConfig(

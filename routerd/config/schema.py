@@ -10,7 +10,6 @@ import attrs
 
 from routerd.config.keys import InferenceKey
 from routerd.config.lending import LendingSettings
-from routerd.families import BACKEND_MODES as BACKEND_MODES
 from routerd.families import DEFAULT_MODE
 
 ROLES = ("standalone", "master", "slave")

@@ -14,7 +14,7 @@ import attrs
 import yaml
 
 from routerd.config.schema import ModelsConfig
-from routerd.families import BINARY_SECTIONS
+from routerd.families import binary_sections
 
 SLAVE_FILES = ("slave-a.yaml", "slave-b.yaml")
 MASTER_FILE = "master.yaml"
@@ -102,7 +102,7 @@ def anchor_paths(data: Mapping[str, Any], source_dir: Path, store_name: str) -> 
         roots = [roots]
     if isinstance(roots, list):
         models["file_roots"] = [absolute(r) if isinstance(r, str) and r else r for r in roots]
-    for name in BINARY_SECTIONS:
+    for name in binary_sections():
         section = out.get(name)
         if not isinstance(section, dict):
             continue

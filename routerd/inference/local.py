@@ -135,7 +135,7 @@ class LocalInference:
                     self.on_claimed(call, True)
                 call.serving_since = self.clock.seconds()
                 try:
-                    if plan.mode == "job":
+                    if plan.answer_format == "job":
                         answer, running = await self._submit_job(call, lease.base_url, plan, public_id)
                         if running is not None:
                             taken = True
@@ -343,8 +343,8 @@ class LocalInference:
     async def _stream(self, call: Call, response: Any, plan: BackendPlan, public_id: str,
                       ctype: str) -> bytes:
         reply = call.reply
-        if plan.mode in ("ollama_chat", "ollama_generate"):
-            mode: Literal["chat", "generate"] = "chat" if plan.mode == "ollama_chat" else "generate"
+        if plan.answer_format in ("ollama_chat", "ollama_generate"):
+            mode: Literal["chat", "generate"] = "chat" if plan.answer_format == "ollama_chat" else "generate"
             converter: Any = ollama.SSEToNDJSON(mode, public_id, self.clock.seconds)
             reply.set_header(b"content-type", b"application/x-ndjson")
             reply.set_header(b"x-content-type-options", b"nosniff")
@@ -361,7 +361,7 @@ class LocalInference:
     def _convert(self, call: Call, plan: BackendPlan, public_id: str, code: int, ctype: str,
                  raw: bytes) -> tuple[str, bytes]:
         ok = 200 <= code < 300
-        if plan.mode == "whisper":
+        if plan.answer_format == "whisper":
             if not ok:
                 return "application/json", whisper.whisper_error_to_openai(code, raw)
             try:
@@ -369,19 +369,19 @@ class LocalInference:
             except whisper.WhisperError as exc:
                 raise HTTPError(502, f"speech-to-text backend failed: {exc}",
                                 "backend_error", "backend_error") from None
-        if plan.mode.startswith("ollama"):
+        if plan.answer_format.startswith("ollama"):
             if not ok:
                 return "application/json", ollama.openai_error_to_ollama(code, raw)
             data = _loads(raw)
             self._usage(call, data)
-            if plan.mode == "ollama_chat":
+            if plan.answer_format == "ollama_chat":
                 out = ollama.openai_chat_to_ollama(data, public_id, _iso_now(), 0)
-            elif plan.mode == "ollama_generate":
+            elif plan.answer_format == "ollama_generate":
                 out = ollama.openai_completion_to_ollama_generate(data, public_id, _iso_now(), 0)
             else:
                 out = ollama.openai_embeddings_to_ollama_embed(data, public_id)
             return "application/json", json.dumps(out).encode()
-        if plan.mode == "kobold" and ok:
+        if plan.answer_format == "kobold" and ok:
             data = _loads(raw)
             self._usage(call, data)
             return "application/json", json.dumps(kobold.llama_completion_to_kobold(data)).encode()

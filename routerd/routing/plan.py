@@ -31,7 +31,7 @@ from routerd.routing.adapters import kobold, ollama, whisper
 from routerd.routing.classify import Route
 from routerd.routing.multipart import Part, build_form, make_boundary, parse_form
 
-ResponseMode = Literal["openai", "ollama_chat", "ollama_generate", "ollama_embed", "kobold", "whisper", "job"]
+AnswerFormat = Literal["openai", "ollama_chat", "ollama_generate", "ollama_embed", "kobold", "whisper", "job"]
 
 SECTIONS: Mapping[str, str] = {
     "chat": "llm", "completion": "llm", "ollama_chat": "llm", "ollama_generate": "llm",
@@ -54,15 +54,18 @@ class BackendPlan:
     path: str
     body: bytes
     content_type: str
-    mode: ResponseMode
+    #: The form the backend's answer comes in, which says how it is turned into the client's (not
+    #: a backend mode: every family's answers come in one of these).
+    answer_format: AnswerFormat
     stream: bool
+    #: The transcription format the client asked whisper for (its ``response_format`` field).
     response_format: str = "json"
 
 
-#: An ollama route's converter to its OpenAI call, the mode its answer is read in, and whether it
+#: An ollama route's converter to its OpenAI call, the format its answer is read in, and whether it
 #: may stream.
 _ToOpenAI = Callable[[Mapping[str, Any]], tuple[str, dict[str, Any]]]
-_OLLAMA_TO_OPENAI: Mapping[str, tuple[_ToOpenAI, ResponseMode, bool]] = {
+_OLLAMA_TO_OPENAI: Mapping[str, tuple[_ToOpenAI, AnswerFormat, bool]] = {
     "ollama_chat": (ollama.ollama_chat_to_openai, "ollama_chat", True),
     "ollama_generate": (ollama.ollama_generate_to_openai, "ollama_generate", True),
     "ollama_embed": (ollama.ollama_embed_to_openai, "ollama_embed", False),
@@ -109,12 +112,12 @@ def plan_backend_call(route: Route, path: str, parsed: Mapping[str, Any] | None,
     if kind in ("image", "sd_txt2img", "sd_img2img"):
         return BackendPlan(path, raw, "application/json", "openai", False)
     if kind in _OLLAMA_TO_OPENAI:
-        to_openai, mode, streams = _OLLAMA_TO_OPENAI[kind]
+        to_openai, answer, streams = _OLLAMA_TO_OPENAI[kind]
         backend_path, out = to_openai(body)
         out["model"] = local_id
-        if mode == "ollama_generate" and backend_path.endswith("/chat/completions"):
-            mode = "ollama_chat"  # a generate call with images goes to the chat route
-        return BackendPlan(backend_path, _json(out), "application/json", mode, stream and streams)
+        if answer == "ollama_generate" and backend_path.endswith("/chat/completions"):
+            answer = "ollama_chat"  # a generate call with images goes to the chat route
+        return BackendPlan(backend_path, _json(out), "application/json", answer, stream and streams)
     if kind == "kobold_generate":
         backend_path, out = kobold.kobold_generate_to_llama(body)
         return BackendPlan(backend_path, _json(out), "application/json", "kobold", False)

@@ -17,9 +17,10 @@ from twisted.logger import (
 )
 from twisted.web.server import Site
 
+from routerd.families import every_family
 from routerd.logs import text_observer
 from routerd.sim.control import Knobs
-from routerd.sim.families import FAMILIES, Family, get_family
+from routerd.sim.families import Family, get_family, programs
 from routerd.sim.flags import SIM_FLAGS, parse_flags
 from routerd.sim.runtime import Clock, SimRuntime
 from routerd.sim.weights import WeightsError, load_weights
@@ -50,7 +51,9 @@ class SimServer:
 
 
 def usage() -> str:
-    names = " | ".join(FAMILIES)
+    # the programs in the order the backend families name them, then any other by name
+    named = [program for family in every_family() for program in family.simulators.values()]
+    names = " | ".join(sorted(programs(), key=lambda n: (named.index(n) if n in named else len(named), n)))
     return f"usage: routerd-sim FAMILY [flags of the real binary]\n  FAMILY: {names}\n"
 
 

@@ -28,6 +28,7 @@ from routerd.sim.flags import Flag, below_floor
 from routerd.sim.kobold_models import ModelSet, model_set_from_args, model_set_from_config
 from routerd.sim.llama import LlamaOptions, LlamaServer, _TextJob
 from routerd.sim.outputs import generate_tokens, music_plan, music_wav, speech_seconds, speech_wav, transcript
+from routerd.sim.program import Family, one_slot
 from routerd.sim.routes import build_family_app, openai_error_page, routes
 from routerd.sim.runtime import Handler, SimRuntime
 from routerd.sim.sd import SdOptions, SdServer
@@ -46,7 +47,8 @@ from routerd.sim.web import (
 )
 from routerd.sim.weights import Weights, WeightsError
 
-__all__ = ["FLAGS", "ModelSet", "build_app", "initial_weights", "model_set_from_config", "validate_args"]
+__all__ = ["FLAGS", "PROGRAM", "ModelSet", "build_app", "initial_weights", "model_set_from_config",
+           "validate_args"]
 
 VERSION = "1.99-routerd-sim"
 #: Kobold's default generation length (``max_length``).
@@ -376,3 +378,6 @@ def build_app(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:
         *routes("POST", posts, work=True),
     ]
     return build_family_app(runtime, table, loading_reply=_loading, error_body=openai_error_page)
+
+
+PROGRAM = Family("koboldcpp", "text", FLAGS, build_app, one_slot, validate_args, initial_weights)

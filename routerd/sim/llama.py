@@ -15,6 +15,7 @@ from twisted.web.server import Request
 
 from routerd.sim.flags import Flag, below_floor
 from routerd.sim.outputs import embedding_vector, generate_tokens
+from routerd.sim.program import Family
 from routerd.sim.routes import build_family_app, openai_error_page, routes
 from routerd.sim.runtime import Handler, SimRuntime, WeightsServer
 from routerd.sim.timing import count_tokens, requested_max_tokens, text_seconds
@@ -29,7 +30,7 @@ from routerd.sim.web import (
 )
 from routerd.sim.weights import Weights
 
-__all__ = ["FLAGS", "LlamaOptions", "build_app", "chat_prompt", "options_from_args"]
+__all__ = ["FLAGS", "PROGRAM", "LlamaOptions", "build_app", "chat_prompt", "options_from_args"]
 
 FLAGS: tuple[Flag, ...] = (
     Flag(("--host",), "host", str, "127.0.0.1", "address to listen on", "HOST"),
@@ -425,3 +426,14 @@ def build_app(runtime: SimRuntime, options: LlamaOptions) -> Klein:
     }
     table = [*routes("GET", gets, work=False), *routes("POST", posts, work=True)]
     return build_family_app(runtime, table, loading_reply=_loading, error_body=openai_error_page)
+
+
+def _build(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:
+    return build_app(runtime, options_from_args(ns))
+
+
+def _slots(ns: argparse.Namespace) -> int:
+    return int(ns.parallel)
+
+
+PROGRAM = Family("llama-server", "text", FLAGS, _build, _slots, validate_args)

@@ -19,6 +19,7 @@ from twisted.web.server import Request
 
 from routerd.sim.flags import Flag
 from routerd.sim.outputs import digest, png_b64
+from routerd.sim.program import Family, one_slot
 from routerd.sim.routes import build_family_app, openai_error_page, routes
 from routerd.sim.runtime import SimRuntime, WeightsServer
 from routerd.sim.timing import DEFAULT_IMAGE_SIZE, DEFAULT_STEPS, image_seconds
@@ -31,7 +32,7 @@ from routerd.sim.web import (
 )
 from routerd.sim.weights import Weights, weights_display_name
 
-__all__ = ["FLAGS", "ImageJob", "SdOptions", "VideoJob", "build_app", "options_from_args"]
+__all__ = ["FLAGS", "PROGRAM", "ImageJob", "SdOptions", "VideoJob", "build_app", "options_from_args"]
 
 FLAGS: tuple[Flag, ...] = (
     Flag(("-l", "--listen-ip", "--host"), "host", str, "127.0.0.1", "address to listen on", "HOST"),
@@ -292,3 +293,10 @@ def build_app(runtime: SimRuntime, options: SdOptions) -> Klein:
         *routes("POST", {"/sdcpp/v1/jobs/<job_id>/cancel": server.cancel}, work=False),
     ]
     return build_family_app(runtime, table, loading_reply=_loading, error_body=openai_error_page)
+
+
+def _build(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:
+    return build_app(runtime, options_from_args(ns))
+
+
+PROGRAM = Family("sd-server", "image", FLAGS, _build, one_slot, validate_args)

@@ -20,6 +20,7 @@ from twisted.web.server import Request
 from routerd.sim.flags import Flag, below_floor
 from routerd.sim.llama import LlamaOptions, LlamaServer
 from routerd.sim.outputs import speech_seconds, speech_wav, transcript
+from routerd.sim.program import Family
 from routerd.sim.routes import build_family_app, routes
 from routerd.sim.runtime import Handler, SimRuntime
 from routerd.sim.timing import stt_seconds
@@ -27,7 +28,7 @@ from routerd.sim.wav import wav_duration
 from routerd.sim.web import BadRequest, HttpError, read_json, send_json, send_text, set_header
 from routerd.sim.weights import Weights, WeightsError, load_weights
 
-__all__ = ["FLAGS", "VllmServer", "build_app", "initial_weights", "prepare_argv", "validate_args"]
+__all__ = ["FLAGS", "PROGRAM", "VllmServer", "build_app", "initial_weights", "prepare_argv", "validate_args"]
 
 FLAGS: tuple[Flag, ...] = (
     Flag(("--host",), "host", str, "127.0.0.1", "address to listen on", "HOST"),
@@ -197,3 +198,5 @@ def build_app(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:
 def _error_page(code: int, message: str) -> object:
     return VllmError(code, message, "NotFoundError" if code == 404 else "BadRequestError").body()
 
+
+PROGRAM = Family("vllm", "text", FLAGS, build_app, slots, validate_args, initial_weights, prepare_argv)

@@ -11,6 +11,7 @@ from twisted.web.server import Request
 
 from routerd.sim.flags import Flag
 from routerd.sim.outputs import transcript
+from routerd.sim.program import Family
 from routerd.sim.routes import build_family_app, routes
 from routerd.sim.runtime import SimRuntime
 from routerd.sim.timing import stt_seconds
@@ -18,7 +19,7 @@ from routerd.sim.wav import wav_duration
 from routerd.sim.web import HttpError, send_json, send_text
 from routerd.sim.weights import WeightsError, load_weights
 
-__all__ = ["FLAGS", "WhisperOptions", "build_app", "options_from_args"]
+__all__ = ["FLAGS", "PROGRAM", "WhisperOptions", "build_app", "options_from_args"]
 
 FLAGS: tuple[Flag, ...] = (
     Flag(("--host",), "host", str, "127.0.0.1", "address to listen on", "HOST"),
@@ -134,3 +135,10 @@ def build_app(runtime: SimRuntime, options: WhisperOptions) -> Klein:
     ]
     return build_family_app(runtime, table, loading_reply=_loading,
                             error_body=lambda code, message: {"error": message})
+
+
+def _build(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:
+    return build_app(runtime, options_from_args(ns))
+
+
+PROGRAM = Family("whisper-server", "stt", FLAGS, _build)

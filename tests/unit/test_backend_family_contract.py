@@ -1,17 +1,21 @@
 """The plug-in contract every registered backend family keeps, run over the whole registry.
 
-For each family: its declaration is the one :mod:`routerd.families` holds and names config sections
-the config has; it builds slots (nothing starts: a fake launcher, a fake clock) whose command lines
-run the program its declaration names for each kind it serves, and none for the kinds it does not
-serve; one process serves every lane exactly when it says so; its load and lane readiness probes
-answer yes for a ready program and no for one that refuses; the request planning serves, passes
-through or refuses routes as it declares; and the simulator of each of its programs exists.  The
-API description lists every declared mode.
+A family is one module of ``routerd/backends/families`` plus its simulator. For each family found:
+its declaration is its own module's ``DECLARED``, the one :mod:`routerd.families` holds, and names
+config sections the config has; it builds slots (nothing starts: a fake launcher, a fake clock)
+whose command lines run the program its declaration names for each kind it serves, and none for the
+kinds it does not serve; one process serves every lane exactly when it says so; its load and lane
+readiness probes answer yes for a ready program and no for one that refuses; the request planning
+serves, passes through or refuses routes as it declares; and the simulator of each of its programs
+is found in the simulator's own modules, serving a kind its section serves. The API description
+lists every declared mode, from the declarations (it names none itself).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 import sys
 from importlib import resources
 from pathlib import Path
@@ -22,7 +26,8 @@ import pytest
 import yaml
 from twisted.internet.task import Clock
 
-from routerd.backends.families import FAMILIES, Family, FamilyPlugin, FamilyWorld, slot_factory
+from routerd.api.openapi import BACKEND_MODES_MARK, openapi_document
+from routerd.backends.families import Family, FamilyPlugin, FamilyWorld, plugins, slot_factory
 from routerd.backends.families.kobold import KOBOLD_VERSION_KEYS
 from routerd.backends.readiness import Probe
 from routerd.backends.slot import RuntimeSlot
@@ -30,14 +35,14 @@ from routerd.backends.testing import FakeBackendHTTP, FakeLauncher, PortCounter
 from routerd.catalog.model import RUNTIME_KINDS, Capabilities, ModelConfig, RuntimeKind
 from routerd.config.schema import BinaryConfig, ClusterConfig, Config
 from routerd.errors import HTTPError
-from routerd.families import BACKEND_MODES, BINARY_SECTIONS, declared
+from routerd.families import DEFAULT_MODE, FAMILY_PACKAGE, backend_modes, binary_sections, declared
 from routerd.routing.classify import INFERENCE_PATHS, Route, classify
 from routerd.routing.plan import plan_backend_call
 from routerd.sim.families import get_family
 
 from .test_backends_slot import result_of
 
-PLUGINS = [pytest.param(plugin, id=name) for name, plugin in FAMILIES.items()]
+PLUGINS = [pytest.param(plugin, id=name) for name, plugin in plugins().items()]
 PORT = 47001
 
 
@@ -53,7 +58,7 @@ class Made:
 def sample_config(tmp_path: Path) -> Config:
     """Every family section runs ``python --<section>``, so a command line shows its section."""
     binaries = {section: BinaryConfig(command=(sys.executable, f"--{section}"))
-                for section in BINARY_SECTIONS}
+                for section in binary_sections()}
     config = Config(cluster=ClusterConfig(store_dir=str(tmp_path)))
     return attrs.evolve(config, **{name: attrs.evolve(getattr(config, name), command=binary.command)
                                    for name, binary in binaries.items()})
@@ -88,9 +93,24 @@ def made_for(made: list[Made], slot: RuntimeSlot) -> Made:
 
 
 def test_the_registry_holds_every_declared_family_and_only_those() -> None:
-    assert tuple(FAMILIES) == BACKEND_MODES
-    for name, plugin in FAMILIES.items():
+    assert tuple(plugins()) == backend_modes()
+    assert backend_modes()[0] == DEFAULT_MODE
+    for name, plugin in plugins().items():
         assert plugin.declared is declared(name)
+
+
+def test_every_module_of_the_family_package_declaring_a_family_is_found() -> None:
+    package = importlib.import_module(FAMILY_PACKAGE)
+    declaring = {info.name for info in pkgutil.iter_modules(package.__path__)
+                 if hasattr(importlib.import_module(f"{FAMILY_PACKAGE}.{info.name}"), "DECLARED")}
+    assert declaring == set(backend_modes())
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_its_declaration_and_plugin_live_in_its_own_module(plugin: FamilyPlugin) -> None:
+    module = importlib.import_module(f"{FAMILY_PACKAGE}.{plugin.name}")
+    assert module.DECLARED is plugin.declared is declared(plugin.name)
+    assert module.PLUGIN is plugin
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
@@ -185,9 +205,10 @@ def test_its_request_planning_keeps_to_its_declared_routes(plugin: FamilyPlugin)
 def test_the_simulator_of_each_of_its_programs_exists(plugin: FamilyPlugin) -> None:
     facts = plugin.declared
     assert set(facts.simulators) == set(facts.binary_sections)
-    for program in facts.simulators.values():
+    for section, program in facts.simulators.items():
         simulator = get_family(program)
         assert simulator is not None and simulator.implemented, program
+        assert simulator.kind in {kind for kind in facts.kinds if facts.sections[kind] == section}, program
 
 
 def _enums_of(node: Any, key: str) -> list[list[Any]]:
@@ -205,9 +226,13 @@ def _enums_of(node: Any, key: str) -> list[list[Any]]:
 
 
 def test_the_api_description_lists_every_declared_mode() -> None:
-    text = (resources.files("routerd.api") / "openapi.yaml").read_text(encoding="utf-8")
-    description = yaml.safe_load(text)
-    enums = _enums_of(description, "backend_mode")
+    enums = _enums_of(openapi_document(), "backend_mode")
     assert enums, "the API description names backend_mode"
     for enum in enums:
-        assert sorted(enum) == sorted(BACKEND_MODES)
+        assert enum == list(backend_modes())
+
+
+def test_the_api_description_names_no_family_itself() -> None:
+    text = (resources.files("routerd.api") / "openapi.yaml").read_text(encoding="utf-8")
+    assert not _enums_of(yaml.safe_load(text), "backend_mode"), "the modes come from the declarations"
+    assert BACKEND_MODES_MARK in text

@@ -15,7 +15,7 @@ from twisted.internet.defer import Deferred, succeed
 import routerd
 from routerd.catalog.catalog import Catalog, CatalogError
 from routerd.catalog.hashing import FileHashCache, hash_models
-from routerd.catalog.kcpps import BAD_BACKEND_MODE
+from routerd.catalog.kcpps import bad_backend_mode
 from routerd.catalog.model import ModelConfig
 
 T = TypeVar("T")
@@ -58,7 +58,7 @@ def test_scan_lists_bad_files_as_invalid_with_reasons(config_dir: Path) -> None:
     reasons = {i.filename: i.reason for i in catalog.invalid}
     assert set(reasons) == {"broken.kcpps", "wrongmode.kcpps"}
     assert "JSON" in reasons["broken.kcpps"]
-    assert reasons["wrongmode.kcpps"] == BAD_BACKEND_MODE
+    assert reasons["wrongmode.kcpps"] == bad_backend_mode()
     assert catalog.get("broken") is None
 
 

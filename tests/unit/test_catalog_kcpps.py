@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from routerd.catalog.kcpps import (
-    BAD_BACKEND_MODE,
     NO_MODEL_FILE,
+    bad_backend_mode,
     config_hash,
     image_id_for,
     looks_like_path,
@@ -328,7 +328,7 @@ def test_wrong_types_are_invalid_with_a_reason_naming_the_key(tmp_path: Path, co
 
 @pytest.mark.parametrize("mode", ["llama", "KOBOLD", 3, ["vllm"]])
 def test_bad_backend_mode_is_invalid_with_the_fixed_reason(tmp_path: Path, mode: Any) -> None:
-    assert parse_bad(tmp_path, {"model": "/a.gguf", "backend_mode": mode}).reason == BAD_BACKEND_MODE
+    assert parse_bad(tmp_path, {"model": "/a.gguf", "backend_mode": mode}).reason == bad_backend_mode()
 
 
 @pytest.mark.parametrize(

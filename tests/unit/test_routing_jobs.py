@@ -42,7 +42,7 @@ def test_vid_gen_goes_to_sd_server_as_sent_and_other_families_answer_501() -> No
     raw = b'{"model": "paint-paint", "prompt": "x"}'
     plan = plan_backend_call(route, "/sdcpp/v1/vid_gen", {"model": "paint-paint", "prompt": "x"}, raw,
                              "application/json", "paint", False, "llama_sdcpp")
-    assert (plan.path, plan.body, plan.mode) == ("/sdcpp/v1/vid_gen", raw, "job")
+    assert (plan.path, plan.body, plan.answer_format) == ("/sdcpp/v1/vid_gen", raw, "job")
     for family in ("kobold", "vllm"):
         with pytest.raises(HTTPError) as err:
             plan_backend_call(route, "/sdcpp/v1/vid_gen", {}, b"{}", "application/json", "paint", False,

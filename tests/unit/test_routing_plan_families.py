@@ -53,11 +53,11 @@ def test_kobold_transcribe_under_llama_sdcpp_becomes_a_whisper_form_with_the_dec
     planned = plan("/api/extra/transcribe", {"model": "ears", "audio_data": "data:audio/wav;base64,"
                                              + base64.b64encode(b"RIFFwav").decode(), "langcode": "de"},
                    "llama_sdcpp")
-    assert planned.path == "/inference" and planned.mode == "whisper"  # type: ignore[attr-defined]
+    assert planned.path == "/inference" and planned.answer_format == "whisper"  # type: ignore[attr-defined]
     body = planned.body  # type: ignore[attr-defined]
     assert b"RIFFwav" in body and b'name="language"' in body and b"\r\nde\r\n" in body
 
 
 def test_kobold_transcribe_passes_through_on_kobold() -> None:
     planned = plan("/api/extra/transcribe", {"model": "ears", "audio_data": "UklGRg=="}, "kobold")
-    assert planned.path == "/api/extra/transcribe" and planned.mode == "openai"  # type: ignore[attr-defined]
+    assert planned.path == "/api/extra/transcribe" and planned.answer_format == "openai"  # type: ignore[attr-defined]

@@ -9,7 +9,7 @@ import pytest
 from twisted.internet.task import Clock
 
 from routerd.sim.cli import StartupError, main, make_server
-from routerd.sim.families import FAMILIES
+from routerd.sim.families import programs
 from routerd.sim.flags import ENV_TIME_SCALE, SIM_FLAGS, parse_flags, split_known
 from routerd.sim.llama import FLAGS as LLAMA_FLAGS
 from routerd.sim.sd import FLAGS as SD_FLAGS
@@ -92,7 +92,7 @@ def test_time_scale_defaults_from_the_environment(monkeypatch: pytest.MonkeyPatc
 )
 def test_bad_flag_values_exit_with_status_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        parse_flags("t", argv, LLAMA, FAMILIES["llama-server"].validate)
+        parse_flags("t", argv, LLAMA, programs()["llama-server"].validate)
     assert exc.value.code == 2
     assert "error" in capsys.readouterr().err
 

@@ -1,18 +1,23 @@
-"""The backend families as plug-ins: one module per family, and the registry of them all.
+"""The backend families as plug-ins: one module per family, and the registry of their plug-ins.
 
 Each module here is named after the family it runs (``llama_sdcpp``, ``kobold``, ``vllm``) and holds
-how that family runs: command lines, readiness probes, runtime slots (and KoboldCpp's in-process
-reload).  It exposes one ``PLUGIN``: the family's declared facts from :mod:`routerd.families` (name,
-config sections, kinds, one process or many, routes, simulators) and the ``build`` that makes its
-slots for a node.  :data:`FAMILIES` holds the plug-in of every declared family, found by the
-family's name, so the declarations stay the one list of families; :func:`family` finds one by
-mode.  ``tests/unit/test_backend_family_contract.py`` proves each registered family.
+the whole family: its declared facts as ``DECLARED`` (a :class:`routerd.families.Declared`: name,
+config sections, kinds, one process or many, routes, simulators), which :mod:`routerd.families`
+finds by scanning this package, and how the family runs (command lines, readiness probes, runtime
+slots, and KoboldCpp's in-process reload) as one ``PLUGIN``: its ``DECLARED`` and the ``build`` that
+makes its slots for a node.  :func:`plugins` holds the plug-in of every family found, by mode;
+:func:`family` finds one.  Modules without a ``DECLARED`` (``base``) are shared parts, not families.
+``tests/unit/test_backend_family_contract.py`` proves each family found.
+
+This module runs nothing at import: :mod:`routerd.families` imports it while it looks for the
+families, so the plug-ins are gathered at the first :func:`plugins` call.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
+from functools import cache
 
 from routerd.backends.families.base import (
     Family,
@@ -22,25 +27,27 @@ from routerd.backends.families.base import (
     slot_factory,
     text_side,
 )
-from routerd.families import DECLARED, Declared
+from routerd.families import Declared, every_family
 
-__all__ = ["FAMILIES", "Family", "FamilyPlugin", "FamilyWorld", "SlotFactory", "family", "slot_factory",
+__all__ = ["Family", "FamilyPlugin", "FamilyWorld", "SlotFactory", "family", "plugins", "slot_factory",
            "text_side"]
 
 
 def _plugin(facts: Declared) -> FamilyPlugin:
-    """The ``PLUGIN`` of the module named after a declared family."""
+    """The ``PLUGIN`` of the module declaring ``facts``."""
     module = importlib.import_module(f"{__name__}.{facts.name}")
     plugin = getattr(module, "PLUGIN", None)
     if not isinstance(plugin, FamilyPlugin) or plugin.declared is not facts:
-        raise ImportError(f"{module.__name__} must define PLUGIN, a FamilyPlugin of the {facts.name} family")
+        raise ImportError(f"{module.__name__} must define PLUGIN, a FamilyPlugin of its DECLARED family")
     return plugin
 
 
-#: Every declared family's plug-in by mode, in the order :data:`routerd.families.DECLARED` lists them.
-FAMILIES: Mapping[str, FamilyPlugin] = {facts.name: _plugin(facts) for facts in DECLARED}
+@cache
+def plugins() -> Mapping[str, FamilyPlugin]:
+    """Every family's plug-in by mode, in the order :func:`routerd.families.every_family` lists them."""
+    return {facts.name: _plugin(facts) for facts in every_family()}
 
 
 def family(mode: str) -> FamilyPlugin:
     """The plug-in of the ``mode`` family; ``KeyError`` for a mode no family declares."""
-    return FAMILIES[mode]
+    return plugins()[mode]

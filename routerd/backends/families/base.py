@@ -1,8 +1,9 @@
 """What every backend family module provides, and what they share.
 
-A family module declares one :class:`FamilyPlugin`: its declared facts (:mod:`routerd.families`:
-name, sections, kinds, one process or many, routes, simulators) and ``build``, which makes the
-family's :class:`Family` (its runtime slots, their command lines and readiness probes) for a node.
+A family module declares its facts as ``DECLARED`` (a :class:`routerd.families.Declared`: name,
+sections, kinds, one process or many, routes, simulators), which :mod:`routerd.families` finds, and
+one :class:`FamilyPlugin`: those facts and ``build``, which makes the family's :class:`Family` (its
+runtime slots, their command lines and readiness probes) for a node.
 :func:`slot_factory` builds the slots every family's ``build`` asks for, sharing the node's clock,
 process launcher, probes and timeouts.
 """

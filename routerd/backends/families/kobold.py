@@ -10,7 +10,7 @@ music (reference cluster.md §7.1, §7.2).
 * Unloading stops it and starts it again with ``--nomodel``; ``kobold.no_model`` starts it that
   way at boot.
 
-Its declared facts are ``kobold`` in :mod:`routerd.families`.
+Its declared facts are its ``DECLARED`` (read by :mod:`routerd.families`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,20 @@ from routerd.backends.readiness import PROBE_TIMEOUT_S, HTTPGetter, Probe, probe
 from routerd.backends.slot import RuntimeSlot
 from routerd.catalog.model import MUSIC_FIELDS, ModelConfig, RuntimeKind
 from routerd.config.schema import Config
-from routerd.families import declared
+from routerd.families import Declared
 
-DECLARED = declared("kobold")
+#: The route kinds of KoboldCpp's own API.
+KOBOLD_ROUTES = frozenset({"kobold_tts", "kobold_generate", "kobold_generate_stream", "kobold_transcribe",
+                           "kobold_music"})
+
+DECLARED = Declared(
+    "kobold",
+    sections={"text": "kobold", "image": "kobold", "stt": "kobold"},
+    simulators={"kobold": "koboldcpp"},
+    single_process=True,
+    settings=("no_model", "reload_timeout"),
+    passes_through=KOBOLD_ROUTES | {"tts", "stt"},
+)
 _SECTION = DECLARED.sections["text"]
 
 HOST = "127.0.0.1"

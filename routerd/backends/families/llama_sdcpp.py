@@ -1,9 +1,8 @@
 """The ``llama_sdcpp`` family: llama-server, sd-server and whisper-server as
 three lazily started processes, one slot per runtime kind (reference cluster.md §7.1).
 
-This module knows the family's command lines, which probe tells each process is
-ready, and builds its slots; its declared facts are ``llama_sdcpp`` in
-:mod:`routerd.families`.
+This module declares the family's facts (``DECLARED``, read by :mod:`routerd.families`), knows
+its command lines, which probe tells each process is ready, and builds its slots.
 """
 
 from __future__ import annotations
@@ -17,9 +16,15 @@ from routerd.backends.readiness import Probe, probe_image, probe_stt, probe_text
 from routerd.backends.slot import RuntimeSlot
 from routerd.catalog.model import RUNTIME_KINDS, ModelConfig, RuntimeKind
 from routerd.config.schema import BinaryConfig, Config
-from routerd.families import declared
+from routerd.families import Declared
 
-DECLARED = declared("llama_sdcpp")
+DECLARED = Declared(
+    "llama_sdcpp",
+    sections={"text": "llama", "image": "sdcpp", "stt": "whispercpp"},
+    simulators={"llama": "llama-server", "sdcpp": "sd-server", "whispercpp": "whisper-server"},
+    refuses=frozenset({"kobold_generate_stream"}),
+    video=True,
+)
 
 HOST = "127.0.0.1"
 

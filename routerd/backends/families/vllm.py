@@ -6,7 +6,7 @@ A config's ``vllm.settings`` become ``vllm serve`` flags (``max_model_length`` â
 are appended as given.  The process serves the model under its local ID
 (``--served-model-name``), the name routerd writes into every request it forwards.
 
-Its declared facts are ``vllm`` in :mod:`routerd.families`.
+Its declared facts are its ``DECLARED`` (read by :mod:`routerd.families`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,18 @@ from routerd.backends.readiness import PROBE_TIMEOUT_S, HTTPGetter, Probe, probe
 from routerd.backends.slot import RuntimeSlot
 from routerd.catalog.model import ModelConfig, RuntimeKind
 from routerd.config.schema import BinaryConfig, Config
-from routerd.families import declared
+from routerd.families import Declared
 
-DECLARED = declared("vllm")
+DECLARED = Declared(
+    "vllm",
+    sections={"text": "vllm", "stt": "vllm"},
+    simulators={"vllm": "vllm"},
+    passes_through=frozenset({"tts", "stt"}),
+    # KoboldCpp's own API, llama-server's completion and every image route
+    refuses=frozenset({"kobold_tts", "kobold_generate", "kobold_generate_stream", "kobold_transcribe",
+                       "kobold_music", "llama_completion", "image", "sd_txt2img", "sd_img2img"}),
+    context_from_settings=True,
+)
 
 HOST = "127.0.0.1"
 
