@@ -19,7 +19,7 @@ from routerd import __version__
 from routerd.assembly.clients import NodeClients
 from routerd.assembly.current import Current, Held, Late
 from routerd.assembly.documents import LocalReadiness, NodeDocuments
-from routerd.assembly.ports import LocalSide
+from routerd.assembly.ports import KeyBook, LocalSide
 from routerd.assembly.reactions import OwnWork, RecordsChanged, SettingsApplied
 from routerd.assembly.refit import CostRefit
 from routerd.assembly.restore import build_restorer
@@ -41,7 +41,6 @@ from routerd.catalog.model import Capabilities
 from routerd.cluster.auth import AuthPolicy
 from routerd.cluster.master import MasterAgent
 from routerd.cluster.slave import RegistrationRefused, SlaveAgent
-from routerd.config.keys import KeyLimits
 from routerd.config.schema import Config
 from routerd.inference.admin import ModelAdmin
 from routerd.inference.analytics import AnalyticsRecorder
@@ -156,25 +155,6 @@ def auth_policy(config: Config) -> AuthPolicy:
                             named_keys=auth.named_keys)
 
 
-class KeyBook:
-    """The named inference keys' limits and fair-share weights, from the current config."""
-
-    def __init__(self, config: Callable[[], Config]) -> None:
-        self.config = config
-
-    def limits(self, key_name: str) -> KeyLimits | None:
-        """The limits of the inference key named ``key_name`` (None for an unknown name)."""
-        for key in self.config().auth.inference_entries():
-            if key.name == key_name:
-                return key.limits
-        return None
-
-    def weight(self, key_name: str) -> float:
-        """The fair-share weight of the inference key named ``key_name`` (1 for unknown names)."""
-        limits = self.limits(key_name)
-        return limits.weight if limits is not None else 1.0
-
-
 def build_common(p: NodeParts, config: Config, reactor: Any, *, clients: NodeClients, launcher: Any,
                  port_allocator: Callable[[], int] | None,
                  open_store: Callable[[str], Awaitable[Store]] | None,
@@ -211,8 +191,8 @@ def build_common(p: NodeParts, config: Config, reactor: Any, *, clients: NodeCli
     p.decisions = DecisionLog(None, reactor, p.node_id, __version__,
                               cluster.lending.offload_decisions_retention)
     p.settings_applied = SettingsApplied(p.decisions)
-    p.keys = KeyBook(p.current_config.get)
-    p.local_side = LocalSide(p.runtimes, p.local, p.current_config.get)
+    p.keys = KeyBook(config)
+    p.local_side = LocalSide(p.runtimes, config)
 
 
 def build_role(p: NodeParts, *, coordinator: Late[Coordinator],
@@ -238,9 +218,9 @@ def build_role(p: NodeParts, *, coordinator: Late[Coordinator],
         node_id=p.node_id, settings=cluster.lending, clock=reactor, role=p.role, transport=parts.transport,
         decisions=p.decisions, own_busy=p.own_work.busy, active_config=side.active_config,
         on_settings=(p.settings_applied,), waiting_for_runtime=p.local.waiting_for_runtime,
-        take_back=p.local.take_back, shared_lanes=p.runtimes.lanes_sharing, max_queued=side.max_queued,
-        queued_in_backend=side.queued_in_backend, key_weight=keys.weight, aging=side.aging,
-        run_local=p.local.serve)
+        take_back=p.local.take_back, shared_lanes=p.runtimes.lanes_sharing,
+        max_queued=p.config.limits.max_queued_per_model, queued_in_backend=p.local.queued,
+        key_weights=keys.weights, aging=p.config.queue.aging, run_local=p.local.serve)
 
 
 def build_services(p: NodeParts, *, on_catalog: Callable[[Catalog], Awaitable[None]],

@@ -1,34 +1,45 @@
 """What parts read of this node's local side and current config, as bound methods instead of
-closures: for lending, the config a lane has loaded, the queue bound and depth of local inference
-and the queue's aging; for the front, the form-part limit (both read from the current config: a
-reload replaces it)."""
+closures: for lending, the config a lane has loaded; for the front, the form-part limit; for the
+key limiter and the router queue, the named keys' limits and weights.  What comes from the config
+is read once per config (at start, then by each reload's :meth:`reload`), not once per request."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from routerd.backends.runtimes import Runtimes
-from routerd.catalog.model import ModelConfig
+from routerd.config.keys import KeyLimits
 from routerd.config.schema import Config
-from routerd.inference.local import LocalInference
 from routerd.lanes import Lane
 
 
 class LocalSide:
-    def __init__(self, runtimes: Runtimes, local: LocalInference, config: Callable[[], Config]) -> None:
-        self.runtimes, self.local, self.config = runtimes, local, config
+    def __init__(self, runtimes: Runtimes, config: Config) -> None:
+        self.runtimes = runtimes
+        self._max_form_parts = config.limits.max_form_parts
+
+    def reload(self, config: Config) -> None:
+        self._max_form_parts = config.limits.max_form_parts
 
     def active_config(self, lane: Lane) -> str:
         return self.runtimes.loaded_config(lane) or ""
 
-    def max_queued(self) -> int:
-        return self.local.max_queued_per_model
-
-    def queued_in_backend(self, model: ModelConfig) -> int:
-        return self.local.queued.get(model.local_id, 0)
-
-    def aging(self) -> float:
-        return self.config().queue.aging
-
     def max_form_parts(self) -> int:
-        return self.config().limits.max_form_parts
+        return self._max_form_parts
+
+
+class KeyBook:
+    """The named inference keys' limits and fair-share weights, from the current config."""
+
+    def __init__(self, config: Config) -> None:
+        self._limits: dict[str, KeyLimits] = {}
+        #: The fair-share weight of each named inference key (an unknown name weighs 1).
+        self.weights: dict[str, float] = {}
+        self.reload(config)
+
+    def reload(self, config: Config) -> None:
+        entries = config.auth.inference_entries()  # each name once (the config refuses a name twice)
+        self._limits = {key.name: key.limits for key in entries}
+        self.weights = {key.name: key.limits.weight for key in entries}
+
+    def limits(self, key_name: str) -> KeyLimits | None:
+        """The limits of the inference key named ``key_name`` (None for an unknown name)."""
+        return self._limits.get(key_name)

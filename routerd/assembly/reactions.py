@@ -18,6 +18,7 @@ from routerd.inference.local import LocalInference
 from routerd.inference.own_loads import OwnLoads
 from routerd.lending.coordinator import Coordinator
 from routerd.lending.decisions import DecisionLog
+from routerd.lending.helper_side import HelperSide
 from routerd.lending.restore import Restorer
 from routerd.lending.service import LendingService
 from routerd.routing.call import Call
@@ -40,10 +41,19 @@ class OwnWork:
     def load_starting(self, model: ModelConfig, kind: RuntimeKind | None) -> None:
         self.lending.get().own_work_arrived(self.runtimes.lanes_sharing(kind, model))
 
-    def acquiring(self, call: Call, model: ModelConfig) -> None:
-        self.lending.get().own_acquiring(call, model)  # own work first (spec "A helper's own work")
-        self.restorer.get().acquired(call.route.runtime, model.filename, borrowed=call.borrowed,
-                                     restore=call.restore_after_borrow or call.guardian_restore)
+
+
+class Acquiring:
+    """An own request is about to acquire its runtime: lending hears it first (own work first, spec
+    "A helper's own work"), then the restorer.  Built by the wiring, once both exist."""
+
+    def __init__(self, helper: HelperSide, restorer: Restorer) -> None:
+        self.helper, self.restorer = helper, restorer
+
+    def __call__(self, call: Call, model: ModelConfig) -> None:
+        self.helper.own_acquiring(call, model)
+        self.restorer.acquired(call.route.runtime, model.filename, borrowed=call.borrowed,
+                               restore=call.restore_after_borrow or call.guardian_restore)
 
 
 class SettingsApplied:

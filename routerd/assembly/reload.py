@@ -32,6 +32,9 @@ class LiveConfig:
         p.timeouts.first_byte = new.limits.first_byte_timeout
         p.timeouts.idle = new.limits.idle_stream_timeout
         p.local.max_queued_per_model = new.limits.max_queued_per_model
+        p.keys.reload(new)
+        p.lending.set_limits(new.limits.max_queued_per_model, new.queue.aging, p.keys.weights)
+        p.local_side.reload(new)
         p.analytics.config = new.analytics  # on or off, retentions, buffer bound: from now on
         p._analytics_loop.set_interval(new.analytics.flush_interval)
         apply_live_cluster(cluster, p.master, p.slave)

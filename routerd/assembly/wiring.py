@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from routerd.assembly.current import Late
 from routerd.assembly.parts import NodeParts
+from routerd.assembly.reactions import Acquiring
 from routerd.lending.coordinator import Coordinator
 
 
@@ -19,8 +20,8 @@ def wire(p: NodeParts, coordinator: Late[Coordinator]) -> None:
     own.lending.set(p.lending)
     own.restorer.set(p.restorer)
     own.own_loads.set(p.own_loads)
-    p.local.on_acquire = own.acquiring  # own work first, then restore after borrow
-    p.local.on_claimed = p.lending.own_claimed
+    p.local.on_acquire = Acquiring(p.lending.helper, p.restorer)  # own work first, then restore after borrow
+    p.local.on_claimed = p.lending.helper.own_claimed
     p.local.blocked = p.assets.blocked  # unresolved portable assets block a load
     p.local.jobs = p.jobs
     p.settings_applied.refit.set(p._refit_loop)

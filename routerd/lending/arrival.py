@@ -1,7 +1,7 @@
 """What an own request is queued with when it arrives in a lane queue, and when it is refused.
 
 An arrival is queued (:func:`queue_own`) with the work terms the queue and the planner price it
-by (:func:`work_hint`), its class, key and weight, and its model's concurrency; one that would wait
+by (:class:`WorkHints`), its class, key and weight, and its model's concurrency; one that would wait
 behind ``limits.max_queued_per_model`` others of its model is refused (:func:`refuse_when_full`).
 Whether it carries an image (:func:`entry_image`) matters only to lending (a helper without vision
 never takes it), and only an owner's requests are lent: so the body is walked for images only for
@@ -12,47 +12,63 @@ an owner's request, and a waiting request whose model has just become an owner i
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 
 from routerd.catalog.eligibility import concurrency
 from routerd.catalog.model import ModelConfig
+from routerd.config.lending import LendingSettings
 from routerd.errors import queue_full
 from routerd.lending.pricing import work_terms
 from routerd.lending.priority import RANK
 from routerd.lending.queue import Effects, LaneQueue
 from routerd.routing.call import Call
 from routerd.routing.images import has_image
-from routerd.wire.lending import Costs, Lane, lane_key
+from routerd.wire.lending import Costs, Lane, TokenProfile
 
 
-def work_hint(call: Call, model: ModelConfig, lane: Lane, costs: Costs,
-              context_reserve: int) -> tuple[tuple[float, ...], int]:
+class WorkHints:
     """The work terms (and, for text, the context) the queue and the planner price a request by:
-    :func:`~routerd.lending.pricing.work_terms`, with this model's token profile."""
-    profile = None if lane == "image" else costs.token_profile(lane_key(lane, model))
-    return work_terms(call, lane, profile, context_reserve)
+    :func:`~routerd.lending.pricing.work_terms`, with its model's token profile from the node's
+    latest cost fit (indexed once per fit, not searched per arrival)."""
+
+    def __init__(self) -> None:
+        self._profiles: dict[str, TokenProfile] = {}
+
+    def update(self, costs: Costs) -> None:
+        """A new fit: a model's first profile counts, as :meth:`Costs.token_profile` answers."""
+        self._profiles = {profile.model_id: profile for profile in reversed(costs.tokens)}
+
+    def terms(self, call: Call, lane: Lane, model_id: str,
+              settings: LendingSettings) -> tuple[tuple[float, ...], int]:
+        """The work of ``call`` for ``model_id`` (its :func:`~routerd.wire.lending.lane_key`), with
+        the ``scheduling_context_reserve`` of ``settings``."""
+        profile = None if lane == "image" else self._profiles.get(model_id)
+        return work_terms(call, lane, profile, settings.scheduling_context_reserve)
 
 
 def queue_own(queue: LaneQueue, call: Call, model: ModelConfig, model_id: str, now_ms: int,
-              work: tuple[tuple[float, ...], int], weight: float, *, reclaim: Collection[str] = (),
-              also_ahead: int = 0, image: bool = False) -> Effects:
-    """Queue an own request (``work``: :func:`work_hint`'s terms and context; ``weight``: its
-    key's), handing back ``reclaim`` and counting ``also_ahead`` (:meth:`LaneQueue.arrive`)."""
+              work: tuple[tuple[float, ...], int], weights: Mapping[str, float], *,
+              reclaim: Collection[str] = (), also_ahead: int = 0, image: bool = False) -> Effects:
+    """Queue an own request (``work``: :meth:`WorkHints.terms`' terms and context; ``weights``: the
+    named keys', an unknown name weighing 1), handing back ``reclaim`` and counting ``also_ahead``
+    (:meth:`LaneQueue.arrive`)."""
     terms, context = work
     return queue.arrive(call.request_id, model_id, now_ms, work=terms, context=context,
                         streaming=call.stream, reclaim=reclaim, image=image, also_ahead=also_ahead,
-                        priority=RANK[call.priority], key_name=call.key_name, weight=weight,
+                        priority=RANK[call.priority], key_name=call.key_name,
+                        weight=weights.get(call.key_name, 1.0),
                         concurrency=concurrency(model))
 
 
 def refuse_when_full(queue: LaneQueue, model: ModelConfig, model_id: str, public_id: str, limit: int,
-                     queued_in_backend: Callable[[ModelConfig], int]) -> None:
+                     queued_in_backend: Mapping[str, int]) -> None:
     """Refuse (429 ``queue_full``) an own request that would wait behind ``limit``
     (``limits.max_queued_per_model``; 0: none) others of its model, held here or admitted to the
-    backend but still waiting for its slot (borrowed work is bounded by leases)."""
+    backend but still waiting for its slot (``queued_in_backend``, by local ID; borrowed work is
+    bounded by leases)."""
     if not limit:
         return
-    waiting = queue.waiting_native(model_id) + queued_in_backend(model)
+    waiting = queue.waiting_native(model_id) + queued_in_backend.get(model.local_id, 0)
     if waiting >= limit:
         raise queue_full(public_id, waiting, limit)
 
@@ -81,4 +97,4 @@ def images_for_new_owners(queue: LaneQueue, calls: Mapping[str, Call]) -> None:
         entry.image = has_image(parsed)
 
 
-__all__ = ["entry_image", "images_for_new_owners", "queue_own", "refuse_when_full", "work_hint"]
+__all__ = ["WorkHints", "entry_image", "images_for_new_owners", "queue_own", "refuse_when_full"]

@@ -99,9 +99,13 @@ class HelperSide:
         about to acquire its runtime: borrowed work there that has not started goes back, and if
         borrowed jobs are still ahead of it, its wait is logged once it claims the runtime
         (:meth:`own_claimed`)."""
-        rid = call.request_id
-        if call.borrowed or any(rid in queue for queue in self.queues.values()):
-            return  # borrowed, or queued here: the lane queue did this at its arrival
+        # Borrowed, or queued here (in its route's lane, as every own request of a lane is, looked
+        # at first; or in another lane a caller queued it in): the lane queue did this at its arrival.
+        rid, lane = call.request_id, call.route.lane
+        if call.borrowed or (lane is not None and rid in self.queues[lane]):
+            return
+        if any(rid in queue for queue in self.queues.values()):
+            return
         lane, ahead = self.own_work_arrived(self.service.shared_lanes(call.route.runtime, model))
         if lane is not None:
             self._own_waiting[rid] = (lane, ahead, self._now_ms())

@@ -303,14 +303,19 @@ def client_output_limit(parsed: Mapping[str, Any] | None) -> int | None:
     """The first positive integer output limit the request body states, or None."""
     if parsed is None:
         return None
-    options = parsed.get("options")
-    candidates = [parsed.get(key) for key in OUTPUT_LIMIT_KEYS]
-    candidates.append(options.get("num_predict") if isinstance(options, Mapping) else None)
-    candidates.append(parsed.get("max_length"))
-    for value in candidates:
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+    for key in OUTPUT_LIMIT_KEYS:
+        value = parsed.get(key)
+        if _positive_int(value):
             return value
-    return None
+    options = parsed.get("options")
+    if isinstance(options, Mapping) and _positive_int(value := options.get("num_predict")):
+        return value
+    value = parsed.get("max_length")
+    return value if _positive_int(value) else None
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def estimate_text(
@@ -344,6 +349,8 @@ def work_terms(call: Call, lane: Lane, profile: TokenProfile | None,
     """
     if lane == "image":
         return request_work(call.route, call.parsed, call.body, call.content_type), 0
+    if profile is None:
+        return (), 0  # no estimate without a profile (:func:`estimate_text`): the body is not read
     estimate = estimate_text(profile, len(call.body), client_output_limit(call.parsed), context_reserve)
     return ((), 0) if estimate is None else estimate
 

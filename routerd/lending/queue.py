@@ -43,6 +43,7 @@ from collections.abc import Collection, Iterable, Sequence
 
 from routerd.lending.priority import CLASSES, DEFAULT_AGING_MS, effective_rank
 from routerd.lending.queue_entries import (
+    NO_EFFECTS,
     BorrowedReturn,
     Effects,
     Entry,
@@ -54,6 +55,9 @@ from routerd.lending.queue_entries import (
 from routerd.lending.queue_views import held_listing, lane_stats
 from routerd.lending.waiting_line import WaitingLine
 from routerd.wire.lending import HeldRequest, Lane, QueueStat
+
+#: The rank of the lowest class (an entry's class rank is clamped to 0..this).
+_LOWEST_CLASS = len(CLASSES) - 1
 
 
 class LaneQueue:
@@ -69,7 +73,7 @@ class LaneQueue:
         aging_ms: int = DEFAULT_AGING_MS,
     ) -> None:
         self.lane: Lane = lane
-        self._line = WaitingLine(aging_ms)
+        self._line = WaitingLine(max(int(aging_ms), 0))
         self.order = self._line.order
         self._depth = max(int(depth), 1)
         self._enrolled: frozenset[str] = frozenset()
@@ -143,11 +147,11 @@ class LaneQueue:
             model_id=model_id,
             arrived_ms=now_ms,
             seq=self._seq,
-            work=tuple(float(w) for w in work),
+            work=tuple(map(float, work)),
             context=max(int(context), 0),
             streaming=streaming,
             borrowed=borrowed,
-            priority=min(max(int(priority), 0), len(CLASSES) - 1),
+            priority=min(max(int(priority), 0), _LOWEST_CLASS),
             key_name=key_name,
             weight=float(weight) if weight > 0 else 1.0,
         )
@@ -189,7 +193,8 @@ class LaneQueue:
                                 priority, key_name, weight)
         entry.image = image
         entry.concurrency = max(int(concurrency), 1)
-        self._widest = max(self._widest, entry.concurrency)
+        if entry.concurrency > self._widest:
+            self._widest = entry.concurrency
         self._class_seen[entry.priority] = now_ms
         if self.idle():
             # nothing borrowed to hand back, and the new entry is all admission can pick
@@ -266,34 +271,32 @@ class LaneQueue:
         admitted: list[str] = []
         for e in self._pending:
             e.holding = False
-        while self._pending and len(self._admitted) < self._depth + self._widest - 1:
+        while self._pending:
+            in_backend = len(self._admitted)
+            if in_backend >= self._depth + self._widest - 1:
+                break  # no entry may join the backend (the widest model's places are taken)
             index = self._line.next_index(now_ms)
             head = self._pending[index]
-            if len(self._admitted) >= self._cap(head):
+            # the depth, plus its model's parallel places beyond the first for a native entry
+            if in_backend >= (self._depth if head.borrowed else self._depth + head.concurrency - 1):
                 break
-            if not self._starts_at_once(head) and self._outranked(head, now_ms):
-                break  # it would wait in the backend: keep that place for the higher class about
-            if self._holds(head, now_ms):
+            # it starts at once when all in the backend is of its model, with a place of its concurrency
+            # free (concurrency 1: none in); else it would wait there: a higher class about keeps that
+            of_model = self._admitted_of.get(head.model_id, 0)
+            starts_at_once = in_backend < head.concurrency and of_model == in_backend
+            if not starts_at_once and self._outranked(head, now_ms):
+                break
+            # only an owner's request can be lent, so only it waits for a helper
+            if head.model_id in self._owners and self._holds(head, now_ms):
                 head.holding = True
                 break
             self._line.admit(index)
             head.state = "admitted"
             head.admitted_ms = now_ms
             self._admitted.append(head)
-            self._admitted_of[head.model_id] = self._admitted_of.get(head.model_id, 0) + 1
+            self._admitted_of[head.model_id] = of_model + 1
             admitted.append(head.request_id)
-        return Effects(admit=tuple(admitted))
-
-    def _cap(self, head: Entry) -> int:
-        """How many of the lane's entries may be in the backend for ``head`` to join them: the
-        depth, plus its model's parallel places beyond the first for a native entry."""
-        return self._depth if head.borrowed else self._depth + head.concurrency - 1
-
-    def _starts_at_once(self, head: Entry) -> bool:
-        """Whether ``head`` admitted now would start at once: everything in the backend is of its
-        model and a place of the model's concurrency is free (with concurrency 1: nothing is in)."""
-        admitted = len(self._admitted)
-        return admitted < head.concurrency and self._admitted_of.get(head.model_id, 0) == admitted
+        return Effects(admit=tuple(admitted)) if admitted else NO_EFFECTS
 
     def _outranked(self, head: Entry, now_ms: int) -> bool:
         """Whether ``head`` may not take a place where it would wait in the backend because a
@@ -308,10 +311,9 @@ class LaneQueue:
         return any(r < rank and now_ms - seen < window for r, seen in self._class_seen.items())
 
     def _holds(self, head: Entry, now_ms: int) -> bool:
+        """Whether the hold check keeps ``head`` (of an owner model) waiting for a faster helper."""
         if self.hold is None or head.borrowed or head.streaming or head.returned:
             return False
-        if head.model_id not in self._owners:
-            return False  # only an owner's request can be lent, so only it waits for a helper
         if not self._admitted or any(e.borrowed or e.model_id != head.model_id for e in self._admitted):
             return False
         since = min(e.admitted_ms if e.admitted_ms is not None else now_ms for e in self._admitted)
@@ -408,13 +410,15 @@ class LaneQueue:
             self._last_own_completion[entry.model_id] = now_ms
         lent = entry.state == "lent"
         self._forget(entry)
-        return Effects() if lent else self.pump(now_ms)
+        if lent or not self._pending:
+            return NO_EFFECTS  # no backend place freed, or nothing waits for one
+        return self.pump(now_ms)
 
     def cancel(self, request_id: str, now_ms: int) -> Effects:
         """The client went away: drop the entry in whatever state it is (unknown ids are ignored)."""
         entry = self._by_id.get(request_id)
         if entry is None:
-            return Effects()
+            return NO_EFFECTS
         self._forget(entry)
         return self.pump(now_ms)
 
@@ -470,6 +474,8 @@ class LaneQueue:
     def waiting_native(self, model_id: str) -> int:
         """Native entries of ``model_id`` waiting (``stats``' ``pending_count`` of one model, without
         summing every model's work: read on every arrival)."""
+        if not self._pending:
+            return 0
         return sum(1 for e in self._pending if e.model_id == model_id and not e.borrowed)
 
     def has_work(self, model_id: str) -> bool:
@@ -490,5 +496,5 @@ class LaneQueue:
         return held_listing(self.lane, self._pending, self._lent, now_ms)
 
 
-__all__ = ["BorrowedReturn", "Effects", "Entry", "HoldCheck", "HoldQuery", "LaneQueue", "QueueError",
-           "fits_helper"]
+__all__ = ["NO_EFFECTS", "BorrowedReturn", "Effects", "Entry", "HoldCheck", "HoldQuery", "LaneQueue",
+           "QueueError", "fits_helper"]

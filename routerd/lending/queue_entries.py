@@ -68,6 +68,10 @@ class Effects:
         return Effects(self.admit + other.admit, self.returned + other.returned)
 
 
+#: Nothing to do (frozen, so one instance serves every answer that asks for nothing).
+NO_EFFECTS = Effects()
+
+
 @attrs.frozen
 class HoldQuery:
     """What a hold check sees: the waiting head and the owner's pipeline.
@@ -94,6 +98,7 @@ def fits_helper(entry: Entry, max_context: int | None, vision: bool) -> bool:
 
 
 __all__ = [
+    "NO_EFFECTS",
     "BorrowedReturn",
     "Effects",
     "Entry",

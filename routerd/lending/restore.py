@@ -99,6 +99,8 @@ class Restorer:
 
     def acquired(self, kind: str, incoming: str, *, borrowed: bool, restore: bool) -> None:
         """Tell the restore of a model acquire (call it before the runtime is acquired)."""
+        if not borrowed and not restore and not self.plan.targets:
+            return  # an own acquire with no restore pending: the plan changes nothing (RestorePlan.acquired)
         self._do(self.plan.acquired(kind, incoming, self.loaded_config(kind), borrowed=borrowed,
                                     restore=restore, delay=self.delay()))
 

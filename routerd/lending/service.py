@@ -14,7 +14,7 @@ Custody never moves: a lent request keeps its client connection here, and whatev
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import attrs
@@ -25,7 +25,8 @@ from twisted.logger import Logger
 
 from routerd.catalog.model import ModelConfig, RuntimeKind
 from routerd.config.lending import LendingSettings
-from routerd.lending.arrival import entry_image, images_for_new_owners, queue_own, refuse_when_full, work_hint
+from routerd.lanes import LANES, Lane
+from routerd.lending.arrival import WorkHints, entry_image, images_for_new_owners, queue_own, refuse_when_full
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.events import EventReports, HeldLease
 from routerd.lending.helper_side import HelperSide, SharedLanes
@@ -38,16 +39,7 @@ from routerd.lending.waiting import RunLocal, WaitingRequest
 from routerd.lending.watch import HoldGate, LentCall
 from routerd.routing.call import Call
 from routerd.routing.guardians import GuardianSet, sync_fingerprint
-from routerd.wire.lending import (
-    LANES,
-    Costs,
-    Lane,
-    LaneStatus,
-    Lease,
-    Trigger,
-    lane_key,
-    to_json,
-)
+from routerd.wire.lending import Costs, LaneStatus, Lease, Trigger, lane_key, to_json
 
 log = Logger()
 
@@ -75,10 +67,9 @@ class LendingService:
                  on_settings: Iterable[Callable[[LendingSettings], None]] = (),
                  waiting_for_runtime: Callable[[str], bool] = lambda _rid: False,
                  take_back: Callable[[str], bool] = lambda _rid: False, shared_lanes: SharedLanes = _own_lane,
-                 max_queued: Callable[[], int] = lambda: 0,
-                 queued_in_backend: Callable[[ModelConfig], int] = lambda _model: 0,
-                 key_weight: Callable[[str], float] = lambda _name: 1.0,
-                 aging: Callable[[], float] = lambda: 30.0, run_local: RunLocal | None = None) -> None:
+                 max_queued: int = 0, queued_in_backend: Mapping[str, int] | None = None,
+                 key_weights: Mapping[str, float] | None = None,
+                 aging: float = 30.0, run_local: RunLocal | None = None) -> None:
         self.node_id = node_id
         #: What an admitted request runs: this node serving it locally (one shared callable).
         self.run_local: RunLocal = run_local if run_local is not None else _no_local
@@ -97,16 +88,12 @@ class LendingService:
         # The lanes whose work runs in the runtime a request or a load of this node takes (its own
         # lane; every lane with KoboldCpp's one process): its own work takes borrowed work back there.
         self.shared_lanes = shared_lanes
-        # ``limits.max_queued_per_model`` (read live: a reload changes it); 0 = unbounded
-        self.max_queued = max_queued
-        # own requests of a model admitted to its backend that still wait for the slot (a load):
-        # they count against the same limit as the ones held here
-        self.queued_in_backend = queued_in_backend
-        # a key's limits.weight (fair share) by its name, and queue.aging in seconds (read live)
-        self.key_weight = key_weight
-        self.aging = aging
-        self.config_settings = settings
-        self.settings = settings
+        self.max_queued = max_queued  # ``limits.max_queued_per_model`` (0: unbounded), set by a reload
+        # own requests of a model (by local ID) admitted to its backend that still wait for the slot
+        # (a load), a live count: they count against the same limit as the ones held here
+        self.queued_in_backend: Mapping[str, int] = queued_in_backend if queued_in_backend is not None else {}
+        self.key_weights: Mapping[str, float] = key_weights or {}  # limits.weight (fair share) by key name
+        self.config_settings = self.settings = settings
         self.links: dict[Lane, LinkSet] = {lane: LinkSet.build(lane, ()) for lane in LANES}
         self.guardians = GuardianSet()  # guardian models (stored on the master, pushed with the links)
         # Hold for a faster helper and the lent cut-off: lending.hold / lending.cutoff, wired in watch.
@@ -116,10 +103,13 @@ class LendingService:
                               repump=self.repump, decisions=decisions, refilling=self._answer_awaited)
         self.lent_calls = LentCall(clock)
         self.queues: dict[Lane, LaneQueue] = {
-            lane: LaneQueue(lane, settings.scheduling_backend_depth, hold=self.holds.check(lane))
+            lane: LaneQueue(lane, settings.scheduling_backend_depth, hold=self.holds.check(lane),
+                            aging_ms=int(aging * 1000))
             for lane in LANES}
+        self._lanes = tuple(self.queues.values())
         self.leases: dict[tuple[Lane, str], HeldLease] = {}
         self.costs = Costs()
+        self.work = WorkHints()  # what a request is priced by, with the costs' token profiles
         self._waiters: dict[str, WaitingRequest[Ticket]] = {}
         self.events = EventReports(self)  # queue events to the master, coalesced per model
         self.rows = ServiceRows(node_id, self.queues, self)
@@ -137,6 +127,13 @@ class LendingService:
             self.queues[lane].set_enrolled(link_set.enrolled(self.node_id),
                                            link_set.owned_models(self.node_id))
             images_for_new_owners(self.queues[lane], {rid: w.call for rid, w in self._waiters.items()})
+
+    def set_limits(self, max_queued: int, aging: float, key_weights: Mapping[str, float]) -> None:
+        """A reload's ``limits.max_queued_per_model``, ``queue.aging`` (seconds) and named keys'
+        weights, from now on."""
+        self.max_queued, self.key_weights = max_queued, key_weights
+        for queue in self._lanes:
+            queue.set_aging(int(aging * 1000))
 
     def install_guardians(self, guardians: GuardianSet) -> None:
         """Replace the guardian settings; effective for the next request."""
@@ -173,6 +170,7 @@ class LendingService:
     def update_costs(self, costs: Costs) -> None:
         """This node's freshly fitted cost coefficients (published in its runtime status)."""
         self.costs = costs
+        self.work.update(costs)
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -219,13 +217,18 @@ class LendingService:
         runs as ``self.run_local(call, model, public_id)``."""
         model_id = lane_key(lane, model)
         owner = borrowed is None and self.queues[lane].is_owner(model_id)
-        if borrowed is None and not owner and all(q.idle() for q in self.queues.values()):
-            return self._arrive_direct(call, model, lane, model_id, public_id)
+        if borrowed is None and not owner:
+            for queue in self._lanes:
+                if not queue.idle():
+                    break
+            else:  # every lane is idle
+                return self._arrive_direct(call, model, lane, model_id, public_id)
         held: WaitingRequest[Ticket] = WaitingRequest(self, call, model, lane, model_id, public_id,
                                                       self.run_local, owner)
         try:
             if borrowed is None:
-                self._admit(lane, model, model_id, public_id)
+                refuse_when_full(self.queues[lane], model, model_id, public_id, self.max_queued,
+                                 self.queued_in_backend)
             self._arrive(held, borrowed)
         except Exception:  # noqa: BLE001 - refused on arrival (429 queue_full...): the Deferred says so
             return defer.fail()
@@ -242,10 +245,9 @@ class LendingService:
         :class:`WaitingRequest` parked and woken.  Otherwise it waits as in :meth:`serve`."""
         queue, rid = self.queues[lane], call.request_id
         try:
-            self._admit(lane, model, model_id, public_id)
-            queue.set_aging(int(self.aging() * 1000))
+            refuse_when_full(queue, model, model_id, public_id, self.max_queued, self.queued_in_backend)
             effects = queue_own(queue, call, model, model_id, self._now_ms(),
-                                self.work_hint(call, model, lane), self.key_weight(call.key_name))
+                                self.work.terms(call, lane, model_id, self.settings), self.key_weights)
         except Exception:  # noqa: BLE001 - refused on arrival (429 queue_full...): the Deferred says so
             return defer.fail()
         if effects.admit:  # itself: nothing else waited
@@ -294,14 +296,17 @@ class LendingService:
                 if reason is not None:  # taken back before it claimed the runtime
                     self.rows.helper("borrowed_returned", lane, rid, reason)
                 elif rid in queue:
-                    self.apply(lane, queue.finished(rid, self._now_ms()))
+                    effects = queue.finished(rid, self._now_ms())
+                    if effects.admit or effects.returned:
+                        self.apply(lane, effects)
                     if owner:
                         self.report(lane, model_id, "completed")
         except CancelledError:
             self.apply(lane, queue.cancel(rid, self._now_ms()))
             raise
-        finally:
-            self._forget(rid)
+        finally:  # _forget
+            self._waiters.pop(rid, None)
+            self.helper.borrowed.pop(rid, None)
 
     async def _run_lent(self, held: WaitingRequest[Any], ticket: Ticket) -> bytes | None:
         """Lend ``held`` on the ticket's lease; None when it came back (it waits in the queue again)."""
@@ -342,20 +347,14 @@ class LendingService:
             if not again:
                 self._forget(rid)
 
-    def _admit(self, lane: Lane, model: ModelConfig, model_id: str, public_id: str) -> None:
-        """:func:`~routerd.lending.arrival.refuse_when_full` (429 ``queue_full``)."""
-        refuse_when_full(self.queues[lane], model, model_id, public_id, self.max_queued(),
-                         self.queued_in_backend)
-
     def _arrive(self, held: WaitingRequest[Ticket], borrowed: Borrowed | None) -> None:
         """Park the request and queue it (a ticket the arrival brings is kept by ``held`` until it waits)."""
         call, model, model_id, lane = held.call, held.model, held.model_id, held.lane
         queue = self.queues[lane]
         rid = call.request_id
         self._waiters[rid] = held
-        queue.set_aging(int(self.aging() * 1000))
         if borrowed is not None:
-            work, context = self.work_hint(call, model, lane)
+            work, context = self.work.terms(call, lane, model_id, self.settings)
             self.helper.borrowed[rid] = (lane, borrowed, self._now_ms())
             effects = queue.arrive_borrowed(rid, model_id, self._now_ms(), node_busy=self.node_busy(),
                                             work=work, context=context)
@@ -364,9 +363,9 @@ class LendingService:
             others = [other for other in self.shared_lanes(call.route.runtime, model) if other != lane]
             _, also_ahead = self.own_work_arrived(others)
             effects = queue_own(queue, call, model, model_id, self._now_ms(),
-                                self.work_hint(call, model, lane), self.key_weight(call.key_name),
-                                reclaim=self.helper.reclaimable(queue), also_ahead=also_ahead,
-                                image=entry_image(call, lane, held.owner))
+                                self.work.terms(call, lane, model_id, self.settings),
+                                self.key_weights, reclaim=self.helper.reclaimable(queue),
+                                also_ahead=also_ahead, image=entry_image(call, lane, held.owner))
         self.apply(lane, effects)
         if borrowed is None:
             # its place in the class order, counting what the backend already runs (the answer's
@@ -397,7 +396,7 @@ class LendingService:
     def work_hint(self, call: Call, model: ModelConfig, lane: Lane) -> tuple[tuple[float, ...], int]:
         """The work terms (and, for text, the context) the queue and the planner price a request
         by: :func:`~routerd.lending.pricing.work_terms`, with this model's token profile."""
-        return work_hint(call, model, lane, self.costs, self.settings.scheduling_context_reserve)
+        return self.work.terms(call, lane, lane_key(lane, model), self.settings)
 
     def _wake(self, rid: str, ticket: Ticket) -> None:
         held = self._waiters.pop(rid, None)
@@ -497,4 +496,4 @@ class LendingService:
         return self.clock.seconds() if self.clock is not None else 0.0
 
     def _now_ms(self) -> int:
-        return int(self._now() * 1000)
+        return int(self.clock.seconds() * 1000) if self.clock is not None else 0

@@ -3,7 +3,11 @@ plan and its performer on a fake clock."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
@@ -230,3 +234,55 @@ def test_an_ordinary_own_request_after_the_guardian_cancels_the_restore() -> Non
     step = plan.acquired("text", "text-only.kcpps", "vision.kcpps", borrowed=False, restore=False,
                          delay=DELAY)
     assert step == Step(cancel=True) and not plan.pending
+
+
+# -- an own acquire with nothing pending -------------------------------------------------------------------
+
+
+class GeneralRestorer(Restorer):
+    """A restorer that hands every acquire to the plan (no short way for an own acquire)."""
+
+    def acquired(self, kind: str, incoming: str, *, borrowed: bool, restore: bool) -> None:
+        self._do(self.plan.acquired(kind, incoming, self.loaded_config(kind), borrowed=borrowed,
+                                    restore=restore, delay=self.delay()))
+
+
+RESTORE_STEP = st.one_of(
+    st.tuples(st.just("acquire"), st.sampled_from(["text", "image"]), st.sampled_from(["x", "y", "z"]),
+              st.booleans(), st.booleans()),
+    st.tuples(st.just("loaded"), st.sampled_from(["text", "image"]), st.sampled_from(["x", "y", "z"])),
+    st.tuples(st.just("busy"), st.integers(0, 1), st.integers(0, 1)),
+    st.tuples(st.just("advance"), st.floats(0.1, 3.0)),
+    st.tuples(st.just("load_done"),),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps=st.lists(RESTORE_STEP, max_size=30))
+def test_an_own_acquire_with_nothing_pending_leaves_what_the_plan_would(steps: list[tuple[Any, ...]]) -> None:
+    """:meth:`Restorer.acquired` skips the plan for an own acquire while no restore is pending (it
+    reads neither the loaded config nor the delay): driven through the same steps, it leaves the
+    same targets, timers, loads and own-work count as a restorer that always asks the plan."""
+    helpers = (Helper(), Helper())
+    quick = helpers[0].restorer()
+    general = GeneralRestorer(clock=helpers[1].clock, delay=lambda: helpers[1].delay,
+                              loaded_config=helpers[1].loaded.get,
+                              borrowed_in_flight=lambda: helpers[1].borrowed > 0,
+                              own_busy=lambda: helpers[1].own > 0, load=helpers[1].load,
+                              on_loaded=lambda: helpers[1].idle_resets.append(helpers[1].clock.seconds()))
+    pairs = ((helpers[0], quick), (helpers[1], general))
+    for step in steps:
+        for helper, restorer in pairs:
+            if step[0] == "acquire":
+                restorer.acquired(step[1], f"{step[2]}.kcpps", borrowed=step[3], restore=step[4])
+            elif step[0] == "loaded":
+                helper.loaded[step[1]] = f"{step[2]}.kcpps"
+            elif step[0] == "busy":
+                helper.borrowed, helper.own = step[1], step[2]
+            elif step[0] == "advance":
+                helper.clock.advance(step[1])
+            elif helper.pending_load is not None and not helper.pending_load.called:
+                helper.pending_load.callback(None)
+        seen = [(restorer.plan.targets, restorer.loading, helper.loads, helper.idle_resets, helper.loaded,
+                 [call.getTime() for call in helper.clock.getDelayedCalls()]) for helper, restorer in pairs]
+        assert seen[0] == seen[1]

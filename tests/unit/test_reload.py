@@ -187,6 +187,33 @@ def test_reload_applies_new_keys_at_once_and_names_keys_that_need_a_restart(tmp_
     assert response.code == 200
 
 
+def test_reload_applies_the_limits_the_request_path_reads_once_per_config(tmp_path: Path) -> None:
+    """The queue bound and aging, the form-part limit and the named keys' limits and weights are read
+    once per config (not per request): a reload gives the parts the new values."""
+    world = World(tmp_path)
+    node = world.node("solo", {"chat": TEXT})
+    world.start(node)
+    before = (node.lending.max_queued, node.local_side.max_form_parts(), node.lending.key_weights)
+    assert before == (node.config.limits.max_queued_per_model, node.config.limits.max_form_parts, {})
+    yaml_path = tmp_path / "solo" / "routerd.yaml"
+    data = json.loads(yaml_path.read_text())
+    data["limits"] = {**data.get("limits", {}), "max_queued_per_model": 7, "max_form_parts": 9}
+    data["queue"] = {"aging": "5s"}
+    data["auth"] = {"inference_keys": [
+        {"name": "nightly", "key": "sk-nightly-0123456789", "limits": {"max_concurrent": 2, "weight": 3}},
+        {"name": "chat", "key": "sk-chat-0123456789abc", "limits": {"weight": 5}}]}
+    yaml_path.write_text(json.dumps(data))
+
+    code, report = _reload(world, node)
+
+    assert code == 200, report
+    assert node.lending.max_queued == 7 and node.local_side.max_form_parts() == 9
+    assert [q.order.aging_ms for q in node.lending.queues.values()] == [5000, 5000]
+    assert node.lending.key_weights == {"nightly": 3.0, "chat": 5.0}
+    limits = node.keys.limits("nightly")
+    assert limits is not None and limits.max_concurrent == 2 and node.keys.limits("other") is None
+
+
 def test_an_invalid_config_is_refused_and_changes_nothing(tmp_path: Path) -> None:
     world = World(tmp_path)
     node = world.node("solo", {"chat": TEXT})
