@@ -25,7 +25,6 @@ from routerd.backends.errors import BackendMissing
 from routerd.logs import QuickLogger, gate, literal
 
 log = QuickLogger()
-_BACKEND_LINE = "{backend}: {line}"
 
 #: How many of a backend's last output lines are kept for error reasons.
 TAIL_LINES = 20
@@ -175,9 +174,11 @@ class _BackendProtocol(ProcessProtocol):
         transport.closeStdin()
 
     def childDataReceived(self, childFD: int, data: bytes) -> None:  # noqa: N802, N803
-        buf = self._partial.get(childFD, b"") + data.replace(b"\r", b"\n")
+        if b"\r" in data:
+            data = data.replace(b"\r", b"\n")
+        buf = self._partial.get(childFD, b"") + data
         *lines, rest = buf.split(b"\n")
-        if len(rest) > _MAX_PARTIAL_LINE:
+        if rest and len(rest) > _MAX_PARTIAL_LINE:
             lines.append(rest)
             rest = b""
         self._partial[childFD] = rest
@@ -192,8 +193,7 @@ class _BackendProtocol(ProcessProtocol):
         # one or more lines per request from a backend: rendered once (see routerd.logs.literal),
         # and not at all when info is below the node's --log-level (the tail keeps it anyway)
         if gate.enabled(LogLevel.info):
-            log.info(literal(_BACKEND_LINE.format(backend=self.name, line=line)), backend=self.name,
-                     line=line)
+            log.info(literal(f"{self.name}: {line}"), backend=self.name, line=line)
 
     def processEnded(self, reason: Failure) -> None:  # noqa: N802 - Twisted's name
         for fd in sorted(self._partial):

@@ -40,8 +40,6 @@ __all__ = [
 UnloadTarget = Literal["text", "image", "stt", "all"]
 _T = TypeVar("_T")
 log = Logger()
-#: Slot states in which a slot holds, or is getting, a config.
-_BUSY_STATES = frozenset({"ready", "loading", "switching", "stopping"})
 
 #: Other names the contract's unload targets use for the same runtimes.
 _TARGET_ALIASES: Mapping[str, tuple[RuntimeKind, ...]] = {
@@ -98,6 +96,20 @@ class Runtimes:
         world = FamilyWorld(reactor, http, probe_timeout_s)
         self._families: dict[str, Family] = {
             mode: plugin.build(config, make, world) for mode, plugin in plugins().items()}
+        # Worked out once (a family's slots are built with it and never change) instead of per
+        # request (benchmarks/trees.py --profile at one client: 45 calls a request to acquire a
+        # slot and name the loaded config before, 13 after).  Per mode: its family and every
+        # other family's slots, which one family's request must find idle.
+        self._homes: dict[str, tuple[Family, tuple[RuntimeSlot, ...]]] = {
+            mode: (family, tuple(s for other in self._families.values() if other is not family
+                                 for s in other.slots()))
+            for mode, family in self._families.items()}
+        # Per kind: the slots an unload of it stops, the node's own family's first.
+        own = self._families.get(self.default_mode)
+        ordered = ([own] if own is not None else []) + [f for f in self._families.values() if f is not own]
+        self._kind_slots: dict[RuntimeKind, tuple[tuple[Family, RuntimeSlot], ...]] = {
+            kind: tuple((family, slot) for family in ordered for slot in family.slots_for_kind(kind))
+            for kind in RUNTIME_KINDS}
         # (slot name, kind) -> (config filename, slot state since, ready)
         self._lanes: dict[tuple[str, RuntimeKind], tuple[str, float, bool]] = {}
         # lanes_sharing's answers: asked on every queued arrival (benchmarks/trees.py --profile:
@@ -108,8 +120,12 @@ class Runtimes:
 
     def family(self, model: ModelConfig | None = None) -> Family:
         """The family ``model`` runs in (the node's own without a model)."""
-        mode = model.backend_mode if model is not None else self.default_mode
-        return self._families.get(mode) or self._families[self.default_mode]
+        return self._home(model.backend_mode if model is not None else self.default_mode)[0]
+
+    def _home(self, mode: str) -> tuple[Family, tuple[RuntimeSlot, ...]]:
+        """The ``mode`` family (the node's own for a mode no family has) and every other family's
+        slots."""
+        return self._homes.get(mode) or self._homes[self.default_mode]
 
     def slot(self, kind: RuntimeKind) -> RuntimeSlot:
         """The node's own family's slot for ``kind``."""
@@ -144,18 +160,18 @@ class Runtimes:
     def acquire(self, kind: RuntimeKind, model: ModelConfig) -> Deferred[RuntimeLease]:
         """A lease on the ``kind`` backend holding ``model`` (loading it if needed).
         Fails with :class:`LoadFailed`; cancel the Deferred to stop waiting."""
-        slot = self._slot_for(kind, model)
+        family, others = self._home(model.backend_mode)
+        slot = family.slot_for(kind, model)
         if slot is None:
             return fail(LoadFailed(f"model {model.local_id!r} does not serve {kind}"))
-        if not self._others_running(model):
-            return slot.acquire(model)
-        return Deferred.fromCoroutine(self._switch_family_then(model, lambda: slot.acquire(model)))
+        for other in others:
+            if other.occupied():  # one GPU: the other family stops first
+                return Deferred.fromCoroutine(self._switch_family_then(model, lambda: slot.acquire(model)))
+        return slot.acquire(model)
 
     def _others_running(self, model: ModelConfig) -> list[RuntimeSlot]:
         """Slots of families other than ``model``'s that run a process or hold a config."""
-        own = self.family(model)
-        return [s for f in self._families.values() if f is not own for s in f.slots()
-                if not s.closed and (s.has_process or s.state.value in _BUSY_STATES)]
+        return [s for s in self._home(model.backend_mode)[1] if s.occupied()]
 
     async def _switch_family_then(self, model: ModelConfig, then: Callable[[], Deferred[_T]]) -> _T:
         """One GPU, one family: stop every other family's process (after its users drain;
@@ -285,12 +301,10 @@ class Runtimes:
     def loaded_config(self, kind: RuntimeKind) -> str | None:
         """File name of the config a ``kind`` runtime is ready with (the node's own family
         first), else ``None``."""
-        own = self.family()
-        for family in (own, *(f for f in self._families.values() if f is not own)):
-            for slot in family.slots_for_kind(kind):
-                config = slot.loaded_config()
-                if config is not None and family.slot_for(kind, config) is slot:
-                    return config.filename
+        for family, slot in self._kind_slots[kind]:
+            config = slot.loaded_config()
+            if config is not None and family.slot_for(kind, config) is slot:
+                return config.filename
         return None
 
     def boot(self) -> None:

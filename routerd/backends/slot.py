@@ -25,6 +25,7 @@ reported through ``on_load``.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from twisted.internet.defer import Deferred, fail, gatherResults, succeed
@@ -66,7 +67,8 @@ class RuntimeSlot(SlotProcess):
         """
         if self._state is S.CLOSED:
             return fail(RuntimeClosed(f"{self.name} runtime is stopped"))
-        if self._state is S.READY and not self._queue and self._holds(model):
+        # the very config object it holds (the loaded catalog entry) needs no config_key
+        if self._state is S.READY and not self._queue and (self._config is model or self._holds(model)):
             return succeed(self._lease())
         d: Deferred[RuntimeLease] = Deferred(self._cancel_waiter)
         self._queue.append(Waiter(model, d))
@@ -146,14 +148,13 @@ class RuntimeSlot(SlotProcess):
     def _lease(self) -> RuntimeLease:
         assert self._config is not None and self._port is not None
         self._users += 1
-        generation = self._generation
-        return RuntimeLease(self.kind, self._config, self._port, lambda: self._release(generation))
+        return RuntimeLease(self.kind, self._config, self._port, partial(self._release, self._generation))
 
     def _release(self, generation: int) -> None:
         if generation != self._generation:
             return  # a lease on a process that died or was replaced: nothing to count
         self._users -= 1
-        if self._users == 0:
+        if self._users == 0 and self._queue:  # nobody waits: nothing to serve (~10 calls a request)
             self._pump()
 
     def _cancel_waiter(self, d: Deferred[Any]) -> None:

@@ -23,6 +23,7 @@ from twisted.web.iweb import IAgent
 from routerd.assets.service import assets_unresolved
 from routerd.backends.errors import BackendMissing, LoadFailed
 from routerd.catalog.model import ModelConfig
+from routerd.clients.backend_headers import content_type_headers
 from routerd.counts import count_down
 from routerd.errors import HTTPError, Saturated, StatusError, queue_full
 from routerd.inference.video import VideoJobs
@@ -316,7 +317,7 @@ class LocalInference:
         reply = call.reply
         pending = self.agent.request(
             b"POST", (base_url + plan.path).encode(),
-            Headers({b"content-type": [plan.content_type.encode()]}), BytesProducer(plan.body))
+            content_type_headers(plan.content_type), BytesProducer(plan.body))
         response = await (self.timeouts.answer(pending) if self.timeouts is not None else pending)
         code = int(response.code)
         call.outcome.http_status = code

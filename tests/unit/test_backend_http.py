@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from twisted.internet.defer import CancelledError, Deferred, ensureDeferred
 from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.protocol import Protocol
@@ -14,6 +17,7 @@ from twisted.web.client import ResponseDone, ResponseFailed
 from twisted.web.http import PotentialDataLoss
 from twisted.web.http_headers import Headers
 
+from routerd.clients.backend_headers import RequestHeaders, content_type_headers
 from routerd.clients.backend_http import AnswerHeaders, BackendAgent
 from routerd.routing.body import BytesProducer
 from routerd.routing.relay import collect
@@ -147,12 +151,8 @@ def test_a_close_delimited_body_ends_with_potential_data_loss_and_is_not_reused(
 
 
 def test_a_reused_connection_closed_before_any_answer_byte_is_retried_once_on_a_fresh_one() -> None:
-    reactor, agent, _ = setup()
-    first = post(agent)
-    protocol, _transport = connect(reactor)
-    protocol.dataReceived(OK)
-    result(first).deliverBody(Body())
-    second = post(agent)  # goes out on the idle connection, which the backend had closed
+    # the second goes out on the idle connection, which the backend had closed
+    reactor, _agent, protocol, second = on_a_reused_connection()
     protocol.connectionLost(Failure(ConnectionDone()))
     assert not second.called and len(reactor.tcpClients) == 2
     fresh, transport = connect(reactor)
@@ -319,3 +319,76 @@ def test_an_answer_still_arriving_or_close_delimited_is_not_taken_whole() -> Non
     protocol.connectionLost(Failure(ConnectionDone()))
     assert response.body_if_complete() is None  # ended with PotentialDataLoss: the relay decides
     assert result(ensureDeferred(collect(response))) == b"all of it"
+
+
+def sent_head(headers: Any) -> bytes:
+    reactor, agent, _ = setup()
+    agent.request(b"POST", URL, headers, BytesProducer(b"{}"))
+    _protocol, transport = connect(reactor)
+    return transport.value()
+
+
+@settings(max_examples=150, deadline=None)
+@given(content_type=st.text(st.characters(min_codepoint=32, max_codepoint=0x2FF), max_size=40))
+def test_shared_content_type_headers_send_what_a_headers_made_per_request_sends(content_type: str) -> None:
+    """The head rendered once for :func:`content_type_headers` is the head a ``Headers`` made for
+    the request renders, byte for byte, whatever the content type."""
+    shared = content_type_headers(content_type)
+    assert sent_head(shared) == sent_head(Headers({b"content-type": [content_type.encode()]}))
+    assert shared == Headers({b"content-type": [content_type.encode()]})
+
+
+def test_shared_request_headers_refuse_changes_and_copy_to_plain_headers() -> None:
+    shared = content_type_headers("application/json")
+    for change in (lambda: shared.addRawHeader(b"x", b"y"), lambda: shared.setRawHeaders(b"x", [b"y"]),
+                   lambda: shared.removeHeader(b"content-type")):
+        with pytest.raises(TypeError):
+            change()
+    assert content_type_headers("application/json") is shared  # made once
+    copy = shared.copy()
+    copy.addRawHeader(b"host", b"a")  # what twisted's Agent does with the headers it is given
+    assert type(copy) is Headers
+    assert sent_head(shared) == sent_head(Headers({b"content-type": [b"application/json"]}))
+    assert isinstance(RequestHeaders({b"a": [b"b"]}).copy(), Headers)
+
+
+NAME = st.text(st.sampled_from("abcXYZ-"), min_size=1, max_size=4).map(str.encode)
+VALUE = st.text(st.sampled_from("ab ;=é"), max_size=3).map(str.encode)
+
+
+@settings(max_examples=200, deadline=None)
+@given(fields=st.lists(st.tuples(NAME, VALUE), max_size=6), asked=NAME)
+def test_answer_headers_give_every_value_of_a_name_in_any_case(fields: list[tuple[bytes, bytes]],
+                                                               asked: bytes) -> None:
+    """Names are looked up through a cache of lowered names: the answer is the case-blind scan's."""
+    headers = AnswerHeaders([part for field in fields for part in field])
+    expected = [value for name, value in fields if name.lower() == asked.lower()] or None
+    assert headers.getRawHeaders(asked) == expected
+    as_str = None if expected is None else [value.decode() for value in expected]
+    assert headers.getRawHeaders(asked.decode()) == as_str
+    assert headers.hasHeader(asked) is (expected is not None)
+
+
+def on_a_reused_connection() -> tuple[MemoryReactorClock, BackendAgent, Any, Deferred[Any]]:
+    """A first request answered whole, then a second sent on the same (kept-alive) connection."""
+    reactor, agent, _ = setup()
+    first = post(agent)
+    protocol, _transport = connect(reactor)
+    protocol.dataReceived(OK)
+    result(first).deliverBody(Body())
+    return reactor, agent, protocol, post(agent)
+
+
+def test_a_request_cancelled_on_a_reused_connection_is_not_sent_again_when_it_closes() -> None:
+    reactor, _agent, protocol, second = on_a_reused_connection()
+    second.cancel()
+    protocol.connectionLost(Failure(ConnectionDone()))
+    assert isinstance(result(second).value, CancelledError) and len(reactor.tcpClients) == 1
+
+
+def test_an_idle_connection_that_closes_after_its_answer_sends_nothing_again() -> None:
+    reactor, agent, protocol, second = on_a_reused_connection()
+    protocol.dataReceived(OK)
+    assert result(second).code == 200
+    protocol.connectionLost(Failure(ConnectionDone()))
+    assert len(reactor.tcpClients) == 1 and agent._pools[b"127.0.0.1:8080"].idle == []

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 from twisted.internet.task import Clock
 
 from routerd.backends.errors import LoadFailed, RuntimeClosed
+from routerd.backends.families import FamilyPlugin
 from routerd.backends.runtimes import Runtimes
 from routerd.backends.slot import LoadEvent
 from routerd.backends.testing import FakeBackendHTTP, FakeLauncher, PortCounter
-from routerd.catalog.model import Capabilities, ModelConfig
+from routerd.catalog.model import RUNTIME_KINDS, Capabilities, ModelConfig, RuntimeKind
 from routerd.config.schema import BackendConfig, BinaryConfig, Config, KoboldConfig
 
+from .test_backend_family_contract import PLUGINS, build, sample_config, sample_model
 from .test_backends_slot import failure_of, result_of
 
 SIM = (sys.executable, "-m", "routerd.sim")
@@ -189,3 +193,23 @@ def test_lanes_sharing_answers_for_the_model_as_it_is_now_after_a_reload_changes
                           kobold=KoboldConfig(command=(*SIM, "koboldcpp")))).runtimes
     assert kobold.lanes_sharing("text", COMBO) == ("text",)  # its own .kcpps names llama_sdcpp
     assert kobold.lanes_sharing("text", attrs.evolve(COMBO, backend_mode="kobold")) == ("image", "text")
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+@pytest.mark.parametrize("kind", RUNTIME_KINDS)
+def test_a_familys_slots_stay_the_ones_it_was_built_with(plugin: FamilyPlugin, kind: RuntimeKind,
+                                                          tmp_path: Path) -> None:
+    """Runtimes works out once, when made, which slots a request must find idle and where a loaded
+    config is: a family's ``slots()`` and ``slots_for_kind()`` are the slots it was built with,
+    before a load and while one runs."""
+    family, made = build(plugin, sample_config(tmp_path), FakeBackendHTTP(Clock().seconds))
+
+    def slots() -> tuple[list[Any], dict[RuntimeKind, list[Any]]]:
+        return family.slots(), {k: family.slots_for_kind(k) for k in RUNTIME_KINDS}
+
+    before = slots()
+    model = sample_model(plugin.name, kind, tmp_path)
+    slot = family.slot_for(kind, model)
+    if slot is not None:
+        slot.acquire(model)  # loading
+    assert slots() == before and set(before[0]) == {m.slot for m in made}

@@ -475,3 +475,19 @@ def test_transition_table_refuses_illegal_state_changes() -> None:
     with pytest.raises(InvalidTransition):
         h.slot._set_state(SlotState.READY)
     assert TRANSITIONS[SlotState.CLOSED] == frozenset()
+
+
+@pytest.mark.parametrize("state", list(SlotState))
+@pytest.mark.parametrize("process", ["none", "running", "ended"])
+def test_occupied_says_what_the_state_and_process_properties_say(state: SlotState, process: str) -> None:
+    """``occupied()`` (read per request for every other family's slot) against the reading it
+    replaced, for every state with no process, a running one and one that has just ended."""
+    h = Harness()
+    if process != "none":
+        h.slot._process = FakeProcess(["x"], "x", None, pid=42)
+        if process == "ended":
+            h.slot._process.exit(0)
+    h.slot._state = state
+    s = h.slot
+    assert s.occupied() == (not s.closed and (s.has_process or s.state.value in
+                                              {"ready", "loading", "switching", "stopping"}))

@@ -1,0 +1,134 @@
+"""Header fields of the lean backend client (:mod:`routerd.clients.backend_http`, the transport):
+an answer's headers as received, indexed once (:class:`AnswerHeaders`), and request headers made
+once and shared, rendered for the wire when made (:class:`RequestHeaders`,
+:func:`content_type_headers`).
+
+Speed tricks here are the transport's (caches keyed on bytes, pre-rendered lines), each with what
+it measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from twisted.web.http_headers import Headers
+
+__all__ = ["AnswerHeaders", "RequestHeaders", "content_type_headers", "request_lines"]
+
+#: Header names as spelled (by backends, by the request path asking) -> lowered: reading it costs
+#: no call where ``name.lower()`` and ``dict.get`` cost two a header (benchmarks/trees.py --profile,
+#: one client: 8 calls an answer of four headers, plus 2 a name asked).  Bounded: past it names
+#: are lowered each time.
+_LOWERED: dict[bytes, bytes] = {}
+_MAX_LOWERED = 512
+
+
+def _lowered(name: bytes) -> bytes:
+    lower = name.lower()
+    if len(_LOWERED) < _MAX_LOWERED:
+        _LOWERED[name] = lower
+    return lower
+
+
+class AnswerHeaders:
+    """An answer's header fields as received: the read side of twisted's ``Headers`` the request
+    path uses (``getRawHeaders``, ``hasHeader``, ``getAllRawHeaders``), names matched without case
+    (indexed once: a forwarded answer is asked for six names)."""
+
+    __slots__ = ("_fields", "by_name")
+
+    def __init__(self, fields: list[bytes]) -> None:
+        """``fields``: each header's name and value in turn, as received."""
+        self._fields = fields
+        by_name: dict[bytes, list[bytes]] = {}
+        lowered = _LOWERED
+        for name, value in zip(fields[::2], fields[1::2], strict=True):
+            lower = lowered[name] if name in lowered else _lowered(name)
+            if lower in by_name:
+                by_name[lower].append(value)
+            else:
+                by_name[lower] = [value]
+        #: Each lowered name's values in order (read as it is by the client).
+        self.by_name = by_name
+
+    def getRawHeaders(self, name: bytes | str, default: Any = None) -> Any:
+        """The values of ``name`` in order (``str`` values for a ``str`` name, as ``Headers``
+        gives them), or ``default`` when there is none."""
+        if type(name) is bytes:  # what the request path asks: no isinstance, lower or get
+            lower = _LOWERED[name] if name in _LOWERED else _lowered(name)
+            by_name = self.by_name
+            return list(by_name[lower]) if lower in by_name else default
+        if isinstance(name, str):
+            found = self.by_name.get(name.encode("latin-1").lower())
+            return default if found is None else [value.decode("utf-8") for value in found]
+        found = self.by_name.get(name.lower())
+        return default if found is None else list(found)
+
+    def hasHeader(self, name: bytes | str) -> bool:
+        return self.getRawHeaders(name) is not None
+
+    def getAllRawHeaders(self) -> Iterator[tuple[bytes, list[bytes]]]:
+        """Each name (as first spelled) with its values."""
+        first: dict[bytes, bytes] = {}
+        for name in self._fields[::2]:
+            first.setdefault(name.lower(), name)
+        return iter([(first[lower], list(values)) for lower, values in self.by_name.items()])
+
+
+def request_lines(headers: Headers) -> bytes:
+    """``headers`` as the lines of a request head."""
+    return b"".join([name + b": " + value + b"\r\n"
+                     for name, values in headers.getAllRawHeaders() for value in values])
+
+
+class RequestHeaders(Headers):
+    """Request headers made once and shared by every request that sends them: read-only (a change
+    raises ``TypeError``; ``copy()`` gives a plain ``Headers`` to change), and rendered for the
+    wire when made, so :class:`BackendAgent` sends their lines as they are.  Any ``IAgent`` takes
+    them as the ``Headers`` they are (twisted's ``Agent`` copies what it adds to)."""
+
+    __slots__ = ("lines", "_sealed")
+
+    def __init__(self, rawHeaders: Any = None) -> None:  # noqa: N803 - Headers' name
+        self._sealed = False
+        super().__init__(rawHeaders)
+        self.lines = request_lines(self)
+        self._sealed = True
+
+    def copy(self) -> Headers:
+        return Headers(self._rawHeaders)
+
+    def setRawHeaders(self, name: Any, values: Any) -> None:  # noqa: N802 - Headers' name
+        self._refuse()
+        super().setRawHeaders(name, values)
+
+    def addRawHeader(self, name: Any, value: Any) -> None:  # noqa: N802 - Headers' name
+        self._refuse()
+        super().addRawHeader(name, value)
+
+    def removeHeader(self, name: Any) -> None:  # noqa: N802 - Headers' name
+        self._refuse()
+        super().removeHeader(name)
+
+    def _refuse(self) -> None:
+        if self._sealed:
+            raise TypeError("shared request headers are read-only: change a copy()")
+
+
+#: ``content_type_headers``' answers by content type: a backend request costs 15 calls fewer than
+#: with a ``Headers`` made for it (setRawHeaders, its whitespace and name rules) and walked when
+#: sent (benchmarks/trees.py --profile, one client).  Bounded (a multipart body's type names its
+#: boundary): once full it starts again.
+_BY_CONTENT_TYPE: dict[str, RequestHeaders] = {}
+_MAX_CONTENT_TYPES = 64
+
+
+def content_type_headers(content_type: str) -> Headers:
+    """``Content-Type: content_type`` as request headers, shared (see :class:`RequestHeaders`)."""
+    if content_type in _BY_CONTENT_TYPE:
+        return _BY_CONTENT_TYPE[content_type]
+    if len(_BY_CONTENT_TYPE) >= _MAX_CONTENT_TYPES:
+        _BY_CONTENT_TYPE.clear()
+    headers = _BY_CONTENT_TYPE[content_type] = RequestHeaders({b"content-type": [content_type.encode()]})
+    return headers
