@@ -267,10 +267,8 @@ _KEYS_KEPT = 512
 
 
 def _key(name: bytes) -> bytes:
-    key = name.lower()
-    if len(_KEYS) < _KEYS_KEPT:
-        _KEYS[name] = key
-    return key
+    """``name`` lower-cased, kept in :data:`_KEYS` while it has room."""
+    return _KEYS.setdefault(name, name.lower()) if len(_KEYS) < _KEYS_KEPT else name.lower()
 
 
 __all__ = ["Connection", "LeanReply"]
