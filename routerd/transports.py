@@ -21,14 +21,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.tcp import Connection
+from twisted.internet.tcp import Client, Connection, Server
+
+_TCP: frozenset[type[Any]] = frozenset({Server, Client})
 
 
 def send(transport: Any, data: bytes) -> None:
     """Write ``data`` to ``transport``: sent now when it can be, queued otherwise."""
-    if isinstance(transport, Connection) and not transport.dataBuffer and not transport._tempDataBuffer \
-            and transport.connected and not transport.disconnecting \
-            and not getattr(transport, "_aborting", False):  # aborted: nothing more may go out
+    # a server's or client's TCP connection known by its class without isinstance, and
+    # ``_aborting`` read as the class attribute every Connection has, not by getattr: 2 calls
+    # a send fewer, 2 sends a request (trees.py --profile)
+    if (transport.__class__ in _TCP or isinstance(transport, Connection)) and not transport.dataBuffer \
+            and not transport._tempDataBuffer and transport.connected and not transport.disconnecting \
+            and not transport._aborting:  # aborted: nothing more may go out
         try:
             sent = transport.socket.send(data)
         except (BlockingIOError, InterruptedError):

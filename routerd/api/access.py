@@ -10,7 +10,6 @@ whatever a request carried.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from twisted.logger import LogLevel
 from twisted.web.http import RESPONSES
@@ -20,10 +19,6 @@ from routerd.logs import ACCESS_FORMAT, QuickLogger, gate, literal
 
 access_log = QuickLogger(namespace="routerd.access")
 
-#: Fields of the access line that carry what a client sent.
-_CLIENT_FIELDS = ("path", "model", "client", "method")
-
-
 def printable(text: str) -> str:
     """``text`` with every character that is not printable ASCII-or-Unicode escaped (``\\x1b``,
     ``\\n`` …); spaces and quotes too, so a value never splits or fakes a field."""
@@ -32,15 +27,20 @@ def printable(text: str) -> str:
     return text.encode("unicode_escape").decode("ascii").replace(" ", "\\x20").replace('"', '\\"')
 
 
-def log_access(**fields: Any) -> None:
+def log_access(*, method: str, path: str, status: int, bytes: int, ms: int | None,  # noqa: A002
+               model: str, node: str, lent_to: str, request_id: str, client: str) -> None:
     """Logs one access line (both HTTP edges; see the module docstring).  Rendered here by
     str.format (C): an observer then formats a literal, not ten fields through twisted's
     Python-level formatter."""
-    for name in _CLIENT_FIELDS:
-        value = fields.get(name)
-        if isinstance(value, str):
-            fields[name] = printable(value)
-    access_log.info(literal(ACCESS_FORMAT.format(**fields)), **fields)
+    # the four values a client chose, checked in one pass: clean as they nearly always are, one
+    # isprintable call instead of 4 printable frames, 4 dict.get, 4 isinstance (trees.py --profile)
+    sent = method + path + model + client
+    if not sent.isprintable() or " " in sent or '"' in sent:
+        method, path, model, client = printable(method), printable(path), printable(model), printable(client)
+    fields = {"method": method, "path": path, "status": status, "bytes": bytes, "ms": ms, "model": model,
+              "node": node, "lent_to": lent_to, "request_id": request_id, "client": client}
+    line = ACCESS_FORMAT.format_map(fields)
+    access_log.info(line if "{" not in line and "}" not in line else literal(line), **fields)
 
 
 def access_logged() -> bool:

@@ -39,7 +39,7 @@ one error writer (:mod:`routerd.api.errors`, which adds ``Retry-After`` to a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Protocol, get_args
 
 import attrs
 
@@ -69,6 +69,13 @@ class EdgeRules:
     routes: Callable[[str], RouteFacts] = namespace_facts
     #: What a web page may not make a browser send (:mod:`routerd.api.browser`); none by default.
     browser: BrowserRules = BrowserRules()
+    #: The route classes whose callers showed a key the policy checks
+    #: (:func:`~routerd.api.browser.vouched`), decided once per policy rather than per request.
+    vouched: frozenset[RouteClass] = attrs.field(init=False, eq=False, repr=False)
+
+    @vouched.default
+    def _vouched(self) -> frozenset[RouteClass]:
+        return frozenset(cls for cls in get_args(RouteClass) if vouched(self.policy, cls))
 
 
 class BudgetView(Protocol):
@@ -129,8 +136,10 @@ def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str,
     path = head.path
     policy = rules.policy
     cors = rules.cors
-    origin = fields.get("origin") if cors.enabled else None
-    host = policy.client_host(peer, fields.get("x-forwarded-for"))
+    # membership and subscripts rather than dict.get and the ``enabled`` property: no calls for
+    # the fields a request does not carry
+    origin = fields["origin"] if cors.origins and "origin" in fields else None
+    host = policy.client_host(peer, fields["x-forwarded-for"]) if "x-forwarded-for" in fields else peer
     if origin is not None and head.method == "OPTIONS" and "access-control-request-method" in fields:
         if not policy.client_allowed(host):
             return _refuse(HTTPError(403, "client address is not allowed", "forbidden", "forbidden"),
@@ -142,7 +151,7 @@ def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str,
             cors.preflight_headers(origin, fields.get("access-control-request-headers"))), client=host)
     headers: Headers = _cors_headers(cors.response_headers(origin)) \
         if origin is not None and cors.allows(origin) else ()
-    authorization = fields.get("authorization")
+    authorization = fields["authorization"] if "authorization" in fields else None
     cls = facts.auth
     try:
         authenticated = policy.check(path, host, authorization.encode("latin-1")
@@ -155,7 +164,7 @@ def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str,
             # relays through a master that is starting or draining.
             return _refuse(offload_returned(f"helper node is {phase}"), facts, headers, host)
         return _refuse(Saturated(503, f"this node is {phase}; retry later", phase), facts, headers, host)
-    if not vouched(policy, cls):
+    if cls not in rules.vouched:
         error = browser_refusal(rules.browser, head, cors, cls, authenticated)
         if error is not None:
             return _refuse(error, facts, headers, host)
@@ -185,7 +194,7 @@ def _key_of(policy: AuthPolicy, cls: RouteClass, fields: Mapping[str, str],
             authorization: str | None) -> tuple[str, str, int]:
     """The admitting key's name and class (see :attr:`Verdict.key_name`), and its
     ``max_concurrent`` (0: none, or not counted here)."""
-    if cls == "inference":
+    if cls == "inference" and policy.named_keys:
         key = policy.inference_key(authorization.encode("latin-1") if authorization is not None else None)
         return ("", "", 0) if key is None else (key.name, key.priority, key.limits.max_concurrent)
     if cls == "cluster":

@@ -33,6 +33,7 @@ Whatever the rules, the names a request gives must parse (:func:`malformed`): a 
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Iterable
@@ -63,7 +64,8 @@ _AUTHORITY = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::(
 
 def malformed(head: RequestHead) -> HTTPError | None:
     """400 for a ``Host`` that is no ``host[:port]``, or a path whose escapes are not UTF-8."""
-    host = head.fields.get("host")
+    fields = head.fields
+    host = fields["host"] if "host" in fields else None
     if host is not None and _AUTHORITY.fullmatch(host) is None:
         return bad_request("Host must be host[:port]")
     path = head.path
@@ -75,8 +77,11 @@ def malformed(head: RequestHead) -> HTTPError | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024)
 def split_authority(authority: str) -> tuple[str, int | None]:
-    """``host[:port]`` as (lower-case host without brackets or a final dot, port or None)."""
+    """``host[:port]`` as (lower-case host without brackets or a final dot, port or None).
+    Remembered: every request's ``Host`` is split, and a node answers to few names (a hit is one
+    call where the split took 8)."""
     match = _AUTHORITY.fullmatch(authority.strip())
     if match is None:
         return "", None
@@ -186,16 +191,17 @@ def browser_refusal(rules: BrowserRules, head: RequestHead, cors: CorsPolicy, cl
     if not rules.enabled or cls in _STATIC_CLASSES:
         return None
     fields = head.fields
-    raw_host = fields.get("host", "")
+    # membership and subscripts rather than dict.get: no calls for the fields a request lacks
+    raw_host = fields["host"] if "host" in fields else ""
     host, port = split_authority(raw_host)
-    if (cls != "health" or shows_details) and not rules.knows(host):
+    if (cls != "health" or shows_details) and host not in rules.hosts and not rules.knows(host):
         return unknown_host(raw_host)
     if head.method in SAFE_METHODS:
         return None
-    origin = fields.get("origin")
+    origin = fields["origin"] if "origin" in fields else None
     if origin is not None and cors.allows(origin):
         return None
-    if fields.get("sec-fetch-site", "").strip().lower() in ("cross-site", "same-site"):
+    if "sec-fetch-site" in fields and fields["sec-fetch-site"].strip().lower() in ("cross-site", "same-site"):
         return cross_origin(origin or fields.get("referer", "") or "?")
     if origin is not None:
         sent = _origin_of(origin)
@@ -203,10 +209,16 @@ def browser_refusal(rules: BrowserRules, head: RequestHead, cors: CorsPolicy, cl
         if not sent or (sent != _origin(scheme, host, port) and sent != rules.public_origin):
             return cross_origin(origin)
     if head.length or head.chunked:
-        media = fields.get("content-type", "").partition(";")[0].strip().lower()
+        media = _media_type(fields["content-type"]) if "content-type" in fields else ""
         if media in REFUSED_TYPES and not (media == "multipart/form-data" and _upload(head.path)):
             return unsupported_type(media)
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def _media_type(content_type: str) -> str:
+    """A ``Content-Type``'s media type, lower-case (remembered: clients send the same few)."""
+    return content_type.partition(";")[0].strip().lower()
 
 
 def _upload(path: str) -> bool:

@@ -32,7 +32,6 @@ Deadlines (one reaper per node for both edges, :meth:`NodeServerFactory.reap`) a
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
@@ -48,7 +47,7 @@ from routerd.api.accept import ConnectionBook, Refused, accept
 from routerd.api.access import refusal
 from routerd.api.deadlines import body_deadline, due
 from routerd.api.dispatch import LeanHandler, LeanRoutes
-from routerd.api.head import MAX_HEAD_BYTES, RequestHead, bad_request, build_head
+from routerd.api.head import MAX_HEAD_BYTES, RequestHead, clean_head, head_of_lines
 from routerd.api.lean_reply import LeanReply
 from routerd.api.site import GuardResource, NodeHTTPChannel, NodeSite, log_refusal
 from routerd.config.schema import ServerConfig
@@ -180,14 +179,6 @@ class _Head:
         self.key_class = key_class
         self.errors = errors  # the route's error family (admission's verdict)
 
-    @property
-    def path(self) -> str:
-        return self.request.path
-
-    @property
-    def close(self) -> bool:
-        return self.request.close
-
 
 class LeanChannel(protocol.Protocol):
     """One client connection (see the module docstring)."""
@@ -213,6 +204,7 @@ class LeanChannel(protocol.Protocol):
         self._body_by = 0.0  # when the arriving body must be complete (server.min_body_rate)
         self._closing = False
         self._serving = False  # inside _serve_buffered (an answer given at once must not recurse)
+        self._client = ""  # the peer's address (read at the first request)
         #: the deadline that applies (see NodeServerFactory.reap) and since when: a connection
         #: that has sent nothing yet is idle; a head's deadline runs from its first byte
         self.state = "idle"
@@ -246,14 +238,17 @@ class LeanChannel(protocol.Protocol):
             return
         if self._closing:
             return  # a refused request's body, or bytes after Connection: close
+        # the clock read once for what this data starts (it was read 5 times a request through
+        # the factory's seconds(): 10 calls; trees.py --profile)
+        now = self.server.site.reactor.seconds()
         if self.state == "idle":
-            self.state, self.since = "head", self.server.seconds()
+            self.state, self.since = "head", now
         elif self.state == "body":
-            self.since = self.server.seconds()
+            self.since = now
         self._parts.append(data)
         self._have += len(data)
         if self._busy is None and not self._write_blocked:
-            self._serve_buffered()
+            self._serve_buffered(now)
         elif self._have > _PIPELINE_LIMIT and not self._paused:
             self._paused = True
             self.transport.pauseProducing()  # type: ignore[union-attr]
@@ -330,80 +325,79 @@ class LeanChannel(protocol.Protocol):
 
     def _buffered(self) -> bytes:
         parts = self._parts
-        if len(parts) != 1:
-            joined = b"".join(parts)
-            self._parts = parts = [joined]
-        return parts[0]
+        try:  # one part, as a small request arrives: no len() call
+            [data] = parts
+        except ValueError:
+            data = b"".join(parts)
+            self._parts = [data]
+        return data
 
-    def _serve_buffered(self) -> None:
-        """Serve the complete requests in the buffer, one at a time, or hand the connection over."""
+    def _serve_buffered(self, now: float | None = None) -> None:
+        """Serve the complete requests in the buffer, one at a time, or hand the connection over
+        (``now``: the clock, when the caller has read it)."""
         if self._serving:
             return
         self._serving = True
+        if now is None:
+            now = self.server.seconds()
         try:
-            self._serve_loop()
+            while self._busy is None and self._inner is None and self._have and not self._closing \
+                    and not self._write_blocked:
+                head = self._head
+                if head is None:
+                    data = self._buffered()
+                    end = data.find(b"\r\n\r\n", 0, HEAD_LIMIT + 4)
+                    if end < 0:
+                        if self._have > HEAD_LIMIT:
+                            self._hand_over()
+                        return
+                    head = self._admit(data, end)
+                    if head is None:
+                        return  # refused or handed over
+                    self._head = head
+                    self.state, self.since = "body", now
+                    length = head.request.length
+                    self._body_by = body_deadline(self.server.guard.limits, now, length) if length else 0.0
+                total = head.size + (head.request.length or 0)
+                if self._have < total:
+                    return  # the body is still arriving
+                data = self._buffered()
+                body = data[head.size:total]
+                rest = data[total:]
+                self._parts = [rest] if rest else []
+                self._have -= total  # len(rest)
+                self._head = None
+                self._start(head, body, now)
         finally:
             self._serving = False
-
-    def _serve_loop(self) -> None:
-        while self._busy is None and self._inner is None and self._have and not self._closing \
-                and not self._write_blocked:
-            head = self._head
-            if head is None:
-                data = self._buffered()
-                end = data.find(b"\r\n\r\n", 0, HEAD_LIMIT + 4)
-                if end < 0:
-                    if self._have > HEAD_LIMIT:
-                        self._hand_over()
-                    return
-                head = self._admit(data, end)
-                if head is None:
-                    return  # refused or handed over
-                self._head = head
-                now = self.server.seconds()
-                self.state, self.since = "body", now
-                self._body_by = body_deadline(self.server.limits, now, head.request.length or 0)
-            if self._have < head.size + (head.request.length or 0):
-                return  # the body is still arriving
-            data = self._buffered()
-            total = head.size + (head.request.length or 0)
-            body = data[head.size:total]
-            rest = data[total:]
-            self._parts = [rest] if rest else []
-            self._have = len(rest)
-            self._head = None
-            self._start(head, body)
 
     def _admit(self, data: bytes, end: int) -> _Head | None:
         """The head ``data[:end]`` if this channel serves it and admission admits it; a refused one
         is answered here, any other is handed over.  None in both cases."""
-        lines = data[:end].split(_CRLF)
-        request_line = lines[0].split(b" ")
-        if len(request_line) != 3:
+        line_end = data.find(_CRLF, 0, end)
+        if line_end < 0:
+            line_end = end  # no field lines
+        try:  # three words (no len() call), else twisted.web's channel serves it
+            method, target, version = data[:line_end].split(b" ")
+        except ValueError:
             self._hand_over()
             return None
-        method, target, version = request_line
-        pairs = []
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon:  # a field line without a colon, as twisted.web's channel refuses it
-                self._refuse(bad_request("malformed request head"), (), None, method, target)
-                return None
-            pairs.append((name, value))
-        try:
-            # a name that is no token (obs-fold, a space before the colon) is refused there, as
-            # NodeHTTPChannel refuses it
-            request = build_head(method, target, version, pairs)
+        try:  # a clean head in a few calls (clean_head), any other line by line (build_head)
+            request = clean_head(method, target, version, end, data[line_end + 2:end + 2]) \
+                or head_of_lines(method, target, version, data[:end].split(_CRLF)[1:])
         except StatusError as err:
             self._refuse(err, (), None, method, target)
             return None
-        handler = self.server.routes.find(target.partition(b"?")[0]) \
+        exact = self.server.routes.exact
+        raw_path = target if b"?" not in target else target.partition(b"?")[0]
+        handler = (exact[raw_path] if raw_path in exact else self.server.routes.find(raw_path)) \
             if method == b"POST" and version == b"HTTP/1.1" else None
-        fields = request.fields
-        if handler is None or any(name in fields for name in _HANDED_OVER):
+        if handler is None or not _HANDED_OVER.isdisjoint(request.fields):
             self._hand_over()
             return None
-        client = getattr(self.transport.getPeer(), "host", "127.0.0.1")  # type: ignore[union-attr]
+        client = self._client
+        if not client:  # the peer's address, read once a connection
+            client = self._client = getattr(self.transport.getPeer(), "host", "127.0.0.1")  # type: ignore[union-attr]
         verdict = self.server.guard.decide(request, client)
         if verdict.error is not None:
             self._refuse(verdict.error, verdict.headers, request, family=verdict.errors,
@@ -439,20 +433,23 @@ class LeanChannel(protocol.Protocol):
         if reserved:
             self.server.give_back(reserved, self._holder, arriving=True)
 
-    def _start(self, head: _Head, body: bytes) -> None:
+    def _start(self, head: _Head, body: bytes, now: float) -> None:
         server = self.server
-        reply = LeanReply(self, head.request, head.client, head.errors, body, server.seconds())
+        reply = LeanReply(self, head.request, head.client, head.errors, body, now)
         if self._reserved and server.site.buffer is not None:
             server.site.buffer.arrived(self._holder)  # its body is whole: no longer arriving
         reply.held, reply.holder, self._reserved = self._reserved, self._holder, 0
         self._busy = reply
-        self.state, self.since = "busy", server.seconds()
+        self.state, self.since = "busy", now
         request = head.request
-        # one shared string per lean route's path, the one routing keeps too (held requests)
-        path = request.path = sys.intern(request.path)
+        # one shared string per lean route's path (RequestHead interns it), the one routing keeps
+        # too (held requests)
+        path = request.path
+        fields = request.fields
         try:
             query = parse_qs(request.query.decode("ascii"), keep_blank_values=True) if request.query else {}
-            facts = Incoming(path=path, body=body, content_type=request.fields.get("content-type", ""),
+            facts = Incoming(path=path, body=body,
+                             content_type=fields["content-type"] if "content-type" in fields else "",
                              query=query, headers=request.fields, key_name=head.key_name,
                              key_class=head.key_class)
             result = head.handler(request.method, path, facts, reply)
@@ -467,12 +464,15 @@ class LeanChannel(protocol.Protocol):
         else:
             reply.finish(result)
 
-    def answered(self, reply: LeanReply) -> None:
-        """``reply`` is complete: the next request may be served (once its output has drained)."""
+    def answered(self, reply: LeanReply, now: float | None = None) -> None:
+        """``reply`` is complete: the next request may be served (once its output has drained).
+        ``now``: the clock, when the reply has read it."""
         if self._busy is not reply:
             return
         self._busy = None
-        self.state, self.since = "idle", self.server.seconds()
+        if now is None:
+            now = self.server.seconds()
+        self.state, self.since = "idle", now
         if reply.request.close:
             self.close()
             return
@@ -480,7 +480,7 @@ class LeanChannel(protocol.Protocol):
         if self._have:
             self.state = "head"
             if not self._write_blocked:
-                self._serve_buffered()
+                self._serve_buffered(now)
 
     def _hand_over(self) -> None:
         """From here on twisted.web's channel serves this connection, from the buffered bytes."""

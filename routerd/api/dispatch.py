@@ -70,6 +70,9 @@ class Dispatch(resource.Resource):
         self.apis: tuple[object, ...] = tuple(apis)
         #: Every route of every API object: what is served here, and the auth class of a path.
         self.routes = RouteTable(self.apis)
+        #: The facts of a path (see :meth:`RouteTable.facts`): what the guard's admission reads,
+        #: the table's own method (a frame a request fewer than a method calling it).
+        self.route_facts: Callable[[str], RouteFacts] = self.routes.facts
         for api in self.apis:
             routes = routes_of(api)
             target: resource.IResource | None = None
@@ -93,10 +96,6 @@ class Dispatch(resource.Resource):
     def route_class(self, path: str) -> RouteClass:
         """The auth class of ``path`` (see :meth:`RouteTable.route_class`)."""
         return self.routes.route_class(path)
-
-    def route_facts(self, path: str) -> RouteFacts:
-        """The facts of ``path`` (see :meth:`RouteTable.facts`): what the guard's admission reads."""
-        return self.routes.facts(path)
 
     def render(self, request: IRequest) -> Any:
         path = request.path.decode("utf-8", "replace")

@@ -23,6 +23,7 @@ access line), or raises :class:`~routerd.errors.HTTPError` (400, 431, 501, 505):
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable
 
 from routerd.errors import HTTPError
@@ -53,6 +54,23 @@ _NO_FIELDS: dict[str, str] = {}
 #: micro-benchmark, 28.4 -> 26 us per request).  Bounded: names a client invents are checked anew.
 _NAMES: dict[bytes, str] = {}
 _NAMES_KEPT = 512
+#: The same names decoded (what :func:`clean_head` looks up).
+_TEXT_NAMES: dict[str, str] = {}
+_LENGTH_TEXT = re.compile(r"[0-9]{1,19}")
+#: A control byte that is not part of a line end (a field value may hold HTAB).
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?!\n)|(?<!\r)\n")
+#: One field line: name, the colon (empty when missing) and the value without its whitespace.
+_FIELD_LINE = re.compile(r"([^:\r\n]*)(:?)[ \t]*([^\r\n]*?)[ \t]*\r\n")
+#: Raw paths -> their text, one shared string each (bounded).
+_PATHS: dict[bytes, str] = {}
+_PATHS_KEPT = 256
+
+
+def _path(raw: bytes) -> str:
+    path = sys.intern(raw.decode("ascii"))  # one shared string per path (held requests keep it)
+    if len(_PATHS) < _PATHS_KEPT:
+        _PATHS[raw] = path
+    return path
 
 
 def bad_request(message: str) -> HTTPError:
@@ -73,9 +91,13 @@ class RequestHead:
                  length: int | None, chunked: bool, close: bool) -> None:
         self.method = method
         self.target = target
-        raw_path, _, self.query = target.partition(b"?")
-        self.path = raw_path.decode("ascii")
-        self.version = _SHARED_VERSION.get(version, version)
+        if b"?" in target:
+            raw_path, _, self.query = target.partition(b"?")
+        else:
+            raw_path, self.query = target, b""
+        # the decoded path of a raw path seen before, one shared string: no call (trees.py --profile)
+        self.path = _PATHS[raw_path] if raw_path in _PATHS else _path(raw_path)
+        self.version = _SHARED_VERSION[version] if version in _SHARED_VERSION else version
         self.fields = fields
         self.length = length
         self.chunked = chunked
@@ -88,19 +110,22 @@ class RequestHead:
         """Let go of every field but ``names``, and of the raw target (``path`` and ``query`` stay):
         a held request keeps the few values its access line reads."""
         fields = self.fields
-        kept = {name: fields[name] for name in names if name in fields}
+        kept = {}
+        for name in names:  # a loop, not a comprehension: no frame of its own
+            if name in fields:
+                kept[name] = fields[name]
         self.fields = kept or _NO_FIELDS
         self.target = b""
 
 
 def check_request_line(method: bytes, target: bytes, version: bytes) -> None:
     """The request line's rules (see the module docstring)."""
-    if _VERSION.fullmatch(version) is None:
-        raise bad_request("malformed HTTP version")
-    if version not in _VERSIONS:
+    if version not in _VERSIONS:  # (both match _VERSION: only another version is matched)
+        if _VERSION.fullmatch(version) is None:
+            raise bad_request("malformed HTTP version")
         raise HTTPError(505, "only HTTP/1.0 and HTTP/1.1 are served", "invalid_request_error",
                         "http_version_not_supported")
-    if _TOKEN.fullmatch(method) is None:
+    if method not in _SHARED_METHOD and _TOKEN.fullmatch(method) is None:  # the known ones are tokens
         raise bad_request("malformed request method")
     if len(target) > MAX_LINE:
         raise HTTPError(414, "request target is too long", "invalid_request_error", "uri_too_long")
@@ -128,6 +153,7 @@ def build_head(method: bytes, target: bytes, version: bytes,
             key = name.decode("ascii").lower()
             if len(_NAMES) < _NAMES_KEPT:
                 _NAMES[name] = key
+                _TEXT_NAMES[name.decode("ascii")] = key
         value = value.strip(b" \t")
         if _BAD_VALUE.search(value) is not None:
             raise bad_request("control character in a header field value")
@@ -140,6 +166,19 @@ def build_head(method: bytes, target: bytes, version: bytes,
         elif text:
             fields[key] = f"{known}, {text}" if known else text
     return _framed(method, target, version, fields)
+
+
+def head_of_lines(method: bytes, target: bytes, version: bytes, lines: list[bytes]) -> RequestHead:
+    """:func:`build_head` of raw field lines ``name: value`` (a line without a colon is a 400, as
+    twisted.web's channel refuses it; a name that is no token, obs-fold or a space before the
+    colon, is refused by :func:`build_head`, as :class:`~routerd.api.site.NodeHTTPChannel` refuses it)."""
+    pairs = []
+    for line in lines:
+        name, colon, value = line.partition(b":")
+        if not colon:
+            raise bad_request("malformed request head")
+        pairs.append((name, value))
+    return build_head(method, target, version, pairs)
 
 
 def content_length(value: bytes) -> int:
@@ -159,28 +198,63 @@ def transfer_coding(value: bytes) -> bool:
 
 
 def _framed(method: bytes, target: bytes, version: bytes, fields: dict[str, str]) -> RequestHead:
+    # membership tests and subscripts rather than dict.get: no calls for an absent field
     http11 = version == b"HTTP/1.1"
     if http11 and "host" not in fields:
         raise bad_request("an HTTP/1.1 request needs a Host header field")
     length: int | None = None
-    raw_length = fields.get("content-length")
-    if raw_length is not None:
-        length = content_length(raw_length.encode("latin-1"))
-    coding = fields.get("transfer-encoding")
+    if "content-length" in fields:
+        raw_length = fields["content-length"]
+        # 1-19 ASCII digits (a value is stripped already): one match, else content_length's rule
+        length = int(raw_length) if _LENGTH_TEXT.fullmatch(raw_length) is not None \
+            else content_length(raw_length.encode("latin-1"))
     chunked = False
-    if coding is not None:
+    if "transfer-encoding" in fields:
         if length is not None:
             raise bad_request("Content-Length and Transfer-Encoding together")
         if not http11:
             raise bad_request("Transfer-Encoding in an HTTP/1.0 request")
-        chunked = transfer_coding(coding.encode("latin-1"))
-    connection = fields.get("connection", "").lower()
+        chunked = transfer_coding(fields["transfer-encoding"].encode("latin-1"))
+    connection = fields["connection"].lower() if "connection" in fields else ""
     if http11:
         close = "close" in connection and "close" in _tokens(connection)
     else:
         close = "keep-alive" not in _tokens(connection)
-    return RequestHead(_SHARED_METHOD.get(method) or method.decode("ascii"), target, version, fields, length,
-                       chunked, close)
+    return RequestHead(_SHARED_METHOD[method] if method in _SHARED_METHOD else method.decode("ascii"), target,
+                       version, fields, length, chunked, close)
+
+
+def clean_head(method: bytes, target: bytes, version: bytes, size: int,
+               field_lines: bytes) -> RequestHead | None:
+    """What :func:`build_head` returns for a head with nothing to refuse or join, built in a few C
+    calls; None for any other head (then :func:`build_head` takes it line by line and refuses what
+    it refuses).  ``size``: the head's bytes; ``field_lines``: its field lines, each ending in CRLF.
+
+    Taken: a head of at most :data:`MAX_LINE` bytes (no line can be too long), a known method and
+    version, at most :data:`MAX_FIELDS` fields, each with a colon, a name :func:`build_head` has
+    already checked, sent once, and no control byte anywhere but the line ends.  The lean channel
+    calls it for every head (the per-field rules were ~40 calls a request, ~10 here;
+    trees.py --profile); tests/unit/test_edge_fast_paths.py holds it to :func:`build_head`."""
+    if size > MAX_LINE or method not in _SHARED_METHOD or version not in _VERSIONS \
+            or _TARGET.fullmatch(target) is None:
+        return None
+    text = field_lines.decode("latin-1")
+    if _CONTROL.search(text) is not None:
+        return None
+    fields: dict[str, str] = {}
+    count = 0
+    for name, colon, value in _FIELD_LINE.findall(text):
+        count += 1
+        if not colon or name not in _TEXT_NAMES or count > MAX_FIELDS:
+            return None
+        key = _TEXT_NAMES[name]
+        if key in fields:
+            return None
+        fields[key] = value
+    try:
+        return _framed(method, target, version, fields)
+    except HTTPError:
+        return None
 
 
 def _tokens(value: str) -> set[str]:
@@ -188,4 +262,5 @@ def _tokens(value: str) -> set[str]:
 
 
 __all__ = ["MAX_FIELDS", "MAX_HEAD_BYTES", "MAX_LINE", "SINGLETONS", "RequestHead", "bad_request",
-           "build_head", "check_request_line", "content_length", "transfer_coding", "head_too_large"]
+           "build_head", "check_request_line", "clean_head", "content_length", "head_of_lines",
+           "head_too_large", "transfer_coding"]
