@@ -6,21 +6,24 @@ process (integration tests do) without sharing counters.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 import attrs
+import prometheus_client.metrics
 from prometheus_client import (
     CollectorRegistry,
     Counter,
-    Gauge,
     Histogram,
     PlatformCollector,
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _LOAD_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
@@ -126,55 +129,211 @@ def _count(pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], int]:
     return out
 
 
+# -- the request path's metrics ---------------------------------------------------------------
+# Every request updates about a dozen labelled children.  prometheus_client's take a lock and check
+# that the metric is a child on each update (a counter's inc is 5 calls, a histogram's observe 9:
+# 45 calls a request at 1 client, benchmarks/trees.py --profile); these families keep each child
+# as plain floats updated on the reactor thread (the only thread that updates or scrapes them) and
+# hand prometheus_client the same samples at scrape time: /metrics reads exactly as it did.
+# tests/unit/test_metric_families.py renders both for the same updates.
+
+_INF = float("inf")
+
+
+class CountChild:
+    """One child of a :class:`CounterFamily`: its total and when it was created."""
+
+    __slots__ = ("created", "value")
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.created = time.time()
+
+    def inc(self, amount: float = 1) -> None:
+        if amount < 0:
+            raise ValueError("Counters can only be incremented by non-negative amounts.")
+        self.value += amount
+
+
+class GaugeChild:
+    """One child of a :class:`GaugeFamily`."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1) -> None:
+        self.value += amount
+
+    def dec(self, amount: float = 1) -> None:
+        self.value += -amount
+
+
+class HistogramChild:
+    """One child of a :class:`HistogramFamily`: the observations in each bucket (not cumulated),
+    their sum, and when it was created."""
+
+    __slots__ = ("bounds", "counts", "created", "sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = bounds
+        self.counts = [0.0] * len(bounds)
+        self.sum = 0.0
+        self.created = time.time()
+
+    def observe(self, amount: float) -> None:
+        self.sum += amount
+        if amount <= _INF:  # the first bucket whose bound is at least the amount (none for NaN)
+            self.counts[bisect_left(self.bounds, amount)] += 1
+
+
+Child = TypeVar("Child", CountChild, GaugeChild, HistogramChild)
+
+
+class _Family(Collector, Generic[Child]):
+    """A labelled metric whose children are asked for by their label values."""
+
+    kind = ""
+
+    def __init__(self, name: str, documentation: str, labels: Sequence[str],
+                 registry: CollectorRegistry) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labels = tuple(labels)
+        self.children: dict[tuple[str, ...], Child] = {}
+        registry.register(self)
+
+    def child(self, *values: str) -> Child:
+        """The child of these label values, created the first time it is asked for (it shows in
+        /metrics from then on, at 0)."""
+        found = self.children.get(values)
+        if found is None:
+            if len(values) != len(self.labels):
+                raise ValueError("Incorrect label count")
+            found = self.children[values] = self._new()
+        return found
+
+    def _new(self) -> Child:
+        raise NotImplementedError
+
+    def describe(self) -> list[Metric]:
+        return [Metric(self.name, self.documentation, self.kind)]
+
+    def collect(self) -> Iterator[Metric]:
+        metric = Metric(self.name, self.documentation, self.kind)
+        for values, child in list(self.children.items()):
+            self._samples(metric, list(zip(self.labels, (str(v) for v in values), strict=True)), child)
+        yield metric
+
+    def _samples(self, metric: Metric, labels: list[tuple[str, str]], child: Child) -> None:
+        raise NotImplementedError
+
+
+def _created() -> bool:
+    # prometheus_client's own switch (PROMETHEUS_DISABLE_CREATED_SERIES, disable_created_metrics)
+    return bool(getattr(prometheus_client.metrics, "_use_created", True))
+
+
+class CounterFamily(_Family[CountChild]):
+    kind = "counter"
+
+    def _new(self) -> CountChild:
+        return CountChild()
+
+    def _samples(self, metric: Metric, labels: list[tuple[str, str]], child: CountChild) -> None:
+        metric.add_sample(self.name + "_total", dict(labels), child.value)
+        if _created():
+            metric.add_sample(self.name + "_created", dict(labels), child.created)
+
+
+class GaugeFamily(_Family[GaugeChild]):
+    kind = "gauge"
+
+    def _new(self) -> GaugeChild:
+        return GaugeChild()
+
+    def _samples(self, metric: Metric, labels: list[tuple[str, str]], child: GaugeChild) -> None:
+        metric.add_sample(self.name, dict(labels), child.value)
+
+
+class HistogramFamily(_Family[HistogramChild]):
+    kind = "histogram"
+
+    def __init__(self, name: str, documentation: str, labels: Sequence[str], registry: CollectorRegistry,
+                 *, buckets: Sequence[float]) -> None:
+        bounds = [float(b) for b in buckets]
+        if bounds != sorted(bounds):
+            raise ValueError("Buckets not in sorted order")
+        if bounds[-1] != _INF:
+            bounds.append(_INF)
+        self.bounds = tuple(bounds)
+        self._le: tuple[str, ...] = tuple(floatToGoString(b) for b in bounds)  # type: ignore[no-untyped-call]
+        super().__init__(name, documentation, labels, registry)
+
+    def _new(self) -> HistogramChild:
+        return HistogramChild(self.bounds)
+
+    def _samples(self, metric: Metric, labels: list[tuple[str, str]], child: HistogramChild) -> None:
+        acc = 0.0
+        for le, count in zip(self._le, child.counts, strict=True):
+            acc += count
+            metric.add_sample(self.name + "_bucket", dict([*labels, ("le", le)]), acc)
+        metric.add_sample(self.name + "_count", dict(labels), acc)
+        if self.bounds[0] >= 0:
+            metric.add_sample(self.name + "_sum", dict(labels), child.sum)
+        if _created():
+            metric.add_sample(self.name + "_created", dict(labels), child.created)
+
+
 class NodeMetrics:
     def __init__(self) -> None:
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-        self._key_children: dict[tuple[str, str, str, bool, bool, bool], tuple[Any, Any, Any]] = {}
+        self._request_children: dict[tuple[str, str, str, str], tuple[CountChild, HistogramChild]] = {}
+        self._key_children: dict[tuple[str, str, str, bool, bool, bool],
+                                 tuple[HistogramChild | None, CountChild | None, CountChild | None]] = {}
+        self._text_children: dict[tuple[str, bool, bool],
+                                  tuple[CountChild, CountChild | None, HistogramChild | None]] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         # process_* (CPU, memory, open files, start time) and python_info, as every exporter has
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
-        self.requests = Counter(
+        self.requests = CounterFamily(
             "routerd_requests", "Inference requests answered, by model, lane, route and status",
-            ("model", "lane", "route", "status"), registry=self.registry)
-        self.request_duration = Histogram(
+            ("model", "lane", "route", "status"), self.registry)
+        self.request_duration = HistogramFamily(
             "routerd_request_duration_seconds", "Time from accepting a request to its last byte",
-            ("model", "lane"), buckets=_DURATION_BUCKETS, registry=self.registry)
-        self.in_flight = Gauge(
-            "routerd_requests_in_flight", "Inference requests being served", ("lane",),
-            registry=self.registry)
+            ("model", "lane"), self.registry, buckets=_DURATION_BUCKETS)
+        self.in_flight = GaugeFamily(
+            "routerd_requests_in_flight", "Inference requests being served", ("lane",), self.registry)
         self.loads = Counter(
             "routerd_model_loads", "Backend model loads, by model, runtime and outcome",
             ("model", "runtime", "status"), registry=self.registry)
         self.load_duration = Histogram(
             "routerd_model_load_duration_seconds", "Backend model load time, switch start to readiness",
             ("model", "runtime"), buckets=_LOAD_BUCKETS, registry=self.registry)
-        self.first_token = Histogram(
+        self.first_token = HistogramFamily(
             "routerd_time_to_first_token_seconds",
             "Time from accepting a streamed request to the first answer bytes sent to the client",
-            ("model", "lane"), buckets=_FIRST_TOKEN_BUCKETS, registry=self.registry)
-        self.token_rate = Histogram(
+            ("model", "lane"), self.registry, buckets=_FIRST_TOKEN_BUCKETS)
+        self.token_rate = HistogramFamily(
             "routerd_generation_tokens_per_second",
             "Generated tokens per second of service time, per finished text request",
-            ("model",), buckets=_TOKEN_RATE_BUCKETS, registry=self.registry)
-        self.generated_tokens = Counter(
-            "routerd_generated_tokens", "Tokens generated by this node's backends", ("model",),
-            registry=self.registry)
-        self.prompt_tokens = Counter(
+            ("model",), self.registry, buckets=_TOKEN_RATE_BUCKETS)
+        self.generated_tokens = CounterFamily(
+            "routerd_generated_tokens", "Tokens generated by this node's backends", ("model",), self.registry)
+        self.prompt_tokens = CounterFamily(
             "routerd_prompt_tokens", "Prompt tokens processed by this node's backends", ("model",),
-            registry=self.registry)
+            self.registry)
         # per named key and class: the key's name, never the key ("-" for none)
-        self.key_requests = Counter(
+        self.key_requests = CounterFamily(
             "routerd_key_requests", "Inference requests a client sent this node, by key name, class and "
-            "status (429s: status key_limited or queue_full)", ("key", "class", "status"),
-            registry=self.registry)
-        self.key_tokens = Counter(
+            "status (429s: status key_limited or queue_full)", ("key", "class", "status"), self.registry)
+        self.key_tokens = CounterFamily(
             "routerd_key_tokens", "Prompt and output tokens of those requests where this node knows them, "
-            "by key name and class", ("key", "class"), registry=self.registry)
-        self.key_queue_wait = Histogram(
+            "by key name and class", ("key", "class"), self.registry)
+        self.key_queue_wait = HistogramFamily(
             "routerd_key_queue_wait_seconds", "Time a request served here waited before its backend "
-            "started it, by key name and class", ("key", "class"), buckets=_DURATION_BUCKETS,
-            registry=self.registry)
+            "started it, by key name and class", ("key", "class"), self.registry, buckets=_DURATION_BUCKETS)
 
         self.lending_decisions = Counter(
             "routerd_lending_decisions",
@@ -185,28 +344,28 @@ class NodeMetrics:
             "routerd_lending_plan_duration_seconds", "Time one lending plan takes (master)",
             buckets=_PLAN_BUCKETS, registry=self.registry)
 
-    def child(self, metric: Any, *labels: str) -> Any:
-        """``metric.labels(*labels)``, looked up once: the request path asks for the same few
-        children on every request, and prometheus_client validates and locks on each ``labels``."""
-        key = (id(metric), labels)
-        found = self._children.get(key)
+    def request_children(self, model: str, lane: str, route: str,
+                         status: str) -> tuple[CountChild, HistogramChild]:
+        """The request count and duration children one finished request updates, in one lookup."""
+        key = (model, lane, route, status)
+        found = self._request_children.get(key)
         if found is None:
-            found = self._children[key] = metric.labels(*labels)
+            found = self._request_children[key] = (self.requests.child(model, lane, route, status),
+                                                   self.request_duration.child(model, lane))
         return found
 
     def key_children(self, key: str, cls: str, status: str, *, waited: bool, counted: bool,
-                     used_tokens: bool) -> tuple[Any, Any, Any]:
+                     used_tokens: bool) -> tuple[HistogramChild | None, CountChild | None, CountChild | None]:
         """The per-key children one finished request updates, in one lookup: its queue wait, its
         request count and its tokens (None for each it does not update: a child once asked for
-        shows in /metrics, at 0).  Three :meth:`child` look-ups a request cost ~9 calls
-        (benchmarks/trees.py --profile), this one ~2."""
+        shows in /metrics, at 0)."""
         found_key = (key, cls, status, waited, counted, used_tokens)
         found = self._key_children.get(found_key)
         if found is None:
             found = self._key_children[found_key] = (
-                self.child(self.key_queue_wait, key, cls) if waited else None,
-                self.child(self.key_requests, key, cls, status) if counted else None,
-                self.child(self.key_tokens, key, cls) if used_tokens else None)
+                self.key_queue_wait.child(key, cls) if waited else None,
+                self.key_requests.child(key, cls, status) if counted else None,
+                self.key_tokens.child(key, cls) if used_tokens else None)
         return found
 
     def count_decision(self, row: Mapping[str, Any], count: int = 1) -> None:
@@ -230,11 +389,20 @@ class NodeMetrics:
     def observe_text_request(self, model: str, prompt_tokens: float, output_tokens: float,
                              seconds: float) -> None:
         """A finished text request: token counters and, when it generated any, its token rate."""
-        self.child(self.prompt_tokens, model).inc(max(0.0, prompt_tokens))
-        if output_tokens > 0:
-            self.child(self.generated_tokens, model).inc(output_tokens)
-            if seconds > 0:
-                self.child(self.token_rate, model).observe(output_tokens / seconds)
+        generated = output_tokens > 0
+        timed = generated and seconds > 0
+        key = (model, generated, timed)
+        found = self._text_children.get(key)
+        if found is None:  # only the children it updates (one asked for shows in /metrics at 0)
+            found = self._text_children[key] = (
+                self.prompt_tokens.child(model), self.generated_tokens.child(model) if generated else None,
+                self.token_rate.child(model) if timed else None)
+        prompt, output, rate = found
+        prompt.inc(max(0.0, prompt_tokens))
+        if output is not None:
+            output.inc(output_tokens)
+        if rate is not None:
+            rate.observe(output_tokens / seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -222,7 +222,7 @@ class AssetService:
         state = self.states.get(model.local_id)
         if state is not None and state.state != "ready":
             return f"asset_state {state.state}: {state.reason}"
-        unbound = model.unbound_fields()
+        unbound = model.unbound
         if unbound:
             return f"{', '.join(unbound)} named only by sha256 and not bound to a verified file yet"
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -89,10 +90,16 @@ class ModelConfig:
     def unbound_fields(self) -> list[str]:
         """Portable weight fields named only by ``<field>_hash`` that no file is bound to yet
         (cluster reference §8.5: they block loading before the backend starts)."""
+        return list(self.unbound)
+
+    @functools.cached_property
+    def unbound(self) -> tuple[str, ...]:
+        """:meth:`unbound_fields`, worked out once per config (every request reads it before its
+        backend is acquired; a reload or a binding makes a new config)."""
         bound = self.weight_files()
-        return [f for f in ("model", "mmproj", "embeddingsmodel", "sdmodel", "whispermodel", "ttsmodel",
-                            *MUSIC_FIELDS)
-                if self.options.get(f"{f}_hash") and f not in bound]
+        return tuple(f for f in ("model", "mmproj", "embeddingsmodel", "sdmodel", "whispermodel", "ttsmodel",
+                                 *MUSIC_FIELDS)
+                     if self.options.get(f"{f}_hash") and f not in bound)
 
 
 @attrs.frozen

@@ -6,6 +6,8 @@ Every duration is held in seconds (float).  Paths are absolute once loaded
 
 from __future__ import annotations
 
+import functools
+
 import attrs
 
 from routerd.config.keys import InferenceKey
@@ -80,6 +82,11 @@ class AuthConfig:
 
     def inference_entries(self) -> tuple[InferenceKey, ...]:
         """Every inference key named: the configured entries, or ``key-1``… for plain strings."""
+        return self._entries
+
+    @functools.cached_property
+    def _entries(self) -> tuple[InferenceKey, ...]:
+        # worked out once per config: the key limits read it for every request
         if self.named_keys:
             return self.named_keys
         return tuple(InferenceKey(f"key-{n}", key.strip()) for n, key in enumerate(self.inference_keys, 1))

@@ -2,13 +2,11 @@
 the one answer to a failure, and its bookkeeping (metrics, key limits, analytics).
 
 A request held in a queue keeps its :class:`Handling`, its call and its queue's record, not a
-suspended coroutine: the end is a callback of that record on the Deferred of what served it.
+suspended coroutine: the end is the front's callback, carrying that record, on the Deferred of what
+served it.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Any
 
 from twisted.internet.defer import CancelledError
 from twisted.internet.interfaces import IReactorTime
@@ -18,7 +16,7 @@ from twisted.python.failure import Failure
 from routerd.errors import HTTPError, StatusError, error_answer
 from routerd.inference.analytics import AnalyticsRecorder, request_row
 from routerd.inference.timing import FirstWrite
-from routerd.metrics import NodeMetrics
+from routerd.metrics import GaugeChild, NodeMetrics
 from routerd.routing.call import Call, Reply
 from routerd.routing.classify import Route
 from routerd.routing.key_limits import KeyLimiter
@@ -31,15 +29,14 @@ Outcome = bytes | Failure
 
 
 class Handling:
-    """One request from its arrival to its end: what the end reads.  Called with the outcome of
-    what served it."""
+    """One request from its arrival to its end: what the end reads (the front's end callback on
+    the Deferred of what served it carries it)."""
 
-    __slots__ = ("end", "reply", "route", "request_id", "cluster_call", "in_flight", "started", "call",
+    __slots__ = ("reply", "route", "request_id", "cluster_call", "in_flight", "started", "call",
                  "limited", "timed", "model_label")
 
-    def __init__(self, end: Callable[[Handling, Outcome], Outcome], reply: Reply, route: Route,
-                 request_id: str, cluster_call: bool, in_flight: Any) -> None:
-        self.end = end
+    def __init__(self, reply: Reply, route: Route, request_id: str, cluster_call: bool,
+                 in_flight: GaugeChild) -> None:
         self.reply = reply
         self.route = route
         self.request_id = request_id
@@ -55,9 +52,6 @@ class Handling:
         """A master's answer: the model label is the routed record's once it answered."""
         self.model_label = label
         return answer
-
-    def __call__(self, outcome: Outcome) -> Outcome:
-        return self.end(self, outcome)
 
 
 def answer_outcome(handling: Handling, outcome: Outcome) -> Outcome:
@@ -152,10 +146,11 @@ class Books:
             self.limiter.done(handling.limited, self.clock.seconds(), _tokens(call))
         handling.in_flight.dec()
         status = call.outcome.status if call is not None else "bad_request"
-        metrics.child(metrics.requests, model_label, lane, route.kind, status).inc()
-        metrics.child(metrics.request_duration, model_label, lane).observe(self.clock.seconds() - started)
+        requests, duration = metrics.request_children(model_label, lane, route.kind, status)
+        requests.inc()
+        duration.observe(self.clock.seconds() - started)
         if timed is not None and timed.first_write_at is not None and status == "ok":
-            metrics.child(metrics.first_token, model_label, lane).observe(timed.first_write_at - started)
+            metrics.first_token.child(model_label, lane).observe(timed.first_write_at - started)
         analytics = self.analytics
         if analytics is not None and analytics.enabled:
             row = request_row(call, route, node_id=self.node_id, model_label=model_label, status=status,
@@ -172,7 +167,7 @@ class Books:
         wait, requests, used = self.metrics.key_children(
             call.key_name or "-", call.priority, call.outcome.status, waited=since is not None,
             counted=not cluster_call, used_tokens=bool(tokens))
-        if since is not None:
+        if wait is not None and since is not None:
             wait.observe(since - started)
         if requests is not None:
             requests.inc()

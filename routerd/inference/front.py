@@ -112,8 +112,8 @@ class InferenceFront:
 
         Not a coroutine, so a held request stays small: the request's own part runs now, up to
         the Deferred of what serves it (a lending queue's, while it waits there); its end (the
-        one answer to a failure and the bookkeeping) is a callback of its
-        :class:`~routerd.inference.ending.Handling` record on that Deferred."""
+        one answer to a failure and the bookkeeping) is a callback on that Deferred carrying its
+        :class:`~routerd.inference.ending.Handling` record."""
         request_id = new_request_id()
         if cluster_call:
             given = incoming.header("x-routerd-request-id")
@@ -121,9 +121,8 @@ class InferenceFront:
                 request_id = given
         reply.set_header(b"x-routerd-request-id", request_id.encode())
         reply.set_header(b"x-routerd-node", self._node_header)
-        metrics = self.metrics
-        handling = Handling(self._end, reply, route, request_id, cluster_call,
-                            metrics.child(metrics.in_flight, route.runtime))
+        handling = Handling(reply, route, request_id, cluster_call,
+                            self.metrics.in_flight.child(route.runtime))
         handling.in_flight.inc()
         self.active_calls += 1
         self.trimmer.entered(self.active_calls)
@@ -132,7 +131,7 @@ class InferenceFront:
             answer = self._begin(handling, incoming, borrowed)
         except Exception:  # noqa: BLE001 - answered by the one end below
             answer = fail()
-        return answer.addBoth(handling)
+        return answer.addBoth(self._end, handling)
 
     def _begin(self, handling: Handling, incoming: Incoming, borrowed: Borrowed | None) -> Deferred[bytes]:
         """The request's own part: its call, its target, and what serves it (its Deferred)."""
@@ -154,7 +153,9 @@ class InferenceFront:
         if not view.routes:
             target = choose(call, view)
             handling.model_label = target.label
-            return ensureDeferred(self.runner.serve(call, target, borrowed))
+            served = self.runner.serve(call, target, borrowed)
+            # a lending queue's Deferred as it is; a coroutine (straight to the backend) wrapped
+            return served if isinstance(served, Deferred) else Deferred.fromCoroutine(served)
         if needs_statuses(call, view):
             return ensureDeferred(self._scheduled(handling, call, view))
         # a master labels the request with the record it routed to once that answered
@@ -168,7 +169,7 @@ class InferenceFront:
         target = choose(call, view, await self.master.statuses())
         return handling.routed(await self.runner.serve(call, target, None), target.label)
 
-    def _end(self, handling: Handling, outcome: Outcome) -> Outcome:
+    def _end(self, outcome: Outcome, handling: Handling) -> Outcome:
         """The request's end: the one answer to a failure, then its bookkeeping."""
         try:
             return answer_outcome(handling, outcome)
@@ -185,7 +186,7 @@ class InferenceFront:
         body = incoming.body
         try:
             result = select_model(route, body, content_type, incoming.query, incoming.headers,
-                                  self.max_form_parts())
+                                  self.max_form_parts)
             parsed = result.payload
             if route.runtime != "stt" and parsed is None:
                 parsed = parse_json_object(body)

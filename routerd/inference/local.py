@@ -30,7 +30,7 @@ from routerd.inference.video import VideoJobs
 from routerd.lending.offload import OFFLOAD_RETURNED, offload_returned
 from routerd.routing import work
 from routerd.routing.adapters import AdapterError, kobold, ollama, whisper
-from routerd.routing.body import BytesProducer
+from routerd.routing.body import BytesProducer, json_loads
 from routerd.routing.call import ActiveRequest, Call
 from routerd.routing.guardians import REFUSAL_STATUSES, ImageRefused, refusal_message
 from routerd.routing.multipart import MultipartError
@@ -43,7 +43,6 @@ from routerd.routing.relay import (
     collect,
     relay,
     response_header,
-    stream_idle,
 )
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
 from routerd.store.samples import RequestSample
@@ -59,7 +58,7 @@ class RuntimePool(Protocol):
 
 
 class SampleSink(Protocol):
-    def record_request_sample(self, sample: RequestSample) -> Deferred[None]: ...
+    def record_request_sample(self, sample: RequestSample) -> None: ...
 
     def finished(self, call: Call) -> None: ...
 
@@ -98,13 +97,16 @@ class LocalInference:
     jobs: VideoJobs | None = attrs.field(init=False, default=None)
     #: Video jobs accepted by a backend here and not ended: each holds its runtime.
     jobs_running: int = attrs.field(init=False, default=0)
+    #: ``x-routerd-node``, encoded once.
+    _node_header: bytes = attrs.field(init=False, default=attrs.Factory(
+        lambda self: self.node_id.encode(), takes_self=True))
 
     def now_ms(self) -> int:
         return int(self.clock.seconds() * 1000)
 
     async def serve(self, call: Call, model: ModelConfig, public_id: str) -> bytes:
         """Serve ``call`` with ``model``; returns the final bytes (the caller finishes the request)."""
-        call.reply.set_header(b"x-routerd-node", self.node_id.encode())
+        call.reply.set_header(b"x-routerd-node", self._node_header)
         taken = False  # a video job the backend accepted: its end gives the runtime back (_job_ended)
         try:
             try:
@@ -131,7 +133,7 @@ class LocalInference:
                     raise HTTPError(502, str(exc), "backend_error", "backend_missing") from None
                 entry.state = "running"
                 waiting = False
-                self._dequeue(model.local_id)
+                count_down(self.queued, model.local_id)
                 if self.on_claimed is not None:
                     self.on_claimed(call, True)
                 call.serving_since = self.clock.seconds()
@@ -158,7 +160,7 @@ class LocalInference:
                         lease.release()
             finally:
                 if waiting:
-                    self._dequeue(model.local_id)
+                    count_down(self.queued, model.local_id)
                     if self.on_claimed is not None:
                         self.on_claimed(call, False)
                 if not taken:
@@ -219,14 +221,11 @@ class LocalInference:
             acquiring.cancel()
         return len(waiting)
 
-    def _dequeue(self, model_id: str) -> None:
-        count_down(self.queued, model_id)
-
     async def serve_unmodelled(self, call: Call) -> bytes:
         """Selector-less embeddings with no embeddings config loaded (reference §6.7): the request
         goes to the running text-side backend as the client sent it, without a model and without
         loading one; 503 when no backend runs.  The answer's ``model`` is the backend's own."""
-        call.reply.set_header(b"x-routerd-node", self.node_id.encode())
+        call.reply.set_header(b"x-routerd-node", self._node_header)
         lease = self.runtimes.lease_current(call.route.runtime)
         if lease is None:
             raise HTTPError(503, "no embeddings model is loaded and no backend runs to take the request",
@@ -293,10 +292,14 @@ class LocalInference:
                 raise _draining() from None
             raise
         finally:
-            self._acquiring.pop(rid, None)
-            self._taken_back.discard(rid)
             self._waiting.pop(rid, None)
-            self._refused.discard(rid)
+            # only a borrowed request is taken back, and only a drain refuses
+            if call.borrowed:
+                self._acquiring.pop(rid, None)
+            if self._taken_back:
+                self._taken_back.discard(rid)
+            if self._refused:
+                self._refused.discard(rid)
 
     def waiting_for_runtime(self, request_id: str) -> bool:
         """Whether borrowed request ``request_id`` waits for a free runtime or a model load."""
@@ -336,7 +339,7 @@ class LocalInference:
         if ctype.startswith("text/event-stream") and 200 <= code < 300:
             return await self._stream(call, response, plan, public_id, ctype)
         if raw is None:
-            raw = await collect(response, stream_idle(self.timeouts))
+            raw = await collect(response, self.timeouts.streaming if self.timeouts is not None else None)
         converted_type, converted = self._convert(call, plan, public_id, code, ctype, raw)
         reply.set_header(b"content-type", converted_type.encode())
         return converted
@@ -353,7 +356,8 @@ class LocalInference:
             converter = make_rewriter(ctype, lambda _old: public_id)
             reply.set_header(b"content-type", ctype.encode())
             reply.set_header(b"cache-control", b"no-cache")
-        tail = await relay(response, reply, converter.feed, converter.flush, stream_idle(self.timeouts))
+        tail = await relay(response, reply, converter.feed, converter.flush,
+                           self.timeouts.streaming if self.timeouts is not None else None)
         usage = work.usage_from_tail(tail)
         if usage is not None:
             call.outcome.work = (float(usage[0]), float(usage[1]))
@@ -389,7 +393,7 @@ class LocalInference:
         if ctype.startswith("application/json"):
             if ok and SECTIONS[call.route.kind] == "llm":
                 try:
-                    parsed = json.loads(raw)
+                    parsed = json_loads(raw)
                 except ValueError:
                     parsed = None
                 if isinstance(parsed, dict):
@@ -413,7 +417,8 @@ class LocalInference:
         # The service time, from the backend slot being ours to the last byte: a
         # wait for a load (timed separately as a load sample) or in a queue is
         # not part of what the request cost.
-        duration = self.clock.seconds() - (call.serving_since or call.started)
+        now = self.clock.seconds()
+        duration = now - (call.serving_since or call.started)
         self.samples.finished(call)
         section = SECTIONS[call.route.kind]
         # Keyed as lending keys the model in the section's lane (an image model by its image ID),
@@ -421,7 +426,7 @@ class LocalInference:
         sample = RequestSample(
             model_id=section_key(section, model), section=section, work=call.outcome.work,
             duration_ms=duration * 1000.0, status=call.outcome.status,
-            finished_at_ms=self.now_ms(), http_status=call.outcome.http_status,
+            finished_at_ms=int(now * 1000), http_status=call.outcome.http_status,
             request_bytes=len(call.body), node_id=self.node_id)
         self.samples.record_request_sample(sample)
 
@@ -437,7 +442,7 @@ def _draining() -> Saturated:
 
 def _loads(raw: bytes) -> dict[str, Any]:
     try:
-        data = json.loads(raw)
+        data = json_loads(raw)
     except ValueError:
         raise HTTPError(502, "backend answered with invalid JSON", "backend_error", "backend_error") from None
     if not isinstance(data, dict):

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
@@ -20,7 +19,7 @@ log = Logger()
 
 
 class _SampleStore(Protocol):
-    def record_request_sample(self, sample: RequestSample) -> Deferred[None]: ...
+    def add_request_sample(self, sample: RequestSample) -> object: ...
 
     def record_load_sample(self, sample: LoadSample) -> object: ...
 
@@ -50,16 +49,17 @@ class Measurements:
     def finished(self, call: Call) -> None:
         """A request left the backend; own work (not borrowed) resets the idle clock."""
         if not call.borrowed:
-            self.own_work_done()
+            self.own_work_at = self.clock.seconds()
 
-    def record_request_sample(self, sample: RequestSample) -> Deferred[None]:
+    def record_request_sample(self, sample: RequestSample) -> None:
+        """A finished request: its text metrics, and its sample into the router database (written
+        in the store's next batch; nobody waits for it)."""
         if sample.section == "llm" and sample.status == "ok" and len(sample.work) == 2:
             self.metrics.observe_text_request(sample.model_id, sample.work[0], sample.work[1],
                                               sample.duration_ms / 1000)
         store = self.store()
-        if store is None:
-            return succeed(None)
-        return store.record_request_sample(sample)
+        if store is not None:
+            store.add_request_sample(sample)
 
     def save_public_id(self, identity: str, base: str, public_id: str) -> None:
         store = self.store()

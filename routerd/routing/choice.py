@@ -204,13 +204,14 @@ def choose(call: Call, view: RoutingView,
 
 def _own(call: Call, view: RoutingView) -> Target:
     route = call.route
-    if not call.borrowed and _nothing_to_embed_with(call, view):
+    if not call.borrowed and call.selector is None and _nothing_to_embed_with(call, view):
         return UNMODELLED
-    own = None if call.borrowed else _own_recipe(call, view)
+    need = _need(route)
+    own = None if call.borrowed else _own_recipe(call, view, need)
     if own is not None:
         public_id, model = own
     else:
-        model = _local_model(call, view)
+        model = _local_model(call, view, need)
         public_id = model.image_id if route.runtime == "image" and model.image_id else model.local_id
     return _here(call, view, model, public_id, model.local_id, None)
 
@@ -244,13 +245,13 @@ def _nothing_to_embed_with(call: Call, view: RoutingView) -> bool:
     return not any(m.filename == loaded and m.capabilities.embeddings for m in view.catalog().models)
 
 
-def _own_recipe(call: Call, view: RoutingView) -> tuple[str, ModelConfig] | None:
+def _own_recipe(call: Call, view: RoutingView, need: str) -> tuple[str, ModelConfig] | None:
     """``(public name, component config)`` when a standalone node's request names one of its
     split recipes (reference §9.3, checked before its own models as on a master).  A site of one
     holds its own records only, so every component is in this catalog."""
     if view.recipes is None or call.selector is None:
         return None
-    picked = view.recipes.route(call.selector, call.route.runtime, _need(call.route))
+    picked = view.recipes.route(call.selector, call.route.runtime, need)
     if picked is None:
         return None
     name, record = picked
@@ -260,9 +261,8 @@ def _own_recipe(call: Call, view: RoutingView) -> tuple[str, ModelConfig] | None
     return name, model
 
 
-def _local_model(call: Call, view: RoutingView) -> ModelConfig:
+def _local_model(call: Call, view: RoutingView, need: str) -> ModelConfig:
     catalog = view.catalog()
-    need = _need(call.route)
     name = call.selector
     if name is None:
         capable = [m for m in catalog.models if getattr(m.capabilities, need)]

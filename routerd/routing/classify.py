@@ -145,9 +145,11 @@ def classify(method: str, path: str) -> Route | None:
     A known inference path with a method other than POST also gives ``None``; use
     :func:`allowed_methods` to answer 405 with an ``Allow`` header instead of 404.
     """
-    if method.upper() != "POST":
+    if method != "POST" and method.upper() != "POST":
         return None
-    return _ROUTES.get(normalize_path(path))
+    # a path as it is listed needs no normalizing (normalize_path leaves every listed path alone)
+    route = _ROUTES.get(path)
+    return route if route is not None else _ROUTES.get(normalize_path(path))
 
 
 def allowed_methods(path: str) -> tuple[str, ...]:

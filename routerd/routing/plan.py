@@ -103,12 +103,11 @@ def plan_backend_call(route: Route, path: str, parsed: Mapping[str, Any] | None,
     if kind == "stt":
         return _plan_stt(path, raw, content_type)
     assert parsed is not None
-    body = dict(parsed)
     if kind in ("chat", "completion", "embeddings", "llama_completion"):
-        if parsed.get("model") == local_id:
+        if parsed.get("model") == local_id:  # the body as it came: no copy, no encoding
             return BackendPlan(path, raw, "application/json", "openai", stream)
-        body["model"] = local_id
-        return BackendPlan(path, _json(body), "application/json", "openai", stream)
+        return BackendPlan(path, _json({**parsed, "model": local_id}), "application/json", "openai", stream)
+    body = dict(parsed)
     if kind in ("image", "sd_txt2img", "sd_img2img"):
         return BackendPlan(path, raw, "application/json", "openai", False)
     if kind in _OLLAMA_TO_OPENAI:

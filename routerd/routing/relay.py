@@ -60,17 +60,28 @@ class FirstByteTimeout(HTTPError):
 class Timeouts:
     """The limits on one upstream answer: ``first_byte`` seconds until its headers arrive, then
     ``idle`` seconds of silence at most between chunks (``limits.first_byte_timeout`` and
-    ``limits.idle_stream_timeout``)."""
+    ``limits.idle_stream_timeout``; a reload sets both)."""
 
-    __slots__ = ("clock", "first_byte", "idle")
+    __slots__ = ("_idle", "clock", "first_byte", "streaming")
 
     def __init__(self, clock: IReactorTime, first_byte: float, idle: float) -> None:
         self.clock = clock
         self.first_byte = first_byte
         self.idle = idle
 
+    @property
+    def idle(self) -> float:
+        return self._idle
+
+    @idle.setter
+    def idle(self, seconds: float) -> None:
+        self._idle = seconds
+        #: The idle-stream timeout every answer shares until the next reload (one per setting,
+        #: not one per request).
+        self.streaming = Idle(self.clock, seconds)
+
     def stream(self) -> Idle:
-        return Idle(self.clock, self.idle)
+        return self.streaming
 
     async def answer(self, pending: Deferred[T]) -> T:
         """``pending``'s result, or :class:`FirstByteTimeout` (``pending`` cancelled) when it
@@ -94,7 +105,7 @@ class Timeouts:
 
 
 def stream_idle(timeouts: Timeouts | None) -> Idle | None:
-    return timeouts.stream() if timeouts is not None else None
+    return timeouts.streaming if timeouts is not None else None
 
 
 class Relay(Protocol):

@@ -287,7 +287,7 @@ class JsonRewriter(_HoldingRewriter):
 class _LineRewriter(_HoldingRewriter):
     """Shared machinery: split at line terminators, transform each line's content."""
 
-    def __init__(self, mapping: ModelMapping, max_line: int) -> None:
+    def __init__(self, mapping: ModelMapping, max_line: int = DEFAULT_MAX_LINE_BYTES) -> None:
         super().__init__(mapping, max_line)
         # Inside a line longer than the cap: pass bytes through until its terminator.
         self._overflow = False
@@ -339,8 +339,12 @@ class _LineRewriter(_HoldingRewriter):
         else:
             complete = chunk[: last + 1]
         rest = chunk[last + 1 :]
-        self._pending = [rest] if rest else []
-        self._pending_len = len(rest)
+        if rest:
+            self._pending = [rest]
+            self._pending_len = len(rest)
+        else:
+            self._pending = []
+            self._pending_len = 0
         out = head + self._transform_lines(complete)
         if self._pending_len > self._max:
             out += self._too_long()
@@ -357,9 +361,6 @@ class _LineRewriter(_HoldingRewriter):
 class SseRewriter(_LineRewriter):
     kind: RewriteKind = "sse"
 
-    def __init__(self, mapping: ModelMapping, max_line: int = DEFAULT_MAX_LINE_BYTES) -> None:
-        super().__init__(mapping, max_line)
-
     def _first_terminator(self, data: bytes) -> int:
         lf, cr = data.find(b"\n"), data.find(b"\r")
         if lf < 0:
@@ -369,7 +370,10 @@ class SseRewriter(_LineRewriter):
         return min(lf, cr)
 
     def _last_terminator(self, data: bytes) -> int:
-        return max(data.rfind(b"\n"), data.rfind(b"\r"))
+        lf = data.rfind(b"\n")
+        if not data[lf + 1:]:  # a chunk ending in LF (every whole event): no CR after it
+            return lf
+        return max(lf, data.rfind(b"\r"))
 
     def _transform_lines(self, data: bytes) -> bytes:
         if _MODEL_KEY not in data or _left_alone(data, self._mapping):
@@ -391,9 +395,6 @@ class SseRewriter(_LineRewriter):
 
 class NdjsonRewriter(_LineRewriter):
     kind: RewriteKind = "ndjson"
-
-    def __init__(self, mapping: ModelMapping, max_line: int = DEFAULT_MAX_LINE_BYTES) -> None:
-        super().__init__(mapping, max_line)
 
     def _first_terminator(self, data: bytes) -> int:
         return data.find(b"\n")

@@ -15,11 +15,12 @@ A body that is neither empty nor multipart is parsed as JSON whatever its Conten
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import attrs
 
+from routerd.routing.body import json_loads
 from routerd.routing.classify import Route
 from routerd.routing.multipart import (
     MultipartError,
@@ -96,7 +97,7 @@ class SelectorResult:
 def parse_json_object(body: bytes) -> dict[str, Any]:
     """Parse a request body that must be a JSON object; raises :class:`SelectorError`."""
     try:
-        value = json.loads(body)
+        value = json_loads(body)
     except RecursionError:
         raise SelectorError("invalid JSON body: nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
@@ -149,13 +150,14 @@ def select_model(
     content_type: str,
     query: Mapping[str, list[str]],
     headers: Mapping[str, str],
-    max_parts: int | None = None,
+    max_parts: int | Callable[[], int] | None = None,
 ) -> SelectorResult:
     """Find the request's model selector (see the module docstring for the order).
 
     Raises :class:`SelectorError` for an unparsable body, a non-string selector, or a missing
     model on a route that requires one (``"model is required"``); a form with more than
-    ``max_parts`` parts raises :class:`~routerd.routing.multipart.TooManyParts`.
+    ``max_parts`` parts raises :class:`~routerd.routing.multipart.TooManyParts`.  ``max_parts``
+    may be a callable (the front's live limit), asked only when the body is a form.
     """
     payload: dict[str, Any] | None = None
     form: tuple[Part, ...] | None = None
@@ -168,7 +170,7 @@ def select_model(
 
     if is_multipart(content_type):
         try:
-            parts = parse_form(body, content_type, max_parts)
+            parts = parse_form(body, content_type, max_parts() if callable(max_parts) else max_parts)
         except TooManyParts:
             raise
         except MultipartError as exc:

@@ -35,11 +35,14 @@ class EventParser:
 
     def line(self, line: bytes) -> Event | None:
         if not line:
+            if not self._data:  # a blank line ending no event (_dispatch's first case)
+                self._name = ""
+                return None
             return self._dispatch()
-        if line.startswith(b":"):
+        if line[:1] == b":":
             return None  # comment / keep-alive
         name, sep, value = line.partition(b":")
-        if sep and value.startswith(b" "):
+        if sep and value[:1] == b" ":
             value = value[1:]
         if name == b"data":
             self._data.append(value)
@@ -55,17 +58,15 @@ class EventParser:
     def feed(self, chunk: bytes) -> list[Event]:
         self._buf += chunk
         events: list[Event] = []
-        pos = 0
-        while True:
-            nl = self._buf.find(b"\n", pos)
-            if nl < 0:
-                break
-            line = bytes(self._buf[pos:nl])
-            pos = nl + 1
-            event = self.line(line[:-1] if line.endswith(b"\r") else line)
+        if b"\n" not in chunk:
+            return events
+        # every complete line at once; what follows the last LF waits for the next chunk
+        *lines, rest = bytes(self._buf).split(b"\n")
+        self._buf = bytearray(rest)
+        for line in lines:
+            event = self.line(line[:-1] if line[-1:] == b"\r" else line)
             if event is not None:
                 events.append(event)
-        del self._buf[:pos]
         return events
 
     def end(self) -> Event | None:

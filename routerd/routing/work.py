@@ -68,12 +68,12 @@ def usage_from_json(payload: Mapping[str, Any]) -> tuple[int, int] | None:
     such as ``prompt_tokens_details`` allowed), else llama-server ``timings`` (``prompt_n``,
     ``predicted_n``), else llama ``/completion``'s ``tokens_evaluated``/``tokens_predicted``."""
     usage = payload.get("usage")
-    if isinstance(usage, Mapping):
+    if isinstance(usage, dict):  # decoded JSON: its objects are dicts
         found = _counts(usage.get("prompt_tokens"), usage.get("completion_tokens", 0))
         if found is not None:
             return found
     timings = payload.get("timings")
-    if isinstance(timings, Mapping):
+    if isinstance(timings, dict):
         found = _counts(timings.get("prompt_n"), timings.get("predicted_n"))
         if found is not None:
             return found
@@ -81,19 +81,16 @@ def usage_from_json(payload: Mapping[str, Any]) -> tuple[int, int] | None:
 
 
 def _counts(prompt: object, output: object) -> tuple[int, int] | None:
-    if isinstance(prompt, int) and isinstance(output, int) and not isinstance(prompt, bool) \
-            and not isinstance(output, bool) and prompt >= 0 and output >= 0:
+    # decoded JSON: a number is exactly int or float, true and false exactly bool
+    if type(prompt) is int and type(output) is int and prompt >= 0 and output >= 0:
         return prompt, output
     return None
-
-
-_USAGE_MARKS = (b'"usage"', b'"timings"', b'"tokens_predicted"')
 
 
 def usage_from_tail(tail: bytes) -> tuple[int, int] | None:
     """Token counts from the last event of an SSE stream's tail that reports them (a final
     ``usage``, nested or not, or llama-server ``timings``)."""
-    last = max(tail.rfind(mark) for mark in _USAGE_MARKS)
+    last = max(tail.rfind(b'"usage"'), tail.rfind(b'"timings"'), tail.rfind(b'"tokens_predicted"'))
     if last < 0:
         return None
     # The report is nearly always in the last event naming it: parse from that event's start

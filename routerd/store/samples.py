@@ -22,7 +22,7 @@ OK = "ok"
 
 
 def _work(values: Iterable[float]) -> tuple[float, ...]:
-    return tuple(float(v) for v in values)
+    return tuple(map(float, values))
 
 
 @attrs.frozen

@@ -76,7 +76,7 @@ class Store:
         self._clock: Clock = clock if clock is not None else _WallClock()
         # Group commit for request samples: while one batch is being written,
         # later samples collect here and go down in one transaction.
-        self._pending: list[tuple[tuple[object, ...], Deferred[None]]] = []
+        self._pending: list[tuple[tuple[object, ...], Deferred[None] | None]] = []
         self._writing = False
         self._idle: list[Deferred[None]] = []  # close() waiting for the sample writes to drain
         self._closed = False
@@ -157,7 +157,16 @@ class Store:
         return d
 
     def record_request_sample(self, sample: RequestSample) -> Deferred[None]:
-        """Store one finished request; never fails (a failure is logged).
+        """Store one finished request; never fails (a failure is logged).  Fires once it is
+        written (or dropped)."""
+        done: Deferred[None] = Deferred()
+        if not self.add_request_sample(sample, done):
+            done.callback(None)
+        return done
+
+    def add_request_sample(self, sample: RequestSample, done: Deferred[None] | None = None) -> bool:
+        """Queue ``sample``, firing ``done`` once it is written (False: dropped, logged).  The
+        request path waits for no write: it passes no Deferred.
 
         Samples are group-committed: when a write is already under way the
         sample joins the next batch, so a busy node does one transaction (and
@@ -166,22 +175,21 @@ class Store:
         if sample.section not in SECTIONS:
             self.log.warn("request sample for {model_id} dropped: unknown section {section!r}",
                           model_id=sample.model_id, section=sample.section)
-            return succeed(None)
+            return False
         if self._closed:
             # A request that ended after the stop began: nothing left to write it to.
             self.log.info("request sample for {model_id} not stored: the store is closing",
                           model_id=sample.model_id)
-            return succeed(None)
-        done: Deferred[None] = Deferred()
+            return False
         self._pending.append((samples_sql.request_row(sample), done))
         if self._writing or self._linger_call is not None:
-            return done
+            return True
         call_later = getattr(self._clock, "callLater", None)
         if self.linger > 0 and call_later is not None and len(self._pending) < SAMPLE_BATCH_MAX:
             self._linger_call = call_later(self.linger, self._lingered)
         else:
             self._flush_samples()
-        return done
+        return True
 
     def _lingered(self) -> None:
         self._linger_call = None
@@ -209,7 +217,8 @@ class Store:
 
         def written(_: object) -> None:
             for _row, d in batch:
-                d.callback(None)
+                if d is not None:
+                    d.callback(None)
             self._flush_samples()
 
         insert = self._write("request sample", lambda conn: samples_sql.insert_requests(conn, rows), None)

@@ -10,6 +10,7 @@ from routerd.routing.classify import (
     allowed_methods,
     classify,
     error_style_for_path,
+    normalize_path,
     wants_stream,
 )
 
@@ -127,3 +128,12 @@ def test_kobold_stream_route_always_streams() -> None:
     route = classify("POST", "/api/extra/generate/stream")
     assert route is not None
     assert wants_stream(route, {"stream": False}) is True
+
+
+@pytest.mark.parametrize("path", sorted(INFERENCE_PATHS))
+@pytest.mark.parametrize("tail", ["", "/", "?stream=1", "#x", "/?a=b#c"])
+@pytest.mark.parametrize("method", ["POST", "post", "Post"])
+def test_a_listed_path_classifies_as_its_normalized_form(path: str, tail: str, method: str) -> None:
+    """classify looks a listed path up as it is before normalizing: the same route either way."""
+    assert normalize_path(path) == path
+    assert classify(method, path + tail) is classify("POST", path) is not None

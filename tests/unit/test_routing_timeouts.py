@@ -124,3 +124,20 @@ def test_first_byte_timeout_cancels_the_pending_call() -> None:
     clock.advance(10)
     assert cancelled == [True]
     assert isinstance(results[0].value, FirstByteTimeout) and results[0].value.status == 504
+
+
+def test_a_reload_of_the_idle_stream_timeout_reaches_the_next_answer_only() -> None:
+    """The idle-stream limit is built once per setting: a reload's new value is what the next
+    answer gets, and an answer already under way keeps the one it started with."""
+    from routerd.routing.relay import stream_idle
+
+    clock = Clock()
+    timeouts = Timeouts(clock, 30.0, 5.0)
+    before = stream_idle(timeouts)
+    assert before is not None and before.seconds == 5.0 and before.clock is clock
+    assert stream_idle(timeouts) is before  # one per setting, not one per answer
+    timeouts.idle = 7.5  # what routerd.assembly.reload does
+    after = stream_idle(timeouts)
+    assert after is not None and after.seconds == 7.5 and timeouts.idle == 7.5
+    assert before.seconds == 5.0
+    assert stream_idle(None) is None

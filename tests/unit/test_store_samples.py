@@ -246,6 +246,30 @@ def test_a_lone_sample_lingers_for_its_batch_and_a_read_or_close_writes_it_at_on
     assert fired(last) is None and not clock.getDelayedCalls()
 
 
+def test_an_unwaited_sample_joins_the_same_batches_as_a_waited_one() -> None:
+    """``add_request_sample`` (the request path's, no Deferred) queues, lingers, drops and is
+    written exactly as ``record_request_sample``."""
+    from twisted.internet.task import Clock
+
+    clock = Clock()
+    store = Store.open_sync(clock=clock)
+    store.linger = 0.25
+    store.add_request_sample(req(at=1))
+    waited = store.record_request_sample(req(at=2))
+    store.add_request_sample(req(at=3))
+    assert not waited.called and len(clock.getDelayedCalls()) == 1
+    clock.advance(0.25)
+    assert fired(waited) is None
+    with capturedLogs() as events:
+        store.add_request_sample(req(section="hologram"))  # dropped, as record_request_sample drops it
+    assert any("unknown section" in str(e.get("log_format", "")) for e in events)
+    store.add_request_sample(req(at=4))
+    assert [s.finished_at_ms for s in fired(store.request_samples("llama", "llm", 0))] == [1, 2, 3, 4]
+    store.add_request_sample(req(at=5))
+    store.close()  # writes it before closing
+    assert not clock.getDelayedCalls()
+
+
 def test_newest_reads_only_the_newest_samples_of_each_model_oldest_first() -> None:
     """The refit's bounded read (issue 14): the newest N per model inside the window, in time order."""
     store = Store.open_sync()
