@@ -25,6 +25,7 @@ from routerd.logs import FanOut, JsonLinesObserver, filtered, gate, parse_level,
 from routerd.node import Node
 from routerd.process.notify import sd_notify
 from routerd.process.reload import install_sighup
+from routerd.transports import lean_poll
 
 #: Exit status of a node that must not be restarted as it is: its config is invalid or the cluster
 #: refused its identity (``EX_CONFIG``; the systemd unit's ``RestartPreventExitStatus``).
@@ -218,6 +219,7 @@ def makeService(options: Options) -> service.MultiService:
         print(f"config error: {exc}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
     install_sighup(reactor, node.reloader)
+    lean_poll(reactor)  # the reactor's turn without the legacy log context (routerd.transports)
     svc = NodeService(node, reactor, exit_on_failure=True)
     svc.ready.addErrback(lambda _failure: None)  # already logged by _failed
     svc.setServiceParent(top)  # type: ignore[no-untyped-call]

@@ -123,15 +123,15 @@ class Relay(Protocol):
         self._tail_size = 0
         self.idle = idle
         self._timer: IDelayedCall | None = None
+        self._heard = 0.0  # when the upstream was last heard (the idle clock's time)
         if idle is not None and not defer_idle:
             self._arm()
 
     def _arm(self) -> None:
         if self.idle is None:
             return
-        if self._timer is not None and self._timer.active():
-            self._timer.reset(self.idle.seconds)
-        else:
+        self._heard = self.idle.clock.seconds()
+        if self._timer is None or not self._timer.active():
             self._timer = self.idle.clock.callLater(self.idle.seconds, self._silent)
 
     def _disarm(self) -> None:
@@ -140,10 +140,18 @@ class Relay(Protocol):
         self._timer = None
 
     def _silent(self) -> None:
+        """The idle timer is due: the stream is silent if nothing arrived since it was last heard
+        ``idle`` seconds ago; else the timer waits again for what is left of that time.  (A chunk
+        only notes the time it was heard: moving a timer for every chunk re-sorted the reactor's
+        timers each time, ~8 calls a chunk.)"""
         self._timer = None
         if self.done.called:
             return
         assert self.idle is not None
+        left = self._heard + self.idle.seconds - self.idle.clock.seconds()
+        if left > 0:
+            self._timer = self.idle.clock.callLater(left, self._silent)
+            return
         self.done.errback(StreamIdle(f"no data for {self.idle.seconds:g} s"))
         self.abort()
 
@@ -154,7 +162,7 @@ class Relay(Protocol):
 
     def dataReceived(self, data: bytes) -> None:
         if self._timer is not None:
-            self._arm()
+            self._heard = self.idle.clock.seconds()  # type: ignore[union-attr]  # a timer means an idle limit
         tail = self._tail
         tail.append(data)
         self._tail_size += len(data)

@@ -93,3 +93,23 @@ def test_without_an_idle_limit_no_timer_is_ever_armed(whole: bytes | None) -> No
     if whole is None:
         answer.protocol.dataReceived(b"y")
     assert clock.armed == 0
+
+
+@pytest.mark.parametrize("heard_at", [[1.0], [1.0, 3.0, 4.5], [0.5, 2.0, 4.0, 6.0, 9.5, 12.0]])
+def test_the_silence_is_counted_from_the_last_chunk_heard_to_the_instant(heard_at: list[float]) -> None:
+    """A stream is cut exactly ``idle`` seconds after its last chunk, never before, whatever the
+    chunks before it; a chunk moves no timer (it notes when it was heard, and the timer, when due,
+    waits again for what is left)."""
+    clock = CountingClock()
+    answer = Answer(None)
+    got = outcome(ensureDeferred(collect(answer, Idle(clock, 5))))
+    for at in heard_at:
+        clock.advance(at - clock.seconds())
+        answer.protocol.dataReceived(b"chunk")
+        assert got == []
+    armed = clock.armed
+    clock.advance(heard_at[-1] + 5 - 0.001 - clock.seconds())
+    assert got == []
+    clock.advance(0.001)
+    assert len(got) == 1 and isinstance(got[0], Failure) and got[0].check(StreamIdle)
+    assert clock.armed <= armed + 1 and clock.getDelayedCalls() == []

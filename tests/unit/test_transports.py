@@ -127,3 +127,98 @@ def test_the_connection_internals_send_reads_are_those_of_the_pinned_twisted() -
     conn.startWriting = lambda: None  # type: ignore[method-assign]  # no reactor to watch the socket
     conn.write(b"queued")  # Twisted's own write queues in the buffer send checks first
     assert conn._tempDataBuffer == [b"queued"]
+
+
+class _Poller:
+    """Stands in for the epoll object: the events of one turn, and the arguments it was asked with."""
+
+    def __init__(self, events: list[tuple[int, int]]) -> None:
+        self.events = events
+        self.asked: list[tuple[float, int]] = []
+
+    def poll(self, timeout: float, most: int) -> list[tuple[int, int]]:
+        self.asked.append((timeout, most))
+        return self.events
+
+
+class _Selectable:
+    def __init__(self, name: str, fails: bool = False) -> None:
+        self.name = name
+        self.fails = fails
+
+    def logPrefix(self) -> str:  # noqa: N802 - Twisted's name
+        return self.name
+
+
+def _epoll_reactor(events: list[tuple[int, int]], selectables: dict[int, Any]) -> tuple[Any, list[Any]]:
+    from twisted.internet.epollreactor import EPollReactor
+
+    reactor: Any = EPollReactor.__new__(EPollReactor)  # not started: no waker, no epoll descriptor
+    reactor._poller = _Poller(events)
+    reactor._selectables = selectables
+    handled: list[Any] = []
+
+    def handle(selectable: Any, fd: int, event: int) -> None:
+        handled.append((selectable.name, fd, event))
+        if selectable.fails:
+            raise RuntimeError("escaped")
+
+    reactor._doReadOrWrite = handle
+    return reactor, handled
+
+
+def test_lean_poll_hands_every_ready_descriptor_to_the_reactors_handler_in_order() -> None:
+    """The lean turn polls as doPoll does (-1 for no timeout, at most one event per descriptor)
+    and passes each known descriptor to ``_doReadOrWrite``; an unknown one is skipped."""
+    from routerd.transports import lean_poll
+
+    a, b = _Selectable("a"), _Selectable("b")
+    reactor, handled = _epoll_reactor([(5, 1), (9, 4), (7, 1)], {5: a, 7: b})
+    assert lean_poll(reactor) is True
+    reactor.doIteration(None)
+    reactor.doPoll(0.25)
+    assert reactor._poller.asked == [(-1, 2), (0.25, 2)]
+    assert handled == [("a", 5, 1), ("b", 7, 1)] * 2
+
+
+def test_lean_poll_logs_an_escaped_exception_with_the_descriptors_prefix_and_goes_on() -> None:
+    """What ``callWithLogger`` did for an exception escaping a descriptor's handling: logged (as a
+    legacy error with the descriptor's log prefix as its system), and the turn goes on."""
+    from twisted.python import log as legacy_log
+
+    from routerd.transports import lean_poll
+
+    bad, good = _Selectable("BadProtocol,3,127.0.0.1", fails=True), _Selectable("good")
+    reactor, handled = _epoll_reactor([(3, 1), (4, 1)], {3: bad, 4: good})
+    lean_poll(reactor)
+    seen: list[dict[str, Any]] = []
+    legacy_log.addObserver(seen.append)
+    try:
+        reactor.doIteration(0)
+    finally:
+        legacy_log.removeObserver(seen.append)
+    assert [name for name, _fd, _event in handled] == ["BadProtocol,3,127.0.0.1", "good"]
+    errors = [event for event in seen if event.get("isError")]
+    assert len(errors) == 1 and errors[0]["system"] == "BadProtocol,3,127.0.0.1"
+    assert "escaped" in str(errors[0]["failure"].value)
+
+
+def test_lean_poll_leaves_other_reactors_alone() -> None:
+    from routerd.transports import lean_poll
+
+    clock = Clock()
+    assert lean_poll(clock) is False
+    assert not hasattr(clock, "doIteration")
+
+
+def test_the_epoll_reactor_internals_lean_poll_reads_are_those_of_the_pinned_twisted() -> None:
+    from twisted.internet.epollreactor import EPollReactor
+
+    reactor = EPollReactor()
+    try:
+        assert hasattr(reactor, "_poller") and isinstance(reactor._selectables, dict)
+        assert callable(reactor._doReadOrWrite) and callable(reactor.doPoll)
+    finally:
+        reactor._poller.close()
+        for reader in list(reactor.getReaders()):
+            reader.connectionLost(None)
