@@ -22,6 +22,7 @@ from routerd.api.access import log_access
 from routerd.api.errors import INTERNAL_ERROR, reply_error, reply_failure
 from routerd.api.head import RequestHead
 from routerd.errors import ErrorStyle
+from routerd.header_names import LOWERED, lowered
 from routerd.logs import gate, request_model
 from routerd.transports import JOIN_BELOW, send, send_with_head
 
@@ -90,13 +91,13 @@ class LeanReply:
     def set_header(self, name: bytes, value: bytes) -> None:
         if b"\r" in value or b"\n" in value:
             value = value.replace(b"\r", b" ").replace(b"\n", b" ")
-        # names compared lower-cased through the shared _KEYS (subscripts and slices, no calls):
+        # names compared lower-cased through the shared LOWERED (subscripts and slices, no calls):
         # 5 headers a request cost 5 bytes.lower and 20 len calls before (trees.py --profile)
-        key = _KEYS[name] if name in _KEYS else _key(name)
+        key = LOWERED[name] if name in LOWERED else lowered(name)
         headers = self.headers
         at = 0
         for known in headers[::2]:  # the same name again (any case) replaces it
-            if known == name or (_KEYS[known] if known in _KEYS else known.lower()) == key:
+            if known == name or (LOWERED[known] if known in LOWERED else lowered(known)) == key:
                 headers[at] = name
                 headers[at + 1] = value
                 return
@@ -242,7 +243,7 @@ class LeanReply:
         headers = self.headers
         at = 1
         for name in headers[::2]:
-            key = _KEYS[name] if name in _KEYS else name.lower()
+            key = LOWERED[name] if name in LOWERED else lowered(name)
             if key in _LOGGED:
                 out[_LOGGED[key]] = headers[at].decode("utf-8", "replace")
             at += 2
@@ -263,15 +264,6 @@ _STATUS_LINES: dict[int, bytes] = {}
 
 #: Answer headers the access line reads (lower-case name -> its field in the line).
 _LOGGED = {b"x-routerd-node": "node", b"x-routerd-lent-to": "lent_to", b"x-routerd-request-id": "request_id"}
-#: Header names as set (routerd's constants, a backend's names) -> lower-cased: a name is lowered
-#: once, not on every request.  Bounded: past it, names are lowered each time.
-_KEYS: dict[bytes, bytes] = {}
-_KEYS_KEPT = 512
-
-
-def _key(name: bytes) -> bytes:
-    """``name`` lower-cased, kept in :data:`_KEYS` while it has room."""
-    return _KEYS.setdefault(name, name.lower()) if len(_KEYS) < _KEYS_KEPT else name.lower()
 
 
 __all__ = ["Connection", "LeanReply"]

@@ -14,22 +14,9 @@ from typing import Any
 
 from twisted.web.http_headers import Headers
 
+from routerd.header_names import LOWERED, lowered
+
 __all__ = ["AnswerHeaders", "RequestHeaders", "content_type_headers", "request_lines"]
-
-#: Header names as spelled (by backends, by the request path asking) -> lowered: reading it costs
-#: no call where ``name.lower()`` and ``dict.get`` cost two a header (benchmarks/trees.py --profile,
-#: one client: 8 calls an answer of four headers, plus 2 a name asked).  Bounded: past it names
-#: are lowered each time.
-_LOWERED: dict[bytes, bytes] = {}
-_MAX_LOWERED = 512
-
-
-def _lowered(name: bytes) -> bytes:
-    lower = name.lower()
-    if len(_LOWERED) < _MAX_LOWERED:
-        _LOWERED[name] = lower
-    return lower
-
 
 class AnswerHeaders:
     """An answer's header fields as received: the read side of twisted's ``Headers`` the request
@@ -42,9 +29,9 @@ class AnswerHeaders:
         """``fields``: each header's name and value in turn, as received."""
         self._fields = fields
         by_name: dict[bytes, list[bytes]] = {}
-        lowered = _LOWERED
+        known = LOWERED
         for name, value in zip(fields[::2], fields[1::2], strict=True):
-            lower = lowered[name] if name in lowered else _lowered(name)
+            lower = known[name] if name in known else lowered(name)
             if lower in by_name:
                 by_name[lower].append(value)
             else:
@@ -56,7 +43,7 @@ class AnswerHeaders:
         """The values of ``name`` in order (``str`` values for a ``str`` name, as ``Headers``
         gives them), or ``default`` when there is none."""
         if type(name) is bytes:  # what the request path asks: no isinstance, lower or get
-            lower = _LOWERED[name] if name in _LOWERED else _lowered(name)
+            lower = LOWERED[name] if name in LOWERED else lowered(name)
             by_name = self.by_name
             return list(by_name[lower]) if lower in by_name else default
         if isinstance(name, str):
