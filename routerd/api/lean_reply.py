@@ -14,19 +14,18 @@ from urllib.parse import parse_qs
 
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import ITransport
-from twisted.logger import Logger, LogLevel
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from routerd.api.access import answer_head, log_access
+from routerd.api.access import access_logged, answer_head, log_access
 from routerd.api.errors import INTERNAL_ERROR, reply_error, reply_failure
 from routerd.api.head import RequestHead
 from routerd.errors import ErrorStyle
 from routerd.header_names import LOWERED, lowered
-from routerd.logs import gate, request_model
-from routerd.transports import JOIN_BELOW, send, send_with_head
+from routerd.logs import request_model
+from routerd.transports import send, send_with_head
 
 log = Logger()
-_INFO = LogLevel.info
 
 
 class Server(Protocol):
@@ -158,17 +157,14 @@ class LeanReply:
         size = len(body)
         if not self.started:
             self.started = True
-            if size < JOIN_BELOW:  # send_with_head's rule, without its frame and len
-                send(transport, self._head_bytes(size, now) + body)
-            else:
-                send_with_head(transport, self._head_bytes(size, now), body)
+            send_with_head(transport, self._head_bytes(size, now), body)
         elif body:
             send(transport, b"%x\r\n%b\r\n0\r\n\r\n" % (size, body))
         else:
             send(transport, b"0\r\n\r\n")
         self.sent += size
         self._release()
-        if _INFO in gate.levels:  # access_logged(), without its two frames
+        if access_logged():
             self._log(now)
         channel.answered(self, now)
 
