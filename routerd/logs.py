@@ -40,7 +40,6 @@ LEVELS = {"debug": LogLevel.debug, "info": LogLevel.info, "warn": LogLevel.warn,
 _INTERNAL = frozenset({"message", "isError", "system", "format", "time", "log_legacy"})
 _RESERVED = frozenset({"time", "level", "namespace", "msg"})
 _NOISE_PREFIXES = ("Starting factory", "Stopping factory")
-_NOISE = frozenset(_NOISE_PREFIXES)  # both 16 characters: ``fmt[:16] in _NOISE`` is ``startswith``
 
 
 def parse_level(name: str) -> LogLevel:
@@ -140,31 +139,12 @@ class ClassicText:
         return "[" + _system(event) + "] "
 
     def __call__(self, event: Mapping[str, Any]) -> str | None:
-        # :func:`message`, :meth:`stamp` and :meth:`system` inlined for the common event (a literal
-        # of a known namespace and level within the second already rendered): two lines a request
-        # (the access line, a backend's line); 3 frames and 5 dict.get a line fewer, 8 calls a
-        # line in all (trees.py --profile).  Anything else takes the general helpers.
-        fmt = event["log_format"] if "log_format" in event else None  # (subscripts: no dict.get calls)
-        if type(fmt) is str and "{" not in fmt and "}" not in fmt and "log_flattened" not in event:
-            text = fmt
-        else:
-            text = message(event)
+        text = message(event)
         if "log_failure" in event:
             text = text + "\n" + _traceback(event["log_failure"])
         if not text:
             return None
-        when = event["log_time"] if "log_time" in event else None
-        if type(when) is float and when // 1.0 == self._second and when - self._second < _LAST_SAFE_FRACTION:
-            stamp = self._stamp
-        else:
-            stamp = self.stamp(when)
-        system = None
-        if "log_system" not in event and "log_level" in event and "log_namespace" in event \
-                and type(event["log_namespace"]) is str:
-            key = (event["log_namespace"], event["log_level"])
-            if key in self._systems:
-                system = self._systems[key]
-        line = stamp + " " + (system or self.system(event)) + text
+        line = self.stamp(event.get("log_time")) + " " + self.system(event) + text
         if "\n" in line:
             line = line.replace("\n", "\n\t")
         return line + "\n"
@@ -280,25 +260,11 @@ class LevelFilter:
         self.observer = observer
         self.level = level
         self._allowed = at_or_above(level)
-        # a FanOut's observers are called from here: one frame a line fewer (the node's text
-        # observer is one of a FanOut, trees.py --profile)
-        self._observers: list[ILogObserver] = \
-            observer.observers if isinstance(observer, FanOut) else [observer]
 
     def __call__(self, event: dict[str, Any]) -> None:
-        # is_noise inlined for a str format (every routerd event): the subscripts are no calls,
-        # 4 calls and a frame a line fewer (trees.py --profile)
-        if "log_level" not in event or event["log_level"] not in self._allowed \
-                or "log_namespace" not in event or not event["log_namespace"]:
+        if event.get("log_level") not in self._allowed or not event.get("log_namespace") or is_noise(event):
             return
-        fmt = event["log_format"] if "log_format" in event else None
-        if type(fmt) is str:
-            if fmt[:16] in _NOISE or ("message" in event and is_noise(event)):
-                return
-        elif is_noise(event):
-            return
-        for observer in self._observers:
-            observer(event)
+        self.observer(event)
 
 
 class LevelGate:
@@ -323,7 +289,6 @@ gate = LevelGate()
 
 
 _ALL_LEVELS = frozenset(LogLevel.iterconstants())
-_INFO = LogLevel.info
 
 
 class QuickLogger(Logger):
@@ -338,22 +303,6 @@ class QuickLogger(Logger):
             return
         kwargs.update(log_logger=self, log_level=level, log_namespace=self.namespace,
                       log_source=self.source, log_format=format, log_time=time())
-        if "log_trace" in kwargs:
-            kwargs["log_trace"].append((self, self.observer))  # type: ignore[attr-defined]
-        self.observer(kwargs)
-
-    def info(self, format: str | None = None, **kwargs: object) -> None:  # noqa: A002
-        """``emit(LogLevel.info, ...)`` in one frame, the keys set by item assignment (no
-        ``dict.update``): the level of the two lines logged per request, 2 calls a line fewer
-        (trees.py --profile)."""
-        if _INFO not in gate.levels:
-            return
-        kwargs["log_logger"] = self
-        kwargs["log_level"] = _INFO
-        kwargs["log_namespace"] = self.namespace
-        kwargs["log_source"] = self.source
-        kwargs["log_format"] = format
-        kwargs["log_time"] = time()
         if "log_trace" in kwargs:
             kwargs["log_trace"].append((self, self.observer))  # type: ignore[attr-defined]
         self.observer(kwargs)

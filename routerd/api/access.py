@@ -40,7 +40,7 @@ def log_access(*, method: str, path: str, status: int, bytes: int, ms: int | Non
     fields = {"method": method, "path": path, "status": status, "bytes": bytes, "ms": ms, "model": model,
               "node": node, "lent_to": lent_to, "request_id": request_id, "client": client}
     line = ACCESS_FORMAT.format_map(fields)
-    access_log.info(line if "{" not in line and "}" not in line else literal(line), **fields)
+    access_log.info(literal(line), **fields)
 
 
 def access_logged() -> bool:
