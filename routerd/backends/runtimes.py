@@ -164,9 +164,8 @@ class Runtimes:
         slot = family.slot_for(kind, model)
         if slot is None:
             return fail(LoadFailed(f"model {model.local_id!r} does not serve {kind}"))
-        for other in others:
-            if other.occupied():  # one GPU: the other family stops first
-                return Deferred.fromCoroutine(self._switch_family_then(model, lambda: slot.acquire(model)))
+        if any(other.occupied() for other in others):  # one GPU: the other family stops first
+            return Deferred.fromCoroutine(self._switch_family_then(model, lambda: slot.acquire(model)))
         return slot.acquire(model)
 
     def _others_running(self, model: ModelConfig) -> list[RuntimeSlot]:

@@ -150,8 +150,7 @@ class SlotProcess:
         state = self._state
         if state is S.READY or state is S.LOADING or state is S.SWITCHING or state is S.STOPPING:
             return True
-        process = self._process
-        return state is not S.CLOSED and process is not None and process.pid is not None
+        return state is not S.CLOSED and self.has_process
 
     def loaded_config(self) -> ModelConfig | None:
         """The config the slot is ready with, else ``None``."""
@@ -197,15 +196,10 @@ class SlotProcess:
         self._pump_pending = True
         if self._hold:
             return
-        # _holding_pump written out: its context manager cost five calls a pump (and nothing is
-        # pending when the loop ends, so there is no pump to run after it)
-        self._hold += 1
-        try:
+        with self._holding_pump():
             while self._pump_pending:
                 self._pump_pending = False
                 self._serve_queue()
-        finally:
-            self._hold -= 1
 
     def _serve_queue(self) -> None:
         raise NotImplementedError
