@@ -56,9 +56,6 @@ from routerd.lending.queue_views import held_listing, lane_stats
 from routerd.lending.waiting_line import WaitingLine
 from routerd.wire.lending import HeldRequest, Lane, QueueStat
 
-#: The rank of the lowest class (an entry's class rank is clamped to 0..this).
-_LOWEST_CLASS = len(CLASSES) - 1
-
 
 class LaneQueue:
     """The router queue of one lane on one node."""
@@ -73,8 +70,9 @@ class LaneQueue:
         aging_ms: int = DEFAULT_AGING_MS,
     ) -> None:
         self.lane: Lane = lane
-        self._line = WaitingLine(max(int(aging_ms), 0))
+        self._line = WaitingLine(aging_ms)
         self.order = self._line.order
+        self.set_aging(aging_ms)  # clamped as a reload's is
         self._depth = max(int(depth), 1)
         self._enrolled: frozenset[str] = frozenset()
         self._owners: frozenset[str] = frozenset()
@@ -151,7 +149,7 @@ class LaneQueue:
             context=max(int(context), 0),
             streaming=streaming,
             borrowed=borrowed,
-            priority=min(max(int(priority), 0), _LOWEST_CLASS),
+            priority=min(max(int(priority), 0), len(CLASSES) - 1),
             key_name=key_name,
             weight=float(weight) if weight > 0 else 1.0,
         )
@@ -193,8 +191,7 @@ class LaneQueue:
                                 priority, key_name, weight)
         entry.image = image
         entry.concurrency = max(int(concurrency), 1)
-        if entry.concurrency > self._widest:
-            self._widest = entry.concurrency
+        self._widest = max(self._widest, entry.concurrency)
         self._class_seen[entry.priority] = now_ms
         if self.idle():
             # nothing borrowed to hand back, and the new entry is all admission can pick
@@ -271,32 +268,34 @@ class LaneQueue:
         admitted: list[str] = []
         for e in self._pending:
             e.holding = False
-        while self._pending:
-            in_backend = len(self._admitted)
-            if in_backend >= self._depth + self._widest - 1:
-                break  # no entry may join the backend (the widest model's places are taken)
+        while self._pending and len(self._admitted) < self._depth + self._widest - 1:
             index = self._line.next_index(now_ms)
             head = self._pending[index]
-            # the depth, plus its model's parallel places beyond the first for a native entry
-            if in_backend >= (self._depth if head.borrowed else self._depth + head.concurrency - 1):
+            if len(self._admitted) >= self._cap(head):
                 break
-            # it starts at once when all in the backend is of its model, with a place of its concurrency
-            # free (concurrency 1: none in); else it would wait there: a higher class about keeps that
-            of_model = self._admitted_of.get(head.model_id, 0)
-            starts_at_once = in_backend < head.concurrency and of_model == in_backend
-            if not starts_at_once and self._outranked(head, now_ms):
-                break
-            # only an owner's request can be lent, so only it waits for a helper
-            if head.model_id in self._owners and self._holds(head, now_ms):
+            if not self._starts_at_once(head) and self._outranked(head, now_ms):
+                break  # it would wait in the backend: keep that place for the higher class about
+            if self._holds(head, now_ms):
                 head.holding = True
                 break
             self._line.admit(index)
             head.state = "admitted"
             head.admitted_ms = now_ms
             self._admitted.append(head)
-            self._admitted_of[head.model_id] = of_model + 1
+            self._admitted_of[head.model_id] = self._admitted_of.get(head.model_id, 0) + 1
             admitted.append(head.request_id)
         return Effects(admit=tuple(admitted)) if admitted else NO_EFFECTS
+
+    def _cap(self, head: Entry) -> int:
+        """How many of the lane's entries may be in the backend for ``head`` to join them: the
+        depth, plus its model's parallel places beyond the first for a native entry."""
+        return self._depth if head.borrowed else self._depth + head.concurrency - 1
+
+    def _starts_at_once(self, head: Entry) -> bool:
+        """Whether ``head`` admitted now would start at once: everything in the backend is of its
+        model and a place of the model's concurrency is free (with concurrency 1: nothing is in)."""
+        admitted = len(self._admitted)
+        return admitted < head.concurrency and self._admitted_of.get(head.model_id, 0) == admitted
 
     def _outranked(self, head: Entry, now_ms: int) -> bool:
         """Whether ``head`` may not take a place where it would wait in the backend because a
@@ -311,9 +310,10 @@ class LaneQueue:
         return any(r < rank and now_ms - seen < window for r, seen in self._class_seen.items())
 
     def _holds(self, head: Entry, now_ms: int) -> bool:
-        """Whether the hold check keeps ``head`` (of an owner model) waiting for a faster helper."""
         if self.hold is None or head.borrowed or head.streaming or head.returned:
             return False
+        if head.model_id not in self._owners:
+            return False  # only an owner's request can be lent, so only it waits for a helper
         if not self._admitted or any(e.borrowed or e.model_id != head.model_id for e in self._admitted):
             return False
         since = min(e.admitted_ms if e.admitted_ms is not None else now_ms for e in self._admitted)
@@ -474,8 +474,6 @@ class LaneQueue:
     def waiting_native(self, model_id: str) -> int:
         """Native entries of ``model_id`` waiting (``stats``' ``pending_count`` of one model, without
         summing every model's work: read on every arrival)."""
-        if not self._pending:
-            return 0
         return sum(1 for e in self._pending if e.model_id == model_id and not e.borrowed)
 
     def has_work(self, model_id: str) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from routerd.counts import count_down
 from routerd.lending.priority import FairOrder, effective_rank
 from routerd.lending.queue_entries import Entry
 
@@ -39,7 +40,7 @@ class WaitingLine:
 
     def next_index(self, now_ms: int) -> int:
         """Where in :attr:`entries` the entry admitted next is (there is one)."""
-        if len(self._mix) <= 1:  # uniform: the list's order
+        if self.uniform():
             return 0
         index = self.order.pick(self.entries, now_ms)
         assert index is not None
@@ -104,12 +105,7 @@ class WaitingLine:
         return index + 1 if self.uniform() else self.order.place(entries, index, now_ms)
 
     def _unmix(self, entry: Entry) -> None:
-        kind = (entry.priority, entry.key_name)
-        left = self._mix[kind] - 1  # the entry is waiting: its kind is counted
-        if left:
-            self._mix[kind] = left
-        else:
-            del self._mix[kind]
+        count_down(self._mix, (entry.priority, entry.key_name))
 
 
 __all__ = ["WaitingLine"]

@@ -38,10 +38,9 @@ def lane_key(lane: Lane | None, model: _LaneServer) -> str:
     profiles and the master's model facts are all keyed by it, so an image model's samples,
     fits and queue stats meet its image-lane links under its image ID.
     """
-    # the text lane's ID is the local one whether or not the model serves it
-    if lane == "image" and model.capabilities.image and model.image_id:
-        return model.image_id
-    return model.local_id
+    if lane is None:
+        return model.local_id
+    return lane_model_id(lane, model) or model.local_id
 
 
 def section_key(section: str, model: _LaneServer) -> str:
