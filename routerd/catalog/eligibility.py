@@ -34,7 +34,7 @@ def sequences(parallel: int | None, max_sequences: int | None) -> int:
 
 def concurrency(model: ModelConfig) -> int:
     """:func:`sequences` of a local config (the router queue lets that many of its requests run)."""
-    return max(model.parallel or 1, model.vllm_max_sequences or 1, 1)
+    return sequences(model.parallel, model.vllm_max_sequences)
 
 
 def ineligibility(capabilities: Capabilities, parallel: int | None, max_sequences: int | None) -> str | None:

@@ -43,6 +43,7 @@ from routerd.routing.relay import (
     collect,
     relay,
     response_header,
+    stream_idle,
 )
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
 from routerd.store.samples import RequestSample
@@ -339,7 +340,7 @@ class LocalInference:
         if ctype.startswith("text/event-stream") and 200 <= code < 300:
             return await self._stream(call, response, plan, public_id, ctype)
         if raw is None:
-            raw = await collect(response, self.timeouts.streaming if self.timeouts is not None else None)
+            raw = await collect(response, stream_idle(self.timeouts))
         converted_type, converted = self._convert(call, plan, public_id, code, ctype, raw)
         reply.set_header(b"content-type", converted_type.encode())
         return converted
@@ -356,8 +357,7 @@ class LocalInference:
             converter = make_rewriter(ctype, lambda _old: public_id)
             reply.set_header(b"content-type", ctype.encode())
             reply.set_header(b"cache-control", b"no-cache")
-        tail = await relay(response, reply, converter.feed, converter.flush,
-                           self.timeouts.streaming if self.timeouts is not None else None)
+        tail = await relay(response, reply, converter.feed, converter.flush, stream_idle(self.timeouts))
         usage = work.usage_from_tail(tail)
         if usage is not None:
             call.outcome.work = (float(usage[0]), float(usage[1]))

@@ -62,8 +62,7 @@ class RecipeRouter:
     def route(self, name: str, runtime: str, section: str) -> tuple[str, ModelRecord] | None:
         """``(public name, component record)`` for a request naming a recipe, else None.  A
         disabled component is 404 ``recipe "<id>" uses a disabled model``."""
-        recipes = self.book.recipes()
-        found = match(recipes, name, runtime, section) if recipes else None
+        found = match(self.book.recipes(), name, runtime, section)
         if found is None:
             return None
         recipe, lane, comp = found

@@ -49,7 +49,7 @@ class Measurements:
     def finished(self, call: Call) -> None:
         """A request left the backend; own work (not borrowed) resets the idle clock."""
         if not call.borrowed:
-            self.own_work_at = self.clock.seconds()
+            self.own_work_done()
 
     def record_request_sample(self, sample: RequestSample) -> None:
         """A finished request: its text metrics, and its sample into the router database (written

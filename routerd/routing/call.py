@@ -77,11 +77,8 @@ def request_class(incoming: Incoming) -> PriorityClass:
     """The class ``incoming`` runs in: its key's, lowered by ``X-Routerd-Priority`` (never raised);
     400 ``invalid_priority`` for a value that names no class."""
     own = incoming.key_class if incoming.key_class in PRIORITY_CLASSES else DEFAULT_CLASS
-    asked = incoming.headers.get(PRIORITY_HEADER)
-    if not asked:  # most requests ask for none: their key's class
-        return own
     try:
-        return requested_class(own, asked)
+        return requested_class(own, incoming.header(PRIORITY_HEADER))
     except PriorityError as exc:
         raise HTTPError(400, str(exc), "invalid_request_error", "invalid_priority") from None
 
