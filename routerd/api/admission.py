@@ -136,9 +136,8 @@ def decide(rules: EdgeRules, head: RequestHead, peer: str, phase: str,
     path = head.path
     policy = rules.policy
     cors = rules.cors
-    # membership and subscripts rather than dict.get and the ``enabled`` property: no calls for
-    # the fields a request does not carry
-    origin = fields["origin"] if cors.origins and "origin" in fields else None
+    # membership and subscripts rather than dict.get: no calls for the fields a request lacks
+    origin = fields["origin"] if cors.enabled and "origin" in fields else None
     host = policy.client_host(peer, fields["x-forwarded-for"]) if "x-forwarded-for" in fields else peer
     if origin is not None and head.method == "OPTIONS" and "access-control-request-method" in fields:
         if not policy.client_allowed(host):

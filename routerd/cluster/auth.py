@@ -136,8 +136,7 @@ class AuthPolicy:
         )
 
     def client_allowed(self, host: str) -> bool:
-        found = self._allowed.get(host)  # a known client: one lookup, no second frame
-        return _remembered(self._allowed, self.networks, host) if found is None else found
+        return _remembered(self._allowed, self.networks, host)
 
     def proxy(self, host: str) -> bool:
         """Whether ``host`` is a trusted proxy (``server.trusted_proxies``)."""
