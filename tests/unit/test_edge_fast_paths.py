@@ -6,8 +6,8 @@
   again in any case, as a case-insensitive lookup does;
 - :func:`~routerd.api.head.clean_head` builds a clean head in a few calls: what
   :func:`~routerd.api.head.build_head` builds, or None (never where it refuses);
-- :class:`~routerd.api.budget.BufferBudget` compares where it called max and min: the same
-  bytes and holders as those formulas after any steps;
+- :class:`~routerd.api.budget.BufferBudget`: the bytes and holders of its max/min formulas, as
+  written out here, after any steps;
 - :func:`~routerd.api.access.log_access` checks the four values a client chose in one pass: the
   event and its line are those of escaping each value with :func:`~routerd.api.access.printable`.
 """
