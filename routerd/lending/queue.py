@@ -79,7 +79,8 @@ class LaneQueue:
         self.set_enrolled(enrolled, owners)
         self.hold = hold
         self._pending = self._line.entries  # the waiting entries (changed through the line only)
-        self._admitted: list[Entry] = []
+        # the admitted entries by request id, in admission order (one found in O(1) when it ends)
+        self._admitted: dict[str, Entry] = {}
         self._admitted_of: dict[str, int] = {}  # admitted entries per model (kept with _admitted)
         self._borrowed_live = 0  # borrowed entries queued or admitted (0: nothing to hand back)
         self._lent: list[Entry] = []
@@ -196,12 +197,25 @@ class LaneQueue:
         if self.idle():
             # nothing borrowed to hand back, and the new entry is all admission can pick
             entry.borrowed_ahead = max(int(also_ahead), 0)
-            self._line.add(entry)
-            return self.pump(now_ms)
+            return self._arrive_alone(entry, now_ms)
         returned = self._hand_back(reclaim)
         entry.borrowed_ahead = self.borrowed_in_backend() + max(int(also_ahead), 0)
         self._line.add(entry)
         return Effects(returned=returned) + self.pump(now_ms)
+
+    def _arrive_alone(self, entry: Entry, now_ms: int) -> Effects:
+        """Queue ``entry`` into an empty line and answer what :meth:`pump` would: admission's pick
+        is ``entry`` (nothing else waits), so when it fits and no hold check can keep it, it is
+        admitted without passing through the line; otherwise it is lined up and pumped."""
+        if not self._fits(entry, now_ms):
+            self._line.add(entry)  # pump would stop at it at once: it waits, not holding
+            return NO_EFFECTS
+        if self._may_hold(entry):
+            self._line.add(entry)  # the hold check reads the line: the general path asks it
+            return self.pump(now_ms)
+        self._line.admit_alone(entry)
+        self._take_in(entry, now_ms)
+        return Effects(admit=(entry.request_id,))
 
     def idle(self) -> bool:
         """No entry waits and none is borrowed: an own arrival hands nothing back, and is admitted
@@ -220,14 +234,14 @@ class LaneQueue:
         """Borrowed entries admitted to the backend (what the node's own work now waits behind)."""
         if not self._borrowed_live:
             return 0
-        return sum(1 for e in self._admitted if e.borrowed)
+        return sum(1 for e in self._admitted.values() if e.borrowed)
 
     def _hand_back(self, reclaim: Collection[str]) -> tuple[BorrowedReturn, ...]:
         """Drop every waiting borrowed entry and the admitted ones named in ``reclaim``; answer the
         returns (reason ``own_work_arrived``) in that order: reclaimed first, then waiting."""
         if not self._borrowed_live:
             return ()
-        taken = [e for e in self._admitted if e.borrowed and e.request_id in reclaim]
+        taken = [e for e in self._admitted.values() if e.borrowed and e.request_id in reclaim]
         handed_back = taken + [e for e in self._pending if e.borrowed]
         for e in handed_back:
             self._forget(e)
@@ -258,7 +272,7 @@ class LaneQueue:
 
     def accepting_borrowed(self) -> bool:
         """No native work waiting or admitted in this lane (the node-wide idle test is the caller's)."""
-        return all(e.borrowed for e in self._pending) and all(e.borrowed for e in self._admitted)
+        return all(e.borrowed for e in self._pending) and all(e.borrowed for e in self._admitted.values())
 
     # -- admission ----------------------------------------------------------------------------------
 
@@ -271,20 +285,30 @@ class LaneQueue:
         while self._pending and len(self._admitted) < self._depth + self._widest - 1:
             index = self._line.next_index(now_ms)
             head = self._pending[index]
-            if len(self._admitted) >= self._cap(head):
+            if not self._fits(head, now_ms):
                 break
-            if not self._starts_at_once(head) and self._outranked(head, now_ms):
-                break  # it would wait in the backend: keep that place for the higher class about
             if self._holds(head, now_ms):
                 head.holding = True
                 break
             self._line.admit(index)
-            head.state = "admitted"
-            head.admitted_ms = now_ms
-            self._admitted.append(head)
-            self._admitted_of[head.model_id] = self._admitted_of.get(head.model_id, 0) + 1
+            self._take_in(head, now_ms)
             admitted.append(head.request_id)
         return Effects(admit=tuple(admitted)) if admitted else NO_EFFECTS
+
+    def _fits(self, head: Entry, now_ms: int) -> bool:
+        """Whether the backend has a place ``head`` may take now (a hold aside): within its cap,
+        and, where it would wait in the backend, not outranked by a higher class about."""
+        if len(self._admitted) >= self._cap(head):
+            return False
+        # it would wait in the backend: keep that place for the higher class about
+        return self._starts_at_once(head) or not self._outranked(head, now_ms)
+
+    def _take_in(self, head: Entry, now_ms: int) -> None:
+        """``head``, out of the line, is admitted to the backend now."""
+        head.state = "admitted"
+        head.admitted_ms = now_ms
+        self._admitted[head.request_id] = head
+        self._admitted_of[head.model_id] = self._admitted_of.get(head.model_id, 0) + 1
 
     def _cap(self, head: Entry) -> int:
         """How many of the lane's entries may be in the backend for ``head`` to join them: the
@@ -309,14 +333,20 @@ class LaneQueue:
         rank = effective_rank(head.priority, head.arrived_ms, now_ms, window)
         return any(r < rank and now_ms - seen < window for r, seen in self._class_seen.items())
 
-    def _holds(self, head: Entry, now_ms: int) -> bool:
+    def _may_hold(self, head: Entry) -> bool:
+        """Whether the hold check is asked about ``head`` (:meth:`_holds`): an owner's native
+        request that could be lent, for the second slot (only its own model's work is admitted)."""
         if self.hold is None or head.borrowed or head.streaming or head.returned:
             return False
         if head.model_id not in self._owners:
             return False  # only an owner's request can be lent, so only it waits for a helper
-        if not self._admitted or any(e.borrowed or e.model_id != head.model_id for e in self._admitted):
+        admitted = self._admitted.values()
+        return bool(admitted) and not any(e.borrowed or e.model_id != head.model_id for e in admitted)
+
+    def _holds(self, head: Entry, now_ms: int) -> bool:
+        if not self._may_hold(head):
             return False
-        since = min(e.admitted_ms if e.admitted_ms is not None else now_ms for e in self._admitted)
+        since = min(e.admitted_ms if e.admitted_ms is not None else now_ms for e in self._admitted.values())
         since = max(since, self._last_own_completion.get(head.model_id, since))
         return self.hold(HoldQuery(head, len(self._admitted), since, now_ms))
 
@@ -426,18 +456,21 @@ class LaneQueue:
         del self._by_id[entry.request_id]
         if entry.borrowed:
             self._borrowed_live -= 1
-        if entry.state == "admitted":
-            self._admitted_of[entry.model_id] -= 1
         if not self._by_id:
             self.order.reset()
-        if entry.state == "pending":
+        state = entry.state
+        if state == "admitted":
+            del self._admitted[entry.request_id]
+            self._admitted_of[entry.model_id] -= 1
+            return
+        if state == "pending":
             self._line.remove(entry)
             return
-        # its state names its list; found by identity (Entry's generated == compares every field)
-        bucket = self._admitted if entry.state == "admitted" else self._lent
-        for i, e in enumerate(bucket):
+        # found by identity (Entry's generated == compares every field)
+        lent = self._lent
+        for i, e in enumerate(lent):
             if e is entry:
-                del bucket[i]
+                del lent[i]
                 break
 
     def _get(self, request_id: str) -> Entry:
@@ -462,7 +495,7 @@ class LaneQueue:
         return list(self._pending)
 
     def admitted(self) -> list[Entry]:
-        return list(self._admitted)
+        return list(self._admitted.values())
 
     def lent(self, model_id: str | None = None) -> list[Entry]:
         """Lent entries in lending order."""
@@ -487,7 +520,7 @@ class LaneQueue:
 
         Without ``model_ids`` every model with native work waiting or admitted is listed.
         """
-        return lane_stats(self.lane, self._pending, self._admitted, model_ids)
+        return lane_stats(self.lane, self._pending, self._admitted.values(), model_ids)
 
     def held_listing(self, now_ms: int) -> list[HeldRequest]:
         """The Nodes page listing: waiting native entries (``queued``/``held``) and lent ones."""

@@ -14,7 +14,7 @@ from routerd.lending.queue_entries import Entry
 from routerd.wire.lending import HeldRequest, Lane, QueueStat
 
 
-def lane_stats(lane: Lane, waiting: Sequence[Entry], admitted_entries: Sequence[Entry],
+def lane_stats(lane: Lane, waiting: Sequence[Entry], admitted_entries: Iterable[Entry],
                model_ids: Iterable[str] | None = None) -> list[QueueStat]:
     """Native work per model (borrowed and lent entries excluded), sorted by model id.
 
