@@ -79,7 +79,7 @@ class FairOrder:
         if picked is not None and picked[0] == entry.key_name:
             self._served[entry.key_name] = picked[1]
         else:
-            self._served[entry.key_name] = self.served(entry.key_name) + _cost(entry)
+            self._served[entry.key_name] = self._served.get(entry.key_name, 0.0) + _cost(entry)
 
     def reset(self) -> None:
         """Nothing is queued any more: every key starts even again (keeps the map small)."""

@@ -56,6 +56,8 @@ from routerd.lending.queue_views import held_listing, lane_stats
 from routerd.lending.waiting_line import WaitingLine
 from routerd.wire.lending import HeldRequest, Lane, QueueStat
 
+_LOWEST = len(CLASSES) - 1  # the lowest class's rank
+
 
 class LaneQueue:
     """The router queue of one lane on one node."""
@@ -85,7 +87,6 @@ class LaneQueue:
         self._borrowed_live = 0  # borrowed entries queued or admitted (0: nothing to hand back)
         self._lent: list[Entry] = []
         self._by_id: dict[str, Entry] = {}
-        self._seq = 0
         self._last_own_completion: dict[str, int] = {}
         # when a native request of each class rank last arrived (the second slot's class rule)
         self._class_seen: dict[int, int] = {}
@@ -140,17 +141,15 @@ class LaneQueue:
             raise QueueError(f"request {request_id} is already queued")
         if borrowed and model_id not in self._enrolled:
             raise QueueError(f"model {model_id} is not enrolled in the {self.lane} lane")
-        self._seq += 1
         entry = Entry(
             request_id=request_id,
             model_id=model_id,
             arrived_ms=now_ms,
-            seq=self._seq,
             work=tuple(map(float, work)),
             context=max(int(context), 0),
             streaming=streaming,
             borrowed=borrowed,
-            priority=min(max(int(priority), 0), len(CLASSES) - 1),
+            priority=min(max(int(priority), 0), _LOWEST),
             key_name=key_name,
             weight=float(weight) if weight > 0 else 1.0,
         )
@@ -192,7 +191,8 @@ class LaneQueue:
                                 priority, key_name, weight)
         entry.image = image
         entry.concurrency = max(int(concurrency), 1)
-        self._widest = max(self._widest, entry.concurrency)
+        if entry.concurrency > self._widest:
+            self._widest = entry.concurrency
         self._class_seen[entry.priority] = now_ms
         if self.idle():
             # nothing borrowed to hand back, and the new entry is all admission can pick
@@ -213,7 +213,7 @@ class LaneQueue:
         if self._may_hold(entry):
             self._line.add(entry)  # the hold check reads the line: the general path asks it
             return self.pump(now_ms)
-        self._line.admit_alone(entry)
+        self.order.charge(entry)  # as the line's admit charges it (added and taken out, its mix is as it was)
         self._take_in(entry, now_ms)
         return Effects(admit=(entry.request_id,))
 
@@ -297,8 +297,11 @@ class LaneQueue:
 
     def _fits(self, head: Entry, now_ms: int) -> bool:
         """Whether the backend has a place ``head`` may take now (a hold aside): within its cap,
-        and, where it would wait in the backend, not outranked by a higher class about."""
-        if len(self._admitted) >= self._cap(head):
+        and, where it would wait in the backend, not outranked by a higher class about.
+
+        The cap: how many of the lane's entries may be in the backend for ``head`` to join them,
+        the depth, plus its model's parallel places beyond the first for a native entry."""
+        if len(self._admitted) >= (self._depth if head.borrowed else self._depth + head.concurrency - 1):
             return False
         # it would wait in the backend: keep that place for the higher class about
         return self._starts_at_once(head) or not self._outranked(head, now_ms)
@@ -309,11 +312,6 @@ class LaneQueue:
         head.admitted_ms = now_ms
         self._admitted[head.request_id] = head
         self._admitted_of[head.model_id] = self._admitted_of.get(head.model_id, 0) + 1
-
-    def _cap(self, head: Entry) -> int:
-        """How many of the lane's entries may be in the backend for ``head`` to join them: the
-        depth, plus its model's parallel places beyond the first for a native entry."""
-        return self._depth if head.borrowed else self._depth + head.concurrency - 1
 
     def _starts_at_once(self, head: Entry) -> bool:
         """Whether ``head`` admitted now would start at once: everything in the backend is of its
@@ -336,10 +334,10 @@ class LaneQueue:
     def _may_hold(self, head: Entry) -> bool:
         """Whether the hold check is asked about ``head`` (:meth:`_holds`): an owner's native
         request that could be lent, for the second slot (only its own model's work is admitted)."""
-        if self.hold is None or head.borrowed or head.streaming or head.returned:
-            return False
         if head.model_id not in self._owners:
             return False  # only an owner's request can be lent, so only it waits for a helper
+        if self.hold is None or head.borrowed or head.streaming or head.returned:
+            return False
         admitted = self._admitted.values()
         return bool(admitted) and not any(e.borrowed or e.model_id != head.model_id for e in admitted)
 
@@ -434,13 +432,13 @@ class LaneQueue:
         for the helper stays held until the master's next answer lends it (or clears the lease).
         """
         entry = self._get(request_id)
-        if entry.state == "pending":
+        state = entry.state
+        if state == "pending":
             raise QueueError(f"request {request_id} has not started")
-        if entry.state == "admitted" and not entry.borrowed:
+        if state == "admitted" and not entry.borrowed:
             self._last_own_completion[entry.model_id] = now_ms
-        lent = entry.state == "lent"
         self._forget(entry)
-        if lent or not self._pending:
+        if state == "lent" or not self._pending:
             return NO_EFFECTS  # no backend place freed, or nothing waits for one
         return self.pump(now_ms)
 
@@ -507,6 +505,8 @@ class LaneQueue:
     def waiting_native(self, model_id: str) -> int:
         """Native entries of ``model_id`` waiting (``stats``' ``pending_count`` of one model, without
         summing every model's work: read on every arrival)."""
+        if not self._pending:
+            return 0
         return sum(1 for e in self._pending if e.model_id == model_id and not e.borrowed)
 
     def has_work(self, model_id: str) -> bool:

@@ -29,7 +29,6 @@ class Entry:
     request_id: str
     model_id: str
     arrived_ms: int
-    seq: int
     work: tuple[float, ...] = ()
     context: int = 0
     streaming: bool = False

@@ -33,7 +33,7 @@ from routerd.lending.events import EventReports, HeldLease
 from routerd.lending.helper_side import HelperSide, SharedLanes
 from routerd.lending.links import LinkSet
 from routerd.lending.offload import Borrowed, Returned, offload_returned
-from routerd.lending.queue import Effects, LaneQueue
+from routerd.lending.queue import Effects, LaneQueue, QueueError
 from routerd.lending.service_rows import ServiceRows
 from routerd.lending.transport import LendingTransport, NoMaster
 from routerd.lending.waiting import RunLocal, WaitingRequest
@@ -115,8 +115,9 @@ class LendingService:
         self.events = EventReports(self)  # queue events to the master, coalesced per model
         self.rows = ServiceRows(node_id, self.queues, self)
         self.helper = HelperSide(self)  # this node as helper: its borrowed work, its own work first
-        self._in_backend: set[str] = set()  # admitted requests whose local run is under way
-        self._taken_back: dict[str, str] = {}  # in-backend borrowed request id → return reason
+        # admitted requests whose local run is under way → "", or the reason a borrowed one among
+        # them was taken back (one map: its end reads one entry)
+        self._in_backend: dict[str, str] = {}
 
     # -- configuration (site APIs and the master's pushes) ------------------------------------
 
@@ -219,7 +220,7 @@ class LendingService:
                 if not queue.idle():
                     break
             else:  # every lane is idle
-                return self._arrive_direct(call, model, lane, model_id, public_id)
+                return self._arrive_direct(call, model, self.queues[lane], lane, model_id, public_id)
         held: WaitingRequest[Ticket] = WaitingRequest(self, call, model, lane, model_id, public_id,
                                                       self.run_local, owner)
         try:
@@ -234,16 +235,16 @@ class LendingService:
         held.wait()
         return held.result
 
-    def _arrive_direct(self, call: Call, model: ModelConfig, lane: Lane, model_id: str,
+    def _arrive_direct(self, call: Call, model: ModelConfig, queue: LaneQueue, lane: Lane, model_id: str,
                        public_id: str) -> Deferred[bytes]:
         """:meth:`serve` of an own request of a model owning no link while no lane holds waiting or
         borrowed work: it hands nothing back (here or in a lane sharing its runtime) and is never
         held for a helper, so when the queue admits it on arrival it runs at once, with no
         :class:`WaitingRequest` parked and woken.  Otherwise it waits as in :meth:`serve`."""
-        queue, rid = self.queues[lane], call.request_id
+        now = self._now_ms()
         try:
             refuse_when_full(queue, model, model_id, public_id, self.max_queued, self.queued_in_backend)
-            effects = queue_own(queue, call, model, model_id, self._now_ms(),
+            effects = queue_own(queue, call, model, model_id, now,
                                 self.work.terms(call, lane, model_id, self.settings), self.key_weights)
         except Exception:  # noqa: BLE001 - refused on arrival (429 queue_full...): the Deferred says so
             return defer.fail()
@@ -252,8 +253,9 @@ class LendingService:
             return self._run_admitted(call, model, lane, model_id, public_id, self.run_local, False)
         held: WaitingRequest[Ticket] = WaitingRequest(self, call, model, lane, model_id, public_id,
                                                       self.run_local, False)
+        rid = call.request_id
         self._waiters[rid] = held
-        call.queue_position = queue.position(rid, self._now_ms()) + len(queue.admitted())
+        call.queue_position = queue.position(rid, now) + len(queue.admitted())
         held.wait()
         return held.result
 
@@ -282,7 +284,7 @@ class LendingService:
                       run_local: RunLocal, owner: bool) -> Deferred[bytes]:
         """Run an admitted request here; :meth:`_admitted_ended` does the queue's side of its end
         (callbacks, not a coroutine: ~14 calls a request fewer; a cancel reaches the run itself)."""
-        self._in_backend.add(call.request_id)
+        self._in_backend[call.request_id] = ""
         try:
             running: Deferred[bytes] = defer.ensureDeferred(cast(Any, run_local(call, model, public_id)))
         except Exception:  # noqa: BLE001 - a run that fails at once ends like one that fails later
@@ -293,16 +295,19 @@ class LendingService:
         """The queue's side of an admitted request's end (``result``: its answer or its failure)."""
         queue = self.queues[lane]
         try:
-            self._in_backend.discard(rid)
-            reason = self._taken_back.pop(rid, None)
-            if reason is not None:  # taken back before it claimed the runtime
+            reason = self._in_backend.pop(rid, "")
+            if reason:  # taken back before it claimed the runtime
                 self.rows.helper("borrowed_returned", lane, rid, reason)
-            elif rid in queue:
-                effects = queue.finished(rid, self._now_ms())
-                if effects.admit or effects.returned:
-                    self.apply(lane, effects)
-                if owner:
-                    self.report(lane, model_id, "completed")
+            else:
+                try:
+                    effects = queue.finished(rid, self._now_ms())
+                except QueueError:
+                    pass  # no longer queued: handed back after all, once it held the runtime
+                else:
+                    if effects.admit or effects.returned:
+                        self.apply(lane, effects)
+                    if owner:
+                        self.report(lane, model_id, "completed")
             if isinstance(result, Failure) and result.check(CancelledError):
                 self.apply(lane, queue.cancel(rid, self._now_ms()))
         finally:
@@ -410,10 +415,10 @@ class LendingService:
         # runtime's queue before this node's own request joins it.
         for back in effects.returned:
             if back.request_id in self._in_backend:
-                self._taken_back[back.request_id] = back.reason
-                if not self.take_back(back.request_id):
+                self._in_backend[back.request_id] = back.reason
+                if not self.take_back(back.request_id) and back.request_id in self._in_backend:
                     # it claimed the runtime after all: it finishes, and it is no longer queued
-                    self._taken_back.pop(back.request_id, None)
+                    self._in_backend[back.request_id] = ""
                 continue
             self._wake(back.request_id, Ticket("returned", reason=back.reason))
         for rid in effects.admit:

@@ -53,11 +53,6 @@ class WaitingLine:
         self.order.charge(entry)
         return entry
 
-    def admit_alone(self, entry: Entry) -> None:
-        """``entry`` is admitted on arrival into an empty line, without waiting: its key's share is
-        charged as :meth:`admit` charges it (added and taken out, the mix is as it was)."""
-        self.order.charge(entry)
-
     def remove(self, entry: Entry) -> None:
         """Take ``entry`` out (found by identity: Entry's generated == compares every field)."""
         entries = self.entries
