@@ -342,11 +342,12 @@ class LaneQueue:
         return bool(admitted) and not any(e.borrowed or e.model_id != head.model_id for e in admitted)
 
     def _holds(self, head: Entry, now_ms: int) -> bool:
-        if not self._may_hold(head):
+        hold = self.hold
+        if hold is None or not self._may_hold(head):
             return False
         since = min(e.admitted_ms if e.admitted_ms is not None else now_ms for e in self._admitted.values())
         since = max(since, self._last_own_completion.get(head.model_id, since))
-        return self.hold(HoldQuery(head, len(self._admitted), since, now_ms))
+        return hold(HoldQuery(head, len(self._admitted), since, now_ms))
 
     # -- lending ------------------------------------------------------------------------------------
 
