@@ -22,7 +22,6 @@ from twisted.internet import defer
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
 from routerd.catalog.model import ModelConfig, RuntimeKind
 from routerd.config.lending import LendingSettings
@@ -282,17 +281,27 @@ class LendingService:
 
     def _run_admitted(self, call: Call, model: ModelConfig, lane: Lane, model_id: str, public_id: str,
                       run_local: RunLocal, owner: bool) -> Deferred[bytes]:
-        """Run an admitted request here; :meth:`_admitted_ended` does the queue's side of its end
-        (callbacks, not a coroutine: ~14 calls a request fewer; a cancel reaches the run itself)."""
-        self._in_backend[call.request_id] = ""
-        try:
-            running: Deferred[bytes] = defer.ensureDeferred(cast(Any, run_local(call, model, public_id)))
-        except Exception:  # noqa: BLE001 - a run that fails at once ends like one that fails later
-            running = defer.fail()
-        return running.addBoth(self._admitted_ended, call.request_id, lane, model_id, owner)
+        """Run an admitted request here: :meth:`_run`, started now (a cancel reaches the run itself)."""
+        return Deferred.fromCoroutine(self._run(call, model, lane, model_id, public_id, run_local, owner))
 
-    def _admitted_ended(self, result: Any, rid: str, lane: Lane, model_id: str, owner: bool) -> Any:
-        """The queue's side of an admitted request's end (``result``: its answer or its failure)."""
+    async def _run(self, call: Call, model: ModelConfig, lane: Lane, model_id: str, public_id: str,
+                   run_local: RunLocal, owner: bool) -> bytes:
+        """Await the run of an admitted request; :meth:`_admitted_ended` does the queue's side of its
+        end, whichever way it ends.  The run is awaited natively, inside this coroutine: a callback of
+        its own on the run's Deferred cost ~95 opcodes a request, this frame ~30."""
+        rid = call.request_id
+        self._in_backend[rid] = ""
+        try:
+            answer = await run_local(call, model, public_id)
+        except Exception as exc:  # a run that fails at once ends like one that fails later
+            self._admitted_ended(rid, lane, model_id, owner, cancelled=isinstance(exc, CancelledError))
+            raise
+        self._admitted_ended(rid, lane, model_id, owner, cancelled=False)
+        return answer
+
+    def _admitted_ended(self, rid: str, lane: Lane, model_id: str, owner: bool, *, cancelled: bool) -> None:
+        """The queue's side of an admitted request's end (``cancelled``: it failed with
+        ``CancelledError``)."""
         queue = self.queues[lane]
         try:
             reason = self._in_backend.pop(rid, "")
@@ -308,11 +317,10 @@ class LendingService:
                         self.apply(lane, effects)
                     if owner:
                         self.report(lane, model_id, "completed")
-            if isinstance(result, Failure) and result.check(CancelledError):
+            if cancelled:
                 self.apply(lane, queue.cancel(rid, self._now_ms()))
         finally:
             self._forget(rid)
-        return result
 
     async def _run_lent(self, held: WaitingRequest[Any], ticket: Ticket) -> bytes | None:
         """Lend ``held`` on the ticket's lease; None when it came back (it waits in the queue again)."""
