@@ -300,11 +300,16 @@ class LaneQueue:
         and, where it would wait in the backend, not outranked by a higher class about.
 
         The cap: how many of the lane's entries may be in the backend for ``head`` to join them,
-        the depth, plus its model's parallel places beyond the first for a native entry."""
-        if len(self._admitted) >= (self._depth if head.borrowed else self._depth + head.concurrency - 1):
+        the depth, plus its model's parallel places beyond the first for a native entry.  It starts
+        at once when everything in the backend is of its model and a place of the model's
+        concurrency is free (with concurrency 1: nothing is in)."""
+        admitted = len(self._admitted)
+        if admitted >= (self._depth if head.borrowed else self._depth + head.concurrency - 1):
             return False
+        if admitted < head.concurrency and self._admitted_of.get(head.model_id, 0) == admitted:
+            return True  # it starts at once
         # it would wait in the backend: keep that place for the higher class about
-        return self._starts_at_once(head) or not self._outranked(head, now_ms)
+        return not self._outranked(head, now_ms)
 
     def _take_in(self, head: Entry, now_ms: int) -> None:
         """``head``, out of the line, is admitted to the backend now."""
@@ -312,12 +317,6 @@ class LaneQueue:
         head.admitted_ms = now_ms
         self._admitted[head.request_id] = head
         self._admitted_of[head.model_id] = self._admitted_of.get(head.model_id, 0) + 1
-
-    def _starts_at_once(self, head: Entry) -> bool:
-        """Whether ``head`` admitted now would start at once: everything in the backend is of its
-        model and a place of the model's concurrency is free (with concurrency 1: nothing is in)."""
-        admitted = len(self._admitted)
-        return admitted < head.concurrency and self._admitted_of.get(head.model_id, 0) == admitted
 
     def _outranked(self, head: Entry, now_ms: int) -> bool:
         """Whether ``head`` may not take a place where it would wait in the backend because a
