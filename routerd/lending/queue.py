@@ -39,7 +39,7 @@ take borrowed work, and only owners' entries are lent.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 
 from routerd.lending.priority import CLASSES, DEFAULT_AGING_MS, effective_rank
 from routerd.lending.queue_entries import (
@@ -52,15 +52,15 @@ from routerd.lending.queue_entries import (
     QueueError,
     fits_helper,
 )
-from routerd.lending.queue_views import held_listing, lane_stats
+from routerd.lending.queue_views import QueueViews
 from routerd.lending.waiting_line import WaitingLine
-from routerd.wire.lending import HeldRequest, Lane, QueueStat
+from routerd.wire.lending import Lane
 
 _LOWEST = len(CLASSES) - 1  # the lowest class's rank
 
 
-class LaneQueue:
-    """The router queue of one lane on one node."""
+class LaneQueue(QueueViews):
+    """The router queue of one lane on one node (its views: :class:`QueueViews`)."""
 
     def __init__(
         self,
@@ -476,55 +476,6 @@ class LaneQueue:
             return self._by_id[request_id]
         except KeyError:
             raise QueueError(f"unknown request {request_id}") from None
-
-    # -- views --------------------------------------------------------------------------------------
-
-    def entry(self, request_id: str) -> Entry | None:
-        return self._by_id.get(request_id)
-
-    def __contains__(self, request_id: object) -> bool:
-        return request_id in self._by_id
-
-    def __len__(self) -> int:
-        return len(self._by_id)
-
-    def pending(self) -> list[Entry]:
-        """Waiting entries in admission order."""
-        return list(self._pending)
-
-    def admitted(self) -> list[Entry]:
-        return list(self._admitted.values())
-
-    def lent(self, model_id: str | None = None) -> list[Entry]:
-        """Lent entries in lending order."""
-        return [e for e in self._lent if model_id is None or e.model_id == model_id]
-
-    def lent_count(self, model_id: str) -> int:
-        return sum(1 for e in self._lent if e.model_id == model_id)
-
-    def waiting_native(self, model_id: str) -> int:
-        """Native entries of ``model_id`` waiting (``stats``' ``pending_count`` of one model, without
-        summing every model's work: read on every arrival)."""
-        if not self._pending:
-            return 0
-        return sum(1 for e in self._pending if e.model_id == model_id and not e.borrowed)
-
-    def has_work(self, model_id: str) -> bool:
-        """Native work waiting or lent out: whether queue events of this model are worth sending."""
-        return any(e.model_id == model_id and not e.borrowed for e in self._pending) or any(
-            e.model_id == model_id for e in self._lent
-        )
-
-    def stats(self, model_ids: Iterable[str] | None = None) -> list[QueueStat]:
-        """Native work per model (borrowed and lent entries excluded), sorted by model id.
-
-        Without ``model_ids`` every model with native work waiting or admitted is listed.
-        """
-        return lane_stats(self.lane, self._pending, self._admitted.values(), model_ids)
-
-    def held_listing(self, now_ms: int) -> list[HeldRequest]:
-        """The Nodes page listing: waiting native entries (``queued``/``held``) and lent ones."""
-        return held_listing(self.lane, self._pending, self._lent, now_ms)
 
 
 __all__ = ["NO_EFFECTS", "BorrowedReturn", "Effects", "Entry", "HoldCheck", "HoldQuery", "LaneQueue",

@@ -32,7 +32,7 @@ from routerd.lending.events import EventReports, HeldLease
 from routerd.lending.helper_side import HelperSide, SharedLanes
 from routerd.lending.links import LinkSet
 from routerd.lending.offload import Borrowed, Returned, offload_returned
-from routerd.lending.queue import Effects, LaneQueue, QueueError
+from routerd.lending.queue import Effects, LaneQueue
 from routerd.lending.service_rows import ServiceRows
 from routerd.lending.transport import LendingTransport, NoMaster
 from routerd.lending.waiting import RunLocal, WaitingRequest
@@ -114,9 +114,7 @@ class LendingService:
         self.events = EventReports(self)  # queue events to the master, coalesced per model
         self.rows = ServiceRows(node_id, self.queues, self)
         self.helper = HelperSide(self)  # this node as helper: its borrowed work, its own work first
-        # admitted requests whose local run is under way → "", or the reason a borrowed one among
-        # them was taken back (one map: its end reads one entry)
-        self._in_backend: dict[str, str] = {}
+        self._in_backend: dict[str, str] = {}  # admitted run under way → "", or why it was taken back
 
     # -- configuration (site APIs and the master's pushes) ------------------------------------
 
@@ -237,9 +235,9 @@ class LendingService:
     def _arrive_direct(self, call: Call, model: ModelConfig, queue: LaneQueue, lane: Lane, model_id: str,
                        public_id: str) -> Deferred[bytes]:
         """:meth:`serve` of an own request of a model owning no link while no lane holds waiting or
-        borrowed work: it hands nothing back (here or in a lane sharing its runtime) and is never
-        held for a helper, so when the queue admits it on arrival it runs at once, with no
-        :class:`WaitingRequest` parked and woken.  Otherwise it waits as in :meth:`serve`."""
+        borrowed work: it hands nothing back (here or in a lane sharing its runtime) and is never held
+        for a helper, so admitted on arrival it runs at once, with no :class:`WaitingRequest` parked
+        and woken (one clock read).  Otherwise it waits as in :meth:`serve`."""
         now = self._now_ms()
         try:
             refuse_when_full(queue, model, model_id, public_id, self.max_queued, self.queued_in_backend)
@@ -253,9 +251,8 @@ class LendingService:
                                                     False))
         held: WaitingRequest[Ticket] = WaitingRequest(self, call, model, lane, model_id, public_id,
                                                       self.run_local, False)
-        rid = call.request_id
-        self._waiters[rid] = held
-        call.queue_position = queue.position(rid, now) + len(queue.admitted())
+        self._waiters[call.request_id] = held
+        call.queue_position = queue.position(call.request_id, now) + len(queue.admitted())
         held.wait()
         return held.result
 
@@ -282,10 +279,8 @@ class LendingService:
 
     async def _run(self, call: Call, model: ModelConfig, lane: Lane, model_id: str, public_id: str,
                    run_local: RunLocal, owner: bool) -> bytes:
-        """Run an admitted request here, awaited (started at once by ``Deferred.fromCoroutine``: a
-        cancel reaches the run itself); :meth:`_admitted_ended` does the queue's side of its end,
-        whichever way it ends.  The run is awaited natively, inside this coroutine: a callback of
-        its own on the run's Deferred cost ~95 opcodes a request, this frame ~30."""
+        """Run an admitted request (a cancel reaches the run); :meth:`_admitted_ended` does the queue's side
+        of its end however it ends (awaited: a callback on the run's Deferred costs ~95 opcodes, this ~30)."""
         rid = call.request_id
         self._in_backend[rid] = ""
         try:
@@ -297,23 +292,18 @@ class LendingService:
         return answer
 
     def _admitted_ended(self, rid: str, lane: Lane, model_id: str, owner: bool, *, cancelled: bool) -> None:
-        """The queue's side of an admitted request's end (``cancelled``: it failed with
-        ``CancelledError``)."""
+        """The queue's side of an admitted request's end (``cancelled``: by ``CancelledError``)."""
         queue = self.queues[lane]
         try:
             reason = self._in_backend.pop(rid, "")
             if reason:  # taken back before it claimed the runtime
                 self.rows.helper("borrowed_returned", lane, rid, reason)
-            else:
-                try:
-                    effects = queue.finished(rid, self._now_ms())
-                except QueueError:
-                    pass  # no longer queued: handed back after all, once it held the runtime
-                else:
-                    if effects.admit or effects.returned:
-                        self.apply(lane, effects)
-                    if owner:
-                        self.report(lane, model_id, "completed")
+            elif rid in queue:  # (not when handed back after all, once it held the runtime)
+                effects = queue.finished(rid, self._now_ms())
+                if effects.admit or effects.returned:
+                    self.apply(lane, effects)
+                if owner:
+                    self.report(lane, model_id, "completed")
             if cancelled:
                 self.apply(lane, queue.cancel(rid, self._now_ms()))
         finally:
@@ -362,18 +352,18 @@ class LendingService:
         """Park the request and queue it (a ticket the arrival brings is kept by ``held`` until it waits)."""
         call, model, model_id, lane = held.call, held.model, held.model_id, held.lane
         queue = self.queues[lane]
-        rid = call.request_id
+        rid, now = call.request_id, self._now_ms()
         self._waiters[rid] = held
         if borrowed is not None:
             work, context = self.work.terms(call, lane, model_id, self.settings)
-            self.helper.borrowed[rid] = (lane, borrowed, self._now_ms())
-            effects = queue.arrive_borrowed(rid, model_id, self._now_ms(), node_busy=self.node_busy(),
+            self.helper.borrowed[rid] = (lane, borrowed, now)
+            effects = queue.arrive_borrowed(rid, model_id, now, node_busy=self.node_busy(),
                                             work=work, context=context)
         else:
             # another lane sharing this runtime (KoboldCpp) gives its borrowed work back too
             others = [other for other in self.shared_lanes(call.route.runtime, model) if other != lane]
             _, also_ahead = self.own_work_arrived(others)
-            effects = queue_own(queue, call, model, model_id, self._now_ms(),
+            effects = queue_own(queue, call, model, model_id, now,
                                 self.work.terms(call, lane, model_id, self.settings),
                                 self.key_weights, reclaim=self.helper.reclaimable(queue),
                                 also_ahead=also_ahead, image=entry_image(call, lane, held.owner))
@@ -381,7 +371,7 @@ class LendingService:
         if borrowed is None:
             # its place in the class order, counting what the backend already runs (the answer's
             # X-Routerd-Queue-Position); 0 when it was admitted at once
-            place = queue.position(rid, self._now_ms())
+            place = queue.position(rid, now)
             call.queue_position = place + len(queue.admitted()) if place else 0
 
     # -- this node as helper (lending.helper_side) ---------------------------------------------
