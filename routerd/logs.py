@@ -3,9 +3,11 @@ access lines.
 
 The text observer (:func:`text_observer`) writes exactly what twisted's ``textFileLogObserver``
 writes (``2026-12-01T08:03:53+0000 [routerd.access#info] POST /v1/chat …``) at a fraction of its
-cost (it runs for every request line): the timestamp is rendered once per second, and a format
-with no replacement fields (see :func:`literal`) is taken as its own text instead of going through
-twisted's Python-level formatter.  The level filter (:func:`filtered`) runs before any of it.
+cost (it runs for every request line): the timestamp is rendered once per second (and the whole
+``stamp [namespace#level] `` prefix once per second and namespace), the line is written in the
+formatter's own frame, and a format with no replacement fields (see :func:`literal`) is taken as
+its own text instead of going through twisted's Python-level formatter.  The level filter
+(:func:`filtered`) runs before any of it.
 
 ``--json-log PATH|-`` writes one plain JSON object a line (``json.loads`` reads each line; no RFC 7464
 record separator): ``time`` (ISO-8601, UTC), ``level``, ``namespace``, ``msg`` (the rendered
