@@ -22,6 +22,7 @@ from twisted.logger import (
     LogLevelFilterPredicate,
     LogPublisher,
     capturedLogs,
+    formatEvent,
     formatTime,
     textFileLogObserver,
 )
@@ -167,6 +168,18 @@ def test_a_literal_is_taken_as_its_own_text_without_twisted_formatting() -> None
     assert message({"log_format": literal("a {b} }} c")}) == "a {b} }} c"
     assert message({"log_format": "a {b}", "b": 1}) == "a 1"
     assert message({"log_format": "a {{b}"}).startswith("Unable to format event")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(), st.text())
+def test_a_literal_renders_as_its_text_through_message_and_twisted(text: str, other: str) -> None:
+    """The format literal() returned last (message() knows it without checking it), one returned
+    before it, each with and without flattened fields: message() renders what twisted renders, the
+    text itself."""
+    first, last = literal(other), literal(text)
+    for fmt, expected in ((last, text), (first, other)):
+        for event in ({"log_format": fmt}, {"log_format": fmt, "log_flattened": {}}):
+            assert message(event) == formatEvent(event) == expected
 
 
 def test_the_timestamp_is_rendered_once_per_second_and_rolls_over() -> None:
