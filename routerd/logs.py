@@ -58,7 +58,7 @@ def is_noise(event: Mapping[str, Any]) -> bool:
     fmt = event.get("log_format")
     if isinstance(fmt, str) and fmt.startswith(_NOISE_PREFIXES):
         return True
-    if "message" not in event:  # a twisted.logger event (not a legacy one): no bool()/isinstance frames
+    if "message" not in event:  # a twisted.logger event, not a legacy one (30 -> 24 opcodes an event)
         return False
     message = event["message"]
     return (bool(message) and isinstance(message, tuple) and isinstance(message[0], str)
@@ -171,7 +171,8 @@ class ClassicText:
         if not text:
             return None
         # the prefix, stamp(log_time) + " " + system(event), is one dict lookup for an event in the
-        # cached second (stamp and system took 2 frames and 68 opcodes an event, this 44)
+        # cached second (with the write done here rather than by twisted's FileLogObserver: 134 ->
+        # 97 opcodes an event, 2 events a request)
         when = event.get("log_time")
         namespace = event.get("log_namespace", "-")
         if (type(when) is float and self._low <= when < self._high and type(namespace) is str
