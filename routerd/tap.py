@@ -21,7 +21,7 @@ from routerd.cluster.slave import RegistrationRefused
 from routerd.config.load import ConfigError, load_config
 from routerd.config.schema import Config, ServerConfig
 from routerd.edge import build_site
-from routerd.logs import FanOut, JsonLinesObserver, filtered, gate, parse_level, text_observer
+from routerd.logs import JsonLinesObserver, fan_out, filtered, gate, parse_level, text_observer
 from routerd.node import Node
 from routerd.process.notify import sd_notify
 from routerd.process.reload import install_sighup
@@ -135,16 +135,25 @@ class NodeService(service.Service):
         await self.node.stop()
 
     async def _close_connections(self, grace: float = 1.0) -> None:
-        """Close every open connection once what was written to it has gone out (an answer that
-        just finished must reach its client whole); abort any still open after ``grace`` s.
-        Open keep-alive connections would otherwise go on being served."""
+        """Close the open connections, each once nothing is under way on it and what was written
+        has gone out (an answer that just finished must reach its client whole); abort any still
+        open after ``grace`` s.  Open keep-alive connections would otherwise go on being served.
+
+        A connection between requests is closed at once.  One that has sent nothing yet is given
+        the grace to send its request, which is answered (503 draining with Retry-After) before
+        it is closed: its client connected before the listener closed, so closing it unheard
+        would lose a request it may already have sent (the fault soak lost one that way at a
+        master restart; Go's ``http.Server.Shutdown`` gives new connections the same grace).  One
+        mid-request is given the grace to finish."""
         from twisted.internet import task
 
-        open_now = list(self.connections.protocols if self.connections else ())
-        for connection in open_now:
-            connection.close()
         deadline = self.reactor.seconds() + grace
+        closed: set[Any] = set()
         while self.connections and self.connections.protocols and self.reactor.seconds() < deadline:
+            for connection in list(self.connections.protocols):
+                if connection not in closed and connection.between_requests():
+                    closed.add(connection)
+                    connection.close()
             await task.deferLater(self.reactor, 0.02, lambda: None)
         for connection in list(self.connections.protocols if self.connections else ()):
             connection.abort()
@@ -191,7 +200,7 @@ def _log_observer(options: Options) -> ILogObserver | None:
     if json_observer is not None:
         observers.append(json_observer)
     gate.set(level)  # every event reaches the observers through this filter: below it, skip rendering
-    return filtered(FanOut(observers), level)
+    return filtered(fan_out(observers), level)
 
 
 def makeService(options: Options) -> service.MultiService:
