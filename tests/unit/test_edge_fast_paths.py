@@ -32,7 +32,8 @@ from tests.unit.test_api_channel import Served, post
 
 NAMES = st.sampled_from([b"content-type", b"Content-Type", b"x-routerd-node", b"X-Routerd-Node",
                          b"x-routerd-request-id", b"allow", b"Cache-Control", b"x-a", b"X-A"])
-VALUES = st.binary(max_size=12)
+#: values too spelled as names
+VALUES = st.binary(max_size=12) | st.sampled_from([b"content-type", b"x-a", b"allow"])
 STATUSES = st.sampled_from([200, 201, 204, 400, 404, 429, 503, 299, 599])
 
 
@@ -52,7 +53,7 @@ class _Channel:
         self.transport = StringTransport()
         self.server = _Server()
 
-    def answered(self, reply: LeanReply) -> None:
+    def answered(self, reply: LeanReply, now: float | None = None) -> None:
         pass
 
 
@@ -98,6 +99,28 @@ def test_the_lean_answer_head_is_rendered_byte_for_byte(sets: list[tuple[bytes, 
     want += b"date: " + _Server().date(now) + b"\r\n\r\n"
     assert reply._head_bytes(length, now) == want
     assert answer_head(status, reply.headers, length, close, _Server().date(now), typed) == want
+
+
+LOGGED_NAMES = st.sampled_from([b"x-routerd-node", b"X-Routerd-Node", b"x-routerd-lent-to",
+                                 b"X-ROUTERD-LENT-TO", b"x-routerd-request-id", b"content-type", b"X-A"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(sets=st.lists(st.tuples(LOGGED_NAMES, VALUES), max_size=6))
+def test_the_access_line_reads_the_answer_headers_in_any_case(sets: list[tuple[bytes, bytes]]) -> None:
+    """The access line's node, lent_to and request_id are the last values set under those names,
+    whatever their case (names read as they are while all were set lower-case, else lowered)."""
+    reply = _reply(False)
+    reply.name_model("m")
+    for name, value in sets:
+        reply.set_header(name, value)
+    latest = {name.lower(): value for name, value in _expected_headers(sets)}
+    with capturedLogs() as events:
+        reply.finish(b"{}")
+    [event] = [event for event in events if event.get("log_namespace") == "routerd.access"]
+    for name, field in ((b"x-routerd-node", "node"), (b"x-routerd-lent-to", "lent_to"),
+                        (b"x-routerd-request-id", "request_id")):
+        assert event[field] == latest.get(name, b"-").decode("utf-8", "replace")
 
 
 TEXT = st.text(st.characters(codec="utf-8"), max_size=10) | st.sampled_from(["chat-small", "/v1/x", "-"])
