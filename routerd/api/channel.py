@@ -352,18 +352,25 @@ class LeanChannel(protocol.Protocol):
                     head = self._admit(data, end)
                     if head is None:
                         return  # refused or handed over
-                    self._head = head
-                    self.state, self.since = "body", now
-                    self._body_by = body_deadline(self.server.limits, now, head.request.length or 0)
-                total = head.size + (head.request.length or 0)
-                if self._have < total:
-                    return  # the body is still arriving
-                data = self._buffered()
+                    total = head.size + (head.request.length or 0)
+                    if self._have < total:
+                        # the body is still arriving: its deadlines run from now (a body that came
+                        # with its head is served at once, never in this state: no deadline to
+                        # compute, no second join; -45 opcodes a request, ops.py)
+                        self._head = head
+                        self.state, self.since = "body", now
+                        self._body_by = body_deadline(self.server.limits, now, head.request.length or 0)
+                        return
+                else:
+                    total = head.size + (head.request.length or 0)
+                    if self._have < total:
+                        return  # the body is still arriving
+                    self._head = None
+                    data = self._buffered()
                 body = data[head.size:total]
                 rest = data[total:]
                 self._parts = [rest] if rest else []
                 self._have -= total  # len(rest)
-                self._head = None
                 self._start(head, body, now)
         finally:
             self._serving = False
