@@ -363,6 +363,8 @@ class LeanChannel(protocol.Protocol):
                     if self._have < total:
                         return  # the body is still arriving
                     self._head = None
+                    if self._reserved and self.server.site.buffer is not None:
+                        self.server.site.buffer.arrived(self._holder)  # whole now: no longer arriving
                     data = self._buffered()
                 body = data[head.size:total]
                 rest = data[total:]
@@ -404,7 +406,9 @@ class LeanChannel(protocol.Protocol):
             return None
         if verdict.reserve:
             budget = self.server.site.buffer
-            if budget is not None and budget.take(verdict.reserve, verdict.holder):
+            # a body that came with its head is whole: not arriving, no arrived() follows (-32 ops.py)
+            if budget is not None and budget.take(verdict.reserve, verdict.holder,
+                                                  self._have < end + 4 + verdict.reserve):
                 self._reserved, self._holder = verdict.reserve, verdict.holder
         return _Head(handler, request, end + 4, verdict.client or client, verdict.key_name, verdict.key_class,
                      verdict.errors)
@@ -433,10 +437,7 @@ class LeanChannel(protocol.Protocol):
             self.server.give_back(reserved, self._holder, arriving=True)
 
     def _start(self, head: _Head, body: bytes, now: float) -> None:
-        server = self.server
         reply = LeanReply(self, head.request, head.client, head.errors, body, now)
-        if self._reserved and server.site.buffer is not None:
-            server.site.buffer.arrived(self._holder)  # its body is whole: no longer arriving
         reply.held, reply.holder, self._reserved = self._reserved, self._holder, 0
         self._busy = reply
         self.state, self.since = "busy", now

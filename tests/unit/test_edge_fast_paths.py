@@ -216,13 +216,13 @@ class _ReferenceBudget:
         cap = max(int(self.limit * self.share), self.floor)
         return max(0, min(free, cap - self.held.get(holder, (0, 0))[0]))
 
-    def take(self, size: int, holder: str) -> bool:
+    def take(self, size: int, holder: str, arriving: bool) -> bool:
         if self.used + size > self.limit:
             return False
         self.used += size
         if holder:
-            held, arriving = self.held.get(holder, (0, 0))
-            self.held[holder] = (held + size, arriving + 1)
+            held, count = self.held.get(holder, (0, 0))
+            self.held[holder] = (held + size, count + 1 if arriving else count)
         return True
 
     def arrived(self, holder: str) -> None:
@@ -256,7 +256,7 @@ def test_the_budget_keeps_its_max_min_rules(limit: int, share: float, floor: int
         if step == "free_for":
             assert budget.free_for(holder) == reference.free_for(holder)
         elif step == "take":
-            assert budget.take(size, holder) == reference.take(size, holder)
+            assert budget.take(size, holder, arriving) == reference.take(size, holder, arriving)
         elif step == "arrived":
             budget.arrived(holder)
             reference.arrived(holder)
