@@ -68,7 +68,7 @@ _FIELD_LINE = re.compile(r"(?m)^([^:\x00-\x1f\x7f]*:?)[ \t]*"
                          r"([^\x00-\x08\x0a-\x1f\x7f]*[^\x00-\x20\x7f]|)[ \t]*\r\n")
 #: The names of a clean head's field lines as sent (each with its colon) -> their lower-case names,
 #: for the name sequences already checked (clients send the same names in the same order on every
-#: request: one lookup, where the names were checked one by one, ~110 -> ~30 opcodes a head; ops.py).
+#: request: one lookup, where the names were checked one by one: clean_head 146 -> 94 opcodes; ops.py).
 #: Bounded: past _SEQUENCES_KEPT sequences a head's names are checked anew.
 _SEQUENCES: dict[tuple[str, ...], tuple[str, ...]] = {}
 _SEQUENCES_KEPT = 256

@@ -1,9 +1,10 @@
 """The edge's fast paths against the general ones they skip, on the same random inputs.
 
 - :class:`~routerd.api.lean_reply.LeanReply` keeps its headers as one flat list that
-  :func:`~routerd.api.access.answer_head` renders in one join: byte for byte the head HTTP/1.1 asks
-  for the same status, headers, length, close and content type; its headers replace a name set
-  again in any case, as a case-insensitive lookup does;
+  :func:`~routerd.api.access.answer_head` renders in one format: byte for byte the head HTTP/1.1
+  asks for the same status, headers, length, close and content type; its headers replace a name set
+  again in any case, as a case-insensitive lookup does (found by an exact search while every name
+  is lower-case, also when a value is spelled as a name), and its access line reads them so too;
 - :func:`~routerd.api.head.clean_head` builds a clean head in a few calls: what
   :func:`~routerd.api.head.build_head` builds, or None (never where it refuses);
 - :class:`~routerd.api.budget.BufferBudget`: the bytes and holders of its max/min formulas, as
