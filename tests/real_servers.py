@@ -59,6 +59,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -238,18 +239,31 @@ class Runner(Protocol):
 
 def run_process(argv: Sequence[str], *, cwd: Path | None = None, env: Mapping[str, str] | None = None,
                 log: Path | None = None, timeout: float | None = None) -> Outcome:
-    """The real runner: stdout and stderr together, appended to ``log`` when given, else returned."""
+    """The real runner: stdout and stderr together, appended to ``log`` when given, else returned.
+
+    The command runs in its own session, so that when this process is interrupted (Ctrl-C, SIGTERM: see
+    :func:`main`) or the timeout passes, the whole build under it (make, the compilers) is killed with it
+    rather than left writing into a folder that is about to be removed.  A timeout is exit status 124."""
     environ = None if env is None else dict(env)
-    if log is not None:
-        with log.open("a") as out:
-            out.write(f"\n$ {' '.join(argv)}\n")
-            out.flush()
-            done = subprocess.run(list(argv), cwd=cwd, env=environ, stdin=subprocess.DEVNULL, stdout=out,
-                                  stderr=subprocess.STDOUT, timeout=timeout, check=False)
-        return Outcome(done.returncode)
-    done = subprocess.run(list(argv), cwd=cwd, env=environ, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, timeout=timeout, check=False)
-    return Outcome(done.returncode, done.stdout.decode(errors="replace"))
+    with contextlib.ExitStack() as stack:
+        stdout: TextIO | int = subprocess.PIPE
+        if log is not None:
+            handle = stack.enter_context(log.open("a"))
+            handle.write(f"\n$ {' '.join(argv)}\n")
+            handle.flush()
+            stdout = handle
+        proc = subprocess.Popen(list(argv), cwd=cwd, env=environ, stdin=subprocess.DEVNULL, stdout=stdout,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            printed, _ = proc.communicate(timeout=timeout)
+        except BaseException as stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            if isinstance(stopped, subprocess.TimeoutExpired):
+                return Outcome(124, f"timed out after {timeout} s")
+            raise
+    return Outcome(proc.returncode, printed.decode(errors="replace") if printed else "")
 
 
 # --- the lock and the atomic move ---------------------------------------------------------------------------
@@ -563,6 +577,10 @@ def cmd_check(root: Path, environ: Mapping[str, str], recipes: Sequence[Recipe],
     return 1 if failed else 0
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.real_servers",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
@@ -588,12 +606,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     builder = Builder(root)
     if args.jobs:
         builder.jobs = args.jobs
+    # SIGTERM (a CI timeout, a service stop) unwinds like Ctrl-C: the build under way is killed and its work
+    # folder removed, nothing is published.
+    before = signal.signal(signal.SIGTERM, _terminated)
     try:
         return cmd_install(builder, recipes, args.llama_wheel, sys.stdout)
     except InstallError as failure:
         print(f"install failed: {failure}", file=sys.stderr)
         return 1
-
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 if __name__ == "__main__":
     sys.exit(main())

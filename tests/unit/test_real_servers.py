@@ -430,3 +430,31 @@ def test_check_fails_on_a_binary_that_exits_non_zero(tmp_path: Path) -> None:
     runner = FakeRunner(fail_on="--help", returncode=3)
     assert rs.cmd_check(root, {"ROUTERD_WHISPER_SERVER": str(own)}, [WHISPER], runner, out) == 1
     assert "FAILED (exit 3) [env ROUTERD_WHISPER_SERVER]" in out.getvalue()
+
+
+# --- the command line ---------------------------------------------------------------------------------------
+
+
+def test_main_paths_reads_the_cache_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "cache"
+    monkeypatch.setenv(rs.CACHE_ENV, str(root))
+    monkeypatch.delenv("ROUTERD_LLAMA_SERVER", raising=False)
+    monkeypatch.delenv("ROUTERD_WHISPER_SERVER", raising=False)
+    assert rs.main(["paths", "--only", "whisper-server"]) == 1
+    assert capsys.readouterr().err.startswith("whisper-server: not installed")
+    executable(rs.cached_binary(root, WHISPER))
+    assert rs.main(["paths", "--only", "whisper-server"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"whisper-server": str(rs.cached_binary(root, WHISPER))}
+
+
+def test_main_install_with_both_overridden_builds_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv(rs.CACHE_ENV, str(tmp_path / "cache"))
+    for recipe in RECIPES:
+        own = tmp_path / recipe.server
+        executable(own)
+        monkeypatch.setenv(recipe.override_env, str(own))
+    assert rs.main(["install"]) == 0
+    assert "install:" in capsys.readouterr().out
+    assert not (tmp_path / "cache").exists()
