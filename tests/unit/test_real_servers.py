@@ -269,6 +269,8 @@ def test_llama_cold_build_uses_the_flags_and_no_pip_wheel_cache(tmp_path: Path) 
     env = runner.envs[i]
     assert env is not None and env["CMAKE_ARGS"] == " ".join(LLAMA.cmake_args)
     assert env["LLAMA_CPP_BUILD_JOBS"] == "3"
+    work = root / f"{rs.work_prefix(LLAMA)}{os.getpid()}"
+    assert all(e is not None and e["TMPDIR"] == str(work / "tmp") for e in runner.envs[:i + 1])
     assert binary.read_bytes() == b"\x7fELF stand-in" and (binary.stat().st_mode & 0o777) == 0o755
     assert (binary.parent / "libllama.so").resolve() == binary.parent / "libllama.so.0.6.0"
     assert not (binary.parent / "_symlinks.json").exists()
