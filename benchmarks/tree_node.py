@@ -5,6 +5,9 @@ first on ``sys.path`` (so its ``routerd`` package and its ``twisted/plugins/rout
 the ones found, whatever the venv has installed, editable or not), then twistd runs in this very
 process, so the pid the harness watches in /proc is the node's own.
 
+With ``ROUTERD_BENCH_OPCODES=PREFIX`` the same signals open and close opcode-count windows instead
+(``benchmarks/opcode_windows.py``, read by ``benchmarks/work.py``).
+
 With ``ROUTERD_BENCH_PROFILE=PREFIX`` in the environment, SIGUSR1 starts a cProfile window and
 SIGUSR2 ends it, writing the stats to ``PREFIX.N`` (N = 1, 2, ... in order), so a profile holds the
 measured load only, not start-up or warm-up.  Without it the signals are left alone.
@@ -80,10 +83,20 @@ def main() -> None:
     if tree not in where.parents:
         raise SystemExit(f"routerd came from {where}, not from {tree}")
     prefix = os.environ.get("ROUTERD_BENCH_PROFILE")
-    if prefix:
+    opcodes = os.environ.get("ROUTERD_BENCH_OPCODES")
+    if prefix or opcodes:
         from twisted.internet import reactor
 
-        reactor.callWhenRunning(_profile_windows, prefix)  # after twistd's own signal handlers
+        if prefix:
+            reactor.callWhenRunning(_profile_windows, prefix)  # after twistd's own signal handlers
+        else:
+            import importlib.util
+
+            spec = importlib.util.spec_from_file_location("opcode_windows", Path(here) / "opcode_windows.py")
+            assert spec is not None and spec.loader is not None
+            windows = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(windows)
+            reactor.callWhenRunning(windows.arm, opcodes)
     from twisted.scripts.twistd import run
 
     sys.argv = ["twistd", *sys.argv[2:]]

@@ -69,17 +69,21 @@ class TreeNode(NodeProcess):
     """One routerd node run from the source tree ``tree`` (its own ``routerd`` package and twistd
     plugin), in a folder of its own under ``root``."""
 
-    def __init__(self, name: str, tree: Path, root: Path, profile: Path | None, logs: bool) -> None:
+    def __init__(self, name: str, tree: Path, root: Path, profile: Path | None, logs: bool,
+                 launch: tuple[str, ...] = (), env_extra: dict[str, str] | None = None) -> None:
+        """``launch``: a command the node runs under (``benchmarks/work.py``: valgrind);
+        ``env_extra``: more environment for it."""
         port = free_port()
         folder = root / name
         cfg = write_node(folder, port, MODELS, {"zero": ZERO})
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         if profile is not None:
             env["ROUTERD_BENCH_PROFILE"] = str(profile / name)
+        env.update(env_extra or {})
         out = (folder / "node.log").open("wb") if logs else subprocess.DEVNULL
         self.name, self.port, self.url = name, port, f"http://127.0.0.1:{port}"
-        self.proc = subprocess.Popen([sys.executable, str(WRAPPER), str(tree), "-n", "--pidfile=", "routerd",
-                                      "--config", str(cfg)],
+        self.proc = subprocess.Popen([*launch, sys.executable, str(WRAPPER), str(tree), "-n", "--pidfile=",
+                                      "routerd", "--config", str(cfg)],
                                      cwd=folder, stdout=out, stderr=subprocess.STDOUT, env=env)
         self.windows = 0
 
