@@ -31,7 +31,7 @@ class AnswerHeaders:
         by_name: dict[bytes, list[bytes]] = {}
         known = LOWERED
         for name, value in zip(fields[::2], fields[1::2], strict=True):
-            lower = known[name] if name in known else lowered(name)
+            lower = known.get(name) or lowered(name)  # one lookup, not two (2 opcodes a field)
             if lower in by_name:
                 by_name[lower].append(value)
             else:

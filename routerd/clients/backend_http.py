@@ -355,28 +355,30 @@ class _Pool:
 
         answer: Deferred[BackendResponse] = Deferred(cancel)
 
-        def on(connection: _Connection) -> None:
-            connecting[0] = None
-            current[0] = connection
-            connection.send(head, body, answer)
-
         def fresh(answer_: Deferred[BackendResponse]) -> None:
+            # what a new connection needs is made here, not for every request: most go out on an
+            # idle connection (ops.py, one client: 105 -> 91 opcodes a request)
+            def on(connection: _Connection) -> None:
+                connecting[0] = None
+                current[0] = connection
+                connection.send(head, body, answer)
+
+            def refused(failure: Failure) -> None:
+                connecting[0] = None
+                if answer_.called:
+                    return
+                if failure.check(ConnectionRefusedError) and len(backoff) < len(REFUSED_BACKOFF_S):
+                    # A backend that refuses is stopping or restarting (nothing was sent): try again
+                    # a little later rather than fail at once, so a queue released onto a dying
+                    # backend does not drain into errors before the node sees the process end.
+                    backoff.append(self.agent.reactor.callLater(REFUSED_BACKOFF_S[len(backoff)],
+                                                                fresh, answer_))
+                    return
+                answer_.errback(failure)  # the connect error itself, as Agent gives it
+
             d = self._connect()
             connecting[0] = d
-            d.addCallbacks(on, lambda f: refused(answer_, f))
-
-        def refused(answer_: Deferred[BackendResponse], failure: Failure) -> None:
-            connecting[0] = None
-            if answer_.called:
-                return
-            if failure.check(ConnectionRefusedError) and len(backoff) < len(REFUSED_BACKOFF_S):
-                # A backend that refuses is stopping or restarting (nothing was sent): try again a
-                # little later rather than fail at once, so a queue released onto a dying backend
-                # does not drain into errors before the node sees the process end.
-                backoff.append(self.agent.reactor.callLater(REFUSED_BACKOFF_S[len(backoff)],
-                                                            fresh, answer_))
-                return
-            answer_.errback(failure)  # the connect error itself, as Agent gives it
+            d.addCallbacks(on, refused)
 
         while self.idle:
             connection = self.idle.pop()

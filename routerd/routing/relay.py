@@ -86,17 +86,11 @@ class Timeouts:
     async def answer(self, pending: Deferred[T]) -> T:
         """``pending``'s result, or :class:`FirstByteTimeout` (``pending`` cancelled) when it
         takes longer than ``first_byte`` seconds."""
-        expired: list[bool] = []
-
-        def expire() -> None:
-            expired.append(True)
-            pending.cancel()
-
-        timer = self.clock.callLater(self.first_byte, expire)
+        timer = self.clock.callLater(self.first_byte, pending.cancel)
         try:
             return await pending
         except Exception:
-            if expired:
+            if not timer.active():  # it ran (it is cancelled only below): the answer was too late
                 raise FirstByteTimeout(self.first_byte) from None
             raise
         finally:
