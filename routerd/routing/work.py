@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from routerd.routing.audio import audio_duration
+from routerd.routing.body import json_loads_text
 from routerd.routing.classify import Route
 from routerd.routing.jobs import video_work
 from routerd.routing.multipart import MultipartError, parse_form
@@ -131,7 +132,7 @@ def _usage_in(tail: bytes) -> tuple[int, int] | None:
         if event.name == "error" or '"' not in event.data:
             continue
         try:
-            data = json.loads(event.data)
+            data = json_loads_text(event.data)
         except ValueError:
             continue  # the tail may begin inside an event
         if isinstance(data, dict):
