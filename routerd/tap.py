@@ -135,16 +135,25 @@ class NodeService(service.Service):
         await self.node.stop()
 
     async def _close_connections(self, grace: float = 1.0) -> None:
-        """Close every open connection once what was written to it has gone out (an answer that
-        just finished must reach its client whole); abort any still open after ``grace`` s.
-        Open keep-alive connections would otherwise go on being served."""
+        """Close the open connections, each once nothing is under way on it and what was written
+        has gone out (an answer that just finished must reach its client whole); abort any still
+        open after ``grace`` s.  Open keep-alive connections would otherwise go on being served.
+
+        A connection between requests is closed at once.  One that has sent nothing yet is given
+        the grace to send its request, which is answered (503 draining with Retry-After) before
+        it is closed: its client connected before the listener closed, so closing it unheard
+        would lose a request it may already have sent (the fault soak lost one that way at a
+        master restart; Go's ``http.Server.Shutdown`` gives new connections the same grace).  One
+        mid-request is given the grace to finish."""
         from twisted.internet import task
 
-        open_now = list(self.connections.protocols if self.connections else ())
-        for connection in open_now:
-            connection.close()
         deadline = self.reactor.seconds() + grace
+        closed: set[Any] = set()
         while self.connections and self.connections.protocols and self.reactor.seconds() < deadline:
+            for connection in list(self.connections.protocols):
+                if connection not in closed and connection.between_requests():
+                    closed.add(connection)
+                    connection.close()
             await task.deferLater(self.reactor, 0.02, lambda: None)
         for connection in list(self.connections.protocols if self.connections else ()):
             connection.abort()

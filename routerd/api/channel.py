@@ -319,6 +319,13 @@ class LeanChannel(protocol.Protocol):
         if self.transport is not None:
             self.transport.abortConnection()  # type: ignore[attr-defined]
 
+    def between_requests(self) -> bool:
+        """Whether nothing is under way here: the connection has spoken and waits for its next
+        request.  A stop closes these at once; one that has sent nothing yet may have its first
+        request on the way (connected just before the listener closed), one mid-request is being
+        answered."""
+        return self.heard and self.deadline()[0] == "idle"
+
     # -- requests ----------------------------------------------------------------
 
     def _buffered(self) -> bytes:

@@ -180,6 +180,48 @@ async def test_a_stop_answers_connections_the_kernel_queued_instead_of_resetting
         assert b"retry-after: 1" in answer.lower() and b"draining" in answer
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_stop_answers_a_request_sent_on_a_connection_accepted_just_before_it(
+        node: RunningNode) -> None:
+    """A client that connected before the stop and sends its request a moment later (its process
+    was slow to write) gets 503 draining + Retry-After, not a connection closed unheard: the
+    stop gives a connection that has sent nothing the grace to send its request.  A connection
+    between requests is still closed at once."""
+    import socket
+
+    from twisted.internet import threads
+
+    port = node.service.port.getHost().port
+    silent = socket.create_connection(("127.0.0.1", port), timeout=10)
+    spoken = socket.create_connection(("127.0.0.1", port), timeout=10)
+    host = b"Host: 127.0.0.1:%d\r\n" % port
+    spoken.sendall(b"GET /health HTTP/1.1\r\n" + host + b"\r\n")
+    first = await threads.deferToThread(spoken.recv, 65536)
+    assert first.startswith(b"HTTP/1.1 200")
+    await wait_until(lambda: len(node.service.connections.protocols) == 2, timeout=5.0)
+    stopping = node.service.stopService()
+    await task.deferLater(reactor, 0.2, lambda: None)
+    silent.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n" + host
+                   + b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+
+    def read(s: socket.socket) -> bytes:
+        chunks = []
+        try:
+            while chunk := s.recv(65536):
+                chunks.append(chunk)
+        except ConnectionResetError:
+            return b"reset"
+        finally:
+            s.close()
+        return b"".join(chunks)
+
+    answer = await threads.deferToThread(read, silent)
+    assert await threads.deferToThread(read, spoken) == b""  # closed at once, nothing more said
+    await stopping
+    assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+    assert b"retry-after: 1" in answer.lower() and b"draining" in answer
+
+
 def _whole_answer(received: bytes) -> bool:
     """One whole HTTP answer: its chunked body's last chunk, or Content-Length bytes of body."""
     head, sep, body = received.partition(b"\r\n\r\n")
