@@ -52,6 +52,20 @@ class AnswerHeaders:
         found = self.by_name.get(name.lower())
         return default if found is None else list(found)
 
+    def content_length(self) -> int | None:
+        """The ``Content-Length`` (None when there is none or it is not a number)."""
+        values = self.by_name.get(b"content-length")
+        if values is None:
+            return None
+        try:
+            return int(values[0])
+        except ValueError:
+            return None
+
+    def chunked(self) -> bool:
+        """Whether ``Transfer-Encoding`` names ``chunked``."""
+        return any(b"chunked" in value.lower() for value in self.by_name.get(b"transfer-encoding", ()))
+
     def hasHeader(self, name: bytes | str) -> bool:
         return self.getRawHeaders(name) is not None
 

@@ -80,18 +80,21 @@ class _BodyTransport:
 class BackendResponse:
     """One answer: status, headers, and its body delivered to one protocol."""
 
-    __slots__ = ("code", "phrase", "headers", "length", "_connection", "_protocol", "_early", "_ended")
+    __slots__ = ("code", "phrase", "headers", "_connection", "_protocol", "_early", "_ended")
 
-    def __init__(self, code: int, headers: AnswerHeaders, length: int | None,
-                 connection: _Connection) -> None:
+    def __init__(self, code: int, headers: AnswerHeaders, connection: _Connection) -> None:
         self.code = code
         self.phrase = b""
         self.headers = headers
-        self.length = length
         self._connection = connection
         self._protocol: Any = None
         self._early: list[bytes] = []  # body bytes that arrived before deliverBody
         self._ended: Failure | None = None
+
+    @property
+    def length(self) -> int | None:
+        """The body's ``Content-Length`` (None when it names none)."""
+        return self.headers.content_length()
 
     def deliverBody(self, protocol: Any) -> None:
         self._protocol = protocol
@@ -162,8 +165,6 @@ class _Connection(Protocol):
         self.complete = False
         self.lost = False
         self._headers: list[bytes] = []  # names and values in turn
-        self._length: int | None = None
-        self._chunked = False
         self.connected_d: Deferred[_Connection] | None = None
         #: The request's Deferred and its answer, parsed in the read being fed: fired after it.
         self._ready: tuple[Deferred[BackendResponse], BackendResponse] | None = None
@@ -178,8 +179,6 @@ class _Connection(Protocol):
         self.got_bytes = False
         self.complete = False
         self._headers = []
-        self._length = None
-        self._chunked = False
         assert self.transport is not None
         send_with_head(self.transport, head, body)  # sent now when the socket is free
 
@@ -240,7 +239,10 @@ class _Connection(Protocol):
             else:
                 answer.errback(Failure(ResponseFailed([reason])))
         elif response is not None and not self.complete:
-            if self._length is None and not self._chunked and reason.check(ConnectionDone):
+            # the framing is read here, where it decides, not for every answer (ops.py, one
+            # client: about 25 opcodes a request)
+            headers = response.headers
+            if headers.content_length() is None and not headers.chunked() and reason.check(ConnectionDone):
                 response._end(Failure(PotentialDataLoss()))  # close-delimited body: ends here
             else:
                 response._end(Failure(ResponseFailed([reason])))
@@ -262,22 +264,8 @@ class _Connection(Protocol):
         self._headers += (name, value)
 
     def on_headers_complete(self) -> None:
-        headers = AnswerHeaders(self._headers)
+        response = BackendResponse(self.parser.get_status_code(), AnswerHeaders(self._headers), self)
         self._headers = []
-        by_name = headers.by_name  # read here without getRawHeaders: 8 calls an answer fewer
-        if b"content-length" in by_name:
-            try:
-                self._length = int(by_name[b"content-length"][0])
-            except ValueError:
-                self._length = None
-        chunked = False
-        if b"transfer-encoding" in by_name:
-            for value in by_name[b"transfer-encoding"]:
-                if b"chunked" in value.lower():
-                    chunked = True
-                    break
-        self._chunked = chunked
-        response = BackendResponse(self.parser.get_status_code(), headers, self._length, self)
         self.response = response
         answer, self.answer = self.answer, None
         self.resend = None  # answered: never sent again (nor its body kept while idle)
