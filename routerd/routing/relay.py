@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.protocol import Protocol
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.client import ResponseDone
 from twisted.web.http import PotentialDataLoss
@@ -19,6 +20,7 @@ from twisted.web.http import PotentialDataLoss
 from routerd.errors import HTTPError
 
 T = TypeVar("T")
+log = Logger()
 TAIL_KEEP = 8192
 _DONE = Failure(ResponseDone())
 
@@ -127,7 +129,10 @@ class Timeouts:
         for pending in late:
             del due[pending]
         for pending in late:
-            pending.cancel()
+            try:
+                pending.cancel()
+            except Exception:  # noqa: BLE001 - one canceller's bug stops no other timeout
+                log.failure("cancelling an answer past its first-byte timeout failed")
         if due:
             earliest = min(due.values())
             if self._watch is None or earliest < self._watch_at:
