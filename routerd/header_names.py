@@ -10,11 +10,14 @@ time, so names a peer invents cannot grow it.
 
 from __future__ import annotations
 
-__all__ = ["KEPT", "LOWERED", "lowered"]
+__all__ = ["KEPT", "LOWER", "LOWERED", "lowered"]
 
 #: Names as spelled -> lower-cased.  Read it as ``LOWERED[name] if name in LOWERED else
 #: lowered(name)`` on a hot path (a subscript, no call).
 LOWERED: dict[bytes, bytes] = {}
+#: The names of :data:`LOWERED` that are lower-case already (their own lower case): one
+#: membership test tells a name needs no lowering and compares as it is spelled.
+LOWER: set[bytes] = set()
 KEPT = 512
 
 
@@ -23,4 +26,6 @@ def lowered(name: bytes) -> bytes:
     lower = name.lower()
     if len(LOWERED) < KEPT:
         LOWERED[name] = lower
+        if lower == name:
+            LOWER.add(name)
     return lower

@@ -21,7 +21,7 @@ from routerd.cluster.slave import RegistrationRefused
 from routerd.config.load import ConfigError, load_config
 from routerd.config.schema import Config, ServerConfig
 from routerd.edge import build_site
-from routerd.logs import FanOut, JsonLinesObserver, filtered, gate, parse_level, text_observer
+from routerd.logs import JsonLinesObserver, fan_out, filtered, gate, parse_level, text_observer
 from routerd.node import Node
 from routerd.process.notify import sd_notify
 from routerd.process.reload import install_sighup
@@ -200,7 +200,7 @@ def _log_observer(options: Options) -> ILogObserver | None:
     if json_observer is not None:
         observers.append(json_observer)
     gate.set(level)  # every event reaches the observers through this filter: below it, skip rendering
-    return filtered(FanOut(observers), level)
+    return filtered(fan_out(observers), level)
 
 
 def makeService(options: Options) -> service.MultiService:

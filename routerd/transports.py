@@ -111,8 +111,9 @@ def _poll(reactor: Any, timeout: float | None) -> None:
     selectables = reactor._selectables
     handle = reactor._doReadOrWrite
     for fd, event in events:
-        selectable = selectables.get(fd)
-        if selectable is None:
+        try:  # a subscript (no call, no None test), a descriptor gone meanwhile skipped as before
+            selectable = selectables[fd]
+        except KeyError:
             continue
         try:
             handle(selectable, fd, event)

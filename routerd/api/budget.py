@@ -79,14 +79,15 @@ class BufferBudget:
     def fits(self, size: int) -> bool:
         return self.used + size <= self.limit
 
-    def take(self, size: int, holder: str = "") -> bool:
-        """Reserve ``size`` bytes for a body about to arrive, counted to ``holder``."""
+    def take(self, size: int, holder: str = "", arriving: bool = True) -> bool:
+        """Reserve ``size`` bytes for a body counted to ``holder``: about to arrive, or whole already
+        (not ``arriving``: it came with its head, and no :meth:`arrived` follows)."""
         if not self.fits(size):
             return False
         self.used += size
         if holder:
-            held, arriving = self._held.get(holder, (0, 0))
-            self._held[holder] = (held + size, arriving + 1)
+            held, count = self._held.get(holder, (0, 0))
+            self._held[holder] = (held + size, count + 1 if arriving else count)
         return True
 
     def arrived(self, holder: str) -> None:

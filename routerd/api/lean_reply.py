@@ -21,7 +21,7 @@ from routerd.api.access import access_logged, answer_head, log_access
 from routerd.api.errors import INTERNAL_ERROR, reply_error, reply_failure
 from routerd.api.head import RequestHead
 from routerd.errors import ErrorStyle
-from routerd.header_names import LOWERED, lowered
+from routerd.header_names import LOWER, LOWERED, lowered
 from routerd.logs import request_model
 from routerd.transports import send, send_with_head
 
@@ -55,7 +55,8 @@ class LeanReply:
     """A :class:`~routerd.routing.call.Reply` written straight to the connection."""
 
     __slots__ = ("channel", "request", "client", "error_family", "body", "started_at", "status", "headers",
-                 "typed", "started", "gone", "finished", "sent", "held", "holder", "pending", "model")
+                 "typed", "cased", "started", "gone", "finished", "sent", "held", "holder", "pending",
+                 "model")
 
     def __init__(self, channel: Connection, request: RequestHead, client: str, error_family: ErrorStyle,
                  body: bytes, now: float) -> None:
@@ -71,6 +72,7 @@ class LeanReply:
         # way, ~120 B like this; set once or twice, read when the answer starts)
         self.headers: list[bytes] = []
         self.typed = False  # a content-type header was set
+        self.cased = False  # a name set is not lower-case (then names are compared lower-cased)
         self.started = False
         self.gone = False
         self.finished = False
@@ -89,10 +91,24 @@ class LeanReply:
     def set_header(self, name: bytes, value: bytes) -> None:
         if b"\r" in value or b"\n" in value:
             value = value.replace(b"\r", b" ").replace(b"\n", b" ")
-        # names compared lower-cased through the shared LOWERED (subscripts and slices, no calls):
-        # 5 headers a request cost 5 bytes.lower and 20 len calls before (trees.py --profile)
-        key = LOWERED[name] if name in LOWERED else lowered(name)
         headers = self.headers
+        if name in LOWER and not self.cased:
+            # a lower-case name, every name set before lower-case too (not cased): a name matches
+            # it in any case only as it is spelled, found without a scan (set_header took 373
+            # opcodes a request with a scan each, 5 headers; ops.py)
+            if name not in headers:
+                headers += (name, value)
+                if name == b"content-type":
+                    self.typed = True
+                return
+            at = headers.index(name)
+            if not at & 1:  # the name (not a value spelled as it): set again
+                headers[at + 1] = value
+                return
+        # names compared lower-cased through the shared LOWERED (subscripts and slices, no calls)
+        key = LOWERED[name] if name in LOWERED else lowered(name)
+        if key != name:
+            self.cased = True
         at = 0
         for known in headers[::2]:  # the same name again (any case) replaces it
             if known == name or (LOWERED[known] if known in LOWERED else lowered(known)) == key:
@@ -216,20 +232,22 @@ class LeanReply:
             model = request_model(query_model, fields.get("x-routerd-model"),
                                   fields.get("content-type", ""), self.body)
             self.body = b""
-        out = {"node": "-", "lent_to": "-", "request_id": "-"}
         headers = self.headers
-        at = 1
-        for name in headers[::2]:
-            key = LOWERED[name] if name in LOWERED else lowered(name)
-            if key in _LOGGED:
-                out[_LOGGED[key]] = headers[at].decode("utf-8", "replace")
-            at += 2
+        keys = headers[::2]
+        if self.cased:  # else the names are their own lower case (see set_header)
+            keys = [LOWERED[name] if name in LOWERED else lowered(name) for name in keys]
+        # the answer's headers by lower-case name, made in C and looked up three times: a loop
+        # over every header was 68 opcodes a request of _log's 132 (ops.py)
+        named = dict(zip(keys, headers[1::2], strict=True))
         log_access(method=request.method, path=request.path, status=self.status, bytes=self.sent,
-                   ms=round((now - self.started_at) * 1000), model=model, client=self.client, **out)
+                   ms=round((now - self.started_at) * 1000), model=model, client=self.client,
+                   node=named[_NODE].decode("utf-8", "replace") if _NODE in named else "-",
+                   lent_to=named[_LENT_TO].decode("utf-8", "replace") if _LENT_TO in named else "-",
+                   request_id=named[_REQUEST_ID].decode("utf-8", "replace") if _REQUEST_ID in named else "-")
 
 
-#: Answer headers the access line reads (lower-case name -> its field in the line).
-_LOGGED = {b"x-routerd-node": "node", b"x-routerd-lent-to": "lent_to", b"x-routerd-request-id": "request_id"}
+#: Answer headers the access line reads.
+_NODE, _LENT_TO, _REQUEST_ID = b"x-routerd-node", b"x-routerd-lent-to", b"x-routerd-request-id"
 
 
 __all__ = ["Connection", "LeanReply"]

@@ -18,7 +18,6 @@ from typing import Any, Protocol
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.error import ProcessExitedAlready
 from twisted.internet.protocol import ProcessProtocol
-from twisted.logger import LogLevel
 from twisted.python.failure import Failure
 
 from routerd.backends.errors import BackendMissing
@@ -165,6 +164,7 @@ class _BackendProtocol(ProcessProtocol):
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self._label = name + ": "  # each line is logged as "name: line"
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         self.ended = ExitObservers()
         self._partial: dict[int, bytes] = {}
@@ -192,8 +192,8 @@ class _BackendProtocol(ProcessProtocol):
         self.tail.append(line)
         # one or more lines per request from a backend: rendered once (see routerd.logs.literal),
         # and not at all when info is below the node's --log-level (the tail keeps it anyway)
-        if gate.enabled(LogLevel.info):
-            log.info(literal(f"{self.name}: {line}"), backend=self.name, line=line)
+        if gate.info:
+            log.info(literal(self._label + line), backend=self.name, line=line)
 
     def processEnded(self, reason: Failure) -> None:  # noqa: N802 - Twisted's name
         for fd in sorted(self._partial):

@@ -231,6 +231,26 @@ def test_a_held_body_counts_against_the_buffer_budget_until_answered() -> None:
     assert budget.used == 0
 
 
+def test_a_body_counts_as_arriving_only_until_it_is_whole() -> None:
+    """A body still arriving after its head is counted to its client as arriving (what a key's
+    max_concurrent is checked against) until it is whole; one that came with its head never is;
+    either way its bytes stay held until the answer, then nothing is left."""
+    served = Served(buffer=100)
+    budget = served.site.buffer
+    assert budget is not None
+    body = b'{"model":"m"}'
+    raw = post(body)
+    served.send(raw[:-3])
+    assert budget.arriving("client 127.0.0.1") == 1 and budget.used == len(body)
+    served.send(raw[-3:])
+    assert budget.arriving("client 127.0.0.1") == 0 and budget.used == len(body)
+    served.api.calls[0][3].callback(b"one")
+    served.send(raw)
+    assert budget.arriving("client 127.0.0.1") == 0 and budget.used == len(body)
+    served.api.calls[1][3].callback(b"two")
+    assert budget.used == 0 and not budget._held
+
+
 def test_a_full_buffer_budget_is_refused_503_by_twisted_web() -> None:
     served = Served(buffer=4)
     served.send(post(b'{"model":"m"}'))

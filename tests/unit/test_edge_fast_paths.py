@@ -1,9 +1,10 @@
 """The edge's fast paths against the general ones they skip, on the same random inputs.
 
 - :class:`~routerd.api.lean_reply.LeanReply` keeps its headers as one flat list that
-  :func:`~routerd.api.access.answer_head` renders in one join: byte for byte the head HTTP/1.1 asks
-  for the same status, headers, length, close and content type; its headers replace a name set
-  again in any case, as a case-insensitive lookup does;
+  :func:`~routerd.api.access.answer_head` renders in one format: byte for byte the head HTTP/1.1
+  asks for the same status, headers, length, close and content type; its headers replace a name set
+  again in any case, as a case-insensitive lookup does (found by an exact search while every name
+  is lower-case, also when a value is spelled as a name), and its access line reads them so too;
 - :func:`~routerd.api.head.clean_head` builds a clean head in a few calls: what
   :func:`~routerd.api.head.build_head` builds, or None (never where it refuses);
 - :class:`~routerd.api.budget.BufferBudget`: the bytes and holders of its max/min formulas, as
@@ -32,7 +33,8 @@ from tests.unit.test_api_channel import Served, post
 
 NAMES = st.sampled_from([b"content-type", b"Content-Type", b"x-routerd-node", b"X-Routerd-Node",
                          b"x-routerd-request-id", b"allow", b"Cache-Control", b"x-a", b"X-A"])
-VALUES = st.binary(max_size=12)
+#: values too spelled as names
+VALUES = st.binary(max_size=12) | st.sampled_from([b"content-type", b"x-a", b"allow"])
 STATUSES = st.sampled_from([200, 201, 204, 400, 404, 429, 503, 299, 599])
 
 
@@ -52,7 +54,7 @@ class _Channel:
         self.transport = StringTransport()
         self.server = _Server()
 
-    def answered(self, reply: LeanReply) -> None:
+    def answered(self, reply: LeanReply, now: float | None = None) -> None:
         pass
 
 
@@ -98,6 +100,28 @@ def test_the_lean_answer_head_is_rendered_byte_for_byte(sets: list[tuple[bytes, 
     want += b"date: " + _Server().date(now) + b"\r\n\r\n"
     assert reply._head_bytes(length, now) == want
     assert answer_head(status, reply.headers, length, close, _Server().date(now), typed) == want
+
+
+LOGGED_NAMES = st.sampled_from([b"x-routerd-node", b"X-Routerd-Node", b"x-routerd-lent-to",
+                                 b"X-ROUTERD-LENT-TO", b"x-routerd-request-id", b"content-type", b"X-A"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(sets=st.lists(st.tuples(LOGGED_NAMES, VALUES), max_size=6))
+def test_the_access_line_reads_the_answer_headers_in_any_case(sets: list[tuple[bytes, bytes]]) -> None:
+    """The access line's node, lent_to and request_id are the last values set under those names,
+    whatever their case (names read as they are while all were set lower-case, else lowered)."""
+    reply = _reply(False)
+    reply.name_model("m")
+    for name, value in sets:
+        reply.set_header(name, value)
+    latest = {name.lower(): value for name, value in _expected_headers(sets)}
+    with capturedLogs() as events:
+        reply.finish(b"{}")
+    [event] = [event for event in events if event.get("log_namespace") == "routerd.access"]
+    for name, field in ((b"x-routerd-node", "node"), (b"x-routerd-lent-to", "lent_to"),
+                        (b"x-routerd-request-id", "request_id")):
+        assert event[field] == latest.get(name, b"-").decode("utf-8", "replace")
 
 
 TEXT = st.text(st.characters(codec="utf-8"), max_size=10) | st.sampled_from(["chat-small", "/v1/x", "-"])
@@ -193,13 +217,13 @@ class _ReferenceBudget:
         cap = max(int(self.limit * self.share), self.floor)
         return max(0, min(free, cap - self.held.get(holder, (0, 0))[0]))
 
-    def take(self, size: int, holder: str) -> bool:
+    def take(self, size: int, holder: str, arriving: bool) -> bool:
         if self.used + size > self.limit:
             return False
         self.used += size
         if holder:
-            held, arriving = self.held.get(holder, (0, 0))
-            self.held[holder] = (held + size, arriving + 1)
+            held, count = self.held.get(holder, (0, 0))
+            self.held[holder] = (held + size, count + 1 if arriving else count)
         return True
 
     def arrived(self, holder: str) -> None:
@@ -233,7 +257,7 @@ def test_the_budget_keeps_its_max_min_rules(limit: int, share: float, floor: int
         if step == "free_for":
             assert budget.free_for(holder) == reference.free_for(holder)
         elif step == "take":
-            assert budget.take(size, holder) == reference.take(size, holder)
+            assert budget.take(size, holder, arriving) == reference.take(size, holder, arriving)
         elif step == "arrived":
             budget.arrived(holder)
             reference.arrived(holder)

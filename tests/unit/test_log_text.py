@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from twisted.logger import (
     FilteringLogObserver,
     Logger,
@@ -20,6 +22,7 @@ from twisted.logger import (
     LogLevelFilterPredicate,
     LogPublisher,
     capturedLogs,
+    formatEvent,
     formatTime,
     textFileLogObserver,
 )
@@ -34,6 +37,7 @@ from routerd.logs import (
     JsonLinesObserver,
     LevelGate,
     QuickLogger,
+    fan_out,
     filtered,
     gate,
     iso_time,
@@ -166,6 +170,18 @@ def test_a_literal_is_taken_as_its_own_text_without_twisted_formatting() -> None
     assert message({"log_format": "a {{b}"}).startswith("Unable to format event")
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.text(), st.text())
+def test_a_literal_renders_as_its_text_through_message_and_twisted(text: str, other: str) -> None:
+    """The format literal() returned last (message() knows it without checking it), one returned
+    before it, each with and without flattened fields: message() renders what twisted renders, the
+    text itself."""
+    first, last = literal(other), literal(text)
+    for fmt, expected in ((last, text), (first, other)):
+        for event in ({"log_format": fmt}, {"log_format": fmt, "log_flattened": {}}):
+            assert message(event) == formatEvent(event) == expected
+
+
 def test_the_timestamp_is_rendered_once_per_second_and_rolls_over() -> None:
     """Events in one second reuse the stamp; the next second renders again; an event back in an
     earlier second, or one whose fraction would round into the next second, is rendered
@@ -186,6 +202,41 @@ def test_the_timestamp_is_rendered_once_per_second_and_rolls_over() -> None:
     events = [{"log_format": "x", "log_time": t, "log_level": LogLevel.info, "log_namespace": "n"}
               for t in (7.1, 7.6, 8.0)]
     assert [text(e) for e in events] == ["S7 [n#info] x\n", "S7 [n#info] x\n", "S8 [n#info] x\n"]
+
+
+_WHEN = st.one_of(
+    st.sampled_from([S0, T0, S0 + 0.9999994, S0 + 0.9999996, S0 + 1.0, S0 + 1.5, S0 - 0.5, 0.5, -0.5]),
+    st.floats(min_value=S0, max_value=S0 + 2),
+    st.integers(min_value=int(S0) - 1, max_value=int(S0) + 1),
+    st.none(),
+)
+_EVENT = st.fixed_dictionaries(
+    {"log_format": st.sampled_from(["line", "a {x}", "two\nlines", ""]), "x": st.integers()},
+    optional={"log_time": _WHEN,
+              "log_namespace": st.sampled_from(["routerd.access", "a\nb", "", None, 3]),
+              "log_level": st.sampled_from([LogLevel.info, LogLevel.warn, None]),
+              "log_system": st.sampled_from(["HTTPChannel,3,127.0.0.1", "-"])},
+)
+_SAME_SECOND = {"log_format": "line", "log_time": T0, "log_namespace": "routerd.access",
+                "log_level": LogLevel.info}
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_EVENT, max_size=12))
+@example([_SAME_SECOND, _SAME_SECOND, {**_SAME_SECOND, "log_system": "HTTPChannel,3,127.0.0.1"},
+          {**_SAME_SECOND, "log_level": LogLevel.warn}, {**_SAME_SECOND, "log_time": T0 - 1}])
+@example([_SAME_SECOND, _SAME_SECOND, {**_SAME_SECOND, "log_time": T0 + 1},
+          {**_SAME_SECOND, "log_time": T0 + 1.5}])
+def test_the_cached_prefix_writes_what_twisted_writes_for_any_sequence(events: list[dict[str, Any]]) -> None:
+    """One observer through any sequence of events (seconds forwards and back, ints, no time,
+    namespaces, levels, legacy systems): its cached ``stamp [namespace#level] `` prefixes write
+    what ``textFileLogObserver`` writes for each event."""
+    ours, theirs = io.StringIO(), io.StringIO()
+    mine, reference = text_observer(ours), textFileLogObserver(theirs)
+    for event in events:
+        mine(event)
+        reference(event)
+        assert ours.getvalue() == theirs.getvalue()
 
 
 @pytest.mark.parametrize("when", [T0, S0 + 0.9999994, S0 + 0.9999995, S0 + 0.9999996, S0 - 1e-7,
@@ -266,6 +317,45 @@ def test_the_gate_says_which_levels_are_enabled() -> None:
     assert g.enabled(LogLevel.debug)
     g.set(LogLevel.warn)
     assert not g.enabled(LogLevel.info) and g.enabled(LogLevel.warn) and g.enabled(LogLevel.critical)
+
+
+def test_the_gate_answers_info_once_per_level() -> None:
+    """``gate.info`` (asked per backend line) is ``enabled(LogLevel.info)`` after every ``set``."""
+    g = LevelGate()
+    for level in LogLevel.iterconstants():
+        g.set(level)
+        assert g.info == g.enabled(LogLevel.info) == (not LogLevel.info < level)
+
+
+def test_fan_out_hands_every_event_to_each_observer_and_one_observer_as_it_is() -> None:
+    first: list[dict[str, Any]] = []
+    second: list[dict[str, Any]] = []
+    assert fan_out([first.append]) == first.append
+    both = fan_out([first.append, second.append])
+    both({"log_format": "x"})
+    assert first == second == [{"log_format": "x"}]
+
+
+def test_every_level_method_of_the_quick_logger_emits_what_twisteds_emits() -> None:
+    """debug/info/warn/error/critical (partials of ``emit``): the same keys and values as
+    ``twisted.logger.Logger``'s, the format given by position or by name."""
+    for name in ("debug", "info", "warn", "error", "critical"):
+        quick_events: list[dict[str, Any]] = []
+        twisted_events: list[dict[str, Any]] = []
+        for events, cls in ((quick_events, QuickLogger), (twisted_events, Logger)):
+            log = cls(namespace="routerd.x", observer=events.append)
+            getattr(log, name)("a {b}", b=1)
+            getattr(log, name)(format="c", d=2)
+            getattr(log, name)()
+        assert len(quick_events) == len(twisted_events) == 3
+        for quick, reference in zip(quick_events, twisted_events, strict=True):
+            assert quick.keys() == reference.keys()
+            assert {k: v for k, v in quick.items() if k not in ("log_time", "log_logger")} == {
+                k: v for k, v in reference.items() if k not in ("log_time", "log_logger")}
+
+
+def test_a_quick_logger_is_named_after_the_module_that_makes_it() -> None:
+    assert QuickLogger().namespace == Logger().namespace == __name__
 
 
 def test_backend_lines_are_logged_once_rendered_and_kept_in_the_tail() -> None:
