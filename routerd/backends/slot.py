@@ -112,7 +112,7 @@ class RuntimeSlot(SlotProcess):
             self._report(attempt, ok=False, reason=f"{self.name} runtime stopped during the load")
         if self._process is not None:
             self._stop_process(self._process)
-            self._process = None
+            self._set_process(None)
         stops = list(self._stopping)
         waiters = list(self._queue)
         self._queue.clear()
@@ -178,7 +178,7 @@ class RuntimeSlot(SlotProcess):
                 idle = self._process
                 if idle is not None and self._state is S.EMPTY and not head.idle_after:
                     # a process without a model (--nomodel): stop it too, hold the queue till gone
-                    self._process = None
+                    self._set_process(None)
                     self._port = None
                     stopping = self._stop_process(idle)
                     self._settle(stopping)
@@ -207,7 +207,7 @@ class RuntimeSlot(SlotProcess):
 
     def _begin_unload(self, d: Deferred[None], idle_after: bool = True) -> None:
         process = self._process
-        self._process = None
+        self._set_process(None)
         self._generation += 1
         self._set_state(S.STOPPING)
         stopped = self._stop_process(process) if process is not None else succeed(None)

@@ -128,6 +128,8 @@ class SlotProcess:
         self._last_load_ms: int | None = None
         self._hold = 0
         self._pump_pending = False
+        #: Told after every change of what :meth:`occupied` reads (the state, the process).
+        self._watchers: list[Callable[[SlotProcess], None]] = []
 
     @property
     def state(self) -> SlotState:
@@ -145,12 +147,25 @@ class SlotProcess:
 
     def occupied(self) -> bool:
         """Whether the slot runs a process or holds (or is getting) a config: what another family's
-        request waits for (read per request for every other family's slot: one call, where the
-        ``closed``, ``has_process`` and ``state`` properties and the state's value took five)."""
+        request waits for (:meth:`watch` tells when the answer may have changed)."""
         state = self._state
         if state is S.READY or state is S.LOADING or state is S.SWITCHING or state is S.STOPPING:
             return True
         return state is not S.CLOSED and self.has_process
+
+    def watch(self, changed: Callable[[SlotProcess], None]) -> None:
+        """Call ``changed(slot)`` after every change of the state or the process (what
+        :meth:`occupied` reads), so a reader keeps its answer instead of asking per request."""
+        self._watchers.append(changed)
+
+    def _changed(self) -> None:
+        for changed in self._watchers:
+            changed(self)
+
+    def _set_process(self, handle: ProcessHandle | None) -> None:
+        """The one writer of the process the slot keeps running (its watchers are told)."""
+        self._process = handle
+        self._changed()
 
     def loaded_config(self) -> ModelConfig | None:
         """The config the slot is ready with, else ``None``."""
@@ -169,7 +184,7 @@ class SlotProcess:
             self._last_error = f"{self.name} could not start without a model: {e}"
             return
         self._port = port
-        self._process = handle
+        self._set_process(handle)
         handle.exited.addCallback(self._on_exit, handle)
 
     # -- scheduling primitives ------------------------------------------------
@@ -179,6 +194,7 @@ class SlotProcess:
             raise InvalidTransition(f"{self.name}: {self._state.value} -> {new.value}")
         self._state = new
         self._since = self._clock.seconds()
+        self._changed()
 
     @contextmanager
     def _holding_pump(self) -> Iterator[None]:
@@ -215,7 +231,7 @@ class SlotProcess:
         if old is not None and self._reload is not None and self._port is not None:
             self._switch_in_process(attempt, old, self._port)
             return
-        self._process = None
+        self._set_process(None)
         if old is not None:
             log.info(
                 "{backend}: switching to {model}",
@@ -269,7 +285,7 @@ class SlotProcess:
         attempt.port = port
         attempt.process = handle
         self._port = port
-        self._process = handle
+        self._set_process(handle)
         attempt.deadline_call = self._clock.callLater(self._load_timeout_s, self._load_timed_out, attempt)
         attempt.poll_call = self._clock.callLater(attempt.poll_delay, self._poll, attempt)
         handle.exited.addCallback(self._on_exit, handle)
@@ -307,7 +323,7 @@ class SlotProcess:
     def _on_exit(self, code: int, handle: ProcessHandle) -> int:
         if handle is not self._process:
             return code  # we stopped it (switch, unload, failed load, close)
-        self._process = None
+        self._set_process(None)
         attempt = self._attempt
         if self._state is S.LOADING and attempt is not None and attempt.process is handle:
             how = describe_exit(code)
@@ -376,7 +392,7 @@ class SlotProcess:
         self._report(attempt, ok=False, reason=reason)
         process = attempt.process
         if process is not None and process is self._process:
-            self._process = None
+            self._set_process(None)
             self._settle(self._stop_process(process))
         self._generation += 1
         self._config = None

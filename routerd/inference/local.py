@@ -98,16 +98,14 @@ class LocalInference:
     jobs: VideoJobs | None = attrs.field(init=False, default=None)
     #: Video jobs accepted by a backend here and not ended: each holds its runtime.
     jobs_running: int = attrs.field(init=False, default=0)
-    #: ``x-routerd-node``, encoded once.
-    _node_header: bytes = attrs.field(init=False, default=attrs.Factory(
-        lambda self: self.node_id.encode(), takes_self=True))
 
     def now_ms(self) -> int:
         return int(self.clock.seconds() * 1000)
 
     async def serve(self, call: Call, model: ModelConfig, public_id: str) -> bytes:
-        """Serve ``call`` with ``model``; returns the final bytes (the caller finishes the request)."""
-        call.reply.set_header(b"x-routerd-node", self._node_header)
+        """Serve ``call`` with ``model``; returns the final bytes (the caller finishes the request).
+        Its ``x-routerd-node`` is the front's, set on every request it handles: no forward that
+        came back (409) or image refusal before this wrote a header of another node."""
         taken = False  # a video job the backend accepted: its end gives the runtime back (_job_ended)
         try:
             try:
@@ -226,7 +224,6 @@ class LocalInference:
         """Selector-less embeddings with no embeddings config loaded (reference §6.7): the request
         goes to the running text-side backend as the client sent it, without a model and without
         loading one; 503 when no backend runs.  The answer's ``model`` is the backend's own."""
-        call.reply.set_header(b"x-routerd-node", self._node_header)
         lease = self.runtimes.lease_current(call.route.runtime)
         if lease is None:
             raise HTTPError(503, "no embeddings model is loaded and no backend runs to take the request",

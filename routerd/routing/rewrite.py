@@ -31,6 +31,8 @@ from typing import Any, Literal
 import attrs
 from twisted.logger import Logger
 
+from routerd.routing.body import json_loads_text
+
 __all__ = [
     "DEFAULT_MAX_JSON_BYTES",
     "DEFAULT_MAX_LINE_BYTES",
@@ -163,7 +165,7 @@ def rewrite_json_model(body: bytes, mapping: ModelMapping) -> bytes:
         return body
     try:
         text = body.decode("utf-8")
-        parsed = json.loads(text)
+        parsed = json_loads_text(text)
     except (ValueError, RecursionError):  # incl. UnicodeDecodeError, JSONDecodeError
         return body
     if not isinstance(parsed, dict) or "model" not in parsed:

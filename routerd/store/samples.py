@@ -64,9 +64,14 @@ _REQUEST_COLUMNS = (
 _LOAD_COLUMNS = "config_filename, model_id, runtime, duration_ms, status, finished_at, reason"
 
 
+#: What ``json.dumps`` encodes with when given no options (its ``_default_encoder``): the same text,
+#: without its option checks (ops.py: 26 opcodes a request fewer).
+_json = json.JSONEncoder().encode
+
+
 def request_row(sample: RequestSample) -> tuple[object, ...]:
     """The ``request_samples`` values of ``sample``, in the order ``insert_requests`` writes them."""
-    return (sample.model_id, sample.section, json.dumps(list(sample.work)), float(sample.duration_ms),
+    return (sample.model_id, sample.section, _json(list(sample.work)), float(sample.duration_ms),
             sample.status, int(sample.finished_at_ms), int(sample.http_status), int(sample.request_bytes),
             sample.node_id)
 

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
 from routerd.backends.errors import LoadFailed
@@ -285,3 +287,66 @@ def test_same_family_loads_do_not_stop_anything(tmp_path: Path) -> None:
 def result_of_ready(w: World, acquiring: Any) -> Any:
     w.ready()
     return result_of(acquiring)
+
+
+# -- what a request reads of the other families: kept as the slots change, never asked per request --
+
+_STEP = st.one_of(
+    st.tuples(st.just("acquire"), st.sampled_from(["text", "image"]),
+              st.sampled_from([COMBO, OTHER, VLLM_CHAT, VLLM_EMBED, LLAMA])),
+    st.tuples(st.just("load"), st.sampled_from([COMBO, VLLM_CHAT, LLAMA])),
+    st.tuples(st.just("release"), st.integers(0, 7)),
+    st.tuples(st.just("ready"), st.integers(0, 7)),
+    st.tuples(st.just("crash"), st.integers(0, 7)),
+    st.tuples(st.just("hold_stops"), st.booleans()),
+    st.tuples(st.just("unload"), st.sampled_from(["text", "image", "all"])),
+    st.tuples(st.just("tick"), st.sampled_from([0.1, 0.5, 11.0])),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(mode=st.sampled_from(["kobold", "vllm", "llama_sdcpp"]), no_model=st.booleans(),
+       steps=st.lists(_STEP, max_size=25))
+def test_the_occupied_slots_runtimes_keeps_are_the_ones_each_slot_says(
+        tmp_path: Path, mode: str, no_model: bool, steps: list[tuple[Any, ...]]) -> None:
+    """``acquire`` reads the occupied slots ``Runtimes`` keeps as the slots tell it of each change,
+    not ``occupied()`` of every other family's slot: after every step of loads, switches, users,
+    crashes, held stops and unloads they are the slots whose ``occupied()`` says so."""
+    w = World(tmp_path, mode=mode, no_model=no_model)
+    w.runtimes.boot()
+    slots = [slot for family in w.runtimes._families.values() for slot in family.slots()]
+    leases: list[Any] = []
+    pending: list[Any] = []
+    hold = False
+
+    def check() -> None:
+        assert w.runtimes._occupied == {slot for slot in slots if slot.occupied()}
+
+    check()
+    for step in steps:
+        kind = step[0]
+        if kind == "acquire":
+            pending.append(w.runtimes.acquire(step[1], step[2]))
+        elif kind == "load":
+            w.runtimes.load(step[1]).addErrback(lambda _f: None)
+        elif kind == "release" and leases:
+            leases.pop(step[1] % len(leases)).release()
+        elif kind == "ready" and w.launcher.spawned:
+            w.http.ready.add(w.launcher.spawned[step[1] % len(w.launcher.spawned)].port)
+        elif kind == "crash" and w.launcher.running:
+            w.launcher.running[step[1] % len(w.launcher.running)].exit(1)
+        elif kind == "hold_stops":
+            hold = step[1]
+            for process in w.launcher.spawned:
+                process.hold_stop = hold
+        elif kind == "unload":
+            w.runtimes.unload(step[1]).addErrback(lambda _f: None)
+        elif kind == "tick":
+            w.clock.advance(step[1])
+        for process in w.launcher.spawned:
+            process.hold_stop = process.hold_stop or hold
+        for acquiring in list(pending):
+            if acquiring.called:
+                pending.remove(acquiring)
+                acquiring.addCallbacks(leases.append, lambda _f: None)
+        check()

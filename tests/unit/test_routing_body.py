@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from routerd.routing.body import json_loads
+from routerd.routing.body import json_loads, json_loads_text
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -22,7 +22,7 @@ ENCODINGS = st.sampled_from(["utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-1
                              "utf-32-le", "utf-32-be"])
 
 
-def _outcome(loads: Any, raw: bytes) -> tuple[str, Any]:
+def _outcome(loads: Any, raw: bytes | str) -> tuple[str, Any]:
     try:
         value = loads(raw)
     except Exception as exc:  # noqa: BLE001 - the error itself is compared
@@ -56,3 +56,11 @@ def test_edges_of_the_sniff() -> None:
                 b'{"\xed\xa0\x80":1}', codecs.BOM_UTF8 + b"{}", b"[1]", b"", b" {}", b'{"x": NaN}'):
         assert _outcome(json_loads, raw) == _outcome(json.loads, raw), raw
     assert math.isnan(json_loads(b'{"x": NaN}')["x"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.one_of(
+    st.builds(lambda value, bom: ("\ufeff" if bom else "") + json.dumps(value), JSON_VALUES, st.booleans()),
+    st.text(max_size=16)))
+def test_json_loads_text_is_json_loads(text: str) -> None:
+    assert _outcome(json_loads_text, text) == _outcome(json.loads, text)

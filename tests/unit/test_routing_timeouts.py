@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.web.resource import Resource
@@ -141,3 +143,49 @@ def test_a_reload_of_the_idle_stream_timeout_reaches_the_next_answer_only() -> N
     assert after is not None and after.seconds == 7.5 and timeouts.idle == 7.5
     assert before.seconds == 5.0
     assert stream_idle(None) is None
+
+
+_ANSWERS = st.lists(st.tuples(st.integers(0, 40), st.one_of(st.none(), st.integers(0, 30)),
+                              st.sampled_from([5, 10, 20])), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(answers=_ANSWERS)
+def test_overlapping_answers_each_time_out_at_their_own_deadline_and_leave_no_timer(
+        answers: list[tuple[int, int | None, int]]) -> None:
+    """One timer watches every awaited answer: each still fails with ``FirstByteTimeout`` exactly
+    ``first_byte`` seconds (the setting when it started, a reload between them) after it started
+    unless answered before, its call cancelled; nothing else is cancelled; no timer is left once
+    none is awaited."""
+    clock = Clock()
+    timeouts = Timeouts(clock, 10.0, 5.0)
+    events: list[tuple[float, int, str]] = []
+    for i, (start, after, _first_byte) in enumerate(answers):
+        events.append((start + 0.25, i, "start"))
+        if after is not None:
+            events.append((start + 0.25 + after + 0.5, i, "answer"))
+    pending: dict[int, Deferred[int]] = {}
+    cancelled: set[int] = set()
+    ended: dict[int, tuple[float, Any]] = {}
+    def until(at: float) -> None:  # in quarter seconds: a timer runs at its own time
+        while clock.seconds() < at:
+            clock.advance(0.25)
+
+    for at, i, what in sorted(events):
+        until(at)
+        if what == "start":
+            timeouts.first_byte = float(answers[i][2])  # what a reload does
+            pending[i] = Deferred(lambda _d, i=i: cancelled.add(i))
+            Deferred.fromCoroutine(timeouts.answer(pending[i])).addBoth(
+                lambda result, i=i: ended.setdefault(i, (clock.seconds(), result)))
+        elif not pending[i].called:
+            pending[i].callback(i)
+    until(100)
+    for i, (start, after, first_byte) in enumerate(answers):
+        at, result = ended[i]
+        if after is not None and after + 0.5 < first_byte:
+            assert (at, result) == (start + 0.25 + after + 0.5, i) and i not in cancelled
+        else:
+            assert at == start + 0.25 + first_byte and i in cancelled
+            assert isinstance(result.value, FirstByteTimeout)
+    assert clock.getDelayedCalls() == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 from typing import TypeVar
@@ -10,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.logger import capturedLogs
 
-from routerd.store.samples import SECTIONS, LoadSample, RequestSample
+from routerd.store.samples import SECTIONS, LoadSample, RequestSample, request_row
 from routerd.store.store import Store
 from tests.support import fired
 
@@ -282,3 +283,11 @@ def test_newest_reads_only_the_newest_samples_of_each_model_oldest_first() -> No
     assert [(s.model_id, s.finished_at_ms) for s in got] == [
         ("a", 106), ("a", 107), ("a", 108), ("a", 109), ("b", 200), ("b", 201), ("b", 202)]
     assert len(fired(store.request_samples(None, "llm", 0))) == 13
+
+
+@given(work=st.lists(st.floats() | st.integers(-(10**20), 10**20), max_size=4))
+def test_a_samples_work_is_stored_as_json_dumps_writes_it(work: list[float]) -> None:
+    """``request_row`` encodes the work with the encoder ``json.dumps`` uses without options: the
+    same text for every value (infinities and NaN included)."""
+    sample = req(work=tuple(work))
+    assert request_row(sample)[2] == json.dumps(list(sample.work))
