@@ -102,10 +102,7 @@ class RequestHead:
                  length: int | None, chunked: bool, close: bool) -> None:
         self.method = method
         self.target = target
-        if b"?" in target:
-            raw_path, _, self.query = target.partition(b"?")
-        else:
-            raw_path, self.query = target, b""
+        raw_path, _, self.query = target.partition(b"?")  # (bytes `in` costs a dropped TypeError)
         # the decoded path of a raw path seen before, one shared string: no call (trees.py --profile)
         self.path = _PATHS[raw_path] if raw_path in _PATHS else _path(raw_path)
         self.version = _SHARED_VERSION[version] if version in _SHARED_VERSION else version

