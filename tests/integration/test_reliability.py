@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -149,7 +150,6 @@ async def test_a_stop_answers_connections_the_kernel_queued_instead_of_resetting
     """Found by the fault soak (one request lost at a master restart): a connection the kernel had
     completed but the reactor had not accepted was reset when the listener closed, so its client
     lost a request no node saw.  The stop accepts it first and answers 503 draining + Retry-After."""
-    import socket
 
     from twisted.internet import threads
 
@@ -162,18 +162,7 @@ async def test_a_stop_answers_connections_the_kernel_queued_instead_of_resetting
         clients.append(s)
     stopping = node.service.stopService()
 
-    def read(s: socket.socket) -> bytes:
-        chunks = []
-        try:
-            while chunk := s.recv(65536):
-                chunks.append(chunk)
-        except ConnectionResetError:
-            return b"reset"
-        finally:
-            s.close()
-        return b"".join(chunks)
-
-    answers = [await threads.deferToThread(read, s) for s in clients]
+    answers = [await threads.deferToThread(_read_to_end, s) for s in clients]
     await stopping
     for answer in answers:
         assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
@@ -187,7 +176,6 @@ async def test_a_stop_answers_a_request_sent_on_a_connection_accepted_just_befor
     was slow to write) gets 503 draining + Retry-After, not a connection closed unheard: the
     stop gives a connection that has sent nothing the grace to send its request.  A connection
     between requests is still closed at once."""
-    import socket
 
     from twisted.internet import threads
 
@@ -204,22 +192,24 @@ async def test_a_stop_answers_a_request_sent_on_a_connection_accepted_just_befor
     silent.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n" + host
                    + b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
 
-    def read(s: socket.socket) -> bytes:
-        chunks = []
-        try:
-            while chunk := s.recv(65536):
-                chunks.append(chunk)
-        except ConnectionResetError:
-            return b"reset"
-        finally:
-            s.close()
-        return b"".join(chunks)
-
-    answer = await threads.deferToThread(read, silent)
-    assert await threads.deferToThread(read, spoken) == b""  # closed at once, nothing more said
+    answer = await threads.deferToThread(_read_to_end, silent)
+    assert await threads.deferToThread(_read_to_end, spoken) == b""  # closed at once, nothing more said
     await stopping
     assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
     assert b"retry-after: 1" in answer.lower() and b"draining" in answer
+
+
+def _read_to_end(s: socket.socket) -> bytes:
+    """Everything a raw client socket receives until the node closes it (b"reset" for a reset)."""
+    chunks = []
+    try:
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    except ConnectionResetError:
+        return b"reset"
+    finally:
+        s.close()
+    return b"".join(chunks)
 
 
 def _whole_answer(received: bytes) -> bool:
