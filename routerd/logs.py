@@ -71,8 +71,6 @@ def message(event: Mapping[str, Any]) -> str:
     A ``str`` format with no replacement field (a :func:`literal`, or a constant message) is its
     own text, its ``{{``/``}}`` unescaped; anything else goes through twisted's formatter."""
     fmt = event.get("log_format")
-    if fmt is _last_literal:
-        return fmt  # the line literal() just made, known brace-free (27 -> 12 opcodes an event)
     if type(fmt) is str and "log_flattened" not in event:
         if "{" not in fmt and "}" not in fmt:
             return fmt
@@ -392,18 +390,9 @@ def literal(text: str) -> str:
     """``text`` as a log format that renders as itself: a line built once with ``str.format`` (C)
     is then not formatted again field by field by twisted's Python-level formatter, while the
     event still carries its keyword fields (lines are logged per request)."""
-    global _last_literal  # a cache of one, see below
     if "{" not in text and "}" not in text:
-        # the common line: no str.replace calls; kept so that message() knows this very object
-        # (logged right after) as its own text without checking it again (flattened or not, a
-        # brace-free format renders as itself)
-        _last_literal = text
-        return text
+        return text  # the common line: no str.replace calls
     return text.replace("{", "{{").replace("}", "}}")
-
-
-#: The brace-free text :func:`literal` returned last (any thread: it is only ever such a text).
-_last_literal = ""
 
 
 ACCESS_FORMAT = ("{method} {path} {status} {bytes}B {ms}ms model={model} node={node} lent_to={lent_to}"
