@@ -244,9 +244,13 @@ class LeanReply:
         named = dict(zip(keys, headers[1::2], strict=True))
         log_access(method=request.method, path=request.path, status=self.status, bytes=self.sent,
                    ms=round((now - self.started_at) * 1000), model=model, client=self.client,
-                   node=named[_NODE].decode("utf-8", "replace") if _NODE in named else "-",
-                   lent_to=named[_LENT_TO].decode("utf-8", "replace") if _LENT_TO in named else "-",
-                   request_id=named[_REQUEST_ID].decode("utf-8", "replace") if _REQUEST_ID in named else "-")
+                   node=_shown(named, _NODE), lent_to=_shown(named, _LENT_TO),
+                   request_id=_shown(named, _REQUEST_ID))
+
+
+def _shown(named: dict[bytes, bytes], name: bytes) -> str:
+    """An answer header's value as the access line shows it ("-" when it was not set)."""
+    return named[name].decode("utf-8", "replace") if name in named else "-"
 
 
 #: Answer headers the access line reads.
