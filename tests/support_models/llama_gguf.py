@@ -109,7 +109,8 @@ def _head_and_embeddings(
     return embeddings, head
 
 
-def _gguf_writer(path: Path, architecture: str, *, slow: bool, f16: bool) -> gguf.GGUFWriter:
+def _gguf_writer(path: Path, architecture: str, *, slow: bool, f16: bool,
+                 mean_pooling: bool = False) -> gguf.GGUFWriter:
     shape = SLOW_SHAPE if slow else TINY_SHAPE
     n_embd, n_layer, n_head, n_ff = shape["n_embd"], shape["n_layer"], shape["n_head"], shape["n_ff"]
     tokens, scores, types = vocabulary()
@@ -138,6 +139,10 @@ def _gguf_writer(path: Path, architecture: str, *, slow: bool, f16: bool) -> ggu
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
     writer.add_chat_template(CHAT_TEMPLATE)
+    if mean_pooling:
+        # What an embedding model's GGUF says (llama.cpp reads ``<arch>.pooling_type``); without it
+        # llama-server's OpenAI embeddings route refuses pooling type "none".
+        writer.add_pooling_type(gguf.PoolingType.MEAN)
 
     embeddings, head = _head_and_embeddings(tokens, n_embd)
     ones = np.ones(n_embd, dtype=np.float32)
@@ -166,15 +171,17 @@ def _write(writer: gguf.GGUFWriter) -> None:
     writer.close()
 
 
-def write_tiny_llama(path: str | Path, *, slow: bool = False, f16: bool = False) -> Path:
+def write_tiny_llama(path: str | Path, *, slow: bool = False, f16: bool = False,
+                     mean_pooling: bool = False) -> Path:
     """Write the known-answer llama GGUF to ``path`` and return it.
 
     Tiny: n_embd 64, 2 layers, 4 heads, n_ff 128 (≈ 0.5 MB F32, ≈ 0.26 MB with ``f16``).  ``slow``: n_embd
     512, 8 layers, 8 heads, n_ff 1536 (≈ 55 MB with ``f16``), the same answer with ≈ 210 times the
-    weights (27.7 M against 0.13 M) to multiply per token.  Same arguments, same bytes.
+    weights (27.7 M against 0.13 M) to multiply per token.  ``mean_pooling``: the model says its embeddings
+    are the mean over tokens, as an embedding model's GGUF does.  Same arguments, same bytes.
     """
     path = Path(path)
-    _write(_gguf_writer(path, "llama", slow=slow, f16=f16))
+    _write(_gguf_writer(path, "llama", slow=slow, f16=f16, mean_pooling=mean_pooling))
     return path
 
 
