@@ -157,6 +157,11 @@ class LendingService:
         """Push links and settings to every slave (the master's transport; a no-op elsewhere)."""
         await self.transport.push()
 
+    async def refresh(self) -> None:
+        """The site's links or settings changed: push them and plan at once (the master's transport;
+        a no-op elsewhere)."""
+        await self.transport.refresh()
+
     def push_soon(self, node_id: str) -> None:
         """Push now without waiting (a slave just registered); a failure is logged."""
         defer.ensureDeferred(self.push()).addErrback(

@@ -47,7 +47,8 @@ class LendingTarget(Protocol):
 
     def apply_settings(self, settings: LendingSettings) -> None: ...
 
-    async def push(self) -> None: ...
+    async def refresh(self) -> None:
+        """Push links and settings to the slaves and plan with them now (a no-op off a master)."""
 
 
 @attrs.frozen
@@ -207,10 +208,11 @@ async def stored_links(store: Store, lane: Lane) -> LinkSet:
 
 
 async def install_stored_links(store: Store, lending: LendingTarget) -> None:
-    """Install both lanes' stored links into the node's lending and push them to the slaves."""
+    """Install both lanes' stored links into the node's lending, push them to the slaves and
+    re-plan with them at once (as a settings change does)."""
     sets = {lane: await stored_links(store, lane) for lane in LANES}
     lending.install_links(sets["image"], sets["text"])
-    await lending.push()
+    await lending.refresh()
 
 
 @attrs.frozen

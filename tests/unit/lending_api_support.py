@@ -65,7 +65,9 @@ class FakeLending:
     settings: LendingSettings = attrs.Factory(LendingSettings)
     installed: list[tuple[LinkSet, LinkSet]] = attrs.Factory(list)
     applied: list[LendingSettings] = attrs.Factory(list)
-    pushes: int = 0
+    pushes: int = 0  # guardian edits push
+    refreshes: int = 0  # link and settings edits push and re-plan
+
 
     guardians: GuardianSet = attrs.Factory(GuardianSet)
 
@@ -81,6 +83,9 @@ class FakeLending:
 
     async def push(self) -> None:
         self.pushes += 1
+
+    async def refresh(self) -> None:
+        self.refreshes += 1
 
 
 @attrs.define
