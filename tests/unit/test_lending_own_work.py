@@ -211,3 +211,29 @@ def test_an_explicit_load_is_own_work_busy_not_accepting_and_takes_back_waiting_
     assert helper.lending.lane_statuses()["text"].accepting_borrowed
     settle(world, 1.0)
     assert helper.runtime_status().idle_for_ms == int(round((world.clock.seconds() - ended) * 1000))
+
+
+def test_an_operators_load_after_borrowed_work_is_never_undone_by_the_restore(tmp_path: Path) -> None:
+    """The helper holds ``gamma``; a borrowed request whose lease asks for a restore loads ``beta``
+    over it and finishes; before the restore is due (``offload_restore_delay``, 1.5 s) the operator
+    loads ``delta``.  An explicit load is own work: the pending restore is cancelled, so ``delta``
+    stays loaded however long the node stays quiet."""
+    world = World(tmp_path)
+    helper = world.node("helper", {"beta": SLOW, "gamma": {**SLOW, "weights": "other"},
+                                   "delta": {**SLOW, "weights": "third"}},
+                        llama={"extra_args": ["--sim-time-scale", "1"]},
+                        cluster=slave_cluster(SLAVE_URL, scheduling_backend_depth=1))
+    world.start(helper)
+    link = Link(Endpoint("owner", "alpha"), Endpoint("helper", "beta"), True, True)
+    helper.lending.install_links(LinkSet.build("image", ()), LinkSet.build("text", [link]))
+    http, base = world.network.client(world.clock), f"http://{world.netlocs[helper]}"
+    assert world.run(http.request("POST", base + "/router/v1/load", json={"model": "gamma"})).code == 200
+    restore = {**borrowed_headers(), "x-routerd-offload-restore": ["1"]}
+    borrowed = world.run(http.request("POST", base + NODE_CHAT, json=chat("beta"), headers=restore))
+    assert borrowed.code == 200 and helper.runtimes.loaded_config("text") == "beta.kcpps"
+    assert helper.restorer.plan.targets == {"text": "gamma.kcpps"}  # a restore is pending
+    assert world.run(http.request("POST", base + "/router/v1/load", json={"model": "delta"})).code == 200
+    assert helper.runtimes.loaded_config("text") == "delta.kcpps"
+    settle(world, 10.0)
+    assert helper.runtimes.loaded_config("text") == "delta.kcpps"
+    assert helper.restorer.plan.targets == {}
