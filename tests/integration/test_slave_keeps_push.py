@@ -42,12 +42,13 @@ async def _json(method: str, url: str, body: Any = None) -> tuple[int, Any]:
 
 
 async def _image_for_text(node: RunningNode) -> tuple[int, dict[str, str], bytes]:
-    body = {"model": "text", "max_tokens": 8, "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "what is in this picture"}, {"type": "image_url", "image_url": {"url": PNG}}]}]}
+    content = [{"type": "text", "text": "what is in this picture"},
+               {"type": "image_url", "image_url": {"url": PNG}}]
+    body = {"model": "text", "max_tokens": 8, "messages": [{"role": "user", "content": content}]}
     response = await treq.post(node.url + "/v1/chat/completions", json=body)
-    content = await response.content()
+    answer = await response.content()
     headers = {k.decode().lower(): v[0].decode() for k, v in response.headers.getAllRawHeaders()}
-    return response.code, headers, content
+    return response.code, headers, answer
 
 
 @pytest_twisted.ensureDeferred
@@ -78,7 +79,8 @@ async def test_a_slave_restarted_while_its_master_is_down_serves_with_what_the_m
         await left.stop()
         left = None
         # while the slave is down the master drops the guardian: its next push will say so
-        code, answer = await _json("DELETE", master.url + GUARDIANS + "?scope=model&node_id=left&model_id=text")
+        code, answer = await _json("DELETE", master.url + GUARDIANS + "?scope=model&node_id=left"
+                                                                      "&model_id=text")
         assert code == 200, answer
         await master.stop()
 
