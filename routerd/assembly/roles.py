@@ -143,7 +143,7 @@ def master_coordinator(parts: RoleParts, service: LendingService, reactor: Any, 
     coordinator = Coordinator(node_id=parts.master.node_id, master=parts.master, service=service,
                               clock=reactor, forwarder=parts.forwarder, serve_borrowed=serve_borrowed,
                               observe_plan=observe_plan)
-    parts.master.when_registered(service.push_soon)
+    parts.master.when_registered(coordinator.push_soon)
     return coordinator
 
 

@@ -25,7 +25,7 @@ from routerd.backends.errors import BackendMissing, LoadFailed
 from routerd.catalog.model import ModelConfig
 from routerd.clients.backend_headers import content_type_headers
 from routerd.counts import count_down
-from routerd.errors import HTTPError, Saturated, StatusError, queue_full
+from routerd.errors import HTTPError, StatusError, draining, queue_full
 from routerd.inference.video import VideoJobs
 from routerd.lending.offload import OFFLOAD_RETURNED, offload_returned
 from routerd.routing import work
@@ -202,8 +202,8 @@ class LocalInference:
     def _admit(self, call: Call, model: ModelConfig, public_id: str) -> None:
         """Refuse (429) a request that would queue past ``max_queued_per_model``; otherwise tell
         the client its place in the queue (1 = next for the backend)."""
-        if self.draining:
-            raise _draining()
+        if self.draining:  # admitted from the router queue after the drain began
+            raise offload_returned("the helper node is draining") if call.borrowed else draining()
         depth = self.queued.get(model.local_id, 0)
         if self.max_queued_per_model and depth >= self.max_queued_per_model:
             raise queue_full(public_id, depth, self.max_queued_per_model)
@@ -287,7 +287,7 @@ class LocalInference:
             if rid in self._refused:
                 if call.borrowed:
                     raise offload_returned("the helper node is draining") from None
-                raise _draining() from None
+                raise draining() from None
             raise
         finally:
             self._waiting.pop(rid, None)
@@ -430,11 +430,6 @@ class LocalInference:
 
 #: A video job's final status as its request's outcome (metrics and sample status).
 _JOB_OUTCOMES = {"completed": "ok", "failed": "job_failed", "cancelled": "cancelled"}
-
-
-def _draining() -> Saturated:
-    return Saturated(503, "this node is draining (shutting down); retry on another node",
-                     "draining")
 
 
 def _loads(raw: bytes) -> dict[str, Any]:

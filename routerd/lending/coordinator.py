@@ -223,6 +223,11 @@ class Coordinator(MultiService):
 
     # -- pushes ----------------------------------------------------------------------------------
 
+    def push_soon(self, node_id: str) -> None:
+        """Push now without waiting (a slave just registered); a failure is logged."""
+        defer.ensureDeferred(self.push()).addErrback(
+            lambda f: log.failure("push to {node_id} failed", failure=f, node_id=node_id))
+
     async def push(self) -> None:
         """Push the links (with the guardians) and the resolved settings to every healthy slave."""
         links: dict[str, Any] = {lane: [to_json(link) for link in self.service.links[lane].links]

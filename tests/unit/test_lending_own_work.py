@@ -138,12 +138,12 @@ def test_an_own_request_on_the_other_lane_of_a_shared_process_takes_back_borrowe
     image_call = Call(reply=FakeReply(), route=image_route(), path="/v1/images/generations", body=b"{}",
                       content_type="application/json", parsed={}, stream=False, request_id="own",
                       started=0.0, selector="paint")
-    node.service.own_acquiring(image_call, MODEL_H)
+    node.service.helper.own_acquiring(image_call, MODEL_H)
     returned_409(node.answered("b1"))
     assert [(r["request_id"], r["reason"]) for r in node.rows("borrowed_returned")] == \
         [("b1", "own_work_arrived")]
     node.clock.advance(1.5)
-    node.service.own_claimed(image_call, True)
+    node.service.helper.own_claimed(image_call, True)
     waited = node.rows("native_waited_behind_borrowed")
     assert [(r["request_id"], r["lane"], r["borrowed_ahead"], r["wait_ms"]) for r in waited] == \
         [("own", "text", 1, 1500)]
@@ -155,9 +155,9 @@ def test_an_own_request_that_gives_up_before_the_runtime_writes_no_wait_row() ->
     node = ServiceNode(HELPER, depth=1)
     node.serve("b0", MODEL_H, BORROWED)
     call = make_call("own", "Z")
-    node.service.own_acquiring(call, MODEL_Z)
-    node.service.own_claimed(call, False)
-    node.service.own_claimed(call, True)  # a second word about it changes nothing
+    node.service.helper.own_acquiring(call, MODEL_Z)
+    node.service.helper.own_claimed(call, False)
+    node.service.helper.own_claimed(call, True)  # a second word about it changes nothing
     assert node.rows("native_waited_behind_borrowed") == []
 
 
