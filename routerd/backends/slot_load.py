@@ -44,6 +44,7 @@ class Waiter:
     config: ModelConfig | None  # None: an unload
     deferred: Deferred[Any]
     idle_after: bool = True  # an unload: restart without a model (KoboldCpp --nomodel) afterwards
+    yields: bool = False  # borrowed work: a load begun only for it stops when it gives up waiting
 
 
 @attrs.define(eq=False)

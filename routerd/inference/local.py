@@ -51,7 +51,7 @@ from routerd.wire.lending import section_key
 
 
 class RuntimePool(Protocol):
-    def acquire(self, kind: Any, model: ModelConfig) -> Deferred[Any]: ...
+    def acquire(self, kind: Any, model: ModelConfig, *, yields: bool = False) -> Deferred[Any]: ...
 
     def loaded_config(self, kind: Any) -> str | None: ...
 
@@ -274,7 +274,7 @@ class LocalInference:
         reason = self.blocked(model)
         if reason is not None:
             raise assets_unresolved(model.local_id, reason)
-        acquiring = self.runtimes.acquire(call.route.runtime, model)
+        acquiring = self.runtimes.acquire(call.route.runtime, model, yields=call.borrowed)
         rid = call.request_id
         self._waiting[rid] = acquiring  # a drain refuses it (503; a borrowed one goes back)
         if call.borrowed:
@@ -306,7 +306,8 @@ class LocalInference:
     def take_back(self, request_id: str) -> bool:
         """Stop a borrowed request's wait for the runtime: its run fails with 409
         ``offload_returned`` and nothing more is loaded for it (a load already under way carries
-        on for whoever else wants it).  False when it is not waiting (it holds the runtime)."""
+        on only for whoever else wants it, else it is stopped: ``RuntimeSlot.acquire``).  False when
+        it is not waiting (it holds the runtime)."""
         acquiring = self._acquiring.get(request_id)
         if acquiring is None:
             return False

@@ -237,3 +237,34 @@ def test_an_operators_load_after_borrowed_work_is_never_undone_by_the_restore(tm
     settle(world, 10.0)
     assert helper.runtimes.loaded_config("text") == "delta.kcpps"
     assert helper.restorer.plan.targets == {}
+
+
+def test_a_load_begun_for_borrowed_work_stops_when_the_helpers_own_request_takes_it_back(
+        tmp_path: Path) -> None:
+    """The helper holds ``gamma``; a borrowed request starts a 5 s load of ``beta``; a second in,
+    the helper's own request for ``gamma`` hands the borrowed one back (409 at once) and the load
+    of ``beta``, wanted by nobody now, stops: the own request is answered after gamma's own load
+    (1 s), not after beta's 5 s and a switch back."""
+    world = World(tmp_path)
+    quick = {"kind": "text", "gen_tokens_per_s": 100}
+    helper = world.node("helper", {"beta": {**quick, "weights": "b", "load_ms": 5000},
+                                   "gamma": {**quick, "weights": "g", "load_ms": 1000}},
+                        llama={"extra_args": ["--sim-time-scale", "1"]},
+                        cluster=slave_cluster(SLAVE_URL, scheduling_backend_depth=1))
+    world.start(helper)
+    link = Link(Endpoint("owner", "alpha"), Endpoint("helper", "beta"), True, False)
+    helper.lending.install_links(LinkSet.build("image", ()), LinkSet.build("text", [link]))
+    http, base = world.network.client(world.clock), f"http://{world.netlocs[helper]}"
+    assert world.run(http.request("POST", base + "/router/v1/load", json={"model": "gamma"})).code == 200
+    t0 = world.clock.seconds()
+    borrowed = http.request("POST", base + NODE_CHAT, json=chat("beta"), headers=borrowed_headers())
+    settle(world, 1.0)
+    assert helper.runtimes.slot("text").status().state == "loading"
+    own = http.request("POST", base + "/v1/chat/completions", json=chat("gamma"))
+    response = world.run(borrowed)
+    assert response.code == 409 and world.clock.seconds() - t0 < 1.2
+    response = world.run(own)
+    assert response.code == 200
+    assert json.loads(world.run(response.content()))["model"] == "gamma"
+    assert world.clock.seconds() - t0 < 3.0, world.clock.seconds() - t0  # not 6 s and more
+    assert helper.runtimes.loaded_config("text") == "gamma.kcpps"
