@@ -26,6 +26,7 @@ from routerd.catalog.model import ModelConfig
 from routerd.clients.backend_headers import content_type_headers
 from routerd.counts import count_down
 from routerd.errors import HTTPError, Saturated, StatusError, queue_full
+from routerd.inference.context_gate import ContextGate
 from routerd.inference.video import VideoJobs
 from routerd.lending.offload import OFFLOAD_RETURNED, offload_returned
 from routerd.routing import work
@@ -86,6 +87,8 @@ class LocalInference:
     max_queued_per_model: int = 0
     #: Why a config may not load yet (unresolved portable assets), or None.
     blocked: Callable[[ModelConfig], str | None] = lambda _model: None
+    #: Refuses a text request too big for its backend slot (set by the node); None: no gate.
+    context_gate: ContextGate | None = None
     queued: dict[str, int] = attrs.field(init=False, factory=dict)
     #: Set when the node drains: nothing new starts, waiting requests are refused (503).
     draining: bool = attrs.field(init=False, default=False)
@@ -141,6 +144,8 @@ class LocalInference:
                 call.serving_since = self.clock.seconds()
                 load_ns = 0 if held == model.filename else self._load_ns(call.route.runtime, model)
                 try:
+                    if self.context_gate is not None:
+                        await self.context_gate.check(call, model, lease.base_url, public_id)
                     if plan.answer_format == "job":
                         answer, running = await self._submit_job(call, lease.base_url, plan, public_id)
                         if running is not None:
