@@ -59,18 +59,33 @@ def overflow(public_id: str, prompt_tokens: int, window: int) -> HTTPError | Non
 
 @attrs.define(eq=False)
 class ContextGate:
-    """The slot windows of the running backends, and the gate on them."""
+    """The slot windows of the configs' backends, and the gate on them."""
 
     agent: IAgent
     prompt_tokens: PromptEstimate
-    #: (backend base URL, config file name, config hash) -> its slot window (None: not reported).
-    _windows: dict[tuple[str, str, str], int | None] = attrs.field(init=False, factory=dict)
+    #: (config file name, config hash) -> (the base URL of the process that reported it, its slot
+    #: window or None when it reported none).
+    _windows: dict[tuple[str, str], tuple[str, int | None]] = attrs.field(init=False, factory=dict)
+
+    def _estimate(self, call: Call, model: ModelConfig) -> int | None:
+        if call.route.runtime != "text" or SECTIONS.get(call.route.kind) != "llm":
+            return None
+        return self.prompt_tokens(call, model)
+
+    def refuse_known(self, call: Call, model: ModelConfig, public_id: str) -> None:
+        """Before the runtime is acquired: raise the 400 of :func:`overflow` when the window its
+        config's last process reported cannot hold ``call`` (no model switch for a doomed request)."""
+        known = self._windows.get((model.filename, model.config_hash))
+        window = None if known is None else known[1]
+        estimate = None if window is None else self._estimate(call, model)
+        refusal = None if window is None or estimate is None else overflow(public_id, estimate, window)
+        if refusal is not None:
+            raise refusal
 
     async def check(self, call: Call, model: ModelConfig, base_url: str, public_id: str) -> None:
-        """Raise the 400 of :func:`overflow` for a text generation ``call`` that cannot fit."""
-        if call.route.runtime != "text" or SECTIONS.get(call.route.kind) != "llm":
-            return
-        estimate = self.prompt_tokens(call, model)
+        """With the runtime held: raise the 400 of :func:`overflow` for a text generation ``call``
+        that cannot fit the window of the process at ``base_url``."""
+        estimate = self._estimate(call, model)
         if estimate is None:
             return
         window = await self.window(model, base_url)
@@ -79,12 +94,12 @@ class ContextGate:
             raise refusal
 
     async def window(self, model: ModelConfig, base_url: str) -> int | None:
-        """The slot window of the backend at ``base_url`` serving ``model`` (read once per process)."""
-        key = (base_url, model.filename, model.config_hash)
-        if key in self._windows:
-            return self._windows[key]
-        if len(self._windows) > 64:  # old processes' ports: keep the map small
-            self._windows.clear()
+        """The slot window of the process at ``base_url`` serving ``model`` (read once per process:
+        a new load starts a new one)."""
+        key = (model.filename, model.config_hash)
+        known = self._windows.get(key)
+        if known is not None and known[0] == base_url:
+            return known[1]
         window: int | None = None
         try:
             response: Any = await self.agent.request(b"GET", (base_url + "/props").encode())
@@ -93,7 +108,7 @@ class ContextGate:
                 window = slot_window(json.loads(body))
         except Exception as exc:  # a backend without /props is simply not gated
             log.debug("no slot window from {url}: {error}", url=base_url, error=str(exc))
-        self._windows[key] = window
+        self._windows[key] = (base_url, window)
         return window
 
 

@@ -119,6 +119,8 @@ class LocalInference:
             except (AdapterError, MultipartError) as exc:
                 raise HTTPError(400, str(exc)) from None
             call.outcome.work = work.request_work(call.route, call.parsed, call.body, call.content_type)
+            if self.context_gate is not None:
+                self.context_gate.refuse_known(call, model, public_id)
             self._admit(call, model, public_id)
             entry = ActiveRequest(call.request_id, public_id, call.path, call.route.runtime,
                                   int(call.started * 1000), borrowed=call.borrowed)

@@ -96,6 +96,9 @@ async def test_streamed_chat_is_sse_events_with_a_final_usage_chunk_then_done(no
 
 
 async def test_completions_and_llama_completion_answer_the_known_sentence(node: RunningNode) -> None:
+    status, body, _ = await post(node.url + "/completion", {"model": "tiny", "prompt": "Hi", "n_predict": 12})
+    assert status == 200, body
+    assert body["content"] == LLAMA_ANSWER and body["tokens_predicted"] == 10
     status, body, _ = await post(node.url + "/v1/completions", {"model": "tiny", "prompt": "Hi",
                                                                 "max_tokens": 12})
     assert status == 200, body
@@ -234,7 +237,13 @@ async def test_a_prompt_over_the_real_slot_window_is_refused_by_routerd_before_t
     assert body["error"]["type"] == "exceed_context_size_error"
     assert body["error"]["code"] == "context_exceeded"  # routerd's own code (the backend says 400)
     assert str(SLOT_WINDOW) in body["error"]["message"]
+    status, body, _ = await post(node.url + "/v1/chat/completions", chat("tiny", words(120), stream=True))
+    assert status == 400 and body["error"]["code"] == "context_exceeded", body  # before any event
     status, body, _ = await post(node.url + "/api/chat", {**chat("tiny", words(120)), "stream": False})
     assert status == 400 and "context window" in body["error"], body
     status, body, _ = await post(node.url + "/v1/chat/completions", chat("tiny", words(20)))
     assert status == 200, body  # a prompt that fits still goes through
+    await switch_away(node)
+    status, body, _ = await post(node.url + "/v1/chat/completions", chat("tiny", words(120)))
+    assert status == 400 and body["error"]["code"] == "context_exceeded", body
+    assert text_slot(node).model_id == "chatembed"  # refused on the known window: no switch for it

@@ -89,6 +89,19 @@ def test_the_gate_refuses_an_overflowing_chat_and_reads_the_window_once_per_proc
     assert len(agent.asked) == 2
 
 
+def test_a_known_window_refuses_before_the_runtime_is_acquired() -> None:
+    """The window the config's last process reported refuses a doomed request with no load or
+    switch; a config never measured passes to the backend."""
+    gate = ContextGate(PropsAgent(), lambda _call, _model: 300)  # type: ignore[arg-type]
+    gate.refuse_known(call(), model(), "tiny")  # nothing known yet
+    check(gate, call())
+    with pytest.raises(HTTPError) as refused:
+        gate.refuse_known(call(), model(), "tiny")
+    assert refused.value.code == "context_exceeded"
+    gate.refuse_known(call(), model("other.kcpps"), "other")
+    gate.refuse_known(call("/v1/embeddings"), model(), "tiny")
+
+
 def test_the_gate_passes_what_may_fit_an_unsized_request_and_other_lanes() -> None:
     agent = PropsAgent()
     assert check(ContextGate(agent, lambda _c, _m: 255), call()) is None  # type: ignore[arg-type]
