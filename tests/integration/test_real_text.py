@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -247,3 +248,35 @@ async def test_a_prompt_over_the_real_slot_window_is_refused_by_routerd_before_t
     status, body, _ = await post(node.url + "/v1/chat/completions", chat("tiny", words(120)))
     assert status == 400 and body["error"]["code"] == "context_exceeded", body
     assert text_slot(node).model_id == "chatembed"  # refused on the known window: no switch for it
+
+
+# -- key limits count the backend's own tokens ------------------------------------------------------
+
+
+async def test_a_keys_tokens_per_minute_counts_exactly_the_real_tokens_of_a_stream_without_usage(
+        node: RunningNode, tmp_path: Path, real_servers: RealServers, tiny_models: TinyModels) -> None:
+    """A stream whose client did not ask for usage still reports llama-server's ``timings``: a key
+    whose limit is exactly the real prompt + answer tokens is full after one, one a token over is not."""
+    status, answer, _ = await post(node.url + "/v1/chat/completions", chat("tiny"))  # a backend to ask
+    assert status == 200, answer
+    body = chat("tiny", stream=True)
+    templated = await backend(node, "/apply-template", {"messages": body["messages"]})
+    used = len((await backend(node, "/tokenize", {"content": templated["prompt"], "add_special": True}))[
+        "tokens"]) + 10
+    keys = [{"name": name, "key": f"sk-real-text-{name}-0123456789", "limits": {"tokens_per_minute": limit}}
+            for name, limit in (("exact", used), ("over", used + 1))]
+    config = real_node_config(tmp_path, real_servers, {"tiny": {"model": tiny_models.tiny}},
+                              {"auth": {"inference_keys": keys}})
+    keyed = await start_node(config)
+    try:
+        outcomes = []
+        for key in keys:
+            headers = {"Authorization": f"Bearer {key['key']}"}
+            for _ in range(2):
+                response = await treq.post(keyed.url + "/v1/chat/completions", json=body, headers=headers)
+                raw = await response.content()
+                assert response.code == 429 or b"[DONE]" in raw, raw
+                outcomes.append(response.code)
+        assert outcomes == [200, 429, 200, 200], (used, outcomes)
+    finally:
+        await keyed.stop()
