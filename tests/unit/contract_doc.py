@@ -51,8 +51,8 @@ def ticked(fragment: str) -> set[str]:
 
 
 def table_after(block: str, caption: str) -> list[list[str]]:
-    """The body rows (cells stripped) of the first Markdown table after ``caption`` in ``block``."""
-    rest = block[block.index(caption) + len(caption):]
+    """The body rows (cells stripped) of the first Markdown table whose head row holds ``caption``."""
+    rest = block[block.rfind("\n", 0, block.index(caption)) + 1:]
     rows: list[list[str]] = []
     started = False
     for line in rest.splitlines():
