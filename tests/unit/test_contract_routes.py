@@ -59,8 +59,9 @@ def contract_index() -> dict[str, tuple[frozenset[str], frozenset[str]]]:
 def test_the_declarations_read_are_the_whole_api() -> None:
     """Every API family is found: client, node, site, lean relay, WebUI and the docs."""
     index = code_index()
-    for path in ("/v1/chat/completions", "/router/v1/node/inference/{path}", "/router/v1/node/offload/request",
-                 "/router/v1/site/inventory", "/ui/{file}", "/openapi.json", "/health"):
+    for path in ("/v1/chat/completions", "/router/v1/node/inference/{path}",
+                 "/router/v1/node/offload/request", "/router/v1/site/inventory", "/ui/{file}",
+                 "/openapi.json", "/health"):
         assert path in index, path
     assert len(index) > 90
 

@@ -29,7 +29,8 @@ def migrated_schema() -> dict[str, set[str]]:
 
 def _ranges(cell: str) -> set[str]:
     """The columns a range names: `d0`…`d39` is d0, d1, … d39."""
-    return {f"{stem}{n}" for stem, first, last in _RANGE.findall(cell) for n in range(int(first), int(last) + 1)}
+    return {f"{stem}{n}" for stem, first, last in _RANGE.findall(cell)
+            for n in range(int(first), int(last) + 1)}
 
 
 def contract_schema() -> dict[str, set[str]]:
