@@ -58,7 +58,8 @@ def table_after(block: str, caption: str) -> list[list[str]]:
     for line in rest.splitlines():
         if line.startswith("|"):
             started = True
-            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            guarded = _TICKED.sub(lambda m: m.group(0).replace("|", "\0"), line.strip().strip("|"))
+            cells = [cell.strip().replace("\0", "|") for cell in guarded.split("|")]  # a `a|b` is one cell
             if all(set(cell) <= set("-: ") for cell in cells):
                 continue  # the separator row
             rows.append(cells)
