@@ -152,24 +152,27 @@ async def test_request_samples_hold_the_servers_own_compute_time_and_token_count
         assert samples[i].duration_ms + load.duration_ms <= wall + 1.0, (samples[i], load, wall)
 
 
-async def test_a_streamed_answers_sample_counts_its_cached_prompt_tokens_too(timed: Timed) -> None:
-    """Without ``stream_options.include_usage`` llama-server's stream reports only ``timings``, whose
-    ``prompt_n`` leaves out the prompt tokens its cache served: the sample counts them back in."""
+async def test_answers_that_report_only_timings_are_sampled_with_their_cached_prompt_tokens(
+        timed: Timed) -> None:
+    """A stream without ``stream_options.include_usage`` and llama.cpp's own ``/completion`` report no
+    OpenAI ``usage``, only ``timings``, whose ``prompt_n`` leaves out the prompt tokens the server's
+    cache served: the sample counts them back in (``cache_n``), as ``usage.prompt_tokens`` does."""
     since = int(time.time() * 1000)
-    body = {"model": "tiny", "messages": prompt(12, "streamed"), "max_tokens": 24, "ignore_eos": True,
-            "stream": True}
+    streamed = {"model": "tiny", "messages": prompt(12, "streamed"), "max_tokens": 24, "ignore_eos": True,
+                "stream": True}
+    native = {"model": "tiny", "prompt": "native " + "hi " * 12, "n_predict": 24, "ignore_eos": True}
     finals, walls = [], []
-    for _ in range(2):  # the second is served from the first one's prompt cache
-        started = time.monotonic()
-        response = await treq.post(timed.url + "/v1/chat/completions", json=body)
-        text = (await response.content()).decode()
-        walls.append((time.monotonic() - started) * 1000)
-        assert response.code == 200, text
-        assert text.rstrip().endswith("data: [DONE]")
-        finals.append(_last_timings(text))
-    assert finals[1]["cache_n"] > 0, finals
+    for path, body in (("/v1/chat/completions", streamed), ("/completion", native)):
+        for _ in range(2):  # the second is served from the first one's prompt cache
+            started = time.monotonic()
+            response = await treq.post(timed.url + path, json=body)
+            text = (await response.content()).decode()
+            walls.append((time.monotonic() - started) * 1000)
+            assert response.code == 200, text
+            finals.append(_last_timings(text) if body.get("stream") else json.loads(text)["timings"])
+    assert finals[1]["cache_n"] > 0 and finals[3]["cache_n"] > 0, finals
     samples = await samples_since(timed, since)
-    assert len(samples) == 2
+    assert len(samples) == 4
     for sample, timings, wall in zip(samples, finals, walls, strict=True):
         whole = timings["cache_n"] + timings["prompt_n"]
         assert sample.work == (whole, timings["predicted_n"]), (sample, timings)
