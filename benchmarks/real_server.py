@@ -11,7 +11,8 @@ so a drift of the machine's load favours neither): every client sends ``--real-s
 one after the other; a stream's time to first token (TTFT) is the time to its first ``delta.content``;
 tokens/s is every completion token of the cell (the final usage chunk) over the cell's wall time.  The
 ratios through routerd ÷ direct are printed per round, and their spread (min, median, max) over the
-rounds at the end: tokens/s ratio < 1 and TTFT ratio > 1 are routerd's cost.
+rounds at the end: tokens/s ratio < 1 and TTFT ratio > 1 are routerd's cost.  routerd's own CPU per
+stream (its process alone, from /proc) is printed beside them.
 
 Run: .venv/bin/python benchmarks/overhead.py --real [--rounds 3] [--real-streams 20] [--max-tokens 64]
 """
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from _harness import NodeProcess, free_port, run, tempdir, write_node
+from _harness import NodeProcess, cpu_seconds, free_port, run, tempdir, write_node
 from treq.client import HTTPClient
 from twisted.internet import defer, reactor
 from twisted.web.client import Agent, HTTPConnectionPool
@@ -173,14 +174,17 @@ def main(args: argparse.Namespace) -> None:
             print(f"real llama-server ({llama_server}), tiny model, -t 1, parallel {max(LEVELS)}; "
                   f"{args.real_streams} streams per client, max_tokens {args.max_tokens}, ignore_eos")
             print(f"{'c':>3} {'rnd':>3} {'path':>8} {'tok/s':>9} {'TTFT ms':>8}   {'tok/s ratio':>11} "
-                  f"{'TTFT ratio':>10} {'+TTFT ms':>8}")
+                  f"{'TTFT ratio':>10} {'+TTFT ms':>8} {'routerd CPU ms/stream':>21}")
             for conc in LEVELS:
                 for rnd in range(1, args.rounds + 1):
                     order = PATHS if rnd % 2 else tuple(reversed(PATHS))
                     cells = {}
                     for name in order:
+                        cpu0 = cpu_seconds(node.proc.pid)
                         cells[name] = await stream_cell(http, urls[name], conc, args.real_streams,
                                                         args.max_tokens)
+                        if name == "routerd":  # routerd's own process (its llama-server child not counted)
+                            cpu = (cpu_seconds(node.proc.pid) - cpu0) / (conc * args.real_streams)
                     direct, routed = cells["direct"], cells["routerd"]
                     rate = routed.tokens_per_s / direct.tokens_per_s
                     first = routed.ttft_median / direct.ttft_median
@@ -190,13 +194,16 @@ def main(args: argparse.Namespace) -> None:
                     ratios.setdefault((conc, "+TTFT ms"), []).append(added)
                     for name in PATHS:
                         cell = cells[name]
-                        tail = f"   {rate:11.3f} {first:10.3f} {added:8.2f}" if name == "routerd" else ""
+                        tail = (f"   {rate:11.3f} {first:10.3f} {added:8.2f} {cpu * 1000:21.2f}"
+                                if name == "routerd" else "")
                         print(f"{conc:>3} {rnd:>3} {name:>8} {cell.tokens_per_s:9.0f} "
                               f"{cell.ttft_median * 1000:8.2f}{tail}")
+                    ratios.setdefault((conc, "CPU ms"), []).append(cpu * 1000)
             print("routerd ÷ direct over the rounds (min / median / max):")
             for conc in LEVELS:
-                got = {what: spread(ratios[(conc, what)]) for what in ("tok/s", "TTFT", "+TTFT ms")}
-                print(f"  c={conc}: tok/s {got['tok/s']}; TTFT {got['TTFT']}; +TTFT ms {got['+TTFT ms']}")
+                got = {what: spread(ratios[(conc, what)]) for what in ("tok/s", "TTFT", "+TTFT ms", "CPU ms")}
+                print(f"  c={conc}: tok/s {got['tok/s']}; TTFT {got['TTFT']}; +TTFT ms {got['+TTFT ms']}; "
+                      f"routerd CPU ms/stream {got['CPU ms']}")
 
         run(measure)
     finally:
