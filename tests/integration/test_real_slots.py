@@ -20,7 +20,7 @@ from twisted.internet.task import deferLater
 
 from routerd.backends.slot_state import SlotStatus
 from tests.integration.nodes import RunningNode, post, start_node, wait_until
-from tests.integration.rawhttp import raw_post
+from tests.integration.rawhttp import RawClient, raw_post
 from tests.integration.real_backends import (
     LLAMA_ANSWER,
     LLAMA_FLAGS,
@@ -160,7 +160,12 @@ async def test_a_client_that_leaves_mid_stream_frees_the_real_slot_within_a_seco
     assert text_slot(node).users == 0
 
 
-async def test_two_requests_on_parallel_2_run_at_once_in_two_llama_server_slots(node: RunningNode) -> None:
+def answering(client: RawClient) -> bool:
+    return b'"content":"' in client.received
+
+
+async def test_parallel_2_runs_two_requests_at_once_in_two_llama_server_slots_and_a_third_after_one_ends(
+        node: RunningNode) -> None:
     status, _, _ = await post(node.url + "/v1/chat/completions", chat("pair", max_tokens=1))
     assert status == 200
     url = backend(node)
@@ -169,14 +174,25 @@ async def test_two_requests_on_parallel_2_run_at_once_in_two_llama_server_slots(
 
     port = node.service.port.getHost().port
     long_chat = chat("pair", stream=True, max_tokens=LONG // 2, ignore_eos=True)
-    clients = [await raw_post(port, "/v1/chat/completions", long_chat) for _ in range(2)]
+    clients = [await raw_post(port, "/v1/chat/completions", long_chat) for _ in range(3)]
 
     async def both_processing() -> bool:
         return [s["is_processing"] for s in await get_json(url + "/slots")] == [True, True]
 
+    async def one_deferred() -> bool:
+        return await metric(url, "llamacpp:requests_deferred") == 1
+
     await until(both_processing, timeout=30.0)
-    assert text_slot(node).users == 2  # routerd's count of the requests it runs agrees
-    for client in clients:  # done with them (a client that leaves frees its slot: see above)
+    await until(one_deferred, timeout=5.0)  # a model not enrolled in lending goes straight to its backend
+    await wait_until(lambda: sum(map(answering, clients)) == 2, timeout=10)
+    assert text_slot(node).users == 3
+    [third] = [client for client in clients if not answering(client)]
+    [first, _] = [client for client in clients if answering(client)]
+    first.drop()  # a slot frees (see above) and the third request takes it
+    await wait_until(lambda: answering(third), timeout=10)
+    await until(both_processing, timeout=5.0)
+
+    for client in clients:
         client.drop()
 
     async def both_idle() -> bool:
