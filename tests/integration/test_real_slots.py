@@ -160,6 +160,32 @@ async def test_a_client_that_leaves_mid_stream_frees_the_real_slot_within_a_seco
     assert text_slot(node).users == 0
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "llama-server b11434 runs a non-streamed generation to its end after its client left (measured directly: "
+    "a closed connection, FIN or RST, does not stop it; a stream's next write does). routerd aborts its "
+    "backend connection and frees the lease at once, so its count and the backend's disagree until the "
+    "orphan ends. A fix: ask llama-server for a stream and assemble the non-streamed answer in routerd."))
+async def test_a_client_that_leaves_before_a_non_streamed_answer_frees_the_real_slot_within_a_second(
+        node: RunningNode) -> None:
+    client = await raw_post(node.service.port.getHost().port, "/v1/chat/completions",
+                            chat("long", max_tokens=LONG, ignore_eos=True))
+    await wait_until(lambda: text_slot(node).users == 1 and text_slot(node).model_id == "long", timeout=30)
+    url = backend(node)
+
+    async def slot_busy() -> bool:
+        return bool((await get_json(url + "/slots"))[0]["is_processing"])
+
+    await until(slot_busy, timeout=10.0)
+    client.drop()
+    await client.closed
+    await wait_until(lambda: text_slot(node).users == 0)  # routerd let go of it at once
+
+    async def slot_idle() -> bool:
+        return not await slot_busy()
+
+    await until(slot_idle, timeout=1.0)
+
+
 def answering(client: RawClient) -> bool:
     return b'"content":"' in client.received
 
