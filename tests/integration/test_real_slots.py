@@ -50,6 +50,7 @@ async def node(tmp_path_factory: pytest.TempPathFactory, real_servers: RealServe
         "pair": {"model": tiny_models.slow, "contextsize": 2048, "parallel": 2},
         "truncated": {"model": tiny_models.truncated, "contextsize": 512},
         "alien": {"model": tiny_models.wrong_architecture, "contextsize": 512},
+        "deaf": {"whispermodel": tiny_models.truncated},  # a GGUF is no whisper model
     }
     config = real_node_config(root, real_servers, models, llama_flags=(*LLAMA_FLAGS, "--metrics"))
     running = await start_node(config)
@@ -140,6 +141,19 @@ async def test_a_gguf_llama_server_refuses_is_a_502_with_llama_servers_own_reaso
     # the slot is usable again
     status, body, _ = await post(node.url + "/v1/chat/completions", chat("tiny"))
     assert (status, body["choices"][0]["message"]["content"]) == (200, LLAMA_ANSWER)
+
+
+async def test_a_file_whisper_server_refuses_is_a_502_with_whisper_servers_own_reason(
+        node: RunningNode, tiny_models: TinyModels) -> None:
+    with open(tiny_models.tone, "rb") as audio:
+        response = await treq.post(node.url + "/v1/audio/transcriptions", data={"model": "deaf"},
+                                   files={"file": ("tone.wav", "audio/wav", audio)})
+        body = json.loads(await response.content())
+    assert response.code == 502, body
+    cause = "whisper_model_load: invalid model data (bad magic)"
+    assert cause in body["error"]["message"].split("\n")[0], body
+    [listed] = (await get_json(node.url + "/router/v1/site/load-errors?model=deaf&limit=1"))["errors"]
+    assert cause in listed["reason"], listed
 
 
 async def test_a_client_that_leaves_mid_stream_frees_the_real_slot_within_a_second(node: RunningNode) -> None:
