@@ -1,8 +1,9 @@
-"""The text slot on a real llama-server: swapping GGUFs, failed loads and their reasons, a client that leaves
-mid-stream, and ``parallel`` against the server's own ``/slots``.
+"""The slots on real servers: two GGUFs swapping on the text slot, loads llama-server and whisper-server
+refuse (answered with the server's own reason), a client that leaves mid-answer, and ``parallel`` against
+llama-server's own ``/slots``.
 
 One node serves every test of the module (each test asks for the model it needs, so the slot swaps to it).
-Its llama-server runs with ``--metrics``: the disconnect test reads how many tokens were generated in all.
+Its llama-server runs with ``--metrics``: tests read how many tokens it generated and how many requests wait.
 """
 
 from __future__ import annotations
@@ -204,8 +205,11 @@ def answering(client: RawClient) -> bool:
     return b'"content":"' in client.received
 
 
-async def test_parallel_2_runs_two_requests_at_once_in_two_llama_server_slots_and_a_third_after_one_ends(
+async def test_parallel_2_runs_two_requests_at_once_in_two_llama_server_slots_a_third_waits_in_llama_server(
         node: RunningNode) -> None:
+    """``parallel: 2`` is two llama-server slots, and routerd sends a model that serves N at once
+    ``scheduling_backend_depth`` (2) + N - 1 requests: the two that run and one that waits in the backend
+    (so a slot never idles between two); a fourth waits in routerd."""
     status, _, _ = await post(node.url + "/v1/chat/completions", chat("pair", max_tokens=1))
     assert status == 200
     url = backend(node)
@@ -214,7 +218,7 @@ async def test_parallel_2_runs_two_requests_at_once_in_two_llama_server_slots_an
 
     port = node.service.port.getHost().port
     long_chat = chat("pair", stream=True, max_tokens=LONG // 2, ignore_eos=True)
-    clients = [await raw_post(port, "/v1/chat/completions", long_chat) for _ in range(3)]
+    clients = [await raw_post(port, "/v1/chat/completions", long_chat) for _ in range(4)]
 
     async def both_processing() -> bool:
         return [s["is_processing"] for s in await get_json(url + "/slots")] == [True, True]
@@ -223,14 +227,16 @@ async def test_parallel_2_runs_two_requests_at_once_in_two_llama_server_slots_an
         return await metric(url, "llamacpp:requests_deferred") == 1
 
     await until(both_processing, timeout=30.0)
-    await until(one_deferred, timeout=5.0)  # a model not enrolled in lending goes straight to its backend
+    await until(one_deferred, timeout=5.0)
     await wait_until(lambda: sum(map(answering, clients)) == 2, timeout=10)
-    assert text_slot(node).users == 3
-    [third] = [client for client in clients if not answering(client)]
-    [first, _] = [client for client in clients if answering(client)]
-    first.drop()  # a slot frees (see above) and the third request takes it
-    await wait_until(lambda: answering(third), timeout=10)
+    assert text_slot(node).users == 3  # the fourth is held in routerd
+    waiting = [client for client in clients if not answering(client)]
+    first = next(client for client in clients if answering(client))
+    first.drop()  # a slot frees (see above): the one waiting in llama-server takes it, the fourth goes there
+    await wait_until(lambda: sum(map(answering, waiting)) == 1, timeout=10)
+    await wait_until(lambda: text_slot(node).users == 3, timeout=5)
     await until(both_processing, timeout=5.0)
+    await until(one_deferred, timeout=5.0)
 
     for client in clients:
         client.drop()
