@@ -177,9 +177,10 @@ async def test_a_client_that_leaves_mid_stream_frees_the_real_slot_within_a_seco
 
 @pytest.mark.xfail(strict=True, reason=(
     "llama-server b11434 runs a non-streamed generation to its end after its client left (measured directly: "
-    "a closed connection, FIN or RST, does not stop it; a stream's next write does). routerd aborts its "
-    "backend connection and frees the lease at once, so its count and the backend's disagree until the "
-    "orphan ends. A fix: ask llama-server for a stream and assemble the non-streamed answer in routerd."))
+    "a closed connection, FIN or RST, does not stop it; a stream's next write does; upstream: "
+    "ggml-org/llama.cpp#9273, #24496). routerd aborts its backend connection and frees the lease at once, so "
+    "its count and the backend's disagree until the orphan ends. A fix: ask llama-server for a stream and "
+    "assemble the non-streamed answer in routerd."))
 async def test_a_client_that_leaves_before_a_non_streamed_answer_frees_the_real_slot_within_a_second(
         node: RunningNode) -> None:
     client = await raw_post(node.service.port.getHost().port, "/v1/chat/completions",
