@@ -11,12 +11,16 @@ class BackendMissing(Exception):
 
 
 class LoadFailed(Exception):
-    """A backend could not be brought up for a config; ``reason`` says why
-    (for a process that exited: its exit code and last output lines)."""
+    """A backend could not be brought up for a config; ``reason`` says why (for a process that
+    exited: its own reason or exit code, then its last output lines).  As text it is the reason
+    without the output lines: what a client's answer says (the load-errors list keeps the lines)."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+    def __str__(self) -> str:
+        return split_output(self.reason)[0]
 
 
 class RuntimeClosed(LoadFailed):

@@ -132,7 +132,9 @@ async def test_a_gguf_llama_server_refuses_is_a_502_with_llama_servers_own_reaso
     assert status == 502, body
     assert body["error"]["code"] == "load_failed"
     message = body["error"]["message"]
-    assert cause in message.split("\n")[0], message  # the reason itself, not only the output lines after it
+    # one line: llama-server's reason first; its output lines are the load-errors list's
+    assert message.startswith(f"model '{model}' failed to load: llama-server for '{model}': llama_model_load")
+    assert cause in message and message.endswith("(exited with exit code 1 during the load)"), message
 
     # the load-errors list, which the WebUI's Errors page shows: the reason, then the output lines
     [listed] = (await get_json(node.url + f"/router/v1/site/load-errors?model={model}&limit=1"))["errors"]
@@ -152,7 +154,7 @@ async def test_a_file_whisper_server_refuses_is_a_502_with_whisper_servers_own_r
         body = json.loads(await response.content())
     assert response.code == 502, body
     cause = "whisper_model_load: invalid model data (bad magic)"
-    assert cause in body["error"]["message"].split("\n")[0], body
+    assert cause in body["error"]["message"] and "\n" not in body["error"]["message"], body
     [listed] = (await get_json(node.url + "/router/v1/site/load-errors?model=deaf&limit=1"))["errors"]
     assert cause in listed["reason"], listed
 

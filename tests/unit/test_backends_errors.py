@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from routerd.backends.errors import exit_reason, own_reason, split_output
+from routerd.backends.errors import LoadFailed, exit_reason, own_reason, split_output
 
 #: llama-server b11434 on a GGUF whose tensor data is cut off (its last output lines, as printed).
 LLAMA_TRUNCATED = [
@@ -65,3 +65,11 @@ def test_an_exit_reason_without_own_words_says_how_the_process_ended() -> None:
         "llama-server for 'chat' exited with signal 9; last output:\nKilled")
     assert exit_reason("llama-server for 'chat'", "exited with exit code 1", []) == (
         "llama-server for 'chat' exited with exit code 1")
+
+
+def test_a_failed_load_as_text_is_its_reason_without_the_output_lines_it_keeps() -> None:
+    failed = LoadFailed(exit_reason("llama-server for 'chat'", "exited with exit code 1", LLAMA_TRUNCATED))
+    assert str(failed) == split_output(failed.reason)[0]
+    assert str(failed).startswith("llama-server for 'chat': llama_model_load: error loading model: ")
+    assert split_output(failed.reason)[1] == LLAMA_TRUNCATED
+    assert str(LoadFailed("model 'x' does not serve stt")) == "model 'x' does not serve stt"
