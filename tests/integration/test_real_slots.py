@@ -9,6 +9,7 @@ Its llama-server runs with ``--metrics``: tests read how many tokens it generate
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -92,11 +93,23 @@ async def until(holds: Callable[[], Awaitable[bool]], timeout: float) -> None:
         await deferLater(reactor, 0.05, lambda: None)
 
 
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 async def metric(url: str, name: str) -> float:
     response = await treq.get(url + "/metrics")
     text = (await response.content()).decode()
     [value] = [line.split()[1] for line in text.splitlines() if line.startswith(name + " ")]
     return float(value)
+
+
+def answering(client: RawClient) -> bool:
+    return b'"content":"' in client.received
 
 
 async def test_two_ggufs_take_turns_on_the_text_slot_each_in_its_own_llama_server(node: RunningNode) -> None:
@@ -112,7 +125,9 @@ async def test_two_ggufs_take_turns_on_the_text_slot_each_in_its_own_llama_serve
         config = configs[model]
         assert config is not None and props["model_path"] == config.text_model
         pids.append(slot.pid)
-    assert len(set(pids)) == 3  # every swap stopped one server and started the other
+    assert len(set(pids)) == 3  # every swap started a server for the model asked for...
+    for gone in pids[:2]:
+        assert gone is not None and not alive(gone)  # ...and stopped the one before
 
     # asked for both at once: the slot serves one, swaps, serves the other
     answers = await gatherResults([ensureDeferred(post(node.url + "/v1/chat/completions", chat(m)))
@@ -177,6 +192,23 @@ async def test_a_client_that_leaves_mid_stream_frees_the_real_slot_within_a_seco
     assert text_slot(node).users == 0
 
 
+async def test_a_swap_waits_for_a_running_stream_and_a_client_that_leaves_lets_it_go_at_once(
+        node: RunningNode) -> None:
+    client = await raw_post(node.service.port.getHost().port, "/v1/chat/completions",
+                            chat("long", stream=True, max_tokens=LONG, ignore_eos=True))
+    await wait_until(lambda: answering(client), timeout=30)
+    streaming = text_slot(node).pid
+    other = ensureDeferred(post(node.url + "/v1/chat/completions", chat("tiny")))
+    await wait_until(lambda: text_slot(node).waiters == 1)
+    assert (text_slot(node).state, text_slot(node).pid) == ("ready", streaming)  # not cut off for the swap
+
+    client.drop()
+    status, body, _ = await other
+    assert (status, body["choices"][0]["message"]["content"]) == (200, LLAMA_ANSWER)
+    assert streaming is not None and not alive(streaming)
+    assert text_slot(node).model_id == "tiny"
+
+
 @pytest.mark.xfail(strict=True, reason=(
     "llama-server b11434 runs a non-streamed generation to its end after its client left (measured directly: "
     "a closed connection, FIN or RST, does not stop it; a stream's next write does; upstream: "
@@ -202,10 +234,6 @@ async def test_a_client_that_leaves_before_a_non_streamed_answer_frees_the_real_
         return not await slot_busy()
 
     await until(slot_idle, timeout=1.0)
-
-
-def answering(client: RawClient) -> bool:
-    return b'"content":"' in client.received
 
 
 async def test_parallel_2_runs_two_requests_at_once_in_two_llama_server_slots_a_third_waits_in_llama_server(
