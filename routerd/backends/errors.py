@@ -38,8 +38,9 @@ def with_output(reason: str, lines: list[str]) -> str:
     return reason + OUTPUT_MARK + "\n".join(lines)
 
 
-#: llama.cpp's log line: elapsed time, a level letter, the text (``0.00.017.729 E llama_model_load: ...``).
-_LEVELLED = re.compile(r"^\d+(?:\.\d+)+ ([A-Z]) (.*)$")
+#: llama.cpp's log line: the elapsed time (unless ``--log-timestamps`` is off), a level letter, the text
+#: (``0.00.017.729 E llama_model_load: ...``).
+_LEVELLED = re.compile(r"^(?:\d+(?:\.\d+)+ )?([DIWE]) (.*)$")
 #: Words a backend's own line uses when something went wrong (whisper.cpp, the simulator and KoboldCpp
 #: print no level letter).
 _TROUBLE = re.compile(r"\b(?:error|failed|invalid|cannot|unable)\b", re.IGNORECASE)

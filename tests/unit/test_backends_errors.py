@@ -39,6 +39,12 @@ def test_a_levelled_line_that_is_no_error_is_not_the_reason_whatever_it_says() -
     assert own_reason(lines) == "srv  load_model: failed to load model, '/m/x.gguf'"
 
 
+def test_llama_servers_levels_are_read_without_timestamps_too() -> None:
+    lines = ["I srv    load_model: loading model '/m/x.gguf'",
+             "E llama_model_load: error loading model: unknown model architecture: 'x'"]
+    assert own_reason(lines) == "llama_model_load: error loading model: unknown model architecture: 'x'"
+
+
 def test_an_unlevelled_backends_reason_is_its_first_line_saying_something_went_wrong() -> None:
     assert own_reason(WHISPER_BAD_MAGIC) == "whisper_model_load: invalid model data (bad magic)"
     assert own_reason(["starting", "error: llama-server: failed to load model: no such file"]) == (
