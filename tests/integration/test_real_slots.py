@@ -177,7 +177,7 @@ async def test_a_file_whisper_server_refuses_is_a_502_with_whisper_servers_own_r
 async def test_a_client_that_leaves_mid_stream_frees_the_real_slot_within_a_second(node: RunningNode) -> None:
     client = await raw_post(node.service.port.getHost().port, "/v1/chat/completions",
                             chat("long", stream=True, max_tokens=LONG, ignore_eos=True))
-    await wait_until(lambda: b'"content":"' in client.received, timeout=30)
+    await wait_until(lambda: answering(client), timeout=30)
     url = backend(node)
     [busy] = await get_json(url + "/slots")
     assert busy["is_processing"] and busy["next_token"][0]["n_remain"] > 0  # mid-stream
