@@ -189,14 +189,7 @@ class RuntimeSlot(SlotProcess):
             return
         log.info("{backend}: the load of {model} is stopped: nobody waits for it any more",
                  backend=self.name, model=attempt.config.local_id)
-        self._finish(attempt)
-        process = attempt.process
-        if process is not None and process is self._process:
-            self._set_process(None)
-            self._settle(self._stop_process(process))
-        self._generation += 1
-        self._config = None
-        self._port = None
+        self._drop_attempt(attempt)
         self._set_state(S.EMPTY)
         self._pump()
 
