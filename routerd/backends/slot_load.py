@@ -62,6 +62,7 @@ class _Attempt:
     backoff_probe: bool = False  # the probe in flight (or the last one) is the back-off's
     probed_at: float = -math.inf  # when the last probe began
     heard: bool = False  # the backend printed while a probe was in flight
+    listening: bool = False  # the backend's output brings probes
     deadline_call: Any = None
     finished: bool = False
 
@@ -268,8 +269,8 @@ class SlotProcess:
             reloading = fail(e)
 
         def reloaded(_: object) -> None:
-            if not attempt.finished:
-                self._start_polling(attempt, process)
+            if not attempt.finished:  # its output is heeded once a poll has seen it loading
+                self._start_polling(attempt, process, listen=False)
 
         def refused(failure: Any) -> None:
             if not attempt.finished:
@@ -295,17 +296,21 @@ class SlotProcess:
         self._port = port
         self._set_process(handle)
         attempt.deadline_call = self._clock.callLater(self._load_timeout_s, self._load_timed_out, attempt)
-        self._start_polling(attempt, handle)
+        self._start_polling(attempt, handle, listen=True)
         handle.exited.addCallback(self._on_exit, handle)
 
-    # A backend that prints while it loads is probed at once (the line may be its "model loaded"), as
-    # a backend is seen ready only at a probe: the back-off's alone overshoots a 0.1 s load by half.
-    # At most one such probe per OUTPUT_PROBE_GAP_S, never two probes at a time, and the back-off's
-    # own schedule is kept for a backend that prints nothing.
-
-    def _start_polling(self, attempt: _Attempt, process: ProcessHandle) -> None:
+    def _start_polling(self, attempt: _Attempt, process: ProcessHandle, *, listen: bool) -> None:
+        """Poll on the back-off, and probe at once when the backend prints (its "model loaded" line:
+        the back-off alone overshoots a 0.1 s load by half), at most once per OUTPUT_PROBE_GAP_S and
+        never two probes at a time.  A new process is heard from its first line (its port answers
+        nothing before it is ready), one switching in place once a probe has seen it loading."""
         attempt.poll_due = self._clock.seconds() + attempt.poll_delay
         self._schedule_poll(attempt, attempt.poll_due, backoff=True)
+        if listen:
+            self._listen(attempt, process)
+
+    def _listen(self, attempt: _Attempt, process: ProcessHandle) -> None:
+        attempt.listening = True
         process.on_output(lambda _line: self._heard(attempt))
 
     def _schedule_poll(self, attempt: _Attempt, at: float, *, backoff: bool) -> None:
@@ -363,6 +368,8 @@ class SlotProcess:
         if attempt.backoff_probe:
             attempt.poll_delay = min(attempt.poll_delay * self._poll_factor, self._poll_max_s)
             attempt.poll_due = self._clock.seconds() + attempt.poll_delay
+        if not attempt.listening and attempt.process is not None:
+            self._listen(attempt, attempt.process)
         self._next_poll(attempt)
 
     def _load_timed_out(self, attempt: _Attempt) -> None:

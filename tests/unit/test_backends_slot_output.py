@@ -157,3 +157,35 @@ def test_a_failed_probe_answer_still_counts_as_not_ready() -> None:
     assert len(probes.calls) == 2
     probes.calls[1][1].callback(True)
     assert result_of(d).model is A and slot.state is SlotState.READY
+
+
+def test_an_in_process_switch_heeds_output_only_once_a_probe_has_seen_the_backend_loading() -> None:
+    """Right after KoboldCpp takes a reload its server may still answer for the old config: a line it
+    prints then brings no probe; once a poll has answered "not yet", lines bring probes again."""
+    probes = Probes()
+    clock = Clock()
+    probes.clock = clock
+    launcher = FakeLauncher()
+    reloading: list[Deferred[None]] = []
+
+    def reload(config: object, port: int) -> Deferred[None]:
+        reloading.append(Deferred())
+        return reloading[-1]
+
+    slot = RuntimeSlot("text", clock=clock, launcher=launcher, probe=probes, port_allocator=PortCounter(),
+                       argv_for=lambda m, port: ["x", "--port", str(port)], name="koboldcpp", reload=reload,
+                       idle_argv=lambda port: ["x", "--nomodel", "--port", str(port)])
+    slot.start_idle()
+    process = launcher.spawned[-1]
+    d = slot.acquire(A)
+    reloading[-1].callback(None)
+    process.print("Reloading config...")
+    run_to(clock, 0.049)
+    assert probes.calls == []  # the back-off's first poll, at 50 ms, is the first probe
+    run_to(clock, 0.05)
+    probes.calls[0][1].callback(False)
+    run_to(clock, 0.07)
+    process.print("Load Text Model OK: True")
+    assert len(probes.calls) == 2 and round(probes.calls[1][0], 6) == 0.07
+    probes.calls[1][1].callback(True)
+    assert result_of(d).model is A and len(launcher.spawned) == 1
