@@ -57,7 +57,6 @@ class _Attempt:
     port: int | None = None
     process: ProcessHandle | None = None
     poll_call: Any = None  # the next probe: the back-off's, or one the backend's output asked for
-    poll_at: float = math.inf  # when poll_call fires
     poll_due: float = math.inf  # when the back-off wants its next probe
     probing: bool = False  # a probe is in flight
     backoff_probe: bool = False  # the probe in flight (or the last one) is the back-off's
@@ -302,9 +301,9 @@ class SlotProcess:
 
     def _start_polling(self, attempt: _Attempt, process: ProcessHandle, *, listen: bool) -> None:
         """Poll on the back-off, and probe at once when the backend prints (its "model loaded" line:
-        the back-off alone overshoots a 0.1 s load by half), at most once per OUTPUT_PROBE_GAP_S and
-        never two probes at a time.  A new process is heard from its first line (its port answers
-        nothing before it is ready), one switching in place once a probe has seen it loading."""
+        the back-off alone overshoots a 0.1 s load by half), at most once per OUTPUT_PROBE_GAP_S, one
+        probe at a time.  A new process is heard from its first line (its port answers nothing before
+        it is ready), one switching in place once a probe has seen it loading."""
         attempt.poll_due = self._clock.seconds() + attempt.poll_delay
         self._schedule_poll(attempt, attempt.poll_due, backoff=True)
         if listen:
@@ -317,24 +316,20 @@ class SlotProcess:
     def _schedule_poll(self, attempt: _Attempt, at: float, *, backoff: bool) -> None:
         if attempt.poll_call is not None and attempt.poll_call.active():
             attempt.poll_call.cancel()
-        attempt.poll_call = None
         delay = at - self._clock.seconds()
         if delay <= 0:
             self._poll(attempt, backoff)  # at once: no turn of the reactor in between
             return
-        attempt.poll_at = at
         attempt.poll_call = self._clock.callLater(delay, self._poll, attempt, backoff)
 
     def _heard(self, attempt: _Attempt) -> None:
         """The loading backend printed a line: probe now, or once the gap after the last probe is over
         (after the answer of a probe in flight)."""
-        if attempt.finished:
-            return
-        if attempt.probing:
-            attempt.heard = True
+        if attempt.probing or attempt.finished:
+            attempt.heard = True  # a probe in flight: another at once if it answers "not yet"
             return
         at = max(self._clock.seconds(), attempt.probed_at + OUTPUT_PROBE_GAP_S)
-        if at < attempt.poll_at:
+        if attempt.poll_call is None or at < attempt.poll_call.getTime():
             self._schedule_poll(attempt, at, backoff=False)
 
     def _next_poll(self, attempt: _Attempt) -> None:
@@ -347,7 +342,6 @@ class SlotProcess:
 
     def _poll(self, attempt: _Attempt, backoff: bool = True) -> None:
         attempt.poll_call = None
-        attempt.poll_at = math.inf
         if attempt.finished or attempt.port is None:
             return
         attempt.probing, attempt.backoff_probe, attempt.heard = True, backoff, False
