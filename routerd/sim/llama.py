@@ -22,6 +22,8 @@ from routerd.sim.llama_info import (
     models_body,
     props_body,
     slot_context,
+    timings_body,
+    usage_body,
 )
 from routerd.sim.outputs import embedding_vector, generate_tokens
 from routerd.sim.program import Family
@@ -100,31 +102,6 @@ def options_from_args(ns: argparse.Namespace) -> LlamaOptions:
         mmproj=None if ns.no_mmproj else ns.mmproj, embedding=ns.embedding, alias=ns.alias,
         llama_rules=True, kv_unified=ns.kv_unified, metrics=ns.metrics,
     )
-
-
-def _timings(prompt_n: int, prompt_s: float, predicted_n: int, predicted_s: float) -> dict[str, object]:
-    """llama-server's ``timings`` (a rate of nothing is null, as llama-server's JSON of an infinity is)."""
-    prompt_ms, predicted_ms = round(prompt_s * 1000.0, 3), round(predicted_s * 1000.0, 3)
-    return {
-        "cache_n": 0,
-        "prompt_n": prompt_n,
-        "prompt_ms": prompt_ms,
-        "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else None,
-        "prompt_per_second": prompt_n / prompt_s if prompt_s > 0 else None,
-        "predicted_n": predicted_n,
-        "predicted_ms": predicted_ms,
-        "predicted_per_token_ms": predicted_ms / predicted_n if predicted_n else None,
-        "predicted_per_second": predicted_n / predicted_s if predicted_s > 0 else None,
-    }
-
-
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, object]:
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": 0},
-    }
 
 
 @attrs.frozen
@@ -224,7 +201,7 @@ class LlamaServer(WeightsServer):
                 slot.processing = False
         self.prompt_tokens_total += job.prompt_tokens
         self.predicted_tokens_total += len(job.tokens)
-        return _timings(job.prompt_tokens, prompt_done - started, len(job.tokens), ended - prompt_done)
+        return timings_body(job.prompt_tokens, prompt_done - started, len(job.tokens), ended - prompt_done)
 
     # -- informational routes ------------------------------------------------------------------
 
@@ -301,7 +278,7 @@ class LlamaServer(WeightsServer):
                 "system_fingerprint": FINGERPRINT, "choices": [choice], **extra,
             }
 
-        usage = _usage(job.prompt_tokens, len(job.tokens))
+        usage = usage_body(job.prompt_tokens, len(job.tokens))
         if not job.stream:
             timings = await self._generate(job)
             return send_json(request, 200, envelope(
@@ -348,7 +325,7 @@ class LlamaServer(WeightsServer):
                 **extra,
             }
 
-        usage = _usage(job.prompt_tokens, len(job.tokens))
+        usage = usage_body(job.prompt_tokens, len(job.tokens))
         if not job.stream:
             timings = await self._generate(job)
             return send_json(request, 200, envelope(job.text, "length", usage=usage, timings=timings))
@@ -403,7 +380,8 @@ class LlamaServer(WeightsServer):
         sse.send(final("", timings))
         return None
 
-    async def embeddings(self, request: Request) -> bytes:
+    async def _embed(self, request: Request) -> tuple[dict[str, object], list[list[float]], int]:
+        """(request body, a vector per input, prompt tokens) of an embeddings request."""
         if not self.opts.embedding:
             raise HttpError(501, openai_error(
                 501, "This server does not support embeddings. Start it with `--embeddings`",
@@ -412,18 +390,35 @@ class LlamaServer(WeightsServer):
         body = openai_json_body(request)
         inputs = embedding_inputs(body.get("input", body.get("content")))
         for _text, tokens in inputs:
-            self._check_context(tokens, 0)
-        as_base64 = body.get("encoding_format") == "base64"
+            if not self.opts.llama_rules:
+                self._check_context(tokens, 0)
+            elif tokens > self.n_ctx:
+                raise HttpError(400, openai_error(
+                    400, f"input ({tokens} tokens) is larger than the max context size ({self.n_ctx} "
+                    "tokens). skipping", "exceed_context_size_error",
+                    n_prompt_tokens=tokens, n_ctx=self.n_ctx))
         total = sum(tokens for _text, tokens in inputs)
         async with self.rt.slot():
             await self.rt.work(total / self.weights.prompt_tokens_per_s)
-        data = []
-        for index, (text, _tokens) in enumerate(inputs):
-            vector = embedding_vector(self.weights.label, text, self.weights.embedding_dim)
-            encoded: object = vector
-            if as_base64:
-                encoded = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
-            data.append({"object": "embedding", "index": index, "embedding": encoded})
+        dim = self.weights.embedding_dim
+        return body, [embedding_vector(self.weights.label, text, dim) for text, _tokens in inputs], total
+
+    async def embedding(self, request: Request) -> bytes:
+        """llama-server's native ``/embedding``: per input, its pooled vector in a list of one."""
+        _body, vectors, _total = await self._embed(request)
+        pooled = [{"index": i, "embedding": [vector]} for i, vector in enumerate(vectors)]
+        return send_json(request, 200, pooled)
+
+    async def embeddings(self, request: Request) -> bytes:
+        body, vectors, total = await self._embed(request)
+        as_base64 = body.get("encoding_format") == "base64"
+        data: list[dict[str, object]] = []
+        for index, vector in enumerate(vectors):
+            item: dict[str, object] = {"object": "embedding", "index": index, "embedding": vector}
+            if as_base64:  # llama-server names the encoding in each item then
+                packed = struct.pack(f"<{len(vector)}f", *vector)
+                item.update(embedding=base64.b64encode(packed).decode("ascii"), encoding_format="base64")
+            data.append(item)
         return send_json(request, 200, {
             "object": "list", "model": self._model(body), "data": data,
             "usage": {"prompt_tokens": total, "total_tokens": total},
@@ -448,7 +443,7 @@ def build_app(runtime: SimRuntime, options: LlamaOptions) -> Klein:
         "/completions": server.completions,
         "/completion": server.completion,
         "/v1/embeddings": server.embeddings, "/embeddings": server.embeddings,
-        "/embedding": server.embeddings,
+        "/embedding": server.embedding,
     }
     tokenizer: dict[str, Handler] = {
         "/tokenize": server.tokenize, "/detokenize": server.detokenize,

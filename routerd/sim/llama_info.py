@@ -18,6 +18,8 @@ __all__ = [
     "models_body",
     "props_body",
     "slot_context",
+    "timings_body",
+    "usage_body",
 ]
 
 #: ``-np`` left at its default: llama-server then runs :data:`AUTO_SLOTS` slots sharing one context.
@@ -157,3 +159,28 @@ def metrics_text(prompt_tokens: int, predicted_tokens: int, processing: int, wai
         lines += [f"# HELP llamacpp:{name} {help_text}", f"# TYPE llamacpp:{name} {kind}",
                   f"llamacpp:{name} {value}"]
     return "\n".join(lines) + "\n"
+
+
+def timings_body(prompt_n: int, prompt_s: float, predicted_n: int, predicted_s: float) -> dict[str, object]:
+    """llama-server's ``timings`` (a rate of nothing is null, as llama-server's JSON of an infinity is)."""
+    prompt_ms, predicted_ms = round(prompt_s * 1000.0, 3), round(predicted_s * 1000.0, 3)
+    return {
+        "cache_n": 0,
+        "prompt_n": prompt_n,
+        "prompt_ms": prompt_ms,
+        "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else None,
+        "prompt_per_second": prompt_n / prompt_s if prompt_s > 0 else None,
+        "predicted_n": predicted_n,
+        "predicted_ms": predicted_ms,
+        "predicted_per_token_ms": predicted_ms / predicted_n if predicted_n else None,
+        "predicted_per_second": predicted_n / predicted_s if predicted_s > 0 else None,
+    }
+
+
+def usage_body(prompt_tokens: int, completion_tokens: int) -> dict[str, object]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }

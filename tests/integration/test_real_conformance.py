@@ -88,6 +88,15 @@ LLAMA_BATTERY: list[Check] = [
 EMBEDDINGS_BATTERY: list[Check] = [
     Check("embeddings", Probe("POST", "/v1/embeddings", {"input": ["Hello", "tiny test"]})),
     Check("one embedding", Probe("POST", "/v1/embeddings", {"input": "Hello"})),
+    Check("base64 embedding",
+          Probe("POST", "/v1/embeddings", {"input": "Hello", "encoding_format": "base64"})),
+    Check("native embedding", Probe("POST", "/embedding", {"content": ["Hello", "a b"]})),
+    Check("input beyond the slot", Probe("POST", "/v1/embeddings", {"input": LONG_PROMPT})),
+    Check("no input", Probe("POST", "/v1/embeddings", {})),
+    Check("models", Probe("GET", "/v1/models"), {
+        "$.data[].meta.weights": "the simulator's weights label: tests tell which weights answered by it",
+    }),
+    Check("chat on an embedding model", Probe("POST", "/v1/chat/completions", CHAT)),
 ]
 
 TONE = make_wav(2.0, rate=16000)

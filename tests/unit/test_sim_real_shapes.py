@@ -141,3 +141,20 @@ async def test_a_transcription_sent_during_a_load_waits_for_the_new_model(stt_we
     response = await sim.settle(waiting)
     assert response.code == 200 and sim.clock.seconds() - start == pytest.approx(0.8 + 0.2)
     assert (await sim.settle(loading)).code == 200
+
+
+@pytest_twisted.ensureDeferred
+async def test_embeddings_native_route_base64_and_an_input_beyond_the_slot(text_weights: Path) -> None:
+    """``/embedding`` gives each input's pooled vector in a list of one; base64 items name their encoding;
+    an input longer than a slot is refused with llama-server's "larger than the max context size"."""
+    sim = SimHarness.loaded(["llama-server", "-m", str(text_weights), "--embeddings", "-c", "512",
+                             "-np", "2"])
+    _, native, _ = await call(sim, "POST", "/embedding", {"content": ["a", "b c"]})
+    assert [item["index"] for item in native] == [0, 1]
+    assert all(len(item["embedding"]) == 1 for item in native)
+    _, encoded, _ = await call(sim, "POST", "/v1/embeddings", {"input": "a", "encoding_format": "base64"})
+    assert encoded["data"][0]["encoding_format"] == "base64"
+    code, refused, _ = await call(sim, "POST", "/v1/embeddings", {"input": " ".join(["w"] * 257)})
+    assert code == 400 and refused["error"]["message"] == (
+        "input (257 tokens) is larger than the max context size (256 tokens). skipping")
+    assert (await call(sim, "POST", "/v1/embeddings", {"input": " ".join(["w"] * 256)}))[0] == 200
