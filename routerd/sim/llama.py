@@ -440,7 +440,7 @@ def build_app(runtime: SimRuntime, options: LlamaOptions) -> Klein:
         "/v1/chat/completions": server.chat_completions,
         "/chat/completions": server.chat_completions,
         "/v1/completions": server.completions,
-        "/completions": server.completions,
+        "/completions": server.completion,  # llama-server's native answer, not the OpenAI one
         "/completion": server.completion,
         "/v1/embeddings": server.embeddings, "/embeddings": server.embeddings,
         "/embedding": server.embedding,
@@ -451,7 +451,13 @@ def build_app(runtime: SimRuntime, options: LlamaOptions) -> Klein:
     }
     table = [*routes("GET", gets, work=False), *routes("POST", posts, work=True),
              *routes("POST", tokenizer, work=False)]
-    return build_family_app(runtime, table, loading_reply=_loading, error_body=openai_error_page)
+    return build_family_app(runtime, table, loading_reply=_loading, error_body=openai_error_page,
+                            error_page=_not_found)
+
+
+def _not_found(request: Request, status: int, message: str) -> bytes:
+    """llama-server answers a known path asked with the wrong method as it does an unknown one: 404."""
+    return send_json(request, 404, openai_error_page(404, "File Not Found"))
 
 
 def _build(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:

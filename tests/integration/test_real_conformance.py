@@ -12,6 +12,8 @@ Departures left on purpose (values, not shapes, are what the servers differ in o
 * the answers' text and token counts: the simulator's weights say words drawn from their label, the tiny GGUF
   its one sentence; the simulator counts a word as a token (the real tokenizer splits punctuation too), never
   stops early (``finish_reason`` "length", never "stop") and has no prompt cache (``cached_tokens`` 0);
+* the ``model`` an answer names: llama-server names itself (its ``-a`` alias, else the ``-m`` path as given),
+  the simulator echoes the request's ``model``; routerd rewrites ``model`` in every answer it relays;
 * sampler settings (``generation_settings``, ``params``): the simulator has no sampler;
 * headers other than Content-Type (llama-server's ``X-Accel-Buffering``, Content-Length vs chunked);
 * whisper-server loads its startup model before it listens (connections are refused until then); the
@@ -44,6 +46,8 @@ SLOT_CONTEXT = 256
 TRAIN_CONTEXT = 2048
 
 CHAT = {"messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 4}
+IMAGE_CHAT = {"messages": [{"role": "user", "content": [
+    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}
 #: More tokens than a 256-token slot holds, by either server's count (the simulator counts words).
 LONG_PROMPT = " ".join(["tiny"] * 300)
 
@@ -83,6 +87,14 @@ LLAMA_BATTERY: list[Check] = [
         "messages": [{"role": "user", "content": LONG_PROMPT}], "max_tokens": 4})),
     Check("context overflow, native", Probe("POST", "/completion", {"prompt": LONG_PROMPT, "n_predict": 4})),
     Check("unknown route", Probe("GET", "/no/such/route")),
+    Check("wrong method", Probe("GET", "/v1/chat/completions")),
+    Check("chat without v1", Probe("POST", "/chat/completions", CHAT)),
+    Check("completions without v1", Probe("POST", "/completions", {"prompt": "Hi", "n_predict": 4}), SAMPLER),
+    Check("models without v1", Probe("GET", "/models"), {
+        "$.data[].meta.weights": "the simulator's weights label: tests tell which weights answered by it",
+    }),
+    Check("health with v1", Probe("GET", "/v1/health")),
+    Check("image without a projector", Probe("POST", "/v1/chat/completions", IMAGE_CHAT)),
 ]
 
 EMBEDDINGS_BATTERY: list[Check] = [

@@ -158,3 +158,15 @@ async def test_embeddings_native_route_base64_and_an_input_beyond_the_slot(text_
     assert code == 400 and refused["error"]["message"] == (
         "input (257 tokens) is larger than the max context size (256 tokens). skipping")
     assert (await call(sim, "POST", "/v1/embeddings", {"input": " ".join(["w"] * 256)}))[0] == 200
+
+
+@pytest_twisted.ensureDeferred
+async def test_completions_without_v1_is_the_native_route_and_a_wrong_method_is_not_found(
+        text_weights: Path) -> None:
+    """llama-server serves ``/completions`` with ``/completion``'s answer (not the OpenAI one) and answers a
+    known path asked with the wrong method 404, as it does an unknown path."""
+    sim = SimHarness.loaded(["llama-server", "-m", str(text_weights)])
+    code, body, _ = await call(sim, "POST", "/completions", {"prompt": "a", "n_predict": 2})
+    assert code == 200 and body["tokens_predicted"] == 2 and "choices" not in body
+    code, body, _ = await call(sim, "GET", "/v1/chat/completions")
+    assert code == 404 and body["error"]["type"] == "not_found_error"
