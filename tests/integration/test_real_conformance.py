@@ -73,6 +73,8 @@ LLAMA_BATTERY: list[Check] = [
     Check("completions", Probe("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 4})),
     Check("completions stream", Probe("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 4,
                                                                   "stream": True})),
+    Check("completions stream with usage", Probe("POST", "/v1/completions", {
+        "prompt": "Hi", "max_tokens": 4, "stream": True, "stream_options": {"include_usage": True}})),
     Check("native completion", Probe("POST", "/completion", {"prompt": "Hi", "n_predict": 4}), SAMPLER),
     Check("native completion stream", Probe("POST", "/completion", {"prompt": "Hi", "n_predict": 4,
                                                                     "stream": True}), SAMPLER),
