@@ -181,4 +181,4 @@ def _build(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:
     return build_app(runtime, options_from_args(ns))
 
 
-PROGRAM = Family("whisper-server", "stt", FLAGS, _build)
+PROGRAM = Family("whisper-server", "stt", FLAGS, _build, listens_when_loaded=True)

@@ -16,9 +16,6 @@ Departures left on purpose (values, not shapes, are what the servers differ in o
   the simulator echoes the request's ``model``; routerd rewrites ``model`` in every answer it relays;
 * sampler settings (``generation_settings``, ``params``): the simulator has no sampler;
 * headers other than Content-Type (llama-server's ``X-Accel-Buffering``, Content-Length vs chunked);
-* whisper-server loads its startup model before it listens (connections are refused until then); the
-  simulator listens first and answers 503 meanwhile (``/health`` ``{"status": "loading model"}``): to
-  routerd's readiness probe both are "not ready yet";
 * whisper-server's ``verbose_json`` language detection (``detected_language``, ``language_probabilities``):
   meaningless for the English-only tiny model, filled in by the simulator with the requested language.
 """
@@ -221,6 +218,13 @@ def test_while_loading_the_simulated_llama_server_answers_health_as_the_real_one
     assert not differences(real[0], sim[0])
     assert real[0].body == sim[0].body == {"error": {"message": "Loading model", "type": "unavailable_error",
                                                      "code": 503}}
+
+
+def test_whisper_servers_listen_only_once_their_model_is_loaded(whisper: tuple[Running, Running]) -> None:
+    """whisper-server loads its startup model before it binds its port: a client sees connections refused,
+    then 200, never a "loading" answer (the simulator's weights take 200 ms to load)."""
+    for server in whisper:
+        assert [answer.status for answer in server.startup] == [200]
 
 
 def test_each_slot_gets_its_share_of_the_context_on_both_servers(llama: tuple[Running, Running]) -> None:
