@@ -209,6 +209,8 @@ class Running:
     log: Path
     #: What a test asked of the server as soon as it was ready (see its fixture).
     fresh: Answer | None = None
+    #: The first "loading" (503) answer to each of the probes :func:`start_server` was given, by path.
+    loading: dict[str, Answer] = attrs.field(factory=dict)
 
     def ask(self, probe: Probe) -> Answer:
         return ask(self.port, probe)
@@ -223,9 +225,10 @@ class Running:
                 self.process.wait()
 
 
-def start_server(argv: Sequence[str], port: int, log: Path) -> Running:
+def start_server(argv: Sequence[str], port: int, log: Path, while_loading: Sequence[Probe] = ()) -> Running:
     """Start ``argv`` (listening on ``port``) and poll ``/health`` without pause until it answers 200, keeping
-    every answer on the way (so a fast load is still seen answering "loading")."""
+    every answer on the way (so a fast load is still seen answering "loading"); while ``/health`` says 503,
+    each of ``while_loading`` is asked too until it has been answered 503 once."""
     with log.open("wb") as out:
         process = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT)
     running = Running(process, port, [], log)
@@ -241,5 +244,13 @@ def start_server(argv: Sequence[str], port: int, log: Path) -> Running:
         running.startup.append(answer)
         if answer.status == 200:
             return running
+        for probe in while_loading:
+            if probe.path not in running.loading:
+                try:
+                    during = ask(port, probe, timeout=5.0)
+                except OSError:
+                    continue
+                if during.status == 503:
+                    running.loading[probe.path] = during
     running.stop()
     raise RuntimeError(f"{argv[0]} was not ready within {START_TIMEOUT_S} s:\n{log.read_text()[-2000:]}")

@@ -130,6 +130,9 @@ WHISPER_BATTERY: list[Check] = [
 
 #: Asked of a llama pair as soon as both are ready, before any request has used a slot.
 FRESH = Probe("GET", "/slots")
+#: Asked of a llama-server while it loads its model (routerd's readiness probe reads ``/v1/models``).
+WHILE_LOADING = (Probe("GET", "/v1/models"), Probe("GET", "/props"), Probe("GET", "/slots"),
+                 Probe("POST", "/tokenize", {"content": "Hi"}), Probe("POST", "/v1/chat/completions", CHAT))
 
 
 def _pair(real: list[str], sim: list[str], folder: Path) -> Iterator[tuple[Running, Running]]:
@@ -138,7 +141,7 @@ def _pair(real: list[str], sim: list[str], folder: Path) -> Iterator[tuple[Runni
                                folder / "real.log")
     try:
         sim_server = start_server([*sim, "--host", "127.0.0.1", "--port", str(sim_port)], sim_port,
-                                  folder / "sim.log")
+                                  folder / "sim.log", WHILE_LOADING if "llama-server" in sim else ())
         try:
             if "llama-server" in sim:
                 real_server.fresh, sim_server.fresh = real_server.ask(FRESH), sim_server.ask(FRESH)
@@ -218,6 +221,22 @@ def test_while_loading_the_simulated_llama_server_answers_health_as_the_real_one
     assert not differences(real[0], sim[0])
     assert real[0].body == sim[0].body == {"error": {"message": "Loading model", "type": "unavailable_error",
                                                      "code": 503}}
+
+
+def test_while_loading_every_route_answers_loading_as_on_the_real_llama_server(
+        llama: tuple[Running, Running], real_servers: RealServers, tiny_models: TinyModels,
+        tmp_path: Path) -> None:
+    """Until the model is in, ``/v1/models``, ``/props``, ``/slots``, ``/tokenize`` and a chat are all
+    answered 503 "Loading model", on both servers.  The real one is the slow GGUF (a longer load, so each
+    route is surely asked while it lasts)."""
+    port = free_port()
+    real = start_server([real_servers.llama, "-m", tiny_models.slow, "-t", "1", "--host", "127.0.0.1",
+                         "--port", str(port)], port, tmp_path / "slow.log", WHILE_LOADING)
+    real.stop()
+    sim = llama[1]
+    for probe in WHILE_LOADING:
+        assert probe.path in real.loading and probe.path in sim.loading, f"{probe.path} never seen loading"
+        assert not differences(real.loading[probe.path], sim.loading[probe.path]), probe.path
 
 
 def test_whisper_servers_listen_only_once_their_model_is_loaded(whisper: tuple[Running, Running]) -> None:
