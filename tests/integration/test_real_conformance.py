@@ -15,6 +15,8 @@ Departures left on purpose (values, not shapes, are what the servers differ in o
 * the ``model`` an answer names: llama-server names itself (its ``-a`` alias, else the ``-m`` path as given),
   the simulator echoes the request's ``model``; routerd rewrites ``model`` in every answer it relays;
 * sampler settings (``generation_settings``, ``params``): the simulator has no sampler;
+* an unknown path asked while llama-server loads: 503 "Loading model" there, 404 from the simulator (which
+  routes before it checks the load); routerd asks only the routes it knows;
 * headers other than Content-Type (llama-server's ``X-Accel-Buffering``, Content-Length vs chunked);
 * whisper-server's ``verbose_json`` language detection (``detected_language``, ``language_probabilities``):
   meaningless for the English-only tiny model, filled in by the simulator with the requested language.
