@@ -44,6 +44,7 @@ class Waiter:
     config: ModelConfig | None  # None: an unload
     deferred: Deferred[Any]
     idle_after: bool = True  # an unload: restart without a model (KoboldCpp --nomodel) afterwards
+    yields: bool = False  # borrowed work: a load begun only for it stops when it gives up waiting
 
 
 @attrs.define(eq=False)
@@ -382,10 +383,10 @@ class SlotProcess:
         self._queue = deque(joining + others)
         self._pump()
 
-    def _load_failed(self, attempt: _Attempt, reason: str) -> None:
+    def _drop_attempt(self, attempt: _Attempt) -> None:
+        """End ``attempt`` without a ready backend: its process (when it is the slot's) is stopped,
+        the queue held until it is gone, and the slot holds no config."""
         self._finish(attempt)
-        log.error("{backend}: load failed: {reason}", backend=self.name, reason=reason)
-        self._report(attempt, ok=False, reason=reason)
         process = attempt.process
         if process is not None and process is self._process:
             self._set_process(None)
@@ -393,6 +394,11 @@ class SlotProcess:
         self._generation += 1
         self._config = None
         self._port = None
+
+    def _load_failed(self, attempt: _Attempt, reason: str) -> None:
+        self._drop_attempt(attempt)
+        log.error("{backend}: load failed: {reason}", backend=self.name, reason=reason)
+        self._report(attempt, ok=False, reason=reason)
         self._last_error = reason
         self._set_state(S.FAILED)
         key = config_key(attempt.config)

@@ -48,7 +48,7 @@ TRANSITIONS: Mapping[SlotState, frozenset[SlotState]] = {
     S.DEAD: frozenset({S.LOADING, S.EMPTY, S.CLOSED}),
     S.READY: frozenset({S.SWITCHING, S.STOPPING, S.DEAD, S.CLOSED}),
     S.SWITCHING: frozenset({S.LOADING, S.CLOSED}),
-    S.LOADING: frozenset({S.READY, S.FAILED, S.CLOSED}),
+    S.LOADING: frozenset({S.READY, S.FAILED, S.EMPTY, S.CLOSED}),
     S.STOPPING: frozenset({S.EMPTY, S.CLOSED}),
     S.CLOSED: frozenset(),
 }
