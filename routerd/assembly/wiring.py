@@ -25,7 +25,7 @@ def wire(p: NodeParts, coordinator: Late[Coordinator]) -> None:
     p.local.on_claimed = p.lending.helper.own_claimed
     p.local.blocked = p.assets.blocked  # unresolved portable assets block a load
     p.local.jobs = p.jobs
-    p.local.context_gate = ContextGate(p.backend_agent, PromptTokens(p.lending))
+    p.local.context_gate = ContextGate(p.backend_agent, PromptTokens(p.lending), p.reactor)
     p.settings_applied.refit.set(p._refit_loop)
     p.settings_applied.coordinator = p.coordinator
     p.records_changed.local_records.set(p.documents.local_records)

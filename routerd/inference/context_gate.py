@@ -5,8 +5,10 @@ sees it.
 The window is the backend's real one, not the config's ``contextsize``: llama-server splits
 ``--ctx-size`` over its ``--parallel`` slots (512 on two slots gives each 256) and caps a slot at
 the model's training context, so after each load the gate reads the slot window from the backend's
-``GET /props`` (``default_generation_settings.n_ctx``), once per backend process.  A backend that
-does not answer it (another family) is not gated.
+``GET /props`` (``default_generation_settings.n_ctx``), once per backend process: one read, shared by
+the requests that arrive meanwhile, and given up after :data:`PROPS_TIMEOUT_S` (a backend that hangs
+must not hold a request here, where no cut-off or cancel of the backend call can reach it).  A backend
+that does not answer it in time (another family, a hung process) is not gated.
 
 The prompt's size is estimated as lending's is (spec "LLM lending": body bytes over the model's
 measured bytes per token) but pulled the other way by the ratio's spread: lending's estimate leans
@@ -22,7 +24,10 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web.iweb import IAgent
 
 from routerd.catalog.model import ModelConfig
@@ -36,6 +41,9 @@ log = Logger()
 
 #: ``prompt_tokens(call, model)``: the fewest prompt tokens a text call plausibly holds, or None.
 PromptEstimate = Callable[[Call, ModelConfig], int | None]
+
+#: How long a backend's ``/props`` may take before its process is taken as reporting no window.
+PROPS_TIMEOUT_S = 2.0
 
 
 def slot_window(props: object) -> int | None:
@@ -63,9 +71,13 @@ class ContextGate:
 
     agent: IAgent
     prompt_tokens: PromptEstimate
+    clock: IReactorTime
+    timeout_s: float = PROPS_TIMEOUT_S
     #: (config file name, config hash) -> (the base URL of the process that reported it, its slot
     #: window or None when it reported none).
     _windows: dict[tuple[str, str], tuple[str, int | None]] = attrs.field(init=False, factory=dict)
+    #: base URL -> the read of its ``/props`` in flight (one per process, whoever asks meanwhile).
+    _reading: dict[str, Deferred[int | None]] = attrs.field(init=False, factory=dict)
 
     def _estimate(self, call: Call, model: ModelConfig) -> int | None:
         if call.route.runtime != "text" or SECTIONS.get(call.route.kind) != "llm":
@@ -100,16 +112,37 @@ class ContextGate:
         known = self._windows.get(key)
         if known is not None and known[0] == base_url:
             return known[1]
-        window: int | None = None
-        try:
-            response: Any = await self.agent.request(b"GET", (base_url + "/props").encode())
-            body = await collect(response)
-            if int(response.code) == 200:
-                window = slot_window(json.loads(body))
-        except Exception as exc:  # a backend without /props is simply not gated
-            log.debug("no slot window from {url}: {error}", url=base_url, error=str(exc))
-        self._windows[key] = (base_url, window)
+        reading = self._reading.get(base_url)
+        if reading is None:
+            reading = Deferred.fromCoroutine(self._read(base_url))
+            reading.addTimeout(self.timeout_s, self.clock)
+            reading.addErrback(_no_window, base_url)
+            self._reading[base_url] = reading
+        shared: Deferred[int | None] = Deferred()
+        reading.addCallback(_pass_to, shared)  # each asker its own Deferred: cancelling one spares the read
+        window = await shared
+        if self._reading.get(base_url) is reading:
+            del self._reading[base_url]
+            self._windows[key] = (base_url, window)
         return window
+
+    async def _read(self, base_url: str) -> int | None:
+        response: Any = await self.agent.request(b"GET", (base_url + "/props").encode())
+        body = await collect(response)
+        return slot_window(json.loads(body)) if int(response.code) == 200 else None
+
+
+def _no_window(failure: Failure, base_url: str) -> None:
+    """A backend without ``/props``, or one that did not answer in time, reports no window."""
+    log.debug("no slot window from {url}: {error}", url=base_url, error=failure.getErrorMessage())
+    return None
+
+
+def _pass_to(window: int | None, shared: Deferred[int | None]) -> int | None:
+    """Hand the shared read's ``window`` to one asker (unless it gave up), and keep it for the next."""
+    if not shared.called:
+        shared.callback(window)
+    return window
 
 
 __all__ = ["ContextGate", "PromptEstimate", "overflow", "slot_window"]

@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 import pytest
 from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.task import Clock
 
 from routerd.catalog.model import Capabilities, ModelConfig
 from routerd.errors import HTTPError
@@ -48,9 +49,12 @@ class PropsAgent:
     props: Any = attrs.Factory(lambda: {"default_generation_settings": {"n_ctx": 256}})
     code: int = 200
     asked: list[bytes] = attrs.Factory(list)
+    hang: bool = False  # never answer (a hung backend)
 
     def request(self, method: bytes, uri: bytes, *_args: Any) -> Deferred[Any]:
         self.asked.append(method + b" " + uri)
+        if self.hang:
+            return Deferred()
         if self.props is None:
             return fail(ConnectionRefusedError())
         return succeed(Answer(self.code, json.dumps(self.props).encode()))
@@ -80,7 +84,7 @@ def test_a_prompt_is_refused_once_it_fills_the_window_as_the_backend_does() -> N
 
 def test_the_gate_refuses_an_overflowing_chat_and_reads_the_window_once_per_process() -> None:
     agent = PropsAgent()
-    gate = ContextGate(agent, lambda _call, _model: 300)  # type: ignore[arg-type]
+    gate = ContextGate(agent, lambda _call, _model: 300, Clock())  # type: ignore[arg-type]
     refused = check(gate, call())
     assert isinstance(refused, HTTPError) and refused.code == "context_exceeded"
     assert check(gate, call()) is not None
@@ -92,7 +96,7 @@ def test_the_gate_refuses_an_overflowing_chat_and_reads_the_window_once_per_proc
 def test_a_known_window_refuses_before_the_runtime_is_acquired() -> None:
     """The window the config's last process reported refuses a doomed request with no load or
     switch; a config never measured passes to the backend."""
-    gate = ContextGate(PropsAgent(), lambda _call, _model: 300)  # type: ignore[arg-type]
+    gate = ContextGate(PropsAgent(), lambda _call, _model: 300, Clock())  # type: ignore[arg-type]
     gate.refuse_known(call(), model(), "tiny")  # nothing known yet
     check(gate, call())
     with pytest.raises(HTTPError) as refused:
@@ -104,15 +108,50 @@ def test_a_known_window_refuses_before_the_runtime_is_acquired() -> None:
 
 def test_the_gate_passes_what_may_fit_an_unsized_request_and_other_lanes() -> None:
     agent = PropsAgent()
-    assert check(ContextGate(agent, lambda _c, _m: 255), call()) is None  # type: ignore[arg-type]
-    assert check(ContextGate(agent, lambda _c, _m: None), call()) is None  # type: ignore[arg-type]
-    assert check(ContextGate(agent, lambda _c, _m: 10_000), call("/v1/embeddings")) is None  # type: ignore[arg-type]
+    assert check(ContextGate(agent, lambda _c, _m: 255, Clock()), call()) is None  # type: ignore[arg-type]
+    assert check(ContextGate(agent, lambda _c, _m: None, Clock()), call()) is None  # type: ignore[arg-type]
+    assert check(ContextGate(agent, lambda _c, _m: 10_000, Clock()), call("/v1/embeddings")) is None  # type: ignore[arg-type]
     assert len(agent.asked) == 1  # only the sized text request read the window
 
 
 @pytest.mark.parametrize("agent", [PropsAgent(props=None), PropsAgent(code=404), PropsAgent(props={"x": 1})])
 def test_a_backend_that_reports_no_window_is_not_gated(agent: PropsAgent) -> None:
-    gate = ContextGate(agent, lambda _c, _m: 10_000)  # type: ignore[arg-type]
+    gate = ContextGate(agent, lambda _c, _m: 10_000, Clock())  # type: ignore[arg-type]
     assert check(gate, call()) is None
     assert fired(Deferred.fromCoroutine(gate.window(model(), "http://127.0.0.1:9"))) is None
     assert len(agent.asked) == 1  # remembered: not asked again per request
+
+
+def test_a_backend_that_never_answers_props_holds_a_request_at_most_the_timeout_and_is_not_gated() -> None:
+    """A hung backend must not hold a request in the gate, where no cut-off or cancel of the backend call
+    reaches it: the read is given up after ``timeout_s``, shared by every request meanwhile, and the
+    process is then taken as reporting no window."""
+    agent, clock = PropsAgent(hang=True), Clock()
+    gate = ContextGate(agent, lambda _c, _m: 10_000, clock, timeout_s=2.0)  # type: ignore[arg-type]
+    first = Deferred.fromCoroutine(gate.check(call(), model(), "http://127.0.0.1:9", "tiny"))
+    second = Deferred.fromCoroutine(gate.check(call(), model(), "http://127.0.0.1:9", "tiny"))
+    clock.advance(1.9)
+    assert not first.called and not second.called
+    clock.advance(0.2)
+    assert fired(first) is None and fired(second) is None
+    assert len(agent.asked) == 1
+    assert check(gate, call()) is None and len(agent.asked) == 1  # remembered as no window
+
+
+def test_a_request_that_gives_up_while_the_window_is_read_spares_the_read_for_the_others() -> None:
+    later: Deferred[Any] = Deferred()
+
+    class LaterAgent:  # its answer comes when the test says
+        def request(self, *_args: Any) -> Deferred[Any]:
+            return later
+
+    gate = ContextGate(LaterAgent(), lambda _c, _m: 300, Clock())  # type: ignore[arg-type]
+    leaving = Deferred.fromCoroutine(gate.check(call(), model(), "http://127.0.0.1:9", "tiny"))
+    staying = Deferred.fromCoroutine(gate.check(call(), model(), "http://127.0.0.1:9", "tiny"))
+    leaving.addErrback(lambda _f: None)
+    leaving.cancel()
+    assert not later.called  # the read goes on
+    later.callback(Answer(200, json.dumps({"default_generation_settings": {"n_ctx": 256}}).encode()))
+    refused: list[Any] = []
+    staying.addErrback(lambda f: refused.append(f.value))
+    assert isinstance(refused[0], HTTPError) and refused[0].code == "context_exceeded"
