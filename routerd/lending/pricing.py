@@ -323,18 +323,23 @@ def estimate_text(
 ) -> tuple[tuple[float, float], int] | None:
     """``((prompt_tokens, output_tokens), required_context)`` of a text request, or None (unsized).
 
-    Prompt tokens = ⌈body bytes / conservative ratio⌉.  The answer's share is the client's limit
-    when it states one, else the larger of the measured reserve and ``context_reserve`` (the floor
-    applies only when the client states no limit, as the spec says).
+    Prompt tokens = ⌈body bytes / conservative ratio⌉.  The answer's share of the context is the
+    client's limit when it states one, else the larger of the measured reserve and ``context_reserve``
+    (the floor applies only when the client states no limit, as the spec says).  The answer's work
+    (what a fit prices) is that share capped at the measured reserve: a limit is only a ceiling, and a
+    model whose answers stop well short of it (measured: mean + 2σ) does not work to the limit, so a
+    fit of its measured work prices the request by what it will do.
     """
     if profile is None or body_bytes <= 0 or profile.conservative_bytes_per_token <= 0:
         return None
     prompt = math.ceil(body_bytes / profile.conservative_bytes_per_token)
     if client_limit is not None and client_limit > 0:
-        output = client_limit
+        share = client_limit
     else:
-        output = max(profile.reserved_output_tokens, context_reserve)
-    return (float(prompt), float(output)), prompt + output
+        share = max(profile.reserved_output_tokens, context_reserve)
+    measured = profile.reserved_output_tokens
+    output = min(share, measured) if measured > 0 else share
+    return (float(prompt), float(output)), prompt + share
 
 
 def work_terms(call: Call, lane: Lane, profile: TokenProfile | None,

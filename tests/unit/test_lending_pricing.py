@@ -241,7 +241,18 @@ def test_text_size_estimate_uses_the_client_limit_or_the_larger_reserve() -> Non
     profile = TokenProfile("chat", 4.0, 300, 20)
     assert estimate_text(profile, 4001, 50, 256) == ((1001.0, 50.0), 1051)
     assert estimate_text(profile, 4000, None, 256) == ((1000.0, 300.0), 1300)
-    assert estimate_text(profile, 4000, None, 512) == ((1000.0, 512.0), 1512)
+    assert estimate_text(profile, 4000, None, 512) == ((1000.0, 300.0), 1512)  # works 300, reserves 512
+
+
+def test_a_limit_above_the_measured_answers_reserves_context_but_prices_the_measured_work() -> None:
+    """A model that answers in 10 tokens (measured) asked with max_tokens 20: the context must hold
+    20, the work is 10, so the uniform fit of those same requests (10 output tokens) prices them."""
+    profile = TokenProfile("chat", 2.0, 10, 6)
+    (prompt, output), context = estimate_text(profile, 96, 20, 16) or ((0.0, 0.0), 0)
+    assert (prompt, output, context) == (48.0, 10.0, 68)
+    fit = fit_model([text(150.0 + i, 48.0, 10.0) for i in range(6)], 2)
+    assert fit is not None and fit.uniform_work == (48.0, 10.0)
+    assert predict(fit, (prompt, output)) == pytest.approx(152.5)
     assert estimate_text(None, 4000, None, 256) is None
     assert estimate_text(profile, 0, None, 256) is None
 
