@@ -25,6 +25,7 @@ from tests.integration.nodes import (
     FAST_TEXT,
     knows,
     plan_cluster,
+    post,
     start_cluster,
     wait_until,
     write_models,
@@ -96,6 +97,22 @@ async def test_a_streamed_chat_through_the_master_is_the_real_servers_sse_ending
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert text == HELPER_ANSWER
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 9  # 8 pieces + EOS
+
+
+@pytest_twisted.ensureDeferred
+async def test_ollama_chat_and_generate_through_the_master_are_the_real_answer_under_the_name_asked(
+        trio: Trio) -> None:
+    code, payload, response = await post(trio.master.url + "/api/chat", {
+        "model": "beta", "stream": False, "messages": [{"role": "user", "content": "hi"}]})
+    assert code == 200, payload
+    assert response.headers.getRawHeaders(b"x-routerd-node") == [b"helper"]
+    assert (payload["model"], payload["message"]["content"], payload["done"]) == ("beta", HELPER_ANSWER, True)
+    # streamed (NDJSON, Ollama's default): every line names beta, the text is the helper's sentence
+    response = await treq.post(trio.master.url + "/api/generate", json={"model": "beta", "prompt": "hi"})
+    lines = [json.loads(line) for line in (await response.content()).decode().splitlines() if line]
+    assert response.code == 200 and lines[-1]["done"] is True
+    assert {line["model"] for line in lines} == {"beta"}
+    assert "".join(line["response"] for line in lines) == HELPER_ANSWER
 
 
 @pytest_twisted.ensureDeferred
