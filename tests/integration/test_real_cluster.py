@@ -5,7 +5,8 @@ The master runs no real backend (its one model, ``vision``, is a simulated multi
 vision projector can be generated).  The ``owner`` slave serves ``alpha``, the slow GGUF with ``parallel
 1``; the ``helper`` slave serves ``beta``, the tiny GGUF written to answer :data:`HELPER_ANSWER`, so every
 answer says which llama-server wrote it.  One cluster serves the whole module: the tests run in file
-order, and only the last ones link ``alpha`` to ``beta``.
+order, and only the last two link ``alpha`` to ``beta`` and unload the helper.  Every request ``alpha``
+answers is the same body (the lending test needs the owner's uniform cost fit); the others go to ``beta``.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import treq
 from twisted.internet import defer
 
 from routerd.routing.guardians import image_refused
-from tests.integration.lending_support import LENDING, Trio, ask_chat, link
+from tests.integration.lending_support import LENDING, Trio, ask_chat, chat, link
 from tests.integration.nodes import (
     FAST_TEXT,
+    TOKEN,
     knows,
     plan_cluster,
     post,
@@ -186,3 +188,18 @@ async def test_the_slow_owners_backlog_is_lent_and_lent_answers_are_the_helpers_
     assert len([row for row in owner_rows if row["outcome"] == "lent"]) == len(lent)
     assert trio.owner.node.lending.queues["text"].pending() == []
     assert trio.owner.node.lending.queues["text"].lent("alpha") == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_borrowed_request_loads_the_helpers_real_server_only_when_the_lease_allows_it(
+        trio: Trio) -> None:
+    helper = trio.helper.node
+    await helper.runtimes.unload("all")
+    headers = {"authorization": f"Bearer {TOKEN}", "x-routerd-offload": "1"}
+    url = trio.helper.url + "/router/v1/node/inference/v1/chat/completions"
+    code, payload, _ = await post(url, chat("beta"), headers=headers)
+    assert (code, payload["error"]["code"]) == (409, "offload_returned")
+    assert helper.runtimes.loaded_config("text") is None  # no llama-server was started
+    code, payload, _ = await post(url, chat("beta"), headers={**headers, "x-routerd-offload-load": "1"})
+    assert (code, content_of(payload)) == (200, HELPER_ANSWER)
+    assert helper.runtimes.loaded_config("text") == "beta.kcpps"
