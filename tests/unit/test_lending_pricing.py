@@ -110,9 +110,20 @@ def test_two_term_text_fit_recovers_prefill_and_decode_slopes() -> None:
     assert cost.slopes_ms == pytest.approx((0.4, 20.0))
 
 
-def test_one_constant_term_among_varied_ones_leaves_the_model_unpriced() -> None:
+def test_one_constant_term_among_varied_ones_is_held_at_its_mean_and_the_others_fitted() -> None:
+    """A model whose answers are all 16 tokens, asked prompts of every length (a real llama-server
+    answering the tiny test model's one sentence): priced by prompt, for answers near 16 tokens only."""
     samples = [text(50.0 + 0.4 * p + 20.0 * 16, p, 16) for p in range(100, 2100, 100)]
-    assert fit_model(samples, 20) is None
+    cost = fit_model(samples, 20)
+    assert cost is not None
+    assert cost.uniform_work == (0.0, 16.0)
+    assert cost.base_ms == pytest.approx(50.0 + 20.0 * 16, abs=1e-6)
+    assert cost.slopes_ms == pytest.approx((0.4, 0.0))
+    assert predict(cost, (1000.0, 17.0)) == pytest.approx(370.0 + 400.0)
+    assert predict(cost, (5000.0, 16.0)) == pytest.approx(370.0 + 2000.0)  # the fitted term extrapolates
+    assert predict(cost, (1000.0, 40.0)) is None  # the held one does not
+    assert predict_queue(cost, 2, (3000.0, 32.0)) == pytest.approx(2 * 370.0 + 1200.0)
+    assert predict_queue(cost, 2, (3000.0, 64.0)) is None
 
 
 def test_collinear_terms_leave_the_model_unpriced() -> None:
