@@ -19,9 +19,11 @@ from routerd.inference.own_loads import OwnLoads
 from routerd.lending.coordinator import Coordinator
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.helper_side import HelperSide
+from routerd.lending.pricing import fewest_prompt_tokens
 from routerd.lending.restore import Restorer
 from routerd.lending.service import LendingService
 from routerd.routing.call import Call
+from routerd.wire.lending import lane_key
 from routerd.wire.records import ModelRecord
 
 
@@ -54,6 +56,18 @@ class Acquiring:
         self.helper.own_acquiring(call, model)
         self.restorer.acquired(call.route.runtime, model.filename, borrowed=call.borrowed,
                                restore=call.restore_after_borrow or call.guardian_restore)
+
+
+class PromptTokens:
+    """The context gate's prompt estimate (``inference.context_gate``): the fewest tokens the body
+    plausibly holds by its model's measured token profile (lending's latest fit), None while the
+    model has none."""
+
+    def __init__(self, lending: LendingService) -> None:
+        self.lending = lending
+
+    def __call__(self, call: Call, model: ModelConfig) -> int | None:
+        return fewest_prompt_tokens(self.lending.work.profile(lane_key("text", model)), len(call.body))
 
 
 class SettingsApplied:

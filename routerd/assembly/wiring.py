@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from routerd.assembly.current import Late
 from routerd.assembly.parts import NodeParts
-from routerd.assembly.reactions import Acquiring
+from routerd.assembly.reactions import Acquiring, PromptTokens
+from routerd.inference.context_gate import ContextGate
 from routerd.lending.coordinator import Coordinator
 
 
@@ -24,6 +25,7 @@ def wire(p: NodeParts, coordinator: Late[Coordinator]) -> None:
     p.local.on_claimed = p.lending.helper.own_claimed
     p.local.blocked = p.assets.blocked  # unresolved portable assets block a load
     p.local.jobs = p.jobs
+    p.local.context_gate = ContextGate(p.backend_agent, PromptTokens(p.lending))
     p.settings_applied.refit.set(p._refit_loop)
     p.settings_applied.coordinator = p.coordinator
     p.records_changed.local_records.set(p.documents.local_records)

@@ -36,8 +36,9 @@ def requested_class(own: PriorityClass, asked: str) -> PriorityClass:
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_FIELDS = ("name", "key", "key_file", "key_env", "class", "limits")
-_LIMITS = ("max_concurrent", "requests_per_minute", "tokens_per_minute", "weight")
+#: The fields of an ``auth.inference_keys`` object entry and of its ``limits`` (contract §2).
+KEY_FIELDS = ("name", "key", "key_file", "key_env", "class", "limits")
+LIMIT_FIELDS = ("max_concurrent", "requests_per_minute", "tokens_per_minute", "weight")
 
 
 @attrs.frozen
@@ -98,8 +99,8 @@ def _entry(item: Any, n: int, env: Mapping[str, str], resolve_path: Callable[[st
         complain(where, "must be a string or a {name, key, class, limits} object")
         return None
     for field in item:
-        if field not in _FIELDS:
-            complain(f"{where}.{field}", f"unknown key (known: {', '.join(_FIELDS)})")
+        if field not in KEY_FIELDS:
+            complain(f"{where}.{field}", f"unknown key (known: {', '.join(KEY_FIELDS)})")
     name = item.get("name", f"key-{n}")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         complain(f"{where}.name", "must be 1-64 letters, digits, '.', '_' or '-'")
@@ -156,10 +157,10 @@ def _limits(value: Any, complain: Complain, where: str) -> KeyLimits | None:
     ok = True
     counts: dict[str, int] = {}
     for field in value:
-        if field not in _LIMITS:
-            complain(f"{where}.{field}", f"unknown key (known: {', '.join(_LIMITS)})")
+        if field not in LIMIT_FIELDS:
+            complain(f"{where}.{field}", f"unknown key (known: {', '.join(LIMIT_FIELDS)})")
             ok = False
-    for field in _LIMITS[:3]:
+    for field in LIMIT_FIELDS[:3]:
         raw = value.get(field, 0)
         if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= 100_000_000:
             complain(f"{where}.{field}", f"must be a whole number from 0 (unlimited), got {raw!r}")

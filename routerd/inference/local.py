@@ -26,6 +26,7 @@ from routerd.catalog.model import ModelConfig
 from routerd.clients.backend_headers import content_type_headers
 from routerd.counts import count_down
 from routerd.errors import HTTPError, Saturated, StatusError, queue_full
+from routerd.inference.context_gate import ContextGate
 from routerd.inference.video import VideoJobs
 from routerd.lending.offload import OFFLOAD_RETURNED, offload_returned
 from routerd.routing import work
@@ -54,6 +55,8 @@ class RuntimePool(Protocol):
     def acquire(self, kind: Any, model: ModelConfig) -> Deferred[Any]: ...
 
     def loaded_config(self, kind: Any) -> str | None: ...
+
+    def status(self) -> list[Any]: ...
 
     def lease_current(self, kind: Any) -> Any: ...
 
@@ -84,6 +87,8 @@ class LocalInference:
     max_queued_per_model: int = 0
     #: Why a config may not load yet (unresolved portable assets), or None.
     blocked: Callable[[ModelConfig], str | None] = lambda _model: None
+    #: Refuses a text request too big for its backend slot (set by the node); None: no gate.
+    context_gate: ContextGate | None = None
     queued: dict[str, int] = attrs.field(init=False, factory=dict)
     #: Set when the node drains: nothing new starts, waiting requests are refused (503).
     draining: bool = attrs.field(init=False, default=False)
@@ -114,6 +119,8 @@ class LocalInference:
             except (AdapterError, MultipartError) as exc:
                 raise HTTPError(400, str(exc)) from None
             call.outcome.work = work.request_work(call.route, call.parsed, call.body, call.content_type)
+            if self.context_gate is not None:
+                self.context_gate.refuse_known(call, model, public_id)
             self._admit(call, model, public_id)
             entry = ActiveRequest(call.request_id, public_id, call.path, call.route.runtime,
                                   int(call.started * 1000), borrowed=call.borrowed)
@@ -123,6 +130,7 @@ class LocalInference:
             try:
                 if self.on_acquire is not None:
                     self.on_acquire(call, model)
+                held = self.runtimes.loaded_config(call.route.runtime)
                 try:
                     lease = await self._acquire(call, model)
                 except LoadFailed as exc:
@@ -136,7 +144,10 @@ class LocalInference:
                 if self.on_claimed is not None:
                     self.on_claimed(call, True)
                 call.serving_since = self.clock.seconds()
+                load_ns = 0 if held == model.filename else self._load_ns(call.route.runtime, model)
                 try:
+                    if self.context_gate is not None:
+                        await self.context_gate.check(call, model, lease.base_url, public_id)
                     if plan.answer_format == "job":
                         answer, running = await self._submit_job(call, lease.base_url, plan, public_id)
                         if running is not None:
@@ -144,7 +155,7 @@ class LocalInference:
                             self.jobs_running += 1
                             running.addCallback(self._job_ended, call, model, lease)
                         return answer
-                    return await self._proxy(call, lease.base_url, plan, public_id)
+                    return await self._proxy(call, lease.base_url, plan, public_id, load_ns)
                 except FirstByteTimeout as exc:
                     raise HTTPError(504, f"the backend of {model.local_id!r} on node {self.node_id!r} did "
                                     f"not answer within {exc.seconds:g} s", "timeout",
@@ -314,7 +325,16 @@ class LocalInference:
         acquiring.cancel()
         return True
 
-    async def _proxy(self, call: Call, base_url: str, plan: BackendPlan, public_id: str) -> bytes:
+    def _load_ns(self, kind: Any, model: ModelConfig) -> int:
+        """The load of ``model`` a request that found another config (or none) loaded waited for:
+        its slot's last load time, in nanoseconds (Ollama's ``load_duration``)."""
+        for status in self.runtimes.status():
+            if status.kind == kind and status.model_id == model.local_id and status.last_load_ms:
+                return int(status.last_load_ms) * 1_000_000
+        return 0
+
+    async def _proxy(self, call: Call, base_url: str, plan: BackendPlan, public_id: str,
+                     load_ns: int = 0) -> bytes:
         reply = call.reply
         pending = self.agent.request(
             b"POST", (base_url + plan.path).encode(),
@@ -335,19 +355,20 @@ class LocalInference:
                 raise ImageRefused(code, refused)
         reply.set_status(code)
         if ctype.startswith("text/event-stream") and 200 <= code < 300:
-            return await self._stream(call, response, plan, public_id, ctype)
+            return await self._stream(call, response, plan, public_id, ctype, load_ns)
         if raw is None:
             raw = await collect(response, stream_idle(self.timeouts))
-        converted_type, converted = self._convert(call, plan, public_id, code, ctype, raw)
+        converted_type, converted = self._convert(call, plan, public_id, code, ctype, raw, load_ns)
         reply.set_header(b"content-type", converted_type.encode())
         return converted
 
     async def _stream(self, call: Call, response: Any, plan: BackendPlan, public_id: str,
-                      ctype: str) -> bytes:
+                      ctype: str, load_ns: int) -> bytes:
         reply = call.reply
         if plan.answer_format in ("ollama_chat", "ollama_generate"):
             mode: Literal["chat", "generate"] = "chat" if plan.answer_format == "ollama_chat" else "generate"
-            converter: Any = ollama.SSEToNDJSON(mode, public_id, self.clock.seconds)
+            converter: Any = ollama.SSEToNDJSON(mode, public_id, self.clock.seconds, started=call.started,
+                                                load_ns=load_ns)
             reply.set_header(b"content-type", b"application/x-ndjson")
             reply.set_header(b"x-content-type-options", b"nosniff")
         else:
@@ -361,7 +382,7 @@ class LocalInference:
         return b""
 
     def _convert(self, call: Call, plan: BackendPlan, public_id: str, code: int, ctype: str,
-                 raw: bytes) -> tuple[str, bytes]:
+                 raw: bytes, load_ns: int = 0) -> tuple[str, bytes]:
         ok = 200 <= code < 300
         if plan.answer_format == "whisper":
             if not ok:
@@ -376,12 +397,15 @@ class LocalInference:
                 return "application/json", ollama.openai_error_to_ollama(code, raw)
             data = _loads(raw)
             self._usage(call, data)
+            # Ollama's durations: the request's whole time here, and the load it waited for
+            total_ns = max(0, int((self.clock.seconds() - call.started) * 1e9))
             if plan.answer_format == "ollama_chat":
-                out = ollama.openai_chat_to_ollama(data, public_id, _iso_now(), 0)
+                out = ollama.openai_chat_to_ollama(data, public_id, _iso_now(), total_ns, load_ns)
             elif plan.answer_format == "ollama_generate":
-                out = ollama.openai_completion_to_ollama_generate(data, public_id, _iso_now(), 0)
+                out = ollama.openai_completion_to_ollama_generate(data, public_id, _iso_now(), total_ns,
+                                                                  load_ns)
             else:
-                out = ollama.openai_embeddings_to_ollama_embed(data, public_id)
+                out = ollama.openai_embeddings_to_ollama_embed(data, public_id, total_ns, load_ns)
             return "application/json", json.dumps(out).encode()
         if plan.answer_format == "kobold" and ok:
             data = _loads(raw)

@@ -38,6 +38,10 @@ class WorkHints:
         """A new fit: a model's first profile counts, as :meth:`Costs.token_profile` answers."""
         self._profiles = {profile.model_id: profile for profile in reversed(costs.tokens)}
 
+    def profile(self, model_id: str) -> TokenProfile | None:
+        """The token profile of ``model_id`` (its lane key) in the latest fit, or None."""
+        return self._profiles.get(model_id)
+
     def terms(self, call: Call, lane: Lane, model_id: str,
               settings: LendingSettings) -> tuple[tuple[float, ...], int]:
         """The work of ``call`` for ``model_id`` (its :func:`~routerd.wire.lending.lane_key`), with

@@ -246,7 +246,10 @@ def fit_token_profile(samples: Sequence[RequestSample], min_samples: int) -> Tok
     """A text model's token profile from its ``llm`` samples that carry a request size.
 
     ``conservative_bytes_per_token`` = mean − 2σ of body bytes per prompt token (at least 0.5; the
-    mean must be 0.5…64); ``reserved_output_tokens`` = ⌈mean + 2σ⌉ of output tokens.
+    mean must be 0.5…64); ``reserved_output_tokens`` = ⌈mean + 2σ⌉ of output tokens.  The lenient
+    size (:func:`fewest_prompt_tokens`) is a line ``bytes = overhead + marginal × tokens`` (a body's
+    JSON and a chat template are a fixed cost, which one ratio cannot tell from the text's), both
+    raised by 2 standard errors; without spread in the token counts, the mean ratio + 2σ alone.
     """
     rows = [s for s in samples if s.section == "llm" and usable(s, 2) and s.request_bytes > 0]
     if not rows or len(rows) < max(min_samples, MIN_SAMPLES_FLOOR):
@@ -256,14 +259,31 @@ def fit_token_profile(samples: Sequence[RequestSample], min_samples: int) -> Tok
     if not MIN_BYTES_PER_TOKEN <= mean_ratio <= MAX_BYTES_PER_TOKEN:
         return None
     outputs = [s.work[1] for s in rows]
-    conservative = max(mean_ratio - PROFILE_SIGMAS * statistics.stdev(ratios), MIN_BYTES_PER_TOKEN)
+    spread = PROFILE_SIGMAS * statistics.stdev(ratios)
+    conservative = max(mean_ratio - spread, MIN_BYTES_PER_TOKEN)
+    overhead, marginal = _size_line(rows, min(mean_ratio + spread, MAX_BYTES_PER_TOKEN))
     reserved = statistics.fmean(outputs) + PROFILE_SIGMAS * statistics.stdev(outputs)
     return TokenProfile(
         model_id=rows[0].model_id,
         conservative_bytes_per_token=conservative,
         reserved_output_tokens=math.ceil(reserved - 1e-9),
         samples=len(rows),
+        overhead_bytes=overhead,
+        marginal_bytes_per_token=marginal,
     )
+
+
+def _size_line(rows: Sequence[RequestSample], lenient_ratio: float) -> tuple[float, float]:
+    """``(overhead bytes, bytes per token)`` of the lenient size line (see :func:`fit_token_profile`)."""
+    tokens = [s.work[0] for s in rows]
+    if has_spread(tokens):
+        import numpy as np
+
+        fitted = linear_fit(np.array([[t] for t in tokens]), np.array([float(s.request_bytes) for s in rows]))
+        if fitted is not None and fitted.slopes[0] > 0:
+            base, slopes = fitted.conservative(PROFILE_SIGMAS)
+            return base, min(slopes[0], MAX_BYTES_PER_TOKEN)
+    return 0.0, lenient_ratio
 
 
 def fit_node(
@@ -348,6 +368,14 @@ def estimate_text(
     return (float(prompt), float(output)), prompt + share
 
 
+def fewest_prompt_tokens(profile: TokenProfile | None, body_bytes: int) -> int | None:
+    """The fewest prompt tokens a body of ``body_bytes`` plausibly holds by the profile's lenient size
+    line (the context gate refuses on it, so it leans low), or None without one."""
+    if profile is None or body_bytes <= 0 or profile.marginal_bytes_per_token <= 0:
+        return None
+    return max(0, math.floor((body_bytes - profile.overhead_bytes) / profile.marginal_bytes_per_token))
+
+
 def work_terms(call: Call, lane: Lane, profile: TokenProfile | None,
                context_reserve: int) -> tuple[tuple[float, ...], int]:
     """The work terms (and, for text, the context) the queue and the planner price a request by.
@@ -375,6 +403,7 @@ __all__ = [
     "UNIFORM_TOLERANCE",
     "client_output_limit",
     "estimate_text",
+    "fewest_prompt_tokens",
     "fit_loads",
     "fit_model",
     "fit_node",

@@ -224,12 +224,20 @@ class LoadCost:
 
 @attrs.frozen
 class TokenProfile:
-    """A text model's measured request size: body bytes per prompt token and output length."""
+    """A text model's measured request size: body bytes per prompt token and output length.
+
+    ``conservative_bytes_per_token`` leans to more tokens (lending's size: a request thought too big
+    stays with its owner).  ``overhead_bytes`` + ``marginal_bytes_per_token`` × tokens is a body's
+    size leaning to fewer tokens (the context gate's: a request is refused only when even that many
+    overflow the window); a marginal ratio of 0 (a node that predates it) gives no such size.
+    """
 
     model_id: str
     conservative_bytes_per_token: float
     reserved_output_tokens: int
     samples: int
+    overhead_bytes: float = 0.0
+    marginal_bytes_per_token: float = 0.0
 
 
 @attrs.frozen

@@ -136,6 +136,18 @@ def test_embeddings_answer_becomes_ollama_embed_response_in_input_order() -> Non
     assert timed["total_duration"] == 3 and timed["load_duration"] == 0
 
 
+def test_durations_carry_the_load_the_request_waited_for_within_its_total() -> None:
+    """Ollama's ``load_duration`` is the model load inside ``total_duration`` (both nanoseconds)."""
+    chat = openai_chat_to_ollama(chat_completion(), "p", NOW, 900_000_000, 600_000_000)
+    generate = openai_completion_to_ollama_generate(chat_completion(), "p", NOW, 900_000_000, 600_000_000)
+    embed = openai_embeddings_to_ollama_embed({"data": []}, "p", 900_000_000, 600_000_000)
+    for out in (chat, generate, embed):
+        assert (out["total_duration"], out["load_duration"]) == (900_000_000, 600_000_000)
+    # without the backend's timings, the evaluation is what is left after the load
+    untimed = openai_chat_to_ollama({"choices": []}, "p", NOW, 900_000_000, 600_000_000)
+    assert (untimed["prompt_eval_duration"], untimed["eval_duration"]) == (0, 300_000_000)
+
+
 def test_openai_error_object_becomes_ollama_error_string() -> None:
     body = json.dumps(
         {"error": {"message": "context too long", "type": "invalid_request_error", "code": 400}}

@@ -107,6 +107,15 @@ def test_chat_stream_gives_one_line_per_content_delta_then_done_line() -> None:
         ChatResponse(**r)
 
 
+def test_stream_total_counts_from_the_request_arrival_and_carries_its_load() -> None:
+    conv = SSEToNDJSON("chat", "public", fake_clock(), started=T0 - 2.0, load_ns=1_250_000_000)
+    final = lines(conv.feed(CHAT_STREAM) + conv.flush())[-1]
+    assert final["total_duration"] == 3_500_000_000  # 2 s before construction + three clock steps
+    assert final["load_duration"] == 1_250_000_000
+    # the backend's own timings still give the evaluation durations
+    assert (final["prompt_eval_duration"], final["eval_duration"]) == (3_000_000, 8_000_000)
+
+
 def test_generate_stream_gives_response_lines_and_done_line_with_context() -> None:
     stream = sse(text_chunk("4"), text_chunk("2", finish="length"), USAGE)
     records = lines(run(stream, "generate"))

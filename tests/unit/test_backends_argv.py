@@ -49,6 +49,8 @@ def test_text_argv_with_every_option_in_order() -> None:
         "--mmproj",
         "/w/mmproj.gguf",
         "--embeddings",
+        "--pooling",
+        "mean",
         "--flash-attn",
         "on",
         "--threads",
@@ -86,6 +88,18 @@ def test_text_argv_for_an_embeddings_only_config_serves_the_embeddings_model() -
         "--ctx-size",
         "512",
     ]
+
+
+def test_text_argv_pools_a_text_model_that_embeds_by_mean_unless_its_flags_choose() -> None:
+    """A generative GGUF states no pooling, and llama-server refuses /v1/embeddings without one."""
+    m = config(Capabilities(llm=True, embeddings=True), text_model="/w/a.gguf")
+    assert text_argv(CMD, (), m, 5)[-3:] == ["--embeddings", "--pooling", "mean"]
+    for own in (("--pooling", "last"), ("--pooling=cls",)):
+        chosen = config(Capabilities(llm=True, embeddings=True), text_model="/w/a.gguf", extra_args=own)
+        argv = text_argv(CMD, (), chosen, 5)
+        assert argv.count("mean") == 0 and argv[-len(own):] == list(own)
+        assert text_argv(CMD, own, config(Capabilities(llm=True, embeddings=True), text_model="/w/a.gguf"),
+                         5).count("mean") == 0
 
 
 def test_image_argv() -> None:

@@ -12,6 +12,7 @@ from routerd.config.lending import LendingSettings
 from routerd.lending.pricing import (
     client_output_limit,
     estimate_text,
+    fewest_prompt_tokens,
     fit_loads,
     fit_model,
     fit_node,
@@ -236,6 +237,28 @@ def test_token_profile_ratio_has_a_floor_and_a_plausible_range() -> None:
     assert profile is not None and profile.conservative_bytes_per_token == 0.5
     assert fit_token_profile([text(100.0, 10.0, 10, body=1000)] * 20, 20) is None  # 100 bytes/token
     assert fit_token_profile([text(100.0, 100.0, 10, body=0)] * 20, 20) is None  # no sizes
+
+
+def test_the_lenient_size_line_tells_a_bodys_fixed_bytes_from_its_bytes_per_token() -> None:
+    """Bodies of 60 fixed bytes plus 2 bytes a token: one ratio spreads (a short body looks like many
+    bytes a token), the line does not, and its fewest tokens for a long body are close below the truth."""
+    samples = [text(100.0, p, 10, body=60 + 2 * p + (p % 3)) for p in (10, 40, 90, 150, 220, 300) * 4]
+    profile = fit_token_profile(samples, 20)
+    assert profile is not None
+    assert profile.overhead_bytes == pytest.approx(61, abs=3)
+    assert profile.marginal_bytes_per_token == pytest.approx(2.0, abs=0.05)
+    fewest = fewest_prompt_tokens(profile, 60 + 2 * 1000)
+    assert fewest is not None and 950 <= fewest <= 1000
+    assert fewest_prompt_tokens(profile, 10) == 0
+    assert fewest_prompt_tokens(None, 1000) is None
+
+
+def test_without_spread_in_token_counts_the_lenient_size_is_the_mean_ratio_plus_two_sigma() -> None:
+    samples = [text(100.0, 100.0, 10, body=b) for b in (380, 420)] * 10
+    profile = fit_token_profile(samples, 20)
+    assert profile is not None and profile.overhead_bytes == 0.0
+    assert profile.marginal_bytes_per_token == pytest.approx(4.0 + 2 * _stdev([3.8, 4.2] * 10))
+    assert fewest_prompt_tokens(TokenProfile("chat", 4.0, 300, 20), 4000) is None  # a node predating it
 
 
 def test_token_profile_needs_min_samples() -> None:

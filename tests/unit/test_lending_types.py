@@ -52,6 +52,7 @@ def test_field_names_are_exactly_the_contracts() -> None:
     assert names(LoadCost) == ["config_filename", "load_ms", "samples"]
     assert names(TokenProfile) == [
         "model_id", "conservative_bytes_per_token", "reserved_output_tokens", "samples",
+        "overhead_bytes", "marginal_bytes_per_token",
     ]  # fmt: skip
     assert names(RuntimeStatus) == [
         "node_id", "build_version", "backend_mode", "active_requests", "queued_requests",

@@ -51,7 +51,8 @@ def _model_extra(model: ModelConfig, kind: RuntimeKind) -> list[str]:
 
 
 def text_argv(cmd: Sequence[str], extra: Sequence[str], model: ModelConfig, port: int) -> list[str]:
-    """llama-server for text, embeddings and multimodal."""
+    """llama-server for text, embeddings and multimodal.  An embeddings model's own GGUF says how it
+    pools; a text model that also embeds gets ``--pooling mean`` unless its flags choose one."""
     argv = [*cmd, "--host", HOST, "--port", str(port)]
     if model.text_model:
         argv += ["-m", model.text_model]
@@ -65,9 +66,14 @@ def text_argv(cmd: Sequence[str], extra: Sequence[str], model: ModelConfig, port
         argv += ["--parallel", str(model.parallel)]
     if model.mmproj:
         argv += ["--mmproj", model.mmproj]
+    own = [*_model_extra(model, "text"), *extra]
     if model.text_model and (model.capabilities.embeddings or model.embeddings_model):
         argv.append("--embeddings")
-    return [*argv, *_model_extra(model, "text"), *extra]
+        if not any(arg.split("=", 1)[0] == "--pooling" for arg in own):
+            # a generative GGUF states no pooling: llama-server would refuse /v1/embeddings
+            # ("Pooling type 'none' is not OAI compatible"); mean pooling is what embeds its text
+            argv += ["--pooling", "mean"]
+    return [*argv, *own]
 
 
 def image_argv(cmd: Sequence[str], extra: Sequence[str], model: ModelConfig, port: int) -> list[str]:

@@ -36,13 +36,13 @@ def _ollama_tool_calls(calls: object) -> list[JSONObject]:
     return out
 
 
-def _stats(resp: Mapping[str, Any], total_ns: int) -> JSONObject:
+def _stats(resp: Mapping[str, Any], total_ns: int, load_ns: int) -> JSONObject:
     prompt_n, eval_n = _counts(resp.get("usage"), resp.get("timings"))
     durations = _timing_durations(resp.get("timings"))
-    prompt_ns, eval_ns = durations if durations is not None else (0, max(0, total_ns))
+    prompt_ns, eval_ns = durations if durations is not None else (0, max(0, total_ns - load_ns))
     return {
         "total_duration": max(0, total_ns),
-        "load_duration": 0,
+        "load_duration": max(0, load_ns),
         "prompt_eval_count": prompt_n,
         "prompt_eval_duration": prompt_ns,
         "eval_count": eval_n,
@@ -50,8 +50,12 @@ def _stats(resp: Mapping[str, Any], total_ns: int) -> JSONObject:
     }
 
 
-def openai_chat_to_ollama(resp: Mapping[str, Any], model: str, now_iso: str, total_ns: int) -> JSONObject:
-    """A non-streaming ``/v1/chat/completions`` answer -> an Ollama ``/api/chat`` answer."""
+def openai_chat_to_ollama(resp: Mapping[str, Any], model: str, now_iso: str, total_ns: int,
+                          load_ns: int = 0) -> JSONObject:
+    """A non-streaming ``/v1/chat/completions`` answer -> an Ollama ``/api/chat`` answer.
+
+    ``total_ns`` is the request's whole time in the router (Ollama's ``total_duration``), ``load_ns``
+    the model load it waited for (``load_duration``; 0 when the model was loaded already)."""
     choice = _first_choice(resp)
     message = choice.get("message")
     if not isinstance(message, Mapping):
@@ -70,14 +74,15 @@ def openai_chat_to_ollama(resp: Mapping[str, Any], model: str, now_iso: str, tot
         "done": True,
         "done_reason": _done_reason(choice.get("finish_reason")),
     }
-    out.update(_stats(resp, total_ns))
+    out.update(_stats(resp, total_ns, load_ns))
     return out
 
 
 def openai_completion_to_ollama_generate(
-    resp: Mapping[str, Any], model: str, now_iso: str, total_ns: int
+    resp: Mapping[str, Any], model: str, now_iso: str, total_ns: int, load_ns: int = 0
 ) -> JSONObject:
-    """A non-streaming ``/v1/completions`` answer -> an Ollama ``/api/generate`` answer.
+    """A non-streaming ``/v1/completions`` answer -> an Ollama ``/api/generate`` answer (durations as
+    :func:`openai_chat_to_ollama`).
 
     A chat-shaped answer (the image case of :func:`ollama_generate_to_openai`)
     is accepted too.
@@ -94,12 +99,12 @@ def openai_completion_to_ollama_generate(
     if isinstance(reasoning, str) and reasoning:
         out["thinking"] = reasoning
     out.update(done=True, done_reason=_done_reason(choice.get("finish_reason")), context=[])
-    out.update(_stats(resp, total_ns))
+    out.update(_stats(resp, total_ns, load_ns))
     return out
 
 
 def openai_embeddings_to_ollama_embed(
-    resp: Mapping[str, Any], model: str, total_ns: int | None = None
+    resp: Mapping[str, Any], model: str, total_ns: int | None = None, load_ns: int = 0
 ) -> JSONObject:
     """A ``/v1/embeddings`` answer -> an Ollama ``/api/embed`` answer (input order kept)."""
     data = resp.get("data")
@@ -109,7 +114,7 @@ def openai_embeddings_to_ollama_embed(
     prompt_n, _ = _counts(resp.get("usage"), None)
     out: JSONObject = {"model": model, "embeddings": embeddings}
     if total_ns is not None:
-        out.update(total_duration=max(0, total_ns), load_duration=0)
+        out.update(total_duration=max(0, total_ns), load_duration=max(0, load_ns))
     out["prompt_eval_count"] = prompt_n
     return out
 

@@ -43,7 +43,10 @@ class SSEToNDJSON:
 
     ``clock`` returns epoch seconds; it is called once at construction and once
     per emitted content or done line, never otherwise, so the output does not
-    depend on how the input was split.
+    depend on how the input was split.  ``started`` (on ``clock``'s scale) is when the request
+    arrived, so the done line's ``total_duration`` counts the router's wait and ``load_ns`` (the
+    model load the request waited for, Ollama's ``load_duration``) too; without it the total
+    starts at construction.
     """
 
     def __init__(
@@ -52,6 +55,8 @@ class SSEToNDJSON:
         model: str,
         clock: Callable[[], float],
         *,
+        started: float | None = None,
+        load_ns: int = 0,
         max_frame_bytes: int = 8 << 20,
     ) -> None:
         if endpoint not in ("chat", "generate"):
@@ -61,6 +66,8 @@ class SSEToNDJSON:
         self._clock = clock
         self._max_frame = max_frame_bytes
         self._started = clock()
+        self._request_started = self._started if started is None else started
+        self._load_ns = max(0, load_ns)
         self._first_token_at: float | None = None
         self._buf = bytearray()
         self._sse: bool | None = None  # unknown until the first non-blank byte
@@ -278,8 +285,8 @@ class SSEToNDJSON:
         if self._endpoint == "generate":
             record["context"] = []
         record.update(
-            total_duration=_ns(now - self._started),
-            load_duration=0,
+            total_duration=_ns(now - self._request_started),
+            load_duration=self._load_ns,
             prompt_eval_count=prompt_n,
             prompt_eval_duration=prompt_ns,
             eval_count=eval_n,
