@@ -2,9 +2,9 @@
 two whisper models on one node, and selector-less STT scheduling on the nodes' real runtime status.
 
 A routing-only master (no models) and two slaves, each running the real whisper-server: ``left`` has
-``ears`` (transcribes to :data:`WHISPER_ANSWER`) and ``ears-b`` (:data:`OTHER_ANSWER`), ``right`` has
-``ears-r`` (:data:`RIGHT_ANSWER`), so every transcript says which model file wrote it.  One cluster
-serves the whole module.
+``ears`` (transcribes to :data:`WHISPER_ANSWER`), ``ears-b`` (:data:`OTHER_ANSWER`) and ``broken`` (the
+tiny model cut short: whisper-server refuses it), ``right`` has ``ears-r`` (:data:`RIGHT_ANSWER`), so
+every transcript says which model file wrote it.  One cluster serves the whole module.
 """
 
 from __future__ import annotations
@@ -40,12 +40,14 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory, real_servers: RealSe
     root = tmp_path_factory.mktemp("real-whisper")
     other = str(write_tiny_whisper(root / "other.bin", answer=OTHER_ANSWER))
     right = str(write_tiny_whisper(root / "right.bin", answer=RIGHT_ANSWER))
+    broken = root / "broken.bin"  # the header and the first tensors, not the rest
+    broken.write_bytes(Path(tiny_models.whisper).read_bytes()[:3_000_000])
     plan = plan_cluster(root, ["left", "right"])
     (plan.root / "master" / "models").mkdir(parents=True)
     slaves = {
         "left": real_node_config(plan.root / "left", real_servers,
                                  {"ears": {"whispermodel": tiny_models.whisper},
-                                  "ears-b": {"whispermodel": other}},
+                                  "ears-b": {"whispermodel": other}, "broken": {"whispermodel": str(broken)}},
                                  plan.slave_sections("left")),
         "right": real_node_config(plan.root / "right", real_servers, {"ears-r": {"whispermodel": right}},
                                   plan.slave_sections("right")),
@@ -107,6 +109,23 @@ async def test_the_second_whisper_model_on_a_node_is_switched_to_by_a_request_an
     assert (stt["model_id"], stt["state"]) == ("ears", "ready")
     code, body, _ = await transcribe(cluster.master.url, tiny_models.tone, "ears")
     assert (code, text_of(body)) == (200, WHISPER_ANSWER.strip())
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_whisper_model_the_server_refuses_is_a_502_with_its_own_words_and_the_node_serves_on(
+        cluster: Cluster, tiny_models: TinyModels) -> None:
+    code, body, _ = await transcribe(cluster.master.url, tiny_models.tone, "broken")
+    error = json.loads(body)["error"]
+    assert (code, error["code"]) == (502, "load_failed"), body
+    assert "not all tensors loaded from model file" in error["message"]  # whisper.cpp's own cause
+    response = await treq.get(cluster.master.url + "/router/v1/site/load-errors", params={"model": "broken"})
+    listed = json.loads(await response.content())
+    assert response.code == 200, listed
+    [entry] = listed["errors"]
+    assert (entry["node_id"], entry["model"], entry["runtime"]) == ("left", "broken", "stt")
+    assert any("ERROR not all tensors loaded from model file" in line for line in entry["log_tail"])
+    code, body, node = await transcribe(cluster.master.url, tiny_models.tone, "ears")
+    assert (code, node, text_of(body)) == (200, "left", WHISPER_ANSWER.strip())
 
 
 @pytest_twisted.ensureDeferred
