@@ -20,7 +20,12 @@ at c=1/16/64; CPU per stream <= 0.75 x; added TTFC <= the floor's; p99 at c=1 <=
 Last, routerd with analytics on against off (issue 22; ``benchmarks/analytics_ab.py``): the same
 process switched by a reload, cell by cell, at each concurrency and for streams (target <= 1.10 x).
 
+Real-server target (issue 30; ``benchmarks/real_server.py``): ``--real`` measures instead tokens/s and
+time to first token of the real ``llama-server`` on the tiny generated model, direct against through
+routerd, with 1 then 8 clients, and the ratios' spread over ``--rounds`` (use 3 or more).
+
 Run: .venv/bin/python benchmarks/overhead.py [--seconds 8] [--rounds 2] [--python]
+     .venv/bin/python benchmarks/overhead.py --real --rounds 3
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ from _harness import (  # noqa: E402
     write_node,
 )
 from anchors import Missing, start_go, start_nginx  # noqa: E402
+from real_server import add_arguments as add_real_arguments  # noqa: E402
+from real_server import main as real_main  # noqa: E402
 from zero_cells import BODY, STREAM, ZERO, measure_cell, stream_cell  # noqa: E402
 
 NAIVE = Path(__file__).resolve().parent / "naive_proxy.py"
@@ -66,7 +73,11 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=300, help="streams per stream cell")
     parser.add_argument("--concurrency", default="1,16,64")
     parser.add_argument("--python", action="store_true", help="use the Python client even if wrk exists")
+    add_real_arguments(parser)
     args = parser.parse_args()
+    if args.real:
+        real_main(args)
+        return
     args.wrk = not args.python and have_wrk()
     levels = [int(c) for c in args.concurrency.split(",")]
     root = tempdir()

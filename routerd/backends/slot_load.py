@@ -18,7 +18,7 @@ import attrs
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
 
-from routerd.backends.errors import LoadFailed, with_output
+from routerd.backends.errors import LoadFailed, exit_reason, with_output
 from routerd.backends.process import ProcessHandle, ProcessLauncher, Scheduler, describe_exit
 from routerd.backends.slot_state import (
     LOAD_TIMEOUT_S,
@@ -326,17 +326,13 @@ class SlotProcess:
         self._set_process(None)
         attempt = self._attempt
         if self._state is S.LOADING and attempt is not None and attempt.process is handle:
-            how = describe_exit(code)
-            reason = with_output(
-                f"{self.name} for {attempt.config.local_id!r} exited with {how} during the load",
-                handle.last_lines(),
-            )
+            reason = exit_reason(f"{self.name} for {attempt.config.local_id!r}",
+                                 f"exited with {describe_exit(code)} during the load", handle.last_lines())
             self._load_failed(attempt, reason)
         elif self._state is S.READY:
             model = self._config.local_id if self._config else "?"
-            reason = with_output(
-                f"{self.name} for {model!r} exited with {describe_exit(code)}", handle.last_lines()
-            )
+            reason = exit_reason(f"{self.name} for {model!r}", f"exited with {describe_exit(code)}",
+                                 handle.last_lines())
             log.warn("{backend}: backend died: {reason}", backend=self.name, reason=reason)
             self._generation += 1
             self._users = 0

@@ -66,8 +66,12 @@ def vector_count(body: Mapping[str, Any] | None) -> int:
 
 def usage_from_json(payload: Mapping[str, Any]) -> tuple[int, int] | None:
     """(prompt, output) tokens of one answer or stream event: OpenAI ``usage`` (nested details
-    such as ``prompt_tokens_details`` allowed), else llama-server ``timings`` (``prompt_n``,
-    ``predicted_n``), else llama ``/completion``'s ``tokens_evaluated``/``tokens_predicted``."""
+    such as ``prompt_tokens_details`` allowed), else llama-server ``timings`` (``cache_n`` +
+    ``prompt_n``, ``predicted_n``), else llama ``/completion``'s ``tokens_evaluated``/``tokens_predicted``.
+
+    The prompt is counted whole, the tokens the backend's prompt cache served included: ``timings``'
+    ``prompt_n`` leaves them out, ``usage.prompt_tokens`` does not, and a request is priced by an
+    estimate of its whole prompt (``lending.pricing``), so every sample must count the same way."""
     usage = payload.get("usage")
     if isinstance(usage, dict):  # decoded JSON: its objects are dicts
         found = _counts(usage.get("prompt_tokens"), usage.get("completion_tokens", 0))
@@ -77,7 +81,8 @@ def usage_from_json(payload: Mapping[str, Any]) -> tuple[int, int] | None:
     if isinstance(timings, dict):
         found = _counts(timings.get("prompt_n"), timings.get("predicted_n"))
         if found is not None:
-            return found
+            cached = timings.get("cache_n")
+            return (found[0] + cached, found[1]) if type(cached) is int and cached > 0 else found
     return _counts(payload.get("tokens_evaluated"), payload.get("tokens_predicted"))
 
 

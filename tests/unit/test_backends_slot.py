@@ -13,7 +13,7 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
-from routerd.backends.errors import LoadFailed, RuntimeClosed
+from routerd.backends.errors import LoadFailed, RuntimeClosed, split_output
 from routerd.backends.readiness import probe_text
 from routerd.backends.slot import (
     TRANSITIONS,
@@ -255,6 +255,30 @@ def test_process_exit_during_load_fails_the_waiter_with_its_output_and_empties_t
     h.become_ready()
     assert result_of(again).model is A
     assert h.slot.status().last_error is None
+
+
+def test_a_failed_loads_reason_is_the_backends_own_error_line_not_only_its_exit_code() -> None:
+    h = Harness()
+    d = h.slot.acquire(A)
+    h.last.exit(1, "0.00.005.069 I srv    load_model: loading model '/weights/a.gguf'",
+                "0.00.005.629 E llama_model_load: error loading model: unknown model architecture: 'x'",
+                "0.00.006.666 E srv  llama_server: exiting due to model loading error")
+    err = failure_of(d, LoadFailed)
+    assert isinstance(err, LoadFailed)
+    message, tail = split_output(err.reason)
+    assert message == ("llama-server for 'a': llama_model_load: error loading model: unknown model "
+                       "architecture: 'x' (exited with exit code 1 during the load)")
+    assert len(tail) == 3
+    assert h.events[-1].reason == err.reason == h.slot.status().last_error
+
+
+def test_a_ready_backend_that_dies_says_why_in_its_own_words() -> None:
+    h = Harness()
+    h.loaded(A)
+    h.last.exit(-6, "0.01.000.000 E ggml_abort: GGML_ASSERT(n_tokens <= n_batch) failed", "Aborted")
+    message, _ = split_output(h.slot.status().last_error or "")
+    assert message == ("llama-server for 'a': ggml_abort: GGML_ASSERT(n_tokens <= n_batch) failed "
+                       "(exited with signal 6)")
 
 
 def test_failed_load_fails_every_request_queued_for_that_config_but_not_others() -> None:

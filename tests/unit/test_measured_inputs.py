@@ -34,6 +34,20 @@ def test_timings_count_when_no_usage_is_sent() -> None:
     assert usage_from_json({"timings": {"prompt_n": 1, "predicted_n": 2}}) == (1, 2)
 
 
+def test_timings_count_the_prompt_tokens_the_cache_served_too() -> None:
+    """llama-server's ``timings.prompt_n`` leaves out the prompt tokens its cache served
+    (``cache_n``); its ``usage.prompt_tokens`` counts them: a stream without usage said 1 where
+    the same request answered whole said 67 (tests/integration/test_real_timing.py)."""
+    tail = _sse({"choices": [{"delta": {}, "finish_reason": "length"}],
+                 "timings": {"cache_n": 66, "prompt_n": 1, "predicted_n": 24}})
+    assert usage_from_tail(tail) == (67, 24)
+    assert usage_from_json({"timings": {"cache_n": 66, "prompt_n": 1, "predicted_n": 24}}) == (67, 24)
+    assert usage_from_json({"timings": {"cache_n": None, "prompt_n": 3, "predicted_n": 2}}) == (3, 2)
+    both = {"usage": {"prompt_tokens": 67, "completion_tokens": 24}, "timings": {"cache_n": 66, "prompt_n": 1,
+                                                                                  "predicted_n": 24}}
+    assert usage_from_json(both) == (67, 24)
+
+
 def test_a_tail_that_starts_inside_an_event_still_finds_the_last_usage() -> None:
     whole = _sse({"usage": {"prompt_tokens": 1, "completion_tokens": 1}},
                  {"choices": [{"delta": {"content": "x" * 50}}]},
