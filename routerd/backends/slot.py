@@ -148,7 +148,11 @@ class RuntimeSlot(SlotProcess):
     def _lease(self) -> RuntimeLease:
         assert self._config is not None and self._port is not None
         self._users += 1
-        return RuntimeLease(self.kind, self._config, self._port, partial(self._release, self._generation))
+        return RuntimeLease(self.kind, self._config, self._port, partial(self._release, self._generation),
+                            partial(self._is_current, self._generation))
+
+    def _is_current(self, generation: int) -> bool:
+        return generation == self._generation
 
     def _release(self, generation: int) -> None:
         if generation != self._generation:

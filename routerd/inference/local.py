@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol
 
 import attrs
 from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.interfaces import IReactorTime
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent
@@ -131,13 +132,7 @@ class LocalInference:
                 if self.on_acquire is not None:
                     self.on_acquire(call, model)
                 held = self.runtimes.loaded_config(call.route.runtime)
-                try:
-                    lease = await self._acquire(call, model)
-                except LoadFailed as exc:
-                    raise HTTPError(502, f"model {model.local_id!r} failed to load: {exc}",
-                                    "backend_error", "load_failed") from None
-                except BackendMissing as exc:
-                    raise HTTPError(502, str(exc), "backend_error", "backend_missing") from None
+                lease = await self._lease_for(call, model)
                 entry.state = "running"
                 waiting = False
                 count_down(self.queued, model.local_id)
@@ -155,7 +150,17 @@ class LocalInference:
                             self.jobs_running += 1
                             running.addCallback(self._job_ended, call, model, lease)
                         return answer
-                    return await self._proxy(call, lease.base_url, plan, public_id, load_ns)
+                    try:
+                        return await self._proxy(call, lease.base_url, plan, public_id, load_ns)
+                    except ConnectionRefusedError:
+                        if not lease.outlived:
+                            raise
+                    # its backend died before the request reached it (nothing was sent): once more,
+                    # on the backend the node starts in its place
+                    lease.release()
+                    lease = await self._lease_for(call, model)
+                    return await self._proxy(call, lease.base_url, plan, public_id,
+                                             self._load_ns(call.route.runtime, model))
                 except FirstByteTimeout as exc:
                     raise HTTPError(504, f"the backend of {model.local_id!r} on node {self.node_id!r} did "
                                     f"not answer within {exc.seconds:g} s", "timeout",
@@ -278,6 +283,17 @@ class LocalInference:
         finally:
             lease.release()
             self.samples.finished(call)
+
+    async def _lease_for(self, call: Call, model: ModelConfig) -> Any:
+        """:meth:`_acquire`, a failed load answered 502 ``load_failed`` (a missing binary
+        ``backend_missing``)."""
+        try:
+            return await self._acquire(call, model)
+        except LoadFailed as exc:
+            raise HTTPError(502, f"model {model.local_id!r} failed to load: {exc}",
+                            "backend_error", "load_failed") from None
+        except BackendMissing as exc:
+            raise HTTPError(502, str(exc), "backend_error", "backend_missing") from None
 
     async def _acquire(self, call: Call, model: ModelConfig) -> Any:
         """The runtime lease; a borrowed request's wait for it can be taken back (:meth:`take_back`).
