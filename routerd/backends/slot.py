@@ -29,6 +29,8 @@ from functools import partial
 from typing import Any
 
 from twisted.internet.defer import Deferred, fail, gatherResults, succeed
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import deferLater
 
 from routerd.backends.errors import LoadFailed, RuntimeClosed
 from routerd.backends.slot_load import SlotProcess, Waiter, fail_waiter, fire
@@ -229,10 +231,26 @@ class RuntimeSlot(SlotProcess):
         stopped.addBoth(done)
 
 
+#: The waits (s) for a slot to see its process end after a request to it failed on the connection (a
+#: killed process's sockets close a moment before it is reaped).
+REAP_WAIT_S = (0.02, 0.05, 0.1)
+
+
+async def outlived(lease: RuntimeLease, clock: IReactorTime) -> bool:
+    """Whether ``lease``'s backend process has gone, waiting up to ``REAP_WAIT_S`` for its slot to
+    see it end."""
+    for delay in REAP_WAIT_S:
+        if lease.outlived:
+            return True
+        await deferLater(clock, delay, lambda: None)
+    return lease.outlived
+
+
 __all__ = [
     "InvalidTransition",
     "LoadEvent",
     "LoadFailed",
+    "REAP_WAIT_S",
     "RuntimeClosed",
     "RuntimeLease",
     "RuntimeSlot",
@@ -240,4 +258,6 @@ __all__ = [
     "SlotState",
     "TRANSITIONS",
     "config_key",
+    "outlived",
 ]
+

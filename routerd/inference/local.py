@@ -16,13 +16,13 @@ from typing import Any, Literal, Protocol
 
 import attrs
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.interfaces import IReactorTime
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent
 
 from routerd.assets.service import assets_unresolved
 from routerd.backends.errors import BackendMissing, LoadFailed
+from routerd.backends.slot import outlived
 from routerd.catalog.model import ModelConfig
 from routerd.clients.backend_headers import content_type_headers
 from routerd.counts import count_down
@@ -48,6 +48,7 @@ from routerd.routing.relay import (
     stream_idle,
 )
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
+from routerd.routing.upstream import upstream_gone
 from routerd.store.samples import RequestSample
 from routerd.wire.lending import section_key
 
@@ -152,11 +153,12 @@ class LocalInference:
                         return answer
                     try:
                         return await self._proxy(call, lease.base_url, plan, public_id, load_ns)
-                    except ConnectionRefusedError:
-                        if not lease.outlived:
+                    except Exception as exc:
+                        if call.reply.started or upstream_gone(exc) is None or not await outlived(
+                                lease, self.clock):
                             raise
-                    # its backend died before the request reached it (nothing was sent): once more,
-                    # on the backend the node starts in its place
+                    # its backend died before it answered (refused, or cut before a byte reached the
+                    # client): once more, on the backend the node starts in its place
                     lease.release()
                     lease = await self._lease_for(call, model)
                     return await self._proxy(call, lease.base_url, plan, public_id,
