@@ -2,11 +2,12 @@
 each with its own llama-server, and a guardian on the master.
 
 The master runs no real backend (its one model, ``vision``, is a simulated multimodal model: no tiny
-vision projector can be generated).  The ``owner`` slave serves ``alpha``, the slow GGUF with ``parallel
-1``; the ``helper`` slave serves ``beta``, the tiny GGUF written to answer :data:`HELPER_ANSWER`, so every
-answer says which llama-server wrote it.  One cluster serves the whole module: the tests run in file
-order, and only the last two link ``alpha`` to ``beta`` and unload the helper.  Every request ``alpha``
-answers is the same body (the lending test needs the owner's uniform cost fit); the others go to ``beta``.
+vision projector can be generated).  The ``owner`` slave serves ``alpha``, the slow GGUF with
+``parallel 1``; the ``helper`` slave serves ``beta``, the tiny GGUF written to answer
+:data:`HELPER_ANSWER` (and its own ``own``, :data:`OWN_ANSWER`), so every answer says which llama-server
+wrote it.  One cluster serves the whole module: the tests run in file order, and only the last three
+link ``alpha`` to ``beta`` and swap the helper.  Every request ``alpha`` answers is the same body (the
+lending test needs the owner's uniform cost fit); the others go to ``beta``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.real]
 
 HELPER_ANSWER = " Hello, I am a test model."
 """What the helper's GGUF answers (the owner's answers :data:`LLAMA_ANSWER`)."""
+OWN_ANSWER = " Hello, I am a tiny model."
+"""What the helper's other model, ``own`` (its own work, never linked), answers."""
+#: Lending settings with a quick restore of the model borrowed work displaced.
+SETTINGS = {**LENDING, "offload_restore_delay": "300ms"}
 
 PNG = "data:image/png;base64,iVBORw0KGgo="
 
@@ -51,22 +56,24 @@ async def trio(tmp_path_factory: pytest.TempPathFactory, real_servers: RealServe
                tiny_models: TinyModels) -> AsyncIterator[Trio]:
     root = tmp_path_factory.mktemp("real-cluster")
     helper_gguf = str(write_tiny_llama(root / "helper.gguf", answer=HELPER_ANSWER))
+    own_gguf = str(write_tiny_llama(root / "own.gguf", answer=OWN_ANSWER))
     plan = plan_cluster(root, ["owner", "helper"])
     write_models(plan.root / "master", {"vision": {"model": "../weights/vision.sim.json", "contextsize": 4096,
                                                    "mmproj": "../weights/proj.gguf"}},
                  {"vision": FAST_TEXT})
     (plan.root / "master" / "weights" / "proj.gguf").write_bytes(b"projector")
-    master = plan.master_config(LENDING)
+    master = plan.master_config(SETTINGS)
     slaves = {
         "owner": real_node_config(plan.root / "owner", real_servers,
                                   {"alpha": {"model": tiny_models.slow, "contextsize": 512, "parallel": 1}},
-                                  plan.slave_sections("owner", extra_cluster=LENDING)),
+                                  plan.slave_sections("owner", extra_cluster=SETTINGS)),
         "helper": real_node_config(plan.root / "helper", real_servers,
-                                   {"beta": {"model": helper_gguf, "contextsize": 512, "parallel": 1}},
-                                   plan.slave_sections("helper", extra_cluster=LENDING)),
+                                   {"beta": {"model": helper_gguf, "contextsize": 512, "parallel": 1},
+                                    "own": {"model": own_gguf, "contextsize": 512, "parallel": 1}},
+                                   plan.slave_sections("helper", extra_cluster=SETTINGS)),
     }
     started = await start_cluster(plan, master, slaves,
-                                  ready=lambda r: knows(r, owner="alpha", helper="beta", master="vision"))
+                                  ready=lambda r: knows(r, owner="alpha", helper="own", master="vision"))
     running = Trio(started.plan, started.master, started.slaves)
     yield running
     await running.stop()
@@ -229,3 +236,22 @@ async def test_a_borrowed_request_loads_the_helpers_real_server_only_when_the_le
     code, payload, _ = await post(url, chat("beta"), headers={**headers, "x-routerd-offload-load": "1"})
     assert (code, content_of(payload)) == (200, HELPER_ANSWER)
     assert helper.runtimes.loaded_config("text") == "beta.kcpps"
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_borrowed_request_swaps_the_helpers_real_server_and_the_displaced_model_comes_back(
+        trio: Trio) -> None:
+    runtimes = trio.helper.node.runtimes
+    code, payload, _ = await ask_chat(trio.master.url, "own")  # the helper's own work: own is loaded
+    assert (code, content_of(payload), runtimes.loaded_config("text")) == (200, OWN_ANSWER, "own.kcpps")
+    own_pid = runtimes.slot("text").status().pid
+    headers = {"authorization": f"Bearer {TOKEN}", "x-routerd-offload": "1", "x-routerd-offload-load": "1",
+               "x-routerd-offload-restore": "1"}
+    code, payload, _ = await post(trio.helper.url + "/router/v1/node/inference/v1/chat/completions",
+                                  chat("beta"), headers=headers)
+    assert (code, content_of(payload)) == (200, HELPER_ANSWER)  # a llama-server on beta's GGUF
+    # once quiet for offload_restore_delay, the helper reloads what the borrowed work displaced
+    await wait_until(lambda: runtimes.loaded_config("text") == "own.kcpps")
+    assert runtimes.slot("text").status().pid not in (None, own_pid)
+    code, payload, _ = await ask_chat(trio.master.url, "own")
+    assert (code, content_of(payload)) == (200, OWN_ANSWER)
