@@ -231,8 +231,8 @@ class RuntimeSlot(SlotProcess):
         stopped.addBoth(done)
 
 
-#: The waits (s) for a slot to see its process end after a request to it failed on the connection (a
-#: killed process's sockets close a moment before it is reaped).
+#: The waits (s) for a slot to see its process end after a request to it was refused (a killed
+#: process's sockets close a moment before it is reaped).
 REAP_WAIT_S = (0.02, 0.05, 0.1)
 
 

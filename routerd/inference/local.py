@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol
 
 import attrs
 from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.interfaces import IReactorTime
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent
@@ -48,7 +49,6 @@ from routerd.routing.relay import (
     stream_idle,
 )
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
-from routerd.routing.upstream import upstream_gone
 from routerd.store.samples import RequestSample
 from routerd.wire.lending import section_key
 
@@ -153,12 +153,11 @@ class LocalInference:
                         return answer
                     try:
                         return await self._proxy(call, lease.base_url, plan, public_id, load_ns)
-                    except Exception as exc:
-                        if call.reply.started or upstream_gone(exc) is None or not await outlived(
-                                lease, self.clock):
+                    except ConnectionRefusedError:
+                        if not await outlived(lease, self.clock):
                             raise
-                    # its backend died before it answered (refused, or cut before a byte reached the
-                    # client): once more, on the backend the node starts in its place
+                    # its backend died before the request reached it (nothing was sent): once more,
+                    # on the backend the node starts in its place (one cut mid-answer stays a 502)
                     lease.release()
                     lease = await self._lease_for(call, model)
                     return await self._proxy(call, lease.base_url, plan, public_id,
