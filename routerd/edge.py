@@ -35,6 +35,7 @@ from routerd.api.reload_routes import ReloadAPI
 from routerd.api.settings_routes import SettingsAPI
 from routerd.api.site import GuardResource, NodeSite
 from routerd.api.webui import WebUI, webui_dir
+from routerd.lending.bootstrap import PushedState
 from routerd.lending.reports import LendingReports
 from routerd.node import Node
 from routerd.site.assets import SiteAssets
@@ -64,7 +65,7 @@ def build_apis(node: Node) -> list[Any]:
         NodeAPI(site=site, documents=node.documents, admin=node.admin),
         AssetsAPI(site=site, assets=assets),
         OffloadAPI(coordinator=node.coordinator, lending=node.lending),
-        PushAPI(site=site, lending=node.lending),
+        PushAPI(site=site, pushed=PushedState(node.lending, store=lambda: node.store)),
         DecisionsAPI(site=site, reports=reports),
         AnalyticsAPI(site=site, analytics=node.analytics),
         BenchAPI(site=site, bench=node.bench),

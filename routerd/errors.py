@@ -54,6 +54,12 @@ class Saturated(HTTPError):
         self.retry_after = retry_after
 
 
+def draining() -> Saturated:
+    """503 for an own request a draining node will never run (``Retry-After``: another node, or this
+    one restarted, takes it)."""
+    return Saturated(503, "this node is draining (shutting down); retry on another node", "draining")
+
+
 def queue_full(public_id: str, depth: int, limit: int) -> Saturated:
     """429 for a request that would queue past ``limits.max_queued_per_model`` (waiting for the
     backend slot, or held in the router for a linked model)."""

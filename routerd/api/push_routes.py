@@ -9,13 +9,17 @@
   invalid → 400, nothing applied), keys missing from the push take their built-in defaults →
   ``{"ok": true, "fingerprint": <applied>, "dropped": [keys]}``.
 
+Each push takes effect at once and is kept in the slave's router database
+(``routerd.lending.bootstrap.PushedState``): restarted while its master is down, the slave serves with
+the last links, settings and guardians pushed; the master's next push replaces them.
+
 A master or a standalone node (a site of one) refuses both with 409 ``is_master``: its links and
 settings come from its own database.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 from twisted.logger import Logger
@@ -25,6 +29,7 @@ from routerd.api.jsonio import json_response, read_json
 from routerd.api.routes import Routes
 from routerd.config.lending import SPECS, LendingSettings
 from routerd.errors import HTTPError
+from routerd.lending.bootstrap import PushedState
 from routerd.lending.links import LinkError, LinkSet
 from routerd.paths import LINKS_PATH, SETTINGS_PATH
 from routerd.routing.guardians import GuardianError, GuardianSet
@@ -46,16 +51,6 @@ def parse_link_set(lane: Lane, value: Any) -> LinkSet:
         raise HTTPError(400, f"{lane}: {exc}") from None
 
 
-class _Pushed(Protocol):
-    """The seams of the node's lending service a push takes effect through."""
-
-    def install_links(self, image: LinkSet, text: LinkSet) -> None: ...
-
-    def install_guardians(self, guardians: GuardianSet) -> None: ...
-
-    def apply_settings(self, settings: LendingSettings) -> None: ...
-
-
 def _refuse_on_master(site: SiteService, what: str) -> None:
     if site.serves:  # a master, or a standalone node (a site of one)
         raise HTTPError(409, f"this node serves its own site; its {what} come from its own database",
@@ -65,12 +60,12 @@ def _refuse_on_master(site: SiteService, what: str) -> None:
 @attrs.define(slots=False, kw_only=True)
 class PushAPI:
     site: SiteService
-    lending: _Pushed
+    pushed: PushedState
 
     routes = Routes()
 
     @routes.route(LINKS_PATH, methods=["POST"], auth="cluster")
-    def links(self, request: IRequest) -> bytes:
+    async def links(self, request: IRequest) -> bytes:
         _refuse_on_master(self.site, "links")
         body = read_json(request)
         image = parse_link_set("image", body.get("image"))
@@ -79,13 +74,12 @@ class PushAPI:
             guardians = GuardianSet.parse(body.get("guardians") or [], "guardians")
         except GuardianError as exc:
             raise HTTPError(400, str(exc)) from None
-        self.lending.install_links(image, text)
-        self.lending.install_guardians(guardians)
+        await self.pushed.links(image, text, guardians)
         return json_response(request, {"ok": True, "image": len(image), "text": len(text),
                                        "guardians": len(guardians)})
 
     @routes.route(SETTINGS_PATH, methods=["POST"], auth="cluster")
-    def settings(self, request: IRequest) -> bytes:
+    async def settings(self, request: IRequest) -> bytes:
         _refuse_on_master(self.site, "settings")
         body = read_json(request)
         values = body.get("values")
@@ -97,7 +91,7 @@ class PushAPI:
         dropped = sorted(key for key in values if key not in SPECS)
         known = normalise_batch({k: v for k, v in values.items() if k in SPECS})
         settings = LendingSettings.from_texts(known)
-        self.lending.apply_settings(settings)
+        await self.pushed.settings(settings)
         fingerprint = settings.fingerprint()
         if dropped:
             log.info("lending settings from the master: dropped unknown keys {keys}", keys=dropped)

@@ -16,6 +16,7 @@ from routerd.assembly.parts import NodeParts
 from routerd.assembly.roles import start_site
 from routerd.catalog.catalog import Catalog
 from routerd.inference.memory import freeze_start_up
+from routerd.lending.bootstrap import install_lending_state
 from routerd.services import HookService, IntervalService, OrderedServices
 
 log = Logger()
@@ -80,6 +81,8 @@ async def start(p: NodeParts, services: OrderedServices,
     if p.site is not None:
         await start_site(p.site, p._public_ids, p.store, p.lending, config.cluster.lending, p.local_records(),
                          links=p.master is not None)
+    elif p.store is not None:  # a slave: what its master pushed last, until the master pushes again
+        await install_lending_state(p.store, p.lending, config.cluster.lending)
     # The first cost fit runs now but is not awaited (the refit service's first call).
     services.startService()  # type: ignore[no-untyped-call]
     startup = p.config.models.startup_model

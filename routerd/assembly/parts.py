@@ -230,7 +230,7 @@ def build_services(p: NodeParts, *, on_catalog: Callable[[Catalog], Awaitable[No
     config, cluster, reactor, catalog = p.config, p.config.cluster, p.reactor, p.current_catalog.get
     parts, peers = p.role_parts, Peers(p.master)
     p.restorer = build_restorer(reactor, runtimes=p.runtimes, local=p.local, lending=p.lending,
-                                catalog=catalog, on_loaded=p.samples.own_work_done)
+                                catalog=catalog, own_busy=p.own_work.busy, on_loaded=p.samples.own_work_done)
     # explicit loads (admin, Ollama preload, startup, reload, recipes) are this node's own work
     p.own_loads = OwnLoads(p.runtimes.load, starting=p.own_work.load_starting, done=p.samples.own_work_done)
     p.recipes = None if p.site is None else recipe_router(p.site, cluster.store_dir, reactor, catalog=catalog,

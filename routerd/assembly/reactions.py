@@ -41,7 +41,10 @@ class OwnWork:
         return self.local.own_busy() or self.restorer.get().loading > 0 or self.own_loads.get().running > 0
 
     def load_starting(self, model: ModelConfig, kind: RuntimeKind | None) -> None:
+        """An explicit load is starting: borrowed work on the runtimes it takes goes back, and a
+        pending restore-after-borrow is cancelled (it would load over the operator's model)."""
         self.lending.get().own_work_arrived(self.runtimes.lanes_sharing(kind, model))
+        self.restorer.get().own_load()
 
 
 

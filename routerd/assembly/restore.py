@@ -17,8 +17,9 @@ from routerd.lending.service import LendingService
 
 def build_restorer(clock: Any, *, runtimes: Runtimes, local: LocalInference,
                    lending: LendingService, catalog: Callable[[], Catalog],
-                   on_loaded: Callable[[], None]) -> Restorer:
-    """A restorer over this node's runtimes (``catalog`` reads the current one)."""
+                   own_busy: Callable[[], bool], on_loaded: Callable[[], None]) -> Restorer:
+    """A restorer over this node's runtimes (``catalog`` reads the current one); ``own_busy`` is
+    the node's whole own work (requests and explicit loads), checked when the restore is due."""
 
     def loaded_config(kind: str) -> str | None:
         for known in RUNTIME_KINDS:
@@ -41,5 +42,5 @@ def build_restorer(clock: Any, *, runtimes: Runtimes, local: LocalInference,
 
     return Restorer(clock=clock, delay=delay,
                     loaded_config=loaded_config, borrowed_in_flight=borrowed_in_flight,
-                    own_busy=local.own_busy, load=restore_load, on_loaded=on_loaded)
+                    own_busy=own_busy, load=restore_load, on_loaded=on_loaded)
 

@@ -30,7 +30,7 @@ from routerd.config.lending import LendingSettings
 from routerd.config.schema import ClusterConfig
 from routerd.inference.front import InferenceFront
 from routerd.inference.recipes import Loader, RecipeRouter
-from routerd.lending.bootstrap import load_lending_state
+from routerd.lending.bootstrap import install_lending_state
 from routerd.lending.coordinator import Coordinator, ServeBorrowed
 from routerd.lending.offload import Borrowed, offload_returned
 from routerd.lending.service import LendingService
@@ -44,7 +44,6 @@ from routerd.routing.call import Incoming, Reply
 from routerd.routing.classify import classify
 from routerd.routing.forward import Forwarder
 from routerd.routing.relay import Timeouts
-from routerd.site.guardians import stored_guardians
 from routerd.site.settings import SettingsEditor
 from routerd.store.store import Store
 from routerd.urls import AllowList
@@ -144,7 +143,7 @@ def master_coordinator(parts: RoleParts, service: LendingService, reactor: Any, 
     coordinator = Coordinator(node_id=parts.master.node_id, master=parts.master, service=service,
                               clock=reactor, forwarder=parts.forwarder, serve_borrowed=serve_borrowed,
                               observe_plan=observe_plan)
-    parts.master.when_registered(service.push_soon)
+    parts.master.when_registered(coordinator.push_soon)
     return coordinator
 
 
@@ -178,11 +177,7 @@ async def start_site(site: MasterAgent, public_ids: MemoryPublicIdStore | None, 
     records in the registry and a first poll of every slave (none on a site of one)."""
     if public_ids is not None:
         public_ids.seed(await store.public_ids())
-    image, text, settings = await load_lending_state(store, lending_config)
-    if links:
-        lending.install_links(image, text)
-    lending.apply_settings(settings)
-    lending.install_guardians(await stored_guardians(store))
+    await install_lending_state(store, lending, lending_config, links=links)
     site.registry.update_local(own_records)
     await site.poll_all()
 

@@ -82,6 +82,11 @@ class ProcessHandle(Protocol):
         """The process's last output lines (stdout and stderr interleaved)."""
         ...
 
+    def on_output(self, listener: Callable[[str], None] | None) -> None:
+        """Call ``listener(line)`` with each output line from now on (``None``: stop); one listener
+        at a time, a new one replaces the last."""
+        ...
+
 
 class ProcessLauncher(Protocol):
     def spawn(self, argv: list[str], name: str, env: dict[str, str] | None = None) -> ProcessHandle:
@@ -168,6 +173,7 @@ class _BackendProtocol(ProcessProtocol):
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         self.ended = ExitObservers()
         self._partial: dict[int, bytes] = {}
+        self.listener: Callable[[str], None] | None = None
 
     def connectionMade(self) -> None:  # noqa: N802 - Twisted's name
         transport: Any = self.transport
@@ -190,6 +196,12 @@ class _BackendProtocol(ProcessProtocol):
         if not line:
             return
         self.tail.append(line)
+        listener = self.listener
+        if listener is not None:
+            try:
+                listener(line)
+            except Exception:
+                log.failure("{backend}: output listener failed", backend=self.name)
         # one or more lines per request from a backend: rendered once (see routerd.logs.literal),
         # and not at all when info is below the node's --log-level (the tail keeps it anyway)
         if gate.info:
@@ -231,6 +243,9 @@ class ReactorProcess:
 
     def last_lines(self) -> list[str]:
         return list(self._protocol.tail)
+
+    def on_output(self, listener: Callable[[str], None] | None) -> None:
+        self._protocol.listener = listener
 
     def stop(self, grace_s: float = 5.0) -> Deferred[None]:
         if self._protocol.ended.value is not None:

@@ -166,16 +166,19 @@ class Runtimes:
         family = self.family(model)
         return tuple(lane for lane in LANES if any(s in taken for s in family.slots_for_kind(lane)))
 
-    def acquire(self, kind: RuntimeKind, model: ModelConfig) -> Deferred[RuntimeLease]:
+    def acquire(self, kind: RuntimeKind, model: ModelConfig, *,
+                yields: bool = False) -> Deferred[RuntimeLease]:
         """A lease on the ``kind`` backend holding ``model`` (loading it if needed).
-        Fails with :class:`LoadFailed`; cancel the Deferred to stop waiting."""
+        Fails with :class:`LoadFailed`; cancel the Deferred to stop waiting (``yields``: borrowed
+        work, whose giving up stops a load begun only for it: ``RuntimeSlot.acquire``)."""
         family, others = self._home(model.backend_mode)
         slot = family.slot_for(kind, model)
         if slot is None:
             return fail(LoadFailed(f"model {model.local_id!r} does not serve {kind}"))
         if not self._occupied.isdisjoint(others):  # one GPU: the other family stops first
-            return Deferred.fromCoroutine(self._switch_family_then(model, lambda: slot.acquire(model)))
-        return slot.acquire(model)
+            return Deferred.fromCoroutine(self._switch_family_then(
+                model, lambda: slot.acquire(model, yields=yields)))
+        return slot.acquire(model, yields=yields)
 
     def _slot_changed(self, slot: SlotProcess) -> None:
         if slot.occupied():

@@ -17,6 +17,10 @@ Semantics (reference cluster.md §7.4):
   its leases are detached and the next request loads again.
 * ``unload`` queues like a request, waits for the users to drain, stops the
   process and leaves the slot ``empty``.
+* A waiter that ``yields`` (borrowed work) and gives up waiting takes a load no
+  other waiter wants with it: the new process is stopped and the slot is
+  ``empty``, free for what the node wants next (its own request).  Any other
+  waiter that gives up leaves the load to finish for whoever else wants it.
 
 Every load is timed on the injected clock, from the moment the switch is
 granted (before the old process is stopped) until readiness or failure, and
@@ -31,6 +35,7 @@ from typing import Any
 from twisted.internet.defer import Deferred, fail, gatherResults, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import deferLater
+from twisted.logger import Logger
 
 from routerd.backends.errors import LoadFailed, RuntimeClosed
 from routerd.backends.slot_load import SlotProcess, Waiter, fail_waiter, fire
@@ -47,6 +52,7 @@ from routerd.backends.slot_state import (
 from routerd.catalog.model import ModelConfig
 
 S = SlotState
+log = Logger()
 
 
 class RuntimeSlot(SlotProcess):
@@ -61,11 +67,12 @@ class RuntimeSlot(SlotProcess):
 
     # -- public API ---------------------------------------------------------
 
-    def acquire(self, model: ModelConfig) -> Deferred[RuntimeLease]:
+    def acquire(self, model: ModelConfig, *, yields: bool = False) -> Deferred[RuntimeLease]:
         """A lease on a ready backend for ``model``, loading or switching if needed.
 
         Cancelling the returned Deferred while it waits removes the request
-        from the queue; a load it started carries on for whoever else wants it.
+        from the queue; a load it started carries on for whoever else wants it,
+        unless it ``yields`` (borrowed work) and no other waiter wants that load.
         """
         if self._state is S.CLOSED:
             return fail(RuntimeClosed(f"{self.name} runtime is stopped"))
@@ -73,7 +80,7 @@ class RuntimeSlot(SlotProcess):
         if self._state is S.READY and not self._queue and (self._config is model or self._holds(model)):
             return succeed(self._lease())
         d: Deferred[RuntimeLease] = Deferred(self._cancel_waiter)
-        self._queue.append(Waiter(model, d))
+        self._queue.append(Waiter(model, d, yields=yields))
         self._pump()
         return d
 
@@ -167,8 +174,30 @@ class RuntimeSlot(SlotProcess):
         for w in self._queue:
             if w.deferred is d:
                 self._queue.remove(w)
+                if w.yields and self._attempt is not None:
+                    # judged once the own work that took it back has joined the queue (same turn)
+                    self._clock.callLater(0, self._drop_unwanted_load, self._attempt)
                 break
         self._pump()  # the head may have gone: whoever is next can proceed
+
+    def _drop_unwanted_load(self, began: object) -> None:
+        """Stop a load no waiter wants any more (borrowed work it was begun for went back, and the
+        own work that took it back wants another config): its process is stopped and the slot is
+        empty, so the node's own work does not wait for it.  A backend that loads in its running
+        process (KoboldCpp) is left to finish."""
+        attempt = self._attempt
+        if attempt is None or attempt is not began or self._state is not S.LOADING:
+            return
+        if self._reload is not None:
+            return
+        key = config_key(attempt.config)
+        if any(w.config is not None and config_key(w.config) == key for w in self._queue):
+            return
+        log.info("{backend}: the load of {model} is stopped: nobody waits for it any more",
+                 backend=self.name, model=attempt.config.local_id)
+        self._drop_attempt(attempt)
+        self._set_state(S.EMPTY)
+        self._pump()
 
     def _serve_queue(self) -> None:
         while self._queue and self._settling is None and self._state in IDLE_STATES:

@@ -1,7 +1,7 @@
 """The process side of a runtime slot: its fields, its state changes, and how one load goes (spawn or
-in-process switch, readiness polling with back-off, the deadline, an exit during the load or
-after it, the outcome reported as a :class:`LoadEvent`), plus stopping processes it no longer
-wants.
+in-process switch, readiness polling with back-off and a probe at once when the backend prints, the
+deadline, an exit during the load or after it, the outcome reported as a :class:`LoadEvent`), plus
+stopping processes it no longer wants.
 
 :class:`SlotProcess` is the base of :class:`routerd.backends.slot.RuntimeSlot`, which adds the
 queue: who is served next and when a switch may start.
@@ -9,6 +9,7 @@ queue: who is served next and when a switch may start.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from routerd.backends.errors import LoadFailed, exit_reason, with_output
 from routerd.backends.process import ProcessHandle, ProcessLauncher, Scheduler, describe_exit
 from routerd.backends.slot_state import (
     LOAD_TIMEOUT_S,
+    OUTPUT_PROBE_GAP_S,
     POLL_FACTOR,
     POLL_INITIAL_S,
     POLL_MAX_S,
@@ -44,16 +46,23 @@ class Waiter:
     config: ModelConfig | None  # None: an unload
     deferred: Deferred[Any]
     idle_after: bool = True  # an unload: restart without a model (KoboldCpp --nomodel) afterwards
+    yields: bool = False  # borrowed work: a load begun only for it stops when it gives up waiting
 
 
 @attrs.define(eq=False)
 class _Attempt:
     config: ModelConfig
     started: float
-    poll_delay: float
+    poll_delay: float  # the back-off's current step
     port: int | None = None
     process: ProcessHandle | None = None
-    poll_call: Any = None
+    poll_call: Any = None  # the next probe: the back-off's, or one the backend's output asked for
+    poll_due: float = math.inf  # when the back-off wants its next probe
+    probing: bool = False  # a probe is in flight
+    backoff_probe: bool = False  # the probe in flight (or the last one) is the back-off's
+    probed_at: float = -math.inf  # when the last probe began
+    heard: bool = False  # the backend printed while a probe was in flight
+    listening: bool = False  # the backend's output brings probes
     deadline_call: Any = None
     finished: bool = False
 
@@ -260,8 +269,8 @@ class SlotProcess:
             reloading = fail(e)
 
         def reloaded(_: object) -> None:
-            if not attempt.finished:
-                attempt.poll_call = self._clock.callLater(attempt.poll_delay, self._poll, attempt)
+            if not attempt.finished:  # its output is heeded once a poll has seen it loading
+                self._start_polling(attempt, process, listen=False)
 
         def refused(failure: Any) -> None:
             if not attempt.finished:
@@ -287,13 +296,56 @@ class SlotProcess:
         self._port = port
         self._set_process(handle)
         attempt.deadline_call = self._clock.callLater(self._load_timeout_s, self._load_timed_out, attempt)
-        attempt.poll_call = self._clock.callLater(attempt.poll_delay, self._poll, attempt)
+        self._start_polling(attempt, handle, listen=True)
         handle.exited.addCallback(self._on_exit, handle)
 
-    def _poll(self, attempt: _Attempt) -> None:
+    def _start_polling(self, attempt: _Attempt, process: ProcessHandle, *, listen: bool) -> None:
+        """Poll on the back-off, and probe at once when the backend prints (its "model loaded" line:
+        the back-off alone overshoots a 0.1 s load by half), at most once per OUTPUT_PROBE_GAP_S, one
+        probe at a time.  A new process is heard from its first line (its port answers nothing before
+        it is ready), one switching in place once a probe has seen it loading."""
+        attempt.poll_due = self._clock.seconds() + attempt.poll_delay
+        self._schedule_poll(attempt, attempt.poll_due, backoff=True)
+        if listen:
+            self._listen(attempt, process)
+
+    def _listen(self, attempt: _Attempt, process: ProcessHandle) -> None:
+        attempt.listening = True
+        process.on_output(lambda _line: self._heard(attempt))
+
+    def _schedule_poll(self, attempt: _Attempt, at: float, *, backoff: bool) -> None:
+        if attempt.poll_call is not None and attempt.poll_call.active():
+            attempt.poll_call.cancel()
+        delay = at - self._clock.seconds()
+        if delay <= 0:
+            self._poll(attempt, backoff)  # at once: no turn of the reactor in between
+            return
+        attempt.poll_call = self._clock.callLater(delay, self._poll, attempt, backoff)
+
+    def _heard(self, attempt: _Attempt) -> None:
+        """The loading backend printed a line: probe now, or once the gap after the last probe is over
+        (after the answer of a probe in flight)."""
+        if attempt.probing or attempt.finished:
+            attempt.heard = True  # a probe in flight: another at once if it answers "not yet"
+            return
+        at = max(self._clock.seconds(), attempt.probed_at + OUTPUT_PROBE_GAP_S)
+        if attempt.poll_call is None or at < attempt.poll_call.getTime():
+            self._schedule_poll(attempt, at, backoff=False)
+
+    def _next_poll(self, attempt: _Attempt) -> None:
+        """After a "not yet": the back-off's next probe, or a sooner one for output heard meanwhile."""
+        gap_over = attempt.probed_at + OUTPUT_PROBE_GAP_S
+        if attempt.heard and max(self._clock.seconds(), gap_over) < attempt.poll_due:
+            self._schedule_poll(attempt, max(self._clock.seconds(), gap_over), backoff=False)
+        else:
+            self._schedule_poll(attempt, max(attempt.poll_due, gap_over), backoff=True)
+
+    def _poll(self, attempt: _Attempt, backoff: bool = True) -> None:
         attempt.poll_call = None
         if attempt.finished or attempt.port is None:
             return
+        attempt.probing, attempt.backoff_probe, attempt.heard = True, backoff, False
+        attempt.probed_at = self._clock.seconds()
         try:
             probing = self._probe(f"http://127.0.0.1:{attempt.port}")
         except Exception:
@@ -302,13 +354,18 @@ class SlotProcess:
         probing.addErrback(lambda _: False).addCallback(self._polled, attempt)
 
     def _polled(self, ready: bool, attempt: _Attempt) -> None:
+        attempt.probing = False
         if attempt.finished:
             return
         if ready:
             self._load_succeeded(attempt)
             return
-        attempt.poll_delay = min(attempt.poll_delay * self._poll_factor, self._poll_max_s)
-        attempt.poll_call = self._clock.callLater(attempt.poll_delay, self._poll, attempt)
+        if attempt.backoff_probe:
+            attempt.poll_delay = min(attempt.poll_delay * self._poll_factor, self._poll_max_s)
+            attempt.poll_due = self._clock.seconds() + attempt.poll_delay
+        if not attempt.listening and attempt.process is not None:
+            self._listen(attempt, attempt.process)
+        self._next_poll(attempt)
 
     def _load_timed_out(self, attempt: _Attempt) -> None:
         attempt.deadline_call = None
@@ -348,6 +405,8 @@ class SlotProcess:
             if call is not None and call.active():
                 call.cancel()
         attempt.poll_call = attempt.deadline_call = None
+        if attempt.process is not None:
+            attempt.process.on_output(None)
         if self._attempt is attempt:
             self._attempt = None
 
@@ -382,10 +441,10 @@ class SlotProcess:
         self._queue = deque(joining + others)
         self._pump()
 
-    def _load_failed(self, attempt: _Attempt, reason: str) -> None:
+    def _drop_attempt(self, attempt: _Attempt) -> None:
+        """End ``attempt`` without a ready backend: its process (when it is the slot's) is stopped,
+        the queue held until it is gone, and the slot holds no config."""
         self._finish(attempt)
-        log.error("{backend}: load failed: {reason}", backend=self.name, reason=reason)
-        self._report(attempt, ok=False, reason=reason)
         process = attempt.process
         if process is not None and process is self._process:
             self._set_process(None)
@@ -393,6 +452,11 @@ class SlotProcess:
         self._generation += 1
         self._config = None
         self._port = None
+
+    def _load_failed(self, attempt: _Attempt, reason: str) -> None:
+        self._drop_attempt(attempt)
+        log.error("{backend}: load failed: {reason}", backend=self.name, reason=reason)
+        self._report(attempt, ok=False, reason=reason)
         self._last_error = reason
         self._set_state(S.FAILED)
         key = config_key(attempt.config)

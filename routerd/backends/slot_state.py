@@ -19,6 +19,9 @@ LOAD_TIMEOUT_S = 15 * 60.0
 POLL_INITIAL_S = 0.05
 POLL_FACTOR = 1.5
 POLL_MAX_S = 0.5
+#: A loading backend's output brings a probe at once instead of at the next poll (it printed
+#: "model loaded", or any line), but probes at most once per this many seconds.
+OUTPUT_PROBE_GAP_S = 0.01
 STOP_GRACE_S = 5.0
 #: How long an in-process switch (KoboldCpp reload_config) may take to come back live.
 RELOAD_TIMEOUT_S = 90.0
@@ -48,7 +51,7 @@ TRANSITIONS: Mapping[SlotState, frozenset[SlotState]] = {
     S.DEAD: frozenset({S.LOADING, S.EMPTY, S.CLOSED}),
     S.READY: frozenset({S.SWITCHING, S.STOPPING, S.DEAD, S.CLOSED}),
     S.SWITCHING: frozenset({S.LOADING, S.CLOSED}),
-    S.LOADING: frozenset({S.READY, S.FAILED, S.CLOSED}),
+    S.LOADING: frozenset({S.READY, S.FAILED, S.EMPTY, S.CLOSED}),
     S.STOPPING: frozenset({S.EMPTY, S.CLOSED}),
     S.CLOSED: frozenset(),
 }

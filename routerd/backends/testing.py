@@ -32,6 +32,7 @@ class FakeProcess:
         self.stop_calls: list[float] = []
         self.hold_stop = False
         self._ended = ExitObservers()
+        self._listener: Callable[[str], None] | None = None
 
     @property
     def port(self) -> int:
@@ -59,6 +60,16 @@ class FakeProcess:
 
     def last_lines(self) -> list[str]:
         return self.output[-20:]
+
+    def on_output(self, listener: Callable[[str], None] | None) -> None:
+        self._listener = listener
+
+    def print(self, *lines: str) -> None:
+        """The process prints ``lines`` (each one told to the output listener, as a real one is)."""
+        for line in lines:
+            self.output.append(line)
+            if self._listener is not None:
+                self._listener(line)
 
     def stop(self, grace_s: float = 5.0) -> Deferred[None]:
         self.stop_calls.append(grace_s)

@@ -89,11 +89,15 @@ class InferenceFront:
         return turn
 
     async def drain(self, timeout: float) -> None:
-        """New requests are refused by the node's phase; requests still waiting for a backend slot
-        are refused (503) here, and running and lent ones (and running video jobs) go on for up to
-        ``timeout`` seconds."""
+        """New requests are refused by the node's phase; requests held in a router queue or still
+        waiting for a backend slot are answered at once here (own ones 503 ``draining`` with
+        Retry-After, borrowed ones 409 ``offload_returned``: their owner runs them), and running and
+        lent ones (and running video jobs) go on for up to ``timeout`` seconds."""
         from twisted.internet import task
 
+        held = self.runner.lending
+        if held is not None:
+            held.drain()
         refused = self.local.drain()
         log.info("draining: {active} requests in flight, {refused} waiting requests refused",
                  active=self.active_calls, refused=refused)

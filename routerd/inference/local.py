@@ -27,7 +27,7 @@ from routerd.backends.slot import outlived
 from routerd.catalog.model import ModelConfig
 from routerd.clients.backend_headers import content_type_headers
 from routerd.counts import count_down
-from routerd.errors import HTTPError, Saturated, StatusError, queue_full
+from routerd.errors import HTTPError, StatusError, draining, queue_full
 from routerd.inference.context_gate import ContextGate
 from routerd.inference.video import VideoJobs
 from routerd.lending.offload import OFFLOAD_RETURNED, offload_returned
@@ -54,7 +54,7 @@ from routerd.wire.lending import section_key
 
 
 class RuntimePool(Protocol):
-    def acquire(self, kind: Any, model: ModelConfig) -> Deferred[Any]: ...
+    def acquire(self, kind: Any, model: ModelConfig, *, yields: bool = False) -> Deferred[Any]: ...
 
     def loaded_config(self, kind: Any) -> str | None: ...
 
@@ -219,8 +219,8 @@ class LocalInference:
     def _admit(self, call: Call, model: ModelConfig, public_id: str) -> None:
         """Refuse (429) a request that would queue past ``max_queued_per_model``; otherwise tell
         the client its place in the queue (1 = next for the backend)."""
-        if self.draining:
-            raise _draining()
+        if self.draining:  # admitted from the router queue after the drain began
+            raise offload_returned("the helper node is draining") if call.borrowed else draining()
         depth = self.queued.get(model.local_id, 0)
         if self.max_queued_per_model and depth >= self.max_queued_per_model:
             raise queue_full(public_id, depth, self.max_queued_per_model)
@@ -302,7 +302,7 @@ class LocalInference:
         reason = self.blocked(model)
         if reason is not None:
             raise assets_unresolved(model.local_id, reason)
-        acquiring = self.runtimes.acquire(call.route.runtime, model)
+        acquiring = self.runtimes.acquire(call.route.runtime, model, yields=call.borrowed)
         rid = call.request_id
         self._waiting[rid] = acquiring  # a drain refuses it (503; a borrowed one goes back)
         if call.borrowed:
@@ -315,7 +315,7 @@ class LocalInference:
             if rid in self._refused:
                 if call.borrowed:
                     raise offload_returned("the helper node is draining") from None
-                raise _draining() from None
+                raise draining() from None
             raise
         finally:
             self._waiting.pop(rid, None)
@@ -334,7 +334,8 @@ class LocalInference:
     def take_back(self, request_id: str) -> bool:
         """Stop a borrowed request's wait for the runtime: its run fails with 409
         ``offload_returned`` and nothing more is loaded for it (a load already under way carries
-        on for whoever else wants it).  False when it is not waiting (it holds the runtime)."""
+        on only for whoever else wants it, else it is stopped: ``RuntimeSlot.acquire``).  False when
+        it is not waiting (it holds the runtime)."""
         acquiring = self._acquiring.get(request_id)
         if acquiring is None:
             return False
@@ -471,11 +472,6 @@ class LocalInference:
 
 #: A video job's final status as its request's outcome (metrics and sample status).
 _JOB_OUTCOMES = {"completed": "ok", "failed": "job_failed", "cancelled": "cancelled"}
-
-
-def _draining() -> Saturated:
-    return Saturated(503, "this node is draining (shutting down); retry on another node",
-                     "draining")
 
 
 def _loads(raw: bytes) -> dict[str, Any]:

@@ -123,13 +123,19 @@ class Coordinator(MultiService):
         self.tick_loop.set_interval(self.service.settings.scheduling_refresh_interval)
 
     async def tick(self) -> None:
-        """The fallback refresh: push links and settings, then plan.  A failure is logged and
-        never stops the next tick."""
+        """The fallback refresh (:meth:`refresh`).  A failure is logged and never stops the next
+        tick."""
         try:
-            await self.push()
-            await self.plan("tick")
+            await self.refresh()
         except Exception:  # noqa: BLE001 - the loop must survive any one bad cycle
             log.failure("lending refresh tick failed")
+
+    async def refresh(self) -> None:
+        """Push links and settings, then plan: every refresh tick, and at once when the site's links
+        or settings change (a saved link is planned with now, not at the next tick).  Its plan rows
+        carry the trigger ``tick``: the same cycle, run early."""
+        await self.push()
+        await self.plan("tick")
 
     # -- planning ------------------------------------------------------------------------------
 
@@ -216,6 +222,11 @@ class Coordinator(MultiService):
                 for h in self.book.values() if h.expires_at > now]
 
     # -- pushes ----------------------------------------------------------------------------------
+
+    def push_soon(self, node_id: str) -> None:
+        """Push now without waiting (a slave just registered); a failure is logged."""
+        defer.ensureDeferred(self.push()).addErrback(
+            lambda f: log.failure("push to {node_id} failed", failure=f, node_id=node_id))
 
     async def push(self) -> None:
         """Push the links (with the guardians) and the resolved settings to every healthy slave."""

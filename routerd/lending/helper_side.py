@@ -20,10 +20,15 @@ from routerd.lending.offload import Borrowed
 from routerd.lending.queue import Effects, LaneQueue
 from routerd.lending.service_rows import ServiceRows
 from routerd.routing.call import Call
-from routerd.wire.lending import Lane
+from routerd.wire.lending import LANES, Lane
 
 #: The lending lanes sharing the runtime a ``(runtime kind, model)`` takes (``Runtimes.lanes_sharing``).
 SharedLanes = Callable[[RuntimeKind | None, ModelConfig], Iterable[Lane]]
+
+
+def own_lane(kind: RuntimeKind | None, _model: ModelConfig) -> tuple[Lane, ...]:
+    """The :data:`SharedLanes` of a node whose runtimes each serve one lane (no KoboldCpp)."""
+    return tuple(lane for lane in LANES if kind in (None, lane))
 
 
 class _Service(Protocol):

@@ -450,6 +450,15 @@ class LaneQueue(QueueViews):
         self._forget(entry)
         return self.pump(now_ms)
 
+    def drain(self) -> Effects:
+        """The node drains: every waiting entry leaves at once, a borrowed one handed back (its
+        owner runs it), an own one refused (nothing new starts here); admitted and lent ones go on."""
+        waiting = list(self._pending)
+        for entry in waiting:
+            self._forget(entry)
+        return Effects(returned=tuple(BorrowedReturn(e.request_id, "") for e in waiting if e.borrowed),
+                       refused=tuple(e.request_id for e in waiting if not e.borrowed))
+
     def _forget(self, entry: Entry) -> None:
         del self._by_id[entry.request_id]
         if entry.borrowed:

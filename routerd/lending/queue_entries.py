@@ -15,7 +15,8 @@ from typing import Literal
 import attrs
 
 EntryState = Literal["pending", "admitted", "lent"]
-ReturnReason = Literal["helper_busy_on_arrival", "own_work_arrived"]
+#: Why a borrowed request goes back ('': the helper drains, a return the decision log gives no reason).
+ReturnReason = Literal["helper_busy_on_arrival", "own_work_arrived", ""]
 
 
 class QueueError(ValueError):
@@ -58,13 +59,15 @@ class BorrowedReturn:
 
 @attrs.frozen
 class Effects:
-    """What the caller must do now: start ``admit`` (in order), hand back ``returned``."""
+    """What the caller must do now: start ``admit`` (in order), hand back ``returned``, refuse
+    ``refused`` (own requests the queue will never run: the node drains)."""
 
     admit: tuple[str, ...] = ()
     returned: tuple[BorrowedReturn, ...] = ()
+    refused: tuple[str, ...] = ()
 
     def __add__(self, other: Effects) -> Effects:
-        return Effects(self.admit + other.admit, self.returned + other.returned)
+        return Effects(self.admit + other.admit, self.returned + other.returned, self.refused + other.refused)
 
 
 #: Nothing to do (frozen, so one instance serves every answer that asks for nothing).

@@ -4,7 +4,8 @@ reference §7 "Restore after borrow"; ``offload_restore_delay``).
 :class:`RestorePlan` is the pure state machine, told of every model acquire on this node and of
 its timer firing; it answers with what to do (:class:`Step`).  Its rules:
 
-* a native (own) acquire cancels any pending restore;
+* a native (own) acquire, or an explicit load (an operator's, a preload, the startup model, a
+  reload: own work too), cancels any pending restore;
 * a borrowed acquire whose lease asks for a restore — or an own acquire by a same-node guardian
   model (spec "Guardian models": the text-only model is loaded back once the node is quiet), which
   asks for one too — records the runtime's currently loaded
@@ -60,10 +61,7 @@ class RestorePlan:
         """A request is about to acquire the ``kind`` runtime for config ``incoming``;
         ``loaded`` is the config that runtime holds now (None: nothing ready)."""
         if not borrowed and not restore:
-            if not self.targets:
-                return NOTHING
-            self.targets.clear()
-            return Step(cancel=True)
+            return self.own_work()
         if not restore:
             # borrowed work without the flag restores nothing of its own, but it is borrowed work
             # arriving: a pending restore waits a full delay again (either lane)
@@ -73,6 +71,14 @@ class RestorePlan:
         if not self.targets:
             return NOTHING
         return Step(arm=delay)
+
+    def own_work(self) -> Step:
+        """Own work takes a runtime (an own request, or an explicit load: admin, Ollama preload,
+        startup, reload, recipe): any pending restore is cancelled, whatever runtime it named."""
+        if not self.targets:
+            return NOTHING
+        self.targets.clear()
+        return Step(cancel=True)
 
     def fired(self, *, borrowed_in_flight: bool, own_busy: bool, delay: float) -> Step:
         if not self.targets:
@@ -103,6 +109,11 @@ class Restorer:
             return  # an own acquire with no restore pending: the plan changes nothing (RestorePlan.acquired)
         self._do(self.plan.acquired(kind, incoming, self.loaded_config(kind), borrowed=borrowed,
                                     restore=restore, delay=self.delay()))
+
+    def own_load(self) -> None:
+        """An explicit load (own work) is starting: it cancels any pending restore, so the restore
+        never loads over what the operator asked for."""
+        self._do(self.plan.own_work())
 
     def stop(self) -> None:
         self._disarm()

@@ -23,19 +23,20 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from routerd.catalog.model import ModelConfig, RuntimeKind
+from routerd.catalog.model import ModelConfig
 from routerd.config.lending import LendingSettings
+from routerd.errors import draining
 from routerd.lanes import LANES, Lane
 from routerd.lending.arrival import WorkHints, entry_image, images_for_new_owners, queue_own, refuse_when_full
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.events import EventReports, HeldLease
-from routerd.lending.helper_side import HelperSide, SharedLanes
+from routerd.lending.helper_side import HelperSide, SharedLanes, own_lane
 from routerd.lending.links import LinkSet
 from routerd.lending.offload import Borrowed, Returned, offload_returned
 from routerd.lending.queue import Effects, LaneQueue
 from routerd.lending.service_rows import ServiceRows
 from routerd.lending.transport import LendingTransport, NoMaster
-from routerd.lending.waiting import RunLocal, WaitingRequest
+from routerd.lending.waiting import RunLocal, WaitingRequest, no_local
 from routerd.lending.watch import HoldGate, LentCall
 from routerd.routing.call import Call
 from routerd.routing.guardians import GuardianSet, sync_fingerprint
@@ -44,17 +45,9 @@ from routerd.wire.lending import Costs, LaneStatus, Lease, Trigger, lane_key, to
 log = Logger()
 
 
-def _own_lane(kind: RuntimeKind | None, _model: ModelConfig) -> tuple[Lane, ...]:
-    return tuple(lane for lane in LANES if kind in (None, lane))
-
-
-async def _no_local(call: Call, _model: ModelConfig, _public_id: str) -> bytes:
-    raise RuntimeError(f"no local server runs {call.request_id}: the lending service has no run_local")
-
-
 @attrs.frozen
 class Ticket:
-    kind: Literal["admit", "lend", "returned"]
+    kind: Literal["admit", "lend", "returned", "refused"]
     lease: Lease | None = None
     reason: str = ""
 
@@ -66,13 +59,13 @@ class LendingService:
                  active_config: Callable[[Lane], str] = lambda _lane: "",
                  on_settings: Iterable[Callable[[LendingSettings], None]] = (),
                  waiting_for_runtime: Callable[[str], bool] = lambda _rid: False,
-                 take_back: Callable[[str], bool] = lambda _rid: False, shared_lanes: SharedLanes = _own_lane,
+                 take_back: Callable[[str], bool] = lambda _rid: False, shared_lanes: SharedLanes = own_lane,
                  max_queued: int = 0, queued_in_backend: Mapping[str, int] | None = None,
                  key_weights: Mapping[str, float] | None = None,
                  aging: float = 30.0, run_local: RunLocal | None = None) -> None:
         self.node_id = node_id
         #: What an admitted request runs: this node serving it locally (one shared callable).
-        self.run_local: RunLocal = run_local if run_local is not None else _no_local
+        self.run_local: RunLocal = run_local if run_local is not None else no_local
         self.role = role
         self.clock = clock
         self.transport: LendingTransport = transport if transport is not None else NoMaster()
@@ -115,6 +108,7 @@ class LendingService:
         self.rows = ServiceRows(node_id, self.queues, self)
         self.helper = HelperSide(self)  # this node as helper: its borrowed work, its own work first
         self._in_backend: dict[str, str] = {}  # admitted run under way → "", or why it was taken back
+        self.draining = False  # the node drains: nothing waits in a router queue any more (drain)
 
     # -- configuration (site APIs and the master's pushes) ------------------------------------
 
@@ -157,10 +151,16 @@ class LendingService:
         """Push links and settings to every slave (the master's transport; a no-op elsewhere)."""
         await self.transport.push()
 
-    def push_soon(self, node_id: str) -> None:
-        """Push now without waiting (a slave just registered); a failure is logged."""
-        defer.ensureDeferred(self.push()).addErrback(
-            lambda f: log.failure("push to {node_id} failed", failure=f, node_id=node_id))
+    async def refresh(self) -> None:
+        """Links or settings changed: push them and plan at once (a no-op off a master)."""
+        await self.transport.refresh()
+
+    def drain(self) -> None:
+        """The node drains: what waits in a router queue is answered at once (borrowed work goes back
+        with 409, own work gets 503 ``draining`` with Retry-After); admitted and lent requests go on."""
+        self.draining = True
+        for lane in LANES:
+            self.apply(lane, self.queues[lane].drain())
 
     def update_costs(self, costs: Costs) -> None:
         """This node's freshly fitted cost coefficients (published in its runtime status)."""
@@ -210,6 +210,8 @@ class LendingService:
         While it waits the request is a :class:`~routerd.lending.waiting.WaitingRequest` woken by
         the queue's tickets, not a suspended coroutine (held requests stay small); admitted, it
         runs as ``self.run_local(call, model, public_id)``."""
+        if self.draining:  # arrived as the drain began: it would never run here
+            return defer.fail(draining() if borrowed is None else offload_returned("the helper is draining"))
         model_id = lane_key(lane, model)
         queue = self.queues[lane]
         owner = borrowed is None and queue.is_owner(model_id)
@@ -258,10 +260,11 @@ class LendingService:
 
     def run_ticket(self, held: WaitingRequest[Any], ticket: Ticket) -> Deferred[bytes | None]:
         """What a held request does once woken (``WaitingRequest``'s steward)."""
-        if ticket.kind == "returned":
-            self.rows.helper("borrowed_returned", held.lane, held.call.request_id, ticket.reason)
+        if ticket.kind in ("returned", "refused"):
+            if ticket.kind == "returned":
+                self.rows.helper("borrowed_returned", held.lane, held.call.request_id, ticket.reason)
             self._forget(held.call.request_id)
-            return defer.fail(offload_returned())
+            return defer.fail(offload_returned() if ticket.kind == "returned" else draining())
         if ticket.kind == "admit":
             return cast("Deferred[bytes | None]", Deferred.fromCoroutine(self._run(
                 held.call, held.model, held.lane, held.model_id, held.public_id, held.run_local, held.owner)))
@@ -327,7 +330,8 @@ class LendingService:
                 again = True
                 held.park_again()
                 self._waiters[rid] = held
-                self.apply(lane, queue.returned(rid, self._now_ms()))
+                effects = queue.returned(rid, self._now_ms())
+                self.apply(lane, effects + queue.drain() if self.draining else effects)
                 self.report(lane, model_id, "borrowed_completed")
                 return None
             except CancelledError:
@@ -386,14 +390,6 @@ class LendingService:
         :meth:`HelperSide.own_work_arrived`."""
         return self.helper.own_work_arrived(lanes)
 
-    def own_acquiring(self, call: Call, model: ModelConfig) -> None:
-        """An own request not queued in the router is about to acquire its runtime."""
-        self.helper.own_acquiring(call, model)
-
-    def own_claimed(self, call: Call, claimed: bool) -> None:
-        """The request of :meth:`own_acquiring` holds the runtime (``claimed``) or gave up waiting."""
-        self.helper.own_claimed(call, claimed)
-
     def work_hint(self, call: Call, model: ModelConfig, lane: Lane) -> tuple[tuple[float, ...], int]:
         """The work terms (and, for text, the context) the queue and the planner price a request
         by: :func:`~routerd.lending.pricing.work_terms`, with this model's token profile."""
@@ -416,6 +412,8 @@ class LendingService:
                     self._in_backend[back.request_id] = ""
                 continue
             self._wake(back.request_id, Ticket("returned", reason=back.reason))
+        for rid in effects.refused:
+            self._wake(rid, Ticket("refused"))
         for rid in effects.admit:
             entry = self.queues[lane].entry(rid)
             if entry is not None and not entry.borrowed and entry.borrowed_ahead > 0:

@@ -35,6 +35,10 @@ class LendingTransport(Protocol):
     async def push(self) -> None:
         """Push links and settings to the slaves (a no-op off the master)."""
 
+    async def refresh(self) -> None:
+        """The site's links or settings changed: push them, then plan at once (a no-op off the
+        master)."""
+
 
 class MasterSide(Protocol):
     """The master's calls an owner on the master itself makes in process (the coordinator)."""
@@ -51,6 +55,9 @@ class MasterSide(Protocol):
     async def push(self) -> None:
         """Push links and settings to every healthy slave."""
 
+    async def refresh(self) -> None:
+        """Push links and settings, then plan (what the refresh tick does), now."""
+
 
 class NoMaster:
     """A standalone node: no master to report to, nothing is ever lent."""
@@ -63,6 +70,9 @@ class NoMaster:
         raise Returned("this node has no master")
 
     async def push(self) -> None:
+        return None
+
+    async def refresh(self) -> None:
         return None
 
 
@@ -89,6 +99,9 @@ class InProcess:
 
     async def push(self) -> None:
         await self._coordinator().push()
+
+    async def refresh(self) -> None:
+        await self._coordinator().refresh()
 
 
 class _MasterClient(Protocol):
@@ -126,4 +139,7 @@ class ViaMaster:
         return result
 
     async def push(self) -> None:
+        return None
+
+    async def refresh(self) -> None:
         return None

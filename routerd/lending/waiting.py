@@ -48,6 +48,11 @@ ARRIVING, WAITING, RUNNING, DONE = 0, 1, 2, 3
 RunLocal = Callable[[Call, ModelConfig, str], Awaitable[bytes]]
 
 
+async def no_local(call: Call, _model: ModelConfig, _public_id: str) -> bytes:
+    """The :data:`RunLocal` of a lending service built without one (tests that never admit)."""
+    raise RuntimeError(f"no local server runs {call.request_id}: the lending service has no run_local")
+
+
 def shape_for_hold(call: Call) -> bool:
     """Shape ``call`` for a wait in a lane queue: the path (one of the inference paths), a plain
     content type and the model name it selects recur across requests, so one shared copy of each

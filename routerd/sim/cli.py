@@ -141,14 +141,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     _start_logging()
     make_site: Any = Site  # untyped in twisted.web
     site = make_site(server.app.resource())
-    try:
-        listening = reactor.listenTCP(server.port, site, interface=server.host)
-    except Exception as exc:  # CannotListenError and friends
-        sys.stderr.write(f"error: couldn't bind HTTP server socket, {server.host}:{server.port}: {exc}\n")
-        return 1
-    listening_ports.append(listening)
-    bound_port = getattr(listening.getHost(), "port", server.port)
-    server.runtime.say(f"main: server is listening on http://{server.host}:{bound_port}")
-    reactor.callWhenRunning(server.runtime.start)
+
+    def listen() -> bool:
+        try:
+            listening = reactor.listenTCP(server.port, site, interface=server.host)
+        except Exception as exc:  # CannotListenError and friends
+            sys.stderr.write(f"error: couldn't bind HTTP server socket, {server.host}:{server.port}: {exc}\n")
+            return False
+        listening_ports.append(listening)
+        bound_port = getattr(listening.getHost(), "port", server.port)
+        server.runtime.say(f"main: server is listening on http://{server.host}:{bound_port}")
+        return True
+
+    def listen_once_loaded(loaded: bool) -> None:
+        if loaded and not listen():
+            server.runtime.exit(1)
+
+    if server.family.listens_when_loaded:
+        reactor.callWhenRunning(lambda: server.runtime.start().addCallback(listen_once_loaded))
+    else:
+        if not listen():
+            return 1
+        reactor.callWhenRunning(server.runtime.start)
     reactor.run()
     return server.runtime.exit_code or 0

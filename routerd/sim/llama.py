@@ -14,11 +14,24 @@ from klein import Klein
 from twisted.web.server import Request
 
 from routerd.sim.flags import Flag, below_floor
+from routerd.sim.llama_info import (
+    AUTO_PARALLEL,
+    AUTO_SLOTS,
+    SlotTable,
+    metrics_text,
+    models_body,
+    props_body,
+    slot_context,
+    timings_body,
+    usage_body,
+)
 from routerd.sim.outputs import embedding_vector, generate_tokens
 from routerd.sim.program import Family
+from routerd.sim.prompts import chat_prompt, embedding_inputs, prompt_text
 from routerd.sim.routes import build_family_app, openai_error_page, routes
 from routerd.sim.runtime import Handler, SimRuntime, WeightsServer
 from routerd.sim.timing import count_tokens, requested_max_tokens, text_seconds
+from routerd.sim.tokens import Vocabulary, apply_template_body
 from routerd.sim.web import (
     BadRequest,
     HttpError,
@@ -27,6 +40,7 @@ from routerd.sim.web import (
     openai_error,
     openai_json_body,
     send_json,
+    send_text,
 )
 from routerd.sim.weights import Weights
 
@@ -37,7 +51,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--port",), "port", int, 8080, "port to listen on", "PORT"),
     Flag(("-m", "--model"), "model", str, None, "model weights (*.sim.json)", "PATH"),
     Flag(("-c", "--ctx-size"), "ctx_size", int, 0, "context size (0: from the weights)", "N"),
-    Flag(("-np", "--parallel"), "parallel", int, 1, "requests served at once", "N"),
+    Flag(("-np", "--parallel"), "parallel", int, AUTO_PARALLEL,
+         f"requests served at once (default: {AUTO_SLOTS} slots sharing one context)", "N"),
+    Flag(("-kvu", "--kv-unified"), "kv_unified", bool, False,
+         "the slots share one context instead of splitting -c"),
+    Flag(("--metrics",), "metrics", bool, False, "serve /metrics"),
     Flag(("--mmproj",), "mmproj", str, None, "multimodal projector: accept image input", "PATH"),
     Flag(("--no-mmproj",), "no_mmproj", bool, False,
          "do not load the multimodal projector (image input is refused, as llama-server does)"),
@@ -56,13 +74,25 @@ class LlamaOptions:
     mmproj: str | None = None
     embedding: bool = False
     alias: str | None = None
+    #: llama-server's own context rules (the programs reusing these handlers keep theirs): each slot's
+    #: context from ``-c`` split over ``-np`` (:func:`slot_context`); a request is refused only when its
+    #: prompt fills the slot, and generation stops at the slot's end.
+    llama_rules: bool = False
+    kv_unified: bool = False
+    metrics: bool = False
 
     @property
     def model_name(self) -> str:
         return self.alias or os.path.basename(self.model_path)
 
+    @property
+    def slots(self) -> int:
+        return AUTO_SLOTS if self.parallel == AUTO_PARALLEL else self.parallel
+
 
 def validate_args(ns: argparse.Namespace) -> str | None:
+    if ns.parallel == AUTO_PARALLEL:
+        return below_floor(ns, {"ctx_size": 0})
     return below_floor(ns, {"parallel": 1, "ctx_size": 0})
 
 
@@ -70,75 +100,8 @@ def options_from_args(ns: argparse.Namespace) -> LlamaOptions:
     return LlamaOptions(
         model_path=ns.model, ctx_size=ns.ctx_size, parallel=ns.parallel,
         mmproj=None if ns.no_mmproj else ns.mmproj, embedding=ns.embedding, alias=ns.alias,
+        llama_rules=True, kv_unified=ns.kv_unified, metrics=ns.metrics,
     )
-
-
-def chat_prompt(messages: object) -> tuple[str, list[str]]:
-    """The prompt text of a chat (message contents joined by newlines) and its image URLs."""
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("'messages' must be a non-empty array")
-    texts: list[str] = []
-    images: list[str] = []
-    for message in messages:
-        if not isinstance(message, dict):
-            raise BadRequest("each message must be an object")
-        content = message.get("content")
-        if content is None:
-            continue
-        if isinstance(content, str):
-            texts.append(content)
-            continue
-        if not isinstance(content, list):
-            raise BadRequest("message 'content' must be a string or an array of parts")
-        for part in content:
-            if not isinstance(part, dict):
-                raise BadRequest("content parts must be objects")
-            kind = part.get("type")
-            if kind == "text":
-                text = part.get("text")
-                if not isinstance(text, str):
-                    raise BadRequest("a text part needs a string 'text'")
-                texts.append(text)
-            elif kind == "image_url":
-                image = part.get("image_url")
-                url = image.get("url") if isinstance(image, dict) else image
-                if not isinstance(url, str):
-                    raise BadRequest("an image_url part needs a 'url'")
-                images.append(url)
-    return "\n".join(texts), images
-
-
-def prompt_text(prompt: object) -> tuple[str, int]:
-    """(text, token count) of a completion prompt: a string, strings, or token ids."""
-    if isinstance(prompt, str):
-        return prompt, count_tokens(prompt)
-    if isinstance(prompt, list) and prompt:
-        if all(isinstance(p, str) for p in prompt):
-            text = "\n".join(prompt)
-            return text, count_tokens(text)
-        if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
-            return " ".join(map(str, prompt)), len(prompt)
-    raise BadRequest("'prompt' must be a string, an array of strings or an array of token ids")
-
-
-def _timings(prompt_n: int, prompt_s: float, predicted_n: int, predicted_s: float) -> dict[str, object]:
-    return {
-        "prompt_n": prompt_n,
-        "prompt_ms": round(prompt_s * 1000.0, 3),
-        "prompt_per_second": prompt_n / prompt_s if prompt_s > 0 else None,
-        "predicted_n": predicted_n,
-        "predicted_ms": round(predicted_s * 1000.0, 3),
-        "predicted_per_second": predicted_n / predicted_s if predicted_s > 0 else None,
-    }
-
-
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
-
 
 
 @attrs.frozen
@@ -161,9 +124,17 @@ class LlamaServer(WeightsServer):
                  weights: Callable[[], Weights] | None = None) -> None:
         super().__init__(runtime, weights)
         self.opts = options
+        self.slot_table = SlotTable.of(options.slots)
+        self.vocabulary = Vocabulary()
+        self.prompt_tokens_total = 0
+        self.predicted_tokens_total = 0
 
     @property
     def n_ctx(self) -> int:
+        """The context of one slot."""
+        if self.opts.llama_rules:
+            unified = self.opts.kv_unified or self.opts.parallel == AUTO_PARALLEL
+            return slot_context(self.opts.ctx_size, self.opts.slots, unified, self.weights.context)
         return self.opts.ctx_size or self.weights.context
 
     # -- common pieces -------------------------------------------------------------------------
@@ -173,18 +144,29 @@ class LlamaServer(WeightsServer):
         return model if isinstance(model, str) and model else self.opts.model_name
 
     def _check_context(self, prompt_tokens: int, gen_tokens: int) -> None:
-        if prompt_tokens + gen_tokens > self.n_ctx:
+        """Refuse a request the slot cannot hold: under llama-server's rules, one whose prompt fills the
+        slot (the generation is cut at the slot's end instead, :meth:`_generated`); otherwise, one whose
+        prompt and generation together overflow it."""
+        needed = prompt_tokens + (0 if self.opts.llama_rules else gen_tokens)
+        if needed > self.n_ctx or (self.opts.llama_rules and needed >= self.n_ctx):
             raise HttpError(400, openai_error(
                 400,
-                "the request exceeds the available context size, try increasing it",
+                f"request ({needed} tokens) exceeds the available context size ({self.n_ctx} tokens), "
+                "try increasing it",
                 "exceed_context_size_error",
                 n_prompt_tokens=prompt_tokens,
                 n_ctx=self.n_ctx,
             ))
 
+    def _generated(self, prompt_tokens: int, requested: int) -> int:
+        """How many tokens a job generates: the requested count, cut at the slot's end under llama-server's
+        rules (its ``finish_reason`` stays "length")."""
+        return min(requested, self.n_ctx - prompt_tokens) if self.opts.llama_rules else requested
+
     def _job(self, body: dict[str, object], prompt: str, prompt_tokens: int, hash_input: str) -> _TextJob:
         gen = requested_max_tokens(body)
         self._check_context(prompt_tokens, gen)
+        gen = self._generated(prompt_tokens, gen)
         stream = body.get("stream") is True
         tokens = generate_tokens(self.weights.label, hash_input, gen)
         return _TextJob(self._model(body), prompt, prompt_tokens, tokens, stream)
@@ -197,21 +179,29 @@ class LlamaServer(WeightsServer):
     ) -> dict[str, object]:
         """Hold a slot for prompt processing then generation; stream tokens as they are made."""
         async with self.rt.slot():
-            prompt_s, gen_s = text_seconds(self.weights, job.prompt_tokens, len(job.tokens))
-            started = self.rt.now()
-            await self.rt.work(prompt_s)
-            prompt_done = self.rt.now()
-            if on_token is None:
-                await self.rt.work(gen_s)
-            else:
-                if on_first is not None:
-                    on_first()
-                per_token = gen_s / len(job.tokens) if job.tokens else 0.0
-                for index, token in enumerate(job.tokens):
-                    await self.rt.work(per_token)
-                    on_token(index, token)
-            ended = self.rt.now()
-        return _timings(job.prompt_tokens, prompt_done - started, len(job.tokens), ended - prompt_done)
+            slot = self.slot_table.take(job.prompt_tokens, len(job.tokens))
+            try:
+                prompt_s, gen_s = text_seconds(self.weights, job.prompt_tokens, len(job.tokens))
+                started = self.rt.now()
+                await self.rt.work(prompt_s)
+                prompt_done = self.rt.now()
+                if on_token is None:
+                    await self.rt.work(gen_s)
+                    slot.decoded = len(job.tokens)
+                else:
+                    if on_first is not None:
+                        on_first()
+                    per_token = gen_s / len(job.tokens) if job.tokens else 0.0
+                    for index, token in enumerate(job.tokens):
+                        await self.rt.work(per_token)
+                        slot.decoded = index + 1
+                        on_token(index, token)
+                ended = self.rt.now()
+            finally:
+                slot.processing = False
+        self.prompt_tokens_total += job.prompt_tokens
+        self.predicted_tokens_total += len(job.tokens)
+        return timings_body(job.prompt_tokens, prompt_done - started, len(job.tokens), ended - prompt_done)
 
     # -- informational routes ------------------------------------------------------------------
 
@@ -219,32 +209,48 @@ class LlamaServer(WeightsServer):
         return send_json(request, 200, {"status": "ok"})
 
     async def models(self, request: Request) -> bytes:
-        weights = self.weights
-        return send_json(request, 200, {
-            "object": "list",
-            "data": [{
-                "id": self.opts.model_name,
-                "object": "model",
-                "created": int(self.rt.now()),
-                "owned_by": "llamacpp",
-                "meta": {
-                    "n_ctx_train": weights.context,
-                    "n_embd": weights.embedding_dim,
-                    "weights": weights.label,
-                },
-            }],
-        })
+        return send_json(request, 200, models_body(self.opts.model_name, self.weights, self.n_ctx,
+                                                   int(self.rt.now()), self.opts.mmproj is not None))
 
     async def props(self, request: Request) -> bytes:
-        return send_json(request, 200, {
-            "default_generation_settings": {"n_ctx": self.n_ctx, "params": {"n_predict": -1}},
-            "total_slots": self.opts.parallel,
-            "model_path": self.opts.model_path,
-            "model_alias": self.opts.model_name,
-            "modalities": {"vision": self.opts.mmproj is not None, "audio": False},
-            "embedding": self.opts.embedding,
-            "build_info": FINGERPRINT,
-        })
+        return send_json(request, 200, props_body(
+            model=self.opts.model_name, model_path=self.opts.model_path, n_ctx=self.n_ctx,
+            slots=self.opts.slots, vision=self.opts.mmproj is not None, metrics=self.opts.metrics,
+            build_info=FINGERPRINT,
+        ))
+
+    async def slots(self, request: Request) -> bytes:
+        return send_json(request, 200, self.slot_table.to_json(self.n_ctx))
+
+    async def metrics(self, request: Request) -> bytes:
+        if not self.opts.metrics:
+            raise HttpError(501, openai_error(
+                501, "This server does not support metrics endpoint. Start it with `--metrics`",
+                "not_supported_error",
+            ))
+        counters = self.rt.counters
+        text = metrics_text(self.prompt_tokens_total, self.predicted_tokens_total, counters.running,
+                            counters.waiting)
+        return send_text(request, 200, text, b"text/plain; version=0.0.4")
+
+    # -- tokenizer -----------------------------------------------------------------------------
+
+    async def tokenize(self, request: Request) -> bytes:
+        return send_json(request, 200, self._parsed(self.vocabulary.tokenize_body, request))
+
+    async def detokenize(self, request: Request) -> bytes:
+        return send_json(request, 200, self._parsed(self.vocabulary.detokenize_body, request))
+
+    async def apply_template(self, request: Request) -> bytes:
+        return send_json(request, 200, self._parsed(apply_template_body, request))
+
+    @staticmethod
+    def _parsed(answer: Callable[[dict[str, object]], dict[str, object]],
+                request: Request) -> dict[str, object]:
+        try:
+            return answer(openai_json_body(request))
+        except BadRequest as exc:
+            raise openai_bad_request(str(exc)) from None
 
     # -- generation ----------------------------------------------------------------------------
 
@@ -272,7 +278,7 @@ class LlamaServer(WeightsServer):
                 "system_fingerprint": FINGERPRINT, "choices": [choice], **extra,
             }
 
-        usage = _usage(job.prompt_tokens, len(job.tokens))
+        usage = usage_body(job.prompt_tokens, len(job.tokens))
         if not job.stream:
             timings = await self._generate(job)
             return send_json(request, 200, envelope(
@@ -294,7 +300,14 @@ class LlamaServer(WeightsServer):
             on_first=lambda: delta({"role": "assistant", "content": None}),
             on_token=lambda _i, token: delta({"content": token}),
         )
-        delta({}, "length", usage=usage, timings=timings)
+        options = body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage") is True:
+            # the usage comes in a chunk of its own, with no choices, after the one that finishes
+            delta({}, "length")
+            sse.send({**envelope("chat.completion.chunk", {}), "choices": [], "usage": usage,
+                      "timings": timings})
+        else:
+            delta({}, "length", timings=timings)
         sse.done()
         return None
 
@@ -312,7 +325,7 @@ class LlamaServer(WeightsServer):
                 **extra,
             }
 
-        usage = _usage(job.prompt_tokens, len(job.tokens))
+        usage = usage_body(job.prompt_tokens, len(job.tokens))
         if not job.stream:
             timings = await self._generate(job)
             return send_json(request, 200, envelope(job.text, "length", usage=usage, timings=timings))
@@ -339,17 +352,21 @@ class LlamaServer(WeightsServer):
         job = self._prompt_job(body)
 
         def result(content: str, stop: bool, predicted: int, **extra: object) -> dict[str, object]:
+            # a streamed token's chunk has its token ids, no model and no slot (-1); the final answer has a
+            # model and a slot, and no token ids
+            ids = [] if stop else [token for token, _piece in self.vocabulary.tokenize(content)]
             return {
-                "index": 0, "content": content, "id_slot": 0, "stop": stop, "model": job.model,
-                "tokens_predicted": predicted, "tokens_evaluated": job.prompt_tokens, **extra,
+                "index": 0, "content": content, "tokens": ids,
+                "id_slot": 0 if stop else -1, "stop": stop, "tokens_predicted": predicted,
+                "tokens_evaluated": job.prompt_tokens, **extra,
             }
 
         def final(content: str, timings: dict[str, object]) -> dict[str, object]:
             return result(
-                content, True, len(job.tokens),
-                generation_settings={"n_ctx": self.n_ctx, "n_predict": len(job.tokens)},
-                prompt=job.prompt, truncated=False, stop_type="limit", stopping_word="",
-                tokens_cached=0, timings=timings,
+                content, True, len(job.tokens), model=job.model,
+                generation_settings={"n_predict": len(job.tokens)},
+                prompt=job.prompt, has_new_line="\n" in job.text, truncated=False, stop_type="limit",
+                stopping_word="", tokens_cached=job.prompt_tokens + len(job.tokens), timings=timings,
             )
 
         if not job.stream:
@@ -363,45 +380,49 @@ class LlamaServer(WeightsServer):
         sse.send(final("", timings))
         return None
 
-    async def embeddings(self, request: Request) -> bytes:
+    async def _embed(self, request: Request) -> tuple[dict[str, object], list[list[float]], int]:
+        """(request body, a vector per input, prompt tokens) of an embeddings request."""
         if not self.opts.embedding:
             raise HttpError(501, openai_error(
                 501, "This server does not support embeddings. Start it with `--embeddings`",
                 "not_supported_error",
             ))
         body = openai_json_body(request)
-        inputs = _embedding_inputs(body.get("input", body.get("content")))
+        inputs = embedding_inputs(body.get("input", body.get("content")))
         for _text, tokens in inputs:
-            self._check_context(tokens, 0)
-        as_base64 = body.get("encoding_format") == "base64"
+            if not self.opts.llama_rules:
+                self._check_context(tokens, 0)
+            elif tokens > self.n_ctx:
+                raise HttpError(400, openai_error(
+                    400, f"input ({tokens} tokens) is larger than the max context size ({self.n_ctx} "
+                    "tokens). skipping", "exceed_context_size_error",
+                    n_prompt_tokens=tokens, n_ctx=self.n_ctx))
         total = sum(tokens for _text, tokens in inputs)
         async with self.rt.slot():
             await self.rt.work(total / self.weights.prompt_tokens_per_s)
-        data = []
-        for index, (text, _tokens) in enumerate(inputs):
-            vector = embedding_vector(self.weights.label, text, self.weights.embedding_dim)
-            encoded: object = vector
-            if as_base64:
-                encoded = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
-            data.append({"object": "embedding", "index": index, "embedding": encoded})
+        dim = self.weights.embedding_dim
+        return body, [embedding_vector(self.weights.label, text, dim) for text, _tokens in inputs], total
+
+    async def embedding(self, request: Request) -> bytes:
+        """llama-server's native ``/embedding``: per input, its pooled vector in a list of one."""
+        _body, vectors, _total = await self._embed(request)
+        pooled = [{"index": i, "embedding": [vector]} for i, vector in enumerate(vectors)]
+        return send_json(request, 200, pooled)
+
+    async def embeddings(self, request: Request) -> bytes:
+        body, vectors, total = await self._embed(request)
+        as_base64 = body.get("encoding_format") == "base64"
+        data: list[dict[str, object]] = []
+        for index, vector in enumerate(vectors):
+            item: dict[str, object] = {"object": "embedding", "index": index, "embedding": vector}
+            if as_base64:  # llama-server names the encoding in each item then
+                packed = struct.pack(f"<{len(vector)}f", *vector)
+                item.update(embedding=base64.b64encode(packed).decode("ascii"), encoding_format="base64")
+            data.append(item)
         return send_json(request, 200, {
             "object": "list", "model": self._model(body), "data": data,
             "usage": {"prompt_tokens": total, "total_tokens": total},
         })
-
-
-def _embedding_inputs(raw: object) -> list[tuple[str, int]]:
-    """(text, tokens) per input: a string, a token-id array, or an array of either."""
-    if isinstance(raw, list) and raw and all(isinstance(item, str | list) for item in raw):
-        items: list[object] = list(raw)
-    else:
-        items = [raw]
-    try:
-        return [prompt_text(item) if not isinstance(item, str) else (item, count_tokens(item))
-                for item in items]
-    except BadRequest:
-        raise openai_bad_request(
-            "'input' must be a string, an array of strings or an array of token arrays") from None
 
 
 def _loading(request: Request) -> bytes:
@@ -413,19 +434,30 @@ def build_app(runtime: SimRuntime, options: LlamaOptions) -> Klein:
     gets: dict[str, Handler] = {
         "/health": server.health, "/v1/health": server.health,
         "/v1/models": server.models, "/models": server.models,
-        "/props": server.props,
+        "/props": server.props, "/slots": server.slots, "/metrics": server.metrics,
     }
     posts: dict[str, Handler] = {
         "/v1/chat/completions": server.chat_completions,
         "/chat/completions": server.chat_completions,
         "/v1/completions": server.completions,
-        "/completions": server.completions,
+        "/completions": server.completion,  # llama-server's native answer, not the OpenAI one
         "/completion": server.completion,
         "/v1/embeddings": server.embeddings, "/embeddings": server.embeddings,
-        "/embedding": server.embeddings,
+        "/embedding": server.embedding,
     }
-    table = [*routes("GET", gets, work=False), *routes("POST", posts, work=True)]
-    return build_family_app(runtime, table, loading_reply=_loading, error_body=openai_error_page)
+    tokenizer: dict[str, Handler] = {
+        "/tokenize": server.tokenize, "/detokenize": server.detokenize,
+        "/apply-template": server.apply_template,
+    }
+    table = [*routes("GET", gets, work=False), *routes("POST", posts, work=True),
+             *routes("POST", tokenizer, work=False)]
+    return build_family_app(runtime, table, loading_reply=_loading, error_body=openai_error_page,
+                            error_page=_not_found)
+
+
+def _not_found(request: Request, status: int, message: str) -> bytes:
+    """llama-server answers a known path asked with the wrong method as it does an unknown one: 404."""
+    return send_json(request, 404, openai_error_page(404, "File Not Found"))
 
 
 def _build(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:
@@ -433,7 +465,7 @@ def _build(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:
 
 
 def _slots(ns: argparse.Namespace) -> int:
-    return int(ns.parallel)
+    return AUTO_SLOTS if ns.parallel == AUTO_PARALLEL else int(ns.parallel)
 
 
 PROGRAM = Family("llama-server", "text", FLAGS, _build, _slots, validate_args)

@@ -40,6 +40,9 @@ class Family:
     #: Families whose weights are not one ``-m`` file of ``kind`` read them themselves.
     initial: Initial | None = None
     prepare: Prepare | None = None
+    #: The program binds its port only once its startup model is in (whisper-server); the others listen at
+    #: once and answer "loading" meanwhile.
+    listens_when_loaded: bool = False
 
     @property
     def implemented(self) -> bool:

@@ -16,6 +16,7 @@ from routerd.sim.runtime import Handler, LoadingReply, SimRuntime
 from routerd.sim.web import BadRequest, openai_error, read_json, send_json
 
 __all__ = [
+    "ErrorPage",
     "Route",
     "add_control_routes",
     "add_error_pages",
@@ -80,16 +81,25 @@ def add_control_routes(app: Klein, runtime: SimRuntime) -> None:
         return send_json(request, 200, state())
 
 
-def add_error_pages(app: Klein, body: Callable[[int, str], object]) -> None:
-    """Answer unknown paths and methods with the family's JSON error shape."""
+#: A family's own answer to an unknown path (404) or method (405): (request, status, message) -> body.
+ErrorPage = Callable[[Request, int, str], bytes]
+
+
+def add_error_pages(app: Klein, body: Callable[[int, str], object], page: ErrorPage | None = None) -> None:
+    """Answer unknown paths and methods with the family's JSON error shape (or its own ``page``)."""
+
+    def answer(request: Request, status: int, message: str) -> bytes:
+        if page is not None:
+            return page(request, status, message)
+        return send_json(request, status, body(status, message))
 
     @app.handle_errors(NotFound)  # type: ignore[arg-type]
     def not_found(request: Request, failure: Failure) -> bytes:
-        return send_json(request, 404, body(404, "File Not Found"))
+        return answer(request, 404, "File Not Found")
 
     @app.handle_errors(MethodNotAllowed)  # type: ignore[arg-type]
     def not_allowed(request: Request, failure: Failure) -> bytes:
-        return send_json(request, 405, body(405, "Method Not Allowed"))
+        return answer(request, 405, "Method Not Allowed")
 
 
 def openai_error_page(code: int, message: str) -> object:
@@ -103,11 +113,11 @@ def routes(method: str, table: Mapping[str, Handler], *, work: bool) -> list[Rou
 
 
 def build_family_app(runtime: SimRuntime, table: Iterable[Route], *, loading_reply: LoadingReply,
-                     error_body: Callable[[int, str], object]) -> Klein:
+                     error_body: Callable[[int, str], object], error_page: ErrorPage | None = None) -> Klein:
     """A family's app: ``/sim/control``, every route of ``table`` in order, and its error pages."""
     app = Klein()
     add_control_routes(app, runtime)
     for path, method, handler, work in table:
         add_route(app, runtime, path, [method], handler, work=work, loading_reply=loading_reply)
-    add_error_pages(app, error_body)
+    add_error_pages(app, error_body, error_page)
     return app

@@ -19,7 +19,8 @@ from routerd.sim.weights import Weights
 __all__ = ["Clock", "Handler", "LoadingReply", "SimRuntime", "WeightsServer"]
 
 Handler = Callable[[Request], Coroutine[Any, Any, bytes | None]]
-LoadingReply = Callable[[Request], bytes]
+#: The answer to a request that arrives while the model loads, or None to serve it (it then waits its turn).
+LoadingReply = Callable[[Request], bytes | None]
 
 
 class Clock(Protocol):
@@ -172,7 +173,9 @@ class SimRuntime:
                 self._track(request)
             return Deferred()  # never answers; cancelled when the client goes away
         if self.loading and loading_reply is not None:
-            return loading_reply(request)
+            reply = loading_reply(request)
+            if reply is not None:
+                return reply
         if work:
             self._track(request)
         return Deferred.fromCoroutine(self._answer(request, handler))

@@ -11,8 +11,8 @@ from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
 from routerd.errors import HTTPError
-from routerd.routing.guardians import Guardian, GuardianError, GuardianSet, Scope, parse_guardian
-from routerd.store.guardians import GuardianRow
+from routerd.lending.bootstrap import guardian_rows, stored_guardians
+from routerd.routing.guardians import Guardian, GuardianSet, Scope
 from routerd.store.store import Store
 from routerd.wire.lending import Endpoint
 from routerd.wire.records import ModelRecord
@@ -33,19 +33,6 @@ def guardian_ineligibility(record: ModelRecord) -> str | None:
     if not record.capabilities.multimodal:
         return "it is not multimodal (a text model with an mmproj is needed)"
     return None
-
-
-async def stored_guardians(store: Store) -> GuardianSet:
-    """The stored guardian settings; a row that does not parse is skipped."""
-    entries: list[Guardian] = []
-    for row in await store.guardians():
-        try:
-            entries.append(parse_guardian(
-                {"scope": row.scope, "node_id": row.node_id or None, "model_id": row.model_id or None,
-                 "guardian": {"node_id": row.guardian_node_id, "model_id": row.guardian_model_id}}))
-        except GuardianError:
-            continue
-    return GuardianSet(entries)
 
 
 class GuardianEditor:
@@ -120,9 +107,7 @@ class GuardianEditor:
         """Store every setting (replacing the one of the same scope key) or none; the view after."""
         for index, entry in enumerate(entries):
             self.validate(entry, f"guardians[{index}]" if len(entries) > 1 else "")
-        await self.store.put_guardians([
-            GuardianRow(e.scope, e.node_id, e.model_id, e.guardian.node_id, e.guardian.model_id)
-            for e in entries])
+        await self.store.put_guardians(guardian_rows(entries))
         await self._apply()
         return await self.view()
 

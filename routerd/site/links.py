@@ -21,8 +21,8 @@ from routerd.catalog.eligibility import MULTIMODAL_MISMATCH, text_ineligibility
 from routerd.catalog.model import ModelConfig
 from routerd.config.lending import LendingSettings
 from routerd.errors import HTTPError
+from routerd.lending.bootstrap import link_rows
 from routerd.lending.links import LinkError, LinkSet, Peer
-from routerd.store.links import LinkRow
 from routerd.store.store import Store
 from routerd.wire.lending import LANES, Endpoint, Lane, Link, lane_model_id, to_json
 from routerd.wire.records import ModelRecord
@@ -47,7 +47,8 @@ class LendingTarget(Protocol):
 
     def apply_settings(self, settings: LendingSettings) -> None: ...
 
-    async def push(self) -> None: ...
+    async def refresh(self) -> None:
+        """Push links and settings to the slaves and plan with them now (a no-op off a master)."""
 
 
 @attrs.frozen
@@ -197,20 +198,16 @@ class LaneModels:
                 "invalid_request_error", ACKNOWLEDGEMENT_REQUIRED)
 
 
-def _rows(links: Sequence[Link]) -> list[LinkRow]:
-    return [LinkRow(link.owner.node_id, link.owner.model_id, link.helper.node_id, link.helper.model_id,
-                    link.load_if_unloaded, link.restore_after_borrow) for link in links]
-
-
 async def stored_links(store: Store, lane: Lane) -> LinkSet:
     return LinkSet.from_rows(lane, await store.links(lane))
 
 
 async def install_stored_links(store: Store, lending: LendingTarget) -> None:
-    """Install both lanes' stored links into the node's lending and push them to the slaves."""
+    """Install both lanes' stored links into the node's lending, push them to the slaves and
+    re-plan with them at once (as a settings change does)."""
     sets = {lane: await stored_links(store, lane) for lane in LANES}
     lending.install_links(sets["image"], sets["text"])
-    await lending.push()
+    await lending.refresh()
 
 
 @attrs.frozen
@@ -241,7 +238,7 @@ class LinkEditor:
             raise HTTPError(400, str(exc)) from None
         anchor = edit.anchor
         await self.store.replace_anchor_links(self.lane, anchor.node_id, anchor.model_id,
-                                              _rows(updated.touching(anchor)))
+                                              link_rows(updated.touching(anchor)))
         await install_stored_links(self.store, self.lending)
         return await self.view(anchor)
 

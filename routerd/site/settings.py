@@ -52,12 +52,12 @@ class SettingsEditor:
 
     async def document(self, *, apply: bool = False) -> dict[str, Any]:
         """``{entries, fingerprint, editable}``; with ``apply`` the effective settings are applied
-        to the node's lending and pushed to the slaves first."""
+        to the node's lending, pushed to the slaves and planned with first."""
         overrides = await self.store.setting_overrides() if self.store is not None else {}
         settings, entries = effective(self.lending.config_settings, overrides)
         if apply:
             self.lending.apply_settings(settings)
-            await self.lending.push()
+            await self.lending.refresh()
         return {"entries": entries, "fingerprint": settings.fingerprint(), "editable": self.store is not None}
 
     async def set(self, values: Mapping[str, Any]) -> dict[str, Any]:

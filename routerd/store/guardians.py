@@ -30,14 +30,18 @@ def list_guardians(conn: sqlite3.Connection) -> list[GuardianRow]:
     return [GuardianRow(str(s), str(n), str(m), str(gn), str(gm)) for s, n, m, gn, gm in rows]
 
 
+def _insert(conn: sqlite3.Connection, rows: list[GuardianRow]) -> None:
+    for row in rows:
+        conn.execute(
+            "INSERT OR REPLACE INTO guardians (scope, node_id, model_id, guardian_node_id,"
+            " guardian_model_id) VALUES (?, ?, ?, ?, ?)",
+            (row.scope, row.node_id, row.model_id, row.guardian_node_id, row.guardian_model_id))
+
+
 def put_guardians(conn: sqlite3.Connection, rows: list[GuardianRow]) -> None:
     """Insert or replace every row (keyed by scope, node, model) in one transaction."""
     with transaction(conn):
-        for row in rows:
-            conn.execute(
-                "INSERT OR REPLACE INTO guardians (scope, node_id, model_id, guardian_node_id,"
-                " guardian_model_id) VALUES (?, ?, ?, ?, ?)",
-                (row.scope, row.node_id, row.model_id, row.guardian_node_id, row.guardian_model_id))
+        _insert(conn, rows)
 
 
 def delete_guardian(conn: sqlite3.Connection, scope: str, node_id: str, model_id: str) -> int:
@@ -46,3 +50,10 @@ def delete_guardian(conn: sqlite3.Connection, scope: str, node_id: str, model_id
         cursor = conn.execute("DELETE FROM guardians WHERE scope = ? AND node_id = ? AND model_id = ?",
                               (scope, node_id, model_id))
         return int(cursor.rowcount)
+
+
+def replace_guardians(conn: sqlite3.Connection, rows: list[GuardianRow]) -> None:
+    """Make ``rows`` every guardian setting (a slave keeping its master's push), in one transaction."""
+    with transaction(conn):
+        conn.execute("DELETE FROM guardians")
+        _insert(conn, rows)

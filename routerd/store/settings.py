@@ -40,3 +40,10 @@ def delete_overrides(conn: sqlite3.Connection, key: str | None = None) -> int:
     else:
         cursor = conn.execute("DELETE FROM offload_settings WHERE key = ?", (key,))
     return int(cursor.rowcount)
+
+
+def replace_overrides(conn: sqlite3.Connection, values: Mapping[str, str], now_ms: int) -> None:
+    """Make ``values`` the whole override set (a slave keeping its master's push), in one transaction."""
+    with transaction(conn):
+        conn.execute("DELETE FROM offload_settings")
+        set_overrides(conn, values, now_ms)

@@ -333,6 +333,11 @@ class Store:
         batch = list(rows)
         return self._runner.run(lambda conn: guardians_sql.put_guardians(conn, batch))
 
+    def replace_guardians(self, rows: Sequence[GuardianRow]) -> Deferred[None]:
+        """Make ``rows`` every guardian setting (a slave keeping its master's push), all or none."""
+        batch = list(rows)
+        return self._runner.run(lambda conn: guardians_sql.replace_guardians(conn, batch))
+
     def delete_guardian(self, scope: str, node_id: str, model_id: str) -> Deferred[int]:
         """Remove the setting of one scope key; fires the number removed."""
         return self._runner.run(lambda conn: guardians_sql.delete_guardian(conn, scope, node_id, model_id))
@@ -347,6 +352,11 @@ class Store:
         """Store every value of the batch, or none of them."""
         now = self.now_ms()
         return self._runner.run(lambda conn: settings_sql.set_overrides(conn, values, now))
+
+    def replace_setting_overrides(self, values: Mapping[str, str]) -> Deferred[None]:
+        """Make ``values`` the whole override set (a slave keeping its master's push), all or none."""
+        now, batch = self.now_ms(), dict(values)
+        return self._runner.run(lambda conn: settings_sql.replace_overrides(conn, batch, now))
 
     def delete_setting_overrides(self, key: str | None = None) -> Deferred[int]:
         """Clear one override (or all with ``key=None``); fires the number removed."""

@@ -51,6 +51,7 @@ async def node(tmp_path_factory: pytest.TempPathFactory, real_servers: RealServe
         "long": {"model": tiny_models.slow, "contextsize": 2048, "parallel": 1},
         "pair": {"model": tiny_models.slow, "contextsize": 2048, "parallel": 2},
         "truncated": {"model": tiny_models.truncated, "contextsize": 512},
+        "single": {"model": tiny_models.tiny, "contextsize": 512},  # no parallel: one at a time
         "alien": {"model": tiny_models.wrong_architecture, "contextsize": 512},
         "deaf": {"whispermodel": tiny_models.truncated},  # a GGUF is no whisper model
     }
@@ -234,6 +235,16 @@ async def test_a_client_that_leaves_before_a_non_streamed_answer_frees_the_real_
         return not await slot_busy()
 
     await until(slot_idle, timeout=1.0)
+
+
+async def test_a_config_without_parallel_is_one_llama_server_slot_with_the_whole_context(
+        node: RunningNode) -> None:
+    """routerd counts a config without ``parallel`` as serving one request at a time; llama-server's own
+    default would run 4 slots at once, so routerd starts it with ``--parallel 1``."""
+    status, body, _ = await post(node.url + "/v1/chat/completions", chat("single"))
+    assert status == 200, body
+    slots = await get_json(backend(node) + "/slots")
+    assert [s["n_ctx"] for s in slots] == [512]
 
 
 async def test_parallel_2_runs_two_requests_at_once_in_two_llama_server_slots_a_third_waits_in_llama_server(

@@ -197,7 +197,7 @@ async def test_chat_plain_and_sse_stream_arriving_in_chunks_over_time(
     assert frames[-1] == "[DONE]"
     chunks = [json.loads(f) for f in frames[:-1]]
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == content
-    assert chunks[-1]["usage"]["completion_tokens"] == 8
+    assert chunks[-1]["timings"]["predicted_n"] == 8  # usage only comes when stream_options asks for it
     assert len(arrivals) >= 5, "tokens should arrive in separate reads"
     assert arrivals[-1][0] - arrivals[0][0] >= 0.1, "tokens should be spread over the job time"
 
@@ -245,7 +245,7 @@ async def test_whisper_transcribes_an_uploaded_wav(launch: Launch, tmp_path: Pat
     bad, bad_type = encode_multipart({"file": ("a.txt", b"hello", "text/plain")})
     response = await treq.post(proc.url("/inference"), data=bad, headers={"Content-Type": bad_type},
                                persistent=False)
-    assert response.code == 400 and "error" in json.loads(await response.content())
+    assert response.code == 400 and await response.text() == "Invalid request"  # whisper-server's text 400
 
 
 async def two_at_once(proc: SimProcess) -> float:

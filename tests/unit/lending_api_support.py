@@ -17,6 +17,7 @@ from routerd.api import guardians_routes, links_routes, push_routes, settings_ro
 from routerd.api.dispatch import Dispatch
 from routerd.catalog.model import Capabilities, ModelConfig
 from routerd.config.lending import LendingSettings
+from routerd.lending.bootstrap import PushedState
 from routerd.lending.links import LinkSet
 from routerd.routing.guardians import GuardianSet
 from routerd.site.records import SiteRecords
@@ -65,7 +66,9 @@ class FakeLending:
     settings: LendingSettings = attrs.Factory(LendingSettings)
     installed: list[tuple[LinkSet, LinkSet]] = attrs.Factory(list)
     applied: list[LendingSettings] = attrs.Factory(list)
-    pushes: int = 0
+    pushes: int = 0  # guardian edits push
+    refreshes: int = 0  # link and settings edits push and re-plan
+
 
     guardians: GuardianSet = attrs.Factory(GuardianSet)
 
@@ -81,6 +84,9 @@ class FakeLending:
 
     async def push(self) -> None:
         self.pushes += 1
+
+    async def refresh(self) -> None:
+        self.refreshes += 1
 
 
 @attrs.define
@@ -110,8 +116,9 @@ class Client:
 
     def __init__(self, node: Parts) -> None:
         records = SiteRecords(node.site, node.lending, store=lambda: node.store, catalog=lambda: node.catalog)
+        pushed = PushedState(node.lending, store=lambda: node.store)
         apis = [links_routes.LinksAPI(records), settings_routes.SettingsAPI(records),
-                push_routes.PushAPI(site=node.site, lending=node.lending),
+                push_routes.PushAPI(site=node.site, pushed=pushed),
                 guardians_routes.GuardiansAPI(records)]
         self.stub: Any = StubTreq(Dispatch(apis))  # its request methods are built at run time
 

@@ -29,6 +29,7 @@ from routerd.config.load import load_config
 from routerd.edge import build_site
 from routerd.node import Node
 from routerd.sim.cli import StartupError, make_server
+from routerd.store.runner import MEMORY
 from routerd.store.store import Store
 from tests.unit.memory_http import MemoryNetwork
 
@@ -83,8 +84,11 @@ class SimLauncher(FakeLauncher):
 class World:
     """The clock, network and launcher several nodes share; builds nodes and runs them."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, on_disk: bool = False) -> None:
+        """``on_disk``: each node's router database is a file in its home, so a node built again
+        (:meth:`again`) reads what the one before it wrote."""
         self.root, self.clock, self.network = root, Clock(), MemoryNetwork()
+        self.on_disk = on_disk
         self.launcher = SimLauncher(self.clock, self.network)
         self.ports = PortCounter()
         self.stores: dict[str, Store] = {}  # node_id -> the store its start() opened
@@ -112,7 +116,12 @@ class World:
         for name, values in sections.items():
             data[name] = {**data.get(name, {}), **values}
         (home / "routerd.yaml").write_text(json.dumps(data))  # JSON is YAML
-        config = load_config(str(home / "routerd.yaml"), env={})
+        return self.again(node_id)
+
+    def again(self, node_id: str) -> Node:
+        """A node built (again) from ``node_id``'s home, served at its name: a restart, once the
+        node before it has stopped."""
+        config = load_config(str(self.root / node_id / "routerd.yaml"), env={})
         node = Node(config, self.clock, launcher=self.launcher, http=self.network.client(self.clock),
                     agent=self.network, port_allocator=self.ports, open_store=self._open_store(node_id),
                     run_in_thread=maybeDeferred)
@@ -123,7 +132,8 @@ class World:
 
     def _open_store(self, node_id: str) -> Any:
         def open_store(path: str) -> Deferred[Store]:
-            self.stores[node_id] = Store.open_sync(clock=self.clock)
+            where = str(self.root / node_id / "routerd.sqlite") if self.on_disk else MEMORY
+            self.stores[node_id] = Store.open_sync(where, clock=self.clock)
             return succeed(self.stores[node_id])
         return open_store
 

@@ -138,7 +138,7 @@ def test_get_with_half_an_anchor_is_a_bad_request() -> None:
     assert code == 400 and body["error"]["type"] == "invalid_request_error"
 
 
-def test_post_with_same_weights_stores_installs_pushes_and_answers_like_get() -> None:
+def test_post_with_same_weights_stores_installs_pushes_replans_and_answers_like_get() -> None:
     node = cluster()
     code, body = Client(node).post(TEXT, {
         "anchor": {"node_id": "master", "model_id": "llama"},
@@ -147,7 +147,7 @@ def test_post_with_same_weights_stores_installs_pushes_and_answers_like_get() ->
     assert code == 200, body
     assert stored(node) == [row("master/llama", "slave-a/llama", restore=True),
                             row("slave-a/llama", "master/llama", load=False)]
-    assert len(node.lending.installed) == 1 and node.lending.pushes == 1
+    assert len(node.lending.installed) == 1 and node.lending.refreshes == 1
     image, text = node.lending.installed[0]
     assert image.lane == "image" and len(image) == 0
     assert text.lane == "text"
@@ -166,7 +166,7 @@ def test_a_first_link_to_different_weights_needs_the_acknowledgement() -> None:
     assert code == 400
     assert body["error"]["code"] == "acknowledgement_required"
     assert "slave-a/tuned" in body["error"]["message"]
-    assert stored(node) == [] and node.lending.installed == [] and node.lending.pushes == 0
+    assert stored(node) == [] and node.lending.installed == [] and node.lending.refreshes == 0
     code, body = client.post(TEXT, {**edit, "acknowledge_different_weights": True})
     assert code == 200, body
     assert stored(node) == [row("master/llama", "slave-a/tuned")]
@@ -255,7 +255,7 @@ def test_invalid_edits_are_refused_naming_the_problem_and_store_nothing(edit: di
     assert body["error"]["type"] == "invalid_request_error"
     assert message in body["error"]["message"]
     assert stored(node) == [row("master/llama", "slave-a/llama")]
-    assert node.lending.installed == [] and node.lending.pushes == 0
+    assert node.lending.installed == [] and node.lending.refreshes == 0
 
 
 @pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]", b""])
@@ -274,7 +274,7 @@ def test_delete_removes_every_link_touching_the_anchor_and_reinstalls() -> None:
     assert code == 200
     assert stored(node) == [row("master/second", "slave-a/tuned")]
     assert body["removed"] == 2 and len(body["links"]) == 1
-    assert node.lending.pushes == 1
+    assert node.lending.refreshes == 1
     assert list(node.lending.installed[0][1]) == [
         Link(Endpoint("master", "second"), Endpoint("slave-a", "tuned"))]
 
@@ -284,7 +284,7 @@ def test_delete_without_an_anchor_is_a_bad_request() -> None:
     seed(node, "text", row("master/llama", "slave-a/llama"))
     code, body = Client(node).delete(TEXT)
     assert code == 400 and "node_id and model_id" in body["error"]["message"]
-    assert len(stored(node)) == 1 and node.lending.pushes == 0
+    assert len(stored(node)) == 1 and node.lending.refreshes == 0
 
 
 @pytest.mark.parametrize("method", ["GET", "POST", "DELETE"])

@@ -30,7 +30,7 @@ def test_get_lists_every_setting_with_its_default_fingerprint_and_editable() -> 
     assert all(e["source"] == "default" and e["effective"] == e["default"] for e in body["entries"])
     assert body["fingerprint"] == LendingSettings().fingerprint()
     assert body["editable"] is True
-    assert node.lending.applied == [] and node.lending.pushes == 0
+    assert node.lending.applied == [] and node.lending.refreshes == 0
 
 
 def test_get_shows_the_config_layer() -> None:
@@ -42,7 +42,7 @@ def test_get_shows_the_config_layer() -> None:
     assert body["fingerprint"] == LendingSettings(scheduling_min_samples=50).fingerprint()
 
 
-def test_post_stores_normalised_overrides_applies_the_effective_settings_and_pushes() -> None:
+def test_post_stores_normalised_overrides_applies_the_effective_settings_pushes_and_replans() -> None:
     node = Parts()
     node.lending.config_settings = LendingSettings(scheduling_min_samples=50)
     code, body = Client(node).post(PATH, {"values": {"offload_restore_delay": " 1500ms ",
@@ -53,7 +53,7 @@ def test_post_stores_normalised_overrides_applies_the_effective_settings_and_pus
                                "offload_hold_for_faster_helper": "false"}
     expected = LendingSettings(scheduling_min_samples=50, offload_restore_delay=1.5,
                                scheduling_backend_depth=3, offload_hold_for_faster_helper=False)
-    assert node.lending.applied == [expected] and node.lending.pushes == 1
+    assert node.lending.applied == [expected] and node.lending.refreshes == 1
     assert body["fingerprint"] == expected.fingerprint()
     depth = entry(body, "scheduling_backend_depth")
     assert (depth["override"], depth["effective"], depth["source"]) == ("3", "3", "db")
@@ -64,14 +64,14 @@ def test_a_batch_with_one_bad_value_changes_nothing_and_names_the_key() -> None:
     client = Client(node)
     client.post(PATH, {"values": {"scheduling_grant_ttl": "40s"}})
     node.lending.applied.clear()
-    node.lending.pushes = 0
+    node.lending.refreshes = 0
     code, body = client.post(PATH, {"values": {"scheduling_grant_ttl": "50s",
                                                "scheduling_min_samples": 1}})
     assert code == 400
     assert body["error"]["type"] == "invalid_request_error"
     assert "scheduling_min_samples" in body["error"]["message"]
     assert overrides(node) == {"scheduling_grant_ttl": "40s"}
-    assert node.lending.applied == [] and node.lending.pushes == 0
+    assert node.lending.applied == [] and node.lending.refreshes == 0
 
 
 @pytest.mark.parametrize("values,word", [
@@ -119,14 +119,14 @@ def test_delete_with_a_key_clears_one_override_and_without_clears_all() -> None:
     code, body = client.delete(PATH)
     assert code == 200 and overrides(node) == {}
     assert node.lending.applied[-1] == LendingSettings()
-    assert node.lending.pushes == 3
+    assert node.lending.refreshes == 3
     assert body["fingerprint"] == LendingSettings().fingerprint()
 
 
 def test_delete_of_an_unknown_key_is_a_bad_request_unless_it_is_stored() -> None:
     node = Parts()
     code, _ = Client(node).delete(PATH, key="nope")
-    assert code == 400 and node.lending.pushes == 0
+    assert code == 400 and node.lending.refreshes == 0
     assert node.store is not None
     fired(node.store.set_setting_overrides({"from_a_newer_build": "1"}))
     code, _ = Client(node).delete(PATH, key="from_a_newer_build")

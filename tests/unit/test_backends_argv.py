@@ -58,7 +58,9 @@ def test_text_argv_with_every_option_in_order() -> None:
     ]
 
 
-def test_text_argv_minimal_config_has_no_optional_flags() -> None:
+def test_text_argv_minimal_config_has_no_optional_flags_but_one_slot() -> None:
+    """Only ``--parallel 1``: a config without ``parallel`` serves one request at a time as routerd counts it
+    (llama-server b11434 would otherwise run 4 slots at once)."""
     m = config(Capabilities(llm=True), text_model="/w/a.gguf")
     assert text_argv(["python", "-m", "routerd.sim", "llama-server"], (), m, 5) == [
         "python",
@@ -71,7 +73,16 @@ def test_text_argv_minimal_config_has_no_optional_flags() -> None:
         "5",
         "-m",
         "/w/a.gguf",
+        "--parallel",
+        "1",
     ]
+
+
+def test_text_argv_leaves_the_slot_count_to_a_flag_that_sets_it() -> None:
+    m = config(Capabilities(llm=True), text_model="/w/a.gguf")
+    for cmd, own in (((*CMD, "-np", "3"), ()), (CMD, ("--parallel=2",)), (CMD, ("-np", "4"))):
+        argv = text_argv(cmd, own, m, 5)
+        assert argv.count("1") == 0 and "--parallel" not in argv[:-len(own) or None], argv
 
 
 def test_text_argv_for_an_embeddings_only_config_serves_the_embeddings_model() -> None:
@@ -87,6 +98,8 @@ def test_text_argv_for_an_embeddings_only_config_serves_the_embeddings_model() -
         "--embeddings",
         "--ctx-size",
         "512",
+        "--parallel",
+        "1",
     ]
 
 

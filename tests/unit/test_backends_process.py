@@ -154,6 +154,26 @@ def test_every_output_line_is_logged_under_the_backend_name_and_the_last_ones_ke
     assert handle.last_lines() == [f"line {i}" for i in range(30 - TAIL_LINES, 30)]
 
 
+def test_an_output_listener_is_told_each_whole_line_until_it_is_removed_and_cannot_break_the_output() -> None:
+    _, handle, protocol = launch()
+    heard: list[str] = []
+    handle.on_output(heard.append)
+    protocol.childDataReceived(1, b"load_tensors: loading\nsrv  load_model: model ")
+    assert heard == ["load_tensors: loading"]  # a partial line waits for its end
+    protocol.childDataReceived(1, b"loaded\n\n")
+    assert heard == ["load_tensors: loading", "srv  load_model: model loaded"]
+
+    def broken(line: str) -> None:
+        raise RuntimeError(line)
+
+    handle.on_output(broken)
+    protocol.childDataReceived(1, b"main: server is listening\n")  # logged, not raised
+    handle.on_output(None)
+    protocol.childDataReceived(1, b"all slots are idle\n")
+    assert len(heard) == 2
+    assert handle.last_lines()[-2:] == ["main: server is listening", "all slots are idle"]
+
+
 def test_exited_fires_every_observer_with_the_exit_code_or_minus_the_signal() -> None:
     _, handle, protocol = launch()
     first, second = handle.exited, handle.exited

@@ -515,3 +515,57 @@ def test_occupied_says_what_the_state_and_process_properties_say(state: SlotStat
     s = h.slot
     assert s.occupied() == (not s.closed and (s.has_process or s.state.value in
                                               {"ready", "loading", "switching", "stopping"}))
+
+
+# -- borrowed work that gives up waiting takes its load with it (spec "A helper's own work") --------------
+
+
+def test_a_load_begun_only_for_borrowed_work_stops_when_that_work_gives_up() -> None:
+    h = Harness()
+    h.loaded(A).release()
+    borrowed = h.slot.acquire(B, yields=True)
+    assert h.slot.state is SlotState.LOADING and h.last.argv[-1] == "/weights/b.gguf"
+    loading_b = h.last
+    borrowed.cancel()  # handed back to its owner
+    failure_of(borrowed, CancelledError)
+    own = h.slot.acquire(A)  # the node's own request (in the same turn)
+    h.clock.advance(0)
+    assert loading_b.stop_calls and not loading_b.running
+    # the own request loads straight away, not after b
+    assert h.last is not loading_b and h.last.argv[-1] == "/weights/a.gguf"
+    h.become_ready()
+    assert result_of(own).model is A
+    assert [e.model_id for e in h.events] == ["a", "a"]  # the stopped load is not a load sample
+
+
+def test_a_load_another_waiter_wants_goes_on_when_the_borrowed_waiter_gives_up() -> None:
+    h = Harness()
+    borrowed = h.slot.acquire(B, yields=True)
+    own = h.slot.acquire(B)
+    borrowed.cancel()
+    h.clock.advance(0)
+    assert h.slot.state is SlotState.LOADING and h.last.stop_calls == []
+    h.become_ready()
+    assert result_of(own).model is B
+
+
+def test_own_work_for_the_same_config_joining_as_it_takes_the_borrowed_waiter_back_keeps_the_load() -> None:
+    """The helper's own request for the model being loaded hands the borrowed one back first and
+    joins the queue in the same turn: the load goes on for it."""
+    h = Harness()
+    borrowed = h.slot.acquire(B, yields=True)
+    borrowed.cancel()
+    own = h.slot.acquire(B)
+    h.clock.advance(0)
+    assert len(h.launcher.spawned) == 1 and h.last.stop_calls == []
+    h.become_ready()
+    assert result_of(own).model is B
+
+
+def test_an_own_waiter_giving_up_still_leaves_its_load_to_finish() -> None:
+    h = Harness()
+    own = h.slot.acquire(B)
+    own.cancel()
+    assert h.slot.state is SlotState.LOADING
+    h.become_ready()
+    assert h.slot.status().state == "ready"

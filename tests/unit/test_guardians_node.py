@@ -10,7 +10,7 @@ from typing import Any
 from routerd.node import Node
 from routerd.routing.guardians import Guardian, GuardianSet
 from routerd.wire.lending import Endpoint
-from tests.unit.node_fixture import TEXT, World
+from tests.unit.node_fixture import TEXT, World, master_cluster, slave_cluster
 
 PNG = "data:image/png;base64,iVBORw0KGgo="
 MMPROJ = {"mmproj": "../proj.gguf"}
@@ -82,3 +82,41 @@ def test_a_guardian_that_is_not_multimodal_here_is_not_used(tmp_path: Path) -> N
     world, node = solo(tmp_path, guardian("cluster", "solo/text"))
     code, headers, _ = ask(world, node, image_chat("shy"))
     assert code == 500 and "x-routerd-guardian" not in headers
+
+
+# -- a slave keeps what its master pushed ---------------------------------------------------------------
+
+
+def test_a_slave_restarted_while_its_master_is_down_serves_with_the_pushed_guardians_and_links(
+        tmp_path: Path) -> None:
+    """The master pushes a guardian for the slave's text-only model and a link; the master goes
+    down and the slave restarts: the slave's router database gave it both back, so an image for the
+    text-only model still goes to the guardian (not to the backend, which refuses images)."""
+    world = World(tmp_path, on_disk=True)
+    (tmp_path / "slave").mkdir(parents=True)
+    (tmp_path / "slave" / "proj.gguf").write_bytes(b"projector")
+    slave = world.node("slave", {"text": {**TEXT, "kcpps": {"contextsize": 4096}},
+                                 "vision": {**TEXT, "kcpps": MMPROJ}}, cluster=slave_cluster())
+    master = world.node("master", {"chat": {**TEXT, "kcpps": {"contextsize": 4096}}},
+                        cluster=master_cluster())
+    world.start(slave, master)
+    setting = {"scope": "model", "node_id": "slave", "model_id": "text",
+               "guardian": {"node_id": "slave", "model_id": "vision"}}
+    response, body = world.call("POST", master, "/router/v1/site/guardians", json=setting)
+    assert response.code == 200, body
+    edit = {"anchor": {"node_id": "master", "model_id": "chat"}, "acknowledge_different_weights": True,
+            "lends_to": [{"node_id": "slave", "model_id": "text"}]}
+    response, body = world.call("POST", master, "/router/v1/site/text-routing-groups", json=edit)
+    assert response.code == 200, body
+    assert len(slave.lending.guardians) == 1 and len(slave.lending.links["text"]) == 1
+
+    world.run(master.stop())
+    world.network.unplug(world.netlocs[master])
+    world.run(slave.stop())
+    again = world.again("slave")
+    world.start(again)
+    assert again.lending.guardians == slave.lending.guardians
+    assert list(again.lending.links["text"]) == list(slave.lending.links["text"])
+    code, headers, body = ask(world, again, image_chat("text"))
+    assert code == 200, body
+    assert headers["x-routerd-guardian"] == "slave/vision"

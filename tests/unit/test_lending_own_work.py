@@ -138,12 +138,12 @@ def test_an_own_request_on_the_other_lane_of_a_shared_process_takes_back_borrowe
     image_call = Call(reply=FakeReply(), route=image_route(), path="/v1/images/generations", body=b"{}",
                       content_type="application/json", parsed={}, stream=False, request_id="own",
                       started=0.0, selector="paint")
-    node.service.own_acquiring(image_call, MODEL_H)
+    node.service.helper.own_acquiring(image_call, MODEL_H)
     returned_409(node.answered("b1"))
     assert [(r["request_id"], r["reason"]) for r in node.rows("borrowed_returned")] == \
         [("b1", "own_work_arrived")]
     node.clock.advance(1.5)
-    node.service.own_claimed(image_call, True)
+    node.service.helper.own_claimed(image_call, True)
     waited = node.rows("native_waited_behind_borrowed")
     assert [(r["request_id"], r["lane"], r["borrowed_ahead"], r["wait_ms"]) for r in waited] == \
         [("own", "text", 1, 1500)]
@@ -155,9 +155,9 @@ def test_an_own_request_that_gives_up_before_the_runtime_writes_no_wait_row() ->
     node = ServiceNode(HELPER, depth=1)
     node.serve("b0", MODEL_H, BORROWED)
     call = make_call("own", "Z")
-    node.service.own_acquiring(call, MODEL_Z)
-    node.service.own_claimed(call, False)
-    node.service.own_claimed(call, True)  # a second word about it changes nothing
+    node.service.helper.own_acquiring(call, MODEL_Z)
+    node.service.helper.own_claimed(call, False)
+    node.service.helper.own_claimed(call, True)  # a second word about it changes nothing
     assert node.rows("native_waited_behind_borrowed") == []
 
 
@@ -211,3 +211,60 @@ def test_an_explicit_load_is_own_work_busy_not_accepting_and_takes_back_waiting_
     assert helper.lending.lane_statuses()["text"].accepting_borrowed
     settle(world, 1.0)
     assert helper.runtime_status().idle_for_ms == int(round((world.clock.seconds() - ended) * 1000))
+
+
+def test_an_operators_load_after_borrowed_work_is_never_undone_by_the_restore(tmp_path: Path) -> None:
+    """The helper holds ``gamma``; a borrowed request whose lease asks for a restore loads ``beta``
+    over it and finishes; before the restore is due (``offload_restore_delay``, 1.5 s) the operator
+    loads ``delta``.  An explicit load is own work: the pending restore is cancelled, so ``delta``
+    stays loaded however long the node stays quiet."""
+    world = World(tmp_path)
+    helper = world.node("helper", {"beta": SLOW, "gamma": {**SLOW, "weights": "other"},
+                                   "delta": {**SLOW, "weights": "third"}},
+                        llama={"extra_args": ["--sim-time-scale", "1"]},
+                        cluster=slave_cluster(SLAVE_URL, scheduling_backend_depth=1))
+    world.start(helper)
+    link = Link(Endpoint("owner", "alpha"), Endpoint("helper", "beta"), True, True)
+    helper.lending.install_links(LinkSet.build("image", ()), LinkSet.build("text", [link]))
+    http, base = world.network.client(world.clock), f"http://{world.netlocs[helper]}"
+    assert world.run(http.request("POST", base + "/router/v1/load", json={"model": "gamma"})).code == 200
+    restore = {**borrowed_headers(), "x-routerd-offload-restore": ["1"]}
+    borrowed = world.run(http.request("POST", base + NODE_CHAT, json=chat("beta"), headers=restore))
+    assert borrowed.code == 200 and helper.runtimes.loaded_config("text") == "beta.kcpps"
+    assert helper.restorer.plan.targets == {"text": "gamma.kcpps"}  # a restore is pending
+    assert world.run(http.request("POST", base + "/router/v1/load", json={"model": "delta"})).code == 200
+    assert helper.runtimes.loaded_config("text") == "delta.kcpps"
+    settle(world, 10.0)
+    assert helper.runtimes.loaded_config("text") == "delta.kcpps"
+    assert helper.restorer.plan.targets == {}
+
+
+def test_a_load_begun_for_borrowed_work_stops_when_the_helpers_own_request_takes_it_back(
+        tmp_path: Path) -> None:
+    """The helper holds ``gamma``; a borrowed request starts a 5 s load of ``beta``; a second in,
+    the helper's own request for ``gamma`` hands the borrowed one back (409 at once) and the load
+    of ``beta``, wanted by nobody now, stops: the own request is answered after gamma's own load
+    (1 s), not after beta's 5 s and a switch back."""
+    world = World(tmp_path)
+    quick = {"kind": "text", "gen_tokens_per_s": 100}
+    helper = world.node("helper", {"beta": {**quick, "weights": "b", "load_ms": 5000},
+                                   "gamma": {**quick, "weights": "g", "load_ms": 1000}},
+                        llama={"extra_args": ["--sim-time-scale", "1"]},
+                        cluster=slave_cluster(SLAVE_URL, scheduling_backend_depth=1))
+    world.start(helper)
+    link = Link(Endpoint("owner", "alpha"), Endpoint("helper", "beta"), True, False)
+    helper.lending.install_links(LinkSet.build("image", ()), LinkSet.build("text", [link]))
+    http, base = world.network.client(world.clock), f"http://{world.netlocs[helper]}"
+    assert world.run(http.request("POST", base + "/router/v1/load", json={"model": "gamma"})).code == 200
+    t0 = world.clock.seconds()
+    borrowed = http.request("POST", base + NODE_CHAT, json=chat("beta"), headers=borrowed_headers())
+    settle(world, 1.0)
+    assert helper.runtimes.slot("text").status().state == "loading"
+    own = http.request("POST", base + "/v1/chat/completions", json=chat("gamma"))
+    response = world.run(borrowed)
+    assert response.code == 409 and world.clock.seconds() - t0 < 1.2
+    response = world.run(own)
+    assert response.code == 200
+    assert json.loads(world.run(response.content()))["model"] == "gamma"
+    assert world.clock.seconds() - t0 < 3.0, world.clock.seconds() - t0  # not 6 s and more
+    assert helper.runtimes.loaded_config("text") == "gamma.kcpps"

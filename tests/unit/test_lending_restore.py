@@ -57,6 +57,16 @@ def test_a_native_acquire_cancels_the_pending_restore() -> None:
     assert plan.acquired("text", "w.kcpps", "y.kcpps", borrowed=False, restore=False, delay=DELAY) == Step()
 
 
+def test_own_work_of_any_runtime_cancels_every_pending_target() -> None:
+    """An explicit load (own work) cancels the pending restore whatever runtime it takes."""
+    plan = RestorePlan()
+    plan.acquired("text", "y.kcpps", "x.kcpps", borrowed=True, restore=True, delay=DELAY)
+    plan.acquired("image", "sd-b.kcpps", "sd-a.kcpps", borrowed=True, restore=True, delay=DELAY)
+    assert plan.own_work() == Step(cancel=True)
+    assert not plan.pending
+    assert plan.own_work() == Step()
+
+
 def test_on_fire_work_in_flight_rearms_and_quiet_loads_every_target_then_clears() -> None:
     plan = RestorePlan()
     plan.acquired("text", "y.kcpps", "x.kcpps", borrowed=True, restore=True, delay=DELAY)

@@ -21,7 +21,8 @@ LLAMA = LLAMA_FLAGS + SIM_FLAGS
 
 def test_llama_defaults_match_the_real_binary() -> None:
     ns, ignored = parse_flags("t", ["-m", "x.sim.json"], LLAMA)
-    assert (ns.host, ns.port, ns.model, ns.parallel, ns.ctx_size) == ("127.0.0.1", 8080, "x.sim.json", 1, 0)
+    # -np left out is llama-server's "auto": four slots sharing one context
+    assert (ns.host, ns.port, ns.model, ns.parallel, ns.ctx_size) == ("127.0.0.1", 8080, "x.sim.json", -1, 0)
     assert (ns.mmproj, ns.embedding, ns.alias) == (None, False, None)
     assert ignored == []
 

@@ -89,16 +89,20 @@ async def test_answers_503_loading_model_until_load_ms_then_ready(weights: Path)
 
 
 @pytest_twisted.ensureDeferred
-async def test_models_and_props_describe_the_loaded_model(weights: Path) -> None:
+async def test_models_and_props_describe_the_loaded_model(weights: Path, tmp_path: Path) -> None:
     sim = make(weights, "-np", "3", "-c", "48")
     code, models = await get(sim, "/v1/models")
     assert code == 200 and models["object"] == "list"
     (entry,) = models["data"]
     assert (entry["id"], entry["object"], entry["owned_by"]) == ("llama-a.sim.json", "model", "llamacpp")
     assert entry["meta"]["n_ctx_train"] == 64
+    assert entry["meta"]["n_ctx"] == 64  # one slot's context, padded to 256 then capped at the training one
     _, props = await get(sim, "/props")
-    assert props["default_generation_settings"]["n_ctx"] == 48
+    assert props["default_generation_settings"]["n_ctx"] == 64
     assert props["total_slots"] == 3
+    big = write_weights(tmp_path / "big.sim.json", "text", "big", context=2048)
+    _, split = await get(make(big, "-np", "2", "-c", "1024"), "/props")
+    assert (split["default_generation_settings"]["n_ctx"], split["total_slots"]) == (512, 2)
     assert props["model_path"] == str(weights)
     aliased = make(weights, "-a", "my-llama")
     assert (await get(aliased, "/v1/models"))[1]["data"][0]["id"] == "my-llama"
@@ -117,7 +121,8 @@ async def test_chat_completion_takes_prompt_plus_generation_time_and_reports_usa
     assert choice["index"] == 0 and choice["finish_reason"] == "length"
     assert choice["message"]["role"] == "assistant"
     assert len(choice["message"]["content"].split()) == 4
-    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}
+    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9,
+                             "prompt_tokens_details": {"cached_tokens": 0}}
     assert isinstance(body["created"], int)
 
 
@@ -159,7 +164,7 @@ async def test_ollama_num_predict_and_llama_n_predict_set_the_answer_length(weig
 
 
 @pytest_twisted.ensureDeferred
-async def test_chat_stream_sends_role_then_one_chunk_per_token_over_time_then_usage_and_done(
+async def test_chat_stream_sends_role_then_one_chunk_per_token_over_time_then_timings_and_done(
     weights: Path,
 ) -> None:
     sim = make(weights)
@@ -176,9 +181,25 @@ async def test_chat_stream_sends_role_then_one_chunk_per_token_over_time_then_us
     text = "".join(c["choices"][0]["delta"]["content"] for _, c in token_chunks)
     final = chunks[-1][1]
     assert final["choices"][0]["finish_reason"] == "length" and final["choices"][0]["delta"] == {}
-    assert final["usage"] == {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}
+    assert "usage" not in final  # llama-server sends usage only when asked (stream_options.include_usage)
+    assert (final["timings"]["prompt_n"], final["timings"]["predicted_n"]) == (5, 4)
     plain = await post(sim, "/v1/chat/completions", CHAT)
     assert plain[1]["choices"][0]["message"]["content"] == text
+
+
+@pytest_twisted.ensureDeferred
+async def test_chat_stream_with_include_usage_ends_with_a_usage_chunk_without_choices(weights: Path) -> None:
+    frames = await stream(make(weights), "/v1/chat/completions",
+                          {**CHAT, "stream": True, "stream_options": {"include_usage": True}})
+    *chunks, usage, done = [data for _t, data in frames]
+    assert done == "[DONE]"
+    finishing = json.loads(chunks[-1])
+    assert finishing["choices"][0]["finish_reason"] == "length" and "usage" not in finishing
+    last = json.loads(usage)
+    assert last["choices"] == [] and last["object"] == "chat.completion.chunk"
+    assert last["usage"] == {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9,
+                             "prompt_tokens_details": {"cached_tokens": 0}}
+    assert last["timings"]["predicted_n"] == 4
 
 
 @pytest_twisted.ensureDeferred
@@ -242,14 +263,19 @@ async def test_parallel_slots_run_n_jobs_at_once_and_queue_the_rest_fifo(
 
 
 @pytest_twisted.ensureDeferred
-async def test_request_beyond_context_size_is_refused_with_400(weights: Path) -> None:
+async def test_a_prompt_that_fills_the_slot_is_refused_and_generation_stops_at_its_end(weights: Path) -> None:
+    """As llama-server: 400 only when the prompt alone reaches the slot's context (64 tokens here); a
+    request that fits generates up to the slot's end, fewer tokens than asked."""
     sim = make(weights)
-    code, body = await post(sim, "/v1/chat/completions", {**CHAT, "max_tokens": 60})  # 5 + 60 > 64
+    code, body = await post(sim, "/completion", {"prompt": " ".join(["w"] * 64), "n_predict": 1})
     assert code == 400
     assert body["error"]["type"] == "exceed_context_size_error"
-    assert body["error"]["message"].startswith("the request exceeds the available context size")
-    assert (await post(sim, "/v1/chat/completions", {**CHAT, "max_tokens": 59}))[0] == 200
-    assert (await post(make(weights, "-c", "8"), "/completion", {"prompt": PROMPT, "n_predict": 4}))[0] == 400
+    assert body["error"]["message"] == ("request (64 tokens) exceeds the available context size (64 tokens), "
+                                        "try increasing it")
+    assert (body["error"]["n_prompt_tokens"], body["error"]["n_ctx"]) == (64, 64)
+    code, body = await post(sim, "/v1/chat/completions", {**CHAT, "max_tokens": 60})  # 5 + 60 > 64
+    assert code == 200 and body["usage"]["completion_tokens"] == 59
+    assert body["choices"][0]["finish_reason"] == "length"
 
 
 @pytest_twisted.ensureDeferred

@@ -50,9 +50,16 @@ def _model_extra(model: ModelConfig, kind: RuntimeKind) -> list[str]:
     return list(model.extra_args) if primary_kind(model) == kind else []
 
 
+def _sets(args: Sequence[str], *flags: str) -> bool:
+    """Whether ``args`` name one of ``flags`` (as ``--flag value`` or ``--flag=value``)."""
+    return any(arg.split("=", 1)[0] in flags for arg in args)
+
+
 def text_argv(cmd: Sequence[str], extra: Sequence[str], model: ModelConfig, port: int) -> list[str]:
     """llama-server for text, embeddings and multimodal.  An embeddings model's own GGUF says how it
-    pools; a text model that also embeds gets ``--pooling mean`` unless its flags choose one."""
+    pools; a text model that also embeds gets ``--pooling mean`` unless its flags choose one.  A config
+    without ``parallel`` serves one request at a time, as routerd's queue and pricing count it: llama-server
+    is given ``--parallel 1`` (its own default runs 4 slots at once) unless a flag already sets it."""
     argv = [*cmd, "--host", HOST, "--port", str(port)]
     if model.text_model:
         argv += ["-m", model.text_model]
@@ -62,14 +69,16 @@ def text_argv(cmd: Sequence[str], extra: Sequence[str], model: ModelConfig, port
         raise ValueError(f"model {model.local_id!r} names no text or embeddings weights")
     if model.context_size:
         argv += ["--ctx-size", str(model.context_size)]
+    own = [*_model_extra(model, "text"), *extra]
     if model.parallel:
         argv += ["--parallel", str(model.parallel)]
+    elif not _sets([*cmd, *own], "-np", "--parallel"):
+        argv += ["--parallel", "1"]
     if model.mmproj:
         argv += ["--mmproj", model.mmproj]
-    own = [*_model_extra(model, "text"), *extra]
     if model.text_model and (model.capabilities.embeddings or model.embeddings_model):
         argv.append("--embeddings")
-        if not any(arg.split("=", 1)[0] == "--pooling" for arg in own):
+        if not _sets(own, "--pooling"):
             # a generative GGUF states no pooling: llama-server would refuse /v1/embeddings
             # ("Pooling type 'none' is not OAI compatible"); mean pooling is what embeds its text
             argv += ["--pooling", "mean"]
