@@ -289,4 +289,3 @@ __all__ = [
     "config_key",
     "outlived",
 ]
-
