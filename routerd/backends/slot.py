@@ -33,6 +33,8 @@ from functools import partial
 from typing import Any
 
 from twisted.internet.defer import Deferred, fail, gatherResults, succeed
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
 from routerd.backends.errors import LoadFailed, RuntimeClosed
@@ -155,7 +157,11 @@ class RuntimeSlot(SlotProcess):
     def _lease(self) -> RuntimeLease:
         assert self._config is not None and self._port is not None
         self._users += 1
-        return RuntimeLease(self.kind, self._config, self._port, partial(self._release, self._generation))
+        return RuntimeLease(self.kind, self._config, self._port, partial(self._release, self._generation),
+                            partial(self._is_current, self._generation))
+
+    def _is_current(self, generation: int) -> bool:
+        return generation == self._generation
 
     def _release(self, generation: int) -> None:
         if generation != self._generation:
@@ -254,10 +260,26 @@ class RuntimeSlot(SlotProcess):
         stopped.addBoth(done)
 
 
+#: The waits (s) for a slot to see its process end after a request to it was refused (a killed
+#: process's sockets close a moment before it is reaped).
+REAP_WAIT_S = (0.02, 0.05, 0.1)
+
+
+async def outlived(lease: RuntimeLease, clock: IReactorTime) -> bool:
+    """Whether ``lease``'s backend process has gone, waiting up to ``REAP_WAIT_S`` for its slot to
+    see it end."""
+    for delay in REAP_WAIT_S:
+        if lease.outlived:
+            return True
+        await deferLater(clock, delay, lambda: None)
+    return lease.outlived
+
+
 __all__ = [
     "InvalidTransition",
     "LoadEvent",
     "LoadFailed",
+    "REAP_WAIT_S",
     "RuntimeClosed",
     "RuntimeLease",
     "RuntimeSlot",
@@ -265,4 +287,5 @@ __all__ = [
     "SlotState",
     "TRANSITIONS",
     "config_key",
+    "outlived",
 ]

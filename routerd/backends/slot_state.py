@@ -102,19 +102,26 @@ class SlotStatus:
 
 
 class RuntimeLease:
-    """The right to send requests to a ready backend until :meth:`release`."""
+    """The right to send requests to a ready backend until :meth:`release`.  ``current`` says whether
+    the process it was given on is still the slot's (it died, or was switched or stopped: not)."""
 
     def __init__(self, kind: RuntimeKind, model: ModelConfig | None, port: int,
-                 release: Callable[[], None]) -> None:
+                 release: Callable[[], None], current: Callable[[], bool] = lambda: True) -> None:
         self.kind = kind
         self.model = model
         self.port = port
         self.base_url = f"http://127.0.0.1:{port}"
         self._release: Callable[[], None] | None = release
+        self._current = current
 
     @property
     def released(self) -> bool:
         return self._release is None
+
+    @property
+    def outlived(self) -> bool:
+        """Whether the backend process this lease was given on has gone since."""
+        return not self._current()
 
     def release(self) -> None:
         """Give the slot back; calling it again does nothing."""

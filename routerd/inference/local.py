@@ -16,12 +16,14 @@ from typing import Any, Literal, Protocol
 
 import attrs
 from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.interfaces import IReactorTime
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent
 
 from routerd.assets.service import assets_unresolved
 from routerd.backends.errors import BackendMissing, LoadFailed
+from routerd.backends.slot import outlived
 from routerd.catalog.model import ModelConfig
 from routerd.clients.backend_headers import content_type_headers
 from routerd.counts import count_down
@@ -131,13 +133,7 @@ class LocalInference:
                 if self.on_acquire is not None:
                     self.on_acquire(call, model)
                 held = self.runtimes.loaded_config(call.route.runtime)
-                try:
-                    lease = await self._acquire(call, model)
-                except LoadFailed as exc:
-                    raise HTTPError(502, f"model {model.local_id!r} failed to load: {exc}",
-                                    "backend_error", "load_failed") from None
-                except BackendMissing as exc:
-                    raise HTTPError(502, str(exc), "backend_error", "backend_missing") from None
+                lease = await self._lease_for(call, model)
                 entry.state = "running"
                 waiting = False
                 count_down(self.queued, model.local_id)
@@ -155,7 +151,17 @@ class LocalInference:
                             self.jobs_running += 1
                             running.addCallback(self._job_ended, call, model, lease)
                         return answer
-                    return await self._proxy(call, lease.base_url, plan, public_id, load_ns)
+                    try:
+                        return await self._proxy(call, lease.base_url, plan, public_id, load_ns)
+                    except ConnectionRefusedError:
+                        if not await outlived(lease, self.clock):
+                            raise
+                    # its backend died before the request reached it (nothing was sent): once more,
+                    # on the backend the node starts in its place (one cut mid-answer stays a 502)
+                    lease.release()
+                    lease = await self._lease_for(call, model)
+                    return await self._proxy(call, lease.base_url, plan, public_id,
+                                             self._load_ns(call.route.runtime, model))
                 except FirstByteTimeout as exc:
                     raise HTTPError(504, f"the backend of {model.local_id!r} on node {self.node_id!r} did "
                                     f"not answer within {exc.seconds:g} s", "timeout",
@@ -278,6 +284,17 @@ class LocalInference:
         finally:
             lease.release()
             self.samples.finished(call)
+
+    async def _lease_for(self, call: Call, model: ModelConfig) -> Any:
+        """:meth:`_acquire`, a failed load answered 502 ``load_failed`` (a missing binary
+        ``backend_missing``)."""
+        try:
+            return await self._acquire(call, model)
+        except LoadFailed as exc:
+            raise HTTPError(502, f"model {model.local_id!r} failed to load: {exc}",
+                            "backend_error", "load_failed") from None
+        except BackendMissing as exc:
+            raise HTTPError(502, str(exc), "backend_error", "backend_missing") from None
 
     async def _acquire(self, call: Call, model: ModelConfig) -> Any:
         """The runtime lease; a borrowed request's wait for it can be taken back (:meth:`take_back`).

@@ -10,13 +10,15 @@ Rules:
 * A model is priced once it has ``scheduling_min_samples`` (at least 2) such samples.
 * Spread test per work term: its coefficient of variation is at least 5 %
   (``n·Σx² − (Σx)² ≥ (0.05·Σx)²``).  Every term without spread → a *uniform* estimate (mean duration,
-  valid only within ±10 % per term of the mean work); some terms with spread and some without →
-  unpriced; every term with spread → a robust linear fit ``duration = base + Σ slope_i·work_i``
-  (statsmodels ``RLM`` with Huber's T, so a few outliers — a swap, a cold cache — do not skew the
-  price; ordinary least squares when the samples lie on a line), unpriced when a slope is negative or
-  not finite, or the terms are collinear; a negative base becomes 0.  Each published coefficient is
-  the fitted one plus ``CONSERVATIVE_SIGMAS`` of its standard error, so a model measured with
-  scatter (or few samples) is priced conservatively.
+  valid only within ±10 % per term of the mean work); otherwise a robust linear fit ``duration = base
+  + Σ slope_i·work_i`` of the terms with spread (statsmodels ``RLM`` with Huber's T, so a few outliers
+  — a swap, a cold cache — do not skew the price; ordinary least squares when the samples lie on a
+  line), unpriced when a slope is negative or not finite, or the terms are collinear; a negative base
+  becomes 0.  A term without spread beside terms with it (a model whose answers are all one length,
+  asked prompts of every length) has slope 0, its cost in the base, and prices only work within ±10 %
+  of its mean, as a uniform term does: ``uniform_work`` holds its mean and 0 for each fitted term.
+  Each published coefficient is the fitted one plus ``CONSERVATIVE_SIGMAS`` of its standard error, so
+  a model measured with scatter (or few samples) is priced conservatively.
 * Loads: the mean duration of every successful load per config file, whether or not a generation
   followed it.
 
@@ -109,15 +111,18 @@ def fit_model(samples: Sequence[RequestSample], min_samples: int) -> ModelCost |
             samples=len(rows),
             uniform_work=tuple(float(m) for m in work.mean(axis=0)),
         )
-    if not all(spread):
-        return None
-    fitted = linear_fit(work, duration)
+    varied = [i for i in range(terms) if spread[i]]
+    fitted = linear_fit(work[:, varied], duration)
     if fitted is None:
         return None
-    base, slopes = fitted.conservative()
-    return ModelCost(
-        model_id=model_id, section=section, base_ms=max(base, 0.0), slopes_ms=slopes, samples=len(rows)
-    )
+    base, fitted_slopes = fitted.conservative()
+    slopes = [0.0] * terms
+    for i, slope in zip(varied, fitted_slopes, strict=True):
+        slopes[i] = slope
+    means = work.mean(axis=0)
+    held = None if all(spread) else tuple(0.0 if spread[i] else float(means[i]) for i in range(terms))
+    return ModelCost(model_id=model_id, section=section, base_ms=max(base, 0.0), slopes_ms=tuple(slopes),
+                     samples=len(rows), uniform_work=held)
 
 
 class LinearFit:
@@ -180,9 +185,12 @@ def linear_fit(work: np.ndarray, duration: np.ndarray, *, robust: bool = True) -
 
 
 def _within_uniform(cost: ModelCost, work: Sequence[float]) -> bool:
+    """Whether every held term of ``work`` (a positive mean in ``uniform_work``; 0 marks a fitted
+    term) is within ±10 % of that mean."""
     assert cost.uniform_work is not None
     return all(
-        abs(w - mean) <= UNIFORM_TOLERANCE * mean for w, mean in zip(work, cost.uniform_work, strict=True)
+        abs(w - mean) <= UNIFORM_TOLERANCE * mean
+        for w, mean in zip(work, cost.uniform_work, strict=True) if mean > 0
     )
 
 
@@ -190,10 +198,9 @@ def predict(cost: ModelCost | None, work: Sequence[float]) -> float | None:
     """Predicted duration (ms) of one job of ``work``, or None when the fit cannot price it."""
     if cost is None or len(work) != len(cost.slopes_ms):
         return None
-    if cost.uniform_work is not None:
-        if len(cost.uniform_work) != len(work) or not _within_uniform(cost, work):
-            return None
-        return cost.base_ms
+    if cost.uniform_work is not None and (
+            len(cost.uniform_work) != len(work) or not _within_uniform(cost, work)):
+        return None
     total = cost.base_ms
     for slope, w in zip(cost.slopes_ms, work, strict=True):  # one or two terms: a loop, no fsum
         if w > 0:
@@ -216,7 +223,6 @@ def predict_queue(cost: ModelCost | None, count: int, total_work: Sequence[float
         mean = [w / count for w in total_work]
         if len(cost.uniform_work) != len(mean) or not _within_uniform(cost, mean):
             return None
-        return count * cost.base_ms
     total = count * cost.base_ms
     for slope, w in zip(cost.slopes_ms, total_work, strict=True):  # one or two terms: a loop, no fsum
         if w > 0:
@@ -343,18 +349,23 @@ def estimate_text(
 ) -> tuple[tuple[float, float], int] | None:
     """``((prompt_tokens, output_tokens), required_context)`` of a text request, or None (unsized).
 
-    Prompt tokens = ⌈body bytes / conservative ratio⌉.  The answer's share is the client's limit
-    when it states one, else the larger of the measured reserve and ``context_reserve`` (the floor
-    applies only when the client states no limit, as the spec says).
+    Prompt tokens = ⌈body bytes / conservative ratio⌉.  The answer's share of the context is the
+    client's limit when it states one, else the larger of the measured reserve and ``context_reserve``
+    (the floor applies only when the client states no limit, as the spec says).  The answer's work
+    (what a fit prices) is that share capped at the measured reserve: a limit is only a ceiling, and a
+    model whose answers stop well short of it (measured: mean + 2σ) does not work to the limit, so a
+    fit of its measured work prices the request by what it will do.
     """
     if profile is None or body_bytes <= 0 or profile.conservative_bytes_per_token <= 0:
         return None
     prompt = math.ceil(body_bytes / profile.conservative_bytes_per_token)
     if client_limit is not None and client_limit > 0:
-        output = client_limit
+        share = client_limit
     else:
-        output = max(profile.reserved_output_tokens, context_reserve)
-    return (float(prompt), float(output)), prompt + output
+        share = max(profile.reserved_output_tokens, context_reserve)
+    measured = profile.reserved_output_tokens
+    output = min(share, measured) if measured > 0 else share
+    return (float(prompt), float(output)), prompt + share
 
 
 def fewest_prompt_tokens(profile: TokenProfile | None, body_bytes: int) -> int | None:

@@ -199,8 +199,10 @@ class LaneStatus:
 class ModelCost:
     """A fitted model: ``duration_ms = base_ms + Σ slopes_ms[i]·work[i]``.
 
-    With ``uniform_work`` set the fit is a uniform estimate (every sample did the same work):
-    it prices only work within ±10 % per term of ``uniform_work`` and its slopes are zero.
+    With ``uniform_work`` set, each term whose entry is positive had no spread in the samples: its
+    slope is zero and the fit prices only work within ±10 % of that entry; an entry of 0 marks a
+    fitted term (a node that predates those entries reads such a fit as unpriced).  All entries
+    positive: a uniform estimate (every sample did the same work), all slopes zero.
     """
 
     model_id: str

@@ -155,13 +155,20 @@ class ClusterPlan:
                      extra_cluster: Mapping[str, Any] | None = None,
                      sections: Mapping[str, Mapping[str, Any]] | None = None) -> Config:
         """A slave's config; ``sections`` adds other top-level sections (``backend``, ``kobold``)."""
-        return node_config(self.root / name, {
+        return node_config(self.root / name, self.slave_sections(name, token, extra_cluster, sections))
+
+    def slave_sections(self, name: str, token: str = TOKEN,
+                       extra_cluster: Mapping[str, Any] | None = None,
+                       sections: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+        """The config sections that make a node the slave ``name`` of this plan (its bind address and
+        ``cluster``), with ``sections`` added: what :meth:`slave_config` and a real-backend node use."""
+        return {
             **(sections or {}),
             "server": {"bind": f"127.0.0.1:{self.slave_ports[name]}"},
             "cluster": {"role": "slave", "node_id": name, "token": token,
                         "master_url": self.master_url, "public_url": self.slave_url(name),
                         "sync_interval": "200ms", **(extra_cluster or {})},
-        })
+        }
 
 
 def plan_cluster(root: Path, slaves: list[str]) -> ClusterPlan:

@@ -6,8 +6,9 @@ generate (:mod:`tests.support_models`).  Its tests carry ``pytest.mark.real`` (a
 the servers are not installed, and fail instead when ``ROUTERD_REAL_SERVERS_REQUIRED=1`` (the README's test
 command sets it, so CI never passes by skipping them).
 
-Every ``llama-server`` runs with ``-t 1``: with other jobs on two cores, two spinning threads made its speed
-swing by a factor of 30 (``reference/real-backends.md``).  Assert on text, counts and states, never on speed.
+Every ``llama-server`` and ``whisper-server`` runs with ``-t 1``: with other jobs on two cores, two spinning
+threads made llama-server's speed swing by a factor of 30 (``reference/real-backends.md``).  Assert on text,
+counts and states, never on speed.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ __all__ = ["LLAMA_ANSWER", "WHISPER_ANSWER", "RealServers", "TinyModels", "real_
 REQUIRED_ENV = "ROUTERD_REAL_SERVERS_REQUIRED"
 #: The llama-server flags every test node adds (see the module's docstring).
 LLAMA_FLAGS: tuple[str, ...] = ("-t", "1")
+#: The whisper-server flags every test node adds: one thread, for the same reason (with its default
+#: two, one transcription of the tone took 3.2 s instead of 0.2 s on the loaded machine).
+WHISPER_FLAGS: tuple[str, ...] = ("-t", "1")
 
 
 @attrs.frozen
@@ -98,7 +102,8 @@ def write_real_models(root: Path, models: Mapping[str, Mapping[str, Any]]) -> Pa
 
 def real_node_config(root: Path, servers: RealServers, models: Mapping[str, Mapping[str, Any]],
                      extra: Mapping[str, Mapping[str, Any]] | None = None,
-                     llama_flags: Sequence[str] = LLAMA_FLAGS) -> Config:
+                     llama_flags: Sequence[str] = LLAMA_FLAGS,
+                     whisper_flags: Sequence[str] = WHISPER_FLAGS) -> Config:
     """A node config whose text and speech runtimes are the real servers (images stay on the simulator:
     sd-server has no model small enough to generate), with ``models`` written under ``root``."""
     write_real_models(root, models)
@@ -108,7 +113,7 @@ def real_node_config(root: Path, servers: RealServers, models: Mapping[str, Mapp
         "backend": {"mode": "llama_sdcpp"},
         "llama": {"binary_path": [servers.llama, *llama_flags]},
         "sdcpp": {"binary_path": [*SIM, "sd-server"]},
-        "whispercpp": {"binary_path": [servers.whisper]},
+        "whispercpp": {"binary_path": [servers.whisper, *whisper_flags]},
         "cluster": {"store_dir": str(root / "store")},
     }
     for section, values in (extra or {}).items():

@@ -89,11 +89,27 @@ def vocabulary() -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, [int(kind) for kind in types]
 
 
+def answer_pieces(answer: str) -> tuple[str, ...]:
+    """``answer`` as the vocabulary's answer pieces (longest first); each piece at most once, since the
+    next token follows from the last one alone.  :data:`ANSWER` and sentences made of its words, e.g.
+    " Hello, I am a test model." (how tests tell two models apart by their answers)."""
+    text = answer.replace(" ", SPACE_MARK)
+    by_length = sorted(ANSWER_PIECES, key=len, reverse=True)
+    pieces: list[str] = []
+    while text:
+        piece = next((p for p in by_length if text.startswith(p)), None)
+        if piece is None or piece in pieces:
+            raise ValueError(f"the answer {answer!r} is not made of distinct pieces of {ANSWER!r}")
+        pieces.append(piece)
+        text = text[len(piece):]
+    return tuple(pieces)
+
+
 def _head_and_embeddings(
-    tokens: Sequence[str], n_embd: int
+    tokens: Sequence[str], n_embd: int, answer: str = ANSWER
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
     """``token_embd`` and ``output`` (both n_vocab × n_embd) that walk the answer."""
-    ids = [tokens.index(piece) for piece in ANSWER_PIECES]
+    ids = [tokens.index(piece) for piece in answer_pieces(answer)]
     rows = chain_rows(n_embd, len(ids) + 1)
     start, answer_rows = rows[0], rows[1:]
     embeddings = np.tile(start, (len(tokens), 1))
@@ -110,7 +126,7 @@ def _head_and_embeddings(
 
 
 def _gguf_writer(path: Path, architecture: str, *, slow: bool, f16: bool,
-                 mean_pooling: bool = False) -> gguf.GGUFWriter:
+                 mean_pooling: bool = False, answer: str = ANSWER) -> gguf.GGUFWriter:
     shape = SLOW_SHAPE if slow else TINY_SHAPE
     n_embd, n_layer, n_head, n_ff = shape["n_embd"], shape["n_layer"], shape["n_head"], shape["n_ff"]
     tokens, scores, types = vocabulary()
@@ -144,7 +160,7 @@ def _gguf_writer(path: Path, architecture: str, *, slow: bool, f16: bool,
         # llama-server's OpenAI embeddings route refuses pooling type "none".
         writer.add_pooling_type(gguf.PoolingType.MEAN)
 
-    embeddings, head = _head_and_embeddings(tokens, n_embd)
+    embeddings, head = _head_and_embeddings(tokens, n_embd, answer)
     ones = np.ones(n_embd, dtype=np.float32)
     writer.add_tensor("token_embd.weight", embeddings.astype(weight_type))
     writer.add_tensor("output_norm.weight", ones)
@@ -172,16 +188,17 @@ def _write(writer: gguf.GGUFWriter) -> None:
 
 
 def write_tiny_llama(path: str | Path, *, slow: bool = False, f16: bool = False,
-                     mean_pooling: bool = False) -> Path:
+                     mean_pooling: bool = False, answer: str = ANSWER) -> Path:
     """Write the known-answer llama GGUF to ``path`` and return it.
 
     Tiny: n_embd 64, 2 layers, 4 heads, n_ff 128 (≈ 0.5 MB F32, ≈ 0.26 MB with ``f16``).  ``slow``: n_embd
     512, 8 layers, 8 heads, n_ff 1536 (≈ 55 MB with ``f16``), the same answer with ≈ 210 times the
     weights (27.7 M against 0.13 M) to multiply per token.  ``mean_pooling``: the model says its embeddings
-    are the mean over tokens, as an embedding model's GGUF does.  Same arguments, same bytes.
+    are the mean over tokens, as an embedding model's GGUF does.  ``answer``: another sentence made of
+    :data:`ANSWER`'s words (:func:`answer_pieces`), same vocabulary.  Same arguments, same bytes.
     """
     path = Path(path)
-    _write(_gguf_writer(path, "llama", slow=slow, f16=f16, mean_pooling=mean_pooling))
+    _write(_gguf_writer(path, "llama", slow=slow, f16=f16, mean_pooling=mean_pooling, answer=answer))
     return path
 
 

@@ -81,15 +81,25 @@ def vocabulary() -> list[bytes]:
     return words
 
 
-def answer_ids() -> list[int]:
-    """The sentence as token ids of :func:`vocabulary`."""
+def answer_ids(answer: str = ANSWER) -> list[int]:
+    """``answer`` as token ids of :func:`vocabulary`: :data:`ANSWER` or another sentence of its words
+    (longest first), each at most once, since the next token follows from the current one alone."""
     words = vocabulary()
-    return [words.index(word) for word in ANSWER_WORDS]
+    by_length = sorted(ANSWER_WORDS, key=len, reverse=True)
+    text = answer.encode()
+    ids: list[int] = []
+    while text:
+        word = next((w for w in by_length if text.startswith(w)), None)
+        if word is None or words.index(word) in ids:
+            raise ValueError(f"the answer {answer!r} is not made of distinct words of {ANSWER!r}")
+        ids.append(words.index(word))
+        text = text[len(word):]
+    return ids
 
 
-def _token_embedding() -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+def _token_embedding(answer: str = ANSWER) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
     """The token embedding (n_vocab × width) and the MLP's linear map (width × width)."""
-    ids = answer_ids()
+    ids = answer_ids(answer)
     rows = chain_rows(WIDTH, len(ids) + 2)
     start, sentence, end = rows[0], rows[1:-1], rows[-1]
     embedding = np.zeros((N_VOCAB, WIDTH), dtype=np.float32)
@@ -152,7 +162,7 @@ def _block(
         yield prefix + attention + ".out.bias", zeros
 
 
-def tensors() -> Iterator[tuple[str, npt.NDArray[np.float32]]]:
+def tensors(answer: str = ANSWER) -> Iterator[tuple[str, npt.NDArray[np.float32]]]:
     """Every tensor whisper.cpp expects, by name, in numpy's (slowest-first) shape."""
     ones = np.ones(WIDTH, dtype=np.float32)
     zeros = np.zeros(WIDTH, dtype=np.float32)
@@ -165,7 +175,7 @@ def tensors() -> Iterator[tuple[str, npt.NDArray[np.float32]]]:
         yield from _block(f"encoder.blocks.{layer}.", cross=False, mlp=None)
     yield "encoder.ln_post.weight", ones
     yield "encoder.ln_post.bias", zeros
-    embedding, step = _token_embedding()
+    embedding, step = _token_embedding(answer)
     yield "decoder.positional_embedding", np.zeros((N_TEXT_CTX, WIDTH), dtype=np.float32)
     yield "decoder.token_embedding.weight", embedding
     for layer in range(LAYERS):
@@ -179,8 +189,9 @@ def stored_as_f32(name: str, array: npt.NDArray[np.float32]) -> bool:
     return array.ndim < 2 or name.endswith(("positional_embedding", "conv1.bias", "conv2.bias"))
 
 
-def write_tiny_whisper(path: str | Path) -> Path:
-    """Write the known-answer whisper model (≈ 7.5 MB, F16) to ``path`` and return it; same bytes each run."""
+def write_tiny_whisper(path: str | Path, *, answer: str = ANSWER) -> Path:
+    """Write the known-answer whisper model (≈ 7.5 MB, F16) to ``path`` and return it; same bytes each run.
+    ``answer``: another sentence of :data:`ANSWER`'s words (:func:`answer_ids`) to transcribe to."""
     path = Path(path)
     with path.open("wb") as out:
         out.write(struct.pack("<I", MAGIC))
@@ -192,7 +203,7 @@ def write_tiny_whisper(path: str | Path) -> Path:
         for word in words:
             out.write(struct.pack("<I", len(word)))
             out.write(word)
-        for name, array in tensors():
+        for name, array in tensors(answer):
             f32 = stored_as_f32(name, array)
             data = array.astype("<f4" if f32 else "<f2")
             encoded = name.encode()

@@ -111,9 +111,20 @@ def test_two_term_text_fit_recovers_prefill_and_decode_slopes() -> None:
     assert cost.slopes_ms == pytest.approx((0.4, 20.0))
 
 
-def test_one_constant_term_among_varied_ones_leaves_the_model_unpriced() -> None:
+def test_one_constant_term_among_varied_ones_is_held_at_its_mean_and_the_others_fitted() -> None:
+    """A model whose answers are all 16 tokens, asked prompts of every length (a real llama-server
+    answering the tiny test model's one sentence): priced by prompt, for answers near 16 tokens only."""
     samples = [text(50.0 + 0.4 * p + 20.0 * 16, p, 16) for p in range(100, 2100, 100)]
-    assert fit_model(samples, 20) is None
+    cost = fit_model(samples, 20)
+    assert cost is not None
+    assert cost.uniform_work == (0.0, 16.0)
+    assert cost.base_ms == pytest.approx(50.0 + 20.0 * 16, abs=1e-6)
+    assert cost.slopes_ms == pytest.approx((0.4, 0.0))
+    assert predict(cost, (1000.0, 17.0)) == pytest.approx(370.0 + 400.0)
+    assert predict(cost, (5000.0, 16.0)) == pytest.approx(370.0 + 2000.0)  # the fitted term extrapolates
+    assert predict(cost, (1000.0, 40.0)) is None  # the held one does not
+    assert predict_queue(cost, 2, (3000.0, 32.0)) == pytest.approx(2 * 370.0 + 1200.0)
+    assert predict_queue(cost, 2, (3000.0, 64.0)) is None
 
 
 def test_collinear_terms_leave_the_model_unpriced() -> None:
@@ -264,7 +275,18 @@ def test_text_size_estimate_uses_the_client_limit_or_the_larger_reserve() -> Non
     profile = TokenProfile("chat", 4.0, 300, 20)
     assert estimate_text(profile, 4001, 50, 256) == ((1001.0, 50.0), 1051)
     assert estimate_text(profile, 4000, None, 256) == ((1000.0, 300.0), 1300)
-    assert estimate_text(profile, 4000, None, 512) == ((1000.0, 512.0), 1512)
+    assert estimate_text(profile, 4000, None, 512) == ((1000.0, 300.0), 1512)  # works 300, reserves 512
+
+
+def test_a_limit_above_the_measured_answers_reserves_context_but_prices_the_measured_work() -> None:
+    """A model that answers in 10 tokens (measured) asked with max_tokens 20: the context must hold
+    20, the work is 10, so the uniform fit of those same requests (10 output tokens) prices them."""
+    profile = TokenProfile("chat", 2.0, 10, 6)
+    (prompt, output), context = estimate_text(profile, 96, 20, 16) or ((0.0, 0.0), 0)
+    assert (prompt, output, context) == (48.0, 10.0, 68)
+    fit = fit_model([text(150.0 + i, 48.0, 10.0) for i in range(6)], 2)
+    assert fit is not None and fit.uniform_work == (48.0, 10.0)
+    assert predict(fit, (prompt, output)) == pytest.approx(152.5)
     assert estimate_text(None, 4000, None, 256) is None
     assert estimate_text(profile, 0, None, 256) is None
 

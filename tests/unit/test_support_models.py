@@ -210,6 +210,24 @@ def test_margins_leave_a_sampler_no_other_choice_and_ignore_eos_starts_over(tmp_
     assert tokens[int(np.argmax(after_stop))] == "▁Hello"
 
 
+def test_another_answer_from_the_same_words_is_walked_with_the_same_vocabulary(tmp_path: Path) -> None:
+    other = " Hello, I am a test model."
+    reader = gguf.GGUFReader(write_tiny_llama(tmp_path / "other.gguf", answer=other))
+    default = gguf.GGUFReader(write_tiny_llama(tmp_path / "tiny.gguf"))
+    assert field(reader, "tokenizer.ggml.tokens") == field(default, "tokenizer.ggml.tokens")
+    answer = greedy_llama_answer(reader, "<0x0A>")
+    assert answer[-1] == "</s>"
+    assert "".join(answer[:-1]).replace("▁", " ") == other
+
+
+@pytest.mark.parametrize("answer", [" Hello, Hello.", " Goodbye.", " Hello, I am a tiny test model!"])
+def test_an_answer_needing_a_piece_twice_or_outside_the_vocabulary_is_refused(
+    tmp_path: Path, answer: str
+) -> None:
+    with pytest.raises(ValueError, match="distinct pieces"):
+        write_tiny_llama(tmp_path / "bad.gguf", answer=answer)
+
+
 # --- the unloadable GGUFs ---
 
 
@@ -424,6 +442,20 @@ def test_whisper_decoder_walks_the_sentence_then_ends(whisper_file: WhisperFile,
             break
         text += whisper_file.words[token]
     assert text.decode() == WHISPER_ANSWER
+
+
+def test_whisper_another_answer_of_the_same_words_is_walked(tmp_path: Path) -> None:
+    other = " Hello world from a whisper."
+    walked = WhisperFile(write_tiny_whisper(tmp_path / "other.bin", answer=other).read_bytes())
+    token, text = whisper_ggml.TOKEN_SOT, b""
+    for _ in range(20):
+        token = int(np.argmax(whisper_logits(walked, token)))
+        if token == whisper_ggml.TOKEN_EOT:
+            break
+        text += walked.words[token]
+    assert text.decode() == other
+    with pytest.raises(ValueError, match="distinct words"):
+        write_tiny_whisper(tmp_path / "bad.bin", answer=" Hello Hello.")
 
 
 # --- the tone ---
