@@ -31,6 +31,9 @@ from routerd.transports import lean_poll
 #: refused its identity (``EX_CONFIG``; the systemd unit's ``RestartPreventExitStatus``).
 EXIT_CONFIG = 78
 
+#: How long a keep-alive connection must have been quiet since its last answer before a stop closes it.
+QUIET_S = 0.1
+
 log = Logger()
 
 
@@ -68,6 +71,9 @@ def listen_endpoint(reactor: Any, server: ServerConfig) -> Any:
 class NodeService(service.Service):
     """Opens the listener first (``/health`` answers 503 ``starting``), then starts the node
     (store, weight hashes, startup model); a stop drains before the node stops."""
+
+    #: How long a connection between requests must have been quiet before a stop closes it.
+    quiet_s = QUIET_S
 
     def __init__(self, node: Node, reactor: Any, exit_on_failure: bool = False) -> None:
         self.node = node
@@ -139,19 +145,23 @@ class NodeService(service.Service):
         has gone out (an answer that just finished must reach its client whole); abort any still
         open after ``grace`` s.  Open keep-alive connections would otherwise go on being served.
 
-        A connection between requests is closed at once.  One that has sent nothing yet is given
-        the grace to send its request, which is answered (503 draining with Retry-After) before
-        it is closed: its client connected before the listener closed, so closing it unheard
-        would lose a request it may already have sent (the fault soak lost one that way at a
-        master restart; Go's ``http.Server.Shutdown`` gives new connections the same grace).  One
-        mid-request is given the grace to finish."""
+        A connection between requests is closed once it has been quiet for :attr:`quiet_s` since
+        its last answer: a client that reuses its keep-alive connection at once (a busy pool) may
+        have its next request on the way, and closing under it loses that request unheard (the
+        fault soak lost one so at a master restart); a request that arrives is answered (503
+        draining with Retry-After).  One that has sent nothing yet is given the grace to send its
+        request, answered likewise: its client connected before the listener closed (Go's
+        ``http.Server.Shutdown`` gives new connections the same grace).  One mid-request is given
+        the grace to finish."""
         from twisted.internet import task
 
         deadline = self.reactor.seconds() + grace
         closed: set[Any] = set()
         while self.connections and self.connections.protocols and self.reactor.seconds() < deadline:
+            now = self.reactor.seconds()
             for connection in list(self.connections.protocols):
-                if connection not in closed and connection.between_requests():
+                if (connection not in closed and connection.between_requests()
+                        and now - connection.deadline()[1] >= self.quiet_s):
                     closed.add(connection)
                     connection.close()
             await task.deferLater(self.reactor, 0.02, lambda: None)
