@@ -15,7 +15,6 @@ from __future__ import annotations
 import fnmatch
 import http.client
 import json
-import socket
 import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,17 +22,13 @@ from pathlib import Path
 
 import attrs
 
+from tests.integration.nodes import free_port
+
 __all__ = ["Answer", "Check", "Probe", "Running", "ask", "differences", "free_port", "multipart", "shape",
            "start_server"]
 
 #: Longest a server may take from start to its first ``/health`` 200 (the machine is shared and busy).
 START_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @attrs.frozen

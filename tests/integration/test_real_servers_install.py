@@ -19,7 +19,7 @@ import pytest
 
 from tests import real_servers
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.real]
 
 REPO = Path(__file__).resolve().parents[2]
 WARM_LIMIT = 10.0  # seconds; measured 0.1-0.2 s

@@ -1,4 +1,5 @@
-"""Fixtures of the real-backend tier (see :mod:`tests.integration.real_backends`)."""
+"""Fixtures of the real-backend tier (see :mod:`tests.integration.real_backends`), for its integration and
+browser tests."""
 
 from __future__ import annotations
 
