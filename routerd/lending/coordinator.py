@@ -266,11 +266,11 @@ class Coordinator(MultiService):
         itself owns the request (then ``rewrite_to`` is the public ID and a 409 raises
         ``CameBack``), or the owner's relay call (answer passed on unchanged).
         """
-        lease = self.live_lease((relay.lane, relay.owner_node_id, relay.owner_model_id))
-        if lease is None:
-            self._refused(relay, "no_live_lease")
-            raise CameBack("no live lease")
-        lease = _owners_helper(lease, relay, self.service.links[relay.lane])
+        live = {key: held.lease for key, held in self.book.items() if held.expires_at > self.clock.seconds()}
+        lease = relay_lease(relay, live, self.service.links[relay.lane])
+        if isinstance(lease, str):
+            self._refused(relay, lease)
+            raise CameBack(lease.replace("_", " "))
         body = replace_model(call.route, call.body, call.content_type, lease.helper_model_id)
         borrowed = Borrowed(load_allowed=lease.load_helper_model, restore=lease.restore_helper_model,
                             owner_node_id=relay.owner_node_id, owner_model_id=relay.owner_model_id)
@@ -310,18 +310,33 @@ class Coordinator(MultiService):
         return await ask_over_http(self.master.client.get_json, helper.node_url)
 
 
-def _owners_helper(lease: Lease, relay: RelayRequest, links: LinkSet) -> Lease:
-    """The lease to relay under: the master's live one, moved to the helper the owner's own lease
-    named when the two differ (a newer plan chose another helper while the owner lent under the
-    older one) and the owner still links to it, with that link's load and restore flags."""
-    if not relay.helper_node_id or (relay.helper_node_id, relay.helper_model_id) == \
-            (lease.helper_node_id, lease.helper_model_id):
-        return lease
+def relay_lease(relay: RelayRequest, live: Mapping[tuple[Lane, str, str], Lease],
+                links: LinkSet) -> Lease | str:
+    """The lease to relay ``relay`` under, or why it is refused (spec "Who decides").
+
+    An owner lends only under a lease it times on its own clock, and names that lease's helper: that
+    lease and the helper's claim decide.  The request goes to the named helper, with the flags of
+    the owner's link to it, even when the master's own record of the lease has expired or a newer
+    plan chose another helper for this owner (the owner's ``lent`` row, held list and
+    ``X-Routerd-Lent-To`` then name the helper that serves it); it is refused ``helper_claimed`` when
+    a newer plan gave that helper node to another owner in this lane (a helper node serves one owner
+    per lane).  A relay naming no helper (an owner of an older build) or one the owner no longer
+    links to goes under the master's live lease, or is refused ``no_live_lease``."""
+    key = (relay.lane, relay.owner_node_id, relay.owner_model_id)
+    own = live.get(key)
     link = links.link(Endpoint(relay.owner_node_id, relay.owner_model_id),
-                      Endpoint(relay.helper_node_id, relay.helper_model_id))
+                      Endpoint(relay.helper_node_id, relay.helper_model_id)) if relay.helper_node_id else None
     if link is None:
-        return lease
-    return attrs.evolve(lease, helper_node_id=relay.helper_node_id, helper_model_id=relay.helper_model_id,
+        return own if own is not None else "no_live_lease"
+    if any(other.helper_node_id == relay.helper_node_id and other_key != key
+           for other_key, other in live.items() if other.lane == relay.lane):
+        return "helper_claimed"
+    base = own if own is not None else Lease(
+        lane=relay.lane, owner_node_id=relay.owner_node_id, owner_model_id=relay.owner_model_id,
+        helper_node_id=relay.helper_node_id, helper_model_id=relay.helper_model_id,
+        load_helper_model=link.load_if_unloaded, restore_helper_model=link.restore_after_borrow,
+        helper_slots=1, probe=False, ttl_ms=0)
+    return attrs.evolve(base, helper_node_id=relay.helper_node_id, helper_model_id=relay.helper_model_id,
                         load_helper_model=link.load_if_unloaded,
                         restore_helper_model=link.restore_after_borrow)
 

@@ -68,7 +68,7 @@ OUTCOMES_BY_KIND: Mapping[str, frozenset[str]] = {
 #: Reasons each kind may record ('' — no reason — is always allowed).
 REASONS_BY_KIND: Mapping[str, frozenset[str]] = {
     "plan": frozenset(REASONS),
-    "dispatch": frozenset({"not_an_owner", "helper_finishes_sooner", "no_live_lease",
+    "dispatch": frozenset({"not_an_owner", "helper_finishes_sooner", "no_live_lease", "helper_claimed",
                            "helper_unreachable", "forward_failed", "structure", "backend_refused"}),
     "helper": frozenset({"helper_busy_on_arrival", "own_work_arrived"}),
 }

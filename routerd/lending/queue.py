@@ -360,8 +360,10 @@ class LaneQueue(QueueViews):
         max_context: int | None = None,
         vision: bool = True,
     ) -> list[str]:
-        """Mark up to ``n`` waiting entries of owner model ``model_id`` as lent, in
-        :meth:`lending_order` (lowest class first; in one class oldest first, as before classes).
+        """Mark up to ``n`` waiting entries of owner model ``model_id`` as lent: first the entry held
+        for a faster helper (the hold kept it waiting *for* the helper, so it is the one lent, whatever
+        its class), then in :meth:`lending_order` (lowest class first; in one class oldest first, as
+        before classes).
 
         Never takes admitted, borrowed, streaming or returned entries, nor one whose required
         context exceeds ``max_context``, nor (without ``vision``) one carrying an image: the owner
@@ -370,7 +372,10 @@ class LaneQueue(QueueViews):
         if n <= 0 or model_id not in self._owners:
             return []
         taken: list[Entry] = []
-        for e in self.lending_order(now_ms):
+        order = self.lending_order(now_ms)
+        if any(e.holding for e in order):  # the held one first, the rest in their order
+            order = [e for e in order if e.holding] + [e for e in order if not e.holding]
+        for e in order:
             if len(taken) >= n:
                 break
             if e.model_id != model_id or e.borrowed or e.streaming or e.returned:

@@ -510,6 +510,59 @@ def test_a_relay_naming_a_helper_the_owner_does_not_link_to_goes_to_the_masters_
     assert request.headers[b"x-routerd-lent-to"] == b"s2/H"
 
 
+def owners_relay(cluster: Cluster, helper: str = "s2", helper_model: str = "H",
+                 request: FakeReply | None = None) -> Deferred[bytes]:
+    """s1/A's lent request, naming the helper of the lease s1 lent it under."""
+    relay = RelayRequest("text", "s1", "A", CHAT, helper_node_id=helper, helper_model_id=helper_model)
+    return Deferred.fromCoroutine(cluster.coordinator.relay(request or FakeReply(), relay, make_call("A"),
+                                                            rewrite_to=None, returns_raise=False))
+
+
+def test_a_relay_under_the_owners_live_lease_goes_through_after_the_masters_record_expired() -> None:
+    """The owner times its lease on its own clock: the master's record having run out (or a newer
+    plan having left the owner without a lease) does not refuse a request the owner lends under its
+    lease; it goes to the helper that lease names, with the flags of the owner's link to it."""
+    cluster = Cluster()
+    cluster.standard_statuses()
+    cluster.plan("tick")
+    cluster.clock.advance(31)  # the master's record of s1/A's lease has expired
+    assert cluster.coordinator.live_lease(("text", "s1", "A")) is None
+    request = FakeReply()
+    assert fired(owners_relay(cluster, request=request)) == b"helper answer"
+    (out,) = cluster.forwarder.sent
+    assert out.url == "http://s2:1" + INFERENCE_PREFIX + CHAT
+    assert json.loads(out.body)["model"] == "H"
+    assert (b"x-routerd-offload-load", b"1") in out.headers  # A_TO_H loads if unloaded
+    assert request.headers[b"x-routerd-lent-to"] == b"s2/H"
+    assert cluster.rows(outcome="relay_refused") == []
+
+
+def test_a_relay_to_a_helper_node_a_newer_plan_gave_another_owner_is_refused_helper_claimed() -> None:
+    """A helper node serves one owner per lane: once a plan leases s2 to s3/B, s1/A's request lent
+    under its older lease on s2 comes back (row ``relay_refused``, reason ``helper_claimed``) and
+    its owner runs it; nothing reaches s2 beside B's work."""
+    b_to_h = Link(Endpoint("s3", "B"), Endpoint("s2", "H"), True, False)
+    cluster = Cluster(links=(A_TO_H, b_to_h))
+    cluster.master.status = {"s1": owner_status("s1", "A", pending=0), "s2": helper_status("s2", "H"),
+                             "s3": owner_status("s3", "B")}
+    cluster.plan("tick")
+    assert cluster.coordinator.live_lease(("text", "s3", "B")).helper_node_id == "s2"  # type: ignore[union-attr]
+    failed_with(owners_relay(cluster), CameBack)
+    refused = cluster.rows(outcome="relay_refused")
+    assert [(r["owner_node_id"], r["reason"]) for r in refused] == [("s1", "helper_claimed")]
+    assert cluster.forwarder.sent == []
+
+
+def test_a_relay_naming_no_helper_still_needs_the_masters_live_lease() -> None:
+    cluster = Cluster()
+    cluster.standard_statuses()
+    cluster.plan("tick")
+    assert fired(cluster.relay()) == b"helper answer"
+    cluster.clock.advance(31)
+    failed_with(cluster.relay(), CameBack)
+    assert [r["reason"] for r in cluster.rows(outcome="relay_refused")] == ["no_live_lease"]
+
+
 def test_relay_headers_carry_the_helper_of_the_owners_lease() -> None:
     relay = RelayRequest("image", "s1", "A", "/v1/images/generations", helper_node_id="s2",
                          helper_model_id="H")

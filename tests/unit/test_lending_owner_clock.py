@@ -76,6 +76,30 @@ def test_when_the_lent_job_finishes_and_the_master_regrants_the_held_request_is_
     assert "r3" not in node.local_calls
 
 
+def test_with_mixed_classes_the_request_held_for_the_helper_is_the_one_the_next_lease_lends() -> None:
+    """An interactive request is the head of the serving order, so it is the one held for the faster
+    helper; a batch request waits behind it.  When the helper's slot frees and the master regrants,
+    the held interactive request is lent (lending's lowest-class-first order took the batch request
+    before, and the interactive one stayed held for a helper busy with other work)."""
+    node = Node()
+    node.serve_many(3)
+    at(node, 5)
+    node.answer(0, measured())
+    assert node.lent_ids() == ["r2"]
+    at(node, 6)
+    node.serve("job", priority="batch")
+    node.serve("chat", priority="interactive")
+    at(node, 29)
+    node.finish_local("r0")
+    assert state_of(node, "chat") == "held" and state_of(node, "job") == "queued"
+    assert [r["request_id"] for r in node.rows("held_for_helper")] == ["chat"]
+    at(node, 30)
+    node.lent[0].answer.callback(b"helper r2")
+    node.answer(len(node.events) - 1, measured())
+    assert node.lent_ids() == ["r2", "chat"]
+    assert "chat" not in node.local_calls
+
+
 def test_an_answer_without_a_lease_admits_the_held_request() -> None:
     node = reference_burst()
     node.answer(len(node.events) - 1, None)

@@ -200,6 +200,27 @@ def test_lending_takes_batch_before_interactive() -> None:
     assert q.withdraw_for_lending("A", 1, 3, "helper", "H") == ["job"]
 
 
+def test_the_request_held_for_the_faster_helper_is_the_one_lent() -> None:
+    """The hold keeps the head of the serving order (here an interactive request) waiting *for* the
+    helper; lending takes that request, then the lowest class.  Before, lending took the batch
+    request and the interactive one stayed held, waiting for a helper that got other work."""
+    q = LaneQueue("text", 2, enrolled={"A"}, owners={"A"}, hold=lambda query: True)
+    assert q.arrive("run", "A", 0).admit == ("run",)
+    q.arrive("job", "A", 1, priority=BATCH)
+    q.arrive("chat", "A", 2, priority=INTERACTIVE)
+    assert [(h.request_id, h.state) for h in q.held_listing(3)] == [("job", "queued"), ("chat", "held")]
+    assert q.withdraw_for_lending("A", 1, 3, "helper", "H") == ["chat"]
+    assert q.withdraw_for_lending("A", 1, 4, "helper", "H") == ["job"]
+
+
+def test_a_held_request_the_helper_cannot_take_leaves_lending_in_class_order() -> None:
+    q = LaneQueue("text", 2, enrolled={"A"}, owners={"A"}, hold=lambda query: True)
+    q.arrive("run", "A", 0)
+    q.arrive("job", "A", 1, priority=BATCH, context=100)
+    q.arrive("chat", "A", 2, priority=INTERACTIVE, context=9000)
+    assert q.withdraw_for_lending("A", 1, 3, "helper", "H", max_context=4096) == ["job"]
+
+
 def test_queue_position_follows_the_class_order() -> None:
     q = queue()
     q.arrive("run", "A", 0)
