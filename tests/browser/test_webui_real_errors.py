@@ -12,9 +12,8 @@ import attrs
 import pytest
 import pytest_twisted
 import treq
-from twisted.internet import threads
 
-from tests.browser.webui import Browser, browser_missing, start_chromium
+from tests.browser.webui import Browser, browsing
 from tests.integration.nodes import RunningNode, start_node
 from tests.integration.real_backends import RealServers, TinyModels, real_node_config
 
@@ -29,20 +28,12 @@ class Solo:
 
 @pytest_twisted.async_yield_fixture
 async def solo(tmp_path: Path, real_servers: RealServers, tiny_models: TinyModels) -> AsyncIterator[Solo]:
-    missing = browser_missing()
-    if missing:
-        pytest.fail(missing)  # CI installs them (README test command); never skipped
     models = {"tiny": {"model": tiny_models.tiny, "contextsize": 512},
               "truncated": {"model": tiny_models.truncated, "contextsize": 512}}
     extra = {"analytics": {"enabled": True}, "cluster": {"node_id": "solo"}}
     node = await start_node(real_node_config(tmp_path, real_servers, models, extra))
-    driver = await threads.deferToThread(start_chromium)
-    running = Solo(node, Browser(driver, node.url))
-    try:
-        yield running
-    finally:
-        await running.browser.do(driver.quit)
-        await node.stop()
+    async with browsing(node) as browser:
+        yield Solo(node, browser)
 
 
 def errors_page_shows_llama_cpps_own_cause(b: Browser) -> None:

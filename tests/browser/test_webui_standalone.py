@@ -16,11 +16,10 @@ import pytest
 import pytest_twisted
 import treq
 from selenium.webdriver.support.ui import Select
-from twisted.internet import threads
 
 from tests.browser.test_webui import ADMIN_KEY, sign_in
 from tests.browser.test_webui_editors import JOB, PAINTER, PNG, create_recipe, set_guardian
-from tests.browser.webui import Browser, browser_missing, site_json, start_chromium
+from tests.browser.webui import Browser, browsing, site_json
 from tests.integration.nodes import RunningNode, free_port, node_config, sim_model, start_node, write_models
 
 pytestmark = pytest.mark.slow
@@ -37,9 +36,6 @@ class Solo:
 
 @pytest_twisted.async_yield_fixture
 async def solo(tmp_path: Path) -> AsyncIterator[Solo]:
-    missing = browser_missing()
-    if missing:
-        pytest.fail(missing)  # CI installs them (README test command); never skipped
     write_models(tmp_path, {"alpha": sim_model("alpha"),
                             "eye": sim_model("eye", mmproj="../weights/eye.sim.json"),
                             "paint": {"sdmodel": "../weights/paint.sim.json"}},
@@ -48,13 +44,8 @@ async def solo(tmp_path: Path) -> AsyncIterator[Solo]:
         "server": {"bind": f"127.0.0.1:{free_port()}"}, "auth": {"admin_keys": [ADMIN_KEY]},
         "cluster": {"node_id": "solo"}}))
     assert node.node.role == "standalone"
-    driver = await threads.deferToThread(start_chromium)
-    running = Solo(node, Browser(driver, node.url))
-    try:
-        yield running
-    finally:
-        await running.browser.do(driver.quit)
-        await node.stop()
+    async with browsing(node) as browser:
+        yield Solo(node, browser)
 
 
 # -- blocking steps ----------------------------------------------------------------------------------

@@ -175,9 +175,27 @@ async def running_site(plan: ClusterPlan, ready: str, *, sections: Mapping[str, 
         await cluster.stop()
 
 
+@asynccontextmanager
+async def browsing(node: RunningNode) -> AsyncIterator[Browser]:
+    """A browser on a started ``node``'s WebUI; on the way out the browser quits and the node stops.
+    Fails (never skips) when the browser is missing: CI installs it (README test command)."""
+    try:
+        missing = browser_missing()
+        if missing:
+            pytest.fail(missing)
+        driver = await threads.deferToThread(start_chromium)
+        browser = Browser(driver, node.url)
+        try:
+            yield browser
+        finally:
+            await browser.do(driver.quit)
+    finally:
+        await node.stop()
+
+
 def sim_weights(spec: dict[str, Any], name: str) -> str:
     return json.dumps({"weights": name, **spec})
 
 
-__all__ = ["ADMIN_KEY", "HEIGHT", "WIDTH", "Browser", "Site", "browser_missing", "running_site",
+__all__ = ["ADMIN_KEY", "HEIGHT", "WIDTH", "Browser", "Site", "browser_missing", "browsing", "running_site",
            "start_chromium"]
