@@ -275,6 +275,9 @@ class Outcome:
     lent_to: str | None = None
     seconds: float = 0.0
     retries: Counter[str] = attrs.Factory(Counter)
+    soak_id: str = ""
+    sent_at: float = 0.0  # time.monotonic() of the first send and of the end (a loss among the faults)
+    ended_at: float = 0.0
 
 
 def _error_code(body: bytes) -> str:
@@ -288,7 +291,7 @@ def _error_code(body: bytes) -> str:
 
 
 async def one_request(http: HTTPClient, url: str, kind: str, soak_id: str, deadline: float) -> Outcome:
-    outcome = Outcome(kind)
+    outcome = Outcome(kind, soak_id=soak_id, sent_at=time.monotonic())
     path, kwargs = request_for(kind, soak_id)
     started = time.perf_counter()
     while True:
@@ -329,6 +332,7 @@ async def one_request(http: HTTPClient, url: str, kind: str, soak_id: str, deadl
             outcome.final = "ok"
         break
     outcome.seconds = time.perf_counter() - started
+    outcome.ended_at = time.monotonic()
     return outcome
 
 
@@ -354,6 +358,7 @@ class Report:
     seconds: float
     read_only_by: str
     rss_series: list[tuple[float, int]] = attrs.Factory(list)
+    started: float = 0.0  # time.monotonic() when the faults' clock started
 
     @property
     def answered(self) -> int:
@@ -395,6 +400,9 @@ class Report:
             "slave-a RSS (KiB) during the run: " + ", ".join(f"{t:.0f}s {kb}" for t, kb in self.rss_series),
             "faults: " + "; ".join(self.faults),
         ]
+        lines.extend(f"  {o.final}: {o.kind} {o.soak_id}, first sent at {o.sent_at - self.started:.2f}s, "
+                     f"ended at {o.ended_at - self.started:.2f}s"
+                     for o in self.outcomes if o.final.startswith("lost"))
         return "\n".join(lines)
 
 
@@ -594,7 +602,7 @@ async def run_soak(plan: SoakPlan, root: Path) -> Report:
         cluster.stop()
     twice, unlogged = duplicates(cluster, outcomes)
     return Report(plan.requests, outcomes, twice, unlogged, soak.faults, rss, seconds, soak.read_only_by,
-                  series)
+                  series, started)
 
 
 def main() -> None:

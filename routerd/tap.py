@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from typing import Any
 
@@ -68,6 +69,28 @@ def listen_endpoint(reactor: Any, server: ServerConfig) -> Any:
     return endpoint_type(reactor, server.port, backlog=server.listen_backlog, interface=server.host)
 
 
+def close_listener(port: Any) -> defer.Deferred[None] | None:
+    """Stop listening without resetting a connection whose client already sent its request.
+
+    Connections the kernel completed but the reactor has not accepted yet would be reset by the
+    close (their clients lose a request no node saw): every one of them is accepted first (each is
+    then answered 503 draining with Retry-After), and in the same step the socket stops listening
+    (``shutdown``), so a connection attempted from then on is refused, which a client knows it
+    may retry.  Twisted's own ``stopListening`` closes the socket one reactor turn later and its
+    accept loop takes only as many as the last turn did (down to one): the fault soak lost a
+    request in that window at a master restart."""
+    sock = getattr(port, "socket", None)
+    if sock is not None and callable(getattr(port, "doRead", None)):
+        port.numberAccepts = max(getattr(port, "numberAccepts", 1), 1 << 16)  # until the kernel has none
+        port.doRead()
+        try:
+            sock.shutdown(socket.SHUT_RD)  # Linux: the listener closes, new connections are refused
+        except OSError:  # not every system lets a listening socket be shut down: closed a turn later
+            pass
+    stopping: defer.Deferred[None] | None = port.stopListening()
+    return stopping
+
+
 class NodeService(service.Service):
     """Opens the listener first (``/health`` answers 503 ``starting``), then starts the node
     (store, weight hashes, startup model); a stop drains before the node stops."""
@@ -126,13 +149,7 @@ class NodeService(service.Service):
         self.node.phase = "draining"
         port, self.port = self.port, None
         if port is not None:
-            # Connections the kernel completed but the reactor has not accepted yet would be reset
-            # by the close (their clients lose a request no node saw): accept them first; each is
-            # then answered 503 draining with Retry-After.
-            accept_pending = getattr(port, "doRead", None)
-            if callable(accept_pending):
-                accept_pending()
-            stopping = port.stopListening()
+            stopping = close_listener(port)
             if stopping is not None:
                 await stopping
             if self.ready.called:

@@ -171,6 +171,49 @@ async def test_a_stop_answers_connections_the_kernel_queued_instead_of_resetting
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_stop_neither_resets_a_queued_connection_nor_lets_one_in_after_it_closes(
+        node: RunningNode) -> None:
+    """The fault soak lost one more request at a master restart, ``ResponseNeverReceived``: Twisted
+    accepts only as many connections per turn as it did the turn before (down to one) and closes
+    the listening socket a reactor turn after ``stopListening``; a connection the kernel completed
+    in between was reset with its request sent.  Now a stop accepts every queued connection and
+    stops listening in the same step: twenty queued connections on a port that had adapted to one
+    accept per turn are all answered 503 draining, and a connection attempted after the stop (before
+    the reactor turns) is refused, which its client may retry, never accepted and reset."""
+    from twisted.internet import threads
+
+    listening = node.service.port
+    listening.numberAccepts = 1  # as after a quiet spell of one connection per turn
+    port = listening.getHost().port
+    request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: 2\r\nConnection: close\r\n\r\n{}")
+    queued = []
+    for _ in range(20):  # connected and sent before the reactor runs again: still in the backlog
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(request)
+        queued.append(s)
+    stopping = node.service.stopService()
+    late: list[str] = []
+    for _ in range(5):  # the reactor has not turned since the stop
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        except ConnectionRefusedError:
+            late.append("refused")
+            continue
+        s.sendall(request)
+        queued.append(s)
+        late.append("connected")
+
+    answers = [await threads.deferToThread(_read_to_end, s) for s in queued]
+    await stopping
+    assert late == ["refused"] * 5
+    assert len(answers) == 20
+    for answer in answers:
+        assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+        assert b"retry-after: 1" in answer.lower() and b"draining" in answer
+
+
+@pytest_twisted.ensureDeferred
 async def test_a_stop_answers_a_request_sent_on_a_connection_accepted_just_before_it(
         node: RunningNode) -> None:
     """A client that connected before the stop and sends its request a moment later (its process
