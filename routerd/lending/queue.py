@@ -41,7 +41,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from routerd.lending.priority import CLASSES, DEFAULT_AGING_MS, effective_rank
+from routerd.lending.class_rule import outranked_until
+from routerd.lending.priority import CLASSES, DEFAULT_AGING_MS
 from routerd.lending.queue_entries import (
     NO_EFFECTS,
     BorrowedReturn,
@@ -209,7 +210,7 @@ class LaneQueue(QueueViews):
         admitted without passing through the line; otherwise it is lined up and pumped."""
         if not self._fits(entry, now_ms):
             self._line.add(entry)  # pump would stop at it at once: it waits, not holding
-            return NO_EFFECTS
+            return self._recheck(entry, now_ms)
         if self._may_hold(entry):
             self._line.add(entry)  # the hold check reads the line: the general path asks it
             return self.pump(now_ms)
@@ -286,7 +287,7 @@ class LaneQueue(QueueViews):
             index = self._line.next_index(now_ms)
             head = self._pending[index]
             if not self._fits(head, now_ms):
-                break
+                return Effects(admit=tuple(admitted)) + self._recheck(head, now_ms)
             if self._holds(head, now_ms):
                 head.holding = True
                 break
@@ -309,7 +310,7 @@ class LaneQueue(QueueViews):
         if admitted < head.concurrency and self._admitted_of.get(head.model_id, 0) == admitted:
             return True  # it starts at once
         # it would wait in the backend: keep that place for the higher class about
-        return not self._outranked(head, now_ms)
+        return self._outranked_until(head, now_ms) is None
 
     def _take_in(self, head: Entry, now_ms: int) -> None:
         """``head``, out of the line, is admitted to the backend now."""
@@ -318,17 +319,17 @@ class LaneQueue(QueueViews):
         self._admitted[head.request_id] = head
         self._admitted_of[head.model_id] = self._admitted_of.get(head.model_id, 0) + 1
 
-    def _outranked(self, head: Entry, now_ms: int) -> bool:
-        """Whether ``head`` may not take a place where it would wait in the backend because a
-        higher class than its own (effective) one had a native arrival within the last aging
-        period: a request admitted behind running ones waits in the backend, where a higher-class
-        arrival could no longer pass it.  While that class is about, lower classes go to the backend
-        one at a time (the runtime idles for a round trip between them); with one class, never."""
-        window = self.order.aging_ms
-        if window <= 0 or not self._class_seen:
-            return False
-        rank = effective_rank(head.priority, head.arrived_ms, now_ms, window)
-        return any(r < rank and now_ms - seen < window for r, seen in self._class_seen.items())
+    def _outranked_until(self, head: Entry, now_ms: int) -> int | None:
+        """The second-place class rule for ``head`` (:func:`~routerd.lending.class_rule.outranked_until`)."""
+        return outranked_until(self._class_seen, head.priority, head.arrived_ms, now_ms, self.order.aging_ms)
+
+    def _recheck(self, head: Entry, now_ms: int) -> Effects:
+        """No effect now; when only the class rule keeps ``head`` out, the time to pump again (the
+        caller's timer: no arrival or completion may come to top the backend back up)."""
+        if len(self._admitted) >= (self._depth if head.borrowed else self._depth + head.concurrency - 1):
+            return NO_EFFECTS  # the backend is full: its next completion pumps
+        until = self._outranked_until(head, now_ms)
+        return NO_EFFECTS if until is None else Effects(recheck_ms=until)
 
     def _may_hold(self, head: Entry) -> bool:
         """Whether the hold check is asked about ``head`` (:meth:`_holds`): an owner's native

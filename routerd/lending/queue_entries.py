@@ -60,14 +60,18 @@ class BorrowedReturn:
 @attrs.frozen
 class Effects:
     """What the caller must do now: start ``admit`` (in order), hand back ``returned``, refuse
-    ``refused`` (own requests the queue will never run: the node drains)."""
+    ``refused`` (own requests the queue will never run: the node drains); and pump again at
+    ``recheck_ms`` (its clock) when admission's answer will change then with no event."""
 
     admit: tuple[str, ...] = ()
     returned: tuple[BorrowedReturn, ...] = ()
     refused: tuple[str, ...] = ()
+    recheck_ms: int | None = None
 
     def __add__(self, other: Effects) -> Effects:
-        return Effects(self.admit + other.admit, self.returned + other.returned, self.refused + other.refused)
+        checks = [t for t in (self.recheck_ms, other.recheck_ms) if t is not None]
+        return Effects(self.admit + other.admit, self.returned + other.returned, self.refused + other.refused,
+                       min(checks) if checks else None)
 
 
 #: Nothing to do (frozen, so one instance serves every answer that asks for nothing).

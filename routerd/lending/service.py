@@ -37,7 +37,7 @@ from routerd.lending.queue import Effects, LaneQueue
 from routerd.lending.service_rows import ServiceRows
 from routerd.lending.transport import LendingTransport, NoMaster
 from routerd.lending.waiting import RunLocal, WaitingRequest, no_local
-from routerd.lending.watch import HoldGate, LentCall
+from routerd.lending.watch import HoldGate, LaneAlarms, LentCall
 from routerd.routing.call import Call
 from routerd.routing.guardians import GuardianSet, sync_fingerprint
 from routerd.wire.lending import Costs, LaneStatus, Lease, Trigger, lane_key, to_json
@@ -94,6 +94,7 @@ class LendingService:
                               enabled=lambda: self.settings.offload_hold_for_faster_helper,
                               lease=self._lease_until, queue=lambda lane: self.queues[lane],
                               repump=self.repump, decisions=decisions, refilling=self._answer_awaited)
+        self.rechecks = LaneAlarms(clock, self.repump)  # when the second-place class rule lapses
         self.lent_calls = LentCall(clock)
         self.queues: dict[Lane, LaneQueue] = {
             lane: LaneQueue(lane, settings.scheduling_backend_depth, hold=self.holds.check(lane),
@@ -122,8 +123,7 @@ class LendingService:
             images_for_new_owners(self.queues[lane], {rid: w.call for rid, w in self._waiters.items()})
 
     def set_limits(self, max_queued: int, aging: float, key_weights: Mapping[str, float]) -> None:
-        """A reload's ``limits.max_queued_per_model``, ``queue.aging`` (seconds) and named keys'
-        weights, from now on."""
+        """A reload's ``limits.max_queued_per_model``, ``queue.aging`` (s) and keys' weights, from now."""
         self.max_queued, self.key_weights = max_queued, key_weights
         for queue in self._lanes:
             queue.set_aging(int(aging * 1000))
@@ -414,6 +414,8 @@ class LendingService:
             self._wake(back.request_id, Ticket("returned", reason=back.reason))
         for rid in effects.refused:
             self._wake(rid, Ticket("refused"))
+        if effects.recheck_ms is not None:  # the class rule lapses then: top the backend back up
+            self.rechecks.arm(lane, effects.recheck_ms, self._now_ms())
         for rid in effects.admit:
             entry = self.queues[lane].entry(rid)
             if entry is not None and not entry.borrowed and entry.borrowed_ahead > 0:

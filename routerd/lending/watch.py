@@ -59,7 +59,7 @@ class HoldGate:
         self.decisions = decisions
         self.refilling = refilling
         self._logged: dict[Lane, set[str]] = {}
-        self._alarms: dict[Lane, tuple[int, IDelayedCall]] = {}
+        self._alarms = LaneAlarms(clock, repump)
 
     def check(self, lane: Lane) -> HoldCheck:
         """The hold check to build ``lane``'s queue with."""
@@ -97,6 +97,22 @@ class HoldGate:
         return True
 
     def _arm(self, lane: Lane, at_ms: int, now_ms: int) -> None:
+        self._alarms.arm(lane, at_ms, now_ms)
+
+    def _disarm(self, lane: Lane) -> None:
+        self._alarms.disarm(lane)
+
+
+class LaneAlarms:
+    """One alarm per lane that re-runs that lane's admission (``repump``) at an instant in ms on
+    ``clock`` (none without a clock); arming it again for another instant moves it."""
+
+    def __init__(self, clock: IReactorTime | None, repump: Callable[[Lane], None]) -> None:
+        self.clock = clock
+        self.repump = repump
+        self._alarms: dict[Lane, tuple[int, IDelayedCall]] = {}
+
+    def arm(self, lane: Lane, at_ms: int, now_ms: int) -> None:
         if self.clock is None:
             return
         current = self._alarms.get(lane)
@@ -107,7 +123,7 @@ class HoldGate:
         delay = max(at_ms - now_ms, 1) / 1000.0
         self._alarms[lane] = (at_ms, self.clock.callLater(delay, self._ring, lane))
 
-    def _disarm(self, lane: Lane) -> None:
+    def disarm(self, lane: Lane) -> None:
         current = self._alarms.pop(lane, None)
         if current is not None and current[1].active():
             current[1].cancel()

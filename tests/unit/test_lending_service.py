@@ -715,3 +715,23 @@ def test_without_a_client_limit_the_text_estimate_reserves_the_measured_output()
     reserve = max(300, node.service.settings.scheduling_context_reserve)
     expected = ((float(prompt), float(reserve)), prompt + reserve)
     assert node.service.work_hint(call, MODEL_A, "text") == expected
+
+
+def test_the_backend_is_topped_back_up_when_a_higher_class_window_lapses_not_at_the_next_completion() -> None:
+    """Issue 31 row 9: while an interactive request has arrived within the last ``queue.aging``,
+    batch work goes to the backend one at a time (the second-place class rule); when that window
+    lapses the backend's second place is filled at that instant, on the queue's own timer.  Before,
+    nothing woke admission then: the place stayed empty until the running job ended (here 30 s on)."""
+    node = Node(depth=2, links=())
+    node.serve("i0", MODEL_Z, priority="interactive", key_name="chat")
+    node.clock.advance(0.1)
+    node.running["i0"].callback(b"done")
+    for n in range(3):
+        node.serve(f"b{n}", MODEL_Z, priority="batch", key_name="bulk")
+    assert node.local_calls == ["i0", "b0"]  # b1 kept out of the backend's waiting place
+    node.clock.advance(29.8)
+    assert node.local_calls == ["i0", "b0"]  # the interactive window (30 s from i0) is still open
+    node.clock.advance(0.2)
+    assert node.local_calls == ["i0", "b0", "b1"]  # b0 still runs: the place filled on the timer
+    node.running["b0"].callback(b"done")
+    assert node.local_calls == ["i0", "b0", "b1", "b2"]

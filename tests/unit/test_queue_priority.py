@@ -56,6 +56,38 @@ def test_behind_the_backend_s_work_a_lower_class_waits_while_a_higher_one_is_abo
     assert q.finished("b1", 30_300).admit == ("b2", "b3")  # no interactive arrival for 30 s: both places
 
 
+def test_the_queue_says_when_the_class_rule_lapses_so_the_backend_is_topped_back_up() -> None:
+    """When only the second-place class rule keeps the head out of the backend, admission's
+    answer carries the instant it lapses (the higher class's window ends, or the head ages up a
+    class sooner): pumped a moment before, nothing is admitted; pumped then, the place fills."""
+    q = LaneQueue("text", 2, aging_ms=30_000)
+    assert q.arrive("i0", "solo", 0, priority=INTERACTIVE, key_name="chat").admit == ("i0",)
+    q.finished("i0", 100)
+    assert q.arrive("b0", "solo", 200, priority=BATCH, key_name="bulk").admit == ("b0",)
+    effects = q.arrive("b1", "solo", 300, priority=BATCH, key_name="bulk")
+    assert (effects.admit, effects.recheck_ms) == ((), 30_000)  # i0's window: 0 + 30 s
+    assert q.pump(29_999).admit == ()
+    assert q.pump(30_000).admit == ("b1",)
+    # several windows and the head's own aging: the earliest of them each time
+    q2 = LaneQueue("text", 2, aging_ms=30_000)
+    assert q2.arrive("s0", "solo", 0, priority=STANDARD, key_name="a").admit == ("s0",)
+    assert q2.arrive("b0", "solo", 20_000, priority=BATCH, key_name="b").recheck_ms == 30_000
+    assert q2.arrive("i0", "solo", 25_000, priority=INTERACTIVE, key_name="c").admit == ("i0",)
+    assert q2.finished("s0", 26_000).recheck_ms == 30_000  # the standard window (s0 at 0)
+    assert q2.pump(30_000).recheck_ms == 50_000  # then b0 ages up to standard (20 s + 30 s)
+    assert q2.pump(50_000).recheck_ms == 55_000  # still below interactive: until i0's window ends
+    assert q2.pump(55_000).admit == ("b0",)
+
+
+def test_a_full_backend_asks_for_no_timer() -> None:
+    """Only a place the class rule keeps empty asks for a timer; a full backend's next completion
+    pumps anyway (no timer per arrival under a flood)."""
+    q = LaneQueue("text", 2, aging_ms=30_000)
+    q.arrive("i0", "solo", 0, priority=INTERACTIVE, key_name="chat")
+    q.arrive("i1", "solo", 1, priority=INTERACTIVE, key_name="chat")
+    assert q.arrive("b0", "solo", 2, priority=BATCH, key_name="bulk").recheck_ms is None
+
+
 def test_with_one_class_both_places_fill_as_before() -> None:
     q = LaneQueue("text", 2, aging_ms=30_000)
     admitted = [rid for n in range(3) for rid in q.arrive(f"b{n}", "solo", n, priority=BATCH).admit]
