@@ -15,6 +15,12 @@ request in one class and of one key — exactly the FIFO order of before (the Hy
 2. **Fair share**: 4 batch keys flood the same model, 60 jobs each, key *k* from t = 5·k·J.
    Jain's index of the jobs each key got served while all four had work waiting.  Target ≥ 0.95.
 3. **Throughput**: makespan of the flood of (1) with priorities ÷ the FIFO makespan.  Target ≤ 1.02.
+4. **The backend as busy as with one class** (depth 2): the same, with a router round trip of 2, 5
+   and 20 % of J between admission and the backend, without a cost fit (the waiting place stays
+   empty while interactive work is about: the backend idles a round trip per job) and with one
+   (the place opens for the running job's last fifth); with ``queue.aging`` 30 J (most of the flood
+   ages into the interactive class, as in (1)) and with no aging (the rule holds throughout, as on a
+   cluster whose jobs are short next to ``queue.aging``).
 
 Run: ``PYTHONPATH=$PWD python benchmarks/priority.py [--job-ms 1000] [--jitter 0.1] [--seed 1]``.
 """
@@ -48,41 +54,63 @@ class Result:
     finished: dict[str, int]
 
 
-def run(jobs: Sequence[Job], depth: int, fifo: bool, aging_ms: int = 30_000) -> Result:
-    """Serve ``jobs``; ``fifo``: every job in one class and of one key (today's order)."""
+def run(jobs: Sequence[Job], depth: int, fifo: bool, aging_ms: int = 30_000, gap_ms: int = 0,
+        predict_ms: float | None = None) -> Result:
+    """Serve ``jobs``; ``fifo``: every job in one class and of one key (today's order).
+
+    ``gap_ms``: an admitted job reaches the backend that much later (the router's round trip: with
+    the backend's waiting place empty, the backend idles that long between jobs).  ``predict_ms``:
+    the fits' prediction of a job's time as the node measures it (its duration plus the gap), which
+    opens the waiting place for the running job's last fifth; None: no fit.  The queue's requests to
+    be pumped again (``recheck_ms``) are served as the node's timer serves them."""
     queue = LaneQueue("text", depth, enrolled={"m"}, owners={"m"}, aging_ms=aging_ms)
+    if predict_ms is not None:
+        queue.predict_ms = lambda entry: predict_ms
     by_id = {j.request_id: j for j in jobs}
     events: list[tuple[int, int, str, str]] = []  # (time, order, kind, request id)
     for n, job in enumerate(sorted(jobs, key=lambda j: j.arrives_ms)):
         heapq.heappush(events, (job.arrives_ms, n, "arrive", job.request_id))
-    backlog: list[str] = []  # admitted, waiting for the backend (admission order)
+    backlog: list[str] = []  # admitted and arrived at the backend, waiting for it (admission order)
     busy_until: int | None = None
     running: str | None = None
     started: dict[str, int] = {}
     finished: dict[str, int] = {}
     order = len(jobs)
 
+    def push(at: int, kind: str, rid: str) -> None:
+        nonlocal order
+        order += 1
+        heapq.heappush(events, (at, order, kind, rid))
+
     def start_next(now: int) -> None:
-        nonlocal busy_until, running, order
+        nonlocal busy_until, running
         if running is None and backlog:
             running = backlog.pop(0)
             started[running] = now
             busy_until = now + by_id[running].duration_ms
-            order += 1
-            heapq.heappush(events, (busy_until, order, "finish", running))
+            push(busy_until, "finish", running)
 
     while events:
         now, _, kind, rid = heapq.heappop(events)
+        if kind == "reach":
+            backlog.append(rid)
+            start_next(now)
+            continue
         if kind == "arrive":
             job = by_id[rid]
             effects = queue.arrive(rid, "m", now, priority=STANDARD if fifo else job.priority,
                                    key_name="" if fifo else job.key_name)
+        elif kind == "pump":
+            effects = queue.pump(now)
         else:
             running = None
             finished[rid] = now
             effects = queue.finished(rid, now)
-        backlog.extend(effects.admit)
-        start_next(now)
+            start_next(now)
+        for admitted in effects.admit:
+            push(now + gap_ms, "reach", admitted)
+        if effects.recheck_ms is not None:
+            push(max(effects.recheck_ms, now), "pump", "")
     return Result(started, finished)
 
 
@@ -156,6 +184,18 @@ def main() -> None:
         makespans = [max(run(jobs, depth, fifo).finished.values()) for fifo in (False, True)]
         ratio = makespans[0] / makespans[1]
         print(f"3. depth {depth}: makespan priority / FIFO = {ratio:.4f}  (target ≤ 1.02)")
+    jobs = flood_with_interactive(random.Random(args.seed), job_ms, jitter)
+    interactive = [j for j in jobs if j.priority == INTERACTIVE]
+    for aging, aging_label in ((30_000, "aging 30 J"), (10**9, "no aging")):
+        for share in (0.02, 0.05, 0.2):
+            gap = int(share * job_ms)
+            fifo_end = max(run(jobs, 2, True, aging, gap_ms=gap).finished.values())
+            for label, predict in (("no fit  ", None), ("with fit", job_ms + gap)):
+                result = run(jobs, 2, False, aging, gap_ms=gap, predict_ms=predict)
+                waits = [result.started[j.request_id] - j.arrives_ms for j in interactive]
+                print(f"4. depth 2, {aging_label}, round trip {share:.0%} of J, {label}: makespan "
+                      f"priority / FIFO = {max(result.finished.values()) / fifo_end:.4f}; interactive p99 "
+                      f"{percentile(waits, 0.99) / job_ms:.2f} J, max {max(waits) / job_ms:.2f} J")
     jobs = four_keys(random.Random(args.seed), job_ms, jitter)
     for fifo in (False, True):
         served = fair_window(jobs, run(jobs, 2, fifo))

@@ -14,6 +14,8 @@ slave serving ``beta`` (``alpha`` lends to ``beta``), simulator backends, ``sche
    same requests sent with one plain key (FIFO).  Target ≤ 1.02 (noise on a busy machine ~±3 %).
 4. The same flood with an interactive request every 3 J meanwhile (its cost: while interactive work
    is about, batch work reaches the backend one at a time) ÷ the same requests all on one plain key.
+   With ``--no-lending`` nothing is linked: every request runs on the owner, so (4) is what the
+   second-place class rule costs the owner's backend alone (lending aside).
 
 Run: ``PYTHONPATH=$PWD python benchmarks/priority_cluster.py [--depth 1] [--flood 60] [--chats 10]``.
 """
@@ -108,7 +110,12 @@ async def main_async(args: argparse.Namespace) -> None:
                             slave_extra=depth, master_sections={"auth": {"inference_keys": keys}})
     try:
         url = trio.master.url
-        await warm_and_link(trio, key=KEYS["plain"])
+        if args.no_lending:  # the owner alone: (4) then measures what the class rule costs its backend
+            for _ in range(3):
+                await timed(url, "plain")
+            await trio.owner.node._refit()
+        else:
+            await warm_and_link(trio, key=KEYS["plain"])
         job_s = sorted([await timed(url, "plain") for _ in range(5)])[2]
         print(f"depth {args.depth}, J = {job_s * 1000:.0f} ms (median of 5 alone)", flush=True)
         waits = await interactive(url, job_s, args.flood, args.chats, random.Random(1))
@@ -138,6 +145,8 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=1)
     parser.add_argument("--flood", type=int, default=60)
     parser.add_argument("--chats", type=int, default=10)
+    parser.add_argument("--no-lending", action="store_true",
+                        help="no link: every request runs on the owner (its backend's busy-ness alone)")
     args = parser.parse_args()
     run(lambda: main_async(args))
 

@@ -18,12 +18,13 @@ from routerd.catalog.eligibility import concurrency
 from routerd.catalog.model import ModelConfig
 from routerd.config.lending import LendingSettings
 from routerd.errors import queue_full
-from routerd.lending.pricing import work_terms
+from routerd.lending.class_rule import PredictMs
+from routerd.lending.pricing import predict, work_terms
 from routerd.lending.priority import RANK
 from routerd.lending.queue import Effects, LaneQueue
 from routerd.routing.call import Call
 from routerd.routing.images import has_image
-from routerd.wire.lending import Costs, Lane, TokenProfile
+from routerd.wire.lending import LANE_SECTION, Costs, Lane, TokenProfile
 
 
 class WorkHints:
@@ -33,10 +34,18 @@ class WorkHints:
 
     def __init__(self) -> None:
         self._profiles: dict[str, TokenProfile] = {}
+        self._costs = Costs()
 
     def update(self, costs: Costs) -> None:
         """A new fit: a model's first profile counts, as :meth:`Costs.token_profile` answers."""
         self._profiles = {profile.model_id: profile for profile in reversed(costs.tokens)}
+        self._costs = costs
+
+    def predictor(self, lane: Lane) -> PredictMs:
+        """A queued job's predicted time (ms) in ``lane`` from the latest fit, or None (the queue's
+        second-place rule opens the place behind a running job near its predicted end)."""
+        section = LANE_SECTION[lane]
+        return lambda entry: predict(self._costs.model(entry.model_id, section), entry.work)
 
     def profile(self, model_id: str) -> TokenProfile | None:
         """The token profile of ``model_id`` (its lane key) in the latest fit, or None."""

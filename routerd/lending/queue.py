@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from routerd.lending.class_rule import outranked_until
+from routerd.lending.class_rule import PredictMs, outranked_until, place_opens_ms
 from routerd.lending.priority import CLASSES, DEFAULT_AGING_MS
 from routerd.lending.queue_entries import (
     NO_EFFECTS,
@@ -81,6 +81,7 @@ class LaneQueue(QueueViews):
         self._owners: frozenset[str] = frozenset()
         self.set_enrolled(enrolled, owners)
         self.hold = hold
+        self.predict_ms: PredictMs | None = None  # a job's predicted time (the node's fits): its service's
         self._pending = self._line.entries  # the waiting entries (changed through the line only)
         # the admitted entries by request id, in admission order (one found in O(1) when it ends)
         self._admitted: dict[str, Entry] = {}
@@ -319,9 +320,11 @@ class LaneQueue(QueueViews):
         self._admitted[head.request_id] = head
         self._admitted_of[head.model_id] = self._admitted_of.get(head.model_id, 0) + 1
 
-    def _outranked_until(self, head: Entry, now_ms: int) -> int | None:
-        """The second-place class rule for ``head`` (:func:`~routerd.lending.class_rule.outranked_until`)."""
-        return outranked_until(self._class_seen, head.priority, head.arrived_ms, now_ms, self.order.aging_ms)
+    def _outranked_until(self, head: Entry, now_ms: int) -> int | None:  # the second-place class rule
+        opens = place_opens_ms(self._admitted.values(), head, self.predict_ms,
+                               self._last_own_completion.get(head.model_id, 0))
+        aging = self.order.aging_ms
+        return outranked_until(self._class_seen, head.priority, head.arrived_ms, now_ms, aging, opens)
 
     def _recheck(self, head: Entry, now_ms: int) -> Effects:
         """No effect now; when only the class rule keeps ``head`` out, the time to pump again (the

@@ -101,9 +101,11 @@ class LendingService:
                             aging_ms=int(aging * 1000))
             for lane in LANES}
         self._lanes = tuple(self.queues.values())
+        self.work = WorkHints()  # what a request is priced by, with the costs' token profiles
+        for lane in LANES:
+            self.queues[lane].predict_ms = self.work.predictor(lane)
         self.leases: dict[tuple[Lane, str], HeldLease] = {}
         self.costs = Costs()
-        self.work = WorkHints()  # what a request is priced by, with the costs' token profiles
         self._waiters: dict[str, WaitingRequest[Ticket]] = {}
         self.events = EventReports(self)  # queue events to the master, coalesced per model
         self.rows = ServiceRows(node_id, self.queues, self)
@@ -187,8 +189,7 @@ class LendingService:
                 for lane in LANES}
 
     def held_requests(self) -> list[dict[str, Any]]:
-        now = self._now_ms()
-        return [to_json(h) for lane in LANES for h in self.queues[lane].held_listing(now)]
+        return [to_json(h) for lane in LANES for h in self.queues[lane].held_listing(self._now_ms())]
 
     def live_lease_lanes(self) -> list[Lane]:
         """The lane of each live lease this owner holds (for the metrics)."""
@@ -196,9 +197,7 @@ class LendingService:
 
     def live_lease(self, lane: Lane, model_id: str) -> Lease | None:
         held = self.leases.get((lane, model_id))
-        if held is None or held.expires_at <= self._now():
-            return None
-        return held.lease
+        return None if held is None or held.expires_at <= self._now() else held.lease
 
     # -- the request path ----------------------------------------------------------------------
 

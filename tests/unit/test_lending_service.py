@@ -735,3 +735,26 @@ def test_the_backend_is_topped_back_up_when_a_higher_class_window_lapses_not_at_
     assert node.local_calls == ["i0", "b0", "b1"]  # b0 still runs: the place filled on the timer
     node.running["b0"].callback(b"done")
     assert node.local_calls == ["i0", "b0", "b1", "b2"]
+
+
+def test_with_a_fit_the_place_behind_a_running_job_opens_in_its_last_fifth_whatever_the_class() -> None:
+    """Issue 31 row 9: with a higher class about, the second-place class rule kept batch work out of
+    the backend's waiting place for the whole running job, so the backend idled a round trip between
+    jobs (the owner alone, a flood with an interactive request every 3 jobs: 1.35-1.40x the makespan
+    of the same requests in one class on this loaded machine).  With a cost fit, the place opens for
+    the running job's last fifth (predicted 1 s here: at 0.8 s) and the backend has its next job in
+    hand as it finishes."""
+    from routerd.wire.lending import ModelCost
+
+    node = Node(depth=2, links=())
+    node.service.update_costs(Costs(models=(ModelCost("Z", "llm", 1000.0, (), 5),)))
+    node.serve("i0", MODEL_Z, priority="interactive", key_name="chat")
+    node.clock.advance(0.1)
+    node.running["i0"].callback(b"done")
+    for n in range(3):
+        node.serve(f"b{n}", MODEL_Z, priority="batch", key_name="bulk")
+    assert node.local_calls == ["i0", "b0"]
+    node.clock.advance(0.79)
+    assert node.local_calls == ["i0", "b0"]  # b0 (1 s predicted) has more than a fifth to go
+    node.clock.advance(0.01)
+    assert node.local_calls == ["i0", "b0", "b1"]  # its last fifth: b1 waits in the backend behind it

@@ -79,6 +79,35 @@ def test_the_queue_says_when_the_class_rule_lapses_so_the_backend_is_topped_back
     assert q2.pump(55_000).admit == ("b0",)
 
 
+def test_with_predictions_the_waiting_place_opens_for_the_running_job_s_last_fifth() -> None:
+    """With a predicted job time (the node's fits), the place behind the running job opens to a
+    lower class for that job's last fifth (admitted at 200, predicted 1,000 ms: from 1,000), the
+    instant admission asks to be pumped again; without a prediction the class rule alone decides."""
+    q = LaneQueue("text", 2, aging_ms=30_000)
+    q.predict_ms = lambda entry: 1000.0
+    q.arrive("i0", "solo", 0, priority=INTERACTIVE, key_name="chat")
+    q.finished("i0", 100)
+    assert q.arrive("b0", "solo", 200, priority=BATCH, key_name="bulk").admit == ("b0",)
+    assert q.arrive("b1", "solo", 300, priority=BATCH, key_name="bulk").recheck_ms == 1000
+    assert q.pump(999).admit == ()
+    assert q.pump(1000).admit == ("b1",)
+    q.predict_ms = lambda entry: None  # a model the fits cannot price: no opening
+    q.arrive("i1", "solo", 1200, priority=INTERACTIVE, key_name="chat")
+    assert q.finished("b0", 1300).admit == ("i1",)  # b1 waited behind b0: i1 behind b1
+    q.finished("b1", 1400)
+    q.arrive("b2", "solo", 1500, priority=BATCH, key_name="bulk")
+    assert q.arrive("b3", "solo", 1600, priority=BATCH, key_name="bulk").recheck_ms == 31_200  # i1's window
+
+
+def test_the_place_behind_another_model_s_job_does_not_open_early() -> None:
+    """Behind another model's work the runtime must switch first: the place stays the class rule's."""
+    q = LaneQueue("text", 2, aging_ms=30_000)
+    q.predict_ms = lambda entry: 1000.0
+    q.arrive("i0", "solo", 0, priority=INTERACTIVE, key_name="chat")
+    assert q.arrive("b0", "other", 100, priority=BATCH, key_name="bulk").recheck_ms == 30_000
+    assert q.pump(950).admit == ()
+
+
 def test_a_full_backend_asks_for_no_timer() -> None:
     """Only a place the class rule keeps empty asks for a timer; a full backend's next completion
     pumps anyway (no timer per arrival under a flood)."""
