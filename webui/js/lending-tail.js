@@ -1,0 +1,133 @@
+// Lending tab, the live tail: every node's decisions in the order they were recorded, oldest at the
+// top, new ones added at the bottom as they come: what `routerd decisions --follow` prints, read
+// the way it reads them (routerd/cli/commands.py `decisions`): the site decisions route, first the
+// newest FIRST rows, then on every poll the rows recorded at or after the newest one seen
+// (`since_ms`), a row seen before (same node, id and time) skipped. Rows are keyed, so a poll only
+// adds rows and never rebuilds the ones shown; a click opens a row's variables under it.
+
+import { get, query } from "./api.js";
+import { clock, errorBox, h, replace, table } from "./dom.js";
+import { clipped, outcomeBadge, pair, variables } from "./lending-decisions.js";
+import { said } from "./words.js";
+
+const DECISIONS = "/router/v1/site/offload/decisions";
+/** Rows the first poll shows (the CLI's default --limit). */
+const FIRST = 50;
+/** Rows one later poll may bring (a node answers at most 5000). */
+const CATCH_UP = 5000;
+/** Rows kept on the page; older ones leave at the top. */
+const KEEP = 300;
+const COLUMNS = ["time", "node", "lane", "kind", "trigger", "outcome", "reason", "owner", "helper", "request"];
+
+const rowKey = (row) => JSON.stringify([row.node_id, row.id, row.recorded_at]);
+/** The order rows are shown in: time, then node, then the node's own id. */
+const order = (row) => [Number(row.recorded_at) || 0, String(row.node_id || ""), Number(row.id) || 0];
+
+function before(a, b) {
+  for (let i = 0; i < a.length; i += 1) {
+    if (a[i] !== b[i]) return a[i] < b[i];
+  }
+  return false;
+}
+
+export function mountTail(ctx) {
+  const tail = { since: null, seen: new Map(), paused: false, rows: 0 };
+  tail.status = h("span", { className: "tail-status" });
+  tail.pause = h("button", { type: "button", className: "pause", onclick: () => {
+    tail.paused = !tail.paused;
+    tail.pause.textContent = tail.paused ? "Resume" : "Pause";
+    showStatus(tail);
+  } }, "Pause");
+  tail.body = h("tbody", {});
+  tail.errors = h("div", {});
+  tail.box = h("div", { className: "tail" }, (() => {
+    const t = table(COLUMNS, [], { className: "tail-rows" });
+    t.replaceChild(tail.body, t.tBodies[0]);
+    return t;
+  })());
+  ctx.tail = tail;
+  return h("section", { id: "decision-tail" },
+    h("h2", {}, "Live tail"),
+    h("div", { className: "pager" }, tail.pause, tail.status),
+    tail.errors, tail.box);
+}
+
+function showStatus(tail) {
+  const state = tail.paused ? "paused" : "following every node";
+  tail.status.textContent = ` ${state} · ${tail.rows} decision${tail.rows === 1 ? "" : "s"} shown` +
+    (tail.polled ? ` · checked ${clock(tail.polled)}` : "");
+}
+
+function tailRow(row) {
+  const tr = h("tr", { className: "tail-row", dataset: { key: rowKey(row), outcome: row.outcome || "" },
+    onclick: () => {
+      const open = tr.nextElementSibling && tr.nextElementSibling.classList.contains("detail-row");
+      if (open) {
+        tr.nextElementSibling.remove();
+        tr.classList.remove("selected");
+        return;
+      }
+      tr.classList.add("selected");
+      tr.after(h("tr", { className: "detail-row" }, h("td", { colSpan: COLUMNS.length },
+        h("div", { className: "detail" }, variables(row)))));
+    } },
+  h("td", { className: "num" }, clock(row.recorded_at)),
+  clipped(row.node_id, "node"),
+  h("td", {}, row.lane || ""),
+  h("td", {}, said("kinds", row.kind)),
+  h("td", {}, said("triggers", row.trigger)),
+  h("td", { className: "outcome" }, outcomeBadge(row.outcome)),
+  h("td", { className: "reason" }, said("reasons", row.reason)),
+  clipped(pair(row.owner_node_id, row.owner_model_id), "owner"),
+  clipped(pair(row.helper_node_id, row.helper_model_id), "helper"),
+  clipped(row.request_id, "request"));
+  tr.order = order(row);
+  return tr;
+}
+
+/** Put `tr` where its time puts it: nearly always last, earlier when a node's row came late. */
+function insert(tail, tr) {
+  let next = null;
+  for (let at = tail.body.lastElementChild; at; at = at.previousElementSibling) {
+    if (!at.order) continue; // a detail row: stays under its row
+    if (!before(tr.order, at.order)) break;
+    next = at;
+  }
+  tail.body.insertBefore(tr, next);
+}
+
+function trim(tail) {
+  while (tail.rows > KEEP) {
+    const first = tail.body.firstElementChild;
+    first.remove();
+    if (first.order) tail.rows -= 1;
+  }
+  while (tail.body.firstElementChild && !tail.body.firstElementChild.order) tail.body.firstElementChild.remove();
+}
+
+/** One poll of the tail (skipped while paused). */
+export async function pollTail(ctx) {
+  const tail = ctx.tail;
+  if (tail.paused) return;
+  const params = tail.since === null ? { limit: FIRST } : { since_ms: tail.since, limit: CATCH_UP };
+  const doc = await get(DECISIONS + query(params));
+  const atBottom = tail.box.scrollTop + tail.box.clientHeight >= tail.box.scrollHeight - 4;
+  const fresh = [...(doc.records || [])].reverse();
+  let since = tail.since || 0;
+  for (const row of fresh) {
+    const key = rowKey(row);
+    if (tail.seen.has(key)) continue;
+    tail.seen.set(key, Number(row.recorded_at) || 0);
+    since = Math.max(since, Number(row.recorded_at) || 0);
+    insert(tail, tailRow(row));
+    tail.rows += 1;
+  }
+  tail.since = since;
+  // a row older than the cursor never comes back (the route answers rows at or after since_ms)
+  for (const [key, at] of tail.seen) if (at < since) tail.seen.delete(key);
+  trim(tail);
+  if (atBottom) tail.box.scrollTop = tail.box.scrollHeight;
+  replace(tail.errors, errorBox(doc.node_errors));
+  tail.polled = Date.now();
+  showStatus(tail);
+}
