@@ -43,11 +43,26 @@ export function variables(row) {
 }
 
 /** The outcome as a badge in words, the code as its tooltip. */
-export function outcomeBadge(outcome) {
+function outcomeBadge(outcome) {
   const el = badge(words("outcomes", outcome), "outcome " + outcome);
   el.title = outcome;
   el.dataset.code = outcome;
   return el;
+}
+
+/** The cells a folded line and a tail row share: node, lane, kind, trigger, outcome, reason,
+ * owner and helper (the key fields of a fold). */
+export function decisionCells(row) {
+  return [
+    clipped(row.node_id, "node"),
+    h("td", {}, row.lane || ""),
+    h("td", {}, said("kinds", row.kind)),
+    h("td", {}, said("triggers", row.trigger)),
+    h("td", { className: "outcome" }, outcomeBadge(row.outcome)),
+    h("td", { className: "reason" }, said("reasons", row.reason)),
+    clipped(pair(row.owner_node_id, row.owner_model_id), "owner"),
+    clipped(pair(row.helper_node_id, row.helper_model_id), "helper"),
+  ];
 }
 
 function select(name, label, options, ctx, current) {
@@ -121,14 +136,7 @@ function lineRow(ctx, line) {
   h("td", { className: "num" }, clock(line.last_ms)),
   h("td", { className: "count num" }, line.count > 1 ? `×${count(line.count)}` : "1"),
   h("td", { className: "num" }, line.count > 1 ? duration(line.span_ms) : ""),
-  clipped(line.node_id, "node"),
-  h("td", {}, line.lane || ""),
-  h("td", {}, said("kinds", line.kind)),
-  h("td", {}, said("triggers", line.trigger)),
-  h("td", { className: "outcome" }, outcomeBadge(line.outcome)),
-  h("td", { className: "reason" }, said("reasons", line.reason)),
-  clipped(pair(line.owner_node_id, line.owner_model_id), "owner"),
-  clipped(pair(line.helper_node_id, line.helper_model_id), "helper"));
+  decisionCells(line));
   return key === ctx.selected ? [tr, detailRow(ctx, line)] : [tr];
 }
 

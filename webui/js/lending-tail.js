@@ -3,18 +3,21 @@
 // the way it reads them (routerd/cli/commands.py `decisions`): the site decisions route, first the
 // newest FIRST rows, then on every poll the rows recorded at or after the newest one seen
 // (`since_ms`), a row seen before (same node, id and time) skipped. Rows are keyed, so a poll only
-// adds rows and never rebuilds the ones shown; a click opens a row's variables under it.
+// adds rows and never rebuilds the ones shown; a click opens a row's variables under it. The tail
+// polls on its own every TAIL_MS while the tab is visible, not with the page's slower refresh of
+// the folded table, and shows its own errors.
 
 import { get, query } from "./api.js";
 import { clock, errorBox, h, replace, table } from "./dom.js";
-import { clipped, outcomeBadge, pair, variables } from "./lending-decisions.js";
-import { said } from "./words.js";
+import { clipped, decisionCells, variables } from "./lending-decisions.js";
 
 const DECISIONS = "/router/v1/site/offload/decisions";
 /** Rows the first poll shows (the CLI's default --limit). */
 const FIRST = 50;
 /** Rows one later poll may bring (a node answers at most 5000). */
 const CATCH_UP = 5000;
+/** Milliseconds between two polls. */
+const TAIL_MS = 1000;
 /** Rows kept on the page; older ones leave at the top. */
 const KEEP = 300;
 const COLUMNS = ["time", "node", "lane", "kind", "trigger", "outcome", "reason", "owner", "helper", "request"];
@@ -31,7 +34,7 @@ function before(a, b) {
 }
 
 export function mountTail(ctx) {
-  const tail = { since: null, seen: new Map(), paused: false, rows: 0 };
+  const tail = { since: null, seen: new Map(), paused: false, rows: 0, timer: null, stopped: false };
   tail.status = h("span", { className: "tail-status" });
   tail.pause = h("button", { type: "button", className: "pause", onclick: () => {
     tail.paused = !tail.paused;
@@ -72,14 +75,7 @@ function tailRow(row) {
         h("div", { className: "detail" }, variables(row)))));
     } },
   h("td", { className: "num" }, clock(row.recorded_at)),
-  clipped(row.node_id, "node"),
-  h("td", {}, row.lane || ""),
-  h("td", {}, said("kinds", row.kind)),
-  h("td", {}, said("triggers", row.trigger)),
-  h("td", { className: "outcome" }, outcomeBadge(row.outcome)),
-  h("td", { className: "reason" }, said("reasons", row.reason)),
-  clipped(pair(row.owner_node_id, row.owner_model_id), "owner"),
-  clipped(pair(row.helper_node_id, row.helper_model_id), "helper"),
+  decisionCells(row),
   clipped(row.request_id, "request"));
   tr.order = order(row);
   return tr;
@@ -105,10 +101,29 @@ function trim(tail) {
   while (tail.body.firstElementChild && !tail.body.firstElementChild.order) tail.body.firstElementChild.remove();
 }
 
-/** One poll of the tail (skipped while paused). */
-export async function pollTail(ctx) {
+/** Poll now and then every TAIL_MS until stopTail (a poll is skipped while paused or hidden). */
+export function startTail(ctx) {
   const tail = ctx.tail;
-  if (tail.paused) return;
+  const next = async () => {
+    if (tail.stopped) return;
+    if (!tail.paused && !document.hidden) {
+      try {
+        await poll(tail);
+      } catch (err) {
+        replace(tail.errors, h("div", { className: "error" }, `tail not updated: ${err.message}`));
+      }
+    }
+    if (!tail.stopped) tail.timer = setTimeout(next, TAIL_MS);
+  };
+  next();
+}
+
+export function stopTail(ctx) {
+  ctx.tail.stopped = true;
+  clearTimeout(ctx.tail.timer);
+}
+
+async function poll(tail) {
   const params = tail.since === null ? { limit: FIRST } : { since_ms: tail.since, limit: CATCH_UP };
   const doc = await get(DECISIONS + query(params));
   const atBottom = tail.box.scrollTop + tail.box.clientHeight >= tail.box.scrollHeight - 4;

@@ -1,12 +1,12 @@
 // Lending tab: the folded decision log of every node (lending-decisions.js), the live tail of new
-// decisions (lending-tail.js), each node's build and settings sync, the live leases with a countdown, the lending settings, and the
-// guardian models (site guardians: which multimodal model answers image requests to each
-// text-only model, set per model, per node or for the cluster).
+// decisions (lending-tail.js), each node's build and settings sync, the live leases with a
+// countdown, the lending settings, and the guardian models (site guardians: which multimodal
+// model answers image requests to each text-only model, set per model, per node or for the cluster).
 
 import { del, get, post, query } from "./api.js";
 import { badge, duration, errorBox, h, replace, table } from "./dom.js";
 import { mountDecisions, pair, refreshDecisions } from "./lending-decisions.js";
-import { mountTail, pollTail } from "./lending-tail.js";
+import { mountTail, startTail, stopTail } from "./lending-tail.js";
 
 export function mount(container) {
   const ctx = {
@@ -30,11 +30,13 @@ export function mount(container) {
     h("section", { id: "settings" }, h("h2", {}, "Settings"), ctx.settingsMessage, ctx.settings),
     ctx.guardians.section);
   ctx.ticker = setInterval(() => tickLeases(ctx), 200);
+  startTail(ctx);
   return ctx;
 }
 
 export function unmount(ctx) {
   clearInterval(ctx.ticker);
+  stopTail(ctx);
 }
 
 // -- nodes, leases -------------------------------------------------------------------------------
@@ -296,7 +298,6 @@ export async function refresh(ctx) {
     get("/router/v1/site/offload/summary"),
     get("/router/v1/site/offload/settings"),
     get(GUARDIANS).catch((err) => err),
-    pollTail(ctx),
   ]);
   ctx.fetchedAt = performance.now();
   ctx.leases = summary.leases || [];
