@@ -114,7 +114,7 @@ def table_fits_1280_px_on_one_line_per_row(b: Browser) -> dict[str, Any]:
 SHOWN = """
 return [...document.querySelectorAll('table.folded tr.line')].map((tr) => {
   const badge = tr.querySelector('td.outcome .badge');
-  const reason = tr.querySelector('td.reason span[title]');
+  const reason = tr.querySelector('td.why span[title]');
   return [tr.dataset.outcome, badge.textContent, badge.title,
     reason ? [reason.title, reason.textContent] : null];
 });
@@ -144,9 +144,8 @@ def counts_name_their_window(b: Browser) -> None:
     label = b.wait_text("p.window", "newest 2,000 decisions")
     assert label.startswith("Counts cover the newest 2,000 decisions, recorded ")
     b.select('select[name="limit"]', "10000")
-    # the seeded rows and the one the slave recorded for the tail: every row the logs keep
-    label = b.wait_text("p.window", "all 2,501 decisions in the log")
-    assert "2,501 rows in" in b.text(".pager")
+    label = b.wait_text("p.window", "all 2,500 decisions in the log")
+    assert "2,500 rows in" in b.text(".pager")
     b.select('select[name="outcome"]', "skipped")
     b.wait_text("p.window", "all 314 decisions in the log that match the filters")
 
@@ -173,11 +172,30 @@ def tail_shows_the_new_decision(b: Browser) -> float:
 
 
 @pytest_twisted.ensureDeferred
-async def test_the_lending_table_fits_1280_px_in_words_with_its_window_and_a_live_tail(site: Site) -> None:
+async def test_at_1280_px_the_decision_table_shows_its_helper_column_and_no_cell_wraps(site: Site) -> None:
     b = site.browser
     await b.do(open_lending, b)
     print("\nLending table at 1280 px: " + json.dumps(await b.do(table_fits_1280_px_on_one_line_per_row, b)))
+
+
+@pytest_twisted.ensureDeferred
+async def test_outcomes_and_reasons_show_words_with_the_code_as_tooltip(site: Site) -> None:
+    b = site.browser
+    await b.do(open_lending, b)
     await b.do(outcomes_and_reasons_read_in_words, b)
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_counts_label_names_the_window_of_rows_it_covers(site: Site) -> None:
+    b = site.browser
+    await b.do(open_lending, b)
+    await b.do(counts_name_their_window, b)
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_live_tail_shows_a_new_decision_within_seconds_without_a_reload(site: Site) -> None:
+    b = site.browser
+    await b.do(open_lending, b)
     first = await b.do(tail_follows, b)
     keys = [json.loads(key) for key in first]
     assert keys == sorted(keys, key=lambda k: (k[2], k[0], k[1]))  # chronological, oldest first
@@ -187,5 +205,4 @@ async def test_the_lending_table_fits_1280_px_in_words_with_its_window_and_a_liv
                      owner_node_id="master", owner_model_id="alpha", helper_node_id="slave-a",
                      helper_model_id="beta", request_id="tail-probe-1")
     waited = await b.do(tail_shows_the_new_decision, b)
-    print(f"the tail showed the slave's new decision after {waited:.1f} s")
-    await b.do(counts_name_their_window, b)
+    print(f"\nthe tail showed the slave's new decision after {waited:.1f} s")

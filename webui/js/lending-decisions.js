@@ -59,7 +59,7 @@ export function decisionCells(row) {
     h("td", {}, said("kinds", row.kind)),
     h("td", {}, said("triggers", row.trigger)),
     h("td", { className: "outcome" }, outcomeBadge(row.outcome)),
-    h("td", { className: "reason" }, said("reasons", row.reason)),
+    h("td", { className: "why" }, said("reasons", row.reason)),
     clipped(pair(row.owner_node_id, row.owner_model_id), "owner"),
     clipped(pair(row.helper_node_id, row.helper_model_id), "helper"),
   ];
@@ -123,7 +123,7 @@ function detailRow(ctx, line) {
 function lineRow(ctx, line) {
   const key = lineKey(line);
   const tr = h("tr", { className: "line" + (key === ctx.selected ? " selected" : ""),
-    dataset: { outcome: line.outcome, kind: line.kind, count: String(line.count) },
+    dataset: { key, outcome: line.outcome, kind: line.kind, count: String(line.count) },
     onclick: () => {
       const open = ctx.selected === key;
       for (const row of ctx.decisions.querySelectorAll("tr.detail-row")) row.remove();
@@ -133,9 +133,9 @@ function lineRow(ctx, line) {
       tr.classList.add("selected");
       tr.after(detailRow(ctx, line));
     } },
-  h("td", { className: "num" }, clock(line.last_ms)),
-  h("td", { className: "count num" }, line.count > 1 ? `×${count(line.count)}` : "1"),
-  h("td", { className: "num" }, line.count > 1 ? duration(line.span_ms) : ""),
+  h("td", { className: "at" }, clock(line.last_ms)),
+  h("td", { className: "count" }, line.count > 1 ? `×${count(line.count)}` : "1"),
+  h("td", { className: "at" }, line.count > 1 ? duration(line.span_ms) : ""),
   decisionCells(line));
   return key === ctx.selected ? [tr, detailRow(ctx, line)] : [tr];
 }
@@ -153,6 +153,10 @@ function windowText(ctx, doc) {
 }
 
 function renderDecisions(ctx, doc) {
+  // an unchanged answer leaves the table as it is: an open pane, a selection or a hover survive
+  const seen = JSON.stringify([doc, ctx.filters.limit]);
+  if (seen === ctx.shown) return;
+  ctx.shown = seen;
   const head = COLUMNS.map((name) => name === "count"
     ? h("span", { title: "rows folded into the line, within the window above" }, name) : name);
   replace(ctx.decisions, doc.lines.length

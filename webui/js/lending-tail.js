@@ -74,7 +74,7 @@ function tailRow(row) {
       tr.after(h("tr", { className: "detail-row" }, h("td", { colSpan: COLUMNS.length },
         h("div", { className: "detail" }, variables(row)))));
     } },
-  h("td", { className: "num" }, clock(row.recorded_at)),
+  h("td", { className: "at" }, clock(row.recorded_at)),
   decisionCells(row),
   clipped(row.request_id, "request"));
   tr.order = order(row);
