@@ -197,8 +197,8 @@ async def test_the_live_tail_shows_a_new_decision_within_seconds_without_a_reloa
     b = site.browser
     await b.do(open_lending, b)
     first = await b.do(tail_follows, b)
-    keys = [json.loads(key) for key in first]
-    assert keys == sorted(keys, key=lambda k: (k[2], k[0], k[1]))  # chronological, oldest first
+    times = [json.loads(key)[2] for key in first]
+    assert times == sorted(times)  # chronological, oldest first
     decisions = site.slave.node.lending.decisions
     assert decisions is not None
     decisions.record("helper", "borrowed_returned", lane="text", reason="own_work_arrived",

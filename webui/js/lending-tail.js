@@ -1,11 +1,10 @@
 // Lending tab, the live tail: every node's decisions in the order they were recorded, oldest at the
 // top, new ones added at the bottom as they come: what `routerd decisions --follow` prints, read
-// the way it reads them (routerd/cli/commands.py `decisions`): the site decisions route, first the
-// newest FIRST rows, then on every poll the rows recorded at or after the newest one seen
-// (`since_ms`), a row seen before (same node, id and time) skipped. Rows are keyed, so a poll only
-// adds rows and never rebuilds the ones shown; a click opens a row's variables under it. The tail
-// polls on its own every TAIL_MS while the tab is visible, not with the page's slower refresh of
-// the folded table, and shows its own errors.
+// the way it reads them: the site decisions route, first the newest FIRST rows, then on every poll
+// the rows since the answer's `cursor` (`after`; routerd.lending.follow answers each row once).
+// Rows are only added, never rebuilt; a click opens a row's variables under it. The tail polls on
+// its own every TAIL_MS while the tab is visible, not with the page's slower refresh of the folded
+// table, and shows its own errors.
 
 import { get, query } from "./api.js";
 import { clock, errorBox, h, replace, table } from "./dom.js";
@@ -23,18 +22,9 @@ const KEEP = 300;
 const COLUMNS = ["time", "node", "lane", "kind", "trigger", "outcome", "reason", "owner", "helper", "request"];
 
 const rowKey = (row) => JSON.stringify([row.node_id, row.id, row.recorded_at]);
-/** The order rows are shown in: time, then node, then the node's own id. */
-const order = (row) => [Number(row.recorded_at) || 0, String(row.node_id || ""), Number(row.id) || 0];
-
-function before(a, b) {
-  for (let i = 0; i < a.length; i += 1) {
-    if (a[i] !== b[i]) return a[i] < b[i];
-  }
-  return false;
-}
 
 export function mountTail(ctx) {
-  const tail = { since: null, seen: new Map(), paused: false, rows: 0, timer: null, stopped: false };
+  const tail = { cursor: null, paused: false, rows: 0, timer: null, stopped: false };
   tail.status = h("span", { className: "tail-status" });
   tail.pause = h("button", { type: "button", className: "pause", onclick: () => {
     tail.paused = !tail.paused;
@@ -77,28 +67,17 @@ function tailRow(row) {
   h("td", { className: "at" }, clock(row.recorded_at)),
   decisionCells(row),
   clipped(row.request_id, "request"));
-  tr.order = order(row);
   return tr;
 }
 
-/** Put `tr` where its time puts it: nearly always last, earlier when a node's row came late. */
-function insert(tail, tr) {
-  let next = null;
-  for (let at = tail.body.lastElementChild; at; at = at.previousElementSibling) {
-    if (!at.order) continue; // a detail row: stays under its row
-    if (!before(tr.order, at.order)) break;
-    next = at;
-  }
-  tail.body.insertBefore(tr, next);
-}
-
+/** Drop the oldest rows (and a detail pane left at the top) past KEEP. */
 function trim(tail) {
+  const isRow = (tr) => tr && tr.classList.contains("tail-row");
   while (tail.rows > KEEP) {
-    const first = tail.body.firstElementChild;
-    first.remove();
-    if (first.order) tail.rows -= 1;
+    if (isRow(tail.body.firstElementChild)) tail.rows -= 1;
+    tail.body.firstElementChild.remove();
   }
-  while (tail.body.firstElementChild && !tail.body.firstElementChild.order) tail.body.firstElementChild.remove();
+  while (tail.body.firstElementChild && !isRow(tail.body.firstElementChild)) tail.body.firstElementChild.remove();
 }
 
 /** Poll now and then every TAIL_MS until stopTail (a poll is skipped while paused or hidden). */
@@ -124,22 +103,13 @@ export function stopTail(ctx) {
 }
 
 async function poll(tail) {
-  const params = tail.since === null ? { limit: FIRST } : { since_ms: tail.since, limit: CATCH_UP };
+  const params = tail.cursor === null ? { limit: FIRST } : { after: tail.cursor, limit: CATCH_UP };
   const doc = await get(DECISIONS + query(params));
   const atBottom = tail.box.scrollTop + tail.box.clientHeight >= tail.box.scrollHeight - 4;
-  const fresh = [...(doc.records || [])].reverse();
-  let since = tail.since || 0;
-  for (const row of fresh) {
-    const key = rowKey(row);
-    if (tail.seen.has(key)) continue;
-    tail.seen.set(key, Number(row.recorded_at) || 0);
-    since = Math.max(since, Number(row.recorded_at) || 0);
-    insert(tail, tailRow(row));
-    tail.rows += 1;
-  }
-  tail.since = since;
-  // a row older than the cursor never comes back (the route answers rows at or after since_ms)
-  for (const [key, at] of tail.seen) if (at < since) tail.seen.delete(key);
+  const rows = [...(doc.records || [])].reverse(); // the route answers newest first
+  for (const row of rows) tail.body.appendChild(tailRow(row));
+  tail.rows += rows.length;
+  tail.cursor = doc.cursor;
   trim(tail);
   if (atBottom) tail.box.scrollTop = tail.box.scrollHeight;
   replace(tail.errors, errorBox(doc.node_errors));
