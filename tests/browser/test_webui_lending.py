@@ -165,7 +165,7 @@ def tail_shows_the_new_decision(b: Browser) -> float:
     last = rows[-1]
     assert last.text == row and "tail-probe-1" in row  # at the bottom: the newest
     outcome = last.find_element("css selector", "td.outcome .badge")
-    assert outcome.text == "borrowed handed back" and outcome.get_attribute("title") == "borrowed_returned"
+    assert outcome.text == "handed back to the owner" and outcome.get_attribute("title") == "borrowed_returned"
     assert len(rows) >= 51
     assert b.js("return window.lendingTailMarker") == "before"  # the same page: no reload
     return waited
