@@ -73,6 +73,7 @@ async def _seed(node: RunningNode, node_id: str) -> None:
 #: one text line of its first cell (line height, padding and border).
 GEOMETRY = """
 const box = document.querySelector('.decisions');
+const tail = document.querySelector('.tail');
 const heads = [...box.querySelectorAll('table.folded thead th')];
 const helper = heads.find((th) => th.textContent.trim() === 'helper');
 const line = (td) => {
@@ -89,9 +90,10 @@ return {
     line(tr.cells[0])]),
   tail: [...document.querySelectorAll('#decision-tail tr.tail-row')].map((tr) => [
     tr.getBoundingClientRect().height, line(tr.cells[0])]),
-  tailFits: document.querySelector('.tail').scrollWidth <= document.querySelector('.tail').clientWidth + 1,
+  tailFits: tail !== null && tail.scrollWidth <= tail.clientWidth + 1,
   natural: ['table.folded', 'table.tail-rows'].map((selector) => {
     const table = document.querySelector(selector);
+    if (!table) return null;
     table.style.width = 'max-content';
     const width = table.getBoundingClientRect().width;
     table.style.width = '';
@@ -107,7 +109,6 @@ def open_lending(b: Browser) -> None:
 
 
 def table_fits_1280_px_on_one_line_per_row(b: Browser) -> dict[str, Any]:
-    b.wait(lambda d: len(b.css("#decision-tail tr.tail-row")) == 50, what="the tail's rows")
     geometry: dict[str, Any] = b.js(GEOMETRY)
     assert geometry["inner"] <= WIDTH
     assert geometry["helperRight"] is not None, "no helper column"
@@ -117,6 +118,8 @@ def table_fits_1280_px_on_one_line_per_row(b: Browser) -> dict[str, Any]:
     for height, one_line in geometry["rows"]:
         assert height <= one_line + 1, geometry["rows"]  # no cell wraps
     # the live tail's rows too (its request column is clipped like the names)
+    b.wait(lambda d: len(b.css("#decision-tail tr.tail-row")) == 50, what="the tail's rows")
+    geometry = b.js(GEOMETRY)
     assert geometry["tailFits"] and len(geometry["tail"]) == 50, geometry
     for height, one_line in geometry["tail"]:
         assert height <= one_line + 1, geometry["tail"]
