@@ -1,7 +1,9 @@
 """Decision log and lending summary routes: node API (contract §6) and site API (§7).
 
-Node API (cluster token): ``GET /router/v1/node/offload/decisions?lane&outcome&kind&limit&since_ms``
-→ ``{"records"}``; ``GET /router/v1/node/offload/summary``.  Site API (a master or a standalone
+Node API (cluster token): ``GET /router/v1/node/offload/decisions?lane&outcome&kind&limit&since_ms&after``
+→ ``{"records", "cursor"}``; ``GET /router/v1/node/offload/summary``.  ``after`` is the ``cursor`` of
+an earlier answer: the rows recorded since, each once (``routerd.lending.follow``; what
+``routerd decisions --follow`` and the WebUI's live tail poll with).  Site API (a master or a standalone
 node; 404 on a slave): ``GET /router/v1/site/offload/decisions?…&node_id…``, the same rows folded
 for the WebUI (``GET /router/v1/site/offload/decisions/folded?…&page&page_size``) and
 ``GET /router/v1/site/offload/summary``.
@@ -23,6 +25,7 @@ from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 from routerd.lending.decisions import ALL_OUTCOMES, KINDS
 from routerd.lending.fold import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, fold, page
+from routerd.lending.follow import Cursor, advance
 from routerd.lending.reports import DecisionQuery, LendingReports
 from routerd.paths import NODE_DECISIONS, NODE_SUMMARY
 from routerd.site.reports import site_decisions, site_summary
@@ -69,14 +72,32 @@ def _count(request: IRequest, name: str, default: int, low: int, high: int) -> i
     return int(text)
 
 
-def parse_query(request: IRequest, default_limit: int, max_limit: int = MAX_LIMIT) -> DecisionQuery:
-    """The decisions query of ``request``; ``HTTPError`` 400 naming the first bad parameter."""
+def parse_after(request: IRequest) -> Cursor | None:
+    """The follow cursor ``after`` of ``request``, or None; ``HTTPError`` 400 for one the API did not
+    write."""
+    text = _arg(request, "after")
+    if text is None:
+        return None
+    try:
+        return Cursor.decode(text)
+    except ValueError:
+        raise HTTPError(400, f"after must be the cursor of an earlier answer, got {text!r}",
+                        "invalid_request_error", "invalid_parameter") from None
+
+
+def parse_query(request: IRequest, default_limit: int, max_limit: int = MAX_LIMIT,
+                after: Cursor | None = None) -> DecisionQuery:
+    """The decisions query of ``request`` (rows from ``after.since_ms`` with a cursor);
+    ``HTTPError`` 400 naming the first bad parameter."""
     lane = _choice(request, "lane", LANES)
     kind = _choice(request, "kind", KINDS)
     outcome = _choice(request, "outcome", ALL_OUTCOMES)
     limit = _count(request, "limit", default_limit, 1, max_limit)
-    since_ms: int | None = None
+    since_ms: int | None = None if after is None else after.since_ms
     text = _arg(request, "since_ms")
+    if text is not None and after is not None:
+        raise HTTPError(400, "give since_ms or after, not both", "invalid_request_error",
+                        "invalid_parameter")
     if text is not None:
         if not _DIGITS.fullmatch(text) or int(text) > _MAX_SINCE_MS:
             raise HTTPError(400, f"since_ms must be an integer from 0 to {_MAX_SINCE_MS}, got {text!r}",
@@ -96,8 +117,10 @@ class DecisionsAPI:
 
     @routes.route(NODE_DECISIONS, methods=["GET"], auth="cluster")
     async def node_decisions(self, request: IRequest) -> bytes:
-        query = parse_query(request, DEFAULT_LIMIT)
-        return json_response(request, {"records": await self.reports.decisions(query)})
+        after = parse_after(request)
+        query = parse_query(request, DEFAULT_LIMIT, after=after)
+        records, cursor = advance(await self.reports.decisions(query), after)
+        return json_response(request, {"records": records, "cursor": cursor.encode()})
 
     @routes.route(NODE_SUMMARY, methods=["GET"], auth="cluster")
     def node_summary(self, request: IRequest) -> bytes:
@@ -106,9 +129,13 @@ class DecisionsAPI:
     @routes.route(SITE_DECISIONS, methods=["GET"], auth="admin")
     async def site_decisions(self, request: IRequest) -> bytes:
         self.site.require()
-        query = parse_query(request, SITE_DEFAULT_LIMIT)
+        after = parse_after(request)
+        query = parse_query(request, SITE_DEFAULT_LIMIT, after=after)
         wanted: Sequence[str] = [v for v in query_values(request, "node_id") if v]
-        return json_response(request, await site_decisions(self.site, self.reports, query, wanted or None))
+        document = await site_decisions(self.site, self.reports, query, wanted or None)
+        document["records"], cursor = advance(document["records"], after)
+        document["cursor"] = cursor.encode()
+        return json_response(request, document)
 
     @routes.route(SITE_FOLDED, methods=["GET"], auth="admin")
     async def site_folded(self, request: IRequest) -> bytes:
@@ -131,4 +158,4 @@ class DecisionsAPI:
         return json_response(request, await site_summary(self.site, self.reports))
 
 
-__all__ = ["SITE_DECISIONS", "SITE_FOLDED", "SITE_SUMMARY", "DecisionsAPI", "parse_query"]
+__all__ = ["SITE_DECISIONS", "SITE_FOLDED", "SITE_SUMMARY", "DecisionsAPI", "parse_after", "parse_query"]

@@ -24,6 +24,7 @@ CONTENT_TYPES: dict[str, bytes] = {
     ".html": b"text/html; charset=utf-8",
     ".js": b"text/javascript; charset=utf-8",
     ".css": b"text/css; charset=utf-8",
+    ".json": b"application/json",
     ".png": b"image/png",
     ".svg": b"image/svg+xml",
     ".txt": b"text/plain; charset=utf-8",

@@ -151,38 +151,27 @@ def settings_clear(client: Client, args: argparse.Namespace, out: TextIO) -> int
 def decisions(client: Client, args: argparse.Namespace, out: TextIO,
               sleep: Callable[[float], None] = time.sleep) -> int:
     """Decision rows, newest first; with ``--follow``, then every new row as one JSON line, oldest
-    first, polling every ``--interval`` seconds until interrupted (or ``--max-polls`` polls)."""
+    first, polling every ``--interval`` seconds until interrupted (or ``--max-polls`` polls) with the
+    answer's ``cursor`` (each row once: ``routerd.lending.follow``, as the WebUI's live tail)."""
     path = f"{SITE}/offload/decisions" if not args.node_local else NODE_DECISIONS
     query: dict[str, str | int | None] = {"lane": args.lane, "outcome": args.outcome, "kind": args.kind,
                                           "node_id": args.node, "limit": args.limit}
     answer = client.get(path, **query)
-    rows: list[dict[str, Any]] = list(answer.get("records", []))
     if not args.follow:
         emit(out, answer, args)
         return 0
-    for row in reversed(rows):
-        out.write(json.dumps(row) + "\n")
-    out.flush()
-    seen = {_row_key(row) for row in rows}
-    since = max((int(row.get("recorded_at", 0)) for row in rows), default=0)
     polls = 0
-    while args.max_polls is None or polls < args.max_polls:
-        sleep(args.interval)
-        polls += 1
-        fresh = client.get(path, **{**query, "since_ms": since}).get("records", [])
-        for row in reversed(fresh):
-            key = _row_key(row)
-            if key in seen:
-                continue
-            seen.add(key)
-            since = max(since, int(row.get("recorded_at", 0)))
+    while True:
+        for row in reversed(answer.get("records", [])):
             out.write(json.dumps(row) + "\n")
         out.flush()
-    return 0
-
-
-def _row_key(row: dict[str, Any]) -> tuple[Any, ...]:
-    return (row.get("node_id"), row.get("id"), row.get("recorded_at"))
+        if args.max_polls is not None and polls >= args.max_polls:
+            return 0
+        if not answer.get("cursor"):
+            raise SystemExit("this node answers no follow cursor: --follow needs a node of this version")
+        sleep(args.interval)
+        polls += 1
+        answer = client.get(path, **{**query, "after": answer["cursor"]})
 
 
 def add_api_commands(sub: Any, common: argparse.ArgumentParser) -> None:

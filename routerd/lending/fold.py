@@ -82,14 +82,18 @@ def fold(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def page(lines: list[dict[str, Any]], number: int, size: int) -> dict[str, Any]:
-    """Page ``number`` (0-based) of ``size`` lines, with the totals the page needs to paginate.
-    A page past the end is empty (the page count tells the UI where the end is)."""
+    """Page ``number`` (0-based) of ``size`` lines, with the totals the page needs to paginate and
+    the window the counts cover: ``oldest_ms`` and ``newest_ms``, the first and last ``recorded_at``
+    of every line (0 without lines).  A page past the end is empty (the page count tells the UI
+    where the end is)."""
     size = max(1, min(size, MAX_PAGE_SIZE))
     pages = max(1, -(-len(lines) // size))
     start = max(0, number) * size
     return {"lines": lines[start:start + size], "page": max(0, number), "page_size": size,
             "pages": pages, "total_lines": len(lines),
-            "total_rows": sum(int(line["count"]) for line in lines)}
+            "total_rows": sum(int(line["count"]) for line in lines),
+            "oldest_ms": min((int(line["first_ms"]) for line in lines), default=0),
+            "newest_ms": max((int(line["last_ms"]) for line in lines), default=0)}
 
 
 __all__ = ["DEFAULT_PAGE_SIZE", "FOLD_KEY", "MAX_PAGE_SIZE", "fold", "fold_key", "page"]

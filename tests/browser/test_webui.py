@@ -206,7 +206,7 @@ def time_ten_thousand_rows(b: Browser) -> dict[str, float]:
     timings = dict(b.js("return window.routerdTimings"))
     lines = b.css("table.folded tr.line")
     assert 0 < len(lines) <= 50  # one page
-    assert "10000 rows in" in b.text(".pager")
+    assert "10,000 rows in" in b.text(".pager")
     return {**timings, "wall_ms": wall}
 
 

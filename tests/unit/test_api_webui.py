@@ -45,6 +45,16 @@ def test_the_files_are_served_without_a_key_even_when_admin_keys_are_configured(
     assert b"javascript" in headers.getRawHeaders(b"content-type")[0]
 
 
+def test_a_json_module_is_served_as_json_so_a_page_can_import_it(tmp_path: Path) -> None:
+    """The Lending page imports its words table as a JSON module; a browser refuses one whose type
+    is not JSON (it was application/octet-stream)."""
+    root = ui_root(tmp_path)
+    (root / "js" / "words.json").write_text('{"outcomes": {}}')
+    code, headers, body = fetch(client(root), "/ui/js/words.json")
+    assert code == 200 and body == b'{"outcomes": {}}'
+    assert headers.getRawHeaders(b"content-type") == [b"application/json"]
+
+
 def test_a_browser_asking_for_the_root_is_sent_to_the_ui_and_an_api_client_gets_404(tmp_path: Path) -> None:
     http = client(ui_root(tmp_path))
     code, headers, _ = fetch(http, "/", headers={"accept": "text/html,application/xhtml+xml"})

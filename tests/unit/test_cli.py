@@ -134,20 +134,29 @@ def test_an_error_answer_exits_1_with_the_servers_message() -> None:
     assert "HTTP 404: site routes are served by the master only" in err
 
 
-def test_decisions_follow_prints_new_rows_once_oldest_first() -> None:
-    """``--follow`` prints the last rows, then each new row once, polling with ``since_ms``."""
+def test_decisions_follow_prints_each_answer_oldest_first_and_polls_with_its_cursor() -> None:
+    """``--follow`` prints the last rows, then what each poll brings, handing back the answer's
+    ``cursor`` as ``after`` (the route answers each row once: ``routerd.lending.follow``)."""
     row = lambda i, t: {"id": i, "node_id": "a", "recorded_at": t, "outcome": "lent"}  # noqa: E731
-    client = FakeClient([{"records": [row(2, 20), row(1, 10)]},
-                         {"records": [row(3, 30), row(2, 20)]},
-                         {"records": []}])
+    client = FakeClient([{"records": [row(2, 20), row(1, 10)], "cursor": "c1"},
+                         {"records": [row(4, 30), row(3, 30)], "cursor": "c2"},
+                         {"records": [], "cursor": "c2"}])
     sleeps: list[float] = []
     out = io.StringIO()
     args = _parse(["decisions", "--follow", "--interval", "0.5", "--lane", "text", "--max-polls", "2"])
     assert decisions(client, args, out, sleep=sleeps.append) == 0
-    assert [json.loads(x)["id"] for x in out.getvalue().splitlines()] == [1, 2, 3]
+    assert [json.loads(x)["id"] for x in out.getvalue().splitlines()] == [1, 2, 3, 4]
     assert sleeps == [0.5, 0.5]
-    assert client.calls[1][3] == {"lane": "text", "limit": 50, "since_ms": 20}
-    assert client.calls[2][3]["since_ms"] == 30
+    assert client.calls[0][3] == {"lane": "text", "limit": 50}
+    assert client.calls[1][3] == {"lane": "text", "limit": 50, "after": "c1"}
+    assert client.calls[2][3]["after"] == "c2"
+
+
+def test_decisions_follow_against_a_node_without_cursors_says_so() -> None:
+    client = FakeClient([{"records": []}])
+    args = _parse(["decisions", "--follow", "--max-polls", "2"])
+    with pytest.raises(SystemExit, match="no follow cursor"):
+        decisions(client, args, io.StringIO(), sleep=lambda _s: None)
 
 
 def _parse(argv: list[str]) -> Any:

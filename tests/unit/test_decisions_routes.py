@@ -19,6 +19,7 @@ from routerd.api.dispatch import Dispatch
 from routerd.clients.node_client import ClusterTimeout
 from routerd.config.lending import LendingSettings
 from routerd.lending.decisions import DecisionLog
+from routerd.lending.follow import Cursor
 from routerd.lending.reports import LendingReports
 from routerd.registry.records import NodeInfo
 from routerd.site.service import FANOUT, NODE_TIMEOUT_S, SiteService
@@ -26,6 +27,8 @@ from routerd.site.testing import FakeAgent, FakeRegistry
 from routerd.store.store import Store
 
 SETTINGS = LendingSettings()
+#: The cursor of an answer without rows: follow from the start.
+NO_CURSOR = Cursor().encode()
 OTHER_SETTINGS = LendingSettings(offload_probe_idle=9.0)
 
 
@@ -106,6 +109,7 @@ def get(node: Parts, path: str) -> tuple[int, Any]:
 @pytest.mark.parametrize("query", [
     "limit=0", "limit=-1", "limit=5001", "limit=abc", "limit=1.5", "limit=%C2%B2",
     "since_ms=-5", "since_ms=soon", "lane=audio", "kind=audit", "outcome=maybe",
+    "after=nope", "after=WzEsMl0", "after=WzAsW11d&since_ms=5",
 ])
 @pytest.mark.parametrize("path", ["/router/v1/node/offload/decisions", "/router/v1/site/offload/decisions"])
 def test_bad_parameters_answer_400_with_a_reason(path: str, query: str) -> None:
@@ -150,13 +154,33 @@ def test_node_decisions_flush_the_buffer_and_apply_the_filters() -> None:
 
 def test_node_decisions_read_the_store_without_a_log_and_nothing_before_it_opens() -> None:
     node = Parts()
-    assert get(node, "/router/v1/node/offload/decisions") == (200, {"records": []})
+    assert get(node, "/router/v1/node/offload/decisions") == (200, {"records": [], "cursor": NO_CURSOR})
     store = Store.open_sync()
     store.insert_decisions([{"recorded_at": 5, "node_id": "master", "kind": "plan",
                              "outcome": "probe", "lane": "text", "trigger": "tick"}])
     node.store = store
     _, body = get(node, "/router/v1/node/offload/decisions")
     assert [r["trigger"] for r in body["records"]] == ["tick"]
+
+
+@pytest.mark.parametrize("path", ["/router/v1/node/offload/decisions", "/router/v1/site/offload/decisions"])
+def test_a_follower_gets_each_new_row_once_with_the_answers_cursor(path: str) -> None:
+    """What ``routerd decisions --follow`` and the WebUI's live tail poll with: rows recorded in the
+    same millisecond as the last one seen still come, once; nothing comes twice."""
+    clock = task.Clock()
+    node = Parts(site=FakeAgent())
+    log = with_log(node, clock)
+    clock.advance(1)
+    log.record("dispatch", "lent", lane="text", request_id="r1")
+    code, first = get(node, path + "?limit=5")
+    assert code == 200 and [r["request_id"] for r in first["records"]] == ["r1"]
+    log.record("dispatch", "lent", lane="text", request_id="r2")  # the same millisecond
+    clock.advance(1)
+    log.record("dispatch", "returned", lane="text", request_id="r3")
+    _, second = get(node, f"{path}?limit=5&after={first['cursor']}")
+    assert [r["request_id"] for r in second["records"]] == ["r3", "r2"]
+    _, third = get(node, f"{path}?limit=5&after={second['cursor']}")
+    assert third["records"] == [] and third["cursor"] == second["cursor"]
 
 
 def test_node_summary_reports_build_fingerprint_and_held_requests() -> None:
@@ -252,8 +276,8 @@ def test_site_decisions_report_a_malformed_answer() -> None:
     assert node.site is not None
     node.site.client.answers = {"http://slave-a:8080": {"rows": []}}
     _, body = get(node, "/router/v1/site/offload/decisions")
-    assert body == {"records": [], "node_errors": [{"node_id": "slave-a",
-                                                    "error": "answer has no records list"}]}
+    assert body == {"records": [], "cursor": NO_CURSOR,
+                    "node_errors": [{"node_id": "slave-a", "error": "answer has no records list"}]}
 
 
 def test_site_asks_at_most_eight_nodes_at_once() -> None:

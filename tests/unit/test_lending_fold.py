@@ -56,4 +56,14 @@ def test_pages_cut_the_lines_and_carry_the_totals() -> None:
     assert len(page(lines, 2, 3)["lines"]) == 1
     assert page(lines, 9, 3)["lines"] == []
     assert page([], 0, 50) == {"lines": [], "page": 0, "page_size": 50, "pages": 1, "total_lines": 0,
-                               "total_rows": 0}
+                               "total_rows": 0, "oldest_ms": 0, "newest_ms": 0}
+
+
+def test_a_page_names_the_window_its_counts_cover_whatever_page_it_is() -> None:
+    """The Lending page labels its counts with the time window of every folded row (issue 32 item 6):
+    the oldest and newest ``recorded_at`` of all lines, not of the page shown."""
+    rows = [row(i, 1000 + 10 * i, owner_model_id=f"m{i % 7}") for i in range(70)]
+    lines = fold(rows)
+    for number in (0, 2, 9):
+        shown = page(lines, number, 3)
+        assert (shown["oldest_ms"], shown["newest_ms"]) == (1000, 1690)

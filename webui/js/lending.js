@@ -1,52 +1,20 @@
-// Lending tab: the folded decision log of every node (site offload/decisions/folded), each node's
-// build and settings sync, the live leases with a countdown, the lending settings, and the
-// guardian models (site guardians: which multimodal model answers image requests to each
-// text-only model, set per model, per node or for the cluster).
+// Lending tab: the folded decision log of every node (lending-decisions.js), the live tail of new
+// decisions (lending-tail.js), each node's build and settings sync, the live leases with a
+// countdown, the lending settings, and the guardian models (site guardians: which multimodal
+// model answers image requests to each text-only model, set per model, per node or for the cluster).
 
 import { del, get, post, query } from "./api.js";
-import { badge, clock, duration, errorBox, h, replace, table } from "./dom.js";
-import { refreshNow, showError } from "./shell.js";
-
-const KINDS = ["plan", "dispatch", "helper"];
-const OUTCOMES = ["granted", "probe", "skipped", "lease_updated", "lease_cleared", "lease_refused", "lent",
-  "returned", "held_for_helper", "relay_refused", "stall_reclaimed", "native_waited_behind_borrowed",
-  "borrowed_returned"];
-const WINDOWS = [500, 2000, 10000, 50000];
-const PAGE_SIZE = 50;
-
-function select(name, label, values, ctx, current) {
-  return h("label", {}, label + " ",
-    h("select", { name, onchange: (e) => {
-      ctx.filters[name] = e.currentTarget.value;
-      ctx.filters.page = 0;
-      refreshNow();
-    } }, values.map(([value, text]) => h("option", { value, selected: value === String(current) }, text))));
-}
+import { badge, duration, errorBox, h, replace, table } from "./dom.js";
+import { mountDecisions, pair, refreshDecisions } from "./lending-decisions.js";
+import { mountTail, startTail, stopTail } from "./lending-tail.js";
 
 export function mount(container) {
   const ctx = {
     container,
-    filters: { lane: "", kind: "", outcome: "", node_id: "", limit: "2000", page: 0 },
-    selected: null, // the key of the selected folded line
     edits: new Map(), // setting key -> text being edited
     leases: [],
     fetchedAt: 0,
   };
-  ctx.nodeSelect = h("select", { name: "node_id", onchange: (e) => {
-    ctx.filters.node_id = e.currentTarget.value;
-    ctx.filters.page = 0;
-    refreshNow();
-  } }, h("option", { value: "" }, "all nodes"));
-  ctx.filterBar = h("div", { className: "filters" },
-    select("lane", "lane", [["", "all lanes"], ["text", "text"], ["image", "image"]], ctx, ""),
-    select("kind", "kind", [["", "all kinds"], ...KINDS.map((k) => [k, k])], ctx, ""),
-    select("outcome", "outcome", [["", "all outcomes"], ...OUTCOMES.map((k) => [k, k])], ctx, ""),
-    h("label", {}, "node ", ctx.nodeSelect),
-    select("limit", "rows", WINDOWS.map((n) => [String(n), `newest ${n}`]), ctx, ctx.filters.limit));
-  ctx.pager = h("div", { className: "pager" });
-  ctx.decisions = h("div", { className: "decisions" });
-  ctx.detail = h("aside", { className: "detail" }, h("p", { className: "empty" }, "select a line to see every variable"));
-  ctx.decisionErrors = h("div", {});
   ctx.nodes = h("div", {});
   ctx.leaseBox = h("div", {});
   ctx.settings = h("div", {});
@@ -54,81 +22,21 @@ export function mount(container) {
   mountGuardians(ctx);
   replace(container,
     h("h1", {}, "Lending"),
-    h("section", { id: "decision-log" }, h("h2", {}, "Decision log"), ctx.filterBar, ctx.decisionErrors, ctx.pager,
-      h("div", { className: "split" }, ctx.decisions, ctx.detail)),
+    mountDecisions(ctx),
+    mountTail(ctx),
     h("div", { className: "columns" },
       h("section", { id: "lending-nodes" }, h("h2", {}, "Nodes"), ctx.nodes),
       h("section", { id: "leases" }, h("h2", {}, "Live leases"), ctx.leaseBox)),
     h("section", { id: "settings" }, h("h2", {}, "Settings"), ctx.settingsMessage, ctx.settings),
     ctx.guardians.section);
   ctx.ticker = setInterval(() => tickLeases(ctx), 200);
+  startTail(ctx);
   return ctx;
 }
 
 export function unmount(ctx) {
   clearInterval(ctx.ticker);
-}
-
-// -- decision log -------------------------------------------------------------------------------
-
-const lineKey = (line) => JSON.stringify([line.node_id, line.kind, line.lane, line.trigger, line.outcome,
-  line.reason, line.owner_node_id, line.owner_model_id, line.helper_node_id, line.helper_model_id]);
-
-function pair(node, model) {
-  return node || model ? `${node || "?"}/${model || "?"}` : "";
-}
-
-function showDetail(ctx, line) {
-  const row = line.latest || {};
-  const fields = Object.keys(row).sort();
-  replace(ctx.detail,
-    h("h3", {}, `${line.kind} · ${line.outcome}${line.reason ? " · " + line.reason : ""}`),
-    h("p", {}, `${line.count} row${line.count === 1 ? "" : "s"} from ${clock(line.first_ms)} to ` +
-      `${clock(line.last_ms)} (${duration(line.span_ms)}); the newest:`),
-    table(["variable", "value"], fields.map((name) => h("tr", { dataset: { field: name } },
-      h("th", {}, name), h("td", {}, row[name] === null || row[name] === undefined ? "–" : String(row[name])))),
-    { className: "variables" }));
-}
-
-function renderDecisions(ctx, doc) {
-  const rows = doc.lines.map((line) => {
-    const key = lineKey(line);
-    const tr = h("tr", { className: "line" + (key === ctx.selected ? " selected" : ""),
-      dataset: { outcome: line.outcome, kind: line.kind, count: String(line.count) },
-      onclick: () => {
-        ctx.selected = key;
-        for (const other of ctx.decisions.querySelectorAll("tr.selected")) other.classList.remove("selected");
-        tr.classList.add("selected");
-        showDetail(ctx, line);
-      } },
-    h("td", {}, clock(line.last_ms)),
-    h("td", { className: "count" }, line.count > 1 ? `×${line.count}` : "1"),
-    h("td", {}, line.count > 1 ? duration(line.span_ms) : ""),
-    h("td", {}, line.node_id || ""),
-    h("td", {}, line.lane || ""),
-    h("td", {}, line.kind),
-    h("td", {}, line.trigger || ""),
-    h("td", {}, badge(line.outcome, "outcome")),
-    h("td", {}, line.reason || ""),
-    h("td", {}, pair(line.owner_node_id, line.owner_model_id)),
-    h("td", {}, pair(line.helper_node_id, line.helper_model_id)));
-    if (key === ctx.selected) showDetail(ctx, line);
-    return tr;
-  });
-  const tableEl = rows.length
-    ? table(["last", "count", "span", "node", "lane", "kind", "trigger", "outcome", "reason", "owner", "helper"],
-      rows, { className: "folded" })
-    : h("p", { className: "empty" }, "no decisions match");
-  replace(ctx.decisions, tableEl);
-  const page = doc.page;
-  replace(ctx.pager,
-    h("button", { type: "button", className: "prev", disabled: page <= 0,
-      onclick: () => { ctx.filters.page = page - 1; refreshNow(); } }, "‹ newer"),
-    h("span", { className: "pages" }, ` page ${page + 1} of ${doc.pages} · ${doc.total_rows} rows in ` +
-      `${doc.total_lines} lines `),
-    h("button", { type: "button", className: "next", disabled: page + 1 >= doc.pages,
-      onclick: () => { ctx.filters.page = page + 1; refreshNow(); } }, "older ›"));
-  replace(ctx.decisionErrors, errorBox(doc.node_errors));
+  stopTail(ctx);
 }
 
 // -- nodes, leases -------------------------------------------------------------------------------
@@ -385,18 +293,12 @@ function splitEndpoint(value) {
 // -- refresh -------------------------------------------------------------------------------------
 
 export async function refresh(ctx) {
-  const f = ctx.filters;
-  const started = performance.now();
-  const [folded, summary, settings, guardians] = await Promise.all([
-    get("/router/v1/site/offload/decisions/folded" + query({ lane: f.lane, kind: f.kind, outcome: f.outcome,
-      node_id: f.node_id, limit: f.limit, page: f.page, page_size: PAGE_SIZE })),
+  const [timings, summary, settings, guardians] = await Promise.all([
+    refreshDecisions(ctx),
     get("/router/v1/site/offload/summary"),
     get("/router/v1/site/offload/settings"),
     get(GUARDIANS).catch((err) => err),
   ]);
-  const fetched = performance.now();
-  renderDecisions(ctx, folded);
-  const rendered = performance.now();
   ctx.fetchedAt = performance.now();
   ctx.leases = summary.leases || [];
   renderNodes(ctx, summary);
@@ -405,7 +307,5 @@ export async function refresh(ctx) {
   ctx.guardians.nodes = summary.nodes.map((n) => n.node_id);
   if (guardians instanceof Error) guardianError(ctx, guardians);
   else renderGuardians(ctx, guardians);
-  window.routerdTimings = { lending_fetch_ms: fetched - started, lending_render_ms: rendered - fetched,
-    lending_total_ms: rendered - started, rows: folded.total_rows, lines: folded.total_lines };
-  ctx.decisions.dataset.totalRows = String(folded.total_rows);
+  window.routerdTimings = timings;
 }
