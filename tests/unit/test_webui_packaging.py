@@ -39,3 +39,16 @@ def test_the_vendored_chart_library_ships_with_its_licence_and_the_version_readm
     assert pinned["name"] == "uplot" and pinned["license"] == "MIT"
     assert f"uplot@{pinned['version']}" in (ROOT / "README.md").read_text()
     assert "export { uPlot as default }" in (UPLOT / "uPlot.esm.js").read_text()
+
+
+MORPHDOM = ROOT / "webui" / "vendor" / "morphdom"
+
+
+def test_the_vendored_dom_patcher_ships_with_its_licence_and_the_version_readme_names() -> None:
+    """The pages' in-place refresh (dom.js) imports morphdom's ES module: pinned, licensed, named."""
+    assert (MORPHDOM / "LICENSE").read_text().startswith("The MIT License")
+    pinned = json.loads((MORPHDOM / "package.json").read_text())
+    assert pinned["name"] == "morphdom" and pinned["license"] == "MIT"
+    assert f"morphdom@{pinned['version']}" in (ROOT / "README.md").read_text()
+    assert "export default morphdom;" in (MORPHDOM / "morphdom-esm.js").read_text()
+    assert 'from "../vendor/morphdom/morphdom-esm.js"' in (ROOT / "webui" / "js" / "dom.js").read_text()

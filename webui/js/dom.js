@@ -1,12 +1,37 @@
 // Small DOM helpers: h() builds an element tree; nothing else touches innerHTML, so every value
 // that came from the API is inserted as text.
+//
+// replace(el, ...children) makes `children` el's content by patching el in place (morphdom, vendored
+// from npm at a pinned version, README "WebUI"): a refresh that draws the same page again changes only
+// the text and attributes that differ, so what the operator is doing survives it — an open
+// <details>, a text selection (a request ID being copied), the field being typed in, a click between
+// press and release, a button whose action is in flight (aria-busy).  Elements with an `id` or a
+// `data-key` (h(..., { dataset: { key } })) are matched by it, so a row keeps its place (and its
+// state) when rows before it come or go; give keys unique within the patched element.  The nodes
+// passed in are templates: the live elements are the old ones, so keep no reference to them (read
+// the live element from the event: e.currentTarget); use swap() when you do.
+
+import morphdom from "../vendor/morphdom/morphdom-esm.js";
+
+/** The one listener h() adds per event type: it calls the element's current handler, which a patch
+ * replaces by the new template's (morphdom copies attributes, not listeners). */
+function dispatch(event) {
+  const handler = event.currentTarget.routerdOn && event.currentTarget.routerdOn[event.type];
+  return handler ? handler(event) : undefined;
+}
+
+function listen(el, type, handler) {
+  if (!el.routerdOn) el.routerdOn = {};
+  if (!(type in el.routerdOn)) el.addEventListener(type, dispatch);
+  el.routerdOn[type] = handler;
+}
 
 export function h(tag, props, ...children) {
   const el = document.createElement(tag);
   for (const [name, value] of Object.entries(props || {})) {
     if (value === undefined || value === null || value === false) continue;
     if (name.startsWith("on") && typeof value === "function") {
-      el.addEventListener(name.slice(2).toLowerCase(), value);
+      listen(el, name.slice(2).toLowerCase(), value);
     } else if (name === "dataset") {
       Object.assign(el.dataset, value);
     } else if (name === "className") {
@@ -30,7 +55,43 @@ function append(el, children) {
   }
 }
 
+const FIELDS = new Set(["INPUT", "SELECT", "TEXTAREA"]);
+
+const PATCH = {
+  childrenOnly: true,
+  getNodeKey: (node) => (node.nodeType === Node.ELEMENT_NODE
+    ? node.getAttribute("id") || node.getAttribute("data-key") || undefined : undefined),
+  onBeforeElUpdated(live, next) {
+    const handlers = next.routerdOn || {};
+    for (const type of Object.keys(handlers)) listen(live, type, handlers[type]);
+    for (const type of Object.keys(live.routerdOn || {})) if (!(type in handlers)) live.routerdOn[type] = null;
+    if (live.getAttribute("aria-busy") === "true") return false; // its action is in flight
+    if (FIELDS.has(live.tagName) && live === document.activeElement) return false; // being typed in
+    if (live.tagName === "DETAILS") next.open = live.open; // the operator opened or closed it
+    if (live.tagName === "SELECT") {
+      // morphdom picks the option that carries the attribute; h() sets the property
+      for (const option of next.options) option.toggleAttribute("selected", option.selected);
+    }
+    return true;
+  },
+};
+
+/** Make `children` the content of `el`, patching it in place (see the top of this file). */
 export function replace(el, ...children) {
+  const list = children.flat(Infinity);
+  // A first fill, a <select>'s options (the page keeps the choice itself), or nodes that are
+  // already in the document (the caller holds them): put these very nodes in.
+  if (!el.firstChild || el.tagName === "SELECT" || list.some((c) => c instanceof Node && c.isConnected)) {
+    return swap(el, ...list);
+  }
+  const next = document.createElement(el.tagName);
+  append(next, list);
+  morphdom(el, next, PATCH);
+  return el;
+}
+
+/** Make these very nodes the content of `el` (no patching): for nodes the caller keeps using. */
+export function swap(el, ...children) {
   el.replaceChildren();
   append(el, children);
   return el;

@@ -5,7 +5,7 @@
 
 import { del, get, post, query } from "./api.js";
 import { badge, clock, duration, errorBox, h, replace, table } from "./dom.js";
-import { refreshNow, showError } from "./shell.js";
+import { confirm, refreshNow, showError } from "./shell.js";
 
 const KINDS = ["plan", "dispatch", "helper"];
 const OUTCOMES = ["granted", "probe", "skipped", "lease_updated", "lease_cleared", "lease_refused", "lent",
@@ -95,10 +95,10 @@ function renderDecisions(ctx, doc) {
     const key = lineKey(line);
     const tr = h("tr", { className: "line" + (key === ctx.selected ? " selected" : ""),
       dataset: { outcome: line.outcome, kind: line.kind, count: String(line.count) },
-      onclick: () => {
+      onclick: (e) => {
         ctx.selected = key;
         for (const other of ctx.decisions.querySelectorAll("tr.selected")) other.classList.remove("selected");
-        tr.classList.add("selected");
+        e.currentTarget.classList.add("selected"); // the live row (tr is the template a refresh patched in)
         showDetail(ctx, line);
       } },
     h("td", {}, clock(line.last_ms)),
@@ -194,6 +194,12 @@ async function applyEdits(ctx) {
 }
 
 async function clearOverride(ctx, key) {
+  const asked = key
+    ? { title: `Clear the override of ${key}?`, ok: "Clear",
+      body: `Every node goes back to ${key}'s value from its config file (or the default).` }
+    : { title: "Clear every override?", ok: "Clear every override",
+      body: "Every setting changed here goes back to its value from the config files (or the default), on every node." };
+  if (!await confirm(asked)) return;
   try {
     const doc = await del("/router/v1/site/offload/settings" + query({ key }));
     ctx.edits.delete(key);
@@ -366,6 +372,9 @@ async function setGuardian(ctx) {
 
 async function removeGuardian(ctx, setting) {
   const g = ctx.guardians;
+  const what = `the ${setting.scope} guardian` + (setting.scope === "cluster" ? "" : ` of ${scopeTarget(setting)}`);
+  if (!await confirm({ title: `Remove ${what}?`, ok: "Remove",
+    body: "The text-only models it covered fall back to a less specific guardian, if one is set." })) return;
   try {
     const doc = await del(GUARDIANS + query({ scope: setting.scope, node_id: setting.node_id,
       model_id: setting.model_id }));
