@@ -17,8 +17,16 @@ import treq
 from selenium.webdriver.common.keys import Keys
 from twisted.internet import defer
 
-from tests.browser.webui import Browser, Site, running_site
-from tests.integration.nodes import FAST_TEXT, plan_cluster, sim_model, write_models
+from tests.browser.webui import Browser, Site, browsing, running_site
+from tests.integration.nodes import (
+    FAST_TEXT,
+    free_port,
+    node_config,
+    plan_cluster,
+    sim_model,
+    start_node,
+    write_models,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -194,3 +202,75 @@ async def test_a_destructive_action_asks_first_and_does_nothing_when_the_operato
     await b.do(confirm_clear_every_override, b)
     _, settings = await _call(site, "GET", SETTINGS)
     assert [e["key"] for e in settings["entries"] if e.get("override") is not None] == []
+
+
+# -- the patch itself (webui/js/dom.js replace), on a standalone node's page ----------------------------
+
+PATCH_SCRIPT = """
+const done = arguments[arguments.length - 1];
+import("/ui/js/dom.js").then(({ h, replace }) => {
+  const box = document.createElement("div");
+  document.body.appendChild(box);
+  const clicks = [];
+  const draw = (version, keys) => replace(box,
+    h("details", {}, h("summary", {}, "more"), h("pre", {}, "log lines")),
+    h("input", { type: "text", name: "typed", value: "from the page " + version }),
+    h("select", { name: "pick" }, ["a", "b", "c"].map((v) => h("option", { value: v }, v))),
+    h("button", { type: "button", className: "go", onclick: () => clicks.push(version) }, "Go " + version),
+    h("table", {}, h("tbody", {},
+      keys.map((k) => h("tr", { dataset: { key: k } }, h("td", {}, "request " + k))))));
+  draw(1, ["r1", "r2"]);
+  const q = (selector) => box.querySelector(selector);
+  const before = { details: q("details"), input: q("input"), row: q('tr[data-key="r2"]'),
+    button: q("button") };
+  before.details.open = true;
+  q("select").value = "c";
+  before.input.focus();
+  before.input.value = "typed by the operator";
+  draw(2, ["r0", "r1", "r2"]);  // a row comes first: r2 moves down
+  q("button").click();
+  const seen = {
+    same_details: q("details") === before.details, open: q("details").open,
+    same_row: q('tr[data-key="r2"]') === before.row, rows: box.querySelectorAll("tr").length,
+    typed: q("input").value,
+    focused: document.activeElement === before.input, pick: q("select").value,
+    same_button: q("button") === before.button, label: q("button").textContent, clicks: clicks.slice(),
+  };
+  before.input.blur();  // a focused field holds the selection: select a request ID instead
+  const range = document.createRange();
+  range.selectNodeContents(q('tr[data-key="r2"] td'));
+  getSelection().removeAllRanges();
+  getSelection().addRange(range);
+  draw(3, ["r00", "r0", "r1", "r2"]);
+  seen.selection = getSelection().toString();
+  q("button").setAttribute("aria-busy", "true");
+  draw(4, ["r2"]);
+  seen.busy_label = q("button").textContent;
+  seen.rows_after = box.querySelectorAll("tr").length;
+  box.remove();
+  done(seen);
+}, (err) => done({ error: String(err) }));
+"""
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_patch_keeps_the_elements_and_the_operators_state_and_runs_the_new_handlers(
+        tmp_path: Path) -> None:
+    """dom.js replace() on its own: the same elements stay (a keyed row even when one comes before
+    it), with the open disclosure, the selection, the field being typed in and the choice; a
+    button's handler is the newest drawing's; a busy button is left as it is."""
+    (tmp_path / "models").mkdir()
+    node = await start_node(node_config(tmp_path, {"server": {"bind": f"127.0.0.1:{free_port()}"},
+                                                   "cluster": {"node_id": "solo"}}))
+    async with browsing(node) as b:
+        def patch() -> dict[str, Any]:
+            b.open("")
+            b.wait_text("#status", "updated")
+            return dict(b.driver.execute_async_script(PATCH_SCRIPT))
+        seen = await b.do(patch)
+    assert seen == {
+        "same_details": True, "open": True, "same_row": True, "rows": 3, "selection": "request r2",
+        "typed": "typed by the operator", "focused": True, "pick": "c",
+        "same_button": True, "label": "Go 2", "clicks": [2],
+        "busy_label": "Go 3", "rows_after": 1,
+    }, seen

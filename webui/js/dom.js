@@ -55,7 +55,12 @@ function append(el, children) {
   }
 }
 
-const FIELDS = new Set(["INPUT", "SELECT", "TEXTAREA"]);
+/** A field the operator may be typing in or choosing from (a focused checkbox needs no protection). */
+function typing(el) {
+  if (el !== document.activeElement) return false;
+  if (el.tagName === "SELECT" || el.tagName === "TEXTAREA") return true;
+  return el.tagName === "INPUT" && !["checkbox", "radio", "button", "submit", "reset"].includes(el.type);
+}
 
 const PATCH = {
   childrenOnly: true,
@@ -66,15 +71,40 @@ const PATCH = {
     for (const type of Object.keys(handlers)) listen(live, type, handlers[type]);
     for (const type of Object.keys(live.routerdOn || {})) if (!(type in handlers)) live.routerdOn[type] = null;
     if (live.getAttribute("aria-busy") === "true") return false; // its action is in flight
-    if (FIELDS.has(live.tagName) && live === document.activeElement) return false; // being typed in
+    if (typing(live)) return false; // its value is the operator's until they leave it
     if (live.tagName === "DETAILS") next.open = live.open; // the operator opened or closed it
     if (live.tagName === "SELECT") {
-      // morphdom picks the option that carries the attribute; h() sets the property
-      for (const option of next.options) option.toggleAttribute("selected", option.selected);
+      // morphdom selects the option carrying the attribute: the operator's choice while it is offered
+      const kept = [...next.options].some((o) => o.value === live.value) ? live.value : next.value;
+      for (const option of next.options) option.toggleAttribute("selected", option.value === kept);
     }
     return true;
   },
 };
+
+/** Line `live`'s keyed rows up with `next`'s before the patch: a row that went is removed, a row that
+ * came gets an empty element of its own before the next row both have.  morphdom then patches every
+ * row where it is; left alone, it would move every row after a new first one (and a moved node loses
+ * the selection in it). */
+function lineUp(live, next) {
+  const wanted = new Set([...next.querySelectorAll("[data-key]")].map((el) => el.dataset.key));
+  const have = new Map();
+  for (const el of live.querySelectorAll("[data-key]")) {
+    if (wanted.has(el.dataset.key)) have.set(el.dataset.key, el);
+    else if (live.contains(el)) el.remove(); // not when a row it sat in went already
+  }
+  for (const el of next.querySelectorAll("[data-key]")) {
+    if (have.has(el.dataset.key)) continue;
+    let after = el.nextElementSibling;
+    while (after && !have.has(after.dataset.key)) after = after.nextElementSibling;
+    if (!after) continue; // a row at the end is appended, nothing moves
+    const room = document.createElement(el.tagName);
+    room.dataset.key = el.dataset.key;
+    const anchor = have.get(after.dataset.key);
+    anchor.parentNode.insertBefore(room, anchor);
+    have.set(el.dataset.key, room);
+  }
+}
 
 /** Make `children` the content of `el`, patching it in place (see the top of this file). */
 export function replace(el, ...children) {
@@ -86,6 +116,7 @@ export function replace(el, ...children) {
   }
   const next = document.createElement(el.tagName);
   append(next, list);
+  lineUp(el, next);
   morphdom(el, next, PATCH);
   return el;
 }
