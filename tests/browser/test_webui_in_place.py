@@ -35,13 +35,16 @@ ANALYTICS = {"enabled": True, "flush_interval": "1h"}  # the failed loads are ke
 WATCH_S = 5.0
 SETTINGS = "/router/v1/site/offload/settings"
 SLOW_LOAD_MS = 8000  # a load the browser sees under way
+CHATTY_TOKENS, CHATTY_S = 24, 12.0  # a request in flight through more than three refreshes
 
 
 @pytest_twisted.async_yield_fixture
 async def site(tmp_path: Path) -> AsyncIterator[Site]:
     plan = plan_cluster(tmp_path, ["slave-a"])
-    write_models(plan.root / "master", {"alpha": sim_model("alpha"), "slow": sim_model("slow")},
-                 {"alpha": FAST_TEXT, "slow": {**FAST_TEXT, "load_ms": SLOW_LOAD_MS}})
+    write_models(plan.root / "master",
+                 {"alpha": sim_model("alpha"), "slow": sim_model("slow"), "chatty": sim_model("chatty")},
+                 {"alpha": FAST_TEXT, "slow": {**FAST_TEXT, "load_ms": SLOW_LOAD_MS},
+                  "chatty": {**FAST_TEXT, "gen_tokens_per_s": CHATTY_TOKENS / CHATTY_S}})
     write_models(plan.root / "slave-a",
                  {"beta": sim_model("beta"), "broken": {"model": "../weights/broken.sim.json"}},
                  {"beta": FAST_TEXT})
@@ -81,17 +84,27 @@ def selected(b: Browser) -> str:
     return str(b.js("return window.getSelection().toString();"))
 
 
-def a_selection_on_the_nodes_page_survives_refreshes(b: Browser) -> None:
-    b.tab("nodes")
-    card = '.node-card[data-node-id="slave-a"]'
-    url = b.wait_text(f"{card} .url", "http://127.0.0.1:")
+def select_text(b: Browser, selector: str) -> str:
     b.js("""const range = document.createRange();
             range.selectNodeContents(document.querySelector(arguments[0]));
             window.getSelection().removeAllRanges();
-            window.getSelection().addRange(range);""", f"{card} .url")
-    assert selected(b) == url
+            window.getSelection().addRange(range);""", selector)
+    return selected(b)
+
+
+def a_selection_on_the_nodes_page_survives_refreshes(b: Browser) -> None:
+    """The operator selects the ID of a request in flight (to copy it) and the node's URL."""
+    b.tab("nodes")
+    rid = '.node-card[data-node-id="master"] table.active td.rid'
+    request_id = b.wait(lambda d: b.text(rid), 10, "a request in flight")
+    assert select_text(b, rid) == request_id
     refreshes_go_by(b)
-    assert selected(b) == url, "the selection was lost by a refresh"
+    assert b.text(rid) == request_id, "the request ended before the refreshes went by"
+    assert selected(b) == request_id, "a refresh lost the selected request ID"
+    url = b.text('.node-card[data-node-id="slave-a"] .url')
+    assert select_text(b, '.node-card[data-node-id="slave-a"] .url') == url
+    refreshes_go_by(b)
+    assert selected(b) == url, "a refresh lost the selected URL"
     b.js("window.getSelection().removeAllRanges();")
 
 
@@ -137,7 +150,11 @@ async def test_refreshes_keep_a_text_selection_and_an_open_disclosure(site: Site
     b = site.browser
     await _failed_load(site)
     await b.do(start, b)
+    chat = {"model": "chatty", "messages": [{"role": "user", "content": "hi"}], "max_tokens": CHATTY_TOKENS}
+    answer = defer.Deferred.fromCoroutine(_call(site, "POST", "/v1/chat/completions", chat))
     await b.do(a_selection_on_the_nodes_page_survives_refreshes, b)
+    code, _ = await answer
+    assert code == 200
     await b.do(an_open_disclosure_stays_open, b)
 
 
