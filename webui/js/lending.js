@@ -94,7 +94,7 @@ function renderDecisions(ctx, doc) {
   const rows = doc.lines.map((line) => {
     const key = lineKey(line);
     const tr = h("tr", { className: "line" + (key === ctx.selected ? " selected" : ""),
-      dataset: { outcome: line.outcome, kind: line.kind, count: String(line.count) },
+      dataset: { outcome: line.outcome, kind: line.kind, count: String(line.count), key },
       onclick: (e) => {
         ctx.selected = key;
         for (const other of ctx.decisions.querySelectorAll("tr.selected")) other.classList.remove("selected");
