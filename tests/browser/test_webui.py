@@ -261,6 +261,7 @@ async def test_an_operator_signs_in_links_watches_lending_changes_settings_and_u
     await b.do(b.screenshot, "links")
     # remove the link from the lane's list
     await b.do(b.click, 'tr.link[data-owner="master/alpha"] button.remove')
+    await b.do(b.confirm, "Remove the link master / alpha → slave-a / beta?")
     await b.do(lambda: b.wait_text(".current-links", "no links in this lane"))
     # 10,000 decision rows: the Lending tab folds and paginates them
     await _seed_rows(site.master, 5000, "master")

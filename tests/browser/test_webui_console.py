@@ -97,6 +97,7 @@ def errors(b: Browser) -> None:
     assert "slave-a" in row
     b.screenshot("errors")
     b.click("button.clear-errors")
+    b.confirm("Clear the failed loads?")
     b.wait_text("#load-errors", "No failed loads.")
 
 
@@ -124,6 +125,7 @@ def cook_refusal_and_delete(b: Browser) -> None:
     b.click("button.apply")  # the same again: it exists
     b.wait_text(".cook-error", "exists")
     b.click('#cooked-list tr[data-id="brew"] button.delete')
+    b.confirm("Delete the config brew on slave-a?")
     b.wait_text("#cooked-list", "none")
 
 

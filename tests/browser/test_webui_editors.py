@@ -121,6 +121,7 @@ def guardian_refused_changes_nothing(b: Browser) -> None:
 
 def guardian_removed_falls_back(b: Browser) -> None:
     b.click('#guardians tr.guardian-setting[data-scope="node"] button.remove-guardian')
+    b.confirm("Remove the node guardian of master?")
     b.wait_text(".guardian-message", "removed the node guardian of master")
     alpha = b.wait_text('#guardians tr.text-model[data-model="master/alpha"]', "slave-a/vision")
     assert "cluster" in alpha
@@ -201,6 +202,7 @@ def recipe_refused_changes_nothing(b: Browser) -> None:
 
 def recipe_deleted(b: Browser) -> None:
     b.click('#recipes tr.recipe[data-recipe-id="duo"] button.delete-recipe')
+    b.confirm("Delete the recipe duo?")
     b.wait_text(".recipe-message", "recipe duo deleted")
     b.wait_text("#recipes .recipe-list", "no recipes")
 

@@ -114,6 +114,14 @@ class Browser:
             return None
         return str(self.wait(found, timeout, f"{needle!r} in {selector}"))
 
+    def confirm(self, question: str, *, ok: bool = True) -> str:
+        """Answer the confirmation a destructive action asks (the ``#confirm`` dialog, which must
+        show ``question``): its OK button, or Cancel when ``ok`` is false.  The dialog's text."""
+        text = str(self.wait_text("dialog#confirm[open]", question))
+        self.one("#confirm-ok" if ok else "#confirm-cancel").click()
+        self.wait(lambda d: not self.css("dialog#confirm[open]"), 5.0, "the dialog closes")
+        return text
+
     def open(self, page: str) -> None:
         self.driver.get(f"{self.base}/ui/#{page}")
 

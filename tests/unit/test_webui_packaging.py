@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-UPLOT = ROOT / "webui" / "vendor" / "uplot"
 
 
 def shipped_webui_files() -> set[str]:
@@ -33,9 +32,22 @@ def test_every_file_under_webui_is_in_the_data_files_of_setup_cfg() -> None:
     assert present - shipped_webui_files() == set()
 
 
+def assert_vendored(name: str, module: str, export: str) -> None:
+    """``webui/vendor/<name>``: the MIT licence, the npm package.json of the version README names,
+    and its ES module ``module`` (which ``export``s what the pages import) unchanged."""
+    folder = ROOT / "webui" / "vendor" / name
+    assert (folder / "LICENSE").read_text().startswith("The MIT License")
+    pinned = json.loads((folder / "package.json").read_text())
+    assert pinned["name"] == name and pinned["license"] == "MIT"
+    assert f"{name}@{pinned['version']}" in (ROOT / "README.md").read_text()
+    assert export in (folder / module).read_text()
+
+
 def test_the_vendored_chart_library_ships_with_its_licence_and_the_version_readme_names() -> None:
-    assert (UPLOT / "LICENSE").read_text().startswith("The MIT License")
-    pinned = json.loads((UPLOT / "package.json").read_text())
-    assert pinned["name"] == "uplot" and pinned["license"] == "MIT"
-    assert f"uplot@{pinned['version']}" in (ROOT / "README.md").read_text()
-    assert "export { uPlot as default }" in (UPLOT / "uPlot.esm.js").read_text()
+    assert_vendored("uplot", "uPlot.esm.js", "export { uPlot as default }")
+
+
+def test_the_vendored_dom_patcher_ships_with_its_licence_and_the_version_readme_names() -> None:
+    """The pages' in-place refresh (dom.js) imports morphdom's ES module: pinned, licensed, named."""
+    assert_vendored("morphdom", "morphdom-esm.js", "export default morphdom;")
+    assert 'from "../vendor/morphdom/morphdom-esm.js"' in (ROOT / "webui" / "js" / "dom.js").read_text()

@@ -6,7 +6,7 @@ import { get, post, query } from "./api.js";
 import { errorBox, h, replace, table } from "./dom.js";
 import { chart } from "./charts.js";
 import { FIGURE_HEAD, figureCells, optional } from "./figures.js";
-import { refreshNow, showError } from "./shell.js";
+import { act, refreshNow } from "./shell.js";
 
 const PERIODS = ["1h", "24h", "7d", "30d"];
 const LANES = ["text", "image", "stt"];
@@ -24,17 +24,12 @@ export function mount(container) {
   ctx.modelSelect = select("model", "model", [["", "all models"]], set("model"));
   const periodSelect = select("period", "period", PERIODS.map((p) => [p, p]), set("period"));
   periodSelect.querySelector("select").value = "24h";
-  ctx.flush = h("button", { type: "button", className: "flush", onclick: async (e) => {
-    e.currentTarget.disabled = true;
-    try {
+  ctx.flush = h("button", { type: "button", className: "flush", onclick: (e) => act({
+    label: "Flush analytics", button: e.currentTarget, done: () => "Flush analytics: every node wrote its buffered rows",
+    run: async () => {
       await post("/router/v1/site/analytics/flush");
-    } catch (err) {
-      showError(err);
-    }
-    e.currentTarget.disabled = false;
-    ctx.fetchedAt = 0;
-    refreshNow();
-  } }, "Flush now");
+      ctx.fetchedAt = 0; // read the tables again now the rows are written
+    } }) }, "Flush now");
   ctx.note = h("div", {});
   ctx.requests = chart("requests", "Requests and errors");
   ctx.tokens = chart("tokens", "Generation speed", { unit: "tokens/s", digits: 1 });

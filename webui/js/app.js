@@ -4,7 +4,7 @@
 
 import { signOut, storedKey } from "./api.js";
 import { banner, showError, sleep } from "./shell.js";
-import { h, replace } from "./dom.js";
+import { h, swap } from "./dom.js";
 import * as nodes from "./nodes.js";
 import * as models from "./models.js";
 import * as lending from "./lending.js";
@@ -66,7 +66,7 @@ function show(name) {
   }
   const root = document.getElementById("page");
   const container = h("section", { id: "page-" + name, className: "page" });
-  replace(root, container);
+  swap(root, container); // a new page: its own elements, never a patch of the last one
   state.ctx = state.page.mount(container);
   loop(state.generation);
 }

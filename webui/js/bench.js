@@ -6,7 +6,7 @@ import { get, post } from "./api.js";
 import { clock, h, replace, table } from "./dom.js";
 import { chart } from "./charts.js";
 import { millis, optional, rate } from "./figures.js";
-import { refreshNow, showError } from "./shell.js";
+import { describe, notify, refreshNow } from "./shell.js";
 
 const HEADLINE = {
   text: ["gen_tokens_per_s", "generation tokens/s"],
@@ -40,7 +40,7 @@ async function run(ctx) {
     replace(ctx.message, h("span", { className: "ok" }, `${model} on ${result.node_id}: ${summary(result)}`));
   } catch (err) {
     replace(ctx.message, h("span", { className: "error" }, err.message));
-    showError(err);
+    notify("error", `Bench of ${model} failed: ${describe(err)}`, "bench"); // stays until dismissed
   }
   ctx.run.disabled = false;
   refreshNow();

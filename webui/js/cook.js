@@ -5,7 +5,7 @@
 
 import { del, get, post, query } from "./api.js";
 import { badge, h, replace, table } from "./dom.js";
-import { refreshNow, showError } from "./shell.js";
+import { act, refreshNow } from "./shell.js";
 
 const FIELDS = [
   ["model", "weights (text model)"], ["mmproj", "vision projector (mmproj)"],
@@ -91,15 +91,16 @@ async function submit(ctx, what) {
   refreshNow();
 }
 
-async function remove(ctx, id, button) {
-  button.disabled = true;
-  try {
-    await del("/router/v1/site/cook/" + encodeURIComponent(id) + query({ node_id: ctx.node }));
-    ctx.filesKey = "";
-  } catch (err) {
-    showError(err);
-  }
-  refreshNow();
+function remove(ctx, id, button) {
+  const node = ctx.node;
+  return act({ label: `Delete ${id} on ${node}`, button,
+    ask: { title: `Delete the config ${id} on ${node}?`, ok: "Delete",
+      body: `Cook's ${id}.kcpps is removed from ${node}'s models folder and the model leaves the inventory; ` +
+        "the weights files stay." },
+    run: async () => {
+      await del("/router/v1/site/cook/" + encodeURIComponent(id) + query({ node_id: node }));
+      ctx.filesKey = "";
+    } });
 }
 
 export async function refresh(ctx) {

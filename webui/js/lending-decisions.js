@@ -124,14 +124,15 @@ function lineRow(ctx, line) {
   const key = lineKey(line);
   const tr = h("tr", { className: "line" + (key === ctx.selected ? " selected" : ""),
     dataset: { key, outcome: line.outcome, kind: line.kind, count: String(line.count) },
-    onclick: () => {
+    onclick: (e) => {
+      const live = e.currentTarget; // the row on the page (tr is the template a refresh patched in)
       const open = ctx.selected === key;
       for (const row of ctx.decisions.querySelectorAll("tr.detail-row")) row.remove();
       for (const other of ctx.decisions.querySelectorAll("tr.selected")) other.classList.remove("selected");
       ctx.selected = open ? null : key;
       if (open) return;
-      tr.classList.add("selected");
-      tr.after(detailRow(ctx, line));
+      live.classList.add("selected");
+      live.after(detailRow(ctx, line));
     } },
   h("td", { className: "at" }, clock(line.last_ms)),
   h("td", { className: "count" }, line.count > 1 ? `×${count(line.count)}` : "1"),

@@ -7,6 +7,7 @@ import { del, get, post, query } from "./api.js";
 import { badge, duration, errorBox, h, replace, table } from "./dom.js";
 import { mountDecisions, pair, refreshDecisions } from "./lending-decisions.js";
 import { mountTail, startTail, stopTail } from "./lending-tail.js";
+import { confirm } from "./shell.js";
 
 export function mount(container) {
   const ctx = {
@@ -102,6 +103,12 @@ async function applyEdits(ctx) {
 }
 
 async function clearOverride(ctx, key) {
+  const asked = key
+    ? { title: `Clear the override of ${key}?`, ok: "Clear",
+      body: `Every node goes back to ${key}'s value from its config file (or the default).` }
+    : { title: "Clear every override?", ok: "Clear every override",
+      body: "Every setting changed here goes back to its value from the config files (or the default), on every node." };
+  if (!await confirm(asked)) return;
   try {
     const doc = await del("/router/v1/site/offload/settings" + query({ key }));
     ctx.edits.delete(key);
@@ -274,6 +281,9 @@ async function setGuardian(ctx) {
 
 async function removeGuardian(ctx, setting) {
   const g = ctx.guardians;
+  const what = `the ${setting.scope} guardian` + (setting.scope === "cluster" ? "" : ` of ${scopeTarget(setting)}`);
+  if (!await confirm({ title: `Remove ${what}?`, ok: "Remove",
+    body: "The text-only models it covered fall back to a less specific guardian, if one is set." })) return;
   try {
     const doc = await del(GUARDIANS + query({ scope: setting.scope, node_id: setting.node_id,
       model_id: setting.model_id }));

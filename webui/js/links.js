@@ -7,7 +7,7 @@
 
 import { ApiError, del, get, post, query } from "./api.js";
 import { badge, h, replace, table } from "./dom.js";
-import { showError } from "./shell.js";
+import { confirm, showError } from "./shell.js";
 
 const PATHS = { text: "/router/v1/site/text-routing-groups", image: "/router/v1/site/routing-groups" };
 
@@ -149,31 +149,11 @@ function peers(ctx, side) {
 }
 
 function confirmDifferentWeights(names) {
-  const dialog = document.getElementById("confirm");
-  document.getElementById("confirm-title").textContent = "Link to different weights?";
-  const box = h("input", { type: "checkbox", id: "acknowledge" });
-  const ok = document.getElementById("confirm-ok");
-  ok.disabled = true;
-  box.addEventListener("change", () => { ok.disabled = !box.checked; });
-  replace(document.getElementById("confirm-body"),
-    h("p", {}, "These models do not run the same weights as the anchor, so a lent request may be " +
+  return confirm({ title: "Link to different weights?", ok: "Confirm",
+    acknowledge: "I understand: lend across different weights",
+    body: [h("p", {}, "These models do not run the same weights as the anchor, so a lent request may be " +
       "answered differently than the model it names would answer it:"),
-    h("ul", {}, names.map((n) => h("li", {}, n))),
-    h("label", {}, box, " I understand: lend across different weights"));
-  return new Promise((resolve) => {
-    const finish = (value) => {
-      ok.removeEventListener("click", onOk);
-      cancel.removeEventListener("click", onCancel);
-      dialog.close();
-      resolve(value);
-    };
-    const cancel = document.getElementById("confirm-cancel");
-    const onOk = (e) => { e.preventDefault(); finish(box.checked); };
-    const onCancel = () => finish(false);
-    ok.addEventListener("click", onOk);
-    cancel.addEventListener("click", onCancel);
-    dialog.showModal();
-  });
+    h("ul", {}, names.map((n) => h("li", {}, n)))] });
 }
 
 async function save(ctx, acknowledged) {
@@ -203,6 +183,8 @@ async function save(ctx, acknowledged) {
 }
 
 async function removeAll(ctx) {
+  if (!await confirm({ title: `Remove every link of ${ctx.anchor.replace("/", " / ")}?`, ok: "Remove",
+    body: "It neither lends to nor borrows from any model of this lane any more." })) return;
   try {
     const anchor = splitAnchor(ctx.anchor);
     await del(PATHS[ctx.lane] + query(anchor));
@@ -217,6 +199,9 @@ async function removeAll(ctx) {
 async function removeLink(ctx, link) {
   // Re-save the owner's links without this one (the other links of the owner stay as they are).
   const path = PATHS[ctx.lane];
+  const name = (m) => `${m.node_id} / ${m.model_id}`;
+  if (!await confirm({ title: `Remove the link ${name(link.owner)} → ${name(link.helper)}?`, ok: "Remove",
+    body: `${name(link.owner)} no longer lends to ${name(link.helper)}; its other links stay.` })) return;
   try {
     const view = await get(path + query(link.owner));
     const helperKey = link.helper.node_id + "/" + link.helper.model_id;

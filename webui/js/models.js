@@ -5,7 +5,8 @@
 
 import { del, get, post, query } from "./api.js";
 import { badge, h, replace, table } from "./dom.js";
-import { refreshNow, showError } from "./shell.js";
+import { optional } from "./figures.js";
+import { act, confirm, refreshNow, showError } from "./shell.js";
 
 const CAPS = ["llm", "multimodal", "embeddings", "image", "stt", "tts"];
 
@@ -28,15 +29,23 @@ export function mount(container) {
   return { container, body, recipes };
 }
 
-async function act(action, record, button) {
-  button.disabled = true;
-  button.textContent = action === "load" ? "Loading…" : "Unloading…";
-  try {
-    await post(`/router/v1/site/nodes/${action}`, { node_id: record.node_id, model: record.local_id });
-  } catch (err) {
-    showError(err);
+function loadOrUnload(action, record, button) {
+  // the result stays in a notice until dismissed; "loading…" is the runtime's own state (below)
+  return act({ label: `${action === "load" ? "Load" : "Unload"} ${record.local_id} on ${record.node_id}`, button,
+    run: () => post(`/router/v1/site/nodes/${action}`, { node_id: record.node_id, model: record.local_id }) });
+}
+
+// What a node's runtime is doing with a model now (site nodes/states): loading, unloading or nothing.
+const BUSY = { switching: "loading…", loading: "loading…", stopping: "unloading…" };
+
+function busyModels(states) {
+  const busy = new Map();
+  for (const state of (states && states.states) || []) {
+    for (const rt of state.runtimes || []) {
+      if (rt.model_id && BUSY[rt.state]) busy.set(`${state.node_id}/${rt.model_id}`, BUSY[rt.state]);
+    }
   }
-  refreshNow();
+  return busy;
 }
 
 function group(models) {
@@ -56,10 +65,11 @@ function caps(record) {
   return words.map((w) => badge(w, "cap"));
 }
 
-function modelCard(publicId, replicas) {
+function modelCard(publicId, replicas, busy) {
   const reference = replicas[0].model_hash;
   const rows = replicas.map((r) => {
     const same = r.model_hash === reference;
+    const doing = busy.get(`${r.node_id}/${r.local_id}`);
     return h("tr", { dataset: { nodeId: r.node_id, localId: r.local_id } },
       h("td", {}, r.node_id),
       h("td", {}, r.local_id),
@@ -67,15 +77,16 @@ function modelCard(publicId, replicas) {
         same ? "same" : "different") : ""),
       h("td", {}, r.image_id || ""),
       h("td", {}, r.disabled ? badge("disabled", "bad")
-        : !r.available ? badge("unavailable", "bad")
-          : badge(r.loaded ? "loaded" : "not loaded", r.loaded ? "ok" : "idle")),
+        : doing ? badge(doing, "rt-loading")
+          : !r.available ? badge("unavailable", "bad")
+            : badge(r.loaded ? "loaded" : "not loaded", r.loaded ? "ok" : "idle")),
       h("td", {}, r.loaded
-        ? h("button", { type: "button", className: "unload", onclick: (e) => act("unload", r, e.currentTarget) },
-          "Unload")
-        : h("button", { type: "button", className: "load", disabled: r.disabled || !r.available,
-          onclick: (e) => act("load", r, e.currentTarget) }, "Load")));
+        ? h("button", { type: "button", className: "unload", disabled: Boolean(doing),
+          onclick: (e) => loadOrUnload("unload", r, e.currentTarget) }, "Unload")
+        : h("button", { type: "button", className: "load", disabled: r.disabled || !r.available || Boolean(doing),
+          onclick: (e) => loadOrUnload("load", r, e.currentTarget) }, doing === "loading…" ? "Loading…" : "Load")));
   });
-  return h("article", { className: "card model-card", dataset: { publicId } },
+  return h("article", { className: "card model-card", dataset: { publicId, key: "model/" + publicId } },
     h("header", {}, h("h2", {}, publicId), caps(replicas[0])),
     table(["node", "local ID", "weights", "image ID", "state", ""], rows, { className: "replicas" }));
 }
@@ -168,6 +179,8 @@ async function createRecipe(r) {
 }
 
 async function deleteRecipe(r, id) {
+  if (!await confirm({ title: `Delete the recipe ${id}?`, ok: "Delete",
+    body: "Its public model leaves the cluster; the models it is made of stay." })) return;
   try {
     await del(RECIPES + query({ id }));
     replace(r.message, h("div", { className: "ok" }, `recipe ${id} deleted`));
@@ -189,7 +202,8 @@ async function reloadRecipes(r) {
 // -- refresh -------------------------------------------------------------------------------------
 
 export async function refresh(ctx) {
-  const inventory = await get("/router/v1/site/inventory");
+  const [inventory, states] = await Promise.all([get("/router/v1/site/inventory"),
+    optional("/router/v1/site/nodes/states")]);
   const models = inventory.models || [];
   renderRecipes(ctx.recipes, inventory.recipes || []);
   laneOptions(ctx.recipes, models);
@@ -198,5 +212,6 @@ export async function refresh(ctx) {
     replace(ctx.body, h("p", { className: "empty" }, "no models in the cluster"));
     return;
   }
-  replace(ctx.body, groups.map(([id, replicas]) => modelCard(id, replicas)));
+  const busy = busyModels(states);
+  replace(ctx.body, groups.map(([id, replicas]) => modelCard(id, replicas, busy)));
 }

@@ -2,7 +2,7 @@
 
 import { get, post, query } from "./api.js";
 import { badge, duration, errorBox, h, replace, table } from "./dom.js";
-import { refreshNow, showError } from "./shell.js";
+import { act } from "./shell.js";
 
 export function mount(container) {
   const body = h("div", { className: "cards" });
@@ -10,15 +10,10 @@ export function mount(container) {
   return { container, body };
 }
 
-async function unload(nodeId, runtime, button) {
-  button.disabled = true;
-  button.textContent = "Unloading…";
-  try {
-    await post("/router/v1/site/nodes/unload", { node_id: nodeId, target: runtime.kind });
-  } catch (err) {
-    showError(err);
-  }
-  refreshNow();
+function unload(nodeId, runtime, button) {
+  // "stopping" is the runtime's own state (the badge); the result stays in a notice
+  return act({ label: `Unload ${runtime.kind} on ${nodeId}`, button,
+    run: () => post("/router/v1/site/nodes/unload", { node_id: nodeId, target: runtime.kind }) });
 }
 
 function runtimes(nodeId, list) {
@@ -37,10 +32,10 @@ function runtimes(nodeId, list) {
   return table(["runtime", "state", "loaded model", "last error", ""], rows, { className: "runtimes" });
 }
 
-function active(list) {
+function active(nodeId, list) {
   if (!list || list.length === 0) return h("p", { className: "empty" }, "none");
   return table(["request", "model", "route", "state", "running for"],
-    list.map((a) => h("tr", {},
+    list.map((a) => h("tr", { dataset: { key: `active/${nodeId}/${a.request_id}` } },
       h("td", { className: "rid" }, a.request_id),
       h("td", {}, a.model_id + (a.borrowed ? " (borrowed)" : "")),
       h("td", {}, a.route || ""),
@@ -56,10 +51,11 @@ function byClass(list) {
     ((CLASS_ORDER[a.priority] ?? 1) - (CLASS_ORDER[b.priority] ?? 1)) || i - j).map(([r]) => r);
 }
 
-function held(list) {
+function held(nodeId, list) {
   if (!list || list.length === 0) return h("p", { className: "empty" }, "none");
   return table(["request", "lane", "model", "class", "key", "state", "helper", "waiting"],
-    byClass(list).map((r) => h("tr", { className: "held-row " + r.state, dataset: { priority: r.priority || "" } },
+    byClass(list).map((r) => h("tr", { className: "held-row " + r.state,
+      dataset: { priority: r.priority || "", key: `held/${nodeId}/${r.request_id}` } },
       h("td", { className: "rid" }, r.request_id),
       h("td", {}, r.lane),
       h("td", {}, r.model_id),
@@ -85,9 +81,9 @@ function card(node, summary, state, error) {
     h("h3", {}, "Runtimes"),
     state ? runtimes(node.node_id, state.runtimes) : h("p", { className: "empty" }, "no state"),
     h("h3", {}, `Active requests (${state ? state.active_requests.length : 0})`),
-    state ? active(state.active_requests) : null,
+    state ? active(node.node_id, state.active_requests) : null,
     h("h3", {}, `Held requests (${state ? state.held_requests.length : 0})`),
-    state ? held(state.held_requests) : null);
+    state ? held(node.node_id, state.held_requests) : null);
 }
 
 export async function refresh(ctx) {

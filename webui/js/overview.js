@@ -134,12 +134,14 @@ function renderRecent(ctx, states) {
   const rows = [];
   for (const state of (states && states.states) || []) {
     for (const a of state.active_requests || []) {
-      rows.push(h("tr", {}, h("td", {}, state.node_id), h("td", { className: "rid" }, a.request_id),
+      rows.push(h("tr", { dataset: { key: `active/${state.node_id}/${a.request_id}` } },
+        h("td", {}, state.node_id), h("td", { className: "rid" }, a.request_id),
         h("td", {}, a.model_id + (a.borrowed ? " (borrowed)" : "")), h("td", {}, a.route || ""),
         h("td", {}, badge(a.state || "active")), h("td", {}, duration(a.elapsed_ms))));
     }
     for (const r of state.held_requests || []) {
-      rows.push(h("tr", {}, h("td", {}, state.node_id), h("td", { className: "rid" }, r.request_id),
+      rows.push(h("tr", { dataset: { key: `held/${state.node_id}/${r.request_id}` } },
+        h("td", {}, state.node_id), h("td", { className: "rid" }, r.request_id),
         h("td", {}, r.model_id), h("td", {}, r.lane), h("td", {}, badge(r.state)), h("td", {}, duration(r.waiting_ms))));
     }
   }
