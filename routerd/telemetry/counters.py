@@ -18,13 +18,15 @@ __all__ = ["METRICS_PATH", "parse_llama_metrics"]
 #: Where llama-server serves its counters.
 METRICS_PATH = "/metrics"
 
+# By family name: prometheus_client names a counter's family without its ``_total`` (and gives a counter
+# sample the suffix when llama-server's lacks it, as ``n_tokens_max``'s does).
 _FLOATS = {"llamacpp:predicted_tokens_seconds": "tokens_per_second",
            "llamacpp:prompt_tokens_seconds": "prompt_tokens_per_second"}
 _INTS = {"llamacpp:requests_processing": "requests_processing",
          "llamacpp:requests_deferred": "requests_deferred",
-         "llamacpp:prompt_tokens_total": "prompt_tokens_total",
-         "llamacpp:prompt_tokens_cached_total": "prompt_tokens_cached_total",
-         "llamacpp:tokens_predicted_total": "tokens_predicted_total",
+         "llamacpp:prompt_tokens": "prompt_tokens_total",
+         "llamacpp:prompt_tokens_cached": "prompt_tokens_cached_total",
+         "llamacpp:tokens_predicted": "tokens_predicted_total",
          "llamacpp:n_tokens_max": "n_tokens_max"}
 
 
@@ -33,11 +35,11 @@ def parse_llama_metrics(text: str) -> BackendCounters:
     ``ValueError`` when the text is not Prometheus text."""
     found: dict[str, float | int] = {}
     for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.labels:
-                continue
-            if sample.name in _FLOATS:
-                found[_FLOATS[sample.name]] = float(sample.value)
-            elif sample.name in _INTS:
-                found[_INTS[sample.name]] = int(sample.value)
+        values = [sample.value for sample in family.samples if not sample.labels]
+        if not values:
+            continue
+        if family.name in _FLOATS:
+            found[_FLOATS[family.name]] = float(values[0])
+        elif family.name in _INTS:
+            found[_INTS[family.name]] = int(values[0])
     return BackendCounters(**found)  # type: ignore[arg-type]
