@@ -81,7 +81,7 @@ function counters(t) {
   return h("span", { className: "counters", title: `prompt ${num(c.prompt_tokens_per_second, 0, " tok/s")}, `
     + `${c.prompt_tokens_total ?? "–"} prompt tokens (${c.prompt_tokens_cached_total ?? 0} cached), `
     + `${c.tokens_predicted_total ?? "–"} generated, longest sequence ${c.n_tokens_max ?? "–"}` },
-  num(c.tokens_per_second, 1, " tok/s"));
+  num(c.tokens_per_second, 1, ""));
 }
 
 function runtimes(nodeId, list, telemetry) {
@@ -89,24 +89,25 @@ function runtimes(nodeId, list, telemetry) {
   const rows = (list || []).map((rt) => {
     const loaded = rt.model_id && !["empty", "closed"].includes(rt.state);
     const t = byKind.get(rt.kind);
+    const since = t && t.loaded_since_ms ? clock(t.loaded_since_ms).slice(0, 8) : "";
     return h("tr", { dataset: { kind: rt.kind } },
       h("td", {}, rt.kind),
-      h("td", {}, badge(rt.state, "rt-" + rt.state)),
+      h("td", {}, badge(rt.state, "rt-" + rt.state),
+        rt.last_error ? h("div", { className: "last-error error" }, rt.last_error) : null),
       h("td", { className: "model" }, loaded ? rt.model_id : "–"),
       h("td", { className: "queue" }, t ? String(t.queue_depth) : String(rt.waiters ?? "–")),
-      h("td", { className: "since" }, t && t.loaded_since_ms ? clock(t.loaded_since_ms).slice(0, 8) : "–"),
-      h("td", { className: "last-load" }, duration(rt.last_load_ms)),
-      h("td", { className: "loads" }, t ? `${t.loads}${t.failed_loads ? ` (+${t.failed_loads} failed)` : ""}` : "–"),
+      h("td", { className: "loaded", title: "loaded since, and how long its last load took" },
+        since ? `${since} (${duration(rt.last_load_ms)})` : (rt.last_load_ms ? duration(rt.last_load_ms) : "–")),
+      h("td", { className: "loads" }, t ? `${t.loads}${t.failed_loads ? ` +${t.failed_loads} failed` : ""}` : "–"),
       h("td", { className: "rate" }, counters(t)),
-      h("td", {}, rt.last_error || ""),
       h("td", {}, loaded
         ? h("button", { type: "button", className: "unload",
           onclick: (e) => unload(nodeId, rt, e.currentTarget) }, "Unload")
         : ""));
   });
-  const span = telemetry ? ` (${Math.round(telemetry.window_s / 60)} min)` : "";
-  return table(["runtime", "state", "loaded model", "queue", "loaded since", "last load", "loads" + span,
-    "tokens/s", "last error", ""], rows, { className: "runtimes" });
+  const span = telemetry ? `/${Math.round(telemetry.window_s / 60)} min` : "";
+  return table(["runtime", "state", "loaded model", "queue", "loaded since (took)", "loads" + span,
+    "tok/s", ""], rows, { className: "runtimes" });
 }
 
 function active(list) {
