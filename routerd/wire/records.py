@@ -103,7 +103,8 @@ class Snapshot:
     models: tuple[ModelRecord, ...] = ()
     #: The node's telemetry (``routerd.wire.telemetry``; additive, sent only when set): a plain JSON
     #: object here, so that a telemetry part the master cannot read never refuses the node's models.
-    telemetry: dict[str, Any] | None = None
+    #: Not part of a snapshot's equality: a new reading alone is not a change of the node's models.
+    telemetry: dict[str, Any] | None = attrs.field(default=None, eq=False)
 
 
 def _strict_str(value: Any, _type: Any) -> str:

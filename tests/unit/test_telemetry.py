@@ -531,6 +531,20 @@ def test_the_inventory_carries_each_slave_s_reading_and_a_bad_one_as_an_error() 
     assert node["telemetry"] is None and "failed_requests" in node["telemetry_error"]
 
 
+def test_a_new_reading_alone_is_no_registry_change_but_is_kept() -> None:
+    """Each poll brings a new reading; the records and public IDs are not rebuilt for it (a rebuild is linear
+    in the cluster's records), yet the inventory shows the newest."""
+    slaves = Slaves({"taken_ms": 1})
+    master = master_over(slaves)
+    master.poll_all()
+    revision = master.registry.revision
+    slaves.telemetry = {"taken_ms": 2}
+    master.poll_all()
+    assert master.registry.revision == revision
+    (info,) = master.registry.nodes()
+    assert info.telemetry == {"taken_ms": 2}
+
+
 def test_a_snapshot_without_telemetry_is_the_contract_s_snapshot() -> None:
     plain = snapshot_to_json(Snapshot(node_id="n", protocol_version=2))
     assert "telemetry" not in plain
