@@ -17,6 +17,7 @@ from twisted.internet.task import Clock
 from twisted.logger import LogEvent, globalLogPublisher
 
 from routerd import documents
+from routerd.assembly.rack import runtime_inputs
 from routerd.clients.node_client import NodeClient
 from routerd.cluster.master import MasterAgent
 from routerd.metrics import NodeMetrics, request_failed
@@ -551,3 +552,13 @@ def test_a_snapshot_without_telemetry_is_the_contract_s_snapshot() -> None:
     assert parse_snapshot(plain).telemetry is None
     carried = snapshot_to_json(Snapshot(node_id="n", protocol_version=2, telemetry={"taken_ms": 1}))
     assert parse_snapshot(carried).telemetry == {"taken_ms": 1}
+
+
+def test_a_runtime_s_queue_counts_the_router_s_queued_and_held_requests_of_its_lane_not_the_lent() -> None:
+    slot = SimpleNamespace(name="llama-server", status=lambda: SimpleNamespace(
+        kind="text", state="ready", model_id="alpha", waiters=1, since=5.0, last_load_ms=40, port=9001))
+    held = [{"lane": "text", "state": "queued"}, {"lane": "text", "state": "held"},
+            {"lane": "text", "state": "lent"}, {"lane": "image", "state": "queued"}]
+    (text,) = runtime_inputs([slot], held)
+    assert text == RuntimeInput(kind="text", backend="llama-server", state="ready", model_id="alpha", waiting=3,
+                                since=5.0, last_load_ms=40, port=9001)
