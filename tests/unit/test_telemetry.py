@@ -560,5 +560,5 @@ def test_a_runtime_s_queue_counts_the_router_s_queued_and_held_requests_of_its_l
     held = [{"lane": "text", "state": "queued"}, {"lane": "text", "state": "held"},
             {"lane": "text", "state": "lent"}, {"lane": "image", "state": "queued"}]
     (text,) = runtime_inputs([slot], held)
-    assert text == RuntimeInput(kind="text", backend="llama-server", state="ready", model_id="alpha", waiting=3,
-                                since=5.0, last_load_ms=40, port=9001)
+    assert text == RuntimeInput(kind="text", backend="llama-server", state="ready", model_id="alpha",
+                                waiting=3, since=5.0, last_load_ms=40, port=9001)
