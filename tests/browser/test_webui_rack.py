@@ -1,6 +1,8 @@
 """The Nodes page shows the rack at a glance, in a real headless Chromium on a real master and slave
 (simulator backends): each node's CPU and RAM, "no GPU" on this machine (no NVIDIA driver), and the
-slave flagged for swap thrash after its text runtime swapped two models again and again."""
+slave flagged for swap thrash after its text runtime swapped two models again and again; then, with a fake
+NVML given to the master's telemetry (this machine has no GPU), each GPU's utilisation, VRAM, temperature
+and power."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ import pytest_twisted
 import treq
 
 from routerd.telemetry.attention import THRASH_LOADS
+from routerd.telemetry.host import NvmlGpus
 from tests.browser.webui import ADMIN_KEY, Browser, Site, running_site
+from tests.fake_nvml import GIB, FakeGpu, FakeNvml
 from tests.integration.nodes import FAST_TEXT, plan_cluster, sim_model, write_models
 
 pytestmark = pytest.mark.slow
@@ -66,6 +70,16 @@ def slave_is_flagged_for_swap_thrash(b: Browser) -> None:
     assert "needs attention" not in b.text(f"{master} header")
 
 
+def master_card_shows_each_gpu(b: Browser) -> None:
+    master = '.node-card[data-node-id="master"]'
+    first = b.wait_text(f'{master} table.gpus tr[data-gpu="0"]', "RTX 4090")
+    assert "87 %" in first and "20.0 GiB / 24.0 GiB" in first
+    assert "71 °C" in first and "313 W / 450 W" in first
+    second = b.wait_text(f'{master} table.gpus tr[data-gpu="1"]', "RTX 3060")
+    assert "1.0 GiB / 12.0 GiB" in second and "– / 170 W" in second  # a card that reports no power draw
+    assert not b.css(f"{master} .gpu-state")
+
+
 @pytest_twisted.ensureDeferred
 async def test_the_nodes_page_shows_cpu_ram_no_gpu_and_flags_swap_thrash(site: Site) -> None:
     b = site.browser
@@ -73,4 +87,8 @@ async def test_the_nodes_page_shows_cpu_ram_no_gpu_and_flags_swap_thrash(site: S
     await b.do(cards_show_the_host_and_no_gpu, b)
     await swap_on_the_slave(site, THRASH_LOADS)
     await b.do(slave_is_flagged_for_swap_thrash, b)
+    site.master.node.telemetry.gpus = NvmlGpus(FakeNvml([
+        FakeGpu("NVIDIA RTX 4090", 87, 20 * GIB, 24 * GIB, 71, 312_500, 450_000),
+        FakeGpu("NVIDIA RTX 3060", 3, 1 * GIB, 12 * GIB, 40, None, 170_000)]))
+    await b.do(master_card_shows_each_gpu, b)
     await b.do(b.screenshot, "rack")

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any, cast
 
-import attrs
 from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.logger import LogEvent, globalLogPublisher
@@ -32,85 +31,7 @@ from routerd.urls import AllowList
 from routerd.wire.records import Snapshot, parse_snapshot, snapshot_to_json
 from routerd.wire.status import RuntimeStatus
 from routerd.wire.telemetry import NodeTelemetry, parse_telemetry, telemetry_to_json
-
-GIB = 1024 ** 3
-
-# -- a fake NVML (the names pynvml has) -------------------------------------------------------------
-
-
-class NVMLError(Exception):
-    pass
-
-
-class NVMLError_LibraryNotFound(NVMLError):  # noqa: N801 - pynvml's name
-    pass
-
-
-class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's name
-    pass
-
-
-class NVMLError_GpuIsLost(NVMLError):  # noqa: N801 - pynvml's name
-    pass
-
-
-@attrs.define
-class FakeGpu:
-    name: str
-    util: int
-    used: int
-    total: int
-    temp: int
-    power_mw: int | None
-    limit_mw: int = 300_000
-
-
-class FakeNvml:
-    NVMLError = NVMLError
-    NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
-    NVMLError_NotSupported = NVMLError_NotSupported
-    NVMLError_GpuIsLost = NVMLError_GpuIsLost
-    NVML_TEMPERATURE_GPU = 0
-
-    def __init__(self, gpus: list[FakeGpu], *, init_error: Exception | None = None) -> None:
-        self.gpus = gpus
-        self.init_error = init_error
-        self.count_error: Exception | None = None
-        self.inits = 0
-
-    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's name
-        self.inits += 1
-        if self.init_error is not None:
-            raise self.init_error
-
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
-        if self.count_error is not None:
-            raise self.count_error
-        return len(self.gpus)
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:  # noqa: N802
-        return self.gpus[index]
-
-    def nvmlDeviceGetName(self, gpu: FakeGpu) -> bytes:  # noqa: N802
-        return gpu.name.encode()
-
-    def nvmlDeviceGetUtilizationRates(self, gpu: FakeGpu) -> Any:  # noqa: N802
-        return SimpleNamespace(gpu=gpu.util, memory=0)
-
-    def nvmlDeviceGetMemoryInfo(self, gpu: FakeGpu) -> Any:  # noqa: N802
-        return SimpleNamespace(used=gpu.used, total=gpu.total, free=gpu.total - gpu.used)
-
-    def nvmlDeviceGetTemperature(self, gpu: FakeGpu, sensor: int) -> int:  # noqa: N802
-        assert sensor == self.NVML_TEMPERATURE_GPU
-        return gpu.temp
-
-    def nvmlDeviceGetPowerUsage(self, gpu: FakeGpu) -> int:  # noqa: N802
-        if gpu.power_mw is None:
-            raise NVMLError_NotSupported("Not Supported")
-        return gpu.power_mw
-
-    def nvmlDeviceGetEnforcedPowerLimit(self, gpu: FakeGpu) -> int:  # noqa: N802
-        return gpu.limit_mw
+from tests.fake_nvml import GIB, FakeGpu, FakeNvml, NVMLError_GpuIsLost, NVMLError_LibraryNotFound
 
 
 class FakePsutil:
