@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import pytest_twisted
 import treq
+from twisted.internet import reactor, task
 
 from routerd.telemetry.attention import THRASH_LOADS
 from tests.integration.nodes import (
@@ -67,14 +68,16 @@ async def test_the_master_s_inventory_carries_every_node_s_telemetry_after_a_pol
     seen: dict[str, Any] = {}
 
     async def polled() -> bool:
-        # the slave answers a poll with its latest reading and starts the next: two polls bring it in
+        # the slave answers a poll with its latest reading and starts the next (at most one a second):
+        # a poll after the next reading brings it in
+        await task.deferLater(reactor, 0.1, lambda: None)
         await master_agent.poll_all()
         nodes = {n["node_id"]: n for n in (await inventory(cluster))["nodes"]}
         seen.update(nodes)
         text = {r["kind"]: r for r in (nodes["slave-a"]["telemetry"] or {}).get("runtimes", [])}.get("text")
         return bool(text and text["counters"] and text["counters"]["tokens_predicted_total"])
 
-    for _ in range(40):
+    for _ in range(60):
         if await polled():
             break
     else:
