@@ -29,7 +29,11 @@ process builds a master ``Node`` whose ``cluster.slave_urls`` lists them and tim
 ``node.master.poll_all()``: the first cycle (every node new) and the following steady cycles, wall
 time and this process's CPU.  Target: one cycle within 1 s.  The master polls at most
 ``POLL_CONCURRENCY`` slaves at once, so a cycle takes about N / POLL_CONCURRENCY round trips; the
-delayed rows show how that scales with slow slaves.
+delayed rows show how that scales with slow slaves.  Each delay runs twice in the same run (the order
+alternating): ``telemetry off`` as before the rack telemetry (snapshots without it, no reading of the
+master's own), and ``telemetry on`` (every snapshot carries a full reading: host, two GPUs, three runtimes
+with llama-server counters, two flags; the master takes its own reading each cycle); the rows print the
+on ÷ off ratio of the steady p50 and the CPU per cycle, and what one reading and its JSON cost here.
 
 (c) Routing at scale.  The helper process opens 32 fake slaves that also answer forwarded chats
 (``POST /router/v1/node/inference/...``) at once; a master ``twistd`` process polls them (one model,
@@ -240,7 +244,32 @@ async def forwarding(args: argparse.Namespace) -> None:
 # -- (b) one health-poll cycle over many slaves --------------------------------------------------
 
 
-def fake_snapshot(index: int, url: str) -> dict[str, Any]:
+def fake_telemetry() -> dict[str, Any]:
+    """A slave's full reading, as large as a busy GPU node's: two GPUs, three runtimes, two flags."""
+    gpu = {"index": 0, "name": "NVIDIA GeForce RTX 4090", "utilization_percent": 87.0,
+           "memory_used_bytes": 20 * 1024 ** 3, "memory_total_bytes": 24 * 1024 ** 3, "temperature_c": 71.0,
+           "power_w": 312.5, "power_limit_w": 450.0}
+    counters = {"tokens_per_second": 41.25, "prompt_tokens_per_second": 2400.5, "requests_processing": 1,
+                "requests_deferred": 2, "prompt_tokens_total": 123456, "prompt_tokens_cached_total": 2345,
+                "tokens_predicted_total": 65432, "n_tokens_max": 4096}
+    runtimes = [{"kind": kind, "backend": backend, "state": "ready", "model_id": f"{kind}-model",
+                 "queue_depth": 3, "loaded_since_ms": 1_700_000_000_000, "last_load_ms": 2345, "loads": 7,
+                 "failed_loads": 1, "counters": counters if backend == "llama-server" else None,
+                 "counters_error": ""}
+                for kind, backend in (("text", "llama-server"), ("image", "sd-server"),
+                                      ("stt", "whisper-server"))]
+    return {"taken_ms": 1_700_000_000_000, "window_s": 600.0,
+            "host": {"cpu_percent": 37.5, "cpu_count": 32, "memory_used_bytes": 40 * 1024 ** 3,
+                     "memory_total_bytes": 128 * 1024 ** 3}, "host_error": "",
+            "gpu": {"state": "ok", "reason": "", "gpus": [gpu, {**gpu, "index": 1}]},
+            "runtimes": runtimes, "failed_requests": 2,
+            "attention": [{"code": "swap_thrash", "runtime": "text",
+                           "message": "text runtime loaded 7 times in 10 min, swapping a, b"},
+                          {"code": "failed_requests", "runtime": None,
+                           "message": "2 failed request(s) in 10 min"}]}
+
+
+def fake_snapshot(index: int, url: str, telemetry: bool = False) -> dict[str, Any]:
     def record(local_id: str, filename: str, config_hash: str, model_hash: str,
                **caps: Any) -> dict[str, Any]:
         return {"local_id": local_id, "public_id": local_id, "filename": filename, "node_id": f"fake-{index}",
@@ -249,6 +278,7 @@ def fake_snapshot(index: int, url: str) -> dict[str, Any]:
                 "disabled": False}
 
     return {"node_id": f"fake-{index}", "node_url": url, "build_version": "x", "protocol_version": 2,
+            **({"telemetry": fake_telemetry()} if telemetry else {}),
             "models": [
                 record("chat-shared", "chat-shared.kcpps", "c" * 64, "m" * 64, llm=True, context=4096),
                 record(f"own-{index}", f"own-{index}.kcpps", f"{index:064x}", f"{index + 7:064x}", llm=True,
@@ -264,7 +294,7 @@ CHAT_ANSWER = json.dumps({
 }).encode()
 
 
-def serve_fake_nodes(count: int, delay_ms: float) -> None:
+def serve_fake_nodes(count: int, delay_ms: float, telemetry: bool = False) -> None:
     """Helper process: ``count`` listeners; prints their ports as one JSON line, runs until stdin closes."""
     from twisted.internet import reactor as _reactor
     from twisted.internet import stdio
@@ -279,6 +309,7 @@ def serve_fake_nodes(count: int, delay_ms: float) -> None:
         def __init__(self, body: bytes) -> None:
             super().__init__()  # type: ignore[no-untyped-call]
             self.body = body
+            self.polls = 0
 
         def render_POST(self, request: Any) -> Any:  # noqa: N802 - twisted.web's name
             # A forwarded chat ((c)): answered at once, as a zero-delay backend would.
@@ -293,11 +324,16 @@ def serve_fake_nodes(count: int, delay_ms: float) -> None:
             if request.path != b"/router/v1/node/models":
                 request.setResponseCode(404)
                 return b"{}"
+            body = self.body
+            if telemetry:  # every poll brings a new reading, as a live slave's would
+                self.polls += 1
+                taken = b'"taken_ms": %d' % (1_700_000_000_000 + self.polls)
+                body = body.replace(b'"taken_ms": 1700000000000', taken)
             if delay_ms <= 0:
-                return self.body
+                return body
 
             def finish() -> None:
-                request.write(self.body)
+                request.write(body)
                 request.finish()
 
             reactor.callLater(delay_ms / 1000, finish)
@@ -308,7 +344,7 @@ def serve_fake_nodes(count: int, delay_ms: float) -> None:
         models = Models(b"")
         listener = reactor.listenTCP(0, server.Site(models), interface="127.0.0.1")
         port = listener.getHost().port
-        models.body = json.dumps(fake_snapshot(index, f"http://127.0.0.1:{port}")).encode()
+        models.body = json.dumps(fake_snapshot(index, f"http://127.0.0.1:{port}", telemetry)).encode()
         ports.append(port)
 
     class Stdin(Protocol):
@@ -331,46 +367,107 @@ async def polling(slaves: int, delays: list[float], cycles: int) -> None:
     (root / "models").mkdir()
     print(f"(b) one health-poll cycle over {slaves} slaves (fake nodes in a separate process, "
           f"POLL_CONCURRENCY = {POLL_CONCURRENCY}); CPU is the polling process")
-    print(f"{'slave delay ms':>14} {'first cycle ms':>15} {'steady p50 ms':>14} {'steady max ms':>14} "
-          f"{'CPU ms/cycle':>13} {'healthy':>8}  target <= {POLL_TARGET_S * 1000:.0f} ms")
+    print(f"{'slave delay ms':>14} {'telemetry':>9} {'first cycle ms':>15} {'steady p50 ms':>14} "
+          f"{'steady max ms':>14} {'CPU ms/cycle':>13} {'healthy':>8}  "
+          f"target <= {POLL_TARGET_S * 1000:.0f} ms")
     results: list[tuple[float, float]] = []
-    for delay in delays:
-        helper = subprocess.Popen([sys.executable, __file__, "--serve-fake-nodes", str(slaves),
-                                   "--delay-ms", str(delay)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        try:
-            assert helper.stdout is not None
-            ports = json.loads(helper.stdout.readline())
-            urls = [f"http://127.0.0.1:{p}" for p in ports]
-            config = parse_config({
-                "server": {"bind": "127.0.0.1:0"},
-                "models": {"config_dir": str(root / "models")},
-                "cluster": {"role": "master", "node_id": "master", "token": TOKEN, "slave_urls": urls,
-                            "store_dir": str(root / "store")},
-            }, base_dir=str(root), env={})
-            node = Node(config, reactor)
-            assert node.master is not None
-            walls: list[float] = []
-            cpus: list[float] = []
-            for _ in range(cycles):
-                cpu0, start = time.process_time(), time.perf_counter()
-                await node.master.poll_all()
-                walls.append(time.perf_counter() - start)
-                cpus.append(time.process_time() - cpu0)
-            healthy = sum(1 for n in node.master.registry.nodes() if n.healthy)
-            steady = walls[1:] or walls
-            results.append((delay, max(walls)))
-            print(f"{delay:14.0f} {walls[0] * 1000:15.1f} {statistics.median(steady) * 1000:14.1f} "
-                  f"{max(steady) * 1000:14.1f} {statistics.median(cpus) * 1000:13.1f} "
-                  f"{healthy:>5}/{slaves}")
-            await defer.ensureDeferred(node.stop())
-        finally:
-            if helper.stdin is not None:
-                helper.stdin.close()
-            helper.wait(10)
+    ratios: list[tuple[float, float]] = []
+    for turn, delay in enumerate(delays):
+        figures: dict[bool, tuple[float, float]] = {}
+        for telemetry in ((False, True) if turn % 2 == 0 else (True, False)):
+            flags = ["--with-telemetry"] if telemetry else []
+            helper = subprocess.Popen([sys.executable, __file__, "--serve-fake-nodes", str(slaves),
+                                       "--delay-ms", str(delay), *flags],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            try:
+                assert helper.stdout is not None
+                ports = json.loads(helper.stdout.readline())
+                urls = [f"http://127.0.0.1:{p}" for p in ports]
+                config = parse_config({
+                    "server": {"bind": "127.0.0.1:0"},
+                    "models": {"config_dir": str(root / "models")},
+                    "cluster": {"role": "master", "node_id": "master", "token": TOKEN, "slave_urls": urls,
+                                "store_dir": str(root / "store")},
+                }, base_dir=str(root), env={})
+                node = Node(config, reactor)
+                assert node.master is not None
+                if not telemetry:
+                    node.master._polled.clear()  # as before the rack telemetry: no reading of its own
+                walls: list[float] = []
+                cpus: list[float] = []
+                for _ in range(cycles):
+                    cpu0, start = time.process_time(), time.perf_counter()
+                    await node.master.poll_all()
+                    walls.append(time.perf_counter() - start)
+                    cpus.append(time.process_time() - cpu0)
+                healthy = sum(1 for n in node.master.registry.nodes() if n.healthy)
+                if telemetry:
+                    carried = sum(1 for n in node.master.registry.nodes() if n.telemetry is not None)
+                    assert carried == healthy, f"{carried} of {healthy} snapshots carried telemetry"
+                    reading_us, json_us = one_reading(node)
+                steady = walls[1:] or walls
+                figures[telemetry] = (statistics.median(steady), statistics.median(cpus))
+                results.append((delay, max(walls)))
+                print(f"{delay:14.0f} {'on' if telemetry else 'off':>9} {walls[0] * 1000:15.1f} "
+                      f"{statistics.median(steady) * 1000:14.1f} {max(steady) * 1000:14.1f} "
+                      f"{statistics.median(cpus) * 1000:13.1f} {healthy:>5}/{slaves}")
+                await defer.ensureDeferred(node.stop())
+            finally:
+                if helper.stdin is not None:
+                    helper.stdin.close()
+                helper.wait(10)
+        (off_wall, off_cpu), (on_wall, on_cpu) = figures[False], figures[True]
+        ratios.append((on_wall / off_wall, on_cpu / off_cpu))
+        print(f"{'':14} {'on ÷ off':>9} {'':15} {on_wall / off_wall:14.2f} {'':14} {on_cpu / off_cpu:13.2f}")
+    walls_ratio = statistics.median(r[0] for r in ratios)
+    cpus_ratio = statistics.median(r[1] for r in ratios)
+    print(f"telemetry on ÷ off over {len(ratios)} same-run pairs, median: steady p50 {walls_ratio:.2f} x, "
+          f"CPU per cycle {cpus_ratio:.2f} x (min {min(r[1] for r in ratios):.2f}, "
+          f"max {max(r[1] for r in ratios):.2f})")
+    print(f"one reading of the master's own telemetry here (psutil, NVML, no backend loaded): "
+          f"{reading_us:.0f} µs; its JSON for a snapshot: {json_us:.0f} µs")
+    plain, carried = snapshot_parse_us()
+    print(f"one slave's snapshot as the master reads it (JSON decode + parse_snapshot + registry refresh), "
+          f"median of 2,000: {plain:.1f} µs without telemetry, {carried:.1f} µs with a full reading "
+          f"(+{carried - plain:.1f} µs a slave a cycle, {carried / plain:.2f} x)")
     for delay, worst in results:
         verdict = "met" if worst <= POLL_TARGET_S else "MISSED"
         print(f"target: one {slaves}-slave cycle within {POLL_TARGET_S:.0f} s at {delay:.0f} ms per slave: "
               f"worst {worst * 1000:.0f} ms ({verdict})")
+
+
+def snapshot_parse_us() -> tuple[float, float]:
+    """Microseconds the master spends on one slave's answer once received, without and with telemetry
+    (interleaved, the median of 2,000 each): decode, strict parse, and the registry's unchanged refresh."""
+    from routerd.registry.identity import MemoryPublicIdStore
+    from routerd.registry.registry import Registry
+    from routerd.wire.records import parse_snapshot
+
+    url = "http://127.0.0.1:9"
+    bodies = {flag: json.dumps(fake_snapshot(1, url, flag)).encode() for flag in (False, True)}
+    registry = Registry("master", "", MemoryPublicIdStore())
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(2000):
+        for flag, body in bodies.items():
+            start = time.perf_counter()
+            registry.update_node(parse_snapshot(json.loads(body)), url)
+            times[flag].append(time.perf_counter() - start)
+    return statistics.median(times[False]) * 1e6, statistics.median(times[True]) * 1e6
+
+
+def one_reading(node: Any) -> tuple[float, float]:
+    """Microseconds per reading of ``node``'s own telemetry (taken at once: no backend to scrape), and per
+    JSON of it (what a slave adds to each snapshot it answers), the median of 200 each."""
+    telemetry = node.telemetry
+    readings, jsons = [], []
+    for _ in range(200):
+        start = time.perf_counter()
+        telemetry.refresh()
+        readings.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        telemetry.reading_json()
+        jsons.append(time.perf_counter() - start)
+    return statistics.median(readings) * 1e6, statistics.median(jsons) * 1e6
 
 
 # -- (c) a master routing for many slaves against its local path ---------------------------------
@@ -466,10 +563,11 @@ def main() -> None:
     parser.add_argument("--only", choices=("forward", "poll", "route"), default=None)
     parser.add_argument("--serve-fake-nodes", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--delay-ms", type=float, default=0.0, help=argparse.SUPPRESS)
+    parser.add_argument("--with-telemetry", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.wrk = not args.python and have_wrk()
     if args.serve_fake_nodes:
-        serve_fake_nodes(args.serve_fake_nodes, args.delay_ms)
+        serve_fake_nodes(args.serve_fake_nodes, args.delay_ms, args.with_telemetry)
         return
     delays = [float(x) for x in args.poll_delay_ms.split(",") if x.strip()]
 

@@ -26,10 +26,12 @@ from routerd.wire.records import (
     PROTOCOL_VERSION,
     ModelRecord,
     Snapshot,
+    WireError,
     record_from_config,
     record_to_json,
 )
 from routerd.wire.status import RuntimeStatus
+from routerd.wire.telemetry import parse_telemetry, telemetry_to_json
 
 LoadedConfig = Callable[[RuntimeKind], str | None]
 
@@ -68,9 +70,10 @@ def with_local_loaded(records: Iterable[ModelRecord], node_id: str, catalog: Cat
     return out
 
 
-def snapshot(node_id: str, node_url: str, records: Sequence[ModelRecord]) -> Snapshot:
+def snapshot(node_id: str, node_url: str, records: Sequence[ModelRecord],
+             telemetry: dict[str, Any] | None = None) -> Snapshot:
     return Snapshot(node_id=node_id, node_url=node_url, build_version=__version__,
-                    protocol_version=PROTOCOL_VERSION, models=tuple(records))
+                    protocol_version=PROTOCOL_VERSION, models=tuple(records), telemetry=telemetry)
 
 
 def _size(model: ModelConfig | None) -> int:
@@ -135,14 +138,27 @@ def models_document(node_id: str, records: Sequence[ModelRecord], catalog: Catal
 
 
 def inventory(node_id: str, node_url: str, nodes: Iterable[NodeInfo],
-              records: Sequence[ModelRecord], role: str = "master") -> dict[str, Any]:
-    """``/router/v1/site/inventory`` of a master, or of a standalone node (``role``; no ``nodes``)."""
+              records: Sequence[ModelRecord], role: str = "master",
+              telemetry: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``/router/v1/site/inventory`` of a master, or of a standalone node (``role``; no ``nodes``);
+    ``telemetry`` is this node's own reading, each slave's is the one its latest snapshot carried."""
     out = [{"node_id": node_id, "node_url": node_url, "role": role, "healthy": True,
-            "build_version": __version__}]
+            "build_version": __version__, "telemetry": telemetry}]
     for info in nodes:
         out.append({"node_id": info.node_id, "node_url": info.node_url, "role": "slave",
-                    "healthy": info.healthy, "build_version": info.build_version})
+                    "healthy": info.healthy, "build_version": info.build_version,
+                    **node_telemetry(info.telemetry)})
     return {"nodes": out, "models": [record_to_json(r) for r in records], "recipes": []}
+
+
+def node_telemetry(sent: dict[str, Any] | None) -> dict[str, Any]:
+    """A slave's telemetry as the inventory shows it: read strictly, or null with ``telemetry_error``."""
+    if sent is None:
+        return {"telemetry": None}
+    try:
+        return {"telemetry": telemetry_to_json(parse_telemetry(sent))}
+    except WireError as exc:
+        return {"telemetry": None, "telemetry_error": exc.message}
 
 
 def state(node_id: str, now_ms: int, runtimes: Iterable[SlotStatus], active: Iterable[ActiveRequest],

@@ -286,6 +286,16 @@ class HistogramFamily(_Family[HistogramChild]):
             metric.add_sample(self.name + "_created", dict(labels), child.created)
 
 
+#: Request statuses that are the server's failure, not the client's (``routerd_requests_total{status}``):
+#: what the rack view's ``failed_requests`` counts.
+_FAILED_STATUSES = frozenset({"backend_error", "internal_error", "stream_broken"})
+
+
+def request_failed(status: str) -> bool:
+    """Whether a request that ended with ``status`` failed on the server's side (a 5xx answer too)."""
+    return status in _FAILED_STATUSES or status.startswith("http_5")
+
+
 class NodeMetrics:
     def __init__(self) -> None:
         self._request_children: dict[tuple[str, str, str, str], tuple[CountChild, HistogramChild]] = {}
@@ -343,6 +353,13 @@ class NodeMetrics:
         self.plan_duration = Histogram(
             "routerd_lending_plan_duration_seconds", "Time one lending plan takes (master)",
             buckets=_PLAN_BUCKETS, registry=self.registry)
+
+    def failed_requests(self) -> int:
+        """Requests this node answered that failed on its side, since start (read at each telemetry
+        reading, never per request)."""
+        children = self.requests.children.items()
+        return int(sum(child.value for (_model, _lane, _route, status), child in children
+                       if request_failed(status)))
 
     def request_children(self, model: str, lane: str, route: str,
                          status: str) -> tuple[CountChild, HistogramChild]:

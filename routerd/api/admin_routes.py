@@ -95,7 +95,8 @@ class AdminAPI(NodeServices):
     def inventory(self, request: IRequest) -> bytes:
         registry = self.site.registry  # 404 on a slave
         document = documents.inventory(self.site.node_id, self.documents.public_url, registry.nodes(),
-                                       self.documents.records(), role=self.site.role)
+                                       self.documents.records(), role=self.site.role,
+                                       telemetry=self.documents.own_telemetry())
         if self.recipes is not None:
             document["recipes"] = [r.to_json() for r in self.recipes.book.recipes()]
         return json_response(request, document)

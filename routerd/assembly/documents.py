@@ -25,8 +25,10 @@ from routerd.lending.coordinator import Coordinator
 from routerd.lending.service import LendingService
 from routerd.metrics import NodeMetrics
 from routerd.routing.adapters.ollama import ListedModel
+from routerd.telemetry.collector import Telemetry
 from routerd.wire.records import ModelRecord, Snapshot, snapshot_to_json
 from routerd.wire.status import RuntimeStatus
+from routerd.wire.telemetry import telemetry_to_json
 
 
 class LocalReadiness:
@@ -45,12 +47,12 @@ class NodeDocuments:
                  config: Callable[[], Config], catalog: Callable[[], Catalog], runtimes: Runtimes,
                  assets: AssetService, local: LocalInference, lending: LendingService,
                  samples: Measurements, own_busy: Callable[[], bool], master: MasterAgent | None,
-                 recipes: RecipeRouter | None,
+                 recipes: RecipeRouter | None, telemetry: Telemetry,
                  benchmark: Callable[[str], dict[str, Any] | None] = lambda _model: None) -> None:
         self.node_id, self.public_url, self.clock, self.started_at = node_id, public_url, clock, started_at
         self.config, self.catalog, self.runtimes, self.assets = config, catalog, runtimes, assets
         self.local, self.lending, self.samples, self.own_busy = local, lending, samples, own_busy
-        self.master, self.recipes = master, recipes
+        self.master, self.recipes, self.telemetry = master, recipes, telemetry
         self.benchmark = benchmark  # a model's latest benchmark result (inference.bench), or None
 
     def local_records(self) -> list[ModelRecord]:
@@ -78,7 +80,17 @@ class NodeDocuments:
         return merge_listing(self.recipes.image_listed(), listed, lambda e: e["model_name"])
 
     def snapshot_wire(self) -> Snapshot:
-        return documents.snapshot(self.node_id, self.public_url, self.local_records())
+        """The node's models and its latest telemetry (asking for it starts the next reading: the master's
+        health poll asks for this)."""
+        return documents.snapshot(self.node_id, self.public_url, self.local_records(),
+                                  self.telemetry.reading_json())
+
+    def own_telemetry(self) -> dict[str, Any]:
+        """This node's telemetry for its site inventory: a master's latest (its health poll reads it), a
+        site of one's latest with the next reading started (it has no poll)."""
+        if self.master is not None:
+            return telemetry_to_json(self.telemetry.current())
+        return self.telemetry.reading_json()
 
     def snapshot(self) -> dict[str, Any]:
         return snapshot_to_json(self.snapshot_wire())

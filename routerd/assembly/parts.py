@@ -20,6 +20,7 @@ from routerd.assembly.clients import NodeClients
 from routerd.assembly.current import Current, Held, Late
 from routerd.assembly.documents import LocalReadiness, NodeDocuments
 from routerd.assembly.ports import KeyBook, LocalSide
+from routerd.assembly.rack import build_telemetry
 from routerd.assembly.reactions import OwnWork, RecordsChanged, SettingsApplied
 from routerd.assembly.refit import CostRefit
 from routerd.assembly.restore import build_restorer
@@ -63,6 +64,7 @@ from routerd.routing.key_limits import KeyLimiter
 from routerd.routing.relay import Timeouts
 from routerd.services import IntervalService
 from routerd.store.store import Store
+from routerd.telemetry.collector import Telemetry
 from routerd.wire.records import ModelRecord, Snapshot
 from routerd.wire.status import RuntimeStatus
 
@@ -124,6 +126,7 @@ class NodeParts:
     bench: BenchRunner
     policy: AuthPolicy
     documents: NodeDocuments
+    telemetry: Telemetry
     #: The documents the HTTP edge and the cluster agents read (``assembly.documents`` computes them).
     local_records: Callable[[], list[ModelRecord]]
     records: Callable[[], list[ModelRecord]]
@@ -259,11 +262,13 @@ def build_services(p: NodeParts, *, on_catalog: Callable[[Catalog], Awaitable[No
                           handle=partial(p.front.handle, cluster_call=True),
                           book=BenchBook(cluster.store_dir, p.run_in_thread), on_result=p.records_changed)
     p.policy = auth_policy(config)
+    p.telemetry = build_telemetry(clock=reactor, slots=p.runtimes.slots, held=p.lending.held_requests,
+                                  http=p.http, metrics=p.metrics, observe_loads=p.samples.load_observers)
     p.documents = NodeDocuments(
         node_id=p.node_id, public_url=p.public_url, clock=reactor, started_at=p.started_at,
         config=p.current_config.get, catalog=catalog, runtimes=p.runtimes, assets=p.assets, local=p.local,
         lending=p.lending, samples=p.samples, own_busy=p.own_work.busy, master=p.master, recipes=p.recipes,
-        benchmark=p.bench.book.latest)
+        telemetry=p.telemetry, benchmark=p.bench.book.latest)
     docs = p.documents
     p.local_records, p.records, p.listing = docs.local_records, docs.records, docs.listing
     p.image_listing, p.snapshot, p.snapshot_wire = docs.image_listing, docs.snapshot, docs.snapshot_wire

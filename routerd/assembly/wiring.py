@@ -33,6 +33,7 @@ def wire(p: NodeParts, coordinator: Late[Coordinator]) -> None:
         coordinator.set(p.coordinator)
     if p.master is not None:
         p.master.local_status = p.documents.runtime_status
+        p.master.when_polled(p.telemetry.refresh)  # the master's own reading, at each health poll
     if p.slave is not None:
         p.slave.snapshot = p.documents.snapshot_wire
     p.decisions.observe(p.metrics.count_decision)

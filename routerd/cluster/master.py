@@ -65,6 +65,7 @@ class MasterAgent(MultiService):
         self.local_status = local_status
         self.stt_counter = RoundRobinCounter()
         self._registered: list[Callable[[str], None]] = []
+        self._polled: list[Callable[[], defer.Deferred[Any]]] = []
         # Registrations accepted so far, and the count at each URL's latest one: a poll that failed
         # but was sent before a registration was accepted says nothing about the node since.
         self._registrations = 0
@@ -86,6 +87,11 @@ class MasterAgent(MultiService):
         """Call ``callback(node_id)`` after each accepted registration."""
         self._registered.append(callback)
 
+    def when_polled(self, callback: Callable[[], defer.Deferred[Any]]) -> None:
+        """Run ``callback()`` alongside each poll cycle (this node's own telemetry reading); the cycle
+        ends when it has (a failure is logged, never the poll's)."""
+        self._polled.append(callback)
+
     def _tick(self) -> defer.Deferred[None] | None:
         if self._polling is not None:
             return None  # a slow cycle is still running: never stack polls
@@ -104,6 +110,7 @@ class MasterAgent(MultiService):
         # Applied in configuration order, so when two URLs claim one node_id the
         # first configured one wins; as one registry change (one rebuild for the cycle).
         sent_after = self._registrations
+        alongside = [defer.maybeDeferred(callback) for callback in self._polled]
         answers = await fan_out(self.slave_urls, self.client.models, POLL_CONCURRENCY)
         with self.registry.batch():
             for url, value in answers:
@@ -118,6 +125,9 @@ class MasterAgent(MultiService):
                     self._accept(value, url, "poll")
                 except StatusError:
                     pass  # logged, and the node marked unhealthy
+        for ok, result in await defer.DeferredList(alongside, consumeErrors=True):
+            if not ok:
+                log.failure("a reading alongside the health poll failed", failure=result)
 
     def _accept(self, snapshot: Snapshot, url: str, how: str) -> None:
         try:

@@ -42,6 +42,8 @@ class Measurements:
         self.analytics = analytics  # analytics rows and the failed-load list (inference.analytics)
         #: When this node's own work last ended (or a non-borrowed load); idle-for counts from it.
         self.own_work_at = clock.seconds()
+        #: Told of each load as it ends (the rack telemetry's attention rules).
+        self.load_observers: list[Callable[[LoadEvent], None]] = []
 
     def own_work_done(self) -> None:
         self.own_work_at = self.clock.seconds()
@@ -81,6 +83,8 @@ class Measurements:
             self.analytics.load(model_id=event.model_id, config_filename=event.config_filename,
                                 runtime=event.kind, ok=event.ok, duration_ms=event.duration_ms,
                                 reason=event.reason)
+        for observer in self.load_observers:
+            observer(event)
         store = self.store()
         if store is not None:
             store.record_load_sample(LoadSample(

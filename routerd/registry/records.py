@@ -6,6 +6,8 @@ re-exported here so registry users need one import.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from routerd.errors import StatusError
@@ -64,6 +66,8 @@ class NodeInfo:
     healthy: bool
     build_version: str
     protocol_version: int
+    #: The node's latest telemetry as its snapshot carried it (None before one does).
+    telemetry: dict[str, Any] | None = None
 
 
 @attrs.define
@@ -77,4 +81,4 @@ class NodeEntry:
 
     def info(self) -> NodeInfo:
         return NodeInfo(self.node_id, self.node_url, self.healthy, self.snapshot.build_version,
-                        self.snapshot.protocol_version)
+                        self.snapshot.protocol_version, self.snapshot.telemetry)

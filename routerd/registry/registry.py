@@ -121,7 +121,10 @@ class Registry:
             raise DuplicateNode(f'node url "{node_url}" is already registered to node "{owner}"')
         snapshot = attrs.evolve(snapshot, node_id=node_id, node_url=node_url)
         if known is not None and known.healthy and known.snapshot == snapshot:
-            return  # an unchanged refresh: public IDs and records stay as they are
+            # an unchanged refresh: public IDs and records stay as they are; only its telemetry (which
+            # a snapshot's equality leaves out) is the newest, and that is no registry change
+            known.snapshot = snapshot
+            return
         if known is None:
             self._nodes[node_id] = NodeEntry(node_id, node_url, snapshot)
             self._by_url[node_url] = node_id

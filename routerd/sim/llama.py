@@ -17,8 +17,8 @@ from routerd.sim.flags import Flag, below_floor
 from routerd.sim.llama_info import (
     AUTO_PARALLEL,
     AUTO_SLOTS,
+    LlamaMetrics,
     SlotTable,
-    metrics_text,
     models_body,
     props_body,
     slot_context,
@@ -126,8 +126,7 @@ class LlamaServer(WeightsServer):
         self.opts = options
         self.slot_table = SlotTable.of(options.slots)
         self.vocabulary = Vocabulary()
-        self.prompt_tokens_total = 0
-        self.predicted_tokens_total = 0
+        self.counted = LlamaMetrics()
 
     @property
     def n_ctx(self) -> int:
@@ -199,8 +198,7 @@ class LlamaServer(WeightsServer):
                 ended = self.rt.now()
             finally:
                 slot.processing = False
-        self.prompt_tokens_total += job.prompt_tokens
-        self.predicted_tokens_total += len(job.tokens)
+        self.counted.add(job.prompt_tokens, prompt_done - started, len(job.tokens), ended - prompt_done)
         return timings_body(job.prompt_tokens, prompt_done - started, len(job.tokens), ended - prompt_done)
 
     # -- informational routes ------------------------------------------------------------------
@@ -229,8 +227,7 @@ class LlamaServer(WeightsServer):
                 "not_supported_error",
             ))
         counters = self.rt.counters
-        text = metrics_text(self.prompt_tokens_total, self.predicted_tokens_total, counters.running,
-                            counters.waiting)
+        text = self.counted.text(counters.running, counters.waiting)
         return send_text(request, 200, text, b"text/plain; version=0.0.4")
 
     # -- tokenizer -----------------------------------------------------------------------------

@@ -12,9 +12,9 @@ __all__ = [
     "AUTO_PARALLEL",
     "AUTO_SLOTS",
     "CONTEXT_PAD",
+    "LlamaMetrics",
     "Slot",
     "SlotTable",
-    "metrics_text",
     "models_body",
     "props_body",
     "slot_context",
@@ -146,19 +146,69 @@ def props_body(*, model: str, model_path: str, n_ctx: int, slots: int, vision: b
     }
 
 
-def metrics_text(prompt_tokens: int, predicted_tokens: int, processing: int, waiting: int) -> str:
-    """``/metrics`` (with ``--metrics``): a few of llama-server's Prometheus series."""
-    series = (
-        ("prompt_tokens_total", "counter", "Number of prompt tokens processed.", prompt_tokens),
-        ("tokens_predicted_total", "counter", "Number of generation tokens processed.", predicted_tokens),
-        ("requests_processing", "gauge", "Number of requests processing.", processing),
-        ("requests_deferred", "gauge", "Number of requests deferred.", waiting),
-    )
-    lines: list[str] = []
-    for name, kind, help_text, value in series:
-        lines += [f"# HELP llamacpp:{name} {help_text}", f"# TYPE llamacpp:{name} {kind}",
-                  f"llamacpp:{name} {value}"]
-    return "\n".join(lines) + "\n"
+class LlamaMetrics:
+    """What llama-server counts for ``/metrics`` (b11434 ``server_task_result_metrics::to_metrics``): prompt
+    and generated tokens with the seconds spent on them since start, and the same since the previous scrape
+    (the throughput gauges are averaged over the window between two scrapes, and a scrape starts the next)."""
+
+    def __init__(self) -> None:
+        self.prompt_tokens = 0
+        self.prompt_seconds = 0.0
+        self.predicted_tokens = 0
+        self.predicted_seconds = 0.0
+        self.decodes = 0
+        self.tokens_max = 0
+        self._window = [0, 0.0, 0, 0.0]  # prompt tokens, seconds; predicted tokens, seconds
+
+    def add(self, prompt_tokens: int, prompt_s: float, predicted_tokens: int, predicted_s: float) -> None:
+        """One finished task: its prompt (one decode) and each generated token (a decode each)."""
+        self.prompt_tokens += prompt_tokens
+        self.prompt_seconds += prompt_s
+        self.predicted_tokens += predicted_tokens
+        self.predicted_seconds += predicted_s
+        self.decodes += 1 + predicted_tokens
+        self.tokens_max = max(self.tokens_max, prompt_tokens + predicted_tokens)
+        window = self._window
+        window[0] += prompt_tokens
+        window[1] += prompt_s
+        window[2] += predicted_tokens
+        window[3] += predicted_s
+
+    def text(self, processing: int, deferred: int) -> str:
+        """The Prometheus text of one scrape (and the start of the next window)."""
+        prompt_n, prompt_s, predicted_n, predicted_s = self._window
+        self._window = [0, 0.0, 0, 0.0]
+        counters = (
+            ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens",
+             self.prompt_tokens),
+            ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache", 0),
+            ("prompt_seconds_total", "Total time spent processing prompts", self.prompt_seconds),
+            ("tokens_predicted_total", "Number of generation tokens processed", self.predicted_tokens),
+            ("tokens_predicted_seconds_total", "Total time spent generating tokens", self.predicted_seconds),
+            ("n_decode_total", "Total number of llama_decode() calls, excluding speculative decoding and "
+             "multimodal decoding", self.decodes),
+            ("n_tokens_max", "Largest observed sequence length (prompt + generation)", self.tokens_max),
+            ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", 0),
+            ("spec_decode_num_accepted_tokens_total",
+             "Speculative: Total draft tokens accepted by the target model", 0),
+            ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps", 0),
+        )
+        gauges = (
+            ("prompt_tokens_seconds", "Average prompt throughput in tokens/s",
+             prompt_n / prompt_s if prompt_s > 0 else 0.0),
+            ("predicted_tokens_seconds", "Average generation throughput in tokens/s",
+             predicted_n / predicted_s if predicted_s > 0 else 0.0),
+            ("requests_processing", "Number of requests processing", processing),
+            ("requests_deferred", "Number of requests deferred", deferred),
+            ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
+             1.0 if self.decodes else 0.0),
+        )
+        lines: list[str] = []
+        for kind, series in (("counter", counters), ("gauge", gauges)):
+            for name, help_text, value in series:
+                lines += [f"# HELP llamacpp:{name} {help_text}", f"# TYPE llamacpp:{name} {kind}",
+                          f"llamacpp:{name} {value:g}"]
+        return "\n".join(lines) + "\n"
 
 
 def timings_body(prompt_n: int, prompt_s: float, predicted_n: int, predicted_s: float) -> dict[str, object]:

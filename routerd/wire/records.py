@@ -101,6 +101,10 @@ class Snapshot:
     build_version: str = ""
     protocol_version: int = 0
     models: tuple[ModelRecord, ...] = ()
+    #: The node's telemetry (``routerd.wire.telemetry``; additive, sent only when set): a plain JSON
+    #: object here, so that a telemetry part the master cannot read never refuses the node's models.
+    #: Not part of a snapshot's equality: a new reading alone is not a change of the node's models.
+    telemetry: dict[str, Any] | None = attrs.field(default=None, eq=False)
 
 
 def _strict_str(value: Any, _type: Any) -> str:
@@ -191,6 +195,15 @@ def _make_converter() -> cattrs.Converter:
     conv.register_unstructure_hook_func(
         lambda t: t == tuple[ModelRecord, ...],
         lambda models: [conv.unstructure(m, ModelRecord) for m in models])
+    snapshot_base = make_dict_unstructure_fn(Snapshot, conv)
+
+    def unstructure_snapshot(snapshot: Snapshot) -> dict[str, Any]:
+        out: dict[str, Any] = snapshot_base(snapshot)
+        if out.get("telemetry") is None:
+            out.pop("telemetry", None)
+        return out
+
+    conv.register_unstructure_hook(Snapshot, unstructure_snapshot)
     return conv
 
 

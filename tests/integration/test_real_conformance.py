@@ -29,9 +29,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from routerd.sim.wav import make_wav
 from routerd.sim.weights import write_weights
+from routerd.telemetry.counters import parse_llama_metrics
 from tests.integration.conformance import Answer, Check, Probe, Running, differences, free_port, start_server
 from tests.integration.real_backends import RealServers, TinyModels
 
@@ -313,3 +315,33 @@ def test_the_simulated_whisper_server_switches_models_as_the_real_one(
     assert not differences(*answers)
     assert answers[0].status == 200 and answers[0].body == answers[1].body == "Load was successful!"
     assert_conforms(WHISPER_BATTERY[1], whisper)
+
+
+def test_both_llama_servers_serve_the_same_metrics_series_and_routerd_reads_them_alike(
+        real_servers: RealServers, tiny_models: TinyModels, weights: Path, tmp_path: Path) -> None:
+    """Started with ``--metrics`` (as routerd starts every llama-server), after one completion both answer
+    ``/metrics`` with the same ``llamacpp:`` series, by name, type and order; and the rack telemetry reads the
+    same counters from both (the tokens the completion generated, nothing processing or deferred)."""
+    sim_weights = str(weights / "tiny.sim.json")
+    pairs = _pair([real_servers.llama, "-m", tiny_models.tiny, *CONTEXT, "-t", "1", "--metrics"],
+                  [*SIM, "llama-server", "-m", sim_weights, *CONTEXT, "--metrics"], tmp_path)
+    pair = next(pairs)
+    try:
+        series = []
+        for server in pair:
+            answer = server.ask(Probe("POST", "/completion", {"prompt": "Hi", "n_predict": 4}))
+            assert answer.status == 200 and isinstance(answer.body, dict)
+            scraped = server.ask(Probe("GET", "/metrics"))
+            assert scraped.status == 200 and scraped.media_type == "text/plain"
+            assert isinstance(scraped.body, str)
+            families = list(text_string_to_metric_families(scraped.body))
+            series.append([(family.name, family.type) for family in families])
+            counters = parse_llama_metrics(scraped.body)
+            assert counters.tokens_predicted_total == answer.body["tokens_predicted"]
+            assert counters.prompt_tokens_total is not None and counters.prompt_tokens_total > 0
+            assert (counters.requests_processing, counters.requests_deferred) == (0, 0)
+            assert counters.tokens_per_second is not None and counters.prompt_tokens_per_second is not None
+        real, sim = series
+        assert sim == real
+    finally:
+        pairs.close()

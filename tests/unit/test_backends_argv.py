@@ -51,6 +51,7 @@ def test_text_argv_with_every_option_in_order() -> None:
         "--embeddings",
         "--pooling",
         "mean",
+        "--metrics",
         "--flash-attn",
         "on",
         "--threads",
@@ -58,9 +59,10 @@ def test_text_argv_with_every_option_in_order() -> None:
     ]
 
 
-def test_text_argv_minimal_config_has_no_optional_flags_but_one_slot() -> None:
+def test_text_argv_minimal_config_has_no_optional_flags_but_one_slot_and_metrics() -> None:
     """Only ``--parallel 1``: a config without ``parallel`` serves one request at a time as routerd counts it
-    (llama-server b11434 would otherwise run 4 slots at once)."""
+    (llama-server b11434 would otherwise run 4 slots at once); and ``--metrics``, which the rack telemetry
+    reads."""
     m = config(Capabilities(llm=True), text_model="/w/a.gguf")
     assert text_argv(["python", "-m", "routerd.sim", "llama-server"], (), m, 5) == [
         "python",
@@ -75,6 +77,7 @@ def test_text_argv_minimal_config_has_no_optional_flags_but_one_slot() -> None:
         "/w/a.gguf",
         "--parallel",
         "1",
+        "--metrics",
     ]
 
 
@@ -100,19 +103,28 @@ def test_text_argv_for_an_embeddings_only_config_serves_the_embeddings_model() -
         "512",
         "--parallel",
         "1",
+        "--metrics",
     ]
 
 
 def test_text_argv_pools_a_text_model_that_embeds_by_mean_unless_its_flags_choose() -> None:
     """A generative GGUF states no pooling, and llama-server refuses /v1/embeddings without one."""
     m = config(Capabilities(llm=True, embeddings=True), text_model="/w/a.gguf")
-    assert text_argv(CMD, (), m, 5)[-3:] == ["--embeddings", "--pooling", "mean"]
+    assert text_argv(CMD, (), m, 5)[-4:] == ["--embeddings", "--pooling", "mean", "--metrics"]
     for own in (("--pooling", "last"), ("--pooling=cls",)):
         chosen = config(Capabilities(llm=True, embeddings=True), text_model="/w/a.gguf", extra_args=own)
         argv = text_argv(CMD, (), chosen, 5)
         assert argv.count("mean") == 0 and argv[-len(own):] == list(own)
         assert text_argv(CMD, own, config(Capabilities(llm=True, embeddings=True), text_model="/w/a.gguf"),
                          5).count("mean") == 0
+
+
+def test_text_argv_asks_for_metrics_once() -> None:
+    """``--metrics`` is added unless the binary's or the model's flags already give it."""
+    m = config(Capabilities(llm=True), text_model="/w/a.gguf")
+    assert text_argv(CMD, (), m, 5).count("--metrics") == 1
+    assert text_argv((*CMD, "--metrics"), (), m, 5).count("--metrics") == 1
+    assert text_argv(CMD, ("--metrics",), m, 5).count("--metrics") == 1
 
 
 def test_image_argv() -> None:

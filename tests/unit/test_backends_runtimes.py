@@ -84,6 +84,7 @@ def test_each_kind_starts_its_own_binary_with_its_argv_and_probe() -> None:
         "/w/t.sim.json",
         "--parallel",
         "1",
+        "--metrics",
         "--verbose",
     ]
     assert by_name["sd-server"].argv[3:6] == ["sd-server", "--listen-ip", "127.0.0.1"]

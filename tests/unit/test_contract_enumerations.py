@@ -25,6 +25,7 @@ from routerd.store.analytics import ANALYTICS_LANES, LEVELS, PERIODS
 from routerd.store.samples import RUNTIMES as SAMPLE_RUNTIMES
 from routerd.store.samples import SECTIONS as SAMPLE_SECTIONS
 from routerd.wire.lending import HeldState, ServiceSource
+from routerd.wire.telemetry import ATTENTION_CODES, GPU_STATES
 
 from .contract_doc import CONTRACT, section
 
@@ -56,6 +57,8 @@ ENUMERATIONS: list[tuple[str, tuple[str, ...], int]] = [
     ("load sample runtime", SAMPLE_RUNTIMES, 8),
     ("decision service_source", get_args(ServiceSource), 8),
     ("held request state", get_args(HeldState), 6),
+    ("telemetry GPU state", GPU_STATES, 6),
+    ("telemetry attention code", ATTENTION_CODES, 6),
     ("lane", LANES, 6),
     ("guardian scope", SCOPES, 7),
     ("lending setting source", get_args(Source), 7),

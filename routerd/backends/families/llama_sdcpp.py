@@ -59,7 +59,9 @@ def text_argv(cmd: Sequence[str], extra: Sequence[str], model: ModelConfig, port
     """llama-server for text, embeddings and multimodal.  An embeddings model's own GGUF says how it
     pools; a text model that also embeds gets ``--pooling mean`` unless its flags choose one.  A config
     without ``parallel`` serves one request at a time, as routerd's queue and pricing count it: llama-server
-    is given ``--parallel 1`` (its own default runs 4 slots at once) unless a flag already sets it."""
+    is given ``--parallel 1`` (its own default runs 4 slots at once) unless a flag already sets it.  It is
+    started with ``--metrics`` (its Prometheus ``/metrics``: the rack telemetry reads its token rates at each
+    health poll) unless a flag already says so."""
     argv = [*cmd, "--host", HOST, "--port", str(port)]
     if model.text_model:
         argv += ["-m", model.text_model]
@@ -82,6 +84,8 @@ def text_argv(cmd: Sequence[str], extra: Sequence[str], model: ModelConfig, port
             # a generative GGUF states no pooling: llama-server would refuse /v1/embeddings
             # ("Pooling type 'none' is not OAI compatible"); mean pooling is what embeds its text
             argv += ["--pooling", "mean"]
+    if not _sets([*cmd, *own], "--metrics"):
+        argv.append("--metrics")
     return [*argv, *own]
 
 
