@@ -7,10 +7,10 @@ import { del, get, post, query } from "./api.js";
 import { badge, clock, duration, errorBox, h, replace, table } from "./dom.js";
 import { refreshNow, showError } from "./shell.js";
 
-const KINDS = ["plan", "dispatch", "helper"];
+const KINDS = ["plan", "dispatch", "helper", "queue"];
 const OUTCOMES = ["granted", "probe", "skipped", "lease_updated", "lease_cleared", "lease_refused", "lent",
   "returned", "held_for_helper", "relay_refused", "stall_reclaimed", "native_waited_behind_borrowed",
-  "borrowed_returned"];
+  "borrowed_returned", "passed_over"];
 const WINDOWS = [500, 2000, 10000, 50000];
 const PAGE_SIZE = 50;
 

@@ -1,0 +1,134 @@
+"""The swap-avoiding order on a shared runtime (contract "The swap-avoiding order",
+``scheduling.swap_batch``).
+
+A lane's runtime serves one model at a time: when the request the class order would admit next is
+of another model than the one the runtime will hold by then, admitting it switches the runtime
+(stop, load the other weights).  With ``swap_batch`` N > 0 the lane queue admits instead, up to N
+times since the runtime last switched, the request of the loaded model that model's own order
+serves first, in the same effective class as the one passed over, so the other model's requests
+are served together later (``A B A A C`` runs as ``A A A B C``).  It stops passing over as soon as
+any waiting request of another model has waited the bound: ``scheduling.swap_max_wait``, never
+more than ``queue.aging`` (the period after which a waiting request rises a class).  So a request
+is passed over only while it has waited less than the bound; it then waits at most the one job
+admitted last before it is admitted itself.
+
+The model the runtime will hold is the model of the last request admitted to the backend while
+one is there (the runtime serves them in admission order); else the one the caller says the
+runtime holds or is loading (:attr:`SwapBatch.loaded`, data the node keeps up to date; None:
+nothing loaded, so nothing to keep and no pass).
+
+Within one model the order is unchanged (the loaded model's request taken is the one its own
+order serves first), so the request lending takes from a model is still the one that model would
+serve last.  Pure: no Twisted, no clock of its own.  With N = 0 nothing here is asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from routerd.lending.priority import FairOrder, effective_rank
+from routerd.lending.queue_entries import Entry, SwapPass
+
+
+class SwapBatch:
+    """The rule's settings, the runtime's model, and the passes since the runtime last switched."""
+
+    __slots__ = ("limit", "max_wait_ms", "loaded", "_model", "_count", "_proposed", "_passes", "tally")
+
+    def __init__(self, limit: int = 0, max_wait_ms: int = 10_000) -> None:
+        self.limit = 0
+        self.max_wait_ms = 0
+        self.configure(limit, max_wait_ms)
+        #: The lane key of the model the runtime holds or is loading (None: nothing).
+        self.loaded: str | None = None
+        self._model: str | None = None  # the model the count below is of
+        self._count = 0  # requests of it admitted ahead of a switch since the runtime switched to it
+        self._proposed: SwapPass | None = None  # the pass :meth:`pick` answered, until admitted
+        self._passes: list[SwapPass] = []  # passes made since the caller last took them
+        #: Per model kept loaded: (requests served ahead of a switch, switches avoided), cumulative.
+        self.tally: dict[str, tuple[int, int]] = {}
+
+    def configure(self, limit: int, max_wait_ms: int) -> None:
+        """Apply ``scheduling.swap_batch`` and ``scheduling.swap_max_wait`` (ms) from the next pick."""
+        self.limit = max(int(limit), 0)
+        self.max_wait_ms = max(int(max_wait_ms), 0)
+
+    def bound_ms(self, aging_ms: int) -> int:
+        """How long a request of another model may wait and still be passed over."""
+        return min(self.max_wait_ms, aging_ms) if aging_ms > 0 else self.max_wait_ms
+
+    def current(self, admitted: Mapping[str, Entry]) -> str | None:
+        """The model the runtime will hold when the next admitted request reaches it."""
+        last = next(reversed(admitted.values()), None)
+        return last.model_id if last is not None else self.loaded
+
+    def pick(self, waiting: Sequence[Entry], index: int, admitted: Mapping[str, Entry], now_ms: int,
+             order: FairOrder, uniform: bool) -> int:
+        """Where in ``waiting`` the request to admit is, given that the class order picks ``index``
+        (``uniform``: one class and one key wait, the order is the list's)."""
+        self._proposed = None
+        head = waiting[index]
+        current = self.current(admitted)
+        if current is None or head.model_id == current:
+            return index
+        if current != self._model:
+            self._model, self._count = current, 0
+        if self._count >= self.limit:
+            return index
+        bound = self.bound_ms(order.aging_ms)
+        mine: list[int] = []
+        for i, e in enumerate(waiting):
+            if e.model_id == current:
+                if e.borrowed == head.borrowed:
+                    mine.append(i)
+            elif now_ms - e.arrived_ms >= bound:
+                return index  # a request of another model has waited its bound: no more passing
+        if not mine:
+            return index
+        if uniform:
+            chosen = mine[0]
+        else:
+            found = order.pick([waiting[i] for i in mine], now_ms)
+            assert found is not None
+            chosen = mine[found]
+            aging = order.aging_ms
+            if effective_rank(waiting[chosen].priority, waiting[chosen].arrived_ms, now_ms, aging) != \
+                    effective_rank(head.priority, head.arrived_ms, now_ms, aging):
+                return index  # it would pass a higher class
+        self._proposed = SwapPass(
+            served=waiting[chosen].request_id, passed=head.request_id, model_id=current,
+            passed_model_id=head.model_id, waited_ms=max(now_ms - head.arrived_ms, 0),
+            avoided=_switches_saved(waiting, chosen, current))
+        return chosen
+
+    def admitted(self, entry: Entry, current: str | None) -> None:
+        """``entry`` was admitted while the runtime was to hold ``current``: count the pass
+        :meth:`pick` proposed for it, or a switch."""
+        proposed, self._proposed = self._proposed, None
+        if proposed is not None and proposed.served == entry.request_id:
+            self._count += 1
+            self._passes.append(proposed)
+            served, avoided = self.tally.get(proposed.model_id, (0, 0))
+            self.tally[proposed.model_id] = (served + 1, avoided + proposed.avoided)
+        elif entry.model_id != current:
+            self._model, self._count = entry.model_id, 0
+
+    def take_passes(self) -> tuple[SwapPass, ...]:
+        """The passes made since the last call (the caller's decision-log rows)."""
+        if not self._passes:
+            return ()
+        passes, self._passes = tuple(self._passes), []
+        return passes
+
+
+def _switches_saved(waiting: Sequence[Entry], chosen: int, current: str) -> int:
+    """How many fewer model switches the runtime makes serving ``waiting`` in list order after the
+    loaded model ``current`` once ``waiting[chosen]`` (of ``current``) goes first: taken from between
+    its neighbours, they follow each other (0, 1 or 2; never fewer, as a switch is never added)."""
+    before = waiting[chosen - 1].model_id if chosen > 0 else current
+    after = waiting[chosen + 1].model_id if chosen + 1 < len(waiting) else None
+    return (before != current) + (after is not None and after != current) - \
+        (after is not None and before != after)
+
+
+__all__ = ["SwapBatch", "SwapPass"]
