@@ -266,7 +266,8 @@ def parse_config(
     if errs.items:
         raise ConfigError(errs.items)
     return Config(server=server, auth=auth, models=models, backend=backend, cluster=cluster,
-                  limits=limits, queue=queue, scheduling=scheduling, analytics=analytics, source=source, **binaries)
+                  limits=limits, queue=queue, scheduling=scheduling, analytics=analytics, source=source,
+                  **binaries)
 
 
 def _analytics(section: Mapping[str, Any], reader: Reader) -> AnalyticsConfig:

@@ -47,6 +47,7 @@ class Entry:
     key_name: str = ""  # the name of the key that admitted it (fair share; never the key itself)
     weight: float = 1.0  # the key's limits.weight (fair share)
     concurrency: int = 1  # requests its model's backend serves at once (native entries)
+    overtaken_ms: int | None = None  # when the swap-avoiding order first served a later one first
 
 
 @attrs.frozen

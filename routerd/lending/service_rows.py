@@ -75,9 +75,9 @@ class ServiceRows:
         decisions = self.service.decisions
         if decisions is None:
             return
-        fields: dict[str, Any] = {"lane": lane, "request_id": passed.passed, "reason": "swap_avoided",
-                                  "owner_model_id": passed.passed_model_id, "helper_model_id": passed.model_id,
-                                  "wait_ms": passed.waited_ms}
+        fields: dict[str, Any] = {
+            "lane": lane, "request_id": passed.passed, "reason": "swap_avoided", "wait_ms": passed.waited_ms,
+            "owner_model_id": passed.passed_model_id, "helper_model_id": passed.model_id}
         entry = self.queues[lane].entry(passed.passed)
         if entry is not None:
             fields["priority"] = CLASSES[entry.priority]

@@ -6,11 +6,18 @@ of another model than the one the runtime will hold by then, admitting it switch
 (stop, load the other weights).  With ``swap_batch`` N > 0 the lane queue admits instead, up to N
 times since the runtime last switched, the request of the loaded model that model's own order
 serves first, in the same effective class as the one passed over, so the other model's requests
-are served together later (``A B A A C`` runs as ``A A A B C``).  It stops passing over as soon as
-any waiting request of another model has waited the bound: ``scheduling.swap_max_wait``, never
-more than ``queue.aging`` (the period after which a waiting request rises a class).  So a request
-is passed over only while it has waited less than the bound; it then waits at most the one job
-admitted last before it is admitted itself.
+are served together later (``A B A A C`` runs as ``A A A B C``).
+
+The starvation bound: a waiting request is *overtaken* when a request behind it is admitted first
+this way (the one passed over, and whatever else waits ahead of the request admitted); from the
+first time, it carries that instant (``Entry.overtaken_ms``).  No request is admitted out of order
+when one it would overtake was first overtaken ``scheduling.swap_max_wait`` ago (never more than
+``queue.aging``, the period after which a waiting request rises a class): so a request waits at most
+that bound plus the one job admitted last before it longer than the class order makes it wait.  (A
+request behind the one admitted first is not delayed by it: it does not count.)
+The clock starts when a request is first overtaken, not when it arrived: on a runtime too slow for
+its traffic every waiting request is older than any bound, and a bound from arrival would switch
+the order off exactly when the runtime spends its time loading (benchmarks/swap_batch.py).
 
 The model the runtime will hold is the model of the last request admitted to the backend while
 one is there (the runtime serves them in admission order); else the one the caller says the
@@ -19,12 +26,13 @@ nothing loaded, so nothing to keep and no pass).
 
 Within one model the order is unchanged (the loaded model's request taken is the one its own
 order serves first), so the request lending takes from a model is still the one that model would
-serve last.  Pure: no Twisted, no clock of its own.  With N = 0 nothing here is asked.
+serve first, the one waiting longest.  Pure: no Twisted, no clock of its own.  With N = 0 nothing
+here is asked.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from routerd.lending.priority import FairOrder, effective_rank
 from routerd.lending.queue_entries import Entry, SwapPass
@@ -33,7 +41,8 @@ from routerd.lending.queue_entries import Entry, SwapPass
 class SwapBatch:
     """The rule's settings, the runtime's model, and the passes since the runtime last switched."""
 
-    __slots__ = ("limit", "max_wait_ms", "loaded", "_model", "_count", "_proposed", "_passes", "tally")
+    __slots__ = ("limit", "max_wait_ms", "loaded", "_model", "_count", "_proposed", "_overtaken", "_now_ms",
+                 "_passes", "tally")
 
     def __init__(self, limit: int = 0, max_wait_ms: int = 10_000) -> None:
         self.limit = 0
@@ -44,6 +53,8 @@ class SwapBatch:
         self._model: str | None = None  # the model the count below is of
         self._count = 0  # requests of it admitted ahead of a switch since the runtime switched to it
         self._proposed: SwapPass | None = None  # the pass :meth:`pick` answered, until admitted
+        self._overtaken: list[Entry] = []  # what that pass overtakes, and when
+        self._now_ms = 0
         self._passes: list[SwapPass] = []  # passes made since the caller last took them
         #: Per model kept loaded: (requests served ahead of a switch, switches avoided), cumulative.
         self.tally: dict[str, tuple[int, int]] = {}
@@ -54,15 +65,15 @@ class SwapBatch:
         self.max_wait_ms = max(int(max_wait_ms), 0)
 
     def bound_ms(self, aging_ms: int) -> int:
-        """How long a request of another model may wait and still be passed over."""
+        """How long after it was first overtaken a request of another model may still be."""
         return min(self.max_wait_ms, aging_ms) if aging_ms > 0 else self.max_wait_ms
 
-    def current(self, admitted: Mapping[str, Entry]) -> str | None:
+    def current(self, admitted: dict[str, Entry]) -> str | None:
         """The model the runtime will hold when the next admitted request reaches it."""
         last = next(reversed(admitted.values()), None)
         return last.model_id if last is not None else self.loaded
 
-    def pick(self, waiting: Sequence[Entry], index: int, admitted: Mapping[str, Entry], now_ms: int,
+    def pick(self, waiting: Sequence[Entry], index: int, admitted: dict[str, Entry], now_ms: int,
              order: FairOrder, uniform: bool) -> int:
         """Where in ``waiting`` the request to admit is, given that the class order picks ``index``
         (``uniform``: one class and one key wait, the order is the list's)."""
@@ -75,30 +86,29 @@ class SwapBatch:
             self._model, self._count = current, 0
         if self._count >= self.limit:
             return index
-        bound = self.bound_ms(order.aging_ms)
-        mine: list[int] = []
-        for i, e in enumerate(waiting):
-            if e.model_id == current:
-                if e.borrowed == head.borrowed:
-                    mine.append(i)
-            elif now_ms - e.arrived_ms >= bound:
-                return index  # a request of another model has waited its bound: no more passing
+        mine = [i for i, e in enumerate(waiting) if e.model_id == current and e.borrowed == head.borrowed]
         if not mine:
             return index
         if uniform:
             chosen = mine[0]
         else:
-            found = order.pick([waiting[i] for i in mine], now_ms)
+            found = order.first([waiting[i] for i in mine], now_ms)
             assert found is not None
             chosen = mine[found]
             aging = order.aging_ms
             if effective_rank(waiting[chosen].priority, waiting[chosen].arrived_ms, now_ms, aging) != \
                     effective_rank(head.priority, head.arrived_ms, now_ms, aging):
                 return index  # it would pass a higher class
+        # what it would overtake: the one passed over, and every other model's request ahead of it
+        overtaken = [head, *(e for e in waiting[:chosen] if e.model_id != current and e is not head)]
+        since = now_ms - self.bound_ms(order.aging_ms)  # first overtaken then or before: its bound is up
+        if any(e.overtaken_ms is not None and e.overtaken_ms <= since for e in overtaken):
+            return index
         self._proposed = SwapPass(
             served=waiting[chosen].request_id, passed=head.request_id, model_id=current,
             passed_model_id=head.model_id, waited_ms=max(now_ms - head.arrived_ms, 0),
             avoided=_switches_saved(waiting, chosen, current))
+        self._overtaken, self._now_ms = overtaken, now_ms
         return chosen
 
     def admitted(self, entry: Entry, current: str | None) -> None:
@@ -106,6 +116,9 @@ class SwapBatch:
         :meth:`pick` proposed for it, or a switch."""
         proposed, self._proposed = self._proposed, None
         if proposed is not None and proposed.served == entry.request_id:
+            for e in self._overtaken:
+                if e.overtaken_ms is None:
+                    e.overtaken_ms = self._now_ms
             self._count += 1
             self._passes.append(proposed)
             served, avoided = self.tally.get(proposed.model_id, (0, 0))

@@ -10,7 +10,7 @@ owner would serve last goes first.  Pure: no Twisted, no clock of its own.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 
 from routerd.counts import count_down
 from routerd.lending.priority import FairOrder, effective_rank
@@ -40,7 +40,7 @@ class WaitingLine:
         kind = (entry.priority, entry.key_name)
         self._mix[kind] = self._mix.get(kind, 0) + 1
 
-    def next_index(self, now_ms: int, admitted: Mapping[str, Entry] | None = None) -> int:
+    def next_index(self, now_ms: int, admitted: dict[str, Entry] | None = None) -> int:
         """Where in :attr:`entries` the entry admitted next is (there is one), with the backend
         holding ``admitted`` (in admission order; the swap-avoiding order reads it)."""
         uniform = self.uniform()

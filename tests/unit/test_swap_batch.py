@@ -38,7 +38,8 @@ def a_b_a_a_c(q: LaneQueue) -> list[str]:
     admitted in."""
     first: list[str] = []
     fill = [(f"a0.{n}", "A") for n in range(q.depth - 1)]
-    for n, (rid, model) in enumerate([("a1", "A"), *fill, ("b1", "B"), ("a2", "A"), ("a3", "A"), ("c1", "C")]):
+    trace = [("a1", "A"), *fill, ("b1", "B"), ("a2", "A"), ("a3", "A"), ("c1", "C")]
+    for n, (rid, model) in enumerate(trace):
         first += q.arrive(rid, model, n).admit
     return [rid for rid in admitted_order(q, first, 100) if not rid.startswith("a0.")]
 
@@ -133,23 +134,38 @@ def test_a_higher_class_is_never_passed_over() -> None:
     assert admitted_order(q2, ["a1"], 10) == ["a1", "a2", "b1"]
 
 
-def test_a_request_of_another_model_that_waited_its_bound_stops_the_batch() -> None:
+def test_a_request_overtaken_its_bound_ago_stops_the_batch() -> None:
+    """The bound runs from the first time a request is overtaken (here at 500 ms, when b1 was the
+    one the class order would admit), never past queue.aging."""
     q = swap_queue(50, max_wait_ms=1000)
     q.arrive("a1", "A", 0)
     q.arrive("b1", "B", 1)
     for n in range(2, 10):
         q.arrive(f"a{n}", "A", n)
     assert q.finished("a1", 500).admit == ("a2",)
-    assert q.finished("a2", 1000).admit == ("a3",)  # b1 waited 999 ms
-    assert q.finished("a3", 1001).admit == ("b1",)  # 1000 ms: its bound
-    # the bound is never past queue.aging
+    assert q.pending()[0].overtaken_ms == 500
+    assert q.finished("a2", 1499).admit == ("a3",)  # overtaken 999 ms ago
+    assert q.finished("a3", 1500).admit == ("b1",)  # 1000 ms: its bound
     q2 = swap_queue(50, max_wait_ms=60_000, aging_ms=700)
     q2.arrive("a1", "A", 0)
     q2.arrive("b1", "B", 1)
     q2.arrive("a2", "A", 2)
     q2.arrive("a3", "A", 3)
     assert q2.finished("a1", 600).admit == ("a2",)
-    assert q2.finished("a2", 701).admit == ("b1",)
+    assert q2.finished("a2", 1300).admit == ("b1",)
+
+
+def test_what_waits_ahead_of_the_request_served_first_is_overtaken_too_what_waits_behind_is_not() -> None:
+    """b2, behind a3, is not delayed by it: its bound does not hold the batch back."""
+    q = swap_queue(5, depth=1, max_wait_ms=1000)
+    q.arrive("a1", "A", 0)
+    for n, (rid, model) in enumerate([("b1", "B"), ("c1", "C"), ("a2", "A"), ("b2", "B"), ("a3", "A")],
+                                     start=1):
+        q.arrive(rid, model, n)
+    assert q.finished("a1", 100).admit == ("a2",)
+    assert {e.request_id: e.overtaken_ms for e in q.pending()} == {"b1": 100, "c1": 100, "b2": None, "a3": None}
+    assert q.finished("a2", 600).admit == ("a3",)
+    assert {e.request_id: e.overtaken_ms for e in q.pending()} == {"b1": 100, "c1": 100, "b2": 600}
 
 
 def test_configure_reads_the_settings_of_a_reload() -> None:
@@ -173,7 +189,7 @@ class Run:
     admitted_at: dict[str, int]
     model_of: dict[str, str]
     loads: int
-    passes: list[tuple[int, SwapPass, list[tuple[str, str, int]]]]
+    passes: list[tuple[int, SwapPass, list[tuple[str, str, int | None]]]]
 
 
 def simulate(q: LaneQueue, trace: list[tuple[int, str]], job_ms: int, load_ms: int,
@@ -191,7 +207,7 @@ def simulate(q: LaneQueue, trace: list[tuple[int, str]], job_ms: int, load_ms: i
     busy_until: int | None = None  # when the running one finishes
     loaded = q.swap.loaded
 
-    def take(effects: Effects, now: int, before: list[tuple[str, str, int]]) -> None:
+    def take(effects: Effects, now: int, before: list[tuple[str, str, int | None]]) -> None:
         for p in effects.passed:
             run.passes.append((now, p, before))
         for rid in effects.admit:
@@ -199,8 +215,8 @@ def simulate(q: LaneQueue, trace: list[tuple[int, str]], job_ms: int, load_ms: i
             run.admitted_at[rid] = now
             backend.append(rid)
 
-    def snapshot(now: int) -> list[tuple[str, str, int]]:
-        return [(e.request_id, e.model_id, now - e.arrived_ms) for e in q.pending()]
+    def snapshot(now: int) -> list[tuple[str, str, int | None]]:
+        return [(e.request_id, e.model_id, e.overtaken_ms) for e in q.pending()]
 
     i = 0
     now = 0
@@ -239,19 +255,20 @@ traces = st.lists(st.tuples(st.integers(0, 900), st.sampled_from(MODELS)), min_s
 
 @settings(max_examples=200, deadline=None)
 @given(traces, st.integers(1, 8), st.integers(1, 2), st.integers(0, 3000), st.integers(1, 40_000))
-def test_no_request_is_passed_over_once_another_model_waited_its_bound(
+def test_no_request_is_overtaken_once_it_was_first_overtaken_its_bound_ago(
         trace: list[tuple[int, str]], batch: int, depth: int, max_wait_ms: int, aging_ms: int) -> None:
-    """Every pass happens while every waiting request of another model than the loaded one has
-    waited less than the bound (swap_max_wait, never past queue.aging), and at most ``batch`` passes
-    follow one another for a model before the runtime switches."""
+    """Every pass happens while every request it overtakes (of another model, ahead of the one
+    admitted) was first overtaken less than the bound ago (swap_max_wait, never past queue.aging),
+    and at most ``batch`` passes follow one another for a model before the runtime switches."""
     q = swap_queue(batch, depth, max_wait_ms, aging_ms, loaded=None)
     run = simulate(q, trace, 500, 300)
     assert sorted(run.order) == sorted(run.arrived)  # nobody starves
     bound = min(max_wait_ms, aging_ms)
     streak: dict[str, int] = {}
-    for _, p, before in run.passes:
-        assert all(waited < bound for _, model, waited in before if model != p.model_id), (p, before)
-        assert p.waited_ms < bound
+    for now, p, before in run.passes:
+        ahead = next(n for n, (rid, _, _) in enumerate(before) if rid == p.served)
+        overtaken = [since for _, model, since in before[:ahead] if model != p.model_id]
+        assert overtaken and all(since is None or now - since < bound for since in overtaken), (p, before)
     # passes of one model between two switches (in admission order) are at most `batch`
     passed_served = {p.served for _, p, _ in run.passes}
     current = None
@@ -270,8 +287,9 @@ def test_no_request_is_passed_over_once_another_model_waited_its_bound(
 def test_a_request_passed_over_waits_at_most_its_bound_plus_one_job(
         depth: int, jobs_of_wait: float, job_ms: int, offset: float, aging_ms: int) -> None:
     """While the loaded model's requests keep coming faster than the runtime serves them (the case
-    that would starve the other model), a request of another model waits in the router queue at
-    most swap_max_wait (never past queue.aging) plus the one job admitted last before it."""
+    that would starve the other model), a request of another model is admitted at most
+    swap_max_wait (never past queue.aging) plus the one job admitted last before then after it was
+    first passed over, which is at most one job after it arrived (when the running job ended)."""
     max_wait_ms = int(jobs_of_wait * job_ms)
     q = swap_queue(100_000, depth, max_wait_ms, aging_ms)
     trace = [(0, "A")] * depth + [(int(offset * job_ms), "B"), (1, "A")]
@@ -280,8 +298,9 @@ def test_a_request_passed_over_waits_at_most_its_bound_plus_one_job(
     b = f"r{depth}"
     assert run.model_of[b] == "B"
     bound = min(max_wait_ms, aging_ms)
-    assert run.admitted_at[b] - run.arrived[b] <= bound + job_ms
-    assert any(p.passed == b for _, p, _ in run.passes)  # it was passed over (FIFO: next after the first)
+    first_passed = min(now for now, p, _ in run.passes if p.passed == b)  # FIFO: admitted then
+    assert first_passed - run.arrived[b] <= job_ms
+    assert run.admitted_at[b] - first_passed <= bound + job_ms
 
 
 @settings(max_examples=200, deadline=None)
