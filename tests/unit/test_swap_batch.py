@@ -163,7 +163,8 @@ def test_what_waits_ahead_of_the_request_served_first_is_overtaken_too_what_wait
                                      start=1):
         q.arrive(rid, model, n)
     assert q.finished("a1", 100).admit == ("a2",)
-    assert {e.request_id: e.overtaken_ms for e in q.pending()} == {"b1": 100, "c1": 100, "b2": None, "a3": None}
+    overtaken = {e.request_id: e.overtaken_ms for e in q.pending()}
+    assert overtaken == {"b1": 100, "c1": 100, "b2": None, "a3": None}
     assert q.finished("a2", 600).admit == ("a3",)
     assert {e.request_id: e.overtaken_ms for e in q.pending()} == {"b1": 100, "c1": 100, "b2": 600}
 
