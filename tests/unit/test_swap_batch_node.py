@@ -6,6 +6,7 @@ C (three loads) where FIFO loads A, B, A, C; the decision log names the request 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -77,3 +78,38 @@ def test_off_the_shared_runtime_switches_back_and_forth_as_before(tmp_path: Path
     assert _loads(got) == 4  # alpha, bravo, alpha again, charlie
     assert not [row for row in rows if row["kind"] == "queue"]
     assert not [name for name, _ in got if name == "routerd_swaps_avoided_total"]
+
+
+def test_the_scheduling_section_is_read_checked_and_live(tmp_path: Path) -> None:
+    """``scheduling.swap_batch`` and ``swap_max_wait`` parse (off and 10 s by default), bad values are
+    refused naming the key, and a reload applies them at once (each lane queue's order)."""
+    from routerd.config.load import ConfigError, parse_config
+    from routerd.process.reload import is_live
+
+    def parse(section: dict[str, Any]) -> Any:
+        return parse_config({"models": {"config_dir": str(tmp_path)}, "scheduling": section},
+                            base_dir=str(tmp_path), env={})
+
+    assert (parse({}).scheduling.swap_batch, parse({}).scheduling.swap_max_wait) == (0, 10.0)
+    assert (parse({"swap_batch": 4, "swap_max_wait": "1m"}).scheduling.swap_max_wait) == 60.0
+    refused = [({"swap_batch": -1}, "scheduling.swap_batch"), ({"swap_batch": "x"}, "scheduling.swap_batch"),
+               ({"swap_max_wait": "soon"}, "scheduling.swap_max_wait"), ({"swap_bach": 2}, "swap_bach")]
+    for bad, key in refused:
+        try:
+            parse(bad)
+        except ConfigError as exc:
+            assert any(key in str(item) for item in exc.errors), (bad, exc.errors)
+        else:
+            raise AssertionError(f"{bad} was accepted")
+    assert is_live("scheduling.swap_batch") and is_live("scheduling.swap_max_wait")
+    world = World(tmp_path / "live")
+    node = world.node("solo", MODELS, scheduling={"swap_batch": 3, "swap_max_wait": "2s"})
+    world.start(node)
+    assert {(q.swap.limit, q.swap.max_wait_ms) for q in node.lending.queues.values()} == {(3, 2000)}
+    yaml_path = tmp_path / "live" / "solo" / "routerd.yaml"
+    data = json.loads(yaml_path.read_text())
+    data["scheduling"] = {"swap_batch": 0}
+    yaml_path.write_text(json.dumps(data))
+    response, body = world.call("POST", node, "/router/v1/reload")
+    assert response.code == 200, body
+    assert {(q.swap.limit, q.swap.max_wait_ms) for q in node.lending.queues.values()} == {(0, 10_000)}
