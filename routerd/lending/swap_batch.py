@@ -65,7 +65,7 @@ class SwapBatch:
         self.max_wait_ms = max(int(max_wait_ms), 0)
 
     def bound_ms(self, aging_ms: int) -> int:
-        """How long after it was first overtaken a request of another model may still be."""
+        """How long after it was first overtaken a request may still be overtaken."""
         return min(self.max_wait_ms, aging_ms) if aging_ms > 0 else self.max_wait_ms
 
     def current(self, admitted: dict[str, Entry]) -> str | None:
