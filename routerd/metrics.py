@@ -21,7 +21,7 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -120,6 +120,29 @@ class _QueueGauges(Collector):
         for model, depth in sorted(self.depths().items()):
             family.add_metric((model,), depth)
         yield family
+
+
+#: What the swap counters read at scrape time: (runtime, model kept loaded, requests of it served
+#: ahead of a switch, switches avoided), cumulative, per lane queue (:mod:`routerd.lending.swap_batch`).
+SwapTallies = Callable[[], Iterable[tuple[str, str, int, int]]]
+
+
+class _SwapCounters(Collector):
+    def __init__(self, tallies: SwapTallies) -> None:
+        self.tallies = tallies
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        labels = ("runtime", "model")
+        served = CounterMetricFamily(
+            "routerd_swap_batch_served", "Requests of the model a shared runtime holds served ahead of "
+            "one that would have switched it (scheduling.swap_batch), by runtime and model", labels=labels)
+        avoided = CounterMetricFamily(
+            "routerd_swaps_avoided", "Model switches of a shared runtime the swap-avoiding order spared "
+            "(counted in the queue's arrival order), by runtime and the model kept loaded", labels=labels)
+        for runtime, model, n_served, n_avoided in self.tallies():
+            served.add_metric((runtime, model), n_served)
+            avoided.add_metric((runtime, model), n_avoided)
+        yield from (served, avoided)
 
 
 def _count(pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], int]:
@@ -397,6 +420,10 @@ class NodeMetrics:
     def watch_queues(self, depths: Callable[[], Mapping[str, int]]) -> None:
         """Report per-model queue depth (requests waiting for the backend) at every scrape."""
         self.registry.register(_QueueGauges(depths))
+
+    def watch_swaps(self, tallies: SwapTallies) -> None:
+        """Report the swap-avoiding order's counters from these tallies at every scrape."""
+        self.registry.register(_SwapCounters(tallies))
 
     def watch_node(self, runtimes: Callable[[], Iterable[RuntimeView]], states: tuple[str, ...],
                    nodes: Callable[[], Iterable[tuple[str, bool]]]) -> None:

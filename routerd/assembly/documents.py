@@ -113,6 +113,8 @@ class NodeDocuments:
         metrics.watch_lending(
             lambda: documents.lease_sides(self.lending.live_lease_lanes(), coordinator),
             lambda: [(h["lane"], h["state"]) for h in self.lending.held_requests()])
+        metrics.watch_swaps(lambda: [(lane, model, *tally) for lane, queue in self.lending.queues.items()
+                                     for model, tally in queue.swap.tally.items()])
         metrics.watch_node(lambda: documents.runtime_views(self.runtimes.slots()),
                            tuple(s.value for s in SlotState),
                            lambda: documents.node_health(self.node_id, self.master))

@@ -19,7 +19,7 @@ from routerd import __version__
 from routerd.assembly.clients import NodeClients
 from routerd.assembly.current import Current, Held, Late
 from routerd.assembly.documents import LocalReadiness, NodeDocuments
-from routerd.assembly.ports import KeyBook, LocalSide
+from routerd.assembly.ports import KeyBook, LocalSide, RuntimeModels
 from routerd.assembly.rack import build_telemetry
 from routerd.assembly.reactions import OwnWork, RecordsChanged, SettingsApplied
 from routerd.assembly.refit import CostRefit
@@ -114,6 +114,7 @@ class NodeParts:
     site: MasterAgent | None
     _public_ids: MemoryPublicIdStore | None
     lending: LendingService
+    runtime_models: RuntimeModels
     restorer: Restorer
     own_loads: OwnLoads
     recipes: RecipeRouter | None
@@ -224,6 +225,7 @@ def build_role(p: NodeParts, *, coordinator: Late[Coordinator],
         take_back=p.local.take_back, shared_lanes=p.runtimes.lanes_sharing,
         max_queued=p.config.limits.max_queued_per_model, queued_in_backend=p.local.queued,
         key_weights=keys.weights, aging=p.config.queue.aging, run_local=p.local.serve)
+    p.runtime_models = RuntimeModels(p.runtimes, p.lending.queues, p.config)  # the swap-avoiding order's data
 
 
 def build_services(p: NodeParts, *, on_catalog: Callable[[Catalog], Awaitable[None]],

@@ -35,6 +35,7 @@ class LiveConfig:
         p.keys.reload(new)
         p.lending.set_limits(new.limits.max_queued_per_model, new.queue.aging, p.keys.weights)
         p.local_side.reload(new)
+        p.runtime_models.reload(new)  # scheduling.swap_batch, swap_max_wait
         p.analytics.config = new.analytics  # on or off, retentions, buffer bound: from now on
         p._analytics_loop.set_interval(new.analytics.flush_interval)
         apply_live_cluster(cluster, p.master, p.slave)

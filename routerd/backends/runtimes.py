@@ -324,6 +324,21 @@ class Runtimes:
                 return config.filename
         return None
 
+    def held_config(self, kind: RuntimeKind) -> ModelConfig | None:
+        """The config a ``kind`` runtime is ready with or loading (the node's own family first),
+        else ``None``: what the next request it takes runs without a switch."""
+        for family, slot in self._kind_slots[kind]:
+            config = slot.held_config()
+            if config is not None and family.slot_for(kind, config) is slot:
+                return config
+        return None
+
+    def watch(self, changed: Callable[[], None]) -> None:
+        """Call ``changed()`` after every change of any runtime's state or process."""
+        for family in self._families.values():
+            for slot in family.slots():
+                slot.watch(lambda _slot: changed())
+
     def boot(self) -> None:
         """Start what runs from router start (KoboldCpp in no-model mode with ``kobold.no_model``)."""
         self.family().boot()

@@ -88,6 +88,12 @@ class RuntimeSlot(SlotProcess):
         """Make ``model`` the loaded config (acquire, then release at once)."""
         return self.acquire(model).addCallback(lambda lease: lease.release())
 
+    def held_config(self) -> ModelConfig | None:
+        """The config the slot is ready with or loading (switching to), else ``None``: what a
+        request reaching it next runs without a switch."""
+        state = self._state
+        return self._config if state is S.READY or state is S.LOADING or state is S.SWITCHING else None
+
     def lease_current(self) -> RuntimeLease | None:
         """A lease on whatever runs now, loading nothing (reference §6.7: a selector-less request
         passes through to the running backend): the ready config (counted as a user, so a switch

@@ -32,6 +32,7 @@ from routerd.config.schema import (
     LimitsConfig,
     ModelsConfig,
     QueueConfig,
+    SchedulingConfig,
     ServerConfig,
 )
 from routerd.families import DEFAULT_MODE, binary_sections, every_family, is_declared, modes_phrase
@@ -52,7 +53,7 @@ def _family_keys() -> dict[str, tuple[str, ...]]:
 def _sections() -> tuple[str, ...]:
     """Every section a config may have (the families' sections as the families declare them)."""
     return ("server", "auth", "models", "backend", *binary_sections(), "cluster", "limits", "queue",
-            "analytics")
+            "scheduling", "analytics")
 
 
 class ConfigError(Exception):
@@ -250,6 +251,11 @@ def parse_config(
     q = sections["queue"]
     queue = QueueConfig(aging=reader.duration(q, "queue", "aging", QueueConfig().aging))
     reader.unknown(q, "queue", ("aging",))
+    sch = sections["scheduling"]
+    scheduling = SchedulingConfig(
+        swap_batch=reader.integer(sch, "scheduling", "swap_batch", SchedulingConfig().swap_batch, 0, 100_000),
+        swap_max_wait=reader.duration(sch, "scheduling", "swap_max_wait", SchedulingConfig().swap_max_wait))
+    reader.unknown(sch, "scheduling", ("swap_batch", "swap_max_wait"))
     analytics = _analytics(sections["analytics"], reader)
 
     if not _is_loopback_bind(server.bind) and not (auth.inference_keys or auth.admin_keys):
@@ -260,7 +266,8 @@ def parse_config(
     if errs.items:
         raise ConfigError(errs.items)
     return Config(server=server, auth=auth, models=models, backend=backend, cluster=cluster,
-                  limits=limits, queue=queue, analytics=analytics, source=source, **binaries)
+                  limits=limits, queue=queue, scheduling=scheduling, analytics=analytics, source=source,
+                  **binaries)
 
 
 def _analytics(section: Mapping[str, Any], reader: Reader) -> AnalyticsConfig:

@@ -183,6 +183,18 @@ class QueueConfig:
 
 
 @attrs.frozen
+class SchedulingConfig:
+    """The ``scheduling`` section: the order a runtime shared by several models serves them in."""
+
+    #: Swap-avoiding order: when the next request would switch the shared runtime to another model,
+    #: up to this many more queued requests of the loaded model go first (0: off, the class order).
+    swap_batch: int = 0
+    #: No request of another model is passed over once it has waited this long (s; never past
+    #: ``queue.aging``).
+    swap_max_wait: float = 10.0
+
+
+@attrs.frozen
 class AnalyticsConfig:
     """The ``analytics`` section (contract §2, §9); durations in seconds."""
 
@@ -212,5 +224,6 @@ class Config:
     cluster: ClusterConfig = attrs.Factory(ClusterConfig)
     limits: LimitsConfig = attrs.Factory(LimitsConfig)
     queue: QueueConfig = attrs.Factory(QueueConfig)
+    scheduling: SchedulingConfig = attrs.Factory(SchedulingConfig)
     analytics: AnalyticsConfig = attrs.Factory(AnalyticsConfig)
     source: str = "<embedded default>"

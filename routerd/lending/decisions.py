@@ -52,7 +52,7 @@ FLUSH_INTERVAL_S = 1.0
 #: Minimum seconds between two prunes.
 PRUNE_INTERVAL_S = 60.0
 
-KINDS: tuple[str, ...] = ("plan", "dispatch", "helper")
+KINDS: tuple[str, ...] = ("plan", "dispatch", "helper", "queue")
 
 #: Outcomes each kind may record (plan rows on the master; dispatch rows on the owner, and
 #: ``relay_refused`` on the master; helper rows on the helper).  A ``guardian`` dispatch row is
@@ -64,6 +64,8 @@ OUTCOMES_BY_KIND: Mapping[str, frozenset[str]] = {
     "dispatch": frozenset({"lease_updated", "lease_cleared", "lease_refused", "lent", "returned",
                            "held_for_helper", "relay_refused", "stall_reclaimed", "guardian"}),
     "helper": frozenset({"native_waited_behind_borrowed", "borrowed_returned"}),
+    # any node: a request passed over by the swap-avoiding order (scheduling.swap_batch)
+    "queue": frozenset({"passed_over"}),
 }
 #: Reasons each kind may record ('' — no reason — is always allowed).
 REASONS_BY_KIND: Mapping[str, frozenset[str]] = {
@@ -71,6 +73,7 @@ REASONS_BY_KIND: Mapping[str, frozenset[str]] = {
     "dispatch": frozenset({"not_an_owner", "helper_finishes_sooner", "no_live_lease", "helper_claimed",
                            "helper_unreachable", "forward_failed", "structure", "backend_refused"}),
     "helper": frozenset({"helper_busy_on_arrival", "own_work_arrived"}),
+    "queue": frozenset({"swap_avoided"}),
 }
 #: Triggers each kind may record ('' allowed except on plan rows).  ``grant`` marks a lease
 #: that arrived by the master's push.
@@ -78,6 +81,7 @@ TRIGGERS_BY_KIND: Mapping[str, frozenset[str]] = {
     "plan": frozenset(TRIGGERS),
     "dispatch": frozenset({"", "grant", *TRIGGERS}),
     "helper": frozenset({""}),
+    "queue": frozenset({""}),
 }
 SERVICE_SOURCES: frozenset[str] = frozenset({"", "helper", "owner_fallback"})
 

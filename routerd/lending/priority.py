@@ -95,6 +95,11 @@ class FairOrder:
         self._picked = (waiting[index].key_name, counter)
         return index
 
+    def first(self, waiting: Sequence[Ordered], now_ms: int) -> int | None:
+        """The index :meth:`pick` would answer, not remembered for :meth:`charge`."""
+        found = self._pick(waiting, now_ms, self._served)
+        return None if found is None else found[0]
+
     def _pick(self, waiting: Sequence[Ordered], now_ms: int,
               served: dict[str, float]) -> tuple[int, float] | None:
         """Highest effective class first; in it, the key served least — a key's counter counted

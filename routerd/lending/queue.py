@@ -6,22 +6,23 @@ admitted requests, hand borrowed requests back with 409).  No Twisted, no timers
 answers are :mod:`routerd.lending.queue_entries`'s (re-exported here); what it shows of itself
 (stats, the held listing) is :mod:`routerd.lending.queue_views`'s; its waiting entries and the
 orders they are admitted and lent in are :mod:`routerd.lending.waiting_line`'s (over
-:mod:`routerd.lending.priority`); what is here is admission, lending and endings.
+:mod:`routerd.lending.priority`), the swap-avoiding order :mod:`routerd.lending.swap_batch`'s;
+what is here is admission, lending and endings.
 
 Entries are *native* (this node's own clients) or *borrowed* (lent to this node by another owner).
 Every native request of the lane is queued here, whatever its model (one class order for the
 node's whole router queue); only enrolled models (an owner or a helper in some link of the lane)
 take borrowed work, and only owners' entries are lent.
 
-* At most ``depth`` entries of the lane are admitted to the backend at once; the rest wait here, in
-  arrival order.  The depth counts the lane, not each model: the lane's runtime serves one model at
-  a time, and a helper's own request must wait behind the borrowed jobs already admitted.  A native
-  request of a model that serves ``concurrency`` > 1 requests at once (``parallel``, vLLM's
+* At most ``depth`` entries of the lane are admitted to the backend at once; the rest wait here.
+  The depth counts the lane, not each model: the lane's runtime serves one model at a time, and a
+  helper's own request must wait behind the borrowed jobs already admitted.  A native request of a
+  model that serves ``concurrency`` > 1 requests at once (``parallel``, vLLM's
   ``max_number_sequences``: linked nowhere, since lending takes only one-at-a-time models) is
   admitted while fewer than ``depth + concurrency - 1`` are: its backend runs as many as before the
   router queue took it, with ``depth - 1`` waiting behind them.
 * Only waiting native entries of an *owner* model that are not streaming and have not come back from
-  a helper can be withdrawn for lending (oldest first).  A lent entry stays here in state ``lent``
+  a helper can be withdrawn for lending.  A lent entry stays here in state ``lent``
   until it finishes or comes back; a returned entry goes back to the head of the queue keeping its
   first arrival time and is never lent again.
 * A native arrival hands back every waiting borrowed entry, and every admitted one the caller says has
@@ -31,8 +32,8 @@ take borrowed work, and only owners' entries are lent.
   (or the caller says the node is busy with its own work).
 * To a place where it would wait inside the backend (behind work of another model, or beyond its
   model's concurrency), the head is admitted only if no higher class than its own had a native
-  arrival within the last aging period (a later interactive request could not pass it there, and
-  the interactive class's p99 would suffer at depth 2).  A place where it would start at once is always taken.
+  arrival within the last aging period (:mod:`routerd.lending.class_rule`).  A place where it
+  would start at once is always taken.
 * An optional hold check may keep the head waiting for a faster helper, only for the second slot:
   when something of the same model, and nothing else, is already admitted.
 """
@@ -63,15 +64,8 @@ _LOWEST = len(CLASSES) - 1  # the lowest class's rank
 class LaneQueue(QueueViews):
     """The router queue of one lane on one node (its views: :class:`QueueViews`)."""
 
-    def __init__(
-        self,
-        lane: Lane,
-        depth: int,
-        enrolled: Collection[str] = (),
-        owners: Collection[str] = (),
-        hold: HoldCheck | None = None,
-        aging_ms: int = DEFAULT_AGING_MS,
-    ) -> None:
+    def __init__(self, lane: Lane, depth: int, enrolled: Collection[str] = (), owners: Collection[str] = (),
+                 hold: HoldCheck | None = None, aging_ms: int = DEFAULT_AGING_MS) -> None:
         self.lane: Lane = lane
         self._line = WaitingLine(aging_ms)
         self.order = self._line.order
@@ -82,6 +76,7 @@ class LaneQueue(QueueViews):
         self.set_enrolled(enrolled, owners)
         self.hold = hold
         self.predict_ms: PredictMs | None = None  # a job's predicted time (the node's fits): its service's
+        self.swap = self._line.swap  # the swap-avoiding order (scheduling.swap_batch; off until configured)
         self._pending = self._line.entries  # the waiting entries (changed through the line only)
         # the admitted entries by request id, in admission order (one found in O(1) when it ends)
         self._admitted: dict[str, Entry] = {}
@@ -227,8 +222,7 @@ class LaneQueue(QueueViews):
     def own_work_elsewhere(self, now_ms: int, reclaim: Collection[str] = ()) -> Effects:
         """This node's own work that is not queued in this lane claims the runtime this lane runs
         on (a request on another lane of a shared process, an explicit load): hand back every
-        waiting borrowed entry and the admitted ones in ``reclaim``
-        (not holding the runtime yet), as a native arrival does."""
+        waiting borrowed entry and the admitted ones in ``reclaim`` (not holding the runtime yet)."""
         returned = self._hand_back(reclaim)
         return Effects(returned=returned) + self.pump(now_ms)
 
@@ -285,17 +279,21 @@ class LaneQueue(QueueViews):
         for e in self._pending:
             e.holding = False
         while self._pending and len(self._admitted) < self._depth + self._widest - 1:
-            index = self._line.next_index(now_ms)
+            index = self._line.next_index(now_ms, self._admitted)
             head = self._pending[index]
             if not self._fits(head, now_ms):
-                return Effects(admit=tuple(admitted)) + self._recheck(head, now_ms)
+                return self._admitting(admitted) + self._recheck(head, now_ms)
             if self._holds(head, now_ms):
                 head.holding = True
                 break
             self._line.admit(index)
             self._take_in(head, now_ms)
             admitted.append(head.request_id)
-        return Effects(admit=tuple(admitted)) if admitted else NO_EFFECTS
+        return self._admitting(admitted)
+
+    def _admitting(self, admitted: list[str]) -> Effects:
+        """Start ``admitted``; the swap-avoiding order's passes among them go to the decision log."""
+        return Effects(admit=tuple(admitted), passed=self.swap.take_passes()) if admitted else NO_EFFECTS
 
     def _fits(self, head: Entry, now_ms: int) -> bool:
         """Whether the backend has a place ``head`` may take now (a hold aside): within its cap,
@@ -315,6 +313,8 @@ class LaneQueue(QueueViews):
 
     def _take_in(self, head: Entry, now_ms: int) -> None:
         """``head``, out of the line, is admitted to the backend now."""
+        if self.swap.limit:
+            self.swap.admitted(head, self.swap.current(self._admitted))
         head.state = "admitted"
         head.admitted_ms = now_ms
         self._admitted[head.request_id] = head

@@ -47,6 +47,7 @@ class Entry:
     key_name: str = ""  # the name of the key that admitted it (fair share; never the key itself)
     weight: float = 1.0  # the key's limits.weight (fair share)
     concurrency: int = 1  # requests its model's backend serves at once (native entries)
+    overtaken_ms: int | None = None  # when the swap-avoiding order first served a later one first
 
 
 @attrs.frozen
@@ -58,20 +59,37 @@ class BorrowedReturn:
 
 
 @attrs.frozen
+class SwapPass:
+    """One pass of the swap-avoiding order (:mod:`routerd.lending.swap_batch`): ``served``, of the
+    model ``model_id`` the runtime holds, was admitted ahead of ``passed`` (of ``passed_model_id``,
+    waiting for ``waited_ms``), which would have switched the runtime; ``avoided``: how many fewer
+    switches the waiting requests' order makes for it (0, 1 or 2)."""
+
+    served: str
+    passed: str
+    model_id: str
+    passed_model_id: str
+    waited_ms: int
+    avoided: int
+
+
+@attrs.frozen
 class Effects:
     """What the caller must do now: start ``admit`` (in order), hand back ``returned``, refuse
     ``refused`` (own requests the queue will never run: the node drains); and pump again at
-    ``recheck_ms`` (its clock) when admission's answer will change then with no event."""
+    ``recheck_ms`` (its clock) when admission's answer will change then with no event.  ``passed``:
+    the requests admitted ahead of one that would have switched the runtime (the decision log's)."""
 
     admit: tuple[str, ...] = ()
     returned: tuple[BorrowedReturn, ...] = ()
     refused: tuple[str, ...] = ()
     recheck_ms: int | None = None
+    passed: tuple[SwapPass, ...] = ()
 
     def __add__(self, other: Effects) -> Effects:
         checks = [t for t in (self.recheck_ms, other.recheck_ms) if t is not None]
         return Effects(self.admit + other.admit, self.returned + other.returned, self.refused + other.refused,
-                       min(checks) if checks else None)
+                       min(checks) if checks else None, self.passed + other.passed)
 
 
 #: Nothing to do (frozen, so one instance serves every answer that asks for nothing).
@@ -113,5 +131,6 @@ __all__ = [
     "HoldQuery",
     "QueueError",
     "ReturnReason",
+    "SwapPass",
     "fits_helper",
 ]

@@ -131,8 +131,7 @@ class LendingService:
             queue.set_aging(int(aging * 1000))
 
     def install_guardians(self, guardians: GuardianSet) -> None:
-        """Replace the guardian settings; effective for the next request."""
-        self.guardians = guardians
+        self.guardians = guardians  # effective for the next request
 
     def sync_fingerprint(self) -> str:
         """The fingerprint this node reports (runtime status, lending summary): the settings' own,
@@ -413,6 +412,8 @@ class LendingService:
             self._wake(back.request_id, Ticket("returned", reason=back.reason))
         for rid in effects.refused:
             self._wake(rid, Ticket("refused"))
+        for passed in effects.passed:  # the swap-avoiding order served the loaded model first
+            self.rows.passed_over(lane, passed)
         if effects.recheck_ms is not None:  # the class rule lapses then: top the backend back up
             self.rechecks.arm(lane, effects.recheck_ms, self._now_ms())
         for rid in effects.admit:
@@ -489,8 +490,6 @@ class LendingService:
     def repump(self, lane: Lane) -> None:
         """Re-run admission of ``lane`` and perform what it admits (a hold may have lapsed)."""
         self.apply(lane, self.queues[lane].pump(self._now_ms()))
-
-    # -- time ----------------------------------------------------------------------------------------
 
     def _now(self) -> float:
         return self.clock.seconds() if self.clock is not None else 0.0

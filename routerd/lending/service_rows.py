@@ -3,7 +3,8 @@
 As owner (kind ``dispatch``): a lease updated, cleared or refused, a request lent or returned, with
 the lease's helper and slots and the request's class and key name (never the key).  As helper (kind
 ``helper``): borrowed work handed back, and this node's own request that waited behind borrowed
-work (behind how many, for how long).  The log is read live from the service (it may be replaced).
+work (behind how many, for how long).  On any node (kind ``queue``): a request the swap-avoiding
+order passed over.  The log is read live from the service (it may be replaced).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, Protocol
 
 from routerd.lending.priority import CLASSES
 from routerd.lending.queue import LaneQueue
+from routerd.lending.queue_entries import SwapPass
 from routerd.wire.lending import Lane, Lease
 
 
@@ -66,6 +68,22 @@ class ServiceRows:
         if decisions is not None:
             decisions.record("helper", "native_waited_behind_borrowed", lane=lane, request_id=request_id,
                              borrowed_ahead=ahead, wait_ms=wait_ms)
+
+    def passed_over(self, lane: Lane, passed: SwapPass) -> None:
+        """The swap-avoiding order served the loaded model ahead of a waiting request: name it (its
+        model as owner, the loaded model as helper), its class, key name and wait so far."""
+        decisions = self.service.decisions
+        if decisions is None:
+            return
+        fields: dict[str, Any] = {
+            "lane": lane, "request_id": passed.passed, "reason": "swap_avoided", "wait_ms": passed.waited_ms,
+            "owner_model_id": passed.passed_model_id, "helper_model_id": passed.model_id}
+        entry = self.queues[lane].entry(passed.passed)
+        if entry is not None:
+            fields["priority"] = CLASSES[entry.priority]
+            if entry.key_name:
+                fields["key_name"] = entry.key_name
+        decisions.record("queue", "passed_over", **fields)
 
     def helper(self, outcome: str, lane: Lane, request_id: str, reason: str) -> None:
         decisions = self.service.decisions

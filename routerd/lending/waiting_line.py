@@ -15,17 +15,19 @@ from collections.abc import Collection
 from routerd.counts import count_down
 from routerd.lending.priority import FairOrder, effective_rank
 from routerd.lending.queue_entries import Entry
+from routerd.lending.swap_batch import SwapBatch
 
 
 class WaitingLine:
     """The waiting entries of one lane queue (see the module doc)."""
 
-    __slots__ = ("entries", "order", "_mix")
+    __slots__ = ("entries", "order", "swap", "_mix")
 
     def __init__(self, aging_ms: int) -> None:
         #: The waiting entries in list order (read; change them through this object only).
         self.entries: list[Entry] = []
         self.order = FairOrder(aging_ms)
+        self.swap = SwapBatch()  # the swap-avoiding order (off: limit 0)
         # how many waiting entries of each (class, key): with one kind only the order is the list's
         self._mix: dict[tuple[int, str], int] = {}
 
@@ -38,12 +40,18 @@ class WaitingLine:
         kind = (entry.priority, entry.key_name)
         self._mix[kind] = self._mix.get(kind, 0) + 1
 
-    def next_index(self, now_ms: int) -> int:
-        """Where in :attr:`entries` the entry admitted next is (there is one)."""
-        if self.uniform():
-            return 0
-        index = self.order.pick(self.entries, now_ms)
-        assert index is not None
+    def next_index(self, now_ms: int, admitted: dict[str, Entry] | None = None) -> int:
+        """Where in :attr:`entries` the entry admitted next is (there is one), with the backend
+        holding ``admitted`` (in admission order; the swap-avoiding order reads it)."""
+        uniform = self.uniform()
+        if uniform:
+            index = 0
+        else:
+            found = self.order.pick(self.entries, now_ms)
+            assert found is not None
+            index = found
+        if self.swap.limit and admitted is not None:
+            return self.swap.pick(self.entries, index, admitted, now_ms, self.order, uniform)
         return index
 
     def admit(self, index: int) -> Entry:

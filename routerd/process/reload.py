@@ -57,6 +57,7 @@ LIVE_KEYS: tuple[str, ...] = (
     "cluster.lending.",
     "limits.",
     "queue.",
+    "scheduling.",
     "analytics.",
 )
 

@@ -227,6 +227,8 @@ def test_values_outside_the_enumerations_raise(kind: str, outcome: str, fields: 
     ("dispatch", "stall_reclaimed", {"helper_node_id": "b", "lent_out": 2}),
     ("helper", "native_waited_behind_borrowed", {"borrowed_ahead": 2, "wait_ms": 1200}),
     ("helper", "borrowed_returned", {"reason": "own_work_arrived", "request_id": None}),
+    ("queue", "passed_over", {"reason": "swap_avoided", "request_id": "r1", "owner_model_id": "b",
+                              "helper_model_id": "a", "wait_ms": 900, "priority": "standard"}),
 ])
 def test_every_spec_decision_is_accepted(kind: str, outcome: str, fields: dict[str, Any]) -> None:
     log, spy, _clock = make()
@@ -237,7 +239,7 @@ def test_every_spec_decision_is_accepted(kind: str, outcome: str, fields: dict[s
 
 
 def test_enumerations_cover_the_contract() -> None:
-    assert set(decisions_mod.KINDS) == {"plan", "dispatch", "helper"}
+    assert set(decisions_mod.KINDS) == {"plan", "dispatch", "helper", "queue"}
     assert {"restore_unpriced", "helper_recently_busy"} <= decisions_mod.ALL_REASONS
     assert {"held_for_helper", "relay_refused", "stall_reclaimed"} <= decisions_mod.ALL_OUTCOMES
 
