@@ -93,9 +93,14 @@ async def test_returns_while_loading_a_borrowed_request_waiting_for_its_model_go
         assert [code for code, _, _ in results] == [200] * 7
         assert [payload["model"] for _, payload, _ in results] == ["alpha"] * 6 + ["beta"]
         helper_rows = await helper.lending.decisions.query(outcome="borrowed_returned", limit=50)
-        assert [row["reason"] for row in helper_rows] == ["own_work_arrived"]
+        reasons = [row["reason"] for row in helper_rows]
+        # the one waiting for its model went back when the own work came; a request the owner lent
+        # after that (its plan not yet told the helper was busy) is handed back on arrival, which a
+        # loaded machine's timing may or may not produce
+        assert reasons.count("own_work_arrived") == 1, reasons
+        assert set(reasons) <= {"own_work_arrived", "helper_busy_on_arrival"}, reasons
         owner_rows = await trio.owner.node.lending.decisions.query(outcome="returned", limit=50)
-        assert len(owner_rows) == 1  # the owner re-ran it
+        assert len(owner_rows) == len(reasons)  # the owner re-ran each
         # the helper loaded beta once: the load carried on for its own request
         loads = await helper.store.load_samples(0)  # type: ignore[union-attr]
         assert [s.config_filename for s in loads].count("beta.kcpps") == 2  # warm-up + this one
