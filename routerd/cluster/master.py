@@ -64,6 +64,9 @@ class MasterAgent(MultiService):
         self.health_interval = health_interval
         self.local_status = local_status
         self.stt_counter = RoundRobinCounter()
+        # The latest answer of statuses() and when it was taken (replica choice prices with it).
+        self._latest: dict[str, RuntimeStatus] = {}
+        self._latest_at: float | None = None
         self._registered: list[Callable[[str], None]] = []
         # Registrations accepted so far, and the count at each URL's latest one: a poll that failed
         # but was sent before a registration was accepted says nothing about the node since.
@@ -173,7 +176,12 @@ class MasterAgent(MultiService):
                 continue
             if status.node_id == node.node_id:
                 out[status.node_id] = status
+        self._latest, self._latest_at = out, self.clock.seconds()
         return out
+
+    def latest_statuses(self) -> tuple[dict[str, RuntimeStatus], float | None]:
+        """The latest :meth:`statuses` answer and the clock's time it was taken (None: never)."""
+        return self._latest, self._latest_at
 
     async def node_json(self, node_id: str, path: str) -> Any:
         """GET a node API document from a remote node (for the site API)."""

@@ -21,6 +21,7 @@ import yaml
 from routerd.config.keys import read_inference_keys
 from routerd.config.lending import SETTINGS, LendingSettings, SettingError, normalise
 from routerd.config.reader import Errors, Reader, did_you_mean, section_of
+from routerd.config.routing import read_routing
 from routerd.config.schema import (
     ROLES,
     AnalyticsConfig,
@@ -52,7 +53,7 @@ def _family_keys() -> dict[str, tuple[str, ...]]:
 def _sections() -> tuple[str, ...]:
     """Every section a config may have (the families' sections as the families declare them)."""
     return ("server", "auth", "models", "backend", *binary_sections(), "cluster", "limits", "queue",
-            "analytics")
+            "analytics", "routing")
 
 
 class ConfigError(Exception):
@@ -251,6 +252,7 @@ def parse_config(
     queue = QueueConfig(aging=reader.duration(q, "queue", "aging", QueueConfig().aging))
     reader.unknown(q, "queue", ("aging",))
     analytics = _analytics(sections["analytics"], reader)
+    routing = read_routing(sections["routing"], reader)
 
     if not _is_loopback_bind(server.bind) and not (auth.inference_keys or auth.admin_keys):
         errs.add("server.bind", f"{server.bind} is not a loopback address; configure auth.inference_keys "
@@ -260,7 +262,8 @@ def parse_config(
     if errs.items:
         raise ConfigError(errs.items)
     return Config(server=server, auth=auth, models=models, backend=backend, cluster=cluster,
-                  limits=limits, queue=queue, analytics=analytics, source=source, **binaries)
+                  limits=limits, queue=queue, analytics=analytics, routing=routing, source=source,
+                  **binaries)
 
 
 def _analytics(section: Mapping[str, Any], reader: Reader) -> AnalyticsConfig:

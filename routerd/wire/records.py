@@ -85,6 +85,9 @@ class ModelRecord:
     asset_reason: str | None = None
     # The model's latest benchmark result (contract §9; additive).
     benchmark: dict[str, Any] | None = None
+    # The config's ``router_replica_choice`` (additive: unset, or a mode this build does not know,
+    # = the master's site-wide mode).
+    replica_choice: str | None = None
 
     @property
     def identity(self) -> str:
@@ -271,6 +274,7 @@ def record_from_config(config: ModelConfig, *, node_id: str, node_url: str, load
         disabled=disabled,
         parallel=config.parallel,
         max_number_sequences=config.vllm_max_sequences,
+        replica_choice=config.replica_choice,
     )
 
 

@@ -1,0 +1,99 @@
+"""The load of each replica of one public ID, in predicted seconds from the nodes' cost fits
+(``routing.replica_choice``: ``least_loaded`` and ``affinity``).
+
+A replica's *load* is its queued plus running work, in predicted seconds: the larger of
+
+* what the master holds reserved on it (every request it routed there and has not seen end, each
+  priced when it was routed: exact and current, but blind to work the node got elsewhere), and
+* what its node last reported for that model (the runtime status's lane queue: ``backlog_count``
+  and ``backlog_work``, priced with :func:`~routerd.lending.pricing.predict_queue`; it counts the
+  node's own clients too, but is as old as the master's latest status poll and already counts the
+  master's requests, so the two are not added).
+
+A request's *cost* on a replica is :func:`~routerd.lending.pricing.predict` of its work terms
+(:func:`~routerd.lending.pricing.work_terms`, with the replica's token profile) under the replica's
+own fit.  A replica without a fit that prices this work is priced with the first replica (by
+``node:local``) whose fit does, as a lending helper without a fit is priced with its owner's; when
+no replica's fit prices it, every request (queued, running or this one) counts
+:data:`UNPRICED_S`, so the loads compare request counts until the first fit exists.  Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import attrs
+
+from routerd.lending.pricing import predict, predict_queue, work_terms
+from routerd.registry.replica_choice import Candidate
+from routerd.registry.replicas import replica_order
+from routerd.routing.call import Call
+from routerd.wire.lending import LANE_SECTION, Costs, Lane, ModelCost, TokenProfile, lane_key
+from routerd.wire.records import ModelRecord
+from routerd.wire.status import RuntimeStatus
+
+__all__ = ["Priced", "UNPRICED_S", "replica_candidates"]
+
+#: Seconds one request counts while no replica of its model has a fit that prices it.
+UNPRICED_S = 1.0
+
+_NO_COSTS = Costs()
+
+
+@attrs.frozen
+class Priced:
+    """The candidates (in the records' order) and whether a fit priced them."""
+
+    candidates: tuple[Candidate, ...]
+    priced: bool
+
+
+def _costs(statuses: Mapping[str, RuntimeStatus], record: ModelRecord) -> Costs:
+    status = statuses.get(record.node_id)
+    return status.costs if status is not None else _NO_COSTS
+
+
+def _fit(costs: Costs, lane: Lane, model_id: str) -> ModelCost | None:
+    return costs.model(model_id, LANE_SECTION[lane])
+
+
+def replica_candidates(call: Call, lane: Lane, records: Sequence[ModelRecord],
+                       statuses: Mapping[str, RuntimeStatus], reserved: Callable[[ModelRecord], float],
+                       context_reserve: int) -> Priced:
+    """Each of ``records`` (the usable replicas) as a :class:`Candidate` for ``call`` (see the
+    module): ``reserved(record)`` is the predicted seconds the master holds reserved there,
+    ``statuses`` the nodes' latest runtime statuses."""
+    own: list[tuple[ModelCost | None, TokenProfile | None, float | None]] = []
+    for record in records:
+        model_id = lane_key(lane, record)
+        costs = _costs(statuses, record)
+        fit, profile = _fit(costs, lane, model_id), costs.token_profile(model_id)
+        terms, _context = work_terms(call, lane, profile, context_reserve)
+        ms = predict(fit, terms)
+        own.append((fit, profile, None if ms is None else ms / 1000.0))
+    fallback = next((entry for entry in sorted(zip(records, own, strict=True),
+                                                key=lambda pair: replica_order(pair[0]))
+                     if entry[1][2] is not None), None)
+    priced = fallback is not None
+    candidates: list[Candidate] = []
+    for record, (fit, _profile, cost) in zip(records, own, strict=True):
+        if cost is None and fallback is not None:
+            fit, cost = fallback[1][0], fallback[1][2]
+        per_job = cost if cost is not None else UNPRICED_S
+        candidates.append(Candidate(replica_order(record), max(reserved(record), _reported(
+            statuses, record, lane, fit if priced else None, per_job)), per_job))
+    return Priced(tuple(candidates), priced)
+
+
+def _reported(statuses: Mapping[str, RuntimeStatus], record: ModelRecord, lane: Lane,
+              fit: ModelCost | None, per_job: float) -> float:
+    """The predicted seconds of the queued and running work ``record``'s node last reported for
+    it: priced by ``fit``, else each job at ``per_job``."""
+    status = statuses.get(record.node_id)
+    if status is None:
+        return 0.0
+    stat = status.lane(lane).stat(lane_key(lane, record))
+    if stat is None or stat.backlog_count <= 0:
+        return 0.0
+    ms = predict_queue(fit, stat.backlog_count, stat.backlog_work)
+    return ms / 1000.0 if ms is not None else stat.backlog_count * per_job
