@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from routerd.config.reader import Reader
 from routerd.replica_modes import KEY_SOURCES, MODES, KeySource, Mode
+
+if TYPE_CHECKING:  # the reader's module imports the schema, which holds this section
+    from routerd.config.reader import Reader
 
 #: The keys of the section, in the contract's order.
 ROUTING_KEYS: tuple[str, ...] = ("replica_choice", "affinity_key", "load_bound", "affinity_history")
