@@ -1,4 +1,4 @@
-"""The vocabulary of replica choice (``routing.replica_choice``, issue 33): the modes and the session
+"""The vocabulary of replica choice (``routing.replica_choice``): the modes and the session
 key sources, shared by the config, the model configs and the master's choice."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The master's replica choice beyond rotation (``routing.replica_choice``, issue 33).
+"""The master's replica choice beyond rotation (``routing.replica_choice``).
 
 For a request routed by public ID on a lending lane (text or image), the mode is the model's own
 ``router_replica_choice`` (the first replica, by ``node:local``, whose record states one this build
@@ -61,7 +61,7 @@ def model_mode(records: list[ModelRecord], site: Mode) -> Mode:
     for record in sorted(records, key=replica_order):
         stated = record.replica_choice
         if stated in MODES:
-            return stated  # type: ignore[return-value]  # narrowed by the membership test
+            return stated
     return site
 
 
@@ -92,14 +92,14 @@ class ReplicaSteering:
         records = self.registry.usable(name, runtime)
         if not records:
             return None
-        mode = model_mode(records, settings.replica_choice)
-        if mode == "rotation":
+        way = model_mode(records, settings.replica_choice)
+        if way == "rotation":
             return None
         priced = replica_candidates(call, lane, records, self._statuses(),
                                     lambda record: self.registry.busy_seconds(record, runtime),
                                     self.context_reserve())
         candidates = priced.candidates
-        key = session_key(call, settings.affinity_key) if mode == "affinity" else None
+        key = session_key(call, settings.affinity_key) if way == "affinity" else None
         hashed = ""
         if key is None:
             choice = least_loaded(candidates, self.registry.take_turn(f"{runtime}:{name}"))
@@ -112,7 +112,7 @@ class ReplicaSteering:
             self.history.put(remembered, choice.id)
         index = next(i for i, c in enumerate(candidates) if c.id == choice.id)
         record, cost = records[index], candidates[index].cost
-        self._note(call, mode, name, record, choice, hashed, cost)
+        self._note(call, way, name, record, choice, hashed, cost)
         return Steered(record, cost, choice)
 
     def _statuses(self) -> Mapping[str, RuntimeStatus]:
@@ -128,17 +128,17 @@ class ReplicaSteering:
             self._polling.addBoth(done)
         return statuses
 
-    def _note(self, call: Call, mode: Mode, name: str, record: ModelRecord, choice: Choice, hashed: str,
+    def _note(self, call: Call, way: Mode, name: str, record: ModelRecord, choice: Choice, hashed: str,
               cost: float) -> None:
         lane = call.route.lane
         if self.metrics is not None:
-            self.metrics.replica_choices.child(name, record.node_id, mode, choice.reason).inc()
+            self.metrics.replica_choices.child(name, record.node_id, way, choice.reason).inc()
             if choice.left:
                 left_node = choice.left.split(":", 1)[0]
                 self.metrics.replica_bound_moves.child(name, left_node).inc()
         if self.decisions is not None:
             self.decisions.record(
-                "replica_choice", mode, lane=lane, owner_model_id=name, helper_node_id=record.node_id,
+                "replica_choice", way, lane=lane, owner_model_id=name, helper_node_id=record.node_id,
                 helper_model_id=record.local_id, reason=choice.reason, request_id=call.request_id,
                 key_hash=hashed, load_ms=choice.load * 1000.0, mean_load_ms=choice.mean * 1000.0,
                 service_ms=cost * 1000.0, moved_from=choice.left, priority=call.priority,

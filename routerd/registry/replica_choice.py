@@ -1,4 +1,4 @@
-"""Replica choice beyond rotation (``routing.replica_choice``, issue 33): pure functions of (key,
+"""Replica choice beyond rotation (``routing.replica_choice``): pure functions of (key,
 replicas' load, history).
 
 Every candidate is one replica of the public ID a request names, with its *load*: the queued plus

@@ -161,7 +161,8 @@ def strict_scalars(conv: cattrs.Converter) -> cattrs.Converter:
 
 #: Record fields added after the contract's list: sent only when set, so a record without them is
 #: exactly the contract's, and an older peer's record parses with them unset.
-_ADDITIVE_RECORD_FIELDS = ("parallel", "max_number_sequences", "asset_state", "asset_reason", "benchmark")
+_ADDITIVE_RECORD_FIELDS = ("parallel", "max_number_sequences", "asset_state", "asset_reason", "benchmark",
+                           "replica_choice")
 #: Capability flags added after the contract's list: sent only when true (an older peer ignores
 #: the key, and its records parse here with the flag false).
 _ADDITIVE_CAPABILITIES = ("music",)

@@ -128,7 +128,8 @@ def test_least_loaded_picks_a_replica_with_the_least_load(candidates: list[Candi
 
 
 @given(st.integers(min_value=2, max_value=8), st.floats(min_value=0.0, max_value=100.0), st.randoms())
-def test_least_loaded_ties_are_broken_by_rotation_not_list_order(count: int, level: float, rng: object) -> None:
+def test_least_loaded_ties_are_broken_by_rotation_not_list_order(
+        count: int, level: float, rng: object) -> None:
     """Equal loads: consecutive turns visit every tied replica once, whatever order they are listed in."""
     tied = [Candidate(replica, level, 1.0) for replica in IDS[:count]]
     seen = []

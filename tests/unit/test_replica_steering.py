@@ -102,9 +102,11 @@ def call(*, session: str = "", user: str | None = None, system: str = "be brief"
          max_tokens: int = 10, request_id: str = "r1") -> Call:
     route = classify("POST", "/v1/chat/completions")
     assert route is not None
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": "hi"}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system},
+                                      {"role": "user", "content": "hi"}]
     for i in range(turn):
-        messages += [{"role": "assistant", "content": f"answer {i}"}, {"role": "user", "content": f"more {i}"}]
+        messages += [{"role": "assistant", "content": f"answer {i}"},
+                     {"role": "user", "content": f"more {i}"}]
     parsed: dict[str, Any] = {"model": "chat", "messages": messages, "max_tokens": max_tokens}
     if user is not None:
         parsed["user"] = user
