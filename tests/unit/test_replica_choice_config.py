@@ -36,7 +36,8 @@ def test_the_routing_section_defaults_to_rotation_and_reads_every_key(tmp_path: 
     ({"affinity_history": 0}, "routing.affinity_history"),
     ({"replica": "affinity"}, "routing.replica"),
 ])
-def test_a_bad_routing_value_is_refused_naming_its_key(tmp_path: Path, routing: dict[str, Any], named: str) -> None:
+def test_a_bad_routing_value_is_refused_naming_its_key(
+        tmp_path: Path, routing: dict[str, Any], named: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse(tmp_path, routing)
     assert any(error.startswith(named) for error in info.value.errors), info.value.errors
