@@ -47,19 +47,20 @@ def metrics(world: World, master: Node) -> str:
 
 
 def test_affinity_keeps_each_session_on_one_replica_and_spreads_sessions(tmp_path: Path) -> None:
-    """Ten turns of each of six sessions (by X-Session-Id): every turn of a session is served by
-    the node that served its first; the sessions use both replicas."""
+    """Ten turns of each of seven sessions (by X-Session-Id), interleaved (an odd count: rotation
+    would move every session at every turn): every turn of a session is served by the node that
+    served its first; the sessions use both replicas."""
     world, master = site(tmp_path, "affinity")
     homes: dict[str, set[str]] = {}
     for turn in range(10):
-        for session in ("s1", "s2", "s3", "s4", "s5", "s6"):
+        for session in ("s1", "s2", "s3", "s4", "s5", "s6", "s7"):
             homes.setdefault(session, set()).add(served_by(world, master, body(turn), X_Session_Id=session))
     assert all(len(nodes) == 1 for nodes in homes.values()), homes
     assert set().union(*homes.values()) == set(SLAVES)
     text = metrics(world, master)
     hits = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("routerd_replica_choices_total{") and 'reason="affinity_hit"' in line)
-    assert hits == 54  # 6 sessions x 9 later turns
+    assert hits == 63  # 7 sessions x 9 later turns
 
 
 def test_affinity_by_prompt_keeps_a_chat_without_a_session_header_together(tmp_path: Path) -> None:
