@@ -18,6 +18,7 @@ from tests.integration.nodes import (
     post,
     sim_model,
     start_cluster,
+    wait_until,
     write_models,
 )
 
@@ -95,7 +96,8 @@ async def test_least_loaded_spreads_by_predicted_seconds(least_loaded_site: Clus
     statuses = await cluster.master.node.master.statuses()  # type: ignore[union-attr]
     assert all(statuses[name].costs.model("chat", "llm") is not None for name in SLAVES), statuses
     long = defer.ensureDeferred(node_of(cluster, chat(max_tokens=400)))
-    await defer.succeed(None)
+    registry = cluster.registry
+    await wait_until(lambda: any(registry.busy(r, "text") for r in registry.usable("chat", "text")))
     shorts = [defer.ensureDeferred(node_of(cluster, chat(max_tokens=4))) for _ in range(3)]
     short_nodes = [await d for d in shorts]
     busy = await long
