@@ -10,7 +10,8 @@ the choice is written to the decision log (a ``replica_choice`` row: mode, key h
 its load, the mean load and the reason) and counted in ``/metrics`` per replica.
 
 The nodes' runtime statuses (the queues they report and the cost fits they publish) are the
-master's latest (:meth:`MasterAgent.latest_statuses`); when they are older than
+master's latest (:meth:`MasterAgent.latest_statuses`, with what it held reserved then); when they
+are older than
 :data:`STATUS_MAX_AGE_S` a fresh poll starts in the background, and the request is priced with what
 is known (the master's own reservations are always current).
 """
@@ -31,7 +32,7 @@ from routerd.lending.decisions import DecisionLog
 from routerd.lending.replica_loads import replica_candidates
 from routerd.metrics import NodeMetrics
 from routerd.registry.replica_choice import AffinityHistory, Choice, affinity, key_hash, least_loaded
-from routerd.registry.replicas import replica_order
+from routerd.registry.replicas import busy_key, replica_order
 from routerd.replica_modes import MODES, Mode
 from routerd.routing.call import Call
 from routerd.routing.session_key import session_key
@@ -95,8 +96,10 @@ class ReplicaSteering:
         way = model_mode(records, settings.replica_choice)
         if way == "rotation":
             return None
-        priced = replica_candidates(call, lane, records, self._statuses(),
+        statuses, then = self._statuses()
+        priced = replica_candidates(call, lane, records, statuses,
                                     lambda record: self.registry.busy_seconds(record, runtime),
+                                    lambda record: then.get(busy_key(record, runtime), 0.0),
                                     self.context_reserve())
         candidates = priced.candidates
         key = session_key(call, settings.affinity_key) if way == "affinity" else None
@@ -115,8 +118,8 @@ class ReplicaSteering:
         self._note(call, way, name, record, choice, hashed, cost)
         return Steered(record, cost, choice)
 
-    def _statuses(self) -> Mapping[str, RuntimeStatus]:
-        statuses, taken_at = self.master.latest_statuses()
+    def _statuses(self) -> tuple[Mapping[str, RuntimeStatus], Mapping[str, float]]:
+        statuses, taken_at, reserved = self.master.latest_statuses()
         if self._polling is None and (taken_at is None
                                       or self.clock.seconds() - taken_at > STATUS_MAX_AGE_S):
             self._polling = defer.ensureDeferred(self.master.statuses())
@@ -126,7 +129,7 @@ class ReplicaSteering:
 
             self._polling.addErrback(lambda f: log.failure("status poll for replica choice failed", f))
             self._polling.addBoth(done)
-        return statuses
+        return statuses, reserved
 
     def _note(self, call: Call, way: Mode, name: str, record: ModelRecord, choice: Choice, hashed: str,
               cost: float) -> None:

@@ -1,14 +1,14 @@
 """The load of each replica of one public ID, in predicted seconds from the nodes' cost fits
 (``routing.replica_choice``: ``least_loaded`` and ``affinity``).
 
-A replica's *load* is its queued plus running work, in predicted seconds: the larger of
-
-* what the master holds reserved on it (every request it routed there and has not seen end, each
-  priced when it was routed: exact and current, but blind to work the node got elsewhere), and
-* what its node last reported for that model (the runtime status's lane queue: ``backlog_count``
-  and ``backlog_work``, priced with :func:`~routerd.lending.pricing.predict_queue`; it counts the
-  node's own clients too, but is as old as the master's latest status poll and already counts the
-  master's requests, so the two are not added).
+A replica's *load* is its queued plus running work, in predicted seconds: what the master holds
+reserved on it now (every request it routed there and has not seen end, each priced when it was
+routed: exact and current), plus the work its node had besides the master's when it last reported:
+the runtime status's lane queue for that model (``backlog_count`` and ``backlog_work``, priced with
+:func:`~routerd.lending.pricing.predict_queue`) less what the master held reserved there when that
+status was taken (never below 0).  The report counts the master's requests too, and is as old as
+the master's latest status poll: adding it whole would count the master's work twice and keep a
+replica as loaded as it was at the poll.
 
 A request's *cost* on a replica is :func:`~routerd.lending.pricing.predict` of its work terms
 (:func:`~routerd.lending.pricing.work_terms`, with the replica's token profile) under the replica's
@@ -59,10 +59,11 @@ def _fit(costs: Costs, lane: Lane, model_id: str) -> ModelCost | None:
 
 def replica_candidates(call: Call, lane: Lane, records: Sequence[ModelRecord],
                        statuses: Mapping[str, RuntimeStatus], reserved: Callable[[ModelRecord], float],
-                       context_reserve: int) -> Priced:
+                       reserved_then: Callable[[ModelRecord], float], context_reserve: int) -> Priced:
     """Each of ``records`` (the usable replicas) as a :class:`Candidate` for ``call`` (see the
-    module): ``reserved(record)`` is the predicted seconds the master holds reserved there,
-    ``statuses`` the nodes' latest runtime statuses."""
+    module): ``reserved(record)`` is the predicted seconds the master holds reserved there now,
+    ``reserved_then(record)`` what it held when ``statuses`` (the nodes' latest runtime statuses)
+    were taken."""
     own: list[tuple[ModelCost | None, TokenProfile | None, float | None]] = []
     for record in records:
         model_id = lane_key(lane, record)
@@ -80,8 +81,8 @@ def replica_candidates(call: Call, lane: Lane, records: Sequence[ModelRecord],
         if cost is None and fallback is not None:
             fit, cost = fallback[1][0], fallback[1][2]
         per_job = cost if cost is not None else UNPRICED_S
-        candidates.append(Candidate(replica_order(record), max(reserved(record), _reported(
-            statuses, record, lane, fit if priced else None, per_job)), per_job))
+        besides = _reported(statuses, record, lane, fit if priced else None, per_job) - reserved_then(record)
+        candidates.append(Candidate(replica_order(record), reserved(record) + max(0.0, besides), per_job))
     return Priced(tuple(candidates), priced)
 
 

@@ -320,3 +320,7 @@ class Registry:
     def busy_seconds(self, record: ModelRecord, lane: RuntimeKind) -> float:
         """The predicted seconds of the priced requests reserved on ``record`` on ``lane``."""
         return self._busy.seconds(record, lane)
+
+    def reserved_seconds(self) -> dict[str, float]:
+        """Every replica's reserved predicted seconds, by :func:`busy_key` (a snapshot)."""
+        return self._busy.seconds_snapshot()

@@ -110,6 +110,10 @@ class BusyCounts:
     def snapshot(self) -> dict[str, int]:
         return dict(self._counts)
 
+    def seconds_snapshot(self) -> dict[str, float]:
+        """The reserved predicted seconds per ``node:local:lane`` (the priced ones only)."""
+        return dict(self._seconds)
+
 
 @attrs.define(eq=False)
 class Reservation:

@@ -70,9 +70,10 @@ class FakeMaster:
         self.latest = dict(statuses)
         self.clock = clock
         self.polls = 0
+        self.reserved_then: dict[str, float] = {}  # what the master held reserved at the poll
 
-    def latest_statuses(self) -> tuple[dict[str, RuntimeStatus], float | None]:
-        return self.latest, self.clock.seconds()
+    def latest_statuses(self) -> tuple[dict[str, RuntimeStatus], float | None, dict[str, float]]:
+        return self.latest, self.clock.seconds(), self.reserved_then
 
     def statuses(self) -> Deferred[dict[str, RuntimeStatus]]:
         self.polls += 1
@@ -168,6 +169,18 @@ def test_least_loaded_counts_the_work_the_master_holds_in_flight() -> None:
     assert hold(reg, steer, call(max_tokens=10)) == second, "1.1 s is under 3 s"
     assert hold(reg, steer, call(max_tokens=10)) == second, "2.2 s is still under 3 s"
     assert hold(reg, steer, call(max_tokens=10)) == first, "3.3 s is over 3 s"
+
+
+def test_a_reported_queue_of_the_masters_own_requests_is_not_counted_again_once_they_end() -> None:
+    """a reported three jobs (3.3 s) when the master held exactly those reserved there; they have
+    ended since.  b reported one job of its own clients (1.1 s).  a is the lighter now: its report
+    was the master's own work, which ended; b's is work the master never saw."""
+    statuses = {"a": status("a", costs(1000.0, 10.0), 3, (30.0, 30.0)),
+                "b": status("b", costs(1000.0, 10.0), 1, (10.0, 10.0))}
+    steer, log, _metrics = steering(registry(master_has=False), statuses, replica_choice="least_loaded")
+    steer.master.reserved_then = {"a:chat:text": 3.3}  # type: ignore[attr-defined]
+    assert chosen(steer, call()) == "a"
+    assert log.rows[0]["load_ms"] == pytest.approx(0.0)
 
 
 def test_least_loaded_breaks_ties_by_rotation_never_by_list_order() -> None:
