@@ -4,7 +4,8 @@ serving the same ``chat`` (one public ID, two replicas), every node a real route
 1. **Chat replay**: 16 sessions of 10 turns, the sessions concurrent, each turn sent when the session's
    previous answer came back, with the whole conversation so far (``X-Session-Id`` names the session).
    Per mode: prompt-cache hits (the answers' ``usage.prompt_tokens_details.cached_tokens``, else
-   ``timings.cache_n``, over their prompt tokens, turns 2-10), the share of turns 2-10 served by the
+   ``timings.cache_n``, over their prompt tokens, turns 2-10) and their ceiling (the previous turn's
+   whole prompt over this one's: what a server holding every prefix could serve), the share of turns 2-10 served by the
    replica that served the session's previous turn ("warm"), the time of turns 2-10 relative to turn 1,
    and the replicas' load: max/mean of the requests each replica had in flight, sampled every 20 ms
    while both had any, and the max/mean of the requests each served over the run.
@@ -24,6 +25,7 @@ Run: ``PYTHONPATH=$PWD .venv/bin/python benchmarks/affinity.py [--runs 3] [--bac
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import statistics
 import sys
@@ -32,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 from twisted.internet import defer, task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -53,7 +56,8 @@ SLAVES = ["left", "right"]
 #: The simulated model: 1 ms a prompt word, 5 ms a token, two requests at once.
 SIM_TEXT = {"kind": "text", "load_ms": 40, "prompt_tokens_per_s": 1000, "gen_tokens_per_s": 200,
             "context": 8192}
-BOUND = 1.25
+#: Fits from a few samples (the warm-up's), refitted when the benchmark asks.
+LENDING = {"scheduling_min_samples": 8, "scheduling_refresh_interval": "10m"}
 
 
 def stats(values: Sequence[float]) -> str:
@@ -63,25 +67,74 @@ def stats(values: Sequence[float]) -> str:
     return f"{statistics.mean(values):.3f} ± {sd:.3f} [{min(values):.3f}, {max(values):.3f}]"
 
 
-async def start_site(root: Path, mode: str, backend: str) -> Cluster:
+@attrs.frozen
+class Setup:
+    """What one measurement runs on: ``backend`` ``sim`` or ``real``, the bound ``c``, and for the
+    real server its slots (``parallel``) and its RAM prompt cache (``cache_ram`` MiB; 0: only the
+    slots' own KV cache, as a server of a large model has room for)."""
+
+    backend: str
+    bound: float = 1.25
+    parallel: int = 4
+    cache_ram: int | None = None
+
+    def label(self) -> str:
+        cache = "default" if self.cache_ram is None else self.cache_ram
+        real = "" if self.backend == "sim" else f", parallel {self.parallel}, cache-ram {cache}"
+        return f"{self.backend}, c = {self.bound}{real}"
+
+
+async def start_site(root: Path, mode: str, setup: Setup) -> Cluster:
     plan = plan_cluster(root, SLAVES)
     write_models(plan.root / "master", {}, {})
-    routing = {"routing": {"replica_choice": mode, "load_bound": BOUND}}
-    if backend == "real":
-        from tests.integration.real_backends import real_node_config, real_servers_or_skip, tiny_models_in
+    routing = {"routing": {"replica_choice": mode, "load_bound": setup.bound}}
+    if setup.backend == "real":
+        from tests.integration.real_backends import (
+            LLAMA_FLAGS,
+            real_node_config,
+            real_servers_or_skip,
+            tiny_models_in,
+        )
 
         servers = real_servers_or_skip()
         tiny = tiny_models_in(root / "tiny")
+        flags = (*LLAMA_FLAGS, *(() if setup.cache_ram is None else ("--cache-ram", str(setup.cache_ram))))
         slaves = {name: real_node_config(root / name, servers, {
-            "chat": {"model": tiny.tiny, "contextsize": 4096, "parallel": 4}},
-            plan.slave_sections(name)) for name in SLAVES}
+            "chat": {"model": tiny.tiny, "contextsize": 2048 * setup.parallel, "parallel": setup.parallel}},
+            plan.slave_sections(name, extra_cluster=LENDING), llama_flags=flags) for name in SLAVES}
     else:
         for name in SLAVES:
             write_models(plan.root / name, {"chat": sim_model("chat", parallel=2)}, {"chat": SIM_TEXT})
-        slaves = {name: plan.slave_config(name) for name in SLAVES}
-    return await start_cluster(plan, master=plan.master_config(sections=routing), slaves=slaves,
-                               ready=lambda r: all(r.find(n, local_id="chat") is not None for n in SLAVES)
-                               and all(n.healthy for n in r.nodes()))
+        slaves = {name: plan.slave_config(name, extra_cluster=LENDING) for name in SLAVES}
+    cluster = await start_cluster(plan, master=plan.master_config(LENDING, sections=routing), slaves=slaves,
+                                  ready=lambda r: all(r.find(n, local_id="chat") is not None for n in SLAVES)
+                                  and all(n.healthy for n in r.nodes()))
+    await warm_up(cluster)
+    return cluster
+
+
+async def warm_up(cluster: Cluster) -> None:
+    """Sixteen requests of varied sizes sent to each slave itself, the slaves in turn (the fits'
+    samples, taken under the same contention), a refit on each slave and a fresh status poll: the
+    loads are priced in predicted seconds from the first replayed request on."""
+    for i in range(16):
+        for name in SLAVES:
+            words = " ".join(["warm"] * (5 + 40 * (i % 4)))
+            code, answer, _ = await post(cluster.slaves[name].url + "/v1/chat/completions", {
+                "model": "chat", "messages": [{"role": "user", "content": words}],
+                "max_tokens": 4 + 3 * (i % 5), "ignore_eos": True})
+            assert code == 200, answer
+    for name in SLAVES:
+        await cluster.slaves[name].node._refit()
+    statuses = await cluster.master.node.master.statuses()  # type: ignore[union-attr]
+    priced = [name for name in SLAVES if statuses[name].costs.model("chat", "llm") is not None]
+    if len(priced) < len(SLAVES):
+        print(f"  (warm-up: only {priced} have a fit; the others are priced with theirs)")
+    for name in priced:
+        fit = statuses[name].costs.model("chat", "llm")
+        assert fit is not None
+        print(f"  (fit of {name}: {fit.base_ms:.1f} ms + {fit.slopes_ms[0]:.3f} ms/prompt token"
+              f" + {fit.slopes_ms[1]:.3f} ms/output token)")
 
 
 class LoadSampler:
@@ -125,7 +178,7 @@ async def session(url: str, name: str, turns: int, out: list[dict[str, Any]], rn
         messages.append({"role": "user", "content": f"turn {turn}: {words}"})
         started = time.perf_counter()
         code, answer, response = await post(url + "/v1/chat/completions", {
-            "model": "chat", "messages": messages, "max_tokens": 8, "temperature": 0},
+            "model": "chat", "messages": messages, "max_tokens": 8, "temperature": 0, "ignore_eos": True},
             headers={"X-Session-Id": [name]})
         elapsed = time.perf_counter() - started
         assert code == 200, (code, answer)
@@ -137,8 +190,10 @@ async def session(url: str, name: str, turns: int, out: list[dict[str, Any]], rn
         messages.append({"role": "assistant", "content": reply})
 
 
-async def replay(root: Path, mode: str, backend: str, seed: int) -> dict[str, float]:
-    cluster = await start_site(root, mode, backend)
+async def replay(root: Path, mode: str, setup: Setup, seed: int) -> dict[str, float]:
+    cluster = await start_site(root, mode, setup)
+    decisions: list[Mapping[str, Any]] = []
+    cluster.master.node.decisions.observe(lambda row, _count: decisions.append(dict(row)))
     try:
         rows: list[dict[str, Any]] = []
         rng = random.Random(seed)
@@ -153,13 +208,17 @@ async def replay(root: Path, mode: str, backend: str, seed: int) -> dict[str, fl
     warm = sum(1 for r in later if previous[(r["session"], r["turn"] - 1)] == r["node"]) / len(later)
     prompt = sum(r["prompt"] for r in later)
     hits = sum(r["cached"] for r in later) / prompt if prompt else 0.0
+    prompts = {(r["session"], r["turn"]): r["prompt"] for r in rows}
+    # the most a server could serve from its cache: the previous turn's whole prompt
+    ideal = sum(prompts[(r["session"], r["turn"] - 1)] for r in later) / prompt if prompt else 0.0
     first = statistics.median(r["seconds"] for r in rows if r["turn"] == 0)
     rest = statistics.median(r["seconds"] for r in later)
     served = [sum(1 for r in rows if r["node"] == n) for n in SLAVES]
-    return {"cache_hits": hits, "warm": warm, "turns_2_10_vs_1": rest / first,
+    return {"cache_hits": hits, "cache_ceiling": ideal, "warm": warm, "turns_2_10_vs_1": rest / first,
             "inflight_max_over_mean": max(sampler.ratios, default=1.0),
             "inflight_p99_over_mean": _p99(sampler.ratios),
-            "served_max_over_mean": max(served) / (sum(served) / len(served))}
+            "served_max_over_mean": max(served) / (sum(served) / len(served)),
+            "moved_by_bound": float(sum(1 for d in decisions if d.get("reason") == "affinity_moved"))}
 
 
 def _p99(values: Sequence[float]) -> float:
@@ -169,9 +228,9 @@ def _p99(values: Sequence[float]) -> float:
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
-async def hot_and_cold(root: Path, backend: str, seed: int) -> dict[str, float]:
+async def hot_and_cold(root: Path, setup: Setup, seed: int) -> dict[str, float]:
     """One hot session keeping 6 turns in flight, 50 cold sessions of 3 turns (affinity)."""
-    cluster = await start_site(root, "affinity", backend)
+    cluster = await start_site(root, "affinity", setup)
     decisions: list[Mapping[str, Any]] = []
     cluster.master.node.decisions.observe(lambda row, _count: decisions.append(dict(row)))
     done = {"cold": False}
@@ -195,12 +254,12 @@ async def hot_and_cold(root: Path, backend: str, seed: int) -> dict[str, float]:
     finally:
         await cluster.stop()
     choices = [d for d in decisions if d.get("kind") == "replica_choice"]
-    over = [d for d in choices if _over_bound(d)]
+    over = [d for d in choices if _over_bound(d, setup.bound)]
     hot_hash = _hot_hash(rows)
     moves = sum(1 for d in choices if d["key_hash"] == hot_hash and d["reason"] == "affinity_moved")
+    floor = [d for d in choices if _after(d) > _capacity(d, setup.bound) + 1e-6 and d not in over]
     return {"placements": float(len(choices)), "placements_over_bound": float(len(over)),
-            "placement_max_over_mean": max((_after(d) / d["mean_load_ms"] for d in choices
-                                            if d["mean_load_ms"] > 0), default=1.0),
+            "placements_on_the_floor": float(len(floor)),
             "inflight_max_over_mean": max(sampler.ratios, default=1.0),
             "inflight_p99_over_mean": _p99(sampler.ratios), "hot_moves": float(moves),
             "hot_requests": float(sum(1 for r in rows if r["session"].startswith("hot")))}
@@ -210,12 +269,18 @@ def _after(row: Mapping[str, Any]) -> float:
     return float(row["load_ms"]) + float(row["service_ms"])
 
 
-def _over_bound(row: Mapping[str, Any]) -> bool:
-    """A placement that broke the bound: above ``BOUND`` × the mean and not the least loaded replica
-    (the decision row does not carry the least load: the floor case is judged by the mean, which
-    is at least the least load, so this over-counts, never under-counts)."""
-    return _after(row) > BOUND * float(row["mean_load_ms"]) + 1e-6 and \
-        float(row["load_ms"]) > float(row["mean_load_ms"]) + 1e-6
+def _capacity(row: Mapping[str, Any], bound: float) -> float:
+    """The bound at one placement: ``bound`` × the mean load counting the request, rounded up to a
+    whole number of the request's cost (as ``routerd.registry.replica_choice`` defines it)."""
+    cost = float(row["service_ms"])
+    return math.ceil(bound * float(row["mean_load_ms"]) / cost - 1e-9) * cost if cost > 0 else 0.0
+
+
+def _over_bound(row: Mapping[str, Any], bound: float) -> bool:
+    """A placement that broke the bound: above it and not on the least loaded replica (the row does
+    not carry the least load; a replica above the mean is never the least loaded, so this is exact
+    for two replicas)."""
+    return _after(row) > _capacity(row, bound) + 1e-6 and float(row["load_ms"]) > float(row["mean_load_ms"])
 
 
 def _hot_hash(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -223,42 +288,53 @@ def _hot_hash(rows: Sequence[Mapping[str, Any]]) -> str:
     return key_hash("header:" + hot) if hot else ""
 
 
-async def main(runs: int, backends: Sequence[str]) -> None:
-    for backend in backends:
-        print(f"== backend: {backend} ==")
-        figures: dict[str, dict[str, list[float]]] = {}
-        for i in range(runs):
-            for mode in ("rotation", "affinity"):
-                result = await replay(tempdir(), mode, backend, seed=i)
-                for key, value in result.items():
-                    figures.setdefault(mode, {}).setdefault(key, []).append(value)
-                print(f"  run {i + 1} {mode:>9}: " + ", ".join(f"{k} {v:.3f}" for k, v in result.items()))
-        print("chat replay, 16 sessions x 10 turns, 2 replicas:")
-        for key in figures["rotation"]:
-            print(f"  {key:>24}: rotation {stats(figures['rotation'][key])}  |  affinity "
-                  f"{stats(figures['affinity'][key])}")
-        ratio = [a / r if r else float("nan") for a, r in zip(figures["affinity"]["warm"],
-                                                             figures["rotation"]["warm"], strict=True)]
-        print(f"  warm share, affinity / rotation (same run): {stats(ratio)}")
-        hot: dict[str, list[float]] = {}
-        for i in range(runs):
-            result = await hot_and_cold(tempdir(), backend, seed=100 + i)
+async def measure(setup: Setup, runs: int) -> None:
+    print(f"== {setup.label()} ==")
+    figures: dict[str, dict[str, list[float]]] = {}
+    for i in range(runs):
+        for mode in ("rotation", "affinity"):
+            result = await replay(tempdir(), mode, setup, seed=i)
             for key, value in result.items():
-                hot.setdefault(key, []).append(value)
-            print(f"  run {i + 1} hot+cold: " + ", ".join(f"{k} {v:.3f}" for k, v in result.items()))
-        print("one hot session (6 in flight) among 50 cold ones (3 turns each), affinity, bound 1.25:")
-        for key, values in hot.items():
-            print(f"  {key:>24}: {stats(values)}")
+                figures.setdefault(mode, {}).setdefault(key, []).append(value)
+            print(f"  run {i + 1} {mode:>9}: " + ", ".join(f"{k} {v:.3f}" for k, v in result.items()))
+    print("chat replay, 16 sessions x 10 turns, 2 replicas (mean ± sd [min, max] over the runs):")
+    for key in figures["rotation"]:
+        print(f"  {key:>24}: rotation {stats(figures['rotation'][key])}  |  affinity "
+              f"{stats(figures['affinity'][key])}")
+    for key in ("cache_hits", "warm"):
+        ratio = [a / r for a, r in zip(figures["affinity"][key], figures["rotation"][key], strict=True) if r]
+        print(f"  {key}, affinity / rotation (same run): {stats(ratio)}")
+    hot: dict[str, list[float]] = {}
+    for i in range(runs):
+        result = await hot_and_cold(tempdir(), setup, seed=100 + i)
+        for key, value in result.items():
+            hot.setdefault(key, []).append(value)
+        print(f"  run {i + 1} hot+cold: " + ", ".join(f"{k} {v:.3f}" for k, v in result.items()))
+    print(f"one hot session (6 in flight) among 50 cold ones (3 turns each), affinity, c = {setup.bound}:")
+    for key, values in hot.items():
+        print(f"  {key:>24}: {stats(values)}")
+
+
+async def main(runs: int, setups: Sequence[Setup]) -> None:
+    for setup in setups:
+        await measure(setup, runs)
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--backend", choices=("sim", "real", "both"), default="sim")
+    parser.add_argument("--bound", type=float, action="append", help="c (repeat for several; default 1.25)")
+    parser.add_argument("--parallel", type=int, default=4, help="the real server's slots")
+    parser.add_argument("--cache-ram", type=int, action="append",
+                        help="the real server's --cache-ram MiB (repeat for several; default: its own)")
     return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
     args = parse()
     backends = ("sim", "real") if args.backend == "both" else (args.backend,)
-    run(lambda: main(args.runs, backends))
+    setups = [Setup(backend, bound, args.parallel, cache_ram)
+              for backend in backends for bound in (args.bound or [1.25])
+              for cache_ram in ((args.cache_ram or [None]) if backend == "real" else [None])]
+    run(lambda: main(args.runs, setups))

@@ -16,12 +16,14 @@ running work it holds, in predicted seconds, and the predicted seconds of *this*
     it last when that replica is still a candidate and within the load bound; otherwise to the first
     replica of the key's rendezvous order (highest random weight, :func:`rendezvous_order`) that is
     within the bound.  The bound: with ``L`` the candidates' total load and ``n`` their number, a
-    replica may take the request when ``load + cost ≤ c × (L + cost) / n`` (``c`` =
-    ``routing.load_bound``, the mean counting this request), or when it is the least loaded
-    replica (so some replica always qualifies: the continuous form of the ``⌈c·m/n⌉`` capacity of
-    the integral algorithm, which lets one request go to an idle replica of an idle site).  A key
-    whose replica was over the bound moves, and the caller records the new replica as the one that
-    served it: the key stays moved.
+    replica may take the request when ``load + cost`` stays within ``c × (L + cost) / n`` (``c`` =
+    ``routing.load_bound``, the mean counting this request) rounded up to a whole number of this
+    request's cost: the ``⌈c·m/n⌉`` capacity of the integral algorithm (Mirrokni, Thorup and
+    Zadimoghaddam), which it is exactly when every job costs the same, so one replica may hold one
+    job more than the mean allows where the jobs do not divide evenly (an idle site's first request
+    still goes to one replica of two).  The least loaded replica always qualifies, so a request is
+    never refused.  A key whose replica was over the bound moves, and the caller records the new
+    replica as the one that served it: the key stays moved.
 
     Properties (``tests/unit/test_replica_choice_properties.py``): the chosen replica never ends
     above the bound; with equal loads a key always lands on the same replica; removing a replica
@@ -34,6 +36,7 @@ running work it holds, in predicted seconds, and the predicted seconds of *this*
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Literal, get_args
@@ -43,7 +46,7 @@ import attrs
 from routerd.replica_modes import MODES, Mode
 
 __all__ = ["AffinityHistory", "Candidate", "Choice", "MODES", "Mode", "REASONS", "Reason",
-           "TIE_TOLERANCE_S", "affinity", "key_hash", "least_loaded", "rendezvous_order", "within_bound"]
+           "TIE_TOLERANCE_S", "affinity", "capacity", "key_hash", "least_loaded", "rendezvous_order", "within_bound"]
 
 #: Why a replica was chosen (the ``reason`` of a ``replica_choice`` decision row).
 Reason = Literal[
@@ -101,9 +104,18 @@ def _mean(candidates: Sequence[Candidate], cost: float) -> float:
     return (sum(c.load for c in candidates) + cost) / len(candidates)
 
 
+def capacity(candidates: Sequence[Candidate], cost: float, c: float) -> float:
+    """The load a replica may reach by taking a request of ``cost``: ``c`` × the mean load counting
+    the request, rounded up to a whole number of ``cost`` (see the module)."""
+    bound = c * _mean(candidates, cost)
+    if cost <= 0:
+        return bound
+    return math.ceil(bound / cost - TIE_TOLERANCE_S) * cost
+
+
 def within_bound(candidate: Candidate, candidates: Sequence[Candidate], c: float) -> bool:
     """Whether ``candidate`` may take the request under the load bound ``c`` (see the module)."""
-    if candidate.load + candidate.cost <= c * _mean(candidates, candidate.cost) + TIE_TOLERANCE_S:
+    if candidate.load + candidate.cost <= capacity(candidates, candidate.cost, c) + TIE_TOLERANCE_S:
         return True
     return candidate.load <= min(other.load for other in candidates) + TIE_TOLERANCE_S
 

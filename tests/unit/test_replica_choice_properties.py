@@ -1,7 +1,8 @@
 """The pure replica choice (``routerd.registry.replica_choice``, issue 33): properties under Hypothesis.
 
 * affinity never leaves the chosen replica above the load bound (``c ×`` the mean load counting the
-  request, or, when even the least loaded replica cannot stay under it, no more than that replica);
+  request, rounded up to a whole job; or, when even the least loaded replica cannot stay under it,
+  no more than that replica);
 * with equal loads a key always lands on the same replica, whatever the candidates' order;
 * removing a replica moves only the keys that were on it;
 * a key whose replica is over the bound moves, and stays on the new replica afterwards;
@@ -10,6 +11,8 @@
 """
 
 from __future__ import annotations
+
+import math
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -41,11 +44,13 @@ def replica_sets(draw: st.DrawFn, min_size: int = 1) -> list[Candidate]:
 
 
 def _bound_holds(chosen: Candidate, candidates: list[Candidate], c: float) -> bool:
+    """Computed here from the definition, not with the module's own helper."""
     total = sum(x.load for x in candidates) + chosen.cost
     mean = total / len(candidates)
     least = min(x.load for x in candidates)
     after = chosen.load + chosen.cost
-    return after <= c * mean + TIE_TOLERANCE_S or after <= least + chosen.cost + TIE_TOLERANCE_S
+    jobs = math.ceil(c * mean / chosen.cost - 1e-9)
+    return after <= jobs * chosen.cost + 1e-6 or after <= least + chosen.cost + 1e-6
 
 
 @given(replica_sets(), keys, bounds, st.one_of(st.none(), st.sampled_from(IDS)))
@@ -60,7 +65,7 @@ def test_affinity_never_leaves_the_chosen_replica_above_the_load_bound(
 def test_affinity_over_a_stream_of_requests_keeps_every_replica_within_the_bound(
         stream: list[str], count: int, c: float, cost: float) -> None:
     """Placing a stream of equal jobs one after another (none ending): after each placement the
-    replica that took it holds at most c × the mean or one job more than the least loaded did."""
+    replica that took it holds at most ⌈c × the mean⌉ jobs (the integral algorithm's capacity)."""
     load = {replica: 0.0 for replica in IDS[:count]}
     history = AffinityHistory(1000)
     for hashed in stream:
@@ -70,6 +75,8 @@ def test_affinity_over_a_stream_of_requests_keeps_every_replica_within_the_bound
         assert _bound_holds(chosen, candidates, c)
         history.put(hashed, choice.id)
         load[choice.id] += cost
+        placed = round(sum(load.values()) / cost)
+        assert round(load[choice.id] / cost) <= math.ceil(c * placed / count - 1e-9)
 
 
 @given(replica_sets(), keys, st.floats(min_value=0.0, max_value=100.0), bounds, st.randoms())

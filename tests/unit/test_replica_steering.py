@@ -280,15 +280,15 @@ def test_a_session_whose_replica_went_away_is_placed_again() -> None:
 
 
 def test_many_sessions_keep_every_replica_within_the_bound() -> None:
-    """60 sessions of equal jobs, none ending: no replica ever holds more than 1.25 × the mean plus
-    the one job the bound's floor allows."""
+    """60 requests of 20 sessions, equal jobs, none ending: no replica ever holds more than 1.25 ×
+    the mean rounded up to a whole job."""
     steer, _log, _metrics = steering(registry(), EVEN, replica_choice="affinity")
     reg = steer.registry
     for i in range(60):
         hold(reg, steer, call(session=f"s{i % 20}", request_id=f"r{i}"))
         loads = [reg.busy_seconds(r, "text") for r in reg.usable("chat", "text")]
         mean = sum(loads) / len(loads)
-        assert max(loads) <= max(1.25 * mean, min(loads) + 1.1) + 1e-6
+        assert max(loads) <= max(1.25 * mean + 1.1, min(loads) + 1.1) + 1e-6
 
 
 # -- the mode -------------------------------------------------------------------------------------
