@@ -5,7 +5,8 @@ serving the same ``chat`` (one public ID, two replicas), every node a real route
    previous answer came back, with the whole conversation so far (``X-Session-Id`` names the session).
    Per mode: prompt-cache hits (the answers' ``usage.prompt_tokens_details.cached_tokens``, else
    ``timings.cache_n``, over their prompt tokens, turns 2-10) and their ceiling (the previous turn's
-   whole prompt over this one's: what a server holding every prefix could serve), the share of turns 2-10 served by the
+   whole prompt over this one's: what a server holding every prefix could serve), the share of
+   turns 2-10 served by the
    replica that served the session's previous turn ("warm"), the time of turns 2-10 relative to turn 1,
    and the replicas' load: max/mean of the requests each replica had in flight, sampled every 20 ms
    while both had any, and the max/mean of the requests each served over the run.
