@@ -6,14 +6,16 @@ serving the same ``chat`` (one public ID, two replicas), every node a real route
    Per mode: prompt-cache hits (the answers' ``usage.prompt_tokens_details.cached_tokens``, else
    ``timings.cache_n``, over their prompt tokens, turns 2-10) and their ceiling (the previous turn's
    whole prompt over this one's: what a server holding every prefix could serve), the share of
-   turns 2-10 served by the
-   replica that served the session's previous turn ("warm"), the time of turns 2-10 relative to turn 1,
-   and the replicas' load: max/mean of the requests each replica had in flight, sampled every 20 ms
-   while both had any, and the max/mean of the requests each served over the run.
+   turns 2-10 served by the replica that served the session's previous turn ("warm"), the keys moved
+   by the load bound, the time of turns 2-10 relative to turn 1, and the replicas' load: max/mean of
+   the requests each replica had in flight, sampled every 20 ms while both had any, and the max/mean
+   of the requests each served over the run.
 2. **One hot session among 50 cold ones** (affinity only): the hot session keeps 6 turns in flight
    for the whole run while 50 cold sessions send 3 turns each.  The bound is checked at every placement
-   the decision log recorded (the chosen replica's load plus the request against ``load_bound`` × the
-   mean, or the least loaded replica's load plus the request), and the in-flight max/mean is sampled.
+   the decision log recorded: the chosen replica's load plus the request against ``load_bound`` × the
+   mean load rounded up to a whole job (``placements_over_bound`` must be 0; ``on_the_floor`` counts
+   placements above it on the least loaded replica, which always qualifies), and the in-flight
+   max/mean is sampled.
 
 The simulator does not model a prompt cache (its answers report ``cached_tokens`` 0), so on it the
 cache figure is 0 for both modes and "warm" stands in for it; ``--backend real`` runs the slaves on
