@@ -7,7 +7,7 @@ import { del, get, post, query } from "./api.js";
 import { badge, clock, duration, errorBox, h, replace, table } from "./dom.js";
 import { refreshNow, showError } from "./shell.js";
 
-const KINDS = ["plan", "dispatch", "helper"];
+const KINDS = ["plan", "dispatch", "helper", "replica_choice"];
 const OUTCOMES = ["granted", "probe", "skipped", "lease_updated", "lease_cleared", "lease_refused", "lent",
   "returned", "held_for_helper", "relay_refused", "stall_reclaimed", "native_waited_behind_borrowed",
   "borrowed_returned"];
