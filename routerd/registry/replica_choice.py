@@ -45,8 +45,8 @@ import attrs
 
 from routerd.replica_modes import MODES, Mode
 
-__all__ = ["AffinityHistory", "Candidate", "Choice", "MODES", "Mode", "REASONS", "Reason",
-           "TIE_TOLERANCE_S", "affinity", "capacity", "key_hash", "least_loaded", "rendezvous_order", "within_bound"]
+__all__ = ["AffinityHistory", "Candidate", "Choice", "MODES", "Mode", "REASONS", "Reason", "TIE_TOLERANCE_S",
+           "affinity", "capacity", "key_hash", "least_loaded", "rendezvous_order", "within_bound"]
 
 #: Why a replica was chosen (the ``reason`` of a ``replica_choice`` decision row).
 Reason = Literal[
