@@ -141,17 +141,22 @@ async def warm_up(cluster: Cluster) -> None:
 
 
 class LoadSampler:
-    """Every 20 ms: the requests each replica has in flight on the master (while both have some)."""
+    """Every 20 ms: max/mean of the requests each replica has in flight on the master (while both
+    have some), and of the predicted seconds reserved with them (what the bound governs; 0 under
+    rotation, whose reservations are not priced)."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.registry = cluster.registry
         self.ratios: list[float] = []
+        self.seconds_ratios: list[float] = []
         self.loop = task.LoopingCall(self.sample)
 
     def sample(self) -> None:
-        loads = [self.registry.busy(r, "text") for r in self.registry.usable("chat", "text")]
-        if len(loads) == len(SLAVES) and min(loads) > 0:
-            self.ratios.append(max(loads) / (sum(loads) / len(loads)))
+        replicas = self.registry.usable("chat", "text")
+        for ratios, loads in ((self.ratios, [float(self.registry.busy(r, "text")) for r in replicas]),
+                              (self.seconds_ratios, [self.registry.busy_seconds(r, "text") for r in replicas])):
+            if len(loads) == len(SLAVES) and min(loads) > 0:
+                ratios.append(max(loads) / (sum(loads) / len(loads)))
 
     def __enter__(self) -> LoadSampler:
         self.loop.start(0.02, now=False)
@@ -220,8 +225,14 @@ async def replay(root: Path, mode: str, setup: Setup, seed: int) -> dict[str, fl
     return {"cache_hits": hits, "cache_ceiling": ideal, "warm": warm, "turns_2_10_vs_1": rest / first,
             "inflight_max_over_mean": max(sampler.ratios, default=1.0),
             "inflight_p99_over_mean": _p99(sampler.ratios),
+            "seconds_p50_over_mean": _p50(sampler.seconds_ratios),
+            "seconds_p99_over_mean": _p99(sampler.seconds_ratios),
             "served_max_over_mean": max(served) / (sum(served) / len(served)),
             "moved_by_bound": float(sum(1 for d in decisions if d.get("reason") == "affinity_moved"))}
+
+
+def _p50(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else 1.0
 
 
 def _p99(values: Sequence[float]) -> float:
@@ -264,7 +275,9 @@ async def hot_and_cold(root: Path, setup: Setup, seed: int) -> dict[str, float]:
     return {"placements": float(len(choices)), "placements_over_bound": float(len(over)),
             "placements_on_the_floor": float(len(floor)),
             "inflight_max_over_mean": max(sampler.ratios, default=1.0),
-            "inflight_p99_over_mean": _p99(sampler.ratios), "hot_moves": float(moves),
+            "inflight_p99_over_mean": _p99(sampler.ratios),
+            "seconds_p50_over_mean": _p50(sampler.seconds_ratios),
+            "seconds_p99_over_mean": _p99(sampler.seconds_ratios), "hot_moves": float(moves),
             "hot_requests": float(sum(1 for r in rows if r["session"].startswith("hot")))}
 
 
