@@ -153,8 +153,9 @@ class LoadSampler:
 
     def sample(self) -> None:
         replicas = self.registry.usable("chat", "text")
-        for ratios, loads in ((self.ratios, [float(self.registry.busy(r, "text")) for r in replicas]),
-                              (self.seconds_ratios, [self.registry.busy_seconds(r, "text") for r in replicas])):
+        counts = [float(self.registry.busy(r, "text")) for r in replicas]
+        seconds = [self.registry.busy_seconds(r, "text") for r in replicas]
+        for ratios, loads in ((self.ratios, counts), (self.seconds_ratios, seconds)):
             if len(loads) == len(SLAVES) and min(loads) > 0:
                 ratios.append(max(loads) / (sum(loads) / len(loads)))
 
@@ -177,9 +178,14 @@ def cached(answer: Mapping[str, Any]) -> tuple[int, int]:
     return prompt, int(hit or 0)
 
 
+#: Words of filler in each session's system prompt (``--system-words``: an agent's long instructions).
+SYSTEM_WORDS = [8]
+
+
 async def session(url: str, name: str, turns: int, out: list[dict[str, Any]], rng: random.Random) -> None:
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": f"You are assistant {name}. " + "Answer briefly. " * 4}]
+    words = ("answer", "briefly", "and", "politely", "always")
+    filler = " ".join(rng.choice(words) for _ in range(SYSTEM_WORDS[0]))
+    messages: list[dict[str, Any]] = [{"role": "system", "content": f"You are assistant {name}. {filler}"}]
     for turn in range(turns):
         words = " ".join(rng.choice(("tell", "me", "more", "about", "the", "sea", "and", "sky"))
                          for _ in range(12))
@@ -342,6 +348,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--backend", choices=("sim", "real", "both"), default="sim")
     parser.add_argument("--bound", type=float, action="append", help="c (repeat for several; default 1.25)")
     parser.add_argument("--parallel", type=int, default=4, help="the real server's slots")
+    parser.add_argument("--system-words", type=int, default=8, help="filler words in each system prompt")
     parser.add_argument("--cache-ram", type=int, action="append",
                         help="the real server's --cache-ram MiB (repeat for several; default: its own)")
     return parser.parse_args(argv)
@@ -349,6 +356,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     args = parse()
+    SYSTEM_WORDS[0] = args.system_words
     backends = ("sim", "real") if args.backend == "both" else (args.backend,)
     setups = [Setup(backend, bound, args.parallel, cache_ram)
               for backend in backends for bound in (args.bound or [1.25])
