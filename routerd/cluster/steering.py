@@ -97,11 +97,10 @@ class ReplicaSteering:
         if way == "rotation":
             return None
         statuses, then = self._statuses()
-        priced = replica_candidates(call, lane, records, statuses,
-                                    lambda record: self.registry.busy_seconds(record, runtime),
-                                    lambda record: then.get(busy_key(record, runtime), 0.0),
-                                    self.context_reserve())
-        candidates = priced.candidates
+        candidates = replica_candidates(call, lane, records, statuses,
+                                        lambda record: self.registry.busy_seconds(record, runtime),
+                                        lambda record: then.get(busy_key(record, runtime), 0.0),
+                                        self.context_reserve())
         key = session_key(call, settings.affinity_key) if way == "affinity" else None
         hashed = ""
         if key is None:
@@ -113,9 +112,11 @@ class ReplicaSteering:
                 self.history.resize(settings.affinity_history)
             choice = affinity(hashed, candidates, self.history.get(remembered), settings.load_bound)
             self.history.put(remembered, choice.id)
-        index = next(i for i, c in enumerate(candidates) if c.id == choice.id)
-        record, cost = records[index], candidates[index].cost
-        self._note(call, way, name, record, choice, hashed, cost)
+        by_id = {candidate.id: (record, candidate.cost)
+                 for record, candidate in zip(records, candidates, strict=True)}
+        record, cost = by_id[choice.id]
+        left = by_id[choice.left][0] if choice.left else None
+        self._note(call, way, name, record, choice, hashed, cost, left)
         return Steered(record, cost, choice)
 
     def _statuses(self) -> tuple[Mapping[str, RuntimeStatus], Mapping[str, float]]:
@@ -132,13 +133,13 @@ class ReplicaSteering:
         return statuses, reserved
 
     def _note(self, call: Call, way: Mode, name: str, record: ModelRecord, choice: Choice, hashed: str,
-              cost: float) -> None:
+              cost: float, left: ModelRecord | None) -> None:
+        """The choice's decision row and metrics (``left``: the replica a moved key left)."""
         lane = call.route.lane
         if self.metrics is not None:
             self.metrics.replica_choices.child(name, record.node_id, way, choice.reason).inc()
-            if choice.left:
-                left_node = choice.left.split(":", 1)[0]
-                self.metrics.replica_bound_moves.child(name, left_node).inc()
+            if left is not None:
+                self.metrics.replica_bound_moves.child(name, left.node_id).inc()
         if self.decisions is not None:
             self.decisions.record(
                 "replica_choice", way, lane=lane, owner_model_id=name, helper_node_id=record.node_id,

@@ -22,30 +22,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-import attrs
-
 from routerd.lending.pricing import predict, predict_queue, work_terms
 from routerd.registry.replica_choice import Candidate
 from routerd.registry.replicas import replica_order
 from routerd.routing.call import Call
-from routerd.wire.lending import LANE_SECTION, Costs, Lane, ModelCost, TokenProfile, lane_key
+from routerd.wire.lending import LANE_SECTION, Costs, Lane, ModelCost, lane_key
 from routerd.wire.records import ModelRecord
 from routerd.wire.status import RuntimeStatus
 
-__all__ = ["Priced", "UNPRICED_S", "replica_candidates"]
+__all__ = ["UNPRICED_S", "replica_candidates"]
 
 #: Seconds one request counts while no replica of its model has a fit that prices it.
 UNPRICED_S = 1.0
 
 _NO_COSTS = Costs()
-
-
-@attrs.frozen
-class Priced:
-    """The candidates (in the records' order) and whether a fit priced them."""
-
-    candidates: tuple[Candidate, ...]
-    priced: bool
 
 
 def _costs(statuses: Mapping[str, RuntimeStatus], record: ModelRecord) -> Costs:
@@ -59,31 +49,32 @@ def _fit(costs: Costs, lane: Lane, model_id: str) -> ModelCost | None:
 
 def replica_candidates(call: Call, lane: Lane, records: Sequence[ModelRecord],
                        statuses: Mapping[str, RuntimeStatus], reserved: Callable[[ModelRecord], float],
-                       reserved_then: Callable[[ModelRecord], float], context_reserve: int) -> Priced:
-    """Each of ``records`` (the usable replicas) as a :class:`Candidate` for ``call`` (see the
-    module): ``reserved(record)`` is the predicted seconds the master holds reserved there now,
+                       reserved_then: Callable[[ModelRecord], float],
+                       context_reserve: int) -> tuple[Candidate, ...]:
+    """Each of ``records`` (the usable replicas) as a :class:`Candidate` for ``call``, in their order
+    (see the module): ``reserved(record)`` is the predicted seconds the master holds reserved there now,
     ``reserved_then(record)`` what it held when ``statuses`` (the nodes' latest runtime statuses)
     were taken."""
-    own: list[tuple[ModelCost | None, TokenProfile | None, float | None]] = []
+    own: list[tuple[ModelCost | None, float | None]] = []  # each replica's fit and this request's cost
     for record in records:
         model_id = lane_key(lane, record)
         costs = _costs(statuses, record)
-        fit, profile = _fit(costs, lane, model_id), costs.token_profile(model_id)
-        terms, _context = work_terms(call, lane, profile, context_reserve)
+        fit = _fit(costs, lane, model_id)
+        terms, _context = work_terms(call, lane, costs.token_profile(model_id), context_reserve)
         ms = predict(fit, terms)
-        own.append((fit, profile, None if ms is None else ms / 1000.0))
-    fallback = next((entry for entry in sorted(zip(records, own, strict=True),
-                                                key=lambda pair: replica_order(pair[0]))
-                     if entry[1][2] is not None), None)
-    priced = fallback is not None
+        own.append((fit, None if ms is None else ms / 1000.0))
+    fallback = next((priced for _record, priced in sorted(zip(records, own, strict=True),
+                                                          key=lambda pair: replica_order(pair[0]))
+                     if priced[1] is not None), None)
     candidates: list[Candidate] = []
-    for record, (fit, _profile, cost) in zip(records, own, strict=True):
+    for record, (fit, cost) in zip(records, own, strict=True):
         if cost is None and fallback is not None:
-            fit, cost = fallback[1][0], fallback[1][2]
+            fit, cost = fallback
         per_job = cost if cost is not None else UNPRICED_S
-        besides = _reported(statuses, record, lane, fit if priced else None, per_job) - reserved_then(record)
+        queue_fit = fit if fallback is not None else None  # nothing priced: the queue is counted
+        besides = _reported(statuses, record, lane, queue_fit, per_job) - reserved_then(record)
         candidates.append(Candidate(replica_order(record), reserved(record) + max(0.0, besides), per_job))
-    return Priced(tuple(candidates), priced)
+    return tuple(candidates)
 
 
 def _reported(statuses: Mapping[str, RuntimeStatus], record: ModelRecord, lane: Lane,
