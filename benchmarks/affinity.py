@@ -103,7 +103,7 @@ async def start_site(root: Path, mode: str, setup: Setup) -> Cluster:
         tiny = tiny_models_in(root / "tiny")
         flags = (*LLAMA_FLAGS, *(() if setup.cache_ram is None else ("--cache-ram", str(setup.cache_ram))))
         slaves = {name: real_node_config(root / name, servers, {
-            "chat": {"model": tiny.tiny, "contextsize": 4096 * setup.parallel, "parallel": setup.parallel}},
+            "chat": {"model": tiny.tiny, "contextsize": 2048 * setup.parallel, "parallel": setup.parallel}},
             plan.slave_sections(name, extra_cluster=LENDING), llama_flags=flags) for name in SLAVES}
     else:
         for name in SLAVES:
