@@ -373,6 +373,14 @@ class NodeMetrics:
             "Lending decisions recorded by this node (lent, returned, cut off, held, granted, ...),"
             " by kind, outcome, lane and reason",
             ("kind", "outcome", "lane", "reason"), registry=self.registry)
+        # the master's replica choice (routing.replica_choice), per replica: model is the public ID
+        self.replica_choices = CounterFamily(
+            "routerd_replica_choices", "Requests a master routed by least_loaded or affinity, by model, the"
+            " chosen replica's node, mode and reason (affinity_hit: a hit; affinity_new/gone/moved: a miss)",
+            ("model", "node", "mode", "reason"), self.registry)
+        self.replica_bound_moves = CounterFamily(
+            "routerd_replica_bound_moves", "Session keys moved off a replica because it was over the affinity"
+            " load bound, by model and the node of the replica they left", ("model", "node"), self.registry)
         self.plan_duration = Histogram(
             "routerd_lending_plan_duration_seconds", "Time one lending plan takes (master)",
             buckets=_PLAN_BUCKETS, registry=self.registry)

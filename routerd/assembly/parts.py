@@ -42,6 +42,7 @@ from routerd.catalog.model import Capabilities
 from routerd.cluster.auth import AuthPolicy
 from routerd.cluster.master import MasterAgent
 from routerd.cluster.slave import RegistrationRefused, SlaveAgent
+from routerd.cluster.steering import ReplicaSteering
 from routerd.config.schema import Config
 from routerd.inference.admin import ModelAdmin
 from routerd.inference.analytics import AnalyticsRecorder
@@ -246,11 +247,15 @@ def build_services(p: NodeParts, *, on_catalog: Callable[[Catalog], Awaitable[No
         peers=peers.healthy_urls)
     p.jobs = VideoJobs(node_id=p.node_id, clock=reactor, agent=p.backend_agent, forwarder=parts.forwarder,
                        node_url=peers.node_url)
+    steering = None if p.master is None else ReplicaSteering(
+        master=p.master, settings=lambda: p.config.routing, decisions=p.decisions, metrics=p.metrics,
+        context_reserve=lambda: p.lending.settings.scheduling_context_reserve, clock=reactor)
     p.front = InferenceFront(node_id=p.node_id, clock=reactor, catalog=catalog, local=p.local,
                              metrics=p.metrics, master=p.master, forwarder=parts.forwarder,
                              loaded_config=p.runtimes.loaded_config,
                              lending=p.lending, recipes=p.recipes, analytics=p.analytics,
-                             limiter=KeyLimiter(p.keys.limits), max_form_parts=p.local_side.max_form_parts)
+                             limiter=KeyLimiter(p.keys.limits), max_form_parts=p.local_side.max_form_parts,
+                             steer=steering.steer if steering is not None else None)
     p._serve_borrowed = borrowed_server(p.front)
     p.coordinator = None if p.master is None else master_coordinator(
         parts, p.lending, reactor, serve_borrowed=p._serve_borrowed,

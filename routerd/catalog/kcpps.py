@@ -41,10 +41,11 @@ import os
 import re
 import shlex
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from routerd.catalog.model import MUSIC_FIELDS, Capabilities, InvalidConfig, ModelConfig
 from routerd.families import declared, is_declared, modes_phrase
+from routerd.replica_modes import MODES, Mode
 
 KCPPS_SUFFIX = ".kcpps"
 NO_MODEL_FILE = "config names no model file"
@@ -233,6 +234,15 @@ def _extra_args(value: Any) -> tuple[str, ...]:
     raise _Invalid("extra_args must be a list of strings or a string")
 
 
+def _replica_choice(value: Any) -> Mode | None:
+    """``router_replica_choice``: this model's replica choice on a master (None: the site's)."""
+    if value is None:
+        return None
+    if value not in MODES:
+        raise _Invalid(f"router_replica_choice must be one of {', '.join(MODES)}, not {_describe(value)}")
+    return cast(Mode, value)
+
+
 def _backend_mode(raw: Mapping[str, Any], default: str) -> str:
     value = raw.get("backend_mode")
     if value is None or value == "":
@@ -287,6 +297,7 @@ def _build(raw: Mapping[str, Any], path: str, default_backend_mode: str) -> Mode
     max_len = _int_value(settings.get("max_model_length"), "vllm.settings.max_model_length", 1)
     max_seqs = _int_value(settings.get("max_number_sequences"), "vllm.settings.max_number_sequences", 1)
     extra_args = _extra_args(raw.get("extra_args"))
+    replica_choice = _replica_choice(raw.get("router_replica_choice"))
     embeddings_flag = _embeddings_flag(raw)
 
     portable = {key: _portable(raw, key) for key in PORTABLE_KEYS}
@@ -343,6 +354,7 @@ def _build(raw: Mapping[str, Any], path: str, default_backend_mode: str) -> Mode
         vllm_max_model_length=max_len,
         vllm_max_sequences=max_seqs,
         extra_args=extra_args,
+        replica_choice=replica_choice,
         image_id=_image_id(local_id, sd_raw, portable["sdmodel"]),
         options=options,
     )

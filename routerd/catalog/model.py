@@ -12,6 +12,7 @@ import attrs
 # music), image, or speech-to-text; the vocabulary the backend families declare.
 from routerd.families import RUNTIME_KINDS as RUNTIME_KINDS
 from routerd.families import RuntimeKind as RuntimeKind
+from routerd.replica_modes import Mode
 
 #: KoboldCpp's music weight keys (``.kcpps``) and the ModelConfig attribute holding each path.
 MUSIC_FIELDS: Mapping[str, str] = {"musicllm": "music_llm", "musicembeddings": "music_embeddings",
@@ -67,6 +68,8 @@ class ModelConfig:
     vllm_max_model_length: int | None = None
     vllm_max_sequences: int | None = None
     extra_args: tuple[str, ...] = ()
+    #: ``router_replica_choice``: how a master picks among this model's replicas (None: the site's).
+    replica_choice: Mode | None = None
     image_id: str | None = None
     model_hash: str = ""
     options: Mapping[str, Any] = attrs.field(factory=dict, eq=False, hash=False)

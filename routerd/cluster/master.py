@@ -64,6 +64,11 @@ class MasterAgent(MultiService):
         self.health_interval = health_interval
         self.local_status = local_status
         self.stt_counter = RoundRobinCounter()
+        # The latest answer of statuses(), when it was taken and the seconds the registry held reserved
+        # then (replica choice prices with them).
+        self._latest: dict[str, RuntimeStatus] = {}
+        self._latest_at: float | None = None
+        self._latest_reserved: dict[str, float] = {}
         self._registered: list[Callable[[str], None]] = []
         self._polled: list[Callable[[], defer.Deferred[Any]]] = []
         # Registrations accepted so far, and the count at each URL's latest one: a poll that failed
@@ -183,7 +188,14 @@ class MasterAgent(MultiService):
                 continue
             if status.node_id == node.node_id:
                 out[status.node_id] = status
+        self._latest, self._latest_at = out, self.clock.seconds()
+        self._latest_reserved = self.registry.reserved_seconds()
         return out
+
+    def latest_statuses(self) -> tuple[dict[str, RuntimeStatus], float | None, dict[str, float]]:
+        """The latest :meth:`statuses` answer, the clock's time it was taken (None: never) and the
+        predicted seconds the registry held reserved then, by ``node:local:lane``."""
+        return self._latest, self._latest_at, self._latest_reserved
 
     async def node_json(self, node_id: str, path: str) -> Any:
         """GET a node API document from a remote node (for the site API)."""

@@ -21,6 +21,7 @@ import yaml
 from routerd.config.keys import read_inference_keys
 from routerd.config.lending import SETTINGS, LendingSettings, SettingError, normalise
 from routerd.config.reader import Errors, Reader, did_you_mean, section_of
+from routerd.config.routing import ROUTING_KEYS, RoutingConfig
 from routerd.config.schema import (
     ROLES,
     AnalyticsConfig,
@@ -36,6 +37,7 @@ from routerd.config.schema import (
     ServerConfig,
 )
 from routerd.families import DEFAULT_MODE, binary_sections, every_family, is_declared, modes_phrase
+from routerd.replica_modes import KEY_SOURCES, MODES
 
 PLACEHOLDER_TOKENS = ("change-me", "changeme", "replace-me", "replace_me")
 MIN_TOKEN_LENGTH = 16
@@ -53,7 +55,7 @@ def _family_keys() -> dict[str, tuple[str, ...]]:
 def _sections() -> tuple[str, ...]:
     """Every section a config may have (the families' sections as the families declare them)."""
     return ("server", "auth", "models", "backend", *binary_sections(), "cluster", "limits", "queue",
-            "scheduling", "analytics")
+            "scheduling", "analytics", "routing")
 
 
 class ConfigError(Exception):
@@ -257,6 +259,7 @@ def parse_config(
         swap_max_wait=reader.duration(sch, "scheduling", "swap_max_wait", SchedulingConfig().swap_max_wait))
     reader.unknown(sch, "scheduling", ("swap_batch", "swap_max_wait"))
     analytics = _analytics(sections["analytics"], reader)
+    routing = _routing(sections["routing"], reader)
 
     if not _is_loopback_bind(server.bind) and not (auth.inference_keys or auth.admin_keys):
         errs.add("server.bind", f"{server.bind} is not a loopback address; configure auth.inference_keys "
@@ -266,8 +269,29 @@ def parse_config(
     if errs.items:
         raise ConfigError(errs.items)
     return Config(server=server, auth=auth, models=models, backend=backend, cluster=cluster,
-                  limits=limits, queue=queue, scheduling=scheduling, analytics=analytics, source=source,
-                  **binaries)
+                  limits=limits, queue=queue, scheduling=scheduling, analytics=analytics, routing=routing,
+                  source=source, **binaries)
+
+
+def _routing(section: Mapping[str, Any], reader: Reader) -> RoutingConfig:
+    """The ``routing`` section, every problem added to the reader's errors."""
+    default = RoutingConfig()
+    choice = reader.string(section, "routing", "replica_choice", default.replica_choice)
+    if choice not in MODES:
+        reader.errs.add("routing.replica_choice", f"must be one of {', '.join(MODES)}, got {choice!r}")
+        choice = default.replica_choice
+    source = reader.string(section, "routing", "affinity_key", default.affinity_key)
+    if source not in KEY_SOURCES:
+        reader.errs.add("routing.affinity_key", f"must be one of {', '.join(KEY_SOURCES)}, got {source!r}")
+        source = default.affinity_key
+    bound = reader.number(section, "routing", "load_bound", default.load_bound)
+    if bound < 1.0:
+        reader.errs.add("routing.load_bound", f"must be at least 1, got {bound}")
+        bound = default.load_bound
+    history = reader.integer(section, "routing", "affinity_history", default.affinity_history, 1, 10_000_000)
+    reader.unknown(section, "routing", ROUTING_KEYS)
+    return RoutingConfig(replica_choice=choice, affinity_key=source,
+                         load_bound=bound, affinity_history=history)
 
 
 def _analytics(section: Mapping[str, Any], reader: Reader) -> AnalyticsConfig:

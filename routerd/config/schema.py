@@ -12,6 +12,7 @@ import attrs
 
 from routerd.config.keys import InferenceKey
 from routerd.config.lending import LendingSettings
+from routerd.config.routing import RoutingConfig
 from routerd.families import DEFAULT_MODE
 
 ROLES = ("standalone", "master", "slave")
@@ -226,4 +227,5 @@ class Config:
     queue: QueueConfig = attrs.Factory(QueueConfig)
     scheduling: SchedulingConfig = attrs.Factory(SchedulingConfig)
     analytics: AnalyticsConfig = attrs.Factory(AnalyticsConfig)
+    routing: RoutingConfig = attrs.Factory(RoutingConfig)
     source: str = "<embedded default>"

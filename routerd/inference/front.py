@@ -31,8 +31,8 @@ from routerd.inference.timing import FirstWrite
 from routerd.lending.offload import Borrowed
 from routerd.lending.service import LendingService
 from routerd.metrics import NodeMetrics
-from routerd.routing.call import Call, Incoming, Reply, new_request_id, request_class
-from routerd.routing.choice import RoutingView, choose, needs_statuses
+from routerd.routing.call import SESSION_HEADER, Call, Incoming, Reply, new_request_id, request_class
+from routerd.routing.choice import RoutingView, Steer, choose, needs_statuses
 from routerd.routing.classify import Route, wants_stream
 from routerd.routing.forward import Forwarder
 from routerd.routing.guardians import GuardianSet
@@ -51,7 +51,7 @@ class InferenceFront:
                  forwarder: Forwarder | None = None, loaded_config: Callable[[Any], str | None],
                  lending: LendingService | None = None, recipes: RecipeRouter | None = None,
                  limiter: KeyLimiter | None = None, analytics: AnalyticsRecorder | None = None,
-                 max_form_parts: Callable[[], int] = lambda: MAX_PARTS) -> None:
+                 max_form_parts: Callable[[], int] = lambda: MAX_PARTS, steer: Steer | None = None) -> None:
         self.node_id = node_id
         self._node_header = node_id.encode()  # one copy, not one per request (held requests keep it)
         self.clock = clock
@@ -79,7 +79,7 @@ class InferenceFront:
         self.site_view = self.own_view if master is None else RoutingView(
             node_id=node_id, catalog=catalog, loaded_config=loaded_config, guardians=guardians,
             registry=registry, routes=True, recipes=recipes, embeddings_turn=self._next_embeddings_turn,
-            stt_counter=master.stt_counter)
+            stt_counter=master.stt_counter, steer=steer)
         #: Requests inside :meth:`handle` (a drain waits for this to reach 0).
         self.active_calls = 0
         self.trimmer = Trimmer(clock)  # memory back to the system after a crowd of requests
@@ -206,4 +206,4 @@ class InferenceFront:
                     parsed=parsed, stream=stream, request_id=request_id, started=started,
                     selector=result.model,
                     query=incoming.query or _NO_QUERY, priority=request_class(incoming),
-                    key_name=incoming.key_name)
+                    key_name=incoming.key_name, session=incoming.header(SESSION_HEADER)[:256])

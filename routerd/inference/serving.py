@@ -83,7 +83,8 @@ class TargetRunner:
         reservation = None
         if held is not None:
             assert self.registry is not None
-            reservation = self.registry.reserve(held, call.route.runtime)
+            seconds = 0.0 if isinstance(target, Guardian) else target.seconds
+            reservation = self.registry.reserve(held, call.route.runtime, seconds=seconds)
         try:
             return await self._perform(call, target)
         except ImageRefused as refused:

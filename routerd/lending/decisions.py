@@ -33,6 +33,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from routerd import __version__
+from routerd.registry.replica_choice import REASONS as REPLICA_REASONS
+from routerd.replica_modes import MODES
 from routerd.store.decisions import (
     DEFAULT_LIMIT,
     INT_COLUMNS,
@@ -52,7 +54,7 @@ FLUSH_INTERVAL_S = 1.0
 #: Minimum seconds between two prunes.
 PRUNE_INTERVAL_S = 60.0
 
-KINDS: tuple[str, ...] = ("plan", "dispatch", "helper", "queue")
+KINDS: tuple[str, ...] = ("plan", "dispatch", "helper", "queue", "replica_choice")
 
 #: Outcomes each kind may record (plan rows on the master; dispatch rows on the owner, and
 #: ``relay_refused`` on the master; helper rows on the helper).  A ``guardian`` dispatch row is
@@ -66,6 +68,8 @@ OUTCOMES_BY_KIND: Mapping[str, frozenset[str]] = {
     "helper": frozenset({"native_waited_behind_borrowed", "borrowed_returned"}),
     # any node: a request passed over by the swap-avoiding order (scheduling.swap_batch)
     "queue": frozenset({"passed_over"}),
+    # the master's choice among a model's replicas (routing.replica_choice): the mode is the outcome
+    "replica_choice": frozenset(m for m in MODES if m != "rotation"),
 }
 #: Reasons each kind may record ('' — no reason — is always allowed).
 REASONS_BY_KIND: Mapping[str, frozenset[str]] = {
@@ -74,6 +78,7 @@ REASONS_BY_KIND: Mapping[str, frozenset[str]] = {
                            "helper_unreachable", "forward_failed", "structure", "backend_refused"}),
     "helper": frozenset({"helper_busy_on_arrival", "own_work_arrived"}),
     "queue": frozenset({"swap_avoided"}),
+    "replica_choice": frozenset(REPLICA_REASONS),
 }
 #: Triggers each kind may record ('' allowed except on plan rows).  ``grant`` marks a lease
 #: that arrived by the master's push.
@@ -82,6 +87,7 @@ TRIGGERS_BY_KIND: Mapping[str, frozenset[str]] = {
     "dispatch": frozenset({"", "grant", *TRIGGERS}),
     "helper": frozenset({""}),
     "queue": frozenset({""}),
+    "replica_choice": frozenset({""}),
 }
 SERVICE_SOURCES: frozenset[str] = frozenset({"", "helper", "owner_fallback"})
 
@@ -356,7 +362,7 @@ def _plan_values(recorded_at: int, node_id: str, version: str, row: FlatRow) -> 
      keep, switch, restore, service, owner_job, source, idle, slots) = row
     return (recorded_at, node_id, "plan", trigger, lane, owner_node, owner_model, helper_node, helper_model,
             outcome, reason or "", "", pending, backlog, keep, switch, restore, service, owner_job,
-            source or "", idle, slots, 0, 0, 0.0, version, "", "")
+            source or "", idle, slots, 0, 0, 0.0, version, "", "", "", 0.0, 0.0, "")
 
 
 _PLAN_TRIGGERS = TRIGGERS_BY_KIND["plan"]

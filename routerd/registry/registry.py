@@ -34,6 +34,7 @@ from routerd.registry.replicas import (
     choose_replica,
     fits_context,
     replica_order,
+    usable_replicas,
 )
 from routerd.urls import URLError, normalise_url
 from routerd.wire.records import MINIMUM_PROTOCOL_VERSION, ModelRecord, Snapshot
@@ -285,9 +286,20 @@ class Registry:
         """Choose (:meth:`pick`) and reserve a replica for a request naming ``public_id`` on ``lane``."""
         return self.reserve(self.pick(public_id, lane, min_context=min_context), lane)
 
-    def reserve(self, record: ModelRecord, lane: RuntimeKind) -> Reservation:
-        """Reserve exactly ``record`` on ``lane`` (e.g. the STT scheduler's choice)."""
-        return self._busy.reserve(record, lane, local=record.node_id == self.own_node_id)
+    def usable(self, public_id: str, lane: RuntimeKind, *, min_context: int = 0) -> list[ModelRecord]:
+        """The replicas of ``public_id`` on ``lane`` that may take a request now (local and remote
+        alike), for a choice other than rotation."""
+        return usable_replicas(self.replicas(public_id, lane, min_context=min_context), lane=lane,
+                               own_node_id=self.own_node_id, local_ready=self._local_ready)
+
+    def take_turn(self, key: str) -> int:
+        """The next value of the rotation counter ``key`` (moves it on)."""
+        return self._rotation.take(key)
+
+    def reserve(self, record: ModelRecord, lane: RuntimeKind, *, seconds: float = 0.0) -> Reservation:
+        """Reserve exactly ``record`` on ``lane`` (e.g. the STT scheduler's choice), with the
+        request's predicted ``seconds`` when its choice priced it."""
+        return self._busy.reserve(record, lane, local=record.node_id == self.own_node_id, seconds=seconds)
 
     def exact(self, node_id: str, filename: str, lane: RuntimeKind) -> ModelRecord:
         """The record of config ``filename`` on ``node_id``, not yet reserved; :class:`NoReplica` if
@@ -307,3 +319,11 @@ class Registry:
     def busy(self, record: ModelRecord, lane: RuntimeKind) -> int:
         """How many reserved requests ``record`` has on ``lane``."""
         return self._busy.count(record, lane)
+
+    def busy_seconds(self, record: ModelRecord, lane: RuntimeKind) -> float:
+        """The predicted seconds of the priced requests reserved on ``record`` on ``lane``."""
+        return self._busy.seconds(record, lane)
+
+    def reserved_seconds(self) -> dict[str, float]:
+        """Every replica's reserved predicted seconds, by :func:`busy_key` (a snapshot)."""
+        return self._busy.seconds_snapshot()

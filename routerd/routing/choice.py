@@ -76,6 +76,21 @@ class RegistryView(Protocol):
     def exact(self, node_id: str, filename: str, lane: RuntimeKind) -> ModelRecord: ...
 
 
+class Steered(Protocol):
+    """A replica chosen by a mode other than rotation, with the request's predicted seconds there."""
+
+    @property
+    def record(self) -> ModelRecord: ...
+
+    @property
+    def seconds(self) -> float: ...
+
+
+#: The master's replica choice beyond rotation (``routing.replica_choice``): the replica for a call
+#: naming a public ID on a runtime, or None when the registry's rotation chooses.
+Steer = Callable[[Call, str, RuntimeKind], Steered | None]
+
+
 class RecipeView(Protocol):
     """Split recipes: the component record serving a name, and the public name it answers under."""
 
@@ -101,6 +116,8 @@ class RoutingView:
     #: The start of the next selector-less embeddings rotation (moves on at each call).
     embeddings_turn: Callable[[], int] = lambda: 0
     stt_counter: RoundRobinCounter = attrs.Factory(RoundRobinCounter)
+    #: The master's replica choice beyond rotation (None: rotation only).
+    steer: Steer | None = None
 
 
 @attrs.frozen(weakref_slot=False)
@@ -124,6 +141,7 @@ class Local:
     label: str  # the model label of metrics and analytics
     reserve: ModelRecord | None = None  # the replica a master holds while it serves
     guard: Guard | None = None
+    seconds: float = 0.0  # the request's predicted seconds there, reserved with it (replica choice)
 
 
 @attrs.frozen(weakref_slot=False)
@@ -132,6 +150,7 @@ class Forward:
     public_id: str
     label: str
     guard: Guard | None = None
+    seconds: float = 0.0  # the request's predicted seconds there, reserved with it (replica choice)
 
     @property
     def reserve(self) -> ModelRecord:
@@ -217,23 +236,23 @@ def _own(call: Call, view: RoutingView) -> Target:
 
 
 def _here(call: Call, view: RoutingView, model: ModelConfig, public_id: str, label: str,
-          reserve: ModelRecord | None, skipped: bool = False) -> Target:
+          reserve: ModelRecord | None, skipped: bool = False, seconds: float = 0.0) -> Target:
     """Serve on this node, or on its guardian when the request carries an image the model cannot
     read: a text-only model's guardian on this node answers at once (sharing the runtime); a model
     tried first keeps the guardian for a backend that refuses the image."""
     node_id = view.node_id
     setting = None if call.borrowed else _setting(call, view, node_id, model.local_id)
     if setting is None:
-        return Local(model, public_id, label, reserve)
+        return Local(model, public_id, label, reserve, seconds=seconds)
     if text_only(model.capabilities) and setting.guardian.node_id == node_id:
         guardian = _guardian(view, setting, STRUCTURE, node_id, model.local_id, public_id, label)
         if guardian is not None:
             return attrs.evolve(guardian, reserve=reserve)
-        return Local(model, public_id, label, reserve, Guard(setting, False, None, skipped=True))
+        return Local(model, public_id, label, reserve, Guard(setting, False, None, skipped=True), seconds)
     # a guardian elsewhere is the master's to reach (a slave cannot): only the master falls back
     raises = setting.guardian.node_id == node_id or view.registry is not None
     fallback = _guardian(view, setting, BACKEND_REFUSED, node_id, model.local_id, public_id, label)
-    return Local(model, public_id, label, reserve, Guard(setting, raises, fallback, skipped))
+    return Local(model, public_id, label, reserve, Guard(setting, raises, fallback, skipped), seconds)
 
 
 def _nothing_to_embed_with(call: Call, view: RoutingView) -> bool:
@@ -291,6 +310,7 @@ def _routed(call: Call, view: RoutingView, statuses: Mapping[str, RuntimeStatus]
     route = call.route
     need = _need(route)
     name = call.selector
+    seconds = 0.0
     if name is None:
         if route.runtime == "stt":
             record = choose_stt(registry.records(), statuses, view.node_id, view.stt_counter)
@@ -302,14 +322,14 @@ def _routed(call: Call, view: RoutingView, statuses: Mapping[str, RuntimeStatus]
             record, name = found, found.public_id
         else:
             name = _default_public(view, registry, route, need)
-            record = registry.pick(name, route.runtime)
+            record, seconds = _pick(call, view, registry, name, route.runtime)
     elif (picked := view.recipes.route(name, route.runtime, need) if view.recipes else None):
         # a split recipe's component, checked before the registry (reference §9.3)
         name, component = picked
         record = registry.exact(component.node_id, component.filename, route.runtime)
     else:
         _check_known(registry, name, need)
-        record = registry.pick(name, route.runtime)  # NoReplica is a 502 StatusError
+        record, seconds = _pick(call, view, registry, name, route.runtime)  # NoReplica: a 502
     label = record.public_id
     setting = _setting(call, view, record.node_id, record.local_id)
     skipped = False
@@ -324,12 +344,24 @@ def _routed(call: Call, view: RoutingView, statuses: Mapping[str, RuntimeStatus]
         model = view.catalog().get(record.local_id)
         if model is None:
             raise _not_found(name)
-        return _here(call, view, model, name, label, record, skipped)
+        return _here(call, view, model, name, label, record, skipped, seconds)
     guard = None
     if setting is not None:
         fallback = _guardian(view, setting, BACKEND_REFUSED, record.node_id, record.local_id, name, label)
         guard = Guard(setting, True, fallback, skipped)
-    return Forward(record, name, label, guard)
+    return Forward(record, name, label, guard, seconds)
+
+
+def _pick(call: Call, view: RoutingView, registry: RegistryView, name: str,
+          runtime: RuntimeKind) -> tuple[ModelRecord, float]:
+    """The replica of ``name`` for ``call`` and its predicted seconds there: the master's replica
+    choice (``routing.replica_choice``) when its mode is not rotation, else the registry's rotation
+    (seconds 0: unpriced)."""
+    if view.steer is not None:
+        steered = view.steer(call, name, runtime)
+        if steered is not None:
+            return steered.record, steered.seconds
+    return registry.pick(name, runtime), 0.0
 
 
 def _embeddings_record(view: RoutingView, registry: RegistryView) -> ModelRecord | None:

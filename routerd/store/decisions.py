@@ -16,7 +16,7 @@ from typing import Any
 TEXT_COLUMNS: tuple[str, ...] = (
     "node_id", "kind", "trigger", "lane", "owner_node_id", "owner_model_id", "helper_node_id",
     "helper_model_id", "outcome", "reason", "request_id", "service_source", "router_version",
-    "priority", "key_name",
+    "priority", "key_name", "key_hash", "moved_from",
 )
 #: Integer columns.
 INT_COLUMNS: tuple[str, ...] = (
@@ -25,6 +25,7 @@ INT_COLUMNS: tuple[str, ...] = (
 #: Real (floating point) columns.
 REAL_COLUMNS: tuple[str, ...] = (
     "keep_ms", "switch_ms", "restore_ms", "service_ms", "owner_job_ms", "helper_idle_ms", "wait_ms",
+    "load_ms", "mean_load_ms",
 )
 
 #: Every column a row may set, in table order (all but ``id``).
@@ -33,7 +34,7 @@ COLUMNS: tuple[str, ...] = (
     "helper_node_id", "helper_model_id", "outcome", "reason", "request_id", "pending_count",
     "backlog_count", "keep_ms", "switch_ms", "restore_ms", "service_ms", "owner_job_ms",
     "service_source", "helper_idle_ms", "slots", "lent_out", "borrowed_ahead", "wait_ms",
-    "router_version", "priority", "key_name",
+    "router_version", "priority", "key_name", "key_hash", "load_ms", "mean_load_ms", "moved_from",
 )
 
 #: Columns a JSON row always carries, even when empty.

@@ -172,11 +172,21 @@ ALTER TABLE offload_decisions ADD COLUMN priority TEXT NOT NULL DEFAULT '';
 ALTER TABLE offload_decisions ADD COLUMN key_name TEXT NOT NULL DEFAULT '';
 """
 
+# v5: a replica_choice decision (routing.replica_choice) names the session key's hash, the chosen
+# replica's load, the mean load and the replica a key moved from.
+_V5_SQL = """
+ALTER TABLE offload_decisions ADD COLUMN key_hash TEXT NOT NULL DEFAULT '';
+ALTER TABLE offload_decisions ADD COLUMN load_ms REAL NOT NULL DEFAULT 0;
+ALTER TABLE offload_decisions ADD COLUMN mean_load_ms REAL NOT NULL DEFAULT 0;
+ALTER TABLE offload_decisions ADD COLUMN moved_from TEXT NOT NULL DEFAULT '';
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "samples, decision log, routing links, lending settings, guardians, public IDs", _V1_SQL),
     Migration(2, "public IDs keyed by identity and base ID", _V2_SQL),
     Migration(3, "decision log: a request's priority class and key name", _V3_SQL),
     Migration(4, "analytics: request and load rows, minute/hour/day rollups", _V4_SQL),
+    Migration(5, "decision log: replica choice key hash, loads and the replica a key left", _V5_SQL),
 )
 
 

@@ -85,6 +85,9 @@ class ModelRecord:
     asset_reason: str | None = None
     # The model's latest benchmark result (contract §9; additive).
     benchmark: dict[str, Any] | None = None
+    # The config's ``router_replica_choice`` (additive: unset, or a mode this build does not know,
+    # = the master's site-wide mode).
+    replica_choice: str | None = None
 
     @property
     def identity(self) -> str:
@@ -162,7 +165,8 @@ def strict_scalars(conv: cattrs.Converter) -> cattrs.Converter:
 
 #: Record fields added after the contract's list: sent only when set, so a record without them is
 #: exactly the contract's, and an older peer's record parses with them unset.
-_ADDITIVE_RECORD_FIELDS = ("parallel", "max_number_sequences", "asset_state", "asset_reason", "benchmark")
+_ADDITIVE_RECORD_FIELDS = ("parallel", "max_number_sequences", "asset_state", "asset_reason", "benchmark",
+                           "replica_choice")
 #: Capability flags added after the contract's list: sent only when true (an older peer ignores
 #: the key, and its records parse here with the flag false).
 _ADDITIVE_CAPABILITIES = ("music",)
@@ -284,6 +288,7 @@ def record_from_config(config: ModelConfig, *, node_id: str, node_url: str, load
         disabled=disabled,
         parallel=config.parallel,
         max_number_sequences=config.vllm_max_sequences,
+        replica_choice=config.replica_choice,
     )
 
 

@@ -239,7 +239,7 @@ def test_every_spec_decision_is_accepted(kind: str, outcome: str, fields: dict[s
 
 
 def test_enumerations_cover_the_contract() -> None:
-    assert set(decisions_mod.KINDS) == {"plan", "dispatch", "helper", "queue"}
+    assert set(decisions_mod.KINDS) == {"plan", "dispatch", "helper", "queue", "replica_choice"}
     assert {"restore_unpriced", "helper_recently_busy"} <= decisions_mod.ALL_REASONS
     assert {"held_for_helper", "relay_refused", "stall_reclaimed"} <= decisions_mod.ALL_OUTCOMES
 

@@ -34,7 +34,8 @@ def test_insert_then_query_round_trips_every_column_and_omits_empty_ones() -> No
                helper_model_id="h", reason="cost_rejected", request_id="r1", pending_count=3,
                backlog_count=5, keep_ms=1200.5, switch_ms=300.0, restore_ms=50.0, service_ms=400.0,
                owner_job_ms=240.0, service_source="owner_fallback", helper_idle_ms=7000,
-               slots=2, lent_out=1, borrowed_ahead=1, wait_ms=15, priority="batch", key_name="nightly")
+               slots=2, lent_out=1, borrowed_ahead=1, wait_ms=15, priority="batch", key_name="nightly",
+               key_hash="0123456789abcdef", load_ms=2200.0, mean_load_ms=1800.0, moved_from="a:m")
     sparse = {"recorded_at": 2000, "kind": "helper", "outcome": "borrowed_returned", "lane": "text"}
     fired(store.insert_decisions([full, sparse]))
     newest, oldest = fired(store.query_decisions())
@@ -122,7 +123,8 @@ def test_insert_decision_values_reads_a_lazy_iterable_inside_the_write() -> None
         for at in (1000, 2000):
             made.append(at)
             yield (at, "n1", "plan", "tick", "image", "a", "m", "b", "h", "skipped", "outranked", "", 3, 5,
-                   1200.5, 0.0, 0.0, 400.0, 240.0, "helper", 7000, 0, 0, 0, 0.0, "0.1.0", "", "")
+                   1200.5, 0.0, 0.0, 400.0, 240.0, "helper", 7000, 0, 0, 0, 0.0, "0.1.0", "", "", "", 0.0,
+                   0.0, "")
 
     d = store.insert_decision_values(values())
     fired(d)
@@ -130,4 +132,4 @@ def test_insert_decision_values_reads_a_lazy_iterable_inside_the_write() -> None
     newest, oldest = fired(store.query_decisions())
     assert (newest["recorded_at"], oldest["recorded_at"]) == (2000, 1000)
     assert oldest["reason"] == "outranked" and oldest["helper_idle_ms"] == 7000 and "slots" not in oldest
-    assert len(COLUMNS) == 28
+    assert len(COLUMNS) == 32

@@ -39,6 +39,7 @@ DECISION_COLUMNS = [
     "backlog_count", "keep_ms", "switch_ms", "restore_ms", "service_ms", "owner_job_ms", "service_source",
     "helper_idle_ms", "slots", "lent_out", "borrowed_ahead", "wait_ms", "router_version",
     "priority", "key_name",  # v3 (issue 23)
+    "key_hash", "load_ms", "mean_load_ms", "moved_from",  # v5: replica_choice rows
 ]  # fmt: skip
 
 
