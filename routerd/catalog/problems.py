@@ -1,6 +1,7 @@
 """What ``routerd check`` says of one model config: its weight files (exist, readable, of the kind
-their field takes: :mod:`routerd.catalog.weight_kinds`) and keys that look like a misspelling of a key routerd reads.  ``routerd.checking`` applies these to every
-``.kcpps`` of a folder; Cook's preview (``routerd.assets.cook``) to the one config it builds.
+their field takes: :mod:`routerd.catalog.weight_kinds`) and keys that look like a misspelling of a
+key routerd reads.  ``routerd.checking`` applies these to every ``.kcpps`` of a folder; Cook's preview
+(``routerd.assets.cook``) to the one config it builds.
 """
 
 from __future__ import annotations

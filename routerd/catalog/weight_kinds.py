@@ -27,7 +27,7 @@ import attrs
 
 WeightKind = Literal["text", "embeddings", "mmproj", "image", "stt", "tts", "music"]
 
-#: The kinds each weight field of a ``.kcpps`` accepts; a field not named here (the music ones) is not checked.
+#: The kinds each weight field of a ``.kcpps`` accepts; a field not named here (music) is not checked.
 SLOT_KINDS: dict[str, frozenset[WeightKind]] = {
     "model": frozenset({"text", "embeddings"}),
     "mmproj": frozenset({"mmproj"}),

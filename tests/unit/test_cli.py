@@ -183,3 +183,14 @@ def test_reload_posts_to_the_reload_endpoint_and_prints_the_report() -> None:
     code, out, _err = _run(["reload"], client)
     assert code == 0 and client.calls[0][:2] == ("POST", "/router/v1/reload")
     assert json.loads(out)["restart_required"] == ["server.bind"]
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_run_help_prints_routerds_own_usage_not_twistds(flag: str) -> None:
+    """``routerd run --help`` printed ``Usage: twistd [options] routerd …`` (twistd's parser answered)."""
+    out = io.StringIO()
+    assert main(["run", "--config", "node.yaml", flag], out=out) == 0
+    text = out.getvalue()
+    assert text.startswith("Usage: routerd run [--config PATH]"), text
+    assert "twistd [options]" not in text
+    assert "--log-level=" in text and "--logfile=" in text

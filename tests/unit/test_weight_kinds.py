@@ -125,7 +125,8 @@ def _node(tmp_path: Path, kcpps: dict[str, dict[str, object]]) -> Path:
 
 @pytest.mark.parametrize(("name", "words"), [
     ("flux", "is image weights (GGUF flux), not a text model or an embeddings model; give it as sdmodel"),
-    ("sim-image", "is image weights (simulator image), not a text model or an embeddings model; give it as sdmodel"),
+    ("sim-image", "is image weights (simulator image), not a text model or an embeddings model; "
+                  "give it as sdmodel"),
     ("whisper", "is a speech-to-text (whisper) model (whisper.cpp ggml), not a text model or an embeddings "
                 "model; give it as whispermodel"),
 ])

@@ -29,15 +29,25 @@ function cell(value, digits) {
   return typeof value === "number" && digits !== undefined ? value.toFixed(digits) : String(value);
 }
 
+/** The x range (seconds) of points from `min` to `max`: theirs, or when they are one instant (a chart
+ * with one point) that instant ± one bucket (an hour when the chart has none), where uPlot's own guess
+ * spans years. */
+export function timeRange(min, max, bucketMs) {
+  if (min === null || max === null || min !== max) return [min, max];
+  const pad = (bucketMs || 3600000) / 1000;
+  return [min - pad, max + pad];
+}
+
 /** A chart box: `update(times_ms, series, bucketMs)` draws `series` ([{label, values}]) against
- * `times_ms` and fills the table below it. `id` names the box (`#chart-<id>`). */
+ * `times_ms` and fills the table below it. `id` names the box (`#chart-<id>`); once drawn, the box's
+ * `data-x-min` and `data-x-max` hold the x range shown (ms). */
 export function chart(id, title, { unit = "", digits } = {}) {
   const plot = h("div", { className: "chart-plot" });
   const data = h("div", { className: "chart-table" });
   const details = h("details", { className: "chart-data" }, h("summary", {}, "numbers"), data);
   const el = h("figure", { className: "chart", id: "chart-" + id, dataset: { points: "0", drawn: "" } },
     h("figcaption", {}, title + (unit ? ` (${unit})` : "")), plot, details);
-  const state = { plot: null, labels: "" };
+  const state = { plot: null, labels: "", bucketMs: 0 };
 
   async function draw(times, series) {
     const UPlot = await uPlotClass();
@@ -55,7 +65,7 @@ export function chart(id, title, { unit = "", digits } = {}) {
       state.labels = labels;
       state.plot = new UPlot({
         width, height: 200,
-        scales: { x: { time: true } },
+        scales: { x: { time: true, range: (_u, min, max) => timeRange(min, max, state.bucketMs) } },
         legend: { live: false },
         series: [{}, ...series.map((s, i) => ({
           label: s.label, stroke: COLOURS[i % COLOURS.length], width: 2, spanGaps: false,
@@ -67,10 +77,14 @@ export function chart(id, title, { unit = "", digits } = {}) {
       if (Math.abs(state.plot.width - width) > 4) state.plot.setSize({ width, height: 200 });
       state.plot.setData(values);
     }
+    const x = state.plot.scales.x;
+    el.dataset.xMin = String(Math.round(x.min * 1000));
+    el.dataset.xMax = String(Math.round(x.max * 1000));
     el.dataset.drawn = "uplot";
   }
 
   function update(times, series, bucketMs) {
+    state.bucketMs = bucketMs || 0;
     el.dataset.points = String(times.length);
     const rows = times.map((t, i) => h("tr", {}, h("td", {}, stamp(t, bucketMs || 0)),
       series.map((s) => h("td", { className: "num" }, cell(s.values[i], digits)))));
