@@ -2,7 +2,7 @@
 // Pages import this module, never app.js (the shell imports the pages), so the imports stay one-way.
 
 import { ApiError } from "./api.js";
-import { replace } from "./dom.js";
+import { h, replace } from "./dom.js";
 
 let wake = null;
 
@@ -19,8 +19,11 @@ export function banner(message) {
 
 export function showError(err) {
   if (err instanceof ApiError && err.status === 404 && err.message.includes("master only")) {
-    banner("This node is a slave: the site API is served by its master (or by a standalone node). " +
-      "Open the WebUI on the master node.");
+    const master = (err.message.match(/this node's master is (\S+)/) || [])[1];
+    const ui = master && /^https?:\/\//.test(master) ? master.replace(/\/+$/, "") + "/ui/" : null;
+    banner(h("span", {}, "This node is a slave: the site API is served by its master (or by a standalone node). ",
+      ui ? h("a", { className: "master-link", href: ui }, `Open the WebUI on its master, ${ui}`)
+        : "Open the WebUI on the master node."));
     return;
   }
   banner(err instanceof ApiError ? `${err.status} ${err.code}: ${err.message}` : String(err));
