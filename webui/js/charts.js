@@ -30,9 +30,8 @@ function cell(value, digits) {
 }
 
 /** The x range (seconds) of points from `min` to `max`: theirs, or when they are one instant (a chart
- * with one point) that instant ± one bucket (an hour when the chart has none), where uPlot's own guess
- * spans years. */
-export function timeRange(min, max, bucketMs) {
+ * with one point) that instant ± one bucket (an hour when the chart has none). */
+function timeRange(min, max, bucketMs) {
   if (min === null || max === null || min !== max) return [min, max];
   const pad = (bucketMs || 3600000) / 1000;
   return [min - pad, max + pad];
@@ -65,21 +64,27 @@ export function chart(id, title, { unit = "", digits } = {}) {
       state.labels = labels;
       state.plot = new UPlot({
         width, height: 200,
-        scales: { x: { time: true, range: (_u, min, max) => timeRange(min, max, state.bucketMs) } },
+        scales: { x: { time: true } },
         legend: { live: false },
         series: [{}, ...series.map((s, i) => ({
           label: s.label, stroke: COLOURS[i % COLOURS.length], width: 2, spanGaps: false,
           points: { show: times.length < 60 },
         }))],
         axes: [{}, { size: 56 }],
+        hooks: { setScale: [(u, key) => {
+          if (key !== "x") return;
+          el.dataset.xMin = String(Math.round(u.scales.x.min * 1000));
+          el.dataset.xMax = String(Math.round(u.scales.x.max * 1000));
+        }] },
       }, values, plot);
     } else {
       if (Math.abs(state.plot.width - width) > 4) state.plot.setSize({ width, height: 200 });
       state.plot.setData(values);
     }
-    const x = state.plot.scales.x;
-    el.dataset.xMin = String(Math.round(x.min * 1000));
-    el.dataset.xMax = String(Math.round(x.max * 1000));
+    if (times.length > 0 && times[0] === times[times.length - 1]) {
+      const [min, max] = timeRange(times[0] / 1000, times[0] / 1000, state.bucketMs);
+      state.plot.setScale("x", { min, max }); // uPlot's own guess for one instant spans years
+    }
     el.dataset.drawn = "uplot";
   }
 
