@@ -118,7 +118,8 @@ def _sim_kind(path: str, size: int) -> FileKind:
             data = json.load(handle)
     except (OSError, ValueError):
         return UNKNOWN
-    kind = SIM_KINDS.get(data.get("kind")) if isinstance(data, dict) else None
+    named = data.get("kind") if isinstance(data, dict) else None
+    kind = SIM_KINDS.get(named) if isinstance(named, str) else None
     return FileKind(kind, f"simulator {kind}") if kind is not None else UNKNOWN
 
 

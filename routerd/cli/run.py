@@ -57,7 +57,7 @@ def usage() -> str:
     (twistd's help would say ``Usage: twistd [options] routerd …``, a command nobody typed)."""
     from routerd.tap import Options
 
-    options = Options()
+    options = Options()  # type: ignore[no-untyped-call]
     twistd = ("  -l, --logfile=    log to this file instead of stdout\n"
               "      --logger=     a twistd log observer factory (module.name)\n"
               "  -r, --reactor=    the Twisted reactor to use\n"
