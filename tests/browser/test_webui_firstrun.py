@@ -85,7 +85,6 @@ def overview_shows_five_requests_over_one_hour(b: Browser) -> None:
     b.wait(lambda d: len(b.css("tr.recent-request")) == 5, what="the five requests listed")
     assert "chat-small" in b.text("#recent-finished")
     assert not b.css(".analytics-off")
-    b.screenshot("overview-first-run")
 
 
 def test_a_first_run_prints_the_webui_and_its_overview_shows_five_chats(tmp_path: Path) -> None:
@@ -162,7 +161,6 @@ def bench_on_the_chosen_node(b: Browser) -> None:
     now_ms = int(b.js("return Date.now()"))
     assert high - low == 2 * 3600 * 1000, (low, high)  # the one point ± an hour, not 2027 to 2029
     assert low < now_ms < high
-    b.screenshot("bench")
 
 
 def realtime_factor_has_two_decimals(b: Browser) -> None:
