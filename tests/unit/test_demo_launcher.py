@@ -18,7 +18,7 @@ from routerd.demo.configs import (
     rewrite_ports,
     rewrite_url,
 )
-from routerd.demo.launcher import describe, slaves_healthy, write_sample_audio
+from routerd.demo.launcher import describe, slaves_healthy
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "etc" / "cluster"
@@ -155,6 +155,8 @@ def test_describe_lists_urls_models_by_node_and_curl_examples(tmp_path: Path) ->
 def test_the_transcription_example_names_an_audio_file_the_launcher_writes(tmp_path: Path) -> None:
     """The hint's ``-F file=@…`` is a WAV in the run folder that exists once the cluster is ready (it
     named a ``speech.wav`` nobody wrote), and the text names the WebUI."""
+    from routerd.demo.launcher import write_sample_audio  # new in issue 32
+
     nodes = [NodeSpec("master", "master", "master", 9300, tmp_path / "m.yaml", tmp_path / "master.log")]
     stt = {"public_id": "whisper-small", "node_id": "master", "capabilities": {"stt": True}}
     inventory = {"models": [stt]}
