@@ -29,12 +29,11 @@ function cell(value, digits) {
   return typeof value === "number" && digits !== undefined ? value.toFixed(digits) : String(value);
 }
 
-/** The x range (seconds) of points from `min` to `max`: theirs, or when they are one instant (a chart
- * with one point) that instant ± one bucket (an hour when the chart has none). */
-function timeRange(min, max, bucketMs) {
-  if (min === null || max === null || min !== max) return [min, max];
+/** The x range (seconds) of a chart whose points are all at one instant `t` (seconds): `t` ± one
+ * bucket, or ± an hour when the chart has no buckets (Bench). */
+function instantRange(t, bucketMs) {
   const pad = (bucketMs || 3600000) / 1000;
-  return [min - pad, max + pad];
+  return { min: t - pad, max: t + pad };
 }
 
 /** A chart box: `update(times_ms, series, bucketMs)` draws `series` ([{label, values}]) against
@@ -82,8 +81,7 @@ export function chart(id, title, { unit = "", digits } = {}) {
       state.plot.setData(values);
     }
     if (times.length > 0 && times[0] === times[times.length - 1]) {
-      const [min, max] = timeRange(times[0] / 1000, times[0] / 1000, state.bucketMs);
-      state.plot.setScale("x", { min, max }); // uPlot's own guess for one instant spans years
+      state.plot.setScale("x", instantRange(times[0] / 1000, state.bucketMs)); // uPlot's guess spans years
     }
     el.dataset.drawn = "uplot";
   }

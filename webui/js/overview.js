@@ -1,8 +1,9 @@
 // Overview (the first page): the period's KPIs from site analytics, "Requests by lane" over 1h / 24h /
 // 7d / 30d (1h, until the operator picks one, while everything recorded is from the last hour: a first
-// run), a note naming each node with analytics off and its /metrics counters meanwhile, what needs attention (unhealthy nodes, failed loads, nodes not running the master's
-// settings, models with unresolved assets), a card per node, the newest finished requests of every
-// node (site analytics/recent) and the requests in flight now.
+// run), a note naming each node with analytics off and its /metrics counters meanwhile, what needs
+// attention (unhealthy nodes, failed loads, nodes not running the master's settings, models with
+// unresolved assets), a card per node, the newest finished requests of every node (site
+// analytics/recent) and the requests in flight now.
 
 import { badge, clock, duration, h, replace, table } from "./dom.js";
 import { get, query, storedKey } from "./api.js";
@@ -121,9 +122,9 @@ async function renderAnalyticsOff(ctx, doc, inventory) {
   const here = (inventory.nodes || []).find((n) => n.role !== "slave");
   const ownCount = here && off.includes(here.node_id) ? await metricsRequests() : null;
   replace(ctx.off, h("div", { className: "analytics-off warn" },
-    h("p", {}, `Analytics is off on ${off.join(", ")} (analytics.enabled: false): the figures, chart and ` +
-      "recent requests above leave out what it served. Set analytics.enabled: true in its config and " +
-      "reload to record them."),
+    h("p", {}, `Analytics is off on ${off.join(", ")} (analytics.enabled: false): the figures, the chart and ` +
+      "the recent requests on this page leave out what it served. Set analytics.enabled: true in its " +
+      "config and reload to record them."),
     h("ul", {}, off.map((id) => {
       const node = nodes.get(id);
       const url = here && id === here.node_id ? "/metrics" : node && node.node_url ? node.node_url + "/metrics" : null;
