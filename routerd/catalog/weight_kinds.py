@@ -21,7 +21,7 @@ import functools
 import json
 import os
 import struct
-from typing import Literal
+from typing import Any, BinaryIO, Literal
 
 import attrs
 
@@ -56,6 +56,10 @@ GGML_MAGIC = struct.pack("<I", 0x67676D6C)
 SIM_SUFFIX = ".sim.json"
 #: A simulator weights file is a few hundred bytes; anything far larger is not one.
 SIM_MAX_BYTES = 64 * 1024
+#: Bounds of what a header walk reads: a key or tensor name, and the tensor names of a GGUF without an
+#: architecture (stable-diffusion.cpp's name their diffusion model among the first).
+MAX_NAME_BYTES = 65_536
+MAX_TENSOR_NAMES = 64
 
 #: Diffusion architectures (image and video generators) as GGUF conversions of them name themselves.
 IMAGE_ARCHITECTURES = frozenset({"flux", "sd1", "sd2", "sdxl", "sd3", "aura", "ltxv", "hyvid", "wan",
@@ -82,15 +86,75 @@ class FileKind:
 UNKNOWN = FileKind(None, "")
 
 
-def _gguf_kind(path: str) -> FileKind:
-    from gguf import GGUFReader  # numpy-heavy: imported when a GGUF is first read
+class _Header:
+    """Reads a GGUF's header in order (little-endian, as llama.cpp writes it), no further than asked."""
 
+    def __init__(self, handle: BinaryIO) -> None:
+        self.handle = handle
+
+    def unpack(self, fmt: str) -> Any:
+        size = struct.calcsize("<" + fmt)
+        data = self.handle.read(size)
+        if len(data) != size:
+            raise ValueError("the GGUF header ends early")
+        return struct.unpack("<" + fmt, data)[0]
+
+    def text(self) -> str:
+        length = self.unpack("Q")
+        if length > MAX_NAME_BYTES:
+            raise ValueError("a GGUF string is implausibly long")
+        return str(self.handle.read(length).decode("utf-8"))
+
+    def skip(self, value_type: int, sizes: dict[int, int], string: int, array: int) -> None:
+        """Pass over one value of ``value_type`` (an array element by element only for strings)."""
+        if value_type == string:
+            self.handle.seek(self.unpack("Q"), os.SEEK_CUR)
+        elif value_type == array:
+            item, count = self.unpack("I"), self.unpack("Q")
+            if item in sizes:
+                self.handle.seek(sizes[item] * count, os.SEEK_CUR)
+            else:
+                for _ in range(count):
+                    self.skip(item, sizes, string, array)
+        elif value_type in sizes:
+            self.handle.seek(sizes[value_type], os.SEEK_CUR)
+        else:
+            raise ValueError(f"unknown GGUF value type {value_type}")
+
+
+def gguf_architecture(path: str) -> tuple[str, list[str]]:
+    """A GGUF's ``general.architecture`` ("" when it names none) and, only when it names none, its
+    tensor names.  The header is walked with the ``gguf`` package's value types and sizes and left at
+    the architecture (the first key llama.cpp's writers put there): ``gguf.GGUFReader`` would parse
+    every key and tensor first, seconds for a real model's 150,000-token vocabulary."""
+    import numpy as np
+    from gguf import GGUFReader, GGUFValueType  # imports numpy: only once a GGUF is read
+
+    sizes = {int(t): np.dtype(d).itemsize for t, d in GGUFReader.gguf_scalar_to_np.items()}
+    string, array = int(GGUFValueType.STRING), int(GGUFValueType.ARRAY)
+    with open(path, "rb") as handle:
+        header = _Header(handle)
+        if handle.read(4) != GGUF_MAGIC:
+            raise ValueError("not a GGUF")
+        header.unpack("I")  # version
+        tensors, keys = header.unpack("Q"), header.unpack("Q")
+        for _ in range(keys):
+            key, value_type = header.text(), header.unpack("I")
+            if key == "general.architecture" and value_type == string:
+                return header.text(), []
+            header.skip(value_type, sizes, string, array)
+        names = []
+        for _ in range(min(tensors, MAX_TENSOR_NAMES)):
+            names.append(header.text())
+            dims = header.unpack("I")
+            handle.seek(8 * dims + 4 + 8, os.SEEK_CUR)  # the dimensions, the type, the offset
+        return "", names
+
+
+def _gguf_kind(path: str) -> FileKind:
     try:
-        reader = GGUFReader(path, "r")
-        field = reader.get_field("general.architecture")
-        architecture = str(field.contents()) if field is not None else ""
-        names = [t.name for t in reader.tensors] if not architecture else []
-    except (ValueError, OSError, KeyError, IndexError, struct.error, UnicodeDecodeError):
+        architecture, names = gguf_architecture(path)
+    except (ValueError, OSError, struct.error, UnicodeDecodeError):
         return FileKind(None, "GGUF (unreadable)")
     if not architecture:
         if any(n.startswith(IMAGE_TENSOR_PREFIXES) for n in names):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import stat
+import struct
 from pathlib import Path
 
 import gguf
@@ -83,6 +84,26 @@ def test_a_file_that_only_looks_like_a_gguf_is_of_no_known_kind(tmp_path: Path) 
     named.write_bytes(b"demo projector")
     assert file_kind(str(cut)).kind is None
     assert file_kind(str(named)).kind is None
+
+
+def _text(value: str) -> bytes:
+    return struct.pack("<Q", len(value)) + value.encode()
+
+
+def test_a_gguf_without_an_architecture_is_told_by_stable_diffusion_cpps_tensor_names(tmp_path: Path) -> None:
+    """stable-diffusion.cpp's GGUFs name no architecture: a key of another kind is passed over, then
+    the tensor names say it is a diffusion model; with other names it stays of no known kind."""
+    from routerd.catalog.weight_kinds import file_kind
+
+    def sd_gguf(path: Path, tensor: str) -> Path:
+        key = _text("general.name") + struct.pack("<I", 8) + _text("sd")  # one string key (type 8)
+        info = _text(tensor) + struct.pack("<I", 1) + struct.pack("<Q", 4) + struct.pack("<IQ", 0, 0)
+        path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 1, 1) + key + info)
+        return path
+
+    assert file_kind(str(sd_gguf(tmp_path / "sd.gguf", "model.diffusion_model.input_blocks.0.weight"))) \
+        .kind == "image"
+    assert file_kind(str(sd_gguf(tmp_path / "other.gguf", "weird.weight"))).kind is None
 
 
 def test_cook_offers_each_slot_only_the_files_of_its_kind(tmp_path: Path) -> None:
