@@ -1,9 +1,10 @@
 """What kind of weights a file holds, read from the file itself: the slot of a model config it fits.
 
-* a GGUF (magic ``GGUF``): its ``general.architecture``, read with the ``gguf`` package: ``clip`` is a
-  vision projector, a diffusion architecture (``flux``, ``sdxl`` …) or stable-diffusion.cpp's tensor
-  names (``model.diffusion_model.*``, no architecture) an image model, ``wavtokenizer-dec`` a TTS
-  vocoder, a BERT-like encoder an embeddings model, any other architecture a text model;
+* a GGUF (magic ``GGUF``): its ``general.architecture`` (the header walked with the ``gguf`` package's
+  value types, no further than that key): ``clip`` is a vision projector, a diffusion architecture
+  (``flux``, ``sdxl`` …) or stable-diffusion.cpp's tensor names (``model.diffusion_model.*``, no
+  architecture) an image model, ``wavtokenizer-dec`` a TTS vocoder, a BERT-like encoder an embeddings
+  model, any other architecture a text model;
 * whisper.cpp's legacy ggml file (magic ``0x67676d6c``): a speech-to-text model;
 * a simulator weights file (``*.sim.json``): its JSON ``kind``.
 
