@@ -194,3 +194,14 @@ def test_run_help_prints_routerds_own_usage_not_twistds(flag: str) -> None:
     assert text.startswith("Usage: routerd run [--config PATH]"), text
     assert "twistd [options]" not in text
     assert "--log-level=" in text and "--logfile=" in text
+
+
+def test_the_webui_address_a_ready_node_prints_is_one_a_browser_here_opens() -> None:
+    """A wildcard bind is reached on loopback; an IPv6 host is bracketed."""
+    from routerd.tap import webui_address  # new in issue 32
+
+    assert webui_address("127.0.0.1", 8080) == "http://127.0.0.1:8080/ui/"
+    assert webui_address("0.0.0.0", 9000) == "http://127.0.0.1:9000/ui/"
+    assert webui_address("::", 9000) == "http://[::1]:9000/ui/"
+    assert webui_address("fd00::5", 80) == "http://[fd00::5]:80/ui/"
+    assert webui_address("10.1.2.3", 81) == "http://10.1.2.3:81/ui/"
