@@ -50,7 +50,9 @@ __all__ = ["PROTOCOL_VERSION", "build_apis", "build_site"]
 def build_apis(node: Node) -> list[Any]:
     """Every API class of the node, each built from the site service and the one domain service it
     calls (read per request where a reload or the store's opening replaces it)."""
-    site = SiteService(node.node_id, node.site, node.role)
+    cluster = node.config.cluster
+    site = SiteService(node.node_id, node.site, node.role,
+                       master_url=cluster.master_url if node.role == "slave" else None)
     records = SiteRecords(site, node.lending, store=lambda: node.store, catalog=lambda: node.catalog)
     reports = LendingReports(node.node_id, node.lending, store=lambda: node.store,
                              coordinator=node.coordinator)

@@ -16,6 +16,7 @@ from twisted.python.logfile import LogFile
 
 from routerd import __version__
 from routerd.api.channel import NodeServerFactory
+from routerd.api.webui import UI_PREFIX
 from routerd.catalog.catalog import CatalogError
 from routerd.checking import check_config
 from routerd.cluster.slave import RegistrationRefused
@@ -91,6 +92,12 @@ def close_listener(port: Any) -> defer.Deferred[None] | None:
     return stopping
 
 
+def webui_address(host: str, port: int) -> str:
+    """The WebUI's address a browser on this machine opens: a wildcard bind is reached on loopback."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}{UI_PREFIX}"
+
+
 class NodeService(service.Service):
     """Opens the listener first (``/health`` answers 503 ``starting``), then starts the node
     (store, weight hashes, startup model); a stop drains before the node stops."""
@@ -120,7 +127,8 @@ class NodeService(service.Service):
                  node_id=self.node.node_id, role=self.node.config.cluster.role,
                  host=address.host, port=address.port)
         await self.node.start()
-        log.info("routerd node {node_id} is ready", node_id=self.node.node_id)
+        log.info("routerd node {node_id} is ready; WebUI: {webui}", node_id=self.node.node_id,
+                 webui=webui_address(address.host, address.port))
         self.node.on_fatal = self._fatal
         await self.node.after_listening()
         self.ready.callback(None)

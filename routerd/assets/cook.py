@@ -26,6 +26,7 @@ from routerd.catalog.backend_args import unsafe_arg
 from routerd.catalog.kcpps import KCPPS_SUFFIX, config_from_mapping
 from routerd.catalog.model import ModelConfig
 from routerd.catalog.problems import near_miss_keys, weight_problems
+from routerd.catalog.weight_kinds import file_kind, fits
 from routerd.config.schema import Config
 from routerd.families import backend_modes, is_declared
 from routerd.files import write_json_atomically
@@ -177,7 +178,9 @@ def cook(order: CookOrder, roots: Sequence[str], config_dir: str, node_config: C
 
 
 def model_files(roots: Sequence[str]) -> list[dict[str, Any]]:
-    """Every file under the roots, named relative to its root (what a Cook form offers)."""
+    """Every file under the roots, named relative to its root, with its kind as read from the file
+    (:mod:`routerd.catalog.weight_kinds`; ``null`` when it cannot be told) and the ``fields`` it may
+    fill: what a Cook form offers in each slot (a whisper file is not offered as the text model)."""
     out: list[dict[str, Any]] = []
     for index, root in enumerate(roots):
         real_root = os.path.realpath(root)
@@ -186,7 +189,10 @@ def model_files(roots: Sequence[str]) -> list[dict[str, Any]]:
                 size = os.path.getsize(real)
             except OSError:
                 continue
-            out.append({"path": os.path.relpath(real, real_root), "root": index, "size": size})
+            found = file_kind(real)
+            out.append({"path": os.path.relpath(real, real_root), "root": index, "size": size,
+                        "kind": found.kind, "detail": found.detail,
+                        "fields": [f for f in FILE_FIELDS if fits(f, found.kind)]})
     return out
 
 

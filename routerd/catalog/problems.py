@@ -1,6 +1,7 @@
-"""What ``routerd check`` says of one model config: its weight files (exist, readable) and keys that
-look like a misspelling of a key routerd reads.  ``routerd.checking`` applies these to every
-``.kcpps`` of a folder; Cook's preview (``routerd.assets.cook``) to the one config it builds.
+"""What ``routerd check`` says of one model config: its weight files (exist, readable, of the kind
+their field takes: :mod:`routerd.catalog.weight_kinds`) and keys that look like a misspelling of a
+key routerd reads.  ``routerd.checking`` applies these to every ``.kcpps`` of a folder; Cook's preview
+(``routerd.assets.cook``) to the one config it builds.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from routerd.catalog.kcpps import PATH_KEYS
 from routerd.catalog.model import ModelConfig
+from routerd.catalog.weight_kinds import kind_problem
 
 #: Every ``.kcpps`` key routerd reads (contract §3).  koboldcpp writes many more, so an unknown key is
 #: only reported when it is a near miss of one of these.
@@ -28,13 +30,18 @@ def did_you_mean(key: str, known: Iterable[str], cutoff: float = 0.6) -> str | N
 
 
 def weight_problems(model: ModelConfig) -> list[str]:
-    """One line per weight file of ``model`` that is missing or unreadable."""
+    """One line per weight file of ``model`` that is missing, unreadable or of a kind its field refuses
+    (image weights given as the text ``model``)."""
     out = []
     for field, weights in model.weight_files().items():
         if not os.path.isfile(weights):
             out.append(f"{model.filename}: {field} {weights} does not exist")
         elif not os.access(weights, os.R_OK):
             out.append(f"{model.filename}: {field} {weights} is not readable")
+        else:
+            problem = kind_problem(model.filename, field, weights)
+            if problem is not None:
+                out.append(problem)
     return out
 
 

@@ -55,6 +55,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     args_list = list(sys.argv[1:] if argv is None else argv)
     # ``routerd run`` hands everything after ``run`` to twistd and the routerd plugin untouched.
     if args_list and args_list[0] == "run":
+        if run.wants_help(args_list[1:]):
+            out.write(run.usage())
+            return 0
         return run.run(args_list[1:])
     if args_list and args_list[0] == "demo":  # its own options (routerd.demo.demo.parse_args)
         from routerd.demo import demo

@@ -47,6 +47,30 @@ def _twistd_argv(args: Sequence[str]) -> list[str]:
     return [*head, "routerd", *tail]
 
 
+def wants_help(args: Sequence[str]) -> bool:
+    """Whether ``routerd run``'s arguments ask for its usage."""
+    return any(arg in ("--help", "-h") for arg in args)
+
+
+def usage() -> str:
+    """``routerd run``'s own usage: the routerd options and the twistd ones it passes to twistd
+    (twistd's help would say ``Usage: twistd [options] routerd …``, a command nobody typed)."""
+    from routerd.tap import Options
+
+    options = Options()  # type: ignore[no-untyped-call]
+    twistd = ("  -l, --logfile=    log to this file instead of stdout\n"
+              "      --logger=     a twistd log observer factory (module.name)\n"
+              "  -r, --reactor=    the Twisted reactor to use\n"
+              "      --umask=      the process's umask\n"
+              "  -d, --rundir=     change to this folder first\n")
+    own = options.getUsage().split("\n", 1)[-1].rstrip("\n")  # without its "Options:" line
+    return (f"Usage: routerd run {options.synopsis} [--logfile PATH] [--reactor NAME] "
+            "[--umask UMASK] [--rundir DIR]\n"
+            "Run a routerd node in the foreground (twistd --nodaemon routerd …); SIGTERM or Ctrl-C drains "
+            "it and stops.\nOnce ready it logs the WebUI's address (http://host:port/ui/).\n"
+            f"Options:\n{own}\ntwistd options:\n{twistd}")
+
+
 def run(args: Sequence[str]) -> int:
     """Run a node in the foreground (never returns normally: twistd exits the process)."""
     from twisted.application import app

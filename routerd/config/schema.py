@@ -199,7 +199,7 @@ class SchedulingConfig:
 class AnalyticsConfig:
     """The ``analytics`` section (contract §2, §9); durations in seconds."""
 
-    enabled: bool = False
+    enabled: bool = True
     #: How often buffered request and load rows are written to the router database.
     flush_interval: float = 180.0
     #: How long raw rows are kept, and each rollup level.

@@ -209,12 +209,26 @@ class Cluster:
         return clean
 
 
+#: The audio the transcription example sends, written into the run folder (:func:`write_sample_audio`).
+SPEECH_FILE = "speech.wav"
+
+
+def write_sample_audio(run_dir: Path) -> Path:
+    """Write the transcription example's audio (a few seconds of the benchmark's tone) into ``run_dir``."""
+    from routerd.inference.bench import tone_wav
+
+    path = run_dir / SPEECH_FILE
+    path.write_bytes(tone_wav(seconds=3))
+    return path
+
+
 def describe(nodes: Sequence[NodeSpec], inventory: Mapping[str, Any], run_dir: Path) -> str:
     """The text printed once the cluster is ready: URLs, models and curl examples."""
     master = nodes[0].url
     lines = [f"routerd-cluster: ready (configs, stores and logs in {run_dir})", ""]
     for spec in nodes:
         lines.append(f"  {spec.name:<20} {spec.role:<7} {spec.url}   log: {spec.log.name}")
+    lines += ["", f"WebUI: {master}/ui/"]
     by_model: dict[str, list[str]] = {}
     chat: list[str] = []
     stt: list[str] = []
@@ -246,7 +260,8 @@ def describe(nodes: Sequence[NodeSpec], inventory: Mapping[str, Any], run_dir: P
         lines.append(f"  curl -s {master}/v1/images/generations -H 'content-type: application/json' "
                      f"-d '{body}' | head -c 300")
     for model in stt[:1]:
-        lines.append(f"  curl -s {master}/v1/audio/transcriptions -F file=@speech.wav -F model={model}")
+        lines.append(f"  curl -s {master}/v1/audio/transcriptions -F file=@{run_dir / SPEECH_FILE} "
+                     f"-F model={model}")
     lines += ["", "Press Ctrl-C to stop all nodes."]
     return "\n".join(lines)
 
@@ -342,6 +357,7 @@ def run_cluster(nodes: Sequence[NodeSpec], run_dir: Path, own_run_dir: bool, tim
     stop_work: Callable[[], None] = lambda: None  # noqa: E731
     try:
         inventory = cluster.start(timeout)
+        write_sample_audio(run_dir)
         cluster.say(describe(nodes, inventory, run_dir).replace("routerd-cluster:", f"{prog}:"))
         if on_ready is not None:
             stop_work = on_ready(cluster, inventory)

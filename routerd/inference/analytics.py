@@ -252,6 +252,8 @@ class AnalyticsRecorder:
         store = self.store()
         if not self.config.enabled or store is None:
             return node_document(self.node_id, query, now_ms, False, [], [])
+        if self.buffered:  # a query answers every request recorded, not only what the loop wrote so far
+            await self.flush()
         tables, series = await store.query_analytics(query, now_ms)
         return node_document(self.node_id, query, now_ms, True, tables, series)
 

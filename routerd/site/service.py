@@ -76,9 +76,11 @@ class SiteAgent(Protocol):
     async def node_json(self, node_id: str, path: str) -> Any: ...
 
 
-def master_only() -> HTTPError:
-    """A site route on a slave (reference §12)."""
-    return HTTPError(404, "site routes are served by the master only", "not_found", "not_found")
+def master_only(master_url: str | None = None) -> HTTPError:
+    """A site route on a slave (reference §12), naming the slave's master when it is known (the slave's
+    WebUI links to it)."""
+    where = f"; this node's master is {master_url}" if master_url else ""
+    return HTTPError(404, "site routes are served by the master only" + where, "not_found", "not_found")
 
 
 def not_master() -> HTTPError:
@@ -135,6 +137,8 @@ class SiteService:
     node_id: str
     agent: SiteAgent | None
     role: str = "master"
+    #: A slave's ``cluster.master_url`` (named by its 404 on a site route); None elsewhere.
+    master_url: str | None = None
 
     @property
     def serves(self) -> bool:
@@ -149,7 +153,7 @@ class SiteService:
     def require(self) -> SiteAgent:
         """The site's agent; 404 on a slave (the one master-only check)."""
         if self.agent is None:
-            raise master_only()
+            raise master_only(self.master_url)
         return self.agent
 
     def require_master(self) -> SiteAgent:

@@ -27,7 +27,7 @@ def _cli(*args: str, url: str) -> subprocess.CompletedProcess[str]:
 def test_routerd_run_serves_and_the_api_subcommands_script_it(tmp_path: Path) -> None:
     """`routerd run --config` needs no twistd plugin discovery (editable installs); `routerd models`,
     `load`, `state`, `unload` reach the node named by ROUTERD_URL; `--json-log -` makes stdout JSON
-    lines, with one access line per request and no factory noise."""
+    lines, with one access line per request, no factory noise and the WebUI's address once ready."""
     port = _free_port()
     write_models(tmp_path, {"warm": {"model": "../weights/warm.sim.json", "contextsize": 2048}},
                  {"warm": {**FAST_TEXT, "load_ms": 50}})
@@ -68,6 +68,9 @@ def test_routerd_run_serves_and_the_api_subcommands_script_it(tmp_path: Path) ->
     assert chat[0]["node"] == "local" and chat[0]["request_id"] != "-" and chat[0]["ms"] >= 0
     assert any(e["path"] == "/router/v1/load" for e in access)
     assert not any(e["msg"].startswith(("Starting factory", "Stopping factory")) for e in events)
+    # once ready it prints where the WebUI is (a quick start never said so)
+    ready = [e["msg"] for e in events if "WebUI" in e["msg"]]
+    assert ready == [f"routerd node local is ready; WebUI: {url}/ui/"]
 
 
 def test_importing_pricing_does_not_import_statsmodels_or_numpy() -> None:

@@ -192,3 +192,25 @@ def test_reload_posts_to_the_reload_endpoint_and_prints_the_report() -> None:
     code, out, _err = _run(["reload"], client)
     assert code == 0 and client.calls[0][:2] == ("POST", "/router/v1/reload")
     assert json.loads(out)["restart_required"] == ["server.bind"]
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_run_help_prints_routerds_own_usage_not_twistds(flag: str) -> None:
+    """``routerd run --help`` printed ``Usage: twistd [options] routerd …`` (twistd's parser answered)."""
+    out = io.StringIO()
+    assert main(["run", "--config", "node.yaml", flag], out=out) == 0
+    text = out.getvalue()
+    assert text.startswith("Usage: routerd run [--config PATH]"), text
+    assert "twistd [options]" not in text
+    assert "--log-level=" in text and "--logfile=" in text
+
+
+def test_the_webui_address_a_ready_node_prints_is_one_a_browser_here_opens() -> None:
+    """A wildcard bind is reached on loopback; an IPv6 host is bracketed."""
+    from routerd.tap import webui_address  # new in issue 32
+
+    assert webui_address("127.0.0.1", 8080) == "http://127.0.0.1:8080/ui/"
+    assert webui_address("0.0.0.0", 9000) == "http://127.0.0.1:9000/ui/"
+    assert webui_address("::", 9000) == "http://[::1]:9000/ui/"
+    assert webui_address("fd00::5", 80) == "http://[fd00::5]:80/ui/"
+    assert webui_address("10.1.2.3", 81) == "http://10.1.2.3:81/ui/"

@@ -225,13 +225,15 @@ def test_bad_family_settings_name_their_key(tmp_path: Path) -> None:
     assert "vllm.no_model" in joined
 
 
-def test_analytics_section_defaults_off_and_takes_durations(tmp_path: Path) -> None:
-    """Issue 22: ``analytics.*`` (contract §2): off by default, 3m flush, 720h raw retention."""
+def test_analytics_section_defaults_on_and_takes_durations(tmp_path: Path) -> None:
+    """Issue 22: ``analytics.*`` (contract §2): 3m flush, 720h raw retention; on by default since issue 32
+    (a first run shows its requests on the Overview), off when the config says so."""
     default = load_config(None, env={}).analytics
-    assert (default.enabled, default.flush_interval, default.raw_retention) == (False, 180.0, 720 * 3600.0)
-    config = _parse(tmp_path, {"analytics": {"enabled": True, "flush_interval": "10s",
+    assert (default.enabled, default.flush_interval, default.raw_retention) == (True, 180.0, 720 * 3600.0)
+    assert _parse(tmp_path, {"server": {"bind": "127.0.0.1:9"}}).analytics.enabled is True
+    config = _parse(tmp_path, {"analytics": {"enabled": False, "flush_interval": "10s",
                                              "hour_retention": "24h", "max_buffered": 100}})
-    assert (config.analytics.enabled, config.analytics.flush_interval) == (True, 10.0)
+    assert (config.analytics.enabled, config.analytics.flush_interval) == (False, 10.0)
     assert (config.analytics.hour_retention, config.analytics.max_buffered) == (86400.0, 100)
 
 

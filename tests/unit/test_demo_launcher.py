@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import wave
 from pathlib import Path
 from typing import Any
 
@@ -149,3 +150,19 @@ def test_describe_lists_urls_models_by_node_and_curl_examples(tmp_path: Path) ->
     assert "http://127.0.0.1:9300" in text and "http://127.0.0.1:9301" in text
     assert "llama-8b             master, slave-a" in text
     assert '"model": "llama-8b"' in text and "sketch-dream" in text and "model=whisper-small" in text
+
+
+def test_the_transcription_example_names_an_audio_file_the_launcher_writes(tmp_path: Path) -> None:
+    """The hint's ``-F file=@…`` is a WAV in the run folder that exists once the cluster is ready (it
+    named a ``speech.wav`` nobody wrote), and the text names the WebUI."""
+    from routerd.demo.launcher import write_sample_audio  # new in issue 32
+
+    nodes = [NodeSpec("master", "master", "master", 9300, tmp_path / "m.yaml", tmp_path / "master.log")]
+    stt = {"public_id": "whisper-small", "node_id": "master", "capabilities": {"stt": True}}
+    inventory = {"models": [stt]}
+    text = describe(nodes, inventory, tmp_path)
+    written = write_sample_audio(tmp_path)
+    assert f"-F file=@{written} -F model=whisper-small" in text
+    with wave.open(str(written)) as audio:
+        assert audio.getnframes() / audio.getframerate() >= 1.0
+    assert "WebUI: http://127.0.0.1:9300/ui/" in text

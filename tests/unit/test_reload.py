@@ -265,10 +265,11 @@ def test_a_reloaded_slave_re_registers_and_a_reloaded_master_re_polls(tmp_path: 
 def test_analytics_settings_apply_at_once(tmp_path: Path) -> None:
     """``analytics.*`` is live: a reload turns recording on and the flush loop follows the
     new interval."""
-    assert config_changes(_config(), _config(analytics={"enabled": True})).applied == ("analytics.enabled",)
+    assert config_changes(_config(), _config(analytics={"enabled": False})).applied == ("analytics.enabled",)
     world = World(tmp_path)
-    node = world.node("solo", {"chat": TEXT})
+    node = world.node("solo", {"chat": TEXT}, analytics={"enabled": False})  # on by default: start it off
     world.start(node)
+    assert not node.analytics.enabled
     home = tmp_path / "solo" / "routerd.yaml"
     data = json.loads(home.read_text())
     home.write_text(json.dumps({**data, "analytics": {"enabled": True, "flush_interval": "7s"}}))

@@ -91,3 +91,13 @@ def test_the_fan_out_asks_healthy_known_nodes_and_names_the_others() -> None:
     assert gathered.node_errors() == [{"node_id": "ghost", "error": "node is not known"},
                                       {"node_id": "slave-b", "error": "node is unhealthy"}]
     assert [base for base, _path, _timeout in agent.client.calls] == ["http://slave-a:1"]
+
+
+def test_a_slaves_404_names_its_master_so_its_webui_can_link_there() -> None:
+    """The slave's ``/ui/`` said "open the master" without saying where: the 404 names ``master_url``."""
+    slave = SiteService("slave-a", None, "slave", master_url="http://10.0.0.1:8080")
+    with pytest.raises(HTTPError) as caught:
+        slave.require()
+    assert caught.value.status == 404
+    assert caught.value.message == ("site routes are served by the master only; "
+                                    "this node's master is http://10.0.0.1:8080")

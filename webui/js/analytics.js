@@ -5,10 +5,9 @@
 import { get, post, query } from "./api.js";
 import { errorBox, h, replace, table } from "./dom.js";
 import { chart } from "./charts.js";
-import { FIGURE_HEAD, figureCells, optional } from "./figures.js";
+import { FIGURE_HEAD, figureCells, optional, PERIODS } from "./figures.js";
 import { act, refreshNow } from "./shell.js";
 
-const PERIODS = ["1h", "24h", "7d", "30d"];
 const LANES = ["text", "image", "stt"];
 const EVERY_MS = 5000;
 

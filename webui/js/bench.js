@@ -1,11 +1,12 @@
-// Bench: run the fixed benchmark workload against a model (POST /router/v1/benchmarks/run; the
-// master runs it on the model's node), the history of results, and a chart per model of its
-// headline figure over time (generation tokens/s, seconds per image, or the realtime factor).
+// Bench: run the fixed benchmark workload against a model on the node chosen (POST
+// /router/v1/benchmarks/run: a public ID where routerd picks, or a node's local ID with its node_id;
+// the master runs it on that node), the history of results, and a chart per model of its headline
+// figure over time (generation tokens/s, seconds per image, or the realtime factor).
 
 import { get, post } from "./api.js";
 import { clock, h, replace, table } from "./dom.js";
 import { chart } from "./charts.js";
-import { millis, optional, rate } from "./figures.js";
+import { factor, millis, optional, rate } from "./figures.js";
 import { describe, notify, refreshNow } from "./shell.js";
 
 const HEADLINE = {
@@ -15,14 +16,16 @@ const HEADLINE = {
 };
 
 export function mount(container) {
-  const ctx = { container, charts: new Map(), known: "" };
-  ctx.model = h("select", { name: "model" });
+  const ctx = { container, charts: new Map(), known: "", holders: new Map(), nodesKnown: "" };
+  ctx.model = h("select", { name: "model", onchange: () => offerNodes(ctx) });
+  ctx.node = h("select", { name: "node_id" });
   ctx.message = h("div", { className: "bench-message" });
   ctx.run = h("button", { type: "button", className: "apply run-bench", onclick: () => run(ctx) }, "Run");
   ctx.history = h("div", {});
   ctx.chartBox = h("div", { className: "chart-row" });
   replace(container, h("h1", {}, "Bench"),
-    h("section", { id: "bench-run" }, h("div", { className: "filters" }, h("label", {}, "model ", ctx.model), ctx.run),
+    h("section", { id: "bench-run" }, h("div", { className: "filters" }, h("label", {}, "model ", ctx.model),
+      h("label", {}, "on ", ctx.node), ctx.run),
       h("p", { className: "empty" }, "A fixed workload (text: one streamed 64-token answer; image: one 512×512 image " +
         "at 20 steps; speech: 10 s of audio), loading the model first if needed."), ctx.message),
     h("section", { id: "bench-charts" }, h("h2", {}, "By model"), ctx.chartBox),
@@ -30,13 +33,29 @@ export function mount(container) {
   return ctx;
 }
 
+/** The node choices for the chosen model: "any node" (routerd picks), then each node holding it. */
+function offerNodes(ctx) {
+  const holders = ctx.holders.get(ctx.model.value) || [];
+  const key = JSON.stringify([ctx.model.value, holders]);
+  if (key === ctx.nodesKnown) return;
+  ctx.nodesKnown = key;
+  const current = ctx.node.value;
+  replace(ctx.node, h("option", { value: "" }, "any node"),
+    holders.map((r) => h("option", { value: r.node_id }, r.local_id === ctx.model.value
+      ? r.node_id : `${r.node_id} (as ${r.local_id})`)));
+  if (holders.some((r) => r.node_id === current)) ctx.node.value = current;
+}
+
 async function run(ctx) {
   const model = ctx.model.value;
   if (!model) return;
+  const holder = (ctx.holders.get(model) || []).find((r) => r.node_id === ctx.node.value);
+  // On a chosen node the model is named by that node's local ID.
+  const body = holder ? { model: holder.local_id, node_id: holder.node_id } : { model };
   ctx.run.disabled = true;
-  replace(ctx.message, `running ${model}…`);
+  replace(ctx.message, `running ${model}${holder ? " on " + holder.node_id : ""}…`);
   try {
-    const result = await post("/router/v1/benchmarks/run", { model });
+    const result = await post("/router/v1/benchmarks/run", body);
     replace(ctx.message, h("span", { className: "ok" }, `${model} on ${result.node_id}: ${summary(result)}`));
   } catch (err) {
     replace(ctx.message, h("span", { className: "error" }, err.message));
@@ -50,7 +69,7 @@ function summary(result) {
   const f = result.figures || {};
   if (!result.ok) return "failed: " + (result.error || "?");
   if (result.lane === "image") return `${rate(f.seconds_per_image)} s per image, load ${millis(f.load_ms)}`;
-  if (result.lane === "stt") return `realtime factor ${rate(f.realtime_factor)}, load ${millis(f.load_ms)}`;
+  if (result.lane === "stt") return `realtime factor ${factor(f.realtime_factor)}, load ${millis(f.load_ms)}`;
   return `${rate(f.gen_tokens_per_s)} tok/s generation, ${rate(f.prompt_tokens_per_s)} tok/s prompt, ` +
     `TTFT ${millis(f.ttft_ms)}, load ${millis(f.load_ms)}`;
 }
@@ -72,6 +91,14 @@ function chartFor(ctx, key, lane) {
 
 export async function refresh(ctx) {
   const [inventory, doc] = await Promise.all([get("/router/v1/site/inventory"), optional("/router/v1/benchmarks")]);
+  ctx.holders = new Map();
+  for (const m of inventory.models || []) {
+    if (m.disabled) continue;
+    for (const name of new Set([m.public_id, m.public_image_id].filter(Boolean))) {
+      if (!ctx.holders.has(name)) ctx.holders.set(name, []);
+      ctx.holders.get(name).push({ node_id: m.node_id, local_id: m.local_id });
+    }
+  }
   const models = [...new Set((inventory.models || []).map((m) => m.public_id))].sort();
   if (JSON.stringify(models) !== ctx.known) {
     ctx.known = JSON.stringify(models);
@@ -79,6 +106,7 @@ export async function refresh(ctx) {
     replace(ctx.model, models.map((m) => h("option", { value: m }, m)));
     if (models.includes(current)) ctx.model.value = current;
   }
+  offerNodes(ctx);
   if (doc.__error) {
     replace(ctx.history, h("p", { className: "error" }, doc.__error));
     return;

@@ -29,15 +29,23 @@ function cell(value, digits) {
   return typeof value === "number" && digits !== undefined ? value.toFixed(digits) : String(value);
 }
 
+/** The x range (seconds) of a chart whose points are all at one instant `t` (seconds): `t` ± one
+ * bucket, or ± an hour when the chart has no buckets (Bench). */
+function instantRange(t, bucketMs) {
+  const pad = (bucketMs || 3600000) / 1000;
+  return { min: t - pad, max: t + pad };
+}
+
 /** A chart box: `update(times_ms, series, bucketMs)` draws `series` ([{label, values}]) against
- * `times_ms` and fills the table below it. `id` names the box (`#chart-<id>`). */
+ * `times_ms` and fills the table below it. `id` names the box (`#chart-<id>`); once drawn, the box's
+ * `data-x-min` and `data-x-max` hold the x range shown (ms). */
 export function chart(id, title, { unit = "", digits } = {}) {
   const plot = h("div", { className: "chart-plot" });
   const data = h("div", { className: "chart-table" });
   const details = h("details", { className: "chart-data" }, h("summary", {}, "numbers"), data);
   const el = h("figure", { className: "chart", id: "chart-" + id, dataset: { points: "0", drawn: "" } },
     h("figcaption", {}, title + (unit ? ` (${unit})` : "")), plot, details);
-  const state = { plot: null, labels: "" };
+  const state = { plot: null, labels: "", bucketMs: 0 };
 
   async function draw(times, series) {
     const UPlot = await uPlotClass();
@@ -62,15 +70,24 @@ export function chart(id, title, { unit = "", digits } = {}) {
           points: { show: times.length < 60 },
         }))],
         axes: [{}, { size: 56 }],
+        hooks: { setScale: [(u, key) => {
+          if (key !== "x") return;
+          el.dataset.xMin = String(Math.round(u.scales.x.min * 1000));
+          el.dataset.xMax = String(Math.round(u.scales.x.max * 1000));
+        }] },
       }, values, plot);
     } else {
       if (Math.abs(state.plot.width - width) > 4) state.plot.setSize({ width, height: 200 });
       state.plot.setData(values);
     }
+    if (times.length > 0 && times[0] === times[times.length - 1]) {
+      state.plot.setScale("x", instantRange(times[0] / 1000, state.bucketMs)); // uPlot's guess spans years
+    }
     el.dataset.drawn = "uplot";
   }
 
   function update(times, series, bucketMs) {
+    state.bucketMs = bucketMs || 0;
     el.dataset.points = String(times.length);
     const rows = times.map((t, i) => h("tr", {}, h("td", {}, stamp(t, bucketMs || 0)),
       series.map((s) => h("td", { className: "num" }, cell(s.values[i], digits)))));

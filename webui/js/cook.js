@@ -1,5 +1,6 @@
 // Cook: build a model config (.kcpps) on one node from the files under its models.file_roots:
-// pick the node, the files and the settings, Preview (the config and what `routerd check` says of
+// pick the node, the files (each slot offers the files of its kind, as the node read it from the file:
+// GET /cook/files gives each file's `fields`) and the settings, Preview (the config and what `routerd check` says of
 // it), Apply (written into the node's models folder and rescanned: the model appears in the
 // inventory). The configs Cook wrote on that node are listed with Delete.
 
@@ -126,10 +127,12 @@ export async function refresh(ctx) {
   ctx.rootsNote.textContent = doc.file_roots
     ? `${doc.files.length} file(s) under ${doc.file_roots} file root(s) of ${doc.node_id}`
     : `${doc.node_id} has no models.file_roots: set them in its config to cook there`;
-  for (const [, el] of ctx.files) {
+  for (const [field, el] of ctx.files) {
     const current = el.value;
-    replace(el, h("option", { value: "" }, "—"), doc.files.map((f) => h("option", { value: f.path }, f.path)));
-    if (doc.files.some((f) => f.path === current)) el.value = current;
+    const offered = doc.files.filter((f) => !f.fields || f.fields.includes(field));
+    replace(el, h("option", { value: "" }, "—"), offered.map((f) =>
+      h("option", { value: f.path, dataset: { kind: f.kind || "" } }, f.detail ? `${f.path} (${f.detail})` : f.path)));
+    if (offered.some((f) => f.path === current)) el.value = current;
   }
   replace(ctx.cooked, (doc.cooked || []).length
     ? table(["model ID", "files", ""], doc.cooked.map((c) => h("tr", { dataset: { id: c.id } },

@@ -4,7 +4,7 @@
 import { ApiError, get } from "./api.js";
 import { h } from "./dom.js";
 
-export const PERIODS = ["24h", "7d", "30d"];
+export const PERIODS = ["1h", "24h", "7d", "30d"];
 
 export function count(value) {
   if (value === null || value === undefined) return "–";
@@ -21,6 +21,11 @@ export function millis(value) {
 
 export function rate(value) {
   return value === null || value === undefined ? "–" : Number(value).toFixed(1);
+}
+
+/** A ratio well below 1 (a realtime factor: 0.0677 is 0.07, not rate()'s 0.1): two decimals. */
+export function factor(value) {
+  return value === null || value === undefined ? "–" : Number(value).toFixed(2);
 }
 
 export function percent(part, whole) {

@@ -46,9 +46,11 @@ function renderNodes(ctx, summary) {
   const rows = summary.nodes.map((n) => h("tr", { dataset: { nodeId: n.node_id } },
     h("td", {}, n.node_id),
     h("td", {}, n.build_version),
-    h("td", { className: "fingerprint" }, (n.settings_fingerprint || "").slice(0, 12)),
+    h("td", { className: "fingerprint", title: "what the node reports to show it is in sync: its lending " +
+      "settings and the cluster's guardians together (the settings fingerprint when no guardian is set)" },
+    (n.settings_fingerprint || "").slice(0, 12)),
     h("td", {}, n.in_sync ? badge("in sync", "ok") : badge("differs", "warn"))));
-  replace(ctx.nodes, table(["node", "build", "settings fingerprint", "master's settings"], rows,
+  replace(ctx.nodes, table(["node", "build", "sync fingerprint (settings + guardians)", "master's settings"], rows,
     { className: "sync" }), errorBox(summary.node_errors));
   const current = ctx.nodeSelect.value;
   const names = summary.nodes.map((n) => n.node_id);
@@ -149,7 +151,8 @@ function renderSettings(ctx, doc, force) {
             onclick: () => clearOverride(ctx, e.key) }, "Clear") : null));
   });
   replace(ctx.settings,
-    h("p", { className: "fingerprint" }, `fingerprint ${doc.fingerprint}`),
+    h("p", { className: "fingerprint", title: "of the effective lending settings below only; the nodes " +
+      "table's sync fingerprint also covers the guardians" }, `settings fingerprint ${doc.fingerprint}`),
     table(["setting", "kind", "default", "config", "override", "effective", "source", ""], rows,
       { className: "settings" }),
     h("div", { className: "actions" },

@@ -1,10 +1,12 @@
-// Overview (the first page): the period's KPIs from site analytics, "Requests by lane" over 24h / 7d
-// / 30d, what needs attention (unhealthy nodes, failed loads, nodes not running the master's
-// settings, models with unresolved assets), a card per node, the newest finished requests of every
-// node (site analytics/recent) and the requests in flight now.
+// Overview (the first page): the period's KPIs from site analytics, "Requests by lane" over 1h / 24h /
+// 7d / 30d (1h, until the operator picks one, while everything recorded is from the last hour: a first
+// run), a note naming each node with analytics off and its /metrics counters meanwhile, what needs
+// attention (unhealthy nodes, failed loads, nodes not running the master's settings, models with
+// unresolved assets), a card per node, the newest finished requests of every node (site
+// analytics/recent) and the requests in flight now.
 
 import { badge, clock, duration, h, replace, table } from "./dom.js";
-import { get, query } from "./api.js";
+import { get, query, storedKey } from "./api.js";
 import { chart } from "./charts.js";
 import { count, millis, optional, percent, PERIODS, periodPicker, rate } from "./figures.js";
 import { refreshNow } from "./shell.js";
@@ -12,9 +14,17 @@ import { refreshNow } from "./shell.js";
 const ANALYTICS_EVERY_MS = 5000; // the rollups change by the minute: no need to ask every tick
 
 export function mount(container) {
-  const ctx = { container, period: "24h", analytics: null, fetchedAt: 0 };
+  // `auto`: the period follows the data (1h while it spans less than an hour) until a period is clicked.
+  const ctx = { container, period: "1h", auto: true, analytics: null, fetchedAt: 0 };
   ctx.kpis = h("div", { className: "kpis", id: "kpis" });
   ctx.note = h("p", { className: "empty analytics-note" });
+  ctx.off = h("div", { id: "analytics-off" });
+  ctx.periods = periodPicker(PERIODS, ctx.period, (p) => {
+    ctx.period = p;
+    ctx.auto = false;
+    ctx.fetchedAt = 0;
+    refreshNow();
+  });
   ctx.lanes = chart("lanes", "Requests by lane");
   ctx.attention = h("div", { id: "attention-list" });
   ctx.cards = h("div", { className: "cards node-summary" });
@@ -23,8 +33,7 @@ export function mount(container) {
   replace(container,
     h("h1", {}, "Overview"),
     h("section", { id: "overview-kpis" },
-      periodPicker(PERIODS, ctx.period, (p) => { ctx.period = p; ctx.fetchedAt = 0; refreshNow(); }),
-      ctx.kpis, ctx.note),
+      ctx.periods, ctx.kpis, ctx.note, ctx.off),
     h("div", { className: "columns" },
       h("section", { id: "lanes-chart" }, ctx.lanes.el),
       h("section", { id: "attention" }, h("h2", {}, "Needs attention"), ctx.attention)),
@@ -55,11 +64,76 @@ function renderKpis(ctx, doc) {
     kpi("served by lending", percent(t.lent || 0, t.requests || 0), "lending"),
     kpi("p95 latency", millis(t.p95_ms), "p95"),
     kpi("tokens/s", rate(t.tokens_per_s), "tokens_per_s"));
-  const off = (doc.nodes || []).filter((n) => n.enabled === false).map((n) => n.node_id);
-  ctx.note.textContent = off.length ? `analytics is off on ${off.join(", ")}` : "";
+  ctx.note.textContent = "";
   const series = doc.series || [];
   ctx.lanes.update(series.map((p) => p.t_ms), ["text", "image", "stt"].map((lane) => ({
     label: lane, values: series.map((p) => (p.by_lane ? p.by_lane[lane] || 0 : 0)) })), doc.bucket_ms);
+}
+
+/** The analytics document of the period shown; in `auto` mode the period is 1h while the last hour
+ * holds every request of the last 30 days (nothing older recorded), else 24h from then on. */
+async function periodAnalytics(ctx) {
+  if (!ctx.auto) return optional("/router/v1/site/analytics" + query({ period: ctx.period }));
+  const [hour, month] = await Promise.all(["1h", "30d"].map((period) =>
+    optional("/router/v1/site/analytics" + query({ period }))));
+  const requests = (doc) => (doc && !doc.__error && doc.totals ? doc.totals.requests || 0 : null);
+  if (requests(hour) !== null && requests(hour) === requests(month)) {
+    showPeriod(ctx, "1h");
+    return hour;
+  }
+  ctx.auto = false;
+  showPeriod(ctx, "24h");
+  return optional("/router/v1/site/analytics" + query({ period: "24h" }));
+}
+
+function showPeriod(ctx, period) {
+  ctx.period = period;
+  for (const b of ctx.periods.querySelectorAll("button")) b.classList.toggle("active", b.dataset.period === period);
+}
+
+/** Requests this node answered since it started, from its Prometheus counters (`routerd_requests_total`),
+ * or null when /metrics cannot be read. */
+async function metricsRequests() {
+  const key = storedKey();
+  try {
+    const response = await fetch("/metrics", { headers: key ? { authorization: "Bearer " + key } : {} });
+    if (!response.ok) return null;
+    let total = 0;
+    for (const line of (await response.text()).split("\n")) {
+      if (line.startsWith("routerd_requests_total{") || line.startsWith("routerd_requests_total ")) {
+        total += Number(line.slice(line.lastIndexOf(" ") + 1)) || 0;
+      }
+    }
+    return total;
+  } catch (err) {
+    return null;
+  }
+}
+
+/** Say which nodes record no analytics (their requests are missing from every figure above), with
+ * each one's /metrics counters, which count whatever analytics.enabled says. */
+async function renderAnalyticsOff(ctx, doc, inventory) {
+  const off = ((doc && !doc.__error && doc.nodes) || []).filter((n) => n.enabled === false).map((n) => n.node_id);
+  if (off.length === 0) {
+    replace(ctx.off);
+    return;
+  }
+  const nodes = new Map((inventory.nodes || []).map((n) => [n.node_id, n]));
+  const here = (inventory.nodes || []).find((n) => n.role !== "slave");
+  const ownCount = here && off.includes(here.node_id) ? await metricsRequests() : null;
+  replace(ctx.off, h("div", { className: "analytics-off warn" },
+    h("p", {}, `Analytics is off on ${off.join(", ")} (analytics.enabled: false): the figures, the chart and ` +
+      "the recent requests on this page leave out what it served. Set analytics.enabled: true in its " +
+      "config and reload to record them."),
+    h("ul", {}, off.map((id) => {
+      const node = nodes.get(id);
+      const url = here && id === here.node_id ? "/metrics" : node && node.node_url ? node.node_url + "/metrics" : null;
+      return h("li", { dataset: { nodeId: id } }, `${id}: its counters meanwhile at `,
+        url ? h("a", { href: url, target: "_blank", rel: "noopener" }, url) : "its /metrics",
+        here && id === here.node_id && ownCount !== null
+          ? h("span", { className: "metrics-requests" }, ` — ${count(ownCount)} requests answered since it started`)
+          : null);
+    }))));
 }
 
 function attentionItems(inventory, summary, loadErrors) {
@@ -158,7 +232,7 @@ export async function refresh(ctx) {
     optional("/router/v1/site/offload/summary"),
     optional("/router/v1/site/nodes/states"),
     optional("/router/v1/site/load-errors" + query({ limit: 20 })),
-    wantAnalytics ? optional("/router/v1/site/analytics" + query({ period: ctx.period })) : Promise.resolve(ctx.analytics),
+    wantAnalytics ? periodAnalytics(ctx) : Promise.resolve(ctx.analytics),
     optional("/router/v1/site/analytics/recent" + query({ limit: 15 })),
   ]);
   renderFinished(ctx, recent);
@@ -166,6 +240,7 @@ export async function refresh(ctx) {
     ctx.analytics = analytics;
     ctx.fetchedAt = now;
     renderKpis(ctx, analytics);
+    await renderAnalyticsOff(ctx, analytics, inventory);
   }
   renderAttention(ctx, attentionItems(inventory, summary && !summary.__error ? summary : null,
     loadErrors && !loadErrors.__error ? loadErrors : null));

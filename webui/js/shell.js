@@ -27,8 +27,11 @@ export function describe(err) {
 
 export function showError(err) {
   if (err instanceof ApiError && err.status === 404 && err.message.includes("master only")) {
-    banner("This node is a slave: the site API is served by its master (or by a standalone node). " +
-      "Open the WebUI on the master node.");
+    const master = (err.message.match(/this node's master is (\S+)/) || [])[1];
+    const ui = master && /^https?:\/\//.test(master) ? master.replace(/\/+$/, "") + "/ui/" : null;
+    banner(h("span", {}, "This node is a slave: the site API is served by its master (or by a standalone node). ",
+      ui ? h("a", { className: "master-link", href: ui }, `Open the WebUI on its master, ${ui}`)
+        : "Open the WebUI on the master node."));
     return;
   }
   banner(describe(err));
