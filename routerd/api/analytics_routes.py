@@ -12,12 +12,13 @@ The documents are built by ``routerd.inference.analytics`` (a node's) and ``rout
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import attrs
 from twisted.web.iweb import IRequest
 
 from routerd.api.jsonio import json_response
-from routerd.api.reply import query_arg
+from routerd.api.reply import query_arg, query_values
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 from routerd.inference.analytics import LOAD_ERRORS_KEPT, RECENT_KEPT, AnalyticsRecorder, recent_json
@@ -53,6 +54,11 @@ def _limit(request: IRequest, most: int = LOAD_ERRORS_KEPT) -> int:
     return int(text)
 
 
+def _locals(request: IRequest) -> tuple[str, ...]:
+    """A site's ``local`` parameters: this node's local IDs the model filter's public ID covers."""
+    return tuple(v for v in query_values(request, "local")[:64] if v)
+
+
 def _recent_args(request: IRequest) -> tuple[str | None, str | None, int]:
     args = _args(request, "model", "lane")
     lane = parse_query({"lane": args["lane"]}).lane  # the same 400 for an unknown lane
@@ -73,6 +79,7 @@ class AnalyticsAPI:
     @routes.route(NODE_ANALYTICS, methods=["GET"], auth="cluster")
     async def node_analytics(self, request: IRequest) -> bytes:
         query = parse_query(_args(request, "period", "model", "lane"))
+        query = attrs.evolve(query, locals=_locals(request))
         return json_response(request, await self.analytics.document(query))
 
     @routes.route(NODE_ANALYTICS_FLUSH, methods=["POST"], auth="cluster")
@@ -92,7 +99,7 @@ class AnalyticsAPI:
     @routes.route(NODE_RECENT, methods=["GET"], auth="cluster")
     def node_recent(self, request: IRequest) -> bytes:
         model, lane, limit = _recent_args(request)
-        rows = recent_json(self.analytics.recent, model, lane, limit)
+        rows = recent_json(self.analytics.recent, model, lane, limit, _locals(request))
         return json_response(request, {"requests": rows})
 
     # --- site API ----------------------------------------------------------------------------------
@@ -114,7 +121,11 @@ class AnalyticsAPI:
     async def site_recent(self, request: IRequest) -> bytes:
         self.site.require()
         model, lane, limit = _recent_args(request)
-        own = recent_json(self.analytics.recent, model, lane, limit)
+        recent = self.analytics.recent
+
+        def own(public: str | None, locals_: tuple[str, ...]) -> list[dict[str, Any]]:
+            return recent_json(recent, public, lane, limit, locals_)
+
         node_id = query_arg(request, "node_id") or None
         return json_response(request, await site_recent(self.site, own, node_id, model, lane, limit))
 
@@ -123,7 +134,7 @@ class AnalyticsAPI:
         self.site.require()
         args = _args(request, "node_id", "model")
         limit = _limit(request)
-        own = self.analytics.load_errors.listing(args["model"], limit)
+        own = self.analytics.load_errors.listing(None, LOAD_ERRORS_KEPT)  # the site filters by name
         return json_response(request, await site_load_errors(self.site, own, args["node_id"], args["model"],
                                                              limit))
 

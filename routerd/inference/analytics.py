@@ -34,6 +34,8 @@ from routerd.store.analytics import (
     Query,
     RequestRow,
     Sums,
+    TableRow,
+    about_model,
     figures,
     mergeable,
 )
@@ -76,11 +78,14 @@ def request_row(call: Call | None, route: Route, *, node_id: str, model_label: s
             vectors = vector_count(call.parsed)
     ttft = max(0.0, (first_write - started) * 1000.0) if first_write is not None and call.stream else None
     return RequestRow(
-        at_ms=int(finished * 1000), node_id=node_id, model_id=call.model_id or call.selector or model_label,
+        at_ms=int(finished * 1000), node_id=node_id,
+        model_id=call.public_model or call.selector or call.model_id or model_label,
         lane=route.runtime, route=route.kind, status=status, http_status=outcome.http_status,
         duration_ms=duration_ms, ttft_ms=ttft, prompt_tokens=prompt, completion_tokens=completion,
         images=images, audio_seconds=audio, vectors=vectors, lent=bool(call.lent_to),
-        borrowed=call.borrowed, guardian=call.guardian, key_name=call.key_name)
+        borrowed=call.borrowed, guardian=call.guardian, key_name=call.key_name, request_id=call.request_id,
+        local_id=call.model_id, lent_from=call.lent_from, lent_to=call.lent_to,
+        cached_tokens=outcome.cached_tokens if prompt else 0, reason="" if status == "ok" else outcome.reason)
 
 
 def load_row(*, at_ms: int, node_id: str, model_id: str, config_filename: str, runtime: str, ok: bool,
@@ -112,22 +117,36 @@ class LoadErrors:
 
 
 def recent_json(rows: Sequence[RequestRow], model: str | None = None, lane: str | None = None,
-                limit: int = RECENT_KEPT) -> list[dict[str, Any]]:
-    """The newest request rows first, as ``/analytics/recent`` answers them (contract §9)."""
+                limit: int = RECENT_KEPT, locals_: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The newest request rows first, as ``/analytics/recent`` answers them (contract §9); an owner's
+    lent row that succeeded is left out (the helper's row is that request's one row)."""
     out: list[dict[str, Any]] = []
     for row in reversed(rows):
-        if (model is None or row.model_id == model) and (lane is None or row.lane == lane):
-            out.append({"at_ms": row.at_ms, "node_id": row.node_id, "model": row.model_id, "lane": row.lane,
-                        "route": row.route, "status": row.status, "http_status": row.http_status,
-                        "duration_ms": round(row.duration_ms, 1),
-                        "ttft_ms": None if row.ttft_ms is None else round(row.ttft_ms, 1),
-                        "prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens,
-                        "images": row.images, "audio_seconds": row.audio_seconds, "vectors": row.vectors,
-                        "lent": row.lent, "borrowed": row.borrowed, "guardian": row.guardian,
-                        "key_name": row.key_name})
+        if row.lent and row.status == "ok":
+            continue
+        if (model is None or about_model(row, model, locals_)) and (lane is None or row.lane == lane):
+            out.append(request_json(row))
             if len(out) >= limit:
                 break
     return out
+
+
+def request_json(row: RequestRow) -> dict[str, Any]:
+    """One request row as the recent list and the request log answer it (contract §9): the public
+    ID as ``model``, the local ID that served it, and a lent request's ``owner`` and ``helper``
+    (``<node>/<model>``; null for a request that was not lent)."""
+    here = f"{row.node_id}/{row.local_id or row.model_id}"
+    owner = row.lent_from if row.borrowed else here if row.lent else None
+    helper = here if row.borrowed else row.lent_to if row.lent else None
+    return {"at_ms": row.at_ms, "request_id": row.request_id, "node_id": row.node_id, "model": row.model_id,
+            "local_id": row.local_id, "lane": row.lane, "route": row.route, "status": row.status,
+            "http_status": row.http_status, "duration_ms": round(row.duration_ms, 1),
+            "ttft_ms": None if row.ttft_ms is None else round(row.ttft_ms, 1),
+            "prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens,
+            "cached_tokens": row.cached_tokens, "images": row.images, "audio_seconds": row.audio_seconds,
+            "vectors": row.vectors, "lent": row.lent or row.borrowed, "borrowed": row.borrowed,
+            "guardian": row.guardian, "key_name": row.key_name, "owner": owner, "helper": helper,
+            "reason": row.reason}
 
 
 def load_error_json(row: LoadRow) -> dict[str, Any]:
@@ -257,16 +276,16 @@ class AnalyticsRecorder:
 
 
 def node_document(node_id: str, query: Query, now_ms: int, enabled: bool,
-                  tables: Sequence[tuple[str, str, str, Sums]],
+                  tables: Sequence[TableRow],
                   series: Sequence[tuple[int, str, Sums]]) -> dict[str, Any]:
     """A node's analytics answer from its rollup sums (contract §9): figures and mergeable parts."""
     since, until, level, width = query.window(now_ms)
     total = Sums()
     models = []
-    for node, model, lane, sums in tables:
+    for node, model, local, lane, sums in tables:
         total.merge(sums)
-        models.append({"model": model, "node_id": node or node_id, "lane": lane, **figures(sums),
-                       **mergeable(sums)})
+        models.append({"model": model, "local_id": local, "node_id": node or node_id, "lane": lane,
+                       **figures(sums), **mergeable(sums)})
     points: dict[int, tuple[Sums, dict[str, int]]] = {}
     for bucket, lane, sums in series:
         at, by_lane = points.setdefault(bucket, (Sums(), {}))
@@ -297,4 +316,5 @@ def series_point(bucket: int, sums: Sums, by_lane: dict[str, int], *, detail: bo
 
 
 __all__ = ["LEVELS", "LOAD_ERRORS_KEPT", "RECENT_KEPT", "AnalyticsRecorder", "AnalyticsStore", "LoadErrors",
-           "load_error_json", "load_row", "node_document", "recent_json", "request_row", "series_point"]
+           "load_error_json", "load_row", "node_document", "recent_json", "request_json", "request_row",
+           "series_point"]

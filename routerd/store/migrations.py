@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from routerd.store.analytics import SCHEMA_SQL as _V4_SQL
+from routerd.store.request_log import SCHEMA_V5_SQL as _V5_SQL
 from routerd.store.runner import transaction
 
 Step = str | Sequence[str] | Callable[[sqlite3.Connection], None]
@@ -177,6 +178,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "public IDs keyed by identity and base ID", _V2_SQL),
     Migration(3, "decision log: a request's priority class and key name", _V3_SQL),
     Migration(4, "analytics: request and load rows, minute/hour/day rollups", _V4_SQL),
+    Migration(5, "request log: request ID, local ID, lent sides, cached tokens, reason; rollups by local ID",
+              _V5_SQL),
 )
 
 

@@ -25,6 +25,7 @@ from routerd.store import decisions as decisions_sql
 from routerd.store import guardians as guardians_sql
 from routerd.store import links as links_sql
 from routerd.store import public_ids as public_ids_sql
+from routerd.store import request_log as request_log_sql
 from routerd.store import samples as samples_sql
 from routerd.store import settings as settings_sql
 from routerd.store.guardians import GuardianRow
@@ -271,9 +272,14 @@ class Store:
         return self._runner.run(lambda conn: analytics_sql.prune(conn, raw_before_ms, level_before_ms))
 
     def query_analytics(self, query: analytics_sql.Query, now_ms: int) -> Deferred[
-            tuple[list[tuple[str, str, str, analytics_sql.Sums]], list[tuple[int, str, analytics_sql.Sums]]]]:
-        """One period's rollup sums: per (node, model, lane) and per (bucket, lane)."""
+            tuple[list[analytics_sql.TableRow], list[tuple[int, str, analytics_sql.Sums]]]]:
+        """One period's rollup sums: per (node, model, local ID, lane) and per (bucket, lane)."""
         return self._runner.run(lambda conn: analytics_sql.query(conn, query, now_ms), transaction=False)
+
+    def query_request_log(self, query: request_log_sql.LogQuery) -> Deferred[
+            list[tuple[int, analytics_sql.RequestRow]]]:
+        """One page of the request log, newest first (``(id, row)``; contract §9)."""
+        return self._runner.run(lambda conn: request_log_sql.query_log(conn, query), transaction=False)
 
     # --- sample queries ------------------------------------------------------------------------
 
