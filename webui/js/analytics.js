@@ -5,7 +5,7 @@
 import { get, post, query } from "./api.js";
 import { errorBox, h, replace, table } from "./dom.js";
 import { chart } from "./charts.js";
-import { FIGURE_HEAD, figureCells, optional } from "./figures.js";
+import { FIGURE_HEAD, figureCells, modelCell, optional } from "./figures.js";
 import { refreshNow, showError } from "./shell.js";
 
 const PERIODS = ["1h", "24h", "7d", "30d"];
@@ -55,7 +55,7 @@ export function mount(container) {
 
 function fillChoices(ctx, inventory) {
   const nodes = (inventory.nodes || []).map((n) => n.node_id);
-  const models = [...new Set((inventory.models || []).flatMap((m) => [m.local_id, m.image_id].filter(Boolean)))].sort();
+  const models = [...new Set((inventory.models || []).map((m) => m.public_id).filter(Boolean))].sort();
   const key = JSON.stringify([nodes, models]);
   if (key === ctx.known) return;
   ctx.known = key;
@@ -88,8 +88,9 @@ export async function refresh(ctx) {
   ctx.latency.update(times, [{ label: "p95", values: values("p95_ms") }], doc.bucket_ms);
   const models = doc.models || [];
   replace(ctx.models, models.length
-    ? table(["model", "node", "lane", ...FIGURE_HEAD], models.map((m) => h("tr", { dataset: { model: m.model, nodeId: m.node_id } },
-      h("td", {}, m.model), h("td", {}, m.node_id), h("td", {}, m.lane), figureCells(m))), { className: "figures models" })
+    ? table(["model", "lane", "guardian", ...FIGURE_HEAD], models.map((m) => h("tr", { dataset: { model: m.model, nodeId: m.node_id, localId: m.local_id || m.model } },
+      modelCell(m.model, m.local_id, m.node_id), h("td", {}, m.lane), h("td", { className: "num" }, m.guardian || 0),
+      figureCells(m))), { className: "figures models" })
     : h("p", { className: "empty" }, "no requests in this period"));
   const nodes = doc.nodes || [];
   replace(ctx.nodes, nodes.length

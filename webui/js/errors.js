@@ -3,7 +3,7 @@
 
 import { del, query } from "./api.js";
 import { clock, duration, errorBox, h, replace, table } from "./dom.js";
-import { optional } from "./figures.js";
+import { modelCell, optional } from "./figures.js";
 import { refreshNow, showError } from "./shell.js";
 
 export function mount(container) {
@@ -33,9 +33,9 @@ export async function refresh(ctx) {
   const errors = doc.errors || [];
   ctx.clear.disabled = errors.length === 0;
   replace(ctx.body, errorBox(doc.node_errors), errors.length
-    ? table(["when", "node", "model", "config", "runtime", "took", "reason"], errors.map((e) => h("tr", { className: "load-error" },
-      h("td", {}, new Date(e.at_ms).toLocaleDateString() + " " + clock(e.at_ms)), h("td", {}, e.node_id),
-      h("td", {}, e.model), h("td", {}, e.config_filename), h("td", {}, e.runtime), h("td", {}, duration(e.duration_ms)),
+    ? table(["when", "model", "config", "runtime", "took", "reason"], errors.map((e) => h("tr", { className: "load-error" },
+      h("td", {}, new Date(e.at_ms).toLocaleDateString() + " " + clock(e.at_ms)),
+      modelCell(e.public_id || e.model, e.model, e.node_id), h("td", {}, e.config_filename), h("td", {}, e.runtime), h("td", {}, duration(e.duration_ms)),
       h("td", { className: "reason-cell" }, h("div", { className: "error" }, e.reason),
         (e.log_tail || []).length ? h("details", {}, h("summary", {}, "last log lines"),
           h("pre", { className: "log" }, e.log_tail.join("\n"))) : null))), { className: "load-errors" })

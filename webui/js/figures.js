@@ -51,6 +51,14 @@ export async function optional(path) {
   }
 }
 
+/** A model as every page names it: its public ID first, then where it ran, "<local ID> · <node>"
+ * (the local ID left out where it is the public ID). */
+export function modelCell(publicId, localId, nodeId) {
+  const where = [localId && localId !== publicId ? localId : null, nodeId].filter(Boolean).join(" · ");
+  return h("td", { className: "model-cell", dataset: { model: publicId || "" } }, publicId || localId || "",
+    where ? h("small", { className: "model-where" }, where) : null);
+}
+
 /** The figures of a model or node row as table cells (the columns of FIGURE_HEAD). */
 export const FIGURE_HEAD = ["requests", "errors", "tokens in", "tokens out", "images", "audio s", "vectors",
   "loads", "p50", "p95", "TTFT p50", "TTFT p95", "tok/s", "lent", "borrowed"];

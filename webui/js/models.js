@@ -65,7 +65,9 @@ function modelCard(publicId, replicas) {
       h("td", {}, r.local_id),
       h("td", {}, replicas.length > 1 ? badge(same ? "same weights" : "different weights",
         same ? "same" : "different") : ""),
-      h("td", {}, r.image_id || ""),
+      h("td", {}, r.public_image_id || r.image_id || "",
+        r.image_id && r.public_image_id && r.image_id !== r.public_image_id
+          ? h("small", { className: "model-where" }, r.image_id) : null),
       h("td", {}, r.disabled ? badge("disabled", "bad")
         : !r.available ? badge("unavailable", "bad")
           : badge(r.loaded ? "loaded" : "not loaded", r.loaded ? "ok" : "idle")),
@@ -77,7 +79,7 @@ function modelCard(publicId, replicas) {
   });
   return h("article", { className: "card model-card", dataset: { publicId } },
     h("header", {}, h("h2", {}, publicId), caps(replicas[0])),
-    table(["node", "local ID", "weights", "image ID", "state", ""], rows, { className: "replicas" }));
+    table(["node", "local ID", "weights", "public image ID", "state", ""], rows, { className: "replicas" }));
 }
 
 // -- recipes -------------------------------------------------------------------------------------
