@@ -2,7 +2,9 @@
 
 Node API (cluster token): ``GET /router/v1/node/analytics?period&model&lane``,
 ``POST /router/v1/node/analytics/flush``, ``GET|DELETE /router/v1/node/load-errors``.
+``GET /router/v1/node/requests`` (one page of the request log).
 Site API (admin; a master or a standalone node, 404 on a slave):
+``GET /router/v1/site/requests`` (the request log: routerd.site.requests),
 ``GET /router/v1/site/analytics?period&node_id&model&lane``, ``POST /router/v1/site/analytics/flush``,
 ``GET|DELETE /router/v1/site/load-errors?node_id&model&limit``.
 The documents are built by ``routerd.inference.analytics`` (a node's) and ``routerd.site.analytics``
@@ -22,7 +24,7 @@ from routerd.api.reply import query_arg, query_values
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 from routerd.inference.analytics import LOAD_ERRORS_KEPT, RECENT_KEPT, AnalyticsRecorder, recent_json
-from routerd.paths import NODE_ANALYTICS, NODE_ANALYTICS_FLUSH, NODE_LOAD_ERRORS, NODE_RECENT
+from routerd.paths import NODE_ANALYTICS, NODE_ANALYTICS_FLUSH, NODE_LOAD_ERRORS, NODE_RECENT, NODE_REQUESTS
 from routerd.site.analytics import (
     parse_query,
     site_analytics,
@@ -31,12 +33,16 @@ from routerd.site.analytics import (
     site_load_errors,
     site_recent,
 )
+from routerd.site.requests import node_cursor, parse_log, site_cursor, site_requests
 from routerd.site.service import SiteService
 
 SITE_ANALYTICS = "/router/v1/site/analytics"
 SITE_ANALYTICS_FLUSH = "/router/v1/site/analytics/flush"
 SITE_LOAD_ERRORS = "/router/v1/site/load-errors"
 SITE_RECENT = "/router/v1/site/analytics/recent"
+SITE_REQUESTS = "/router/v1/site/requests"
+#: The request log's filters (routerd.site.requests.parse_log).
+_LOG_ARGS = ("since_ms", "until_ms", "limit", "request_id", "key_name", "model", "lane", "status", "kind")
 _DIGITS = re.compile(r"[0-9]{1,6}")
 
 
@@ -102,7 +108,23 @@ class AnalyticsAPI:
         rows = recent_json(self.analytics.recent, model, lane, limit, _locals(request))
         return json_response(request, {"requests": rows})
 
+    @routes.route(NODE_REQUESTS, methods=["GET"], auth="cluster")
+    async def node_requests(self, request: IRequest) -> bytes:
+        query = parse_log(_args(request, *_LOG_ARGS), self.analytics.now_ms())
+        query = attrs.evolve(query, locals=_locals(request), before=node_cursor(query_arg(request, "before")))
+        rows = await self.analytics.log_page(query)
+        return json_response(request, {"enabled": self.analytics.enabled, "requests": rows})
+
     # --- site API ----------------------------------------------------------------------------------
+
+    @routes.route(SITE_REQUESTS, methods=["GET"], auth="admin")
+    async def site_requests(self, request: IRequest) -> bytes:
+        self.site.require()
+        query = parse_log(_args(request, *_LOG_ARGS), self.analytics.now_ms())
+        cursor = site_cursor(query_arg(request, "before"))
+        node_id = query_arg(request, "node_id") or None
+        page = await site_requests(self.site, self.analytics.log_page, query, node_id, cursor)
+        return json_response(request, page)
 
     @routes.route(SITE_ANALYTICS, methods=["GET"], auth="admin")
     async def site_analytics(self, request: IRequest) -> bytes:
@@ -146,4 +168,5 @@ class AnalyticsAPI:
             self.site, clear, query_arg(request, "node_id") or None))
 
 
-__all__ = ["SITE_ANALYTICS", "SITE_ANALYTICS_FLUSH", "SITE_LOAD_ERRORS", "SITE_RECENT", "AnalyticsAPI"]
+__all__ = ["SITE_ANALYTICS", "SITE_ANALYTICS_FLUSH", "SITE_LOAD_ERRORS", "SITE_RECENT", "SITE_REQUESTS",
+           "AnalyticsAPI"]

@@ -39,6 +39,7 @@ from routerd.store.analytics import (
     figures,
     mergeable,
 )
+from routerd.store.request_log import LogQuery
 
 log = Logger()
 
@@ -162,6 +163,8 @@ class AnalyticsStore(Protocol):
 
     def query_analytics(self, query: Query, now_ms: int) -> Deferred[Any]: ...
 
+    def query_request_log(self, query: LogQuery) -> Deferred[list[tuple[int, RequestRow]]]: ...
+
 
 class AnalyticsRecorder:
     """Buffers this node's analytics rows and writes them in batches through the store's thread."""
@@ -273,6 +276,15 @@ class AnalyticsRecorder:
             return node_document(self.node_id, query, now_ms, False, [], [])
         tables, series = await store.query_analytics(query, now_ms)
         return node_document(self.node_id, query, now_ms, True, tables, series)
+
+    async def log_page(self, query: LogQuery) -> list[dict[str, Any]]:
+        """One page of this node's request log (contract §9), newest first: the buffered rows are
+        written first, so the page reaches up to now.  Empty with analytics off."""
+        store = self.store()
+        if not self.config.enabled or store is None:
+            return []
+        await self.flush()
+        return [{**request_json(row), "id": row_id} for row_id, row in await store.query_request_log(query)]
 
 
 def node_document(node_id: str, query: Query, now_ms: int, enabled: bool,
