@@ -29,8 +29,9 @@ _MS = re.compile(r"[0-9]{1,15}")
 _STATUS = re.compile(r"[a-z0-9_]{1,40}")
 _NODE_CURSOR = re.compile(r"([0-9]{1,15}):([0-9]{1,18})")
 _SITE_CURSOR = re.compile(r"([0-9]{1,15}):(.{1,128}):([0-9]{1,18})")
-#: A node-level ``before`` id above every row id: the whole millisecond is older.
-_ALL_OF_IT = 2 ** 62
+#: A node-level ``before`` id above every row id (and within a node cursor's 18 digits): the whole
+#: millisecond is older.
+_ALL_OF_IT = 10 ** 18 - 1
 
 
 def _bad(message: str) -> HTTPError:

@@ -4,7 +4,8 @@ the master names right's ``twin`` with a suffix; ``left`` also has a text-only `
 model ``paint``; ``right``'s multimodal ``big`` is the cluster's guardian.  Analytics must name
 every model as the Models page does (its public ID, the local ID second), count the guardian answer
 on the node that served it under the model the client asked for, and a filter by public ID (or
-public image ID) must find the rows."""
+public image ID) must find the rows; the request log finds a request by its ID, key, model, node,
+status and kind, page by page."""
 
 from __future__ import annotations
 
@@ -19,7 +20,14 @@ import treq
 
 from routerd.config.schema import AnalyticsConfig
 from tests.integration import nodes
-from tests.integration.nodes import FAST_TEXT, plan_cluster, sim_model, start_cluster, wait_until, write_models
+from tests.integration.nodes import (
+    FAST_TEXT,
+    plan_cluster,
+    sim_model,
+    start_cluster,
+    wait_until,
+    write_models,
+)
 
 ON = AnalyticsConfig(enabled=True)
 KEY = "sk-team-a-0123456789"
@@ -38,7 +46,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     plan = plan_cluster(tmp_path, ["left", "right"])
     (plan.root / "master" / "models").mkdir(parents=True)
     write_models(plan.root / "left", {"twin": sim_model("twin-l"), "text": sim_model("text"),
-                                      "paint": {"sdmodel": "../weights/paint.sim.json"}},
+                                      "paint": {"sdmodel": "../weights/paint.sim.json"},
+                                      "broken": sim_model("text", extra_args=["--sim-fail-load"])},
                  {"twin-l": FAST_TEXT, "text": FAST_TEXT, "paint": PAINTER})
     write_models(plan.root / "right", {"twin": sim_model("twin-r"),
                                        "big": sim_model("big", mmproj="../weights/proj.gguf")},
@@ -84,7 +93,8 @@ async def traffic(cluster: Cluster) -> dict[str, Any]:
     await wait_until(lambda: len(cluster.left.node.lending.guardians) == 1
                      and len(cluster.right.node.lending.guardians) == 1)
     ids: dict[str, str] = {}
-    for name, body in (("twin", chat("twin")), (right_twin, chat(right_twin)), ("guardian", chat("text", True))):
+    asked = (("twin", chat("twin")), (right_twin, chat(right_twin)), ("guardian", chat("text", True)))
+    for name, body in asked:
         code, answer, response = await call("POST", base + "/v1/chat/completions", body)
         assert code == 200, answer
         ids[name] = response.headers.getRawHeaders(b"x-routerd-request-id")[0].decode()
@@ -121,7 +131,8 @@ async def test_analytics_names_every_model_by_the_public_id_the_models_page_show
         if local != "big":
             assert records[(node, local)]["public_id"] == model
     # a filter by public ID finds that model's rows only, one by public image ID the image model's
-    code, filtered, _ = await call("GET", cluster.master.url + f"/router/v1/site/analytics?period=1h&model={right_twin}")
+    code, filtered, _ = await call("GET", cluster.master.url
+                                   + f"/router/v1/site/analytics?period=1h&model={right_twin}")
     assert code == 200 and {(m["model"], m["node_id"]) for m in filtered["models"]} == {(right_twin, "right")}
     assert filtered["totals"]["requests"] == 1
     code, filtered, _ = await call("GET", cluster.master.url
@@ -131,7 +142,8 @@ async def test_analytics_names_every_model_by_the_public_id_the_models_page_show
     code, recent, _ = await call("GET", cluster.master.url + "/router/v1/site/analytics/recent")
     assert code == 200
     by_id = {r["request_id"]: r for r in recent["requests"]}
-    assert (by_id[seen["ids"][right_twin]]["model"], by_id[seen["ids"][right_twin]]["local_id"]) == (right_twin, "twin")
+    twin = by_id[seen["ids"][right_twin]]
+    assert (twin["model"], twin["local_id"]) == (right_twin, "twin")
     guardian = by_id[seen["ids"]["guardian"]]
     assert (guardian["model"], guardian["node_id"], guardian["local_id"], guardian["guardian"]) == (
         "text", "right", "big", True)
@@ -141,4 +153,45 @@ async def test_analytics_names_every_model_by_the_public_id_the_models_page_show
                                  {"model": right_twin})
     assert code == 200, result
     code, history, _ = await call("GET", cluster.master.url + "/router/v1/benchmarks")
-    assert code == 200 and [(b["public_id"], b["model"]) for b in history["benchmarks"]] == [(right_twin, "twin")]
+    assert code == 200
+    assert [(b["public_id"], b["model"]) for b in history["benchmarks"]] == [(right_twin, "twin")]
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_request_log_finds_a_request_by_its_id_key_model_node_status_and_kind(
+        cluster: Cluster) -> None:
+    seen = await traffic(cluster)
+    ids = seen["ids"]
+    base = cluster.master.url
+    code, answer, response = await call("POST", base + "/v1/chat/completions", chat("broken"))
+    assert code == 502, answer
+    failed_id = response.headers.getRawHeaders(b"x-routerd-request-id")[0].decode()
+
+    async def log(query: str) -> list[dict[str, Any]]:
+        code, page, _ = await call("GET", base + "/router/v1/site/requests?" + query)
+        assert code == 200 and page["node_errors"] == [], page
+        rows: list[dict[str, Any]] = page["requests"]
+        return rows
+
+    [row] = await log(f"request_id={ids['guardian']}")
+    assert (row["model"], row["node_id"], row["local_id"], row["guardian"], row["key_name"]) == (
+        "text", "right", "big", True, "team-a")
+    assert {r["request_id"] for r in await log("key_name=team-a")} == {*ids.values(), failed_id}
+    assert [r["request_id"] for r in await log(f"model={seen['right_twin']}")] == [ids[seen["right_twin"]]]
+    assert [r["request_id"] for r in await log(f"model={seen['paint_image']}")] == [ids["paint"]]
+    assert {r["request_id"] for r in await log("node_id=right")} == {ids[seen["right_twin"]], ids["guardian"]}
+    [failed] = await log("status=failed")
+    assert (failed["request_id"], failed["node_id"], failed["http_status"]) == (failed_id, "left", 502)
+    assert "failed to load" in failed["reason"]
+    assert [r["request_id"] for r in await log("kind=guardian")] == [ids["guardian"]]
+    # page by page (two rows a page) the whole log, newest first, each request once
+    pages: list[str] = []
+    query = "limit=2"
+    while query:
+        code, page, _ = await call("GET", base + "/router/v1/site/requests?" + query)
+        assert code == 200 and page["node_errors"] == [], page
+        pages += [r["request_id"] for r in page["requests"]]
+        query = f"limit=2&before={page['next']}" if page["next"] else ""
+    assert sorted(pages) == sorted({*ids.values(), failed_id}) and len(pages) == 5
+    code, error, _ = await call("GET", base + "/router/v1/site/requests?kind=borrowed")
+    assert code == 400 and error["error"]["code"] == "invalid_parameter"

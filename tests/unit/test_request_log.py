@@ -19,7 +19,7 @@ from routerd.routing.forward import key_headers, record_headers
 from routerd.routing.work import cached_tokens
 from routerd.site.analytics import one_row_each
 from routerd.site.names import SiteNames
-from routerd.site.requests import before_on, parse_log, site_cursor
+from routerd.site.requests import before_on, node_cursor, parse_log, site_cursor
 from routerd.store import analytics as sql
 from routerd.store.migrations import MIGRATIONS, migrate
 from routerd.store.request_log import LogQuery, query_log
@@ -59,7 +59,8 @@ def test_the_node_a_request_is_sent_to_is_told_the_public_id_the_guardian_mark_a
 
 
 def test_a_lent_request_names_owner_and_helper_and_the_owners_successful_half_is_not_listed() -> None:
-    owner = req(NOW, "alpha", node="owner", lent=True, local_id="alpha", lent_to="helper/beta", request_id="x")
+    owner = req(NOW, "alpha", node="owner", lent=True, local_id="alpha", lent_to="helper/beta",
+                request_id="x")
     helper = req(NOW + 5, "alpha", node="helper", borrowed=True, local_id="beta", lent_from="owner/alpha",
                  request_id="x")
     shown = request_json(helper)
@@ -75,7 +76,8 @@ def test_a_lent_request_names_owner_and_helper_and_the_owners_successful_half_is
 
 
 def test_cached_tokens_are_read_from_usage_details_or_llama_timings() -> None:
-    assert cached_tokens(b'{"usage": {"prompt_tokens": 40, "prompt_tokens_details": {"cached_tokens": 32}}}') == 32
+    answer = b'{"usage": {"prompt_tokens": 40, "prompt_tokens_details": {"cached_tokens": 32}}}'
+    assert cached_tokens(answer) == 32
     assert cached_tokens(b'data: {"timings": {"cache_n": 12, "prompt_n": 3}}\n\ndata: [DONE]\n\n') == 12
     assert cached_tokens(b'{"usage": {"prompt_tokens": 4}}') == 0
 
@@ -100,8 +102,8 @@ def test_site_names_turn_a_local_name_into_the_public_id_and_an_image_id_into_it
 def test_step_5_keeps_version_4_rows_under_their_local_id_and_their_rollups() -> None:
     conn = connect(":memory:")
     migrate(conn, MIGRATIONS[:4])
-    conn.execute("INSERT INTO analytics_requests (at_ms, node_id, model_id, lane, route, status, duration_ms) "
-                 "VALUES (?, 'a', 'chat', 'text', 'chat', 'ok', 5.0)", (NOW,))
+    conn.execute("INSERT INTO analytics_requests (at_ms, node_id, model_id, lane, route, status, "
+                 "duration_ms) VALUES (?, 'a', 'chat', 'text', 'chat', 'ok', 5.0)", (NOW,))
     conn.execute("INSERT INTO analytics_rollups (level, bucket_ms, node_id, model_id, lane, requests) "
                  "VALUES ('hour', ?, 'a', 'chat', 'text', 3)", (NOW - NOW % 3_600_000,))
     migrate(conn)
@@ -125,7 +127,8 @@ def test_the_log_filters_by_request_key_model_status_and_kind_newest_first() -> 
             request_id="d"),
         req(NOW + 4, "twin-2", node="right", local_id="twin", status="backend_error", request_id="e",
             reason="the backend failed"),
-        req(NOW + 5, "alpha", node="right", local_id="alpha", lent=True, lent_to="helper/beta", request_id="f"),
+        req(NOW + 5, "alpha", node="right", local_id="alpha", lent=True, lent_to="helper/beta",
+            request_id="f"),
     ], [])
     assert rows_of(conn) == ["e", "d", "c", "b", "a"]  # the owner's successful lent half is not listed
     assert rows_of(conn, request_id="c") == ["c"]
@@ -172,7 +175,9 @@ def test_every_filter_of_the_log_reads_an_index_never_the_whole_table(filters: d
 def test_a_site_cursor_is_read_by_each_node_in_at_node_id_order() -> None:
     assert site_cursor("17:gpu-b:42") == (17, "gpu-b", 42)
     assert before_on("gpu-b", (17, "gpu-b", 42)) == (17, 42)
-    assert before_on("gpu-a", (17, "gpu-b", 42))[0] == 17 and before_on("gpu-a", (17, "gpu-b", 42))[1] > 10**12
+    earlier_node = before_on("gpu-a", (17, "gpu-b", 42))
+    assert earlier_node is not None and earlier_node[0] == 17 and earlier_node[1] > 10**12
+    assert node_cursor(f"{earlier_node[0]}:{earlier_node[1]}") == earlier_node  # a node reads it back
     assert before_on("gpu-c", (17, "gpu-b", 42)) == (17, 0)
     assert before_on("gpu-c", None) is None
 
@@ -180,7 +185,8 @@ def test_a_site_cursor_is_read_by_each_node_in_at_node_id_order() -> None:
 @pytest.mark.parametrize(("args", "named"), [
     ({"limit": "0"}, "limit"), ({"limit": "501"}, "limit"), ({"lane": "video"}, "lane"),
     ({"since_ms": "yesterday"}, "since_ms"), ({"since_ms": "10", "until_ms": "5"}, "until_ms"),
-    ({"kind": "borrowed"}, "kind"), ({"status": "Not OK"}, "status"), ({"request_id": "x" * 65}, "request_id"),
+    ({"kind": "borrowed"}, "kind"), ({"status": "Not OK"}, "status"),
+    ({"request_id": "x" * 65}, "request_id"),
 ])
 def test_a_bad_filter_is_a_400_naming_it(args: dict[str, str], named: str) -> None:
     with pytest.raises(HTTPError) as raised:
@@ -193,7 +199,7 @@ def test_a_bad_filter_is_a_400_naming_it(args: dict[str, str], named: str) -> No
 # --- the routes of a real in-memory node ---------------------------------------------------------------
 
 
-def test_the_request_log_finds_a_request_by_id_model_and_status_and_pages_through_them(tmp_path: Path) -> None:
+def test_the_request_log_finds_a_request_by_id_model_and_status_and_pages(tmp_path: Path) -> None:
     world = World(tmp_path)
     node = world.node("solo", {"chat": TEXT, "broken": {**TEXT, "load_ms": -1}}, analytics={"enabled": True},
                       auth={"admin_keys": ["admin-key-for-analytics"]})
