@@ -2,9 +2,10 @@
 
 Node API (cluster token): ``GET /router/v1/node/analytics?period&model&lane``,
 ``POST /router/v1/node/analytics/flush``, ``GET|DELETE /router/v1/node/load-errors``.
-``GET /router/v1/node/requests`` (one page of the request log).
+``GET /router/v1/node/requests`` (one page of the request log), ``GET /router/v1/node/requests/body``.
 Site API (admin; a master or a standalone node, 404 on a slave):
-``GET /router/v1/site/requests`` (the request log: routerd.site.requests),
+``GET /router/v1/site/requests`` (the request log: routerd.site.requests) and
+``GET /router/v1/site/requests/body?request_id&node_id`` (a captured body),
 ``GET /router/v1/site/analytics?period&node_id&model&lane``, ``POST /router/v1/site/analytics/flush``,
 ``GET|DELETE /router/v1/site/load-errors?node_id&model&limit``.
 The documents are built by ``routerd.inference.analytics`` (a node's) and ``routerd.site.analytics``
@@ -24,7 +25,14 @@ from routerd.api.reply import query_arg, query_values
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 from routerd.inference.analytics import LOAD_ERRORS_KEPT, RECENT_KEPT, AnalyticsRecorder, recent_json
-from routerd.paths import NODE_ANALYTICS, NODE_ANALYTICS_FLUSH, NODE_LOAD_ERRORS, NODE_RECENT, NODE_REQUESTS
+from routerd.paths import (
+    NODE_ANALYTICS,
+    NODE_ANALYTICS_FLUSH,
+    NODE_LOAD_ERRORS,
+    NODE_RECENT,
+    NODE_REQUEST_BODY,
+    NODE_REQUESTS,
+)
 from routerd.site.analytics import (
     parse_query,
     site_analytics,
@@ -33,7 +41,14 @@ from routerd.site.analytics import (
     site_load_errors,
     site_recent,
 )
-from routerd.site.requests import node_cursor, parse_log, site_cursor, site_requests
+from routerd.site.requests import (
+    node_cursor,
+    parse_log,
+    request_id_of,
+    site_bodies,
+    site_cursor,
+    site_requests,
+)
 from routerd.site.service import SiteService
 
 SITE_ANALYTICS = "/router/v1/site/analytics"
@@ -41,6 +56,7 @@ SITE_ANALYTICS_FLUSH = "/router/v1/site/analytics/flush"
 SITE_LOAD_ERRORS = "/router/v1/site/load-errors"
 SITE_RECENT = "/router/v1/site/analytics/recent"
 SITE_REQUESTS = "/router/v1/site/requests"
+SITE_REQUEST_BODY = "/router/v1/site/requests/body"
 #: The request log's filters (routerd.site.requests.parse_log).
 _LOG_ARGS = ("since_ms", "until_ms", "limit", "request_id", "key_name", "model", "lane", "status", "kind")
 _DIGITS = re.compile(r"[0-9]{1,6}")
@@ -115,7 +131,20 @@ class AnalyticsAPI:
         rows = await self.analytics.log_page(query)
         return json_response(request, {"enabled": self.analytics.enabled, "requests": rows})
 
+    @routes.route(NODE_REQUEST_BODY, methods=["GET"], auth="cluster")
+    async def node_request_body(self, request: IRequest) -> bytes:
+        request_id = request_id_of(_args(request, "request_id"))
+        return json_response(request, {"captures": await self.analytics.captured(request_id)})
+
     # --- site API ----------------------------------------------------------------------------------
+
+    @routes.route(SITE_REQUEST_BODY, methods=["GET"], auth="admin")
+    async def site_request_body(self, request: IRequest) -> bytes:
+        self.site.require()
+        request_id = request_id_of(_args(request, "request_id"))
+        node_id = query_arg(request, "node_id") or None
+        bodies = await site_bodies(self.site, self.analytics.captured, request_id, node_id)
+        return json_response(request, bodies)
 
     @routes.route(SITE_REQUESTS, methods=["GET"], auth="admin")
     async def site_requests(self, request: IRequest) -> bytes:
@@ -168,5 +197,5 @@ class AnalyticsAPI:
             self.site, clear, query_arg(request, "node_id") or None))
 
 
-__all__ = ["SITE_ANALYTICS", "SITE_ANALYTICS_FLUSH", "SITE_LOAD_ERRORS", "SITE_RECENT", "SITE_REQUESTS",
-           "AnalyticsAPI"]
+__all__ = ["SITE_ANALYTICS", "SITE_ANALYTICS_FLUSH", "SITE_LOAD_ERRORS", "SITE_RECENT", "SITE_REQUEST_BODY",
+           "SITE_REQUESTS", "AnalyticsAPI"]

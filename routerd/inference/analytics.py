@@ -39,7 +39,7 @@ from routerd.store.analytics import (
     figures,
     mergeable,
 )
-from routerd.store.request_log import LogQuery
+from routerd.store.request_log import CaptureRow, LogQuery
 
 log = Logger()
 
@@ -157,13 +157,17 @@ def load_error_json(row: LoadRow) -> dict[str, Any]:
 
 
 class AnalyticsStore(Protocol):
-    def write_analytics(self, requests: Sequence[RequestRow], loads: Sequence[LoadRow]) -> Deferred[None]: ...
+    def write_analytics(self, requests: Sequence[RequestRow], loads: Sequence[LoadRow],
+                        captures: Sequence[CaptureRow] = ()) -> Deferred[None]: ...
 
-    def prune_analytics(self, raw_before_ms: int, level_before_ms: dict[str, int]) -> Deferred[int]: ...
+    def prune_analytics(self, raw_before_ms: int, level_before_ms: dict[str, int],
+                        capture_before_ms: int = 0) -> Deferred[int]: ...
+
+    def request_captures(self, request_id: str) -> Deferred[list[CaptureRow]]: ...
 
     def query_analytics(self, query: Query, now_ms: int) -> Deferred[Any]: ...
 
-    def query_request_log(self, query: LogQuery) -> Deferred[list[tuple[int, RequestRow]]]: ...
+    def query_request_log(self, query: LogQuery) -> Deferred[list[tuple[int, RequestRow, bool]]]: ...
 
 
 class AnalyticsRecorder:
@@ -180,6 +184,7 @@ class AnalyticsRecorder:
         self.recent: deque[RequestRow] = deque(maxlen=RECENT_KEPT)
         self._requests: list[RequestRow] = []
         self._loads: list[LoadRow] = []
+        self._captures: list[CaptureRow] = []
         self._pruned_at: float | None = None
         #: Rows written since start (requests, loads), and rows dropped by a failed write.
         self.written = {"requests": 0, "loads": 0}
@@ -198,13 +203,26 @@ class AnalyticsRecorder:
 
     # --- recording (reactor thread, no I/O) --------------------------------------------------------
 
-    def request(self, row: RequestRow) -> None:
-        if not self.config.enabled:
+    def request(self, row: RequestRow, body: bytes = b"", content_type: str = "") -> None:
+        config = self.config
+        if not config.enabled:
             return
         self._requests.append(row)
         self.recent.append(row)
+        if (config.capture_keys or config.capture_models) and body and self._captured(row):
+            self._captures.append(CaptureRow(row.at_ms, row.request_id, row.node_id, row.model_id,
+                                             row.key_name, content_type, len(body),
+                                             body[:config.capture_max_bytes]))
         if self.buffered >= self.config.max_buffered:
             self.flush()
+
+    def _captured(self, row: RequestRow) -> bool:
+        """Whether the operator asked for this request's body (``analytics.capture_keys`` names its
+        key, or ``capture_models`` its public or local model ID)."""
+        config = self.config
+        models = config.capture_models
+        return bool(row.key_name) and row.key_name in config.capture_keys \
+            or row.model_id in models or bool(row.local_id) and row.local_id in models
 
     def load(self, *, model_id: str, config_filename: str, runtime: str, ok: bool, duration_ms: float,
              reason: str) -> None:
@@ -223,12 +241,12 @@ class AnalyticsRecorder:
     def flush(self) -> Deferred[dict[str, int]]:
         """Write every buffered row now; fires how many of each were written (a failed write is
         logged and its rows counted as dropped: the request path never sees it)."""
-        requests, loads = self._requests, self._loads
+        requests, loads, captures = self._requests, self._loads, self._captures
         counts = {"requests": len(requests), "loads": len(loads)}
         store = self.store()
         if not requests and not loads or store is None:
             return succeed({"requests": 0, "loads": 0})
-        self._requests, self._loads = [], []
+        self._requests, self._loads, self._captures = [], [], []
 
         def written(_: object) -> dict[str, int]:
             for name, n in counts.items():
@@ -241,7 +259,7 @@ class AnalyticsRecorder:
                         count=counts["requests"] + counts["loads"])
             return {"requests": 0, "loads": 0}
 
-        return store.write_analytics(requests, loads).addCallbacks(written, failed)
+        return store.write_analytics(requests, loads, captures).addCallbacks(written, failed)
 
     def tick(self) -> Deferred[Any]:
         """The flush loop: write the buffer, and prune once an hour."""
@@ -264,7 +282,8 @@ class AnalyticsRecorder:
             log.failure("pruning analytics failed", failure)
             return 0
 
-        return store.prune_analytics(now_ms - int(c.raw_retention * 1000), cutoffs).addErrback(failed)
+        return store.prune_analytics(now_ms - int(c.raw_retention * 1000), cutoffs,
+                                     now_ms - int(c.capture_retention * 1000)).addErrback(failed)
 
     # --- reading -----------------------------------------------------------------------------------
 
@@ -284,7 +303,25 @@ class AnalyticsRecorder:
         if not self.config.enabled or store is None:
             return []
         await self.flush()
-        return [{**request_json(row), "id": row_id} for row_id, row in await store.query_request_log(query)]
+        return [{**request_json(row), "id": row_id, "captured": captured}
+                for row_id, row, captured in await store.query_request_log(query)]
+
+    async def captured(self, request_id: str) -> list[dict[str, Any]]:
+        """The bodies this node captured of ``request_id`` (contract §9; empty when none was)."""
+        store = self.store()
+        if store is None:
+            return []
+        await self.flush()
+        return [capture_json(c) for c in await store.request_captures(request_id)]
+
+
+def capture_json(capture: CaptureRow) -> dict[str, Any]:
+    """A captured body as the routes answer it: its text (UTF-8, undecodable bytes replaced) and
+    whether it was cut at ``capture_max_bytes``."""
+    return {"request_id": capture.request_id, "at_ms": capture.at_ms, "node_id": capture.node_id,
+            "model": capture.model_id, "key_name": capture.key_name, "content_type": capture.content_type,
+            "size": capture.size, "truncated": len(capture.body) < capture.size,
+            "body": bytes(capture.body).decode("utf-8", "replace")}
 
 
 def node_document(node_id: str, query: Query, now_ms: int, enabled: bool,

@@ -160,7 +160,9 @@ class Books:
             row = request_row(call, route, node_id=self.node_id, model_label=model_label, status=status,
                               started=started, finished=self.clock.seconds(),
                               first_write=timed.first_write_at if timed is not None else None)
-            if row is not None:
+            if row is not None and call is not None:
+                analytics.request(row, call.body, call.content_type)
+            elif row is not None:
                 analytics.request(row)
 
     def _count_key(self, call: Call, cluster_call: bool, started: float) -> None:

@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 import attrs
 
 from routerd.errors import HTTPError
-from routerd.paths import NODE_REQUESTS
+from routerd.paths import NODE_REQUEST_BODY, NODE_REQUESTS
 from routerd.site.analytics import merged_lists, one_row_each
 from routerd.site.names import SiteNames
 from routerd.site.service import SiteService
@@ -147,10 +147,27 @@ async def site_requests(site: SiteService, own: Callable[[LogQuery], Awaitable[l
     return found
 
 
+def request_id_of(args: Mapping[str, str | None]) -> str:
+    """The ``request_id`` a body look-up names; 400 when it is missing or not an ID."""
+    found = _text(args, "request_id", 64)
+    if found is None:
+        raise _bad("request_id is required")
+    return found
+
+
+async def site_bodies(site: SiteService, own: Callable[[str], Awaitable[list[dict[str, Any]]]],
+                      request_id: str, node_id: str | None) -> dict[str, Any]:
+    """The bodies every selected node captured of ``request_id`` (``analytics.capture_*``)."""
+    rows = await own(request_id) if node_id is None or node_id == site.node_id else []
+    path = NODE_REQUEST_BODY + "?" + urlencode({"request_id": request_id})
+    return await merged_lists(site, rows, node_id, path, "captures", "captures", None)
+
+
 def _order(row: Mapping[str, Any]) -> tuple[int, str, int]:
     at, row_id = row.get("at_ms"), row.get("id")
     return (at if isinstance(at, int) else 0, str(row.get("node_id", "")),
             row_id if isinstance(row_id, int) else 0)
 
 
-__all__ = ["before_on", "node_cursor", "node_params", "parse_log", "site_cursor", "site_requests"]
+__all__ = ["before_on", "node_cursor", "node_params", "parse_log", "request_id_of", "site_bodies",
+           "site_cursor", "site_requests"]

@@ -10,11 +10,16 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
+from twisted.internet.defer import succeed
+from twisted.internet.task import Clock
 
+from routerd.config.load import ConfigError, parse_config
+from routerd.config.schema import AnalyticsConfig
 from routerd.errors import HTTPError
-from routerd.inference.analytics import recent_json, request_json, request_row
+from routerd.inference.analytics import AnalyticsRecorder, recent_json, request_json, request_row
 from routerd.routing.forward import key_headers, record_headers
 from routerd.routing.work import cached_tokens
 from routerd.site.analytics import one_row_each
@@ -114,7 +119,7 @@ def test_step_5_keeps_version_4_rows_under_their_local_id_and_their_rollups() ->
 
 def rows_of(conn: sqlite3.Connection, **filters: object) -> list[str]:
     q = LogQuery(since_ms=0, until_ms=NOW + 10**6, **filters)  # type: ignore[arg-type]
-    return [row.request_id for _id, row in query_log(conn, q)]
+    return [row.request_id for _id, row, _captured in query_log(conn, q)]
 
 
 def test_the_log_filters_by_request_key_model_status_and_kind_newest_first() -> None:
@@ -140,7 +145,8 @@ def test_the_log_filters_by_request_key_model_status_and_kind_newest_first() -> 
     assert rows_of(conn, status="ok") == ["d", "c", "b", "a"]
     assert rows_of(conn, kind="lent") == ["d"] and rows_of(conn, kind="guardian") == ["c"]
     assert rows_of(conn, lane="image") == []
-    [(_id, row)] = query_log(conn, LogQuery(since_ms=NOW + 4, until_ms=NOW + 5))  # since ≤ at < until
+    # since ≤ at < until
+    [(_id, row, _captured)] = query_log(conn, LogQuery(since_ms=NOW + 4, until_ms=NOW + 5))
     assert (row.request_id, row.reason, row.guardian) == ("e", "the backend failed", False)
 
 
@@ -151,7 +157,7 @@ def test_pages_follow_the_cursor_without_repeating_or_skipping_rows_of_one_milli
     before = None
     while True:
         page = query_log(conn, LogQuery(since_ms=0, until_ms=NOW + 100, limit=4, before=before))
-        seen += [row.request_id for _id, row in page]
+        seen += [row.request_id for _id, row, _captured in page]
         if len(page) < 4:
             break
         before = (page[-1][1].at_ms, page[-1][0])
@@ -242,4 +248,62 @@ def test_a_node_with_analytics_off_has_an_empty_log(tmp_path: Path) -> None:
     world.call("POST", node, "/v1/chat/completions", json={"model": "chat", "messages": []})
     response, body = world.call("GET", node, "/router/v1/site/requests", headers=ADMIN)
     assert response.code == 200 and json.loads(body)["requests"] == []
+    world.run(node.stop())
+
+
+# --- request bodies: never stored unless the operator asks -------------------------------------------
+
+
+def test_no_body_is_stored_by_default_and_one_named_by_key_or_model_is_cut_at_the_cap(tmp_path: Path) -> None:
+    assert (AnalyticsConfig().capture_keys, AnalyticsConfig().capture_models) == ((), ())
+    models = {"config_dir": str(tmp_path)}
+    config = parse_config({"models": models, "analytics": {
+        "enabled": True, "capture_keys": ["team-debug"], "capture_models": ["twin-2"], "capture_max_bytes": 8,
+        "capture_retention": "2h"}}, str(tmp_path), {}).analytics
+    assert (config.capture_keys, config.capture_models, config.capture_max_bytes,
+            config.capture_retention) == (("team-debug",), ("twin-2",), 8, 7200.0)
+    with pytest.raises(ConfigError):
+        parse_config({"models": models, "analytics": {"capture_max_bytes": 0}}, str(tmp_path), {})
+    stored: list[Any] = []
+
+    class Store:
+        def write_analytics(self, requests: Any, loads: Any, captures: Any = ()) -> Any:
+            stored.extend(captures)
+            return succeed(None)
+
+    body = b'{"model": "twin", "messages": []}'
+    for cfg in (AnalyticsConfig(enabled=True), config):
+        recorder = AnalyticsRecorder(Clock(), cfg, "n", lambda: Store())  # type: ignore[arg-type,return-value]
+        recorder.request(req(NOW, "chat", key_name="team-a", request_id="a"), body, "application/json")
+        recorder.request(req(NOW, "chat", key_name="team-debug", request_id="b"), body, "application/json")
+        recorder.request(req(NOW, "twin-2", local_id="twin", request_id="c"), body, "application/json")
+        recorder.request(req(NOW, "twin", local_id="twin", request_id="d"), body, "application/json")
+        recorder.flush()
+    assert [(c.request_id, c.body, c.size) for c in stored] == [("b", body[:8], len(body)),
+                                                               ("c", body[:8], len(body))]
+
+
+def test_a_captured_body_is_shown_by_request_id_and_pruned_after_its_retention(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    node = world.node("solo", {"chat": TEXT}, auth={"admin_keys": ["admin-key-for-analytics"]},
+                      analytics={"enabled": True, "capture_models": ["chat"], "capture_max_bytes": 40})
+    world.start(node)
+    chat = {"model": "chat", "messages": [{"role": "user", "content": "a body worth keeping " * 4}]}
+    response, _ = world.call("POST", node, "/v1/chat/completions", json=chat)
+    request_id = response.headers.getRawHeaders(b"x-routerd-request-id")[0].decode()
+    response, body = world.call("GET", node, f"/router/v1/site/requests?request_id={request_id}",
+                                headers=ADMIN)
+    assert [r["captured"] for r in json.loads(body)["requests"]] == [True]
+    response, body = world.call("GET", node, f"/router/v1/site/requests/body?request_id={request_id}",
+                                headers=ADMIN)
+    [capture] = json.loads(body)["captures"]
+    assert response.code == 200 and capture["truncated"] is True and capture["size"] > 40
+    assert capture["body"] == json.dumps(chat, separators=(",", ":"))[:40] and capture["model"] == "chat"
+    response, body = world.call("GET", node, "/router/v1/site/requests/body", headers=ADMIN)
+    assert response.code == 400 and "request_id" in json.loads(body)["error"]["message"]
+    store = world.stores["solo"]
+    world.run(store.prune_analytics(0, {}, capture_before_ms=int(world.clock.seconds() * 1000) + 1))
+    response, body = world.call("GET", node, f"/router/v1/site/requests/body?request_id={request_id}",
+                                headers=ADMIN)
+    assert json.loads(body)["captures"] == []
     world.run(node.stop())

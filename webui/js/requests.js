@@ -4,7 +4,8 @@
 // names the model by its public ID (local ID and node second), a lent request once with its owner
 // and helper, and a failure with the backend's reason. The list is asked again when a filter or the
 // page changes, and every FETCH_EVERY_MS on the newest page; it is redrawn only when it changed, so
-// a selected request ID stays selected.
+// a selected request ID stays selected. A row whose body was captured (analytics.capture_*) has a
+// "body" disclosure that shows it.
 
 import { get, query } from "./api.js";
 import { badge, clock, errorBox, h, replace, table } from "./dom.js";
@@ -17,7 +18,22 @@ const PAGE = 50;
 
 function flags(r) {
   return [r.lent ? badge(r.owner && r.helper ? `lent ${r.owner} → ${r.helper}` : "lent", "lent") : null,
-    r.guardian ? badge("guardian", "warn") : null];
+    r.guardian ? badge("guardian", "warn") : null, r.captured ? body(r) : null];
+}
+
+// A captured request body (analytics.capture_keys / capture_models), asked for when it is opened.
+function body(r) {
+  const out = h("pre", { className: "log captured-body" }, "…");
+  const shown = h("details", { className: "captured", ontoggle: async (e) => {
+    if (!e.currentTarget.open || shown.dataset.loaded) return;
+    shown.dataset.loaded = "1";
+    const doc = await optional("/router/v1/site/requests/body" + query({ request_id: r.request_id, node_id: r.node_id }));
+    const found = (doc.captures || [])[0];
+    out.textContent = doc.__error || (found
+      ? found.body + (found.truncated ? `\n… (${found.size} bytes, cut at analytics.capture_max_bytes)` : "")
+      : "no body stored (pruned after analytics.capture_retention)");
+  } }, h("summary", {}, "body"), out);
+  return shown;
 }
 
 /** Request-log rows as a table (the Requests page and the Errors page's failed requests). */
