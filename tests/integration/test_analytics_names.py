@@ -28,17 +28,13 @@ from tests.integration.nodes import (
     wait_until,
     write_models,
 )
+from tests.integration.test_guardians_flow import Cluster
 
 ON = AnalyticsConfig(enabled=True)
 KEY = "sk-team-a-0123456789"
 AUTH = {"inference_keys": [{"name": "team-a", "key": KEY}]}
 PAINTER = {"kind": "image", "load_ms": 30, "ms_per_step_megapixel": 2}
 PNG = "data:image/png;base64,iVBORw0KGgo="
-
-
-class Cluster(nodes.Cluster):
-    left = nodes.slave("left")
-    right = nodes.slave("right")
 
 
 @pytest_twisted.async_yield_fixture

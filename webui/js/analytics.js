@@ -5,7 +5,7 @@
 import { get, post, query } from "./api.js";
 import { errorBox, h, replace, table } from "./dom.js";
 import { chart } from "./charts.js";
-import { FIGURE_HEAD, figureCells, modelCell, optional } from "./figures.js";
+import { FIGURE_HEAD, figureCells, fillSiteChoices, modelCell, optional } from "./figures.js";
 import { refreshNow, showError } from "./shell.js";
 
 const PERIODS = ["1h", "24h", "7d", "30d"];
@@ -53,24 +53,9 @@ export function mount(container) {
   return ctx;
 }
 
-function fillChoices(ctx, inventory) {
-  const nodes = (inventory.nodes || []).map((n) => n.node_id);
-  const models = [...new Set((inventory.models || []).map((m) => m.public_id).filter(Boolean))].sort();
-  const key = JSON.stringify([nodes, models]);
-  if (key === ctx.known) return;
-  ctx.known = key;
-  const fill = (label, values, empty) => {
-    const el = label.querySelector("select");
-    const current = el.value;
-    replace(el, h("option", { value: "" }, empty), values.map((v) => h("option", { value: v }, v)));
-    el.value = values.includes(current) ? current : "";
-  };
-  fill(ctx.nodeSelect, nodes, "all nodes");
-  fill(ctx.modelSelect, models, "all models");
-}
-
 export async function refresh(ctx) {
-  fillChoices(ctx, await get("/router/v1/site/inventory"));
+  fillSiteChoices(ctx, await get("/router/v1/site/inventory"), ctx.nodeSelect.querySelector("select"),
+    ctx.modelSelect.querySelector("select"));
   if (Date.now() - ctx.fetchedAt < EVERY_MS) return;
   const doc = await optional("/router/v1/site/analytics" + query(ctx.filters));
   ctx.fetchedAt = Date.now();

@@ -51,6 +51,26 @@ export async function optional(path) {
   }
 }
 
+/** Refill a <select> with `values` after its `empty` choice ("all …"), keeping the current choice
+ * while it is still offered. */
+function fillOptions(el, values, empty) {
+  const current = el.value;
+  el.replaceChildren(h("option", { value: "" }, empty), ...values.map((v) => h("option", { value: v }, v)));
+  el.value = values.includes(current) ? current : "";
+}
+
+/** The node and model (public ID) filter choices of the site's inventory, refilled only when they
+ * changed (`ctx.known` remembers the last). */
+export function fillSiteChoices(ctx, inventory, nodeEl, modelEl) {
+  const nodes = (inventory.nodes || []).map((n) => n.node_id);
+  const models = [...new Set((inventory.models || []).map((m) => m.public_id).filter(Boolean))].sort();
+  const known = JSON.stringify([nodes, models]);
+  if (known === ctx.known) return;
+  ctx.known = known;
+  fillOptions(nodeEl, nodes, "all nodes");
+  fillOptions(modelEl, models, "all models");
+}
+
 /** A model as every page names it: its public ID first, then where it ran, "<local ID> · <node>"
  * (the local ID left out where it is the public ID). */
 export function modelCell(publicId, localId, nodeId) {

@@ -9,7 +9,7 @@
 
 import { get, query } from "./api.js";
 import { badge, clock, errorBox, h, replace, table } from "./dom.js";
-import { count, millis, modelCell, optional } from "./figures.js";
+import { count, fillSiteChoices, millis, modelCell, optional } from "./figures.js";
 import { refreshNow } from "./shell.js";
 
 const FETCH_EVERY_MS = 10000;
@@ -88,19 +88,6 @@ export function mount(container) {
   return ctx;
 }
 
-function fillChoices(ctx, inventory) {
-  const nodes = (inventory.nodes || []).map((n) => n.node_id);
-  const models = [...new Set((inventory.models || []).map((m) => m.public_id).filter(Boolean))].sort();
-  const known = JSON.stringify([nodes, models]);
-  if (known === ctx.known) return;
-  ctx.known = known;
-  for (const [el, values, empty] of [[ctx.node, nodes, "all nodes"], [ctx.model, models, "all models"]]) {
-    const current = el.value;
-    replace(el, h("option", { value: "" }, empty), values.map((v) => h("option", { value: v }, v)));
-    el.value = values.includes(current) ? current : "";
-  }
-}
-
 function filters(ctx) {
   const span = SINCE.find(([name]) => name === ctx.since.value)[1];
   return {
@@ -111,7 +98,7 @@ function filters(ctx) {
 }
 
 export async function refresh(ctx) {
-  fillChoices(ctx, await get("/router/v1/site/inventory"));
+  fillSiteChoices(ctx, await get("/router/v1/site/inventory"), ctx.node, ctx.model);
   const newest = ctx.cursors.length === 1;
   if (ctx.fetchedAt && (!newest || Date.now() - ctx.fetchedAt < FETCH_EVERY_MS)) return;
   const doc = await optional("/router/v1/site/requests" + query(filters(ctx)));
