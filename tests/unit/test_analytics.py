@@ -200,12 +200,14 @@ class FakeStore:
         self.pruned: list[tuple[int, dict[str, int]]] = []
         self.conn = db()
 
-    def write_analytics(self, requests: list[RequestRow], loads: list[LoadRow]) -> Deferred[None]:
+    def write_analytics(self, requests: list[RequestRow], loads: list[LoadRow],
+                        captures: Any = ()) -> Deferred[None]:
         self.batches.append((list(requests), list(loads)))
         sql.write_batch(self.conn, requests, loads)
         return succeed(None)
 
-    def prune_analytics(self, raw_before_ms: int, level_before_ms: dict[str, int]) -> Deferred[int]:
+    def prune_analytics(self, raw_before_ms: int, level_before_ms: dict[str, int],
+                        capture_before_ms: int = 0) -> Deferred[int]:
         self.pruned.append((raw_before_ms, dict(level_before_ms)))
         return succeed(0)
 
