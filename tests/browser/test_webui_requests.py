@@ -71,7 +71,7 @@ def errors_page(b: Browser, failed_id: str) -> None:
     row = b.wait_text("table.failed-requests tr.logged-request", "broken")
     assert failed_id in row and "slave-a" in row and "failed to load" in row
     b.wait_text("tr.load-error", "broken")  # the failed load is listed too
-    b.screenshot("errors-requests")
+    b.screenshot("errors")  # the README's Errors picture (the console test takes one too)
 
 
 @pytest_twisted.ensureDeferred
