@@ -13,8 +13,15 @@ estimate.
 2. **10 million raw rows.**  ``analytics_requests`` rows written in batches as the recorder writes
    them (one transaction per batch, index included); the file size against the estimate the README
    documents (``BYTES_PER_ROW`` × rows).
+3. **The request log's columns and indexes, same run** (``--schema-ab`` rows, default 200,000): the
+   recorder's batch write (raw rows + rollups, one transaction per ``--ab-batch`` rows) into a fresh
+   database without (``before``: schema step 5's four request-log indexes dropped, its new columns
+   left at their defaults, as a version-4 row) and with them (``after``: request ID, local ID, key
+   and reason filled, every index), alternating which goes first; CPU per row, and bytes per row
+   after a checkpoint; per-round and median after ÷ before.
 
 Run: .venv/bin/python benchmarks/analytics_query.py [--nodes 32] [--models 50] [--raw-rows 10000000]
+[--schema-ab 200000] [--ab-rounds 6]
 """
 
 from __future__ import annotations
@@ -39,8 +46,9 @@ from routerd.store.analytics import HIST_BUCKETS, LEVELS, SUMS, Query, RequestRo
 from routerd.store.migrations import migrate  # noqa: E402
 from routerd.store.runner import connect  # noqa: E402
 
-#: The documented disk estimate of one raw request row (row + its at_ms index entry), bytes.
-BYTES_PER_ROW = 130
+#: The documented disk estimate of one raw request row (the row and its index entries: at_ms and
+#: the request log's request ID, model, key and failure indexes), bytes.
+BYTES_PER_ROW = 260
 DAY = 86_400_000
 
 
@@ -48,7 +56,7 @@ def fill_node(path: str, node_id: str, models: int, now_ms: int, rng: random.Ran
     """Every rollup bucket of 30 days (day, hour) and 48 h (minute) for ``models`` models."""
     conn = connect(path)
     migrate(conn)
-    columns = ("level", "bucket_ms", "node_id", "model_id", "lane", *SUMS,
+    columns = ("level", "bucket_ms", "node_id", "model_id", "local_id", "lane", *SUMS,
                *(f"d{i}" for i in range(HIST_BUCKETS)), *(f"t{i}" for i in range(HIST_BUCKETS)))
     insert = (f"INSERT INTO analytics_rollups ({', '.join(columns)}) "
               f"VALUES ({', '.join('?' * len(columns))})")
@@ -70,7 +78,8 @@ def fill_node(path: str, node_id: str, models: int, now_ms: int, rng: random.Ran
                 for _ in range(4):
                     hist[rng.randint(12, 26)] += requests // 4
                     ttft[rng.randint(8, 16)] += requests // 4
-                batch.append((level, bucket, node_id, f"model-{m:02d}", "text", *sums, *hist, *ttft))
+                name = f"model-{m:02d}"
+                batch.append((level, bucket, node_id, name, name, "text", *sums, *hist, *ttft))
         conn.executemany(insert, batch)
         rows += len(batch)
     conn.execute("COMMIT")
@@ -156,6 +165,75 @@ def raw_rows(root: Path, count: int, batch: int) -> None:
           f"{BYTES_PER_ROW} B a row = {estimate / 1e6:,.0f} MB (measured / estimate {size / estimate:.2f})")
 
 
+#: Schema step 5's indexes (routerd.store.request_log): what ``before`` drops.
+LOG_INDEXES = ("analytics_requests_request", "analytics_requests_model", "analytics_requests_key",
+               "analytics_requests_failed")
+
+
+def log_rows(count: int, filled: bool, rng: random.Random, now: int) -> list[RequestRow]:
+    """Recorder-shaped rows, one a 250 ms; ``filled``: with what schema step 5 added (request ID, local
+    ID, a key name; a reason on the 2 % that failed)."""
+    rows = []
+    for i in range(count):
+        model = f"model-{rng.randrange(50):02d}"
+        failed = rng.random() < 0.02
+        rows.append(RequestRow(
+            at_ms=now - (count - i) * 250, node_id="gpu-node-07", model_id=model, lane="text", route="chat",
+            status="backend_error" if failed else "ok", http_status=502 if failed else 200,
+            duration_ms=rng.uniform(50, 5000), ttft_ms=rng.uniform(10, 400) if i % 2 else None,
+            prompt_tokens=rng.randrange(2000), completion_tokens=rng.randrange(800),
+            key_name=f"team-{rng.randrange(12)}" if filled else "team-analytics",
+            request_id=os.urandom(8).hex() if filled else "", local_id=model if filled else "",
+            cached_tokens=rng.randrange(500) if filled else 0,
+            reason="the backend failed: connection refused" if filled and failed else ""))
+    return rows
+
+
+def write_log(root: Path, name: str, rows: list[RequestRow], batch: int,
+              indexed: bool) -> tuple[float, float]:
+    """(CPU seconds a row, bytes a row) of writing ``rows`` as the recorder does into a fresh file."""
+    path = str(root / f"{name}.sqlite")
+    conn = connect(path)
+    migrate(conn)
+    if not indexed:
+        for index in LOG_INDEXES:
+            conn.execute(f"DROP INDEX {index}")
+    c0 = time.process_time()
+    for start in range(0, len(rows), batch):
+        conn.execute("BEGIN")
+        sql.write_batch(conn, rows[start:start + batch], [])
+        conn.execute("COMMIT")
+    cpu = time.process_time() - c0
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    size = os.path.getsize(path)
+    for suffix in ("", "-wal", "-shm"):
+        Path(path + suffix).unlink(missing_ok=True)
+    return cpu / len(rows), size / len(rows)
+
+
+def schema_ab(root: Path, count: int, batch: int, rounds: int) -> None:
+    rng = random.Random(32)
+    now = int(time.time() * 1000)
+    before_rows, after_rows = log_rows(count, False, rng, now), log_rows(count, True, rng, now)
+    print(f"request-log columns and indexes, {count:,} rows in batches of {batch:,} (CPU µs a row, B a row):")
+    print(f"{'rnd':>3} {'before':>8} {'after':>8} {'ratio':>6} {'B before':>9} {'B after':>8} {'ratio':>6}")
+    cpu_ratios, byte_ratios = [], []
+    for rnd in range(1, rounds + 1):
+        order = [("before", before_rows, False), ("after", after_rows, True)]
+        if rnd % 2 == 0:
+            order.reverse()
+        found = {name: write_log(root, f"{name}-{rnd}", rows, batch, indexed)
+                 for name, rows, indexed in order}
+        (cb, bb), (ca, ba) = found["before"], found["after"]
+        cpu_ratios.append(ca / cb)
+        byte_ratios.append(ba / bb)
+        print(f"{rnd:>3} {cb * 1e6:8.2f} {ca * 1e6:8.2f} {ca / cb:6.2f} {bb:9.0f} {ba:8.0f} {ba / bb:6.2f}")
+    print(f"median after ÷ before: CPU {statistics.median(cpu_ratios):.2f} "
+          f"(min {min(cpu_ratios):.2f}, max {max(cpu_ratios):.2f}), "
+          f"bytes {statistics.median(byte_ratios):.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=32)
@@ -164,11 +242,19 @@ def main() -> None:
     parser.add_argument("--raw-rows", type=int, default=10_000_000)
     parser.add_argument("--batch", type=int, default=50_000)
     parser.add_argument("--dir", default=None, help="where the databases go (default: a temporary dir)")
+    parser.add_argument("--schema-ab", type=int, default=200_000,
+                        help="rows of the request-log A/B (0: skip)")
+    parser.add_argument("--ab-batch", type=int, default=5_000)
+    parser.add_argument("--ab-rounds", type=int, default=6)
+    parser.add_argument("--skip-site", action="store_true", help="skip the site query (part 1)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp)
         now_ms = int(time.time() * 1000)
-        site_query(root, args.nodes, args.models, now_ms, args.rounds)
+        if not args.skip_site:
+            site_query(root, args.nodes, args.models, now_ms, args.rounds)
+        if args.schema_ab:
+            schema_ab(root, args.schema_ab, args.ab_batch, args.ab_rounds)
         if args.raw_rows:
             raw_rows(root, args.raw_rows, args.batch)
 

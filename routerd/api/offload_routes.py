@@ -20,7 +20,7 @@ from routerd.lending.coordinator import Coordinator
 from routerd.lending.offload import RelayRequest, offload_returned, relay_from_headers
 from routerd.lending.service import LendingService
 from routerd.paths import BORROWED_PATH, EVENT_PATH, GRANT_PATH, RELAY_PATH
-from routerd.routing.call import Call, Incoming, Reply, new_request_id
+from routerd.routing.call import PUBLIC_MODEL_HEADER, Call, Incoming, Reply, new_request_id, sent_public_model
 from routerd.routing.classify import classify
 from routerd.routing.forward import CameBack
 from routerd.routing.selector import SelectorError, parse_json_object
@@ -92,7 +92,9 @@ class OffloadAPI:
         call = Call(reply=reply, route=route, path=relay.path, body=facts.body,
                     content_type=facts.content_type, parsed=parsed, stream=False,
                     request_id=facts.header("x-routerd-request-id") or new_request_id(),
-                    started=time.time(), selector=None, query=facts.query)
+                    started=time.time(), selector=None, query=facts.query, key_name=facts.key_name)
+        # passed on to the helper, for its analytics row
+        call.public_model = sent_public_model(facts.header(PUBLIC_MODEL_HEADER))
         return ensureDeferred(self._relay(self.coordinator, reply, relay, call))
 
     @staticmethod

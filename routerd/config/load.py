@@ -297,13 +297,19 @@ def _routing(section: Mapping[str, Any], reader: Reader) -> RoutingConfig:
 def _analytics(section: Mapping[str, Any], reader: Reader) -> AnalyticsConfig:
     """The ``analytics`` section (contract §2): every duration must be positive."""
     default = AnalyticsConfig()
-    durations = ("flush_interval", "raw_retention", "minute_retention", "hour_retention", "day_retention")
+    durations = ("flush_interval", "raw_retention", "minute_retention", "hour_retention", "day_retention",
+                 "capture_retention")
     values = {key: reader.duration(section, "analytics", key, getattr(default, key)) for key in durations}
     config = AnalyticsConfig(
         enabled=reader.boolean(section, "analytics", "enabled", default.enabled),
         max_buffered=reader.integer(section, "analytics", "max_buffered", default.max_buffered, 1, 1_000_000),
+        capture_keys=reader.str_list(section, "analytics", "capture_keys", ()),
+        capture_models=reader.str_list(section, "analytics", "capture_models", ()),
+        capture_max_bytes=reader.integer(section, "analytics", "capture_max_bytes", default.capture_max_bytes,
+                                         1, 16 * 1024 * 1024),
         **values)
-    reader.unknown(section, "analytics", ("enabled", "max_buffered", *durations))
+    reader.unknown(section, "analytics", ("enabled", "max_buffered", "capture_keys", "capture_models",
+                                          "capture_max_bytes", *durations))
     return config
 
 

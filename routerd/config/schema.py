@@ -209,6 +209,12 @@ class AnalyticsConfig:
     day_retention: float = 8760 * 3600.0
     #: Rows held in memory before they are written whatever the interval.
     max_buffered: int = 50_000
+    #: Request bodies are stored only for these key names and models (public or local IDs), at most
+    #: ``capture_max_bytes`` of each, kept ``capture_retention``; none by default.
+    capture_keys: tuple[str, ...] = ()
+    capture_models: tuple[str, ...] = ()
+    capture_max_bytes: int = 16_384
+    capture_retention: float = 24 * 3600.0
 
 
 @attrs.frozen

@@ -34,9 +34,12 @@ from routerd.store.analytics import (
     Query,
     RequestRow,
     Sums,
+    TableRow,
+    about_model,
     figures,
     mergeable,
 )
+from routerd.store.request_log import CaptureRow, LogQuery
 
 log = Logger()
 
@@ -76,11 +79,14 @@ def request_row(call: Call | None, route: Route, *, node_id: str, model_label: s
             vectors = vector_count(call.parsed)
     ttft = max(0.0, (first_write - started) * 1000.0) if first_write is not None and call.stream else None
     return RequestRow(
-        at_ms=int(finished * 1000), node_id=node_id, model_id=call.model_id or call.selector or model_label,
+        at_ms=int(finished * 1000), node_id=node_id,
+        model_id=call.public_model or call.selector or call.model_id or model_label,
         lane=route.runtime, route=route.kind, status=status, http_status=outcome.http_status,
         duration_ms=duration_ms, ttft_ms=ttft, prompt_tokens=prompt, completion_tokens=completion,
         images=images, audio_seconds=audio, vectors=vectors, lent=bool(call.lent_to),
-        borrowed=call.borrowed, guardian=call.guardian, key_name=call.key_name)
+        borrowed=call.borrowed, guardian=call.guardian, key_name=call.key_name, request_id=call.request_id,
+        local_id=call.model_id, lent_from=call.lent_from, lent_to=call.lent_to,
+        cached_tokens=outcome.cached_tokens if prompt else 0, reason="" if status == "ok" else outcome.reason)
 
 
 def load_row(*, at_ms: int, node_id: str, model_id: str, config_filename: str, runtime: str, ok: bool,
@@ -112,22 +118,36 @@ class LoadErrors:
 
 
 def recent_json(rows: Sequence[RequestRow], model: str | None = None, lane: str | None = None,
-                limit: int = RECENT_KEPT) -> list[dict[str, Any]]:
-    """The newest request rows first, as ``/analytics/recent`` answers them (contract §9)."""
+                limit: int = RECENT_KEPT, locals_: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The newest request rows first, as ``/analytics/recent`` answers them (contract §9); an owner's
+    lent row that succeeded is left out (the helper's row is that request's one row)."""
     out: list[dict[str, Any]] = []
     for row in reversed(rows):
-        if (model is None or row.model_id == model) and (lane is None or row.lane == lane):
-            out.append({"at_ms": row.at_ms, "node_id": row.node_id, "model": row.model_id, "lane": row.lane,
-                        "route": row.route, "status": row.status, "http_status": row.http_status,
-                        "duration_ms": round(row.duration_ms, 1),
-                        "ttft_ms": None if row.ttft_ms is None else round(row.ttft_ms, 1),
-                        "prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens,
-                        "images": row.images, "audio_seconds": row.audio_seconds, "vectors": row.vectors,
-                        "lent": row.lent, "borrowed": row.borrowed, "guardian": row.guardian,
-                        "key_name": row.key_name})
+        if row.lent and row.status == "ok":
+            continue
+        if (model is None or about_model(row, model, locals_)) and (lane is None or row.lane == lane):
+            out.append(request_json(row))
             if len(out) >= limit:
                 break
     return out
+
+
+def request_json(row: RequestRow) -> dict[str, Any]:
+    """One request row as the recent list and the request log answer it (contract §9): the public
+    ID as ``model``, the local ID that served it, and a lent request's ``owner`` and ``helper``
+    (``<node>/<model>``; null for a request that was not lent)."""
+    here = f"{row.node_id}/{row.local_id or row.model_id}"
+    owner = row.lent_from if row.borrowed else here if row.lent else None
+    helper = here if row.borrowed else row.lent_to if row.lent else None
+    return {"at_ms": row.at_ms, "request_id": row.request_id, "node_id": row.node_id, "model": row.model_id,
+            "local_id": row.local_id, "lane": row.lane, "route": row.route, "status": row.status,
+            "http_status": row.http_status, "duration_ms": round(row.duration_ms, 1),
+            "ttft_ms": None if row.ttft_ms is None else round(row.ttft_ms, 1),
+            "prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens,
+            "cached_tokens": row.cached_tokens, "images": row.images, "audio_seconds": row.audio_seconds,
+            "vectors": row.vectors, "lent": row.lent or row.borrowed, "borrowed": row.borrowed,
+            "guardian": row.guardian, "key_name": row.key_name, "owner": owner, "helper": helper,
+            "reason": row.reason}
 
 
 def load_error_json(row: LoadRow) -> dict[str, Any]:
@@ -137,11 +157,17 @@ def load_error_json(row: LoadRow) -> dict[str, Any]:
 
 
 class AnalyticsStore(Protocol):
-    def write_analytics(self, requests: Sequence[RequestRow], loads: Sequence[LoadRow]) -> Deferred[None]: ...
+    def write_analytics(self, requests: Sequence[RequestRow], loads: Sequence[LoadRow],
+                        captures: Sequence[CaptureRow] = ()) -> Deferred[None]: ...
 
-    def prune_analytics(self, raw_before_ms: int, level_before_ms: dict[str, int]) -> Deferred[int]: ...
+    def prune_analytics(self, raw_before_ms: int, level_before_ms: dict[str, int],
+                        capture_before_ms: int = 0) -> Deferred[int]: ...
+
+    def request_captures(self, request_id: str) -> Deferred[list[CaptureRow]]: ...
 
     def query_analytics(self, query: Query, now_ms: int) -> Deferred[Any]: ...
+
+    def query_request_log(self, query: LogQuery) -> Deferred[list[tuple[int, RequestRow, bool]]]: ...
 
 
 class AnalyticsRecorder:
@@ -158,6 +184,7 @@ class AnalyticsRecorder:
         self.recent: deque[RequestRow] = deque(maxlen=RECENT_KEPT)
         self._requests: list[RequestRow] = []
         self._loads: list[LoadRow] = []
+        self._captures: list[CaptureRow] = []
         self._pruned_at: float | None = None
         #: Rows written since start (requests, loads), and rows dropped by a failed write.
         self.written = {"requests": 0, "loads": 0}
@@ -176,13 +203,26 @@ class AnalyticsRecorder:
 
     # --- recording (reactor thread, no I/O) --------------------------------------------------------
 
-    def request(self, row: RequestRow) -> None:
-        if not self.config.enabled:
+    def request(self, row: RequestRow, body: bytes = b"", content_type: str = "") -> None:
+        config = self.config
+        if not config.enabled:
             return
         self._requests.append(row)
         self.recent.append(row)
+        if (config.capture_keys or config.capture_models) and body and self._captured(row):
+            self._captures.append(CaptureRow(row.at_ms, row.request_id, row.node_id, row.model_id,
+                                             row.key_name, content_type, len(body),
+                                             body[:config.capture_max_bytes]))
         if self.buffered >= self.config.max_buffered:
             self.flush()
+
+    def _captured(self, row: RequestRow) -> bool:
+        """Whether the operator asked for this request's body (``analytics.capture_keys`` names its
+        key, or ``capture_models`` its public or local model ID)."""
+        config = self.config
+        models = config.capture_models
+        return bool(row.key_name) and row.key_name in config.capture_keys \
+            or row.model_id in models or bool(row.local_id) and row.local_id in models
 
     def load(self, *, model_id: str, config_filename: str, runtime: str, ok: bool, duration_ms: float,
              reason: str) -> None:
@@ -201,12 +241,12 @@ class AnalyticsRecorder:
     def flush(self) -> Deferred[dict[str, int]]:
         """Write every buffered row now; fires how many of each were written (a failed write is
         logged and its rows counted as dropped: the request path never sees it)."""
-        requests, loads = self._requests, self._loads
+        requests, loads, captures = self._requests, self._loads, self._captures
         counts = {"requests": len(requests), "loads": len(loads)}
         store = self.store()
         if not requests and not loads or store is None:
             return succeed({"requests": 0, "loads": 0})
-        self._requests, self._loads = [], []
+        self._requests, self._loads, self._captures = [], [], []
 
         def written(_: object) -> dict[str, int]:
             for name, n in counts.items():
@@ -219,7 +259,7 @@ class AnalyticsRecorder:
                         count=counts["requests"] + counts["loads"])
             return {"requests": 0, "loads": 0}
 
-        return store.write_analytics(requests, loads).addCallbacks(written, failed)
+        return store.write_analytics(requests, loads, captures).addCallbacks(written, failed)
 
     def tick(self) -> Deferred[Any]:
         """The flush loop: write the buffer, and prune once an hour."""
@@ -242,7 +282,8 @@ class AnalyticsRecorder:
             log.failure("pruning analytics failed", failure)
             return 0
 
-        return store.prune_analytics(now_ms - int(c.raw_retention * 1000), cutoffs).addErrback(failed)
+        return store.prune_analytics(now_ms - int(c.raw_retention * 1000), cutoffs,
+                                     now_ms - int(c.capture_retention * 1000)).addErrback(failed)
 
     # --- reading -----------------------------------------------------------------------------------
 
@@ -257,18 +298,45 @@ class AnalyticsRecorder:
         tables, series = await store.query_analytics(query, now_ms)
         return node_document(self.node_id, query, now_ms, True, tables, series)
 
+    async def log_page(self, query: LogQuery) -> list[dict[str, Any]]:
+        """One page of this node's request log (contract §9), newest first: the buffered rows are
+        written first, so the page reaches up to now.  Empty with analytics off."""
+        store = self.store()
+        if not self.config.enabled or store is None:
+            return []
+        await self.flush()
+        return [{**request_json(row), "id": row_id, "captured": captured}
+                for row_id, row, captured in await store.query_request_log(query)]
+
+    async def captured(self, request_id: str) -> list[dict[str, Any]]:
+        """The bodies this node captured of ``request_id`` (contract §9; empty when none was)."""
+        store = self.store()
+        if store is None:
+            return []
+        await self.flush()
+        return [capture_json(c) for c in await store.request_captures(request_id)]
+
+
+def capture_json(capture: CaptureRow) -> dict[str, Any]:
+    """A captured body as the routes answer it: its text (UTF-8, undecodable bytes replaced) and
+    whether it was cut at ``capture_max_bytes``."""
+    return {"request_id": capture.request_id, "at_ms": capture.at_ms, "node_id": capture.node_id,
+            "model": capture.model_id, "key_name": capture.key_name, "content_type": capture.content_type,
+            "size": capture.size, "truncated": len(capture.body) < capture.size,
+            "body": bytes(capture.body).decode("utf-8", "replace")}
+
 
 def node_document(node_id: str, query: Query, now_ms: int, enabled: bool,
-                  tables: Sequence[tuple[str, str, str, Sums]],
+                  tables: Sequence[TableRow],
                   series: Sequence[tuple[int, str, Sums]]) -> dict[str, Any]:
     """A node's analytics answer from its rollup sums (contract §9): figures and mergeable parts."""
     since, until, level, width = query.window(now_ms)
     total = Sums()
     models = []
-    for node, model, lane, sums in tables:
+    for node, model, local, lane, sums in tables:
         total.merge(sums)
-        models.append({"model": model, "node_id": node or node_id, "lane": lane, **figures(sums),
-                       **mergeable(sums)})
+        models.append({"model": model, "local_id": local, "node_id": node or node_id, "lane": lane,
+                       **figures(sums), **mergeable(sums)})
     points: dict[int, tuple[Sums, dict[str, int]]] = {}
     for bucket, lane, sums in series:
         at, by_lane = points.setdefault(bucket, (Sums(), {}))
@@ -299,4 +367,5 @@ def series_point(bucket: int, sums: Sums, by_lane: dict[str, int], *, detail: bo
 
 
 __all__ = ["LEVELS", "LOAD_ERRORS_KEPT", "RECENT_KEPT", "AnalyticsRecorder", "AnalyticsStore", "LoadErrors",
-           "load_error_json", "load_row", "node_document", "recent_json", "request_row", "series_point"]
+           "load_error_json", "load_row", "node_document", "recent_json", "request_json", "request_row",
+           "series_point"]

@@ -82,10 +82,12 @@ def _failed(reply: Reply, route: Route, call: Call | None, request_id: str, exc:
         if call is not None:
             call.outcome.status = exc.code
             call.outcome.http_status = exc.status
+            call.outcome.reason = exc.message
         return write_error(reply, route, exc)
     if isinstance(exc, StreamBroken):
         if call is not None:
             call.outcome.status = "stream_broken"
+            call.outcome.reason = str(exc)
         log.warn("answer to {request_id} broke off mid-stream: {reason}", request_id=request_id,
                  reason=str(exc))
         reply.abort()
@@ -95,6 +97,7 @@ def _failed(reply: Reply, route: Route, call: Call | None, request_id: str, exc:
         # An expected network event (the backend or node crashed, refused, reset): one line.
         if call is not None:
             call.outcome.status = "backend_error"
+            call.outcome.reason = reason
         log.warn("upstream failed while answering {request_id}: {reason}", request_id=request_id,
                  reason=reason)
         if reply.started:
@@ -105,6 +108,7 @@ def _failed(reply: Reply, route: Route, call: Call | None, request_id: str, exc:
     log.failure("request {request_id} failed", failure=Failure(exc), request_id=request_id)
     if call is not None:
         call.outcome.status = "internal_error"
+        call.outcome.reason = str(exc)
     return write_error(reply, route, HTTPError(502, f"request failed: {exc}", "backend_error",
                                                 "backend_error"))
 
@@ -156,7 +160,9 @@ class Books:
             row = request_row(call, route, node_id=self.node_id, model_label=model_label, status=status,
                               started=started, finished=self.clock.seconds(),
                               first_write=timed.first_write_at if timed is not None else None)
-            if row is not None:
+            if row is not None and call is not None:
+                analytics.request(row, call.body, call.content_type)
+            elif row is not None:
                 analytics.request(row)
 
     def _count_key(self, call: Call, cluster_call: bool, started: float) -> None:

@@ -31,7 +31,17 @@ from routerd.inference.timing import FirstWrite
 from routerd.lending.offload import Borrowed
 from routerd.lending.service import LendingService
 from routerd.metrics import NodeMetrics
-from routerd.routing.call import SESSION_HEADER, Call, Incoming, Reply, new_request_id, request_class
+from routerd.routing.call import (
+    AS_GUARDIAN_HEADER,
+    PUBLIC_MODEL_HEADER,
+    SESSION_HEADER,
+    Call,
+    Incoming,
+    Reply,
+    new_request_id,
+    request_class,
+    sent_public_model,
+)
 from routerd.routing.choice import RoutingView, Steer, choose, needs_statuses
 from routerd.routing.classify import Route, wants_stream
 from routerd.routing.forward import Forwarder
@@ -43,6 +53,16 @@ from routerd.routing.selector import SelectorError, parse_json_object, select_mo
 log = Logger()
 
 _NO_QUERY: Mapping[str, list[str]] = MappingProxyType({})  # the usual query, shared by every call
+
+
+def _named_by_sender(call: Call, incoming: Incoming, borrowed: Borrowed | None) -> None:
+    """What the master (or a lending relay) said of a cluster call, for its analytics row: the
+    public ID the client asked for, a guardian answering in its place, the owner of borrowed work."""
+    call.public_model = sent_public_model(incoming.header(PUBLIC_MODEL_HEADER))
+    if incoming.header(AS_GUARDIAN_HEADER) == "1":
+        call.guardian = True
+    if borrowed is not None:
+        call.lent_from = f"{borrowed.owner_node_id}/{borrowed.owner_model_id}"
 
 
 class InferenceFront:
@@ -141,6 +161,8 @@ class InferenceFront:
         """The request's own part: its call, its target, and what serves it (its Deferred)."""
         reply, route = handling.reply, handling.route
         call = handling.call = self._call(incoming, reply, route, handling.request_id, handling.started)
+        if handling.cluster_call:
+            _named_by_sender(call, incoming, borrowed)
         # The call holds what it needs of the request: the edge's header and query maps are not
         # kept alive while the request waits.
         del incoming
@@ -157,6 +179,8 @@ class InferenceFront:
         if not view.routes:
             target = choose(call, view)
             handling.model_label = target.label
+            if not call.public_model and target.label != "-":
+                call.public_model = target.label
             served = self.runner.serve(call, target, borrowed)
             # a lending queue's Deferred as it is; a coroutine (straight to the backend) wrapped
             return served if isinstance(served, Deferred) else Deferred.fromCoroutine(served)
@@ -164,6 +188,8 @@ class InferenceFront:
             return ensureDeferred(self._scheduled(handling, call, view))
         # a master labels the request with the record it routed to once that answered
         target = choose(call, view)
+        if target.label != "-":
+            call.public_model = target.label
         served = ensureDeferred(self.runner.serve(call, target, None))
         return served.addCallback(handling.routed, target.label)
 
@@ -171,6 +197,8 @@ class InferenceFront:
         """A selector-less transcription on a master: the nodes' runtime statuses, then the choice."""
         assert self.master is not None
         target = choose(call, view, await self.master.statuses())
+        if target.label != "-":
+            call.public_model = target.label
         return handling.routed(await self.runner.serve(call, target, None), target.label)
 
     def _end(self, outcome: Outcome, handling: Handling) -> Outcome:

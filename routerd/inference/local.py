@@ -377,6 +377,10 @@ class LocalInference:
         if raw is None:
             raw = await collect(response, stream_idle(self.timeouts))
         converted_type, converted = self._convert(call, plan, public_id, code, ctype, raw, load_ns)
+        if not 200 <= code < 300:  # the backend's own reason, for the request log
+            call.outcome.reason = ollama.error_message_from_body(code, raw)[:500]
+        elif len(call.outcome.work) == 2 and call.route.runtime == "text":
+            call.outcome.cached_tokens = work.cached_tokens(raw)
         reply.set_header(b"content-type", converted_type.encode())
         return converted
 
@@ -397,6 +401,7 @@ class LocalInference:
         usage = work.usage_from_tail(tail)
         if usage is not None:
             call.outcome.work = (float(usage[0]), float(usage[1]))
+            call.outcome.cached_tokens = work.cached_tokens(tail)
         return b""
 
     def _convert(self, call: Call, plan: BackendPlan, public_id: str, code: int, ctype: str,

@@ -32,8 +32,8 @@ from routerd.lending.offload import Borrowed, RelayRequest, borrowed_headers
 from routerd.lending.planner import FactKey, ModelFacts, plan
 from routerd.lending.stall_check import HelperGone, StallCheck, ask_over_http
 from routerd.paths import GRANT_PATH, INFERENCE_PREFIX, LINKS_PATH, SETTINGS_PATH
-from routerd.routing.call import Call, Incoming, Reply
-from routerd.routing.forward import CameBack, Forwarder, Outbound, Unreachable
+from routerd.routing.call import PUBLIC_MODEL_HEADER, Call, Incoming, Reply
+from routerd.routing.forward import CameBack, Forwarder, Outbound, Unreachable, record_headers
 from routerd.routing.guardians import GuardianSet
 from routerd.routing.selector import replace_model
 from routerd.services import IntervalService
@@ -279,7 +279,9 @@ class Coordinator(MultiService):
         if lease.helper_node_id == self.node_id:
             reply.set_header(b"x-routerd-lent-to", lent_to)
             incoming = Incoming(path=relay.path, body=body, content_type=call.content_type,
-                                query=call.query, headers={"x-routerd-request-id": call.request_id})
+                                query=call.query, key_name=call.key_name,
+                                headers={"x-routerd-request-id": call.request_id,
+                                         PUBLIC_MODEL_HEADER: call.public_model})
             return await self.stall.send(out_to, _awaited(self.serve_borrowed(reply, incoming, borrowed)))
         helper = self.master.registry.node(lease.helper_node_id)
         if helper is None or not helper.node_url:
@@ -288,7 +290,7 @@ class Coordinator(MultiService):
             raise CameBack("helper unreachable")
         out = Outbound(url=helper.node_url.rstrip("/") + INFERENCE_PREFIX + relay.path, body=body,
                        content_type=call.content_type, request_id=call.request_id,
-                       headers=borrowed_headers(borrowed),
+                       headers=(*borrowed_headers(borrowed), *record_headers(call)),
                        rewrite_to=rewrite_to, returns_raise=returns_raise, on_answer=answering)
         reply.set_header(b"x-routerd-lent-to", lent_to)
         try:

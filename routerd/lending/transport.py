@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 from routerd.lending.offload import RelayRequest, Returned, relay_headers
 from routerd.paths import EVENT_PATH, RELAY_PATH
 from routerd.routing.call import Call, Reply
-from routerd.routing.forward import CameBack, Forwarder, Outbound, Unreachable
+from routerd.routing.forward import CameBack, Forwarder, Outbound, Unreachable, record_headers
 from routerd.wire.lending import Lane, Lease, Trigger, from_json
 
 
@@ -130,7 +130,8 @@ class ViaMaster:
         relay = RelayRequest.lent_under(lease, model_id, call.path)
         out = Outbound(url=url + (f"?{query}" if query else ""), body=call.body,
                        content_type=call.content_type, request_id=call.request_id,
-                       headers=relay_headers(relay), rewrite_to=call.selector or model_id, returns_raise=True,
+                       headers=(*relay_headers(relay), *record_headers(call)),
+                       rewrite_to=call.selector or model_id, returns_raise=True,
                        on_answer=answering)
         try:
             _code, result = await self.forwarder.send(call.reply, out)

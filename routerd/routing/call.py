@@ -27,6 +27,18 @@ PRIORITY_HEADER = "x-routerd-priority"
 #: A client's session, the first key ``routing.replica_choice: affinity`` reads (never logged as is).
 SESSION_HEADER = "x-session-id"
 
+#: What a master (or a lending relay) tells the node that serves a request, for its analytics row:
+#: the public ID the client asked for, and that a guardian answers it in that model's place
+#: (read only on the cluster's paths, as the key's name).
+PUBLIC_MODEL_HEADER = "x-routerd-public-model"
+AS_GUARDIAN_HEADER = "x-routerd-as-guardian"
+
+
+def sent_public_model(value: str) -> str:
+    """The public ID a cluster caller's :data:`PUBLIC_MODEL_HEADER` names: "" unless it is 1 to 256
+    printable characters."""
+    return value if value and len(value) <= 256 and value.isprintable() else ""
+
 
 def new_request_id() -> str:
     return os.urandom(8).hex()
@@ -92,6 +104,8 @@ class Outcome:
     status: str = "ok"
     http_status: int = 200
     work: tuple[float, ...] = ()
+    reason: str = ""  # a failure's message, as answered (the request log's reason)
+    cached_tokens: int = 0  # prompt tokens the backend's cache served, where it reports them
 
 
 @attrs.define(weakref_slot=False)  # slotted, no weak references: one per held request
@@ -119,6 +133,8 @@ class Call:
     queue_position: int = 0  # its place in the router queue's class order on arrival (0: none)
     # What analytics records of the call (contract §9), set where it happens:
     model_id: str = ""  # the local ID of the model that served or lent it on this node
+    public_model: str = ""  # the public ID the client asked for (a master's label, or its header)
+    lent_from: str = ""  # "owner_node/owner_model" of a borrowed request
     forwarded_to: str = ""  # the node the master forwarded it to (that node records it)
     lent_to: str = ""  # "helper_node/helper_model" when this owner lent it away
     guardian: bool = False  # a guardian model answered it

@@ -20,7 +20,14 @@ from twisted.web.iweb import IAgent
 from routerd.errors import HTTPError
 from routerd.paths import INFERENCE_PREFIX
 from routerd.routing.body import BytesProducer
-from routerd.routing.call import KEY_CLASS_HEADER, KEY_NAME_HEADER, Call, Reply
+from routerd.routing.call import (
+    AS_GUARDIAN_HEADER,
+    KEY_CLASS_HEADER,
+    KEY_NAME_HEADER,
+    PUBLIC_MODEL_HEADER,
+    Call,
+    Reply,
+)
 from routerd.routing.guardians import REFUSAL_STATUSES, ImageRefused, refusal_message
 from routerd.routing.relay import (
     FirstByteTimeout,
@@ -201,10 +208,22 @@ class Forwarder:
 
 
 def key_headers(call: Call) -> tuple[tuple[bytes, bytes], ...]:
-    """What the node a request is forwarded to reads of its key: name and class (never the key)."""
-    out = [(KEY_CLASS_HEADER.encode(), call.priority.encode())]
+    """What the node a request is forwarded to reads of it: its key's class, and what
+    :func:`record_headers` names."""
+    return ((KEY_CLASS_HEADER.encode(), call.priority.encode()), *record_headers(call))
+
+
+def record_headers(call: Call) -> tuple[tuple[bytes, bytes], ...]:
+    """What the node that serves a forwarded or lent request records of it (its analytics row): the
+    name of the key that admitted it (never the key), the public ID the client asked for, and
+    whether a guardian answers it."""
+    out = []
     if call.key_name:
         out.append((KEY_NAME_HEADER.encode(), call.key_name.encode()))
+    if call.public_model:
+        out.append((PUBLIC_MODEL_HEADER.encode(), call.public_model.encode()))
+    if call.guardian:
+        out.append((AS_GUARDIAN_HEADER.encode(), b"1"))
     return tuple(out)
 
 

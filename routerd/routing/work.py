@@ -93,6 +93,17 @@ def _counts(prompt: object, output: object) -> tuple[int, int] | None:
     return None
 
 
+_CACHED = re.compile(rb'"(?:cached_tokens|cache_n)"\s*:\s*([0-9]{1,12})')
+
+
+def cached_tokens(data: bytes) -> int:
+    """The prompt tokens the backend's cache served, as the last report in an answer's bytes (a
+    JSON body or a stream's tail) names them: OpenAI ``usage.prompt_tokens_details.cached_tokens``
+    or llama-server's ``timings.cache_n``; 0 when it names none."""
+    found = _CACHED.findall(data)
+    return int(found[-1]) if found else 0
+
+
 def usage_from_tail(tail: bytes) -> tuple[int, int] | None:
     """Token counts from the last event of an SSE stream's tail that reports them (a final
     ``usage``, nested or not, or llama-server ``timings``)."""

@@ -17,6 +17,7 @@ from routerd.errors import HTTPError
 from routerd.paths import NODE_BENCH_LIST, NODE_BENCH_RUN
 from routerd.registry.records import NodeInfo
 from routerd.site.analytics import merged_lists
+from routerd.site.names import SiteNames
 from routerd.site.service import SiteService
 from routerd.wire.records import ModelRecord
 
@@ -53,7 +54,11 @@ async def site_history(site: SiteService, own: list[dict[str, Any]], model: str 
                        node_id: str | None) -> dict[str, Any]:
     """Every selected node's results, newest first."""
     path = NODE_BENCH_LIST + ("?" + urlencode({"model": model}) if model else "")
-    return await merged_lists(site, own, node_id, path, "benchmarks", "benchmarks", None)
+    found = await merged_lists(site, own, node_id, path, "benchmarks", "benchmarks", None)
+    names = SiteNames(site.registry.records())
+    for row in found["benchmarks"]:  # the site's name of the model first (its local ID is ``model``)
+        row["public_id"] = names.public(str(row.get("node_id", "")), str(row.get("model", "")))
+    return found
 
 
 __all__ = ["site_history", "site_run", "target"]

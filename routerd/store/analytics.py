@@ -36,12 +36,14 @@ SUMS: tuple[str, ...] = ("requests", "errors", "prompt_tokens", "completion_toke
                          "guardian", "gen_ms", "gen_tokens")
 _D = tuple(f"d{i}" for i in range(HIST_BUCKETS))
 _T = tuple(f"t{i}" for i in range(HIST_BUCKETS))
-_KEY = ("level", "bucket_ms", "node_id", "model_id", "lane")
+#: The rollup key from schema version 6 (versions 4 and 5 had no ``local_id``; see routerd.store.request_log).
+_KEY = ("level", "bucket_ms", "node_id", "model_id", "local_id", "lane")
 
 _REAL = {"audio_seconds", "gen_ms"}
 
 
 def _schema() -> str:
+    """Migration step 4's SQL, as released (step 6 adds to it: routerd.store.request_log)."""
     sums = ",\n    ".join(f"{name} {'REAL' if name in _REAL else 'INTEGER'} NOT NULL DEFAULT 0"
                           for name in SUMS)
     hists = ",\n    ".join(f"{name} INTEGER NOT NULL DEFAULT 0" for name in (*_D, *_T))
@@ -96,15 +98,23 @@ CREATE TABLE analytics_rollups (
 """
 
 
-#: Migration step 3's SQL (routerd.store.migrations).
+#: Migration step 4's SQL (routerd.store.migrations).
 SCHEMA_SQL = _schema()
+#: The rollup table's summed and histogram columns, with their types (step 6 rebuilds the table).
+ROLLUP_VALUE_COLUMNS: tuple[tuple[str, str], ...] = (
+    *((name, "REAL" if name in _REAL else "INTEGER") for name in SUMS),
+    *((name, "INTEGER") for name in (*_D, *_T)))
 
 
 class RequestRow(NamedTuple):
     """One finished request, as analytics records it (contract §9).
 
     A named tuple of plain values (one is made for every request: cheaper to build than a class
-    instance, and the garbage collector stops tracking it), in the order of its table's columns."""
+    instance, and the garbage collector stops tracking it), in the order of its table's columns.
+    ``model_id`` is the public ID the client asked for (the site's name of the model, where the
+    node knows it; else the local ID) and ``local_id`` the model that served it on this node;
+    ``lent_to`` (an owner's lent row) and ``lent_from`` (a helper's borrowed row) name the other
+    side as ``<node>/<model>``."""
 
     at_ms: int
     node_id: str
@@ -124,6 +134,12 @@ class RequestRow(NamedTuple):
     borrowed: bool = False
     guardian: bool = False
     key_name: str = ""
+    request_id: str = ""
+    local_id: str = ""
+    lent_from: str = ""
+    lent_to: str = ""
+    cached_tokens: int = 0
+    reason: str = ""
 
 
 REQUEST_COLUMNS = ", ".join(RequestRow._fields)
@@ -260,7 +276,7 @@ def _hist(value: object) -> list[int]:
     return out
 
 
-RollupKey = tuple[str, int, str, str, str]  # level, bucket_ms, node_id, model_id, lane
+RollupKey = tuple[str, int, str, str, str, str]  # level, bucket_ms, node_id, model_id, local_id, lane
 
 
 def rollup(requests: Iterable[RequestRow], loads: Iterable[LoadRow]) -> dict[RollupKey, Sums]:
@@ -269,22 +285,22 @@ def rollup(requests: Iterable[RequestRow], loads: Iterable[LoadRow]) -> dict[Rol
     minute_ms = LEVELS["minute"]
     minutes: dict[RollupKey, Sums] = {}
 
-    def minute(at_ms: int, node_id: str, model_id: str, lane: str) -> Sums:
-        key = ("minute", at_ms - at_ms % minute_ms, node_id, model_id, lane)
+    def minute(at_ms: int, node_id: str, model_id: str, local_id: str, lane: str) -> Sums:
+        key = ("minute", at_ms - at_ms % minute_ms, node_id, model_id, local_id, lane)
         found = minutes.get(key)
         if found is None:
             found = minutes[key] = Sums()
         return found
 
     for row in requests:
-        minute(row.at_ms, row.node_id, row.model_id, row.lane).add_request(row)
-    for load in loads:
-        minute(load.at_ms, load.node_id, load.model_id, load.runtime).add_load(load)
+        minute(row.at_ms, row.node_id, row.model_id, row.local_id or row.model_id, row.lane).add_request(row)
+    for load in loads:  # a load is keyed by its local ID (the site names it: routerd.site.analytics)
+        minute(load.at_ms, load.node_id, load.model_id, load.model_id, load.runtime).add_load(load)
     out = dict(minutes)
-    for (_level, bucket, node, model, lane), sums in minutes.items():
+    for (_level, bucket, node, model, local, lane), sums in minutes.items():
         for level in ("hour", "day"):
             width = LEVELS[level]
-            coarse = (level, bucket - bucket % width, node, model, lane)
+            coarse = (level, bucket - bucket % width, node, model, local, lane)
             found = out.get(coarse)
             if found is None:
                 out[coarse] = Sums(dict(sums.values), list(sums.duration_hist), list(sums.ttft_hist))
@@ -365,6 +381,9 @@ class Query:
     model: str | None = None
     lane: str | None = None
     node_id: str | None = None
+    #: With ``model``: this node's local IDs the site names ``model``, so the rows recorded under
+    #: their local name (loads, requests sent to the node directly) match it too.
+    locals: tuple[str, ...] = ()
 
     def window(self, now_ms: int) -> tuple[int, int, str, int]:
         """``(since_ms, until_ms, level, bucket_ms)``: the period from the start of its first bucket."""
@@ -382,19 +401,41 @@ _SUM_SQL = ", ".join(f"SUM({c})" for c in (*SUMS, *_D, *_T))
 _SERIES_SQL = ", ".join(f"SUM({c})" for c in (*SUMS, *_D))
 
 
-def query(conn: sqlite3.Connection, q: Query, now_ms: int) -> tuple[list[tuple[str, str, str, Sums]],
-                                                                      list[tuple[int, str, Sums]]]:
-    """Rollup sums of the period: per (node, model, lane), and per (bucket, lane) for the series."""
+def model_where(model: str, locals_: Sequence[str], args: list[object]) -> str:
+    """The condition "the row is about ``model``": recorded under that name, or under one of
+    ``locals_`` as its own local name (its arguments appended to ``args``)."""
+    args.append(model)
+    if not locals_:
+        return "model_id = ?"
+    args.extend(locals_)
+    return f"(model_id = ? OR (model_id = local_id AND local_id IN ({', '.join('?' * len(locals_))})))"
+
+
+def about_model(row: RequestRow, model: str, locals_: Sequence[str]) -> bool:
+    """:func:`model_where` of one row in memory."""
+    return row.model_id == model or (row.model_id == row.local_id and row.local_id in locals_)
+
+
+#: One model row of a query: node, model (public), local ID, lane, sums.
+TableRow = tuple[str, str, str, str, Sums]
+
+
+def query(conn: sqlite3.Connection, q: Query,
+          now_ms: int) -> tuple[list[TableRow], list[tuple[int, str, Sums]]]:
+    """Rollup sums of the period: per (node, model, local ID, lane), and per (bucket, lane) for the
+    series."""
     since, _until, level, _width = q.window(now_ms)
     where = "level = ? AND bucket_ms >= ?"
     args: list[object] = [level, since]
-    for column, value in (("node_id", q.node_id), ("model_id", q.model), ("lane", q.lane)):
+    for column, value in (("node_id", q.node_id), ("lane", q.lane)):
         if value is not None:
             where += f" AND {column} = ?"
             args.append(value)
-    tables = [(str(r[0]), str(r[1]), str(r[2]), Sums.from_columns(r[3:])) for r in conn.execute(
-        f"SELECT node_id, model_id, lane, {_SUM_SQL} FROM analytics_rollups WHERE {where} "
-        "GROUP BY node_id, model_id, lane ORDER BY model_id, node_id, lane", args)]
+    if q.model is not None:
+        where += " AND " + model_where(q.model, q.locals, args)
+    tables = [(str(r[0]), str(r[1]), str(r[2]), str(r[3]), Sums.from_columns(r[4:])) for r in conn.execute(
+        f"SELECT node_id, model_id, local_id, lane, {_SUM_SQL} FROM analytics_rollups WHERE {where} "
+        "GROUP BY node_id, model_id, local_id, lane ORDER BY model_id, node_id, local_id, lane", args)]
     series = [(int(r[0]), str(r[1]), Sums.from_columns(r[2:], ttft=False)) for r in conn.execute(
         f"SELECT bucket_ms, lane, {_SERIES_SQL} FROM analytics_rollups WHERE {where} "
         "GROUP BY bucket_ms, lane ORDER BY bucket_ms, lane", args)]
@@ -409,6 +450,7 @@ def counts(conn: sqlite3.Connection) -> dict[str, int]:
 
 __all__ = [
     "ANALYTICS_LANES", "FIGURES", "HIST_BUCKETS", "LEVELS", "PERIODS", "SCHEMA_SQL", "SUMS", "LoadRow",
-    "Query", "RequestRow", "Sums", "bucket_of", "bucket_value", "counts", "figures", "mergeable",
-    "REQUEST_COLUMNS", "percentile", "prune", "query", "rollup", "write_batch",
+    "Query", "ROLLUP_VALUE_COLUMNS", "RequestRow", "Sums", "TableRow", "bucket_of", "bucket_value", "counts",
+    "figures", "mergeable",
+    "REQUEST_COLUMNS", "about_model", "model_where", "percentile", "prune", "query", "rollup", "write_batch",
 ]

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from routerd.store.analytics import SCHEMA_SQL as _V4_SQL
+from routerd.store.request_log import SCHEMA_V6_SQL as _V6_SQL
 from routerd.store.runner import transaction
 
 Step = str | Sequence[str] | Callable[[sqlite3.Connection], None]
@@ -187,6 +188,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "decision log: a request's priority class and key name", _V3_SQL),
     Migration(4, "analytics: request and load rows, minute/hour/day rollups", _V4_SQL),
     Migration(5, "decision log: replica choice key hash, loads and the replica a key left", _V5_SQL),
+    Migration(6, "request log: request ID, local ID, lent sides, cached tokens, reason; rollups by local ID",
+              _V6_SQL),
 )
 
 

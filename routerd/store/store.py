@@ -25,6 +25,7 @@ from routerd.store import decisions as decisions_sql
 from routerd.store import guardians as guardians_sql
 from routerd.store import links as links_sql
 from routerd.store import public_ids as public_ids_sql
+from routerd.store import request_log as request_log_sql
 from routerd.store import samples as samples_sql
 from routerd.store import settings as settings_sql
 from routerd.store.guardians import GuardianRow
@@ -262,18 +263,39 @@ class Store:
     # --- analytics (contract §9; rows batched by routerd.inference.analytics) ------------------------
 
     def write_analytics(self, requests: Sequence[analytics_sql.RequestRow],
-                        loads: Sequence[analytics_sql.LoadRow]) -> Deferred[None]:
-        """Insert a batch of analytics rows and add it into the rollups, in one transaction."""
-        return self._runner.run(lambda conn: analytics_sql.write_batch(conn, requests, loads))
+                        loads: Sequence[analytics_sql.LoadRow],
+                        captures: Sequence[request_log_sql.CaptureRow] = ()) -> Deferred[None]:
+        """Insert a batch of analytics rows (and captured bodies) and add it into the rollups, in one
+        transaction."""
+        def write(conn: sqlite3.Connection) -> None:
+            analytics_sql.write_batch(conn, requests, loads)
+            request_log_sql.write_captures(conn, captures)
 
-    def prune_analytics(self, raw_before_ms: int, level_before_ms: Mapping[str, int]) -> Deferred[int]:
-        """Delete raw analytics rows and each rollup level's rows older than their cutoffs."""
-        return self._runner.run(lambda conn: analytics_sql.prune(conn, raw_before_ms, level_before_ms))
+        return self._runner.run(write)
+
+    def prune_analytics(self, raw_before_ms: int, level_before_ms: Mapping[str, int],
+                        capture_before_ms: int = 0) -> Deferred[int]:
+        """Delete raw analytics rows, each rollup level's rows and the captured bodies older than their
+        cutoffs."""
+        def prune(conn: sqlite3.Connection) -> int:
+            removed = analytics_sql.prune(conn, raw_before_ms, level_before_ms)
+            return removed + request_log_sql.prune_captures(conn, capture_before_ms)
+
+        return self._runner.run(prune)
+
+    def request_captures(self, request_id: str) -> Deferred[list[request_log_sql.CaptureRow]]:
+        """The bodies captured of ``request_id`` (contract §9)."""
+        return self._runner.run(lambda conn: request_log_sql.captures_of(conn, request_id), transaction=False)
 
     def query_analytics(self, query: analytics_sql.Query, now_ms: int) -> Deferred[
-            tuple[list[tuple[str, str, str, analytics_sql.Sums]], list[tuple[int, str, analytics_sql.Sums]]]]:
-        """One period's rollup sums: per (node, model, lane) and per (bucket, lane)."""
+            tuple[list[analytics_sql.TableRow], list[tuple[int, str, analytics_sql.Sums]]]]:
+        """One period's rollup sums: per (node, model, local ID, lane) and per (bucket, lane)."""
         return self._runner.run(lambda conn: analytics_sql.query(conn, query, now_ms), transaction=False)
+
+    def query_request_log(self, query: request_log_sql.LogQuery) -> Deferred[
+            list[tuple[int, analytics_sql.RequestRow, bool]]]:
+        """One page of the request log, newest first (``(id, row, captured)``; contract §9)."""
+        return self._runner.run(lambda conn: request_log_sql.query_log(conn, query), transaction=False)
 
     # --- sample queries ------------------------------------------------------------------------
 

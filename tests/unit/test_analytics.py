@@ -104,14 +104,14 @@ def test_queries_read_rollups_only_and_only_the_period() -> None:
                                                                images=2), req(old)], [])
     conn.execute("DELETE FROM analytics_requests")
     tables, series = sql.query(conn, Query(period="24h"), NOW)
-    assert [(t[1], t[2], t[3].values["requests"]) for t in tables] == [("chat", "text", 1),
+    assert [(t[1], t[3], t[4].values["requests"]) for t in tables] == [("chat", "text", 1),
                                                                      ("paint", "image", 1)]
     start = NOW - NOW % HOUR
     assert sorted({b for b, _lane, _s in series}) == [start - 2 * HOUR, start - HOUR]
     tables, _ = sql.query(conn, Query(period="7d", lane="text"), NOW)
-    assert [(t[1], t[3].values["requests"]) for t in tables] == [("chat", 2)]
+    assert [(t[1], t[4].values["requests"]) for t in tables] == [("chat", 2)]
     tables, _ = sql.query(conn, Query(period="30d", model="paint"), NOW)
-    assert [(t[1], t[3].values["images"]) for t in tables] == [("paint", 2)]
+    assert [(t[1], t[4].values["images"]) for t in tables] == [("paint", 2)]
 
 
 def test_two_batches_add_into_the_same_rollup_row() -> None:
@@ -119,7 +119,7 @@ def test_two_batches_add_into_the_same_rollup_row() -> None:
     sql.write_batch(conn, [req(NOW)], [])
     sql.write_batch(conn, [req(NOW + 1000, duration=5000.0)], [])
     tables, _ = sql.query(conn, Query(period="1h"), NOW + 2000)
-    assert len(tables) == 1 and tables[0][3].values["requests"] == 2 and sum(tables[0][3].duration_hist) == 2
+    assert len(tables) == 1 and tables[0][4].values["requests"] == 2 and sum(tables[0][4].duration_hist) == 2
 
 
 def test_prune_drops_raw_rows_and_each_level_by_its_own_cutoff() -> None:
@@ -200,12 +200,14 @@ class FakeStore:
         self.pruned: list[tuple[int, dict[str, int]]] = []
         self.conn = db()
 
-    def write_analytics(self, requests: list[RequestRow], loads: list[LoadRow]) -> Deferred[None]:
+    def write_analytics(self, requests: list[RequestRow], loads: list[LoadRow],
+                        captures: Any = ()) -> Deferred[None]:
         self.batches.append((list(requests), list(loads)))
         sql.write_batch(self.conn, requests, loads)
         return succeed(None)
 
-    def prune_analytics(self, raw_before_ms: int, level_before_ms: dict[str, int]) -> Deferred[int]:
+    def prune_analytics(self, raw_before_ms: int, level_before_ms: dict[str, int],
+                        capture_before_ms: int = 0) -> Deferred[int]:
         self.pruned.append((raw_before_ms, dict(level_before_ms)))
         return succeed(0)
 

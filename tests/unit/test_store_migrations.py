@@ -32,6 +32,7 @@ V1_TABLES = {
 }
 #: Migration 3 (issue 22): analytics rows and rollups.
 V3_TABLES = {"analytics_requests", "analytics_loads", "analytics_rollups"}
+V5_TABLES = {"analytics_captures"}  # the request log's captured bodies (rollups rebuilt, same name)
 
 DECISION_COLUMNS = [
     "id", "recorded_at", "node_id", "kind", "trigger", "lane", "owner_node_id", "owner_model_id",
@@ -71,7 +72,7 @@ def test_fresh_database_migrates_to_the_newest_version_with_every_table() -> Non
     conn = connect(":memory:")
     assert current_version(conn) == 0
     assert migrate(conn) == len(MIGRATIONS)
-    assert tables(conn) == V1_TABLES | V3_TABLES
+    assert tables(conn) == V1_TABLES | V3_TABLES | V5_TABLES
     versions = [r[0] for r in conn.execute("SELECT version FROM schema_version ORDER BY version")]
     assert versions == list(range(1, len(MIGRATIONS) + 1))
 

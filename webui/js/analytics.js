@@ -5,8 +5,8 @@
 import { get, post, query } from "./api.js";
 import { errorBox, h, replace, table } from "./dom.js";
 import { chart } from "./charts.js";
-import { FIGURE_HEAD, figureCells, optional, PERIODS } from "./figures.js";
-import { act, refreshNow } from "./shell.js";
+import { FIGURE_HEAD, figureCells, fillSiteChoices, modelCell, optional, PERIODS } from "./figures.js";
+import { act, refreshNow, showError } from "./shell.js";
 
 const LANES = ["text", "image", "stt"];
 const EVERY_MS = 5000;
@@ -47,24 +47,9 @@ export function mount(container) {
   return ctx;
 }
 
-function fillChoices(ctx, inventory) {
-  const nodes = (inventory.nodes || []).map((n) => n.node_id);
-  const models = [...new Set((inventory.models || []).flatMap((m) => [m.local_id, m.image_id].filter(Boolean)))].sort();
-  const key = JSON.stringify([nodes, models]);
-  if (key === ctx.known) return;
-  ctx.known = key;
-  const fill = (label, values, empty) => {
-    const el = label.querySelector("select");
-    const current = el.value;
-    replace(el, h("option", { value: "" }, empty), values.map((v) => h("option", { value: v }, v)));
-    el.value = values.includes(current) ? current : "";
-  };
-  fill(ctx.nodeSelect, nodes, "all nodes");
-  fill(ctx.modelSelect, models, "all models");
-}
-
 export async function refresh(ctx) {
-  fillChoices(ctx, await get("/router/v1/site/inventory"));
+  fillSiteChoices(ctx, await get("/router/v1/site/inventory"), ctx.nodeSelect.querySelector("select"),
+    ctx.modelSelect.querySelector("select"));
   if (Date.now() - ctx.fetchedAt < EVERY_MS) return;
   const doc = await optional("/router/v1/site/analytics" + query(ctx.filters));
   ctx.fetchedAt = Date.now();
@@ -82,8 +67,9 @@ export async function refresh(ctx) {
   ctx.latency.update(times, [{ label: "p95", values: values("p95_ms") }], doc.bucket_ms);
   const models = doc.models || [];
   replace(ctx.models, models.length
-    ? table(["model", "node", "lane", ...FIGURE_HEAD], models.map((m) => h("tr", { dataset: { model: m.model, nodeId: m.node_id } },
-      h("td", {}, m.model), h("td", {}, m.node_id), h("td", {}, m.lane), figureCells(m))), { className: "figures models" })
+    ? table(["model", "lane", "guardian", ...FIGURE_HEAD], models.map((m) => h("tr", { dataset: { model: m.model, nodeId: m.node_id, localId: m.local_id || m.model } },
+      modelCell(m.model, m.local_id, m.node_id), h("td", {}, m.lane), h("td", { className: "num" }, m.guardian || 0),
+      figureCells(m))), { className: "figures models" })
     : h("p", { className: "empty" }, "no requests in this period"));
   const nodes = doc.nodes || [];
   replace(ctx.nodes, nodes.length

@@ -13,10 +13,11 @@ import * as overview from "./overview.js";
 import * as analytics from "./analytics.js";
 import * as bench from "./bench.js";
 import * as errors from "./errors.js";
+import * as requests from "./requests.js";
 import * as cook from "./cook.js";
 
 export const POLL_MS = 1500;
-const PAGES = { overview, nodes, models, lending, links, analytics, bench, errors, cook };
+const PAGES = { overview, nodes, models, lending, links, analytics, bench, requests, errors, cook };
 
 const state = { name: null, page: null, ctx: null, generation: 0 };
 

@@ -6,8 +6,8 @@
 import { get, post } from "./api.js";
 import { clock, h, replace, table } from "./dom.js";
 import { chart } from "./charts.js";
-import { factor, millis, optional, rate } from "./figures.js";
-import { describe, notify, refreshNow } from "./shell.js";
+import { factor, millis, modelCell, optional, rate } from "./figures.js";
+import { describe, notify, refreshNow, showError } from "./shell.js";
 
 const HEADLINE = {
   text: ["gen_tokens_per_s", "generation tokens/s"],
@@ -113,9 +113,9 @@ export async function refresh(ctx) {
   }
   const list = results(doc).slice().sort((a, b) => b.at_ms - a.at_ms);
   replace(ctx.history, list.length
-    ? table(["when", "model", "node", "workload", "result"], list.map((r) => h("tr", { className: "bench-result" },
-      h("td", {}, new Date(r.at_ms).toLocaleDateString() + " " + clock(r.at_ms)), h("td", {}, r.model),
-      h("td", {}, r.node_id), h("td", {}, r.workload), h("td", { className: r.ok ? "" : "error" }, summary(r)))),
+    ? table(["when", "model", "workload", "result"], list.map((r) => h("tr", { className: "bench-result" },
+      h("td", {}, new Date(r.at_ms).toLocaleDateString() + " " + clock(r.at_ms)),
+      modelCell(r.public_id || r.model, r.model, r.node_id), h("td", {}, r.workload), h("td", { className: r.ok ? "" : "error" }, summary(r)))),
     { className: "bench" })
     : h("p", { className: "empty" }, "No benchmark has run yet."));
   const byModel = new Map();

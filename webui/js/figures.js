@@ -56,6 +56,34 @@ export async function optional(path) {
   }
 }
 
+/** Refill a <select> with `values` after its `empty` choice ("all …"), keeping the current choice
+ * while it is still offered. */
+function fillOptions(el, values, empty) {
+  const current = el.value;
+  el.replaceChildren(h("option", { value: "" }, empty), ...values.map((v) => h("option", { value: v }, v)));
+  el.value = values.includes(current) ? current : "";
+}
+
+/** The node and model (public ID) filter choices of the site's inventory, refilled only when they
+ * changed (`ctx.known` remembers the last). */
+export function fillSiteChoices(ctx, inventory, nodeEl, modelEl) {
+  const nodes = (inventory.nodes || []).map((n) => n.node_id);
+  const models = [...new Set((inventory.models || []).map((m) => m.public_id).filter(Boolean))].sort();
+  const known = JSON.stringify([nodes, models]);
+  if (known === ctx.known) return;
+  ctx.known = known;
+  fillOptions(nodeEl, nodes, "all nodes");
+  fillOptions(modelEl, models, "all models");
+}
+
+/** A model as every page names it: its public ID first, then where it ran, "<local ID> · <node>"
+ * (the local ID left out where it is the public ID). */
+export function modelCell(publicId, localId, nodeId) {
+  const where = [localId && localId !== publicId ? localId : null, nodeId].filter(Boolean).join(" · ");
+  return h("td", { className: "model-cell", dataset: { model: publicId || "" } }, publicId || localId || "",
+    where ? h("small", { className: "model-where" }, where) : null);
+}
+
 /** The figures of a model or node row as table cells (the columns of FIGURE_HEAD). */
 export const FIGURE_HEAD = ["requests", "errors", "tokens in", "tokens out", "images", "audio s", "vectors",
   "loads", "p50", "p95", "TTFT p50", "TTFT p95", "tok/s", "lent", "borrowed"];

@@ -75,7 +75,9 @@ function modelCard(publicId, replicas, busy) {
       h("td", {}, r.local_id),
       h("td", {}, replicas.length > 1 ? badge(same ? "same weights" : "different weights",
         same ? "same" : "different") : ""),
-      h("td", {}, r.image_id || ""),
+      h("td", {}, r.public_image_id || r.image_id || "",
+        r.image_id && r.public_image_id && r.image_id !== r.public_image_id
+          ? h("small", { className: "model-where" }, r.image_id) : null),
       h("td", {}, r.disabled ? badge("disabled", "bad")
         : doing ? badge(doing, "rt-loading")
           : !r.available ? badge("unavailable", "bad")
@@ -88,7 +90,7 @@ function modelCard(publicId, replicas, busy) {
   });
   return h("article", { className: "card model-card", dataset: { publicId, key: "model/" + publicId } },
     h("header", {}, h("h2", {}, publicId), caps(replicas[0])),
-    table(["node", "local ID", "weights", "image ID", "state", ""], rows, { className: "replicas" }));
+    table(["node", "local ID", "weights", "public image ID", "state", ""], rows, { className: "replicas" }));
 }
 
 // -- recipes -------------------------------------------------------------------------------------

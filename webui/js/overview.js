@@ -8,7 +8,7 @@
 import { badge, clock, duration, h, replace, table } from "./dom.js";
 import { get, query, storedKey } from "./api.js";
 import { chart } from "./charts.js";
-import { count, millis, optional, percent, PERIODS, periodPicker, rate } from "./figures.js";
+import { count, millis, modelCell, optional, percent, PERIODS, periodPicker, rate } from "./figures.js";
 import { refreshNow } from "./shell.js";
 
 const ANALYTICS_EVERY_MS = 5000; // the rollups change by the minute: no need to ask every tick
@@ -183,8 +183,9 @@ function nodeCard(node, figures, state) {
 }
 
 function flags(r) {
-  return [r.lent ? badge("lent", "lent") : null, r.borrowed ? badge("borrowed", "queued") : null,
-    r.guardian ? badge("guardian", "warn") : null];
+  // a lent request is one row: the owner's model and the helper that served it
+  const lent = r.owner && r.helper ? `lent ${r.owner} → ${r.helper}` : "lent";
+  return [r.lent ? badge(lent, "lent") : null, r.guardian ? badge("guardian", "warn") : null];
 }
 
 function renderFinished(ctx, doc) {
@@ -194,9 +195,9 @@ function renderFinished(ctx, doc) {
   }
   const rows = (doc.requests || []).slice(0, 15);
   replace(ctx.finished, rows.length
-    ? table(["time", "node", "model", "lane", "route", "status", "took", "tokens in / out", "key", ""],
-      rows.map((r) => h("tr", { className: "recent-request" }, h("td", {}, clock(r.at_ms)), h("td", {}, r.node_id),
-        h("td", {}, r.model), h("td", {}, r.lane), h("td", {}, r.route),
+    ? table(["time", "model", "lane", "route", "status", "took", "tokens in / out", "key", ""],
+      rows.map((r) => h("tr", { className: "recent-request", dataset: { requestId: r.request_id || "" } }, h("td", {}, clock(r.at_ms)),
+        modelCell(r.model, r.local_id, r.node_id), h("td", {}, r.lane), h("td", {}, r.route),
         h("td", {}, badge(r.status === "ok" ? String(r.http_status || "ok") : `${r.status} ${r.http_status || ""}`, r.status === "ok" ? "ok" : "bad")),
         h("td", { className: "num" }, millis(r.duration_ms)),
         h("td", { className: "num" }, `${count(r.prompt_tokens)} / ${count(r.completion_tokens)}`),
