@@ -153,7 +153,9 @@ def bench_on_the_chosen_node(b: Browser) -> None:
     b.click("button.run-bench")
     message = b.wait_text(".bench-message .ok", "alpha on slave-a", timeout=60)
     assert "tok/s generation" in message
-    b.wait(lambda d: b.text("tr.bench-result td:nth-child(3)") == "slave-a", what="the run in the history")
+    b.wait(lambda d: b.css("tr.bench-result td.model-cell small.model-where")
+           and b.text("tr.bench-result td.model-cell small.model-where").endswith("slave-a"),
+           what="the run in the history, on slave-a")
     chart = "#chart-bench-slave-a_alpha"
     b.wait(lambda d: b.css(chart) and b.one(chart).get_attribute("data-drawn") == "uplot", what="its chart")
     assert b.one(chart).get_attribute("data-points") == "1"
