@@ -31,7 +31,7 @@ from routerd.inference.timing import FirstWrite
 from routerd.lending.offload import Borrowed
 from routerd.lending.service import LendingService
 from routerd.metrics import NodeMetrics
-from routerd.routing.call import Call, Incoming, Reply, new_request_id, request_class
+from routerd.routing.call import SESSION_HEADER, Call, Incoming, Reply, new_request_id, request_class
 from routerd.routing.choice import RoutingView, choose, needs_statuses
 from routerd.routing.classify import Route, wants_stream
 from routerd.routing.forward import Forwarder
@@ -206,4 +206,4 @@ class InferenceFront:
                     parsed=parsed, stream=stream, request_id=request_id, started=started,
                     selector=result.model,
                     query=incoming.query or _NO_QUERY, priority=request_class(incoming),
-                    key_name=incoming.key_name)
+                    key_name=incoming.key_name, session=incoming.header(SESSION_HEADER)[:256])

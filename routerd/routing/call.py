@@ -24,6 +24,8 @@ KEY_NAME_HEADER = "x-routerd-key-name"
 KEY_CLASS_HEADER = "x-routerd-key-class"
 #: A client's request to run in a lower class than its key's (never a higher one).
 PRIORITY_HEADER = "x-routerd-priority"
+#: A client's session, the first key ``routing.replica_choice: affinity`` reads (never logged as is).
+SESSION_HEADER = "x-session-id"
 
 
 def new_request_id() -> str:
@@ -113,6 +115,7 @@ class Call:
     serving_since: float | None = None  # when the backend slot was acquired
     priority: PriorityClass = DEFAULT_CLASS  # its class (key's class, maybe lowered by X-Routerd-Priority)
     key_name: str = ""  # the name of the key that admitted it (never the key)
+    session: str = ""  # its X-Session-Id header (replica affinity reads it; "" = none)
     queue_position: int = 0  # its place in the router queue's class order on arrival (0: none)
     # What analytics records of the call (contract §9), set where it happens:
     model_id: str = ""  # the local ID of the model that served or lent it on this node
