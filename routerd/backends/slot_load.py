@@ -235,6 +235,7 @@ class SlotProcess:
         attempt = _Attempt(config, self._clock.seconds(), self._poll_initial_s)
         self._attempt = attempt
         self._generation += 1
+        held = self._config if self._state is S.READY else None
         self._config = config
         old = self._process
         if old is not None and self._reload is not None and self._port is not None:
@@ -242,13 +243,9 @@ class SlotProcess:
             return
         self._set_process(None)
         if old is not None:
-            log.info(
-                "{backend}: switching to {model}",
-                backend=self.name,
-                model=config.local_id,
-            )
+            log.info("{backend}: switching to {model}", backend=self.name, model=config.local_id)
             self._set_state(S.SWITCHING)
-            self._stop_process(old).addBoth(lambda _: self._spawn(attempt))
+            self._retire(old, held, self._port).addBoth(lambda _: self._spawn(attempt))
         else:
             self._spawn(attempt)
 
@@ -467,6 +464,10 @@ class SlotProcess:
             for w in failed:
                 fail_waiter(w.deferred, LoadFailed(reason))
         self._pump()
+
+    def _retire(self, process: ProcessHandle, held: ModelConfig | None, port: int | None) -> Deferred[None]:
+        """Stop a process that served ``held`` at ``port`` on purpose (a switch, an unload)."""
+        raise NotImplementedError
 
     def _stop_process(self, process: ProcessHandle) -> Deferred[None]:
         """Stop a process we no longer want; ``close`` waits for every such stop."""
