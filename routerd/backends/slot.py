@@ -291,17 +291,8 @@ class RuntimeSlot(SlotProcess):
         def hook_failed(failure: Any) -> None:
             log.failure("{backend}: before stopping", failure, backend=self.name)
 
-        retiring: Deferred[None] = before.addErrback(hook_failed).addCallback(
-            lambda _: self._stop_process(process))
-        if not retiring.called:
-            self._stopping.add(retiring)
-
-            def retired(result: None) -> None:
-                self._stopping.discard(retiring)
-                return result
-
-            retiring.addBoth(retired)
-        return retiring
+        return self._track_stop(before.addErrback(hook_failed).addCallback(
+            lambda _: self._stop_process(process)))
 
 
 #: The waits (s) for a slot to see its process end after a request to it was refused (a killed

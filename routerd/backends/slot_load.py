@@ -425,12 +425,8 @@ class SlotProcess:
         self._last_load_ms = self._report(attempt, ok=True, reason="")
         self._last_error = None
         self._set_state(S.READY)
-        log.info(
-            "{backend}: {model} ready in {ms} ms",
-            backend=self.name,
-            model=attempt.config.local_id,
-            ms=self._last_load_ms,
-        )
+        log.info("{backend}: {model} ready in {ms} ms", backend=self.name, model=attempt.config.local_id,
+                 ms=self._last_load_ms)
         # Everyone queued for this config joins now: move them to the front.
         key = config_key(attempt.config)
         joining = [w for w in self._queue if w.config is not None and config_key(w.config) == key]
@@ -471,7 +467,10 @@ class SlotProcess:
 
     def _stop_process(self, process: ProcessHandle) -> Deferred[None]:
         """Stop a process we no longer want; ``close`` waits for every such stop."""
-        stopping = process.stop(self._stop_grace_s)
+        return self._track_stop(process.stop(self._stop_grace_s))
+
+    def _track_stop(self, stopping: Deferred[None]) -> Deferred[None]:
+        """Count a stop under way until it ends (``close`` waits for every one)."""
         if not stopping.called:
             self._stopping.add(stopping)
 
