@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -20,7 +21,7 @@ from twisted.web.server import Request
 
 from routerd.backends.families.base import FamilyWorld
 from routerd.backends.families.llama_sdcpp import LlamaSdcppFamily
-from routerd.backends.kv_slots import SlotKeeper, keeps_slots, session_hash, slot_file_name
+from routerd.backends.kv_slots import SlotKeeper, keeps_slots, kv_slot_keeper, session_hash, slot_file_name
 from routerd.backends.readiness import probe_text
 from routerd.backends.slot import RuntimeSlot, SlotState
 from routerd.backends.testing import FakeBackendHTTP, FakeLauncher, PortCounter
@@ -351,3 +352,18 @@ def test_metrics_count_slots_saved_restored_their_bytes_and_failures_per_runtime
                  'routerd_kv_slot_bytes_total{direction="restored",model="chat",runtime="text"} 1000.0',
                  'routerd_kv_slot_failures_total{model="chat",runtime="text"} 0.0'):
         assert line in text.splitlines(), line
+
+
+def test_the_node_keeper_has_its_folder_under_the_store_dir_emptied_of_a_previous_runs_files(
+        tmp_path: Path) -> None:
+    folder = tmp_path / "store" / "kv-slots"
+    folder.mkdir(parents=True)
+    (folder / "old-slot.bin").write_bytes(b"kv")
+    (folder / "notes.txt").write_text("not ours")
+    data = {"models": {"config_dir": str(tmp_path), "slot_keep_count": 2},
+            "cluster": {"store_dir": str(tmp_path / "store")}}
+    keeper = kv_slot_keeper(parse_config(data, base_dir=str(tmp_path), env={}), Refusing(), Clock())
+    assert keeper is not None and keeper.folder == str(folder) and keeper.keep_count == 2
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
+    off = parse_config({"models": {"config_dir": str(tmp_path)}}, base_dir=str(tmp_path), env={})
+    assert kv_slot_keeper(off, Refusing(), Clock()) is None
