@@ -127,8 +127,8 @@ class SlotKeeper:
         self._remove = remove
         #: (model hash, session hash) -> the saved slot, oldest first.
         self.kept: OrderedDict[tuple[str, str], KeptSlot] = OrderedDict()
-        #: port -> (model hash, session hash) of the last request its process served.
-        self._last: dict[int, tuple[str, str]] = {}
+        #: port -> (model hash, session hash, weight file) of the last request its process served.
+        self._last: dict[int, tuple[str, str, str]] = {}  # + the weight file
         self.tallies: dict[str, SlotTally] = {}
 
     @property
@@ -157,7 +157,7 @@ class SlotKeeper:
             self._last.pop(port, None)  # slot 0 will hold a prompt nobody can ask for again
             return
         key = (model.model_hash, session_hash(session))
-        self._last[port] = key
+        self._last[port] = (*key, _weights(model))
         kept = self.kept.pop(key, None)
         if kept is None:
             return
@@ -185,9 +185,18 @@ class SlotKeeper:
         """The runtime slot's hook before it stops the process serving ``model`` at ``port`` (its users
         gone): save slot 0 as the last session's.  Fires when done; never fails."""
         last = self._last.pop(port, None)
-        if not self.enabled or last is None or not keeps_slots(model) or last[0] != model.model_hash:
+        if not self.enabled or last is None:
             return succeed(None)
-        return Deferred.fromCoroutine(self._save(model, port, last[1]))
+        model_hash, session, weights = last
+        if model.model_hash != model_hash:
+            # a process started before the catalog was hashed (a startup model) holds the unhashed
+            # config: the weight file its last request named decides
+            if model.model_hash or weights != _weights(model):
+                return succeed(None)
+            model = attrs.evolve(model, model_hash=model_hash)
+        if not keeps_slots(model):
+            return succeed(None)
+        return Deferred.fromCoroutine(self._save(model, port, session))
 
     async def _save(self, model: ModelConfig, port: int, session: str) -> None:
         filename = slot_file_name(model.model_hash, session)
@@ -235,6 +244,10 @@ class SlotKeeper:
         """(runtime, model, saved, restored, saved bytes, restored bytes, failed) per model (metrics)."""
         return [("text", model, t.saved, t.restored, t.saved_bytes, t.restored_bytes, t.failed)
                 for model, t in sorted(self.tallies.items())]
+
+
+def _weights(model: ModelConfig) -> str:
+    return model.text_model or model.embeddings_model or ""
 
 
 def _int(answer: Any, key: str) -> int:

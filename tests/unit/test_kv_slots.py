@@ -186,6 +186,18 @@ def test_a_process_stopped_for_another_weight_file_than_its_last_request_saves_n
     assert w.calls() == []
 
 
+def test_a_process_started_before_the_catalog_was_hashed_saves_under_its_weight_files_hash() -> None:
+    """A startup model's process holds the config loaded before hashing (no ``model_hash``): the hash of
+    the same weight file its last request named keys the slot; another weight file saves nothing."""
+    w = world()
+    w.run(w.keeper.before_request(41001, model("chat", H1), "header:s1"))
+    w.run(w.keeper.before_stop(model("chat", ""), 41001))
+    assert w.calls() == [("save", slot_file_name(H1, _hash("header:s1")))]
+    w.run(w.keeper.before_request(41002, model("chat", H1), "header:s2"))
+    w.run(w.keeper.before_stop(model("chat", "", text_model="/w/elsewhere.gguf"), 41002))
+    assert len(w.calls()) == 1  # s2 was not saved
+
+
 def test_a_failed_save_never_fails_the_stop_and_keeps_nothing() -> None:
     w, chat = world(), model()
     w.routes.status["save"] = 500
