@@ -50,6 +50,7 @@ __all__ = [
     "declared",
     "every_family",
     "is_declared",
+    "keeps_kv_slots",
     "modes_phrase",
     "single_process",
 ]
@@ -84,6 +85,10 @@ class Declared:
     #: The context window a config states is its ``vllm.settings.max_model_length`` first (the flag
     #: the family's program runs with), ``contextsize`` only when that is absent.
     context_from_settings: bool = False
+    #: Its text program saves and restores a slot's KV cache to a file (llama-server's
+    #: ``--slot-save-path`` and ``POST /slots/{id}?action=save|restore``): ``models.slot_keep_count``
+    #: keeps the slots of recent sessions across a swap (``routerd.backends.kv_slots``).
+    kv_slots: bool = False
 
     @property
     def kinds(self) -> tuple[RuntimeKind, ...]:
@@ -181,6 +186,12 @@ def single_process(mode: str) -> bool:
     mode, as a node that reports none)."""
     family = (_BY_NAME or _found()).get(mode)
     return family is not None and family.single_process
+
+
+def keeps_kv_slots(mode: str) -> bool:
+    """Whether the ``mode`` family's text program saves and restores slots (false for an unknown mode)."""
+    family = (_BY_NAME or _found()).get(mode)
+    return family is not None and family.kv_slots
 
 
 def modes_phrase() -> str:

@@ -319,6 +319,36 @@ def request_failed(status: str) -> bool:
     return status in _FAILED_STATUSES or status.startswith("http_5")
 
 
+#: What the kept KV slot counters read at scrape time: (runtime, model, saved, restored, saved bytes,
+#: restored bytes, failed), cumulative (:mod:`routerd.backends.kv_slots`).
+KvSlotRows = Callable[[], Iterable[tuple[str, str, int, int, int, int, int]]]
+
+
+class _KvSlotCounters(Collector):
+    def __init__(self, rows: KvSlotRows) -> None:
+        self.rows = rows
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        labels = ("runtime", "model")
+        saved = CounterMetricFamily("routerd_kv_slots_saved", "KV slots saved before their model was "
+                                    "unloaded (models.slot_keep_count), by runtime and model", labels=labels)
+        restored = CounterMetricFamily("routerd_kv_slots_restored", "Kept KV slots restored before their "
+                                       "session's next request, by runtime and model", labels=labels)
+        size = CounterMetricFamily("routerd_kv_slot_bytes", "Bytes of KV slots written (saved) and read "
+                                   "back (restored), by runtime, model and direction",
+                                   labels=(*labels, "direction"))
+        failed = CounterMetricFamily("routerd_kv_slot_failures", "Slot saves and restores that failed "
+                                     "(logged; the request and the unload went on), by runtime and model",
+                                     labels=labels)
+        for runtime, model, n_saved, n_restored, saved_bytes, restored_bytes, n_failed in self.rows():
+            saved.add_metric((runtime, model), n_saved)
+            restored.add_metric((runtime, model), n_restored)
+            size.add_metric((runtime, model, "saved"), saved_bytes)
+            size.add_metric((runtime, model, "restored"), restored_bytes)
+            failed.add_metric((runtime, model), n_failed)
+        yield from (saved, restored, size, failed)
+
+
 class NodeMetrics:
     def __init__(self) -> None:
         self._request_children: dict[tuple[str, str, str, str], tuple[CountChild, HistogramChild]] = {}
@@ -432,6 +462,10 @@ class NodeMetrics:
     def watch_swaps(self, tallies: SwapTallies) -> None:
         """Report the swap-avoiding order's counters from these tallies at every scrape."""
         self.registry.register(_SwapCounters(tallies))
+
+    def watch_kv_slots(self, rows: KvSlotRows) -> None:
+        """Report the kept KV slots' counters from these rows at every scrape."""
+        self.registry.register(_KvSlotCounters(rows))
 
     def watch_node(self, runtimes: Callable[[], Iterable[RuntimeView]], states: tuple[str, ...],
                    nodes: Callable[[], Iterable[tuple[str, bool]]]) -> None:

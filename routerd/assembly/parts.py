@@ -35,6 +35,7 @@ from routerd.assembly.roles import (
     standalone_parts,
 )
 from routerd.assets.service import AssetService, build_asset_service
+from routerd.backends.kv_slots import SlotKeeper, kv_slot_keeper
 from routerd.backends.runtimes import Runtimes
 from routerd.catalog.catalog import Catalog
 from routerd.catalog.hashing import FileHashCache
@@ -99,6 +100,7 @@ class NodeParts:
     _analytics_loop: IntervalService
     samples: Measurements
     timeouts: Timeouts
+    kv_slots: SlotKeeper | None  # models.slot_keep_count > 0
     runtimes: Runtimes
     local: LocalInference
     own_work: OwnWork
@@ -187,11 +189,14 @@ def build_common(p: NodeParts, config: Config, reactor: Any, *, clients: NodeCli
     p.samples = Measurements(reactor, p.metrics, p.current_store.get, p.analytics)
     limits = config.limits
     p.timeouts = Timeouts(reactor, limits.first_byte_timeout, limits.idle_stream_timeout)
+    p.kv_slots = kv_slot_keeper(config, p.http, reactor)
     p.runtimes = Runtimes(reactor, config, p.http, launcher=launcher, on_load=p.samples.on_load,
-                          port_allocator=port_allocator)
+                          port_allocator=port_allocator, kv_slots=p.kv_slots)
     p.local = LocalInference(node_id=p.node_id, clock=reactor, runtimes=p.runtimes, agent=p.backend_agent,
                              samples=p.samples, timeouts=p.timeouts,
-                             max_queued_per_model=limits.max_queued_per_model)
+                             max_queued_per_model=limits.max_queued_per_model, kv_slots=p.kv_slots)
+    if p.kv_slots is not None:
+        p.metrics.watch_kv_slots(p.kv_slots.rows)
     p.own_work = OwnWork(p.runtimes, p.local)
     p.decisions = DecisionLog(None, reactor, p.node_id, __version__,
                               cluster.lending.offload_decisions_retention)

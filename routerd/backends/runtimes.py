@@ -12,6 +12,7 @@ from twisted.python.failure import Failure
 
 from routerd.backends.errors import BackendMissing, LoadFailed, RuntimeClosed
 from routerd.backends.families import Family, FamilyWorld, plugins, slot_factory
+from routerd.backends.kv_slots import SlotKeeper
 from routerd.backends.process import (
     ProcessLauncher,
     ReactorProcessLauncher,
@@ -84,6 +85,7 @@ class Runtimes:
         load_timeout_s: float = LOAD_TIMEOUT_S,
         probe_timeout_s: float = PROBE_TIMEOUT_S,
         stop_grace_s: float = STOP_GRACE_S,
+        kv_slots: SlotKeeper | None = None,
     ) -> None:
         if launcher is None:
             launcher = ReactorProcessLauncher(cast(SpawningReactor, reactor))
@@ -94,7 +96,7 @@ class Runtimes:
         make = slot_factory(reactor, launcher, http, port_allocator, on_load, env, probe_timeout_s,
                             load_timeout_s=load_timeout_s, stop_grace_s=stop_grace_s)
         self.default_mode = config.backend.mode
-        world = FamilyWorld(reactor, http, probe_timeout_s)
+        world = FamilyWorld(reactor, http, probe_timeout_s, kv_slots)
         self._families: dict[str, Family] = {
             mode: plugin.build(config, make, world) for mode, plugin in plugins().items()}
         # Worked out once (a family's slots are built with it and never change) instead of per

@@ -29,6 +29,7 @@ reported through ``on_load``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -38,6 +39,7 @@ from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
 from routerd.backends.errors import LoadFailed, RuntimeClosed
+from routerd.backends.process import ProcessHandle
 from routerd.backends.slot_load import SlotProcess, Waiter, fail_waiter, fire
 from routerd.backends.slot_state import (
     IDLE_STATES,
@@ -49,7 +51,7 @@ from routerd.backends.slot_state import (
     SlotStatus,
     config_key,
 )
-from routerd.catalog.model import ModelConfig
+from routerd.catalog.model import ModelConfig, RuntimeKind
 
 S = SlotState
 log = Logger()
@@ -64,6 +66,14 @@ class RuntimeSlot(SlotProcess):
     need a guard in Automat, and the table plus ``_set_state`` already makes an
     illegal change fail loudly while ``status()`` reads the state directly.
     """
+
+    def __init__(self, kind: RuntimeKind, *,
+                 before_stop: Callable[[ModelConfig, int], Deferred[None]] | None = None,
+                 **options: Any) -> None:
+        super().__init__(kind, **options)
+        # Told before a ready process is stopped on purpose (a switch, an unload), its users gone;
+        # the stop waits for it (llama-server's KV slots saved: ``routerd.backends.kv_slots``).
+        self._before_stop = before_stop
 
     # -- public API ---------------------------------------------------------
 
@@ -248,10 +258,11 @@ class RuntimeSlot(SlotProcess):
 
     def _begin_unload(self, d: Deferred[None], idle_after: bool = True) -> None:
         process = self._process
+        held, port = self._config, self._port
         self._set_process(None)
         self._generation += 1
         self._set_state(S.STOPPING)
-        stopped = self._stop_process(process) if process is not None else succeed(None)
+        stopped = self._retire(process, held, port) if process is not None else succeed(None)
 
         def done(_: object) -> None:
             if self._state is S.STOPPING:
@@ -264,6 +275,24 @@ class RuntimeSlot(SlotProcess):
             self._pump()
 
         stopped.addBoth(done)
+
+    def _retire(self, process: ProcessHandle, held: ModelConfig | None, port: int | None) -> Deferred[None]:
+        """Stop a ready process on purpose: the ``before_stop`` hook first (its failure is logged and the
+        stop goes on), then :meth:`_stop_process`; ``close`` waits for the whole of it."""
+        hook = self._before_stop
+        if hook is None or held is None or port is None:
+            return self._stop_process(process)
+        try:
+            before = hook(held, port)
+        except Exception:
+            log.failure("{backend}: before stopping", backend=self.name)
+            before = succeed(None)
+
+        def hook_failed(failure: Any) -> None:
+            log.failure("{backend}: before stopping", failure, backend=self.name)
+
+        return self._track_stop(before.addErrback(hook_failed).addCallback(
+            lambda _: self._stop_process(process)))
 
 
 #: The waits (s) for a slot to see its process end after a request to it was refused (a killed

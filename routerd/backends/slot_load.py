@@ -235,6 +235,7 @@ class SlotProcess:
         attempt = _Attempt(config, self._clock.seconds(), self._poll_initial_s)
         self._attempt = attempt
         self._generation += 1
+        held = self._config if self._state is S.READY else None
         self._config = config
         old = self._process
         if old is not None and self._reload is not None and self._port is not None:
@@ -242,13 +243,9 @@ class SlotProcess:
             return
         self._set_process(None)
         if old is not None:
-            log.info(
-                "{backend}: switching to {model}",
-                backend=self.name,
-                model=config.local_id,
-            )
+            log.info("{backend}: switching to {model}", backend=self.name, model=config.local_id)
             self._set_state(S.SWITCHING)
-            self._stop_process(old).addBoth(lambda _: self._spawn(attempt))
+            self._retire(old, held, self._port).addBoth(lambda _: self._spawn(attempt))
         else:
             self._spawn(attempt)
 
@@ -428,12 +425,8 @@ class SlotProcess:
         self._last_load_ms = self._report(attempt, ok=True, reason="")
         self._last_error = None
         self._set_state(S.READY)
-        log.info(
-            "{backend}: {model} ready in {ms} ms",
-            backend=self.name,
-            model=attempt.config.local_id,
-            ms=self._last_load_ms,
-        )
+        log.info("{backend}: {model} ready in {ms} ms", backend=self.name, model=attempt.config.local_id,
+                 ms=self._last_load_ms)
         # Everyone queued for this config joins now: move them to the front.
         key = config_key(attempt.config)
         joining = [w for w in self._queue if w.config is not None and config_key(w.config) == key]
@@ -468,9 +461,16 @@ class SlotProcess:
                 fail_waiter(w.deferred, LoadFailed(reason))
         self._pump()
 
+    def _retire(self, process: ProcessHandle, held: ModelConfig | None, port: int | None) -> Deferred[None]:
+        """Stop a process that served ``held`` at ``port`` on purpose (a switch, an unload)."""
+        raise NotImplementedError
+
     def _stop_process(self, process: ProcessHandle) -> Deferred[None]:
         """Stop a process we no longer want; ``close`` waits for every such stop."""
-        stopping = process.stop(self._stop_grace_s)
+        return self._track_stop(process.stop(self._stop_grace_s))
+
+    def _track_stop(self, stopping: Deferred[None]) -> Deferred[None]:
+        """Count a stop under way until it ends (``close`` waits for every one)."""
         if not stopping.called:
             self._stopping.add(stopping)
 

@@ -186,10 +186,13 @@ def parse_config(
                                                 ModelsConfig().asset_transfer_deadline),
         asset_lookup_cache=reader.duration(m, "models", "asset_lookup_cache",
                                            ModelsConfig().asset_lookup_cache),
+        slot_keep_count=reader.integer(m, "models", "slot_keep_count", 0, 0, 1024),
+        slot_keep_mb=reader.number(m, "models", "slot_keep_mb", ModelsConfig().slot_keep_mb),
     )
     reader.unknown(m, "models", ("config_dir", "startup_model", "shared_dir", "file_roots",
                                  "concurrent_asset_transfers", "keep_alive", "asset_transfer_rate_mb",
-                                 "asset_transfer_deadline", "asset_lookup_cache"))
+                                 "asset_transfer_deadline", "asset_lookup_cache", "slot_keep_count",
+                                 "slot_keep_mb"))
     if "" in models.file_roots:
         errs.add("models.file_roots", "cannot contain empty paths")
     if not os.path.isdir(models.config_dir):

@@ -108,6 +108,14 @@ class ModelsConfig:
     asset_transfer_rate_mb: float = 512.0
     asset_transfer_deadline: float = 15 * 60.0
     asset_lookup_cache: float = 5.0
+    #: KV slots kept across swaps (llama-server's ``--slot-save-path``): how many sessions' slots are
+    #: saved before their model is unloaded (0: none) and the MB their files may take, oldest dropped.
+    slot_keep_count: int = 0
+    slot_keep_mb: float = 4096.0
+
+    @property
+    def slot_keep_bytes(self) -> int:
+        return int(self.slot_keep_mb * 1024 * 1024)
 
 
 @attrs.frozen

@@ -23,6 +23,7 @@ from twisted.web.iweb import IAgent
 
 from routerd.assets.service import assets_unresolved
 from routerd.backends.errors import BackendMissing, LoadFailed
+from routerd.backends.kv_slots import SlotKeeper
 from routerd.backends.slot import outlived
 from routerd.catalog.model import ModelConfig
 from routerd.clients.backend_headers import content_type_headers
@@ -49,6 +50,7 @@ from routerd.routing.relay import (
     stream_idle,
 )
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
+from routerd.routing.session_key import session_key
 from routerd.store.samples import RequestSample
 from routerd.wire.lending import section_key
 
@@ -91,6 +93,8 @@ class LocalInference:
     blocked: Callable[[ModelConfig], str | None] = lambda _model: None
     #: Refuses a text request too big for its backend slot (set by the node); None: no gate.
     context_gate: ContextGate | None = None
+    #: KV slots kept across swaps (``models.slot_keep_count``): restored before a session's request.
+    kv_slots: SlotKeeper | None = None
     queued: dict[str, int] = attrs.field(init=False, factory=dict)
     #: Set when the node drains: nothing new starts, waiting requests are refused (503).
     draining: bool = attrs.field(init=False, default=False)
@@ -144,6 +148,8 @@ class LocalInference:
                 try:
                     if self.context_gate is not None:
                         await self.context_gate.check(call, model, lease.base_url, public_id)
+                    if self.kv_slots is not None and call.route.runtime == "text":
+                        await self.kv_slots.before_request(lease.port, model, session_key(call, "auto"))
                     if plan.answer_format == "job":
                         answer, running = await self._submit_job(call, lease.base_url, plan, public_id)
                         if running is not None:

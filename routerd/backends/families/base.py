@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 from twisted.internet.defer import Deferred
 
+from routerd.backends.kv_slots import SlotKeeper
 from routerd.backends.process import ProcessLauncher, Scheduler, resolve_command
 from routerd.backends.readiness import HTTPGetter, Probe
 from routerd.backends.slot import LoadEvent, RuntimeSlot
@@ -73,6 +74,8 @@ class FamilyWorld:
     clock: Scheduler
     http: Any
     probe_timeout_s: float
+    #: The node's kept KV slots (``models.slot_keep_count``), None when it keeps none.
+    kv_slots: SlotKeeper | None = None
 
 
 @attrs.frozen

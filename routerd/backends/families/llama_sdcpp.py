@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from routerd.backends.families.base import Family, FamilyPlugin, FamilyWorld, SlotFactory, command
+from routerd.backends.kv_slots import SlotKeeper
 from routerd.backends.readiness import Probe, probe_image, probe_stt, probe_text
 from routerd.backends.slot import RuntimeSlot
 from routerd.catalog.model import RUNTIME_KINDS, ModelConfig, RuntimeKind
@@ -24,6 +25,7 @@ DECLARED = Declared(
     simulators={"llama": "llama-server", "sdcpp": "sd-server", "whispercpp": "whisper-server"},
     refuses=frozenset({"kobold_generate_stream"}),
     video=True,
+    kv_slots=True,
 )
 
 HOST = "127.0.0.1"
@@ -89,6 +91,12 @@ def text_argv(cmd: Sequence[str], extra: Sequence[str], model: ModelConfig, port
     return [*argv, *own]
 
 
+def with_slot_folder(argv: list[str], folder: str) -> list[str]:
+    """llama-server's argv with ``--slot-save-path <folder>`` (where the KV slots kept across swaps are
+    written: ``routerd.backends.kv_slots``) unless its flags name one already."""
+    return argv if _sets(argv, "--slot-save-path") else [*argv, "--slot-save-path", folder]
+
+
 def image_argv(cmd: Sequence[str], extra: Sequence[str], model: ModelConfig, port: int) -> list[str]:
     """sd-server."""
     if not model.sd_model:
@@ -128,18 +136,25 @@ SPECS: dict[RuntimeKind, RuntimeSpec] = {
 class LlamaSdcppFamily(Family):
     name = DECLARED.name
 
-    def __init__(self, config: Config, make: SlotFactory) -> None:
+    def __init__(self, config: Config, make: SlotFactory, kv_slots: SlotKeeper | None = None) -> None:
         self._slots: dict[RuntimeKind, RuntimeSlot] = {}
         for kind in RUNTIME_KINDS:
             spec = SPECS[kind]
             binary: BinaryConfig = getattr(config, spec.section)
             setting = f"{spec.section}.binary_path"
+            keeper = kv_slots if kind == "text" and kv_slots is not None and kv_slots.enabled else None
 
             def argv_for(model: ModelConfig, port: int, spec: RuntimeSpec = spec,
-                         binary: BinaryConfig = binary, setting: str = setting) -> list[str]:
-                return list(spec.argv(command(binary, setting), binary.extra_args, model, port))
+                         binary: BinaryConfig = binary, setting: str = setting,
+                         keeper: SlotKeeper | None = keeper) -> list[str]:
+                argv = list(spec.argv(command(binary, setting), binary.extra_args, model, port))
+                return argv if keeper is None else with_slot_folder(argv, keeper.folder)
 
-            self._slots[kind] = make(kind, spec.process_name, argv_for, spec.probe)
+            if keeper is None:
+                self._slots[kind] = make(kind, spec.process_name, argv_for, spec.probe)
+            else:  # llama-server's KV slots saved before a switch or an unload stops it
+                self._slots[kind] = make(kind, spec.process_name, argv_for, spec.probe,
+                                         before_stop=keeper.before_stop)
 
     def slots(self) -> list[RuntimeSlot]:
         return [self._slots[k] for k in RUNTIME_KINDS]
@@ -155,7 +170,7 @@ class LlamaSdcppFamily(Family):
 
 
 def _build(config: Config, make: SlotFactory, world: FamilyWorld) -> Family:
-    return LlamaSdcppFamily(config, make)
+    return LlamaSdcppFamily(config, make, world.kv_slots)
 
 
 PLUGIN = FamilyPlugin(DECLARED, _build)
