@@ -91,10 +91,8 @@ class LocalInference:
     max_queued_per_model: int = 0
     #: Why a config may not load yet (unresolved portable assets), or None.
     blocked: Callable[[ModelConfig], str | None] = lambda _model: None
-    #: Refuses a text request too big for its backend slot (set by the node); None: no gate.
-    context_gate: ContextGate | None = None
-    #: KV slots kept across swaps (``models.slot_keep_count``): restored before a session's request.
-    kv_slots: SlotKeeper | None = None
+    context_gate: ContextGate | None = None  # refuses a text request too big for its backend slot; None: none
+    kv_slots: SlotKeeper | None = None  # KV slots kept across swaps: restored before a session's request
     queued: dict[str, int] = attrs.field(init=False, factory=dict)
     #: Set when the node drains: nothing new starts, waiting requests are refused (503).
     draining: bool = attrs.field(init=False, default=False)
