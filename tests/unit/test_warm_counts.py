@@ -31,9 +31,12 @@ def test_warm_counts_sum_each_models_swap_tallies_over_lanes_and_add_its_kv_slot
 
 def test_replica_choice_counts_split_hits_misses_choices_by_load_and_bound_moves_per_replica() -> None:
     got = replica_choice_counts(
-        [(("chat", "sa", "affinity", "affinity_hit"), 12.0), (("chat", "sa", "affinity", "affinity_new"), 2.0),
-         (("chat", "sa", "affinity", "affinity_moved"), 1.0), (("chat", "sb", "affinity", "affinity_gone"), 1.0),
-         (("chat", "sb", "affinity", "tie_rotation"), 4.0), (("code", "sa", "least_loaded", "least_loaded"), 5.0)],
+        [(("chat", "sa", "affinity", "affinity_hit"), 12.0),
+         (("chat", "sa", "affinity", "affinity_new"), 2.0),
+         (("chat", "sa", "affinity", "affinity_moved"), 1.0),
+         (("chat", "sb", "affinity", "affinity_gone"), 1.0),
+         (("chat", "sb", "affinity", "tie_rotation"), 4.0),
+         (("code", "sa", "least_loaded", "least_loaded"), 5.0)],
         [(("chat", "sb"), 1.0)])
     assert got == [
         {"public_id": "chat", "node_id": "sa", "affinity_hits": 12, "affinity_misses": 3, "least_loaded": 0,
