@@ -2,10 +2,13 @@
 A master with ``routing.replica_choice: affinity`` over two replicas of ``chat`` (its own and
 ``slave-a``'s) shows each replica's affinity hits and misses after a few sessions; a standalone node
 whose one llama-server is shared by three models with ``scheduling.swap_batch`` shows the switch its
-order avoided on the model it kept loaded.  Before, the page showed none of it."""
+order avoided on the model it kept loaded; a node on real llama-server with ``models.slot_keep_count``
+shows the KV slot it saved before a swap and restored after, with their sizes.  Before, the page showed
+none of it."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,8 @@ import pytest_twisted
 
 from tests.browser.webui import Browser, browsing, running_site
 from tests.integration.nodes import FAST_TEXT, plan_cluster, post, sim_model, start_standalone, write_models
+from tests.integration.real_backends import RealServers, TinyModels
+from tests.integration.test_real_kv_slots import interrupted, start, warm
 from tests.integration.test_swap_batch_flow import MODELS, WEIGHTS, send_trace, swap_config
 
 pytestmark = pytest.mark.slow
@@ -78,3 +83,24 @@ async def test_the_models_page_shows_the_switches_the_swap_order_avoided(tmp_pat
             assert not b.css('.model-card[data-public-id="bravo"] td.warm')
 
         await b.do(models_page, b)
+
+
+@pytest.mark.real
+@pytest_twisted.ensureDeferred
+async def test_the_models_page_shows_the_kv_slots_kept_across_a_swap(
+        tmp_path: Path, real_servers: RealServers, tiny_models: TinyModels) -> None:
+    node = await start(tmp_path, real_servers, tiny_models, keep=4)
+    node_id = node.node.node_id
+    async with browsing(node) as b:
+        await interrupted(node)  # chat's slot saved before the swap to other, restored after
+        counts = (await warm(node))["chat"]
+        assert (counts["kv_slots_saved"], counts["kv_slots_restored"]) == (1, 1)
+
+        def models_page(b: Browser) -> str:
+            b.open("models")
+            return b.wait_text(f'.model-card[data-public-id="chat"] tr[data-node-id="{node_id}"] td.warm',
+                               "slots 1 saved (")
+
+        said = await b.do(models_page, b)
+        size = r"\d+(\.\d)? (B|KB|MB|GB)"
+        assert re.fullmatch(rf"slots 1 saved \({size}\) / 1 restored \({size}\)", said), said
