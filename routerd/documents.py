@@ -162,10 +162,63 @@ def node_telemetry(sent: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def state(node_id: str, now_ms: int, runtimes: Iterable[SlotStatus], active: Iterable[ActiveRequest],
-          held: list[dict[str, Any]]) -> dict[str, Any]:
-    """``/router/v1/node/state``: runtimes, requests in a backend and requests the router holds."""
+          held: list[dict[str, Any]], warm: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
+    """``/router/v1/node/state``: runtimes, requests in a backend, requests the router holds and what
+    kept each model warm (:func:`warm_counts`)."""
     return {"node_id": node_id, "runtimes": [s.to_json() for s in runtimes],
-            "active_requests": [a.to_json(now_ms) for a in active], "held_requests": held}
+            "active_requests": [a.to_json(now_ms) for a in active], "held_requests": held,
+            "warm": warm or {}}
+
+
+#: The counts of one model in a node state's ``warm`` (each starts at 0).
+WARM_FIELDS = ("swap_batch_served", "swaps_avoided", "kv_slots_saved", "kv_slots_restored", "kv_bytes_saved",
+               "kv_bytes_restored")
+
+
+def warm_counts(swaps: Iterable[tuple[str, str, int, int]],
+                kv_slots: Iterable[tuple[str, str, int, int, int, int, int]]) -> dict[str, dict[str, int]]:
+    """Per local model ID, since start: requests served ahead of a switch and switches avoided (the
+    swap-avoiding order's tallies, per lane: summed) and KV slots saved and restored with their bytes
+    (the slot keeper's rows): the tallies ``/metrics`` reads, as a node state's ``warm``.  Only models
+    with a tally are listed."""
+    out: dict[str, dict[str, int]] = {}
+
+    def add(model: str, **counts: int) -> None:
+        entry = out.setdefault(model, dict.fromkeys(WARM_FIELDS, 0))
+        for name, value in counts.items():
+            entry[name] += value
+
+    for _lane, model, served, avoided in swaps:
+        add(model, swap_batch_served=served, swaps_avoided=avoided)
+    for _runtime, model, saved, restored, saved_bytes, restored_bytes, _failed in kv_slots:
+        add(model, kv_slots_saved=saved, kv_slots_restored=restored, kv_bytes_saved=saved_bytes,
+            kv_bytes_restored=restored_bytes)
+    return out
+
+
+#: ``replica_choice`` reasons that count as an affinity miss (``affinity_hit`` is the hit).
+_AFFINITY_MISSES = frozenset({"affinity_new", "affinity_gone", "affinity_moved"})
+
+
+def replica_choice_counts(choices: Iterable[tuple[tuple[str, ...], float]],
+                          moves: Iterable[tuple[tuple[str, ...], float]]) -> list[dict[str, Any]]:
+    """Per replica (public ID, node), since start: the master's affinity hits and misses, choices by
+    load (``least_loaded`` or ``tie_rotation``, in either mode) and session keys moved off it by the
+    load bound; from the ``routerd_replica_choices`` children (model, node, mode, reason) and the
+    ``routerd_replica_bound_moves`` children (model, node) with their values."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def entry(model: str, node: str) -> dict[str, Any]:
+        return out.setdefault((model, node), {"public_id": model, "node_id": node, "affinity_hits": 0,
+                                              "affinity_misses": 0, "least_loaded": 0, "bound_moves": 0})
+
+    for (model, node, _mode, reason), value in choices:
+        field = ("affinity_hits" if reason == "affinity_hit" else
+                 "affinity_misses" if reason in _AFFINITY_MISSES else "least_loaded")
+        entry(model, node)[field] += int(value)
+    for (model, node), value in moves:
+        entry(model, node)["bound_moves"] += int(value)
+    return [out[key] for key in sorted(out)]
 
 
 def runtime_status(node_id: str, backend_mode: str, runtimes: Sequence[SlotStatus], stt_config: str,

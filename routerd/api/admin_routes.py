@@ -97,6 +97,7 @@ class AdminAPI(NodeServices):
         document = documents.inventory(self.site.node_id, self.documents.public_url, registry.nodes(),
                                        self.documents.records(), role=self.site.role,
                                        telemetry=self.documents.own_telemetry())
+        document["replica_choices"] = self.documents.replica_choices()
         if self.recipes is not None:
             document["recipes"] = [r.to_json() for r in self.recipes.book.recipes()]
         return json_response(request, document)

@@ -23,7 +23,7 @@ from routerd.inference.recipes import RecipeRouter, merge_listing
 from routerd.inference.samples import Measurements
 from routerd.lending.coordinator import Coordinator
 from routerd.lending.service import LendingService
-from routerd.metrics import NodeMetrics
+from routerd.metrics import KvSlotRows, NodeMetrics
 from routerd.routing.adapters.ollama import ListedModel
 from routerd.telemetry.collector import Telemetry
 from routerd.wire.records import ModelRecord, Snapshot, snapshot_to_json
@@ -48,12 +48,15 @@ class NodeDocuments:
                  assets: AssetService, local: LocalInference, lending: LendingService,
                  samples: Measurements, own_busy: Callable[[], bool], master: MasterAgent | None,
                  recipes: RecipeRouter | None, telemetry: Telemetry,
-                 benchmark: Callable[[str], dict[str, Any] | None] = lambda _model: None) -> None:
+                 benchmark: Callable[[str], dict[str, Any] | None] = lambda _model: None,
+                 metrics: NodeMetrics | None = None, kv_slots: KvSlotRows | None = None) -> None:
         self.node_id, self.public_url, self.clock, self.started_at = node_id, public_url, clock, started_at
         self.config, self.catalog, self.runtimes, self.assets = config, catalog, runtimes, assets
         self.local, self.lending, self.samples, self.own_busy = local, lending, samples, own_busy
         self.master, self.recipes, self.telemetry = master, recipes, telemetry
         self.benchmark = benchmark  # a model's latest benchmark result (inference.bench), or None
+        self.metrics = metrics  # the master's replica choice counters (``replica_choices``)
+        self.kv_slots = kv_slots  # the KV slot keeper's rows, when it keeps slots
 
     def local_records(self) -> list[ModelRecord]:
         records = self.assets.annotate(documents.local_records(self.catalog(), self.node_id, self.public_url,
@@ -97,7 +100,22 @@ class NodeDocuments:
 
     def state_document(self) -> dict[str, Any]:
         return documents.state(self.node_id, int(self.clock.seconds() * 1000), self.runtimes.status(),
-                               self.local.active.values(), self.lending.held_requests())
+                               self.local.active.values(), self.lending.held_requests(),
+                               documents.warm_counts(self.swap_tallies(),
+                                                     self.kv_slots() if self.kv_slots is not None else ()))
+
+    def swap_tallies(self) -> list[tuple[str, str, int, int]]:
+        """(lane, model kept loaded, served ahead, switches avoided) of each lane queue's swap order."""
+        return [(lane, model, *tally) for lane, queue in self.lending.queues.items()
+                for model, tally in queue.swap.tally.items()]
+
+    def replica_choices(self) -> list[dict[str, Any]]:
+        """The master's replica choice counts per (public ID, node): those ``/metrics`` shows."""
+        if self.metrics is None:
+            return []
+        return documents.replica_choice_counts(
+            ((labels, child.value) for labels, child in self.metrics.replica_choices.children.items()),
+            ((labels, child.value) for labels, child in self.metrics.replica_bound_moves.children.items()))
 
     def runtime_status(self) -> RuntimeStatus:
         # borrowed work does not count as busy (spec "Probes")
@@ -113,8 +131,7 @@ class NodeDocuments:
         metrics.watch_lending(
             lambda: documents.lease_sides(self.lending.live_lease_lanes(), coordinator),
             lambda: [(h["lane"], h["state"]) for h in self.lending.held_requests()])
-        metrics.watch_swaps(lambda: [(lane, model, *tally) for lane, queue in self.lending.queues.items()
-                                     for model, tally in queue.swap.tally.items()])
+        metrics.watch_swaps(self.swap_tallies)
         metrics.watch_node(lambda: documents.runtime_views(self.runtimes.slots()),
                            tuple(s.value for s in SlotState),
                            lambda: documents.node_health(self.node_id, self.master))

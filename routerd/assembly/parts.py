@@ -280,7 +280,8 @@ def build_services(p: NodeParts, *, on_catalog: Callable[[Catalog], Awaitable[No
         node_id=p.node_id, public_url=p.public_url, clock=reactor, started_at=p.started_at,
         config=p.current_config.get, catalog=catalog, runtimes=p.runtimes, assets=p.assets, local=p.local,
         lending=p.lending, samples=p.samples, own_busy=p.own_work.busy, master=p.master, recipes=p.recipes,
-        telemetry=p.telemetry, benchmark=p.bench.book.latest)
+        telemetry=p.telemetry, benchmark=p.bench.book.latest, metrics=p.metrics,
+        kv_slots=p.kv_slots.rows if p.kv_slots is not None else None)
     docs = p.documents
     p.local_records, p.records, p.listing = docs.local_records, docs.records, docs.listing
     p.image_listing, p.snapshot, p.snapshot_wire = docs.image_listing, docs.snapshot, docs.snapshot_wire

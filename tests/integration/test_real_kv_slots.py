@@ -53,6 +53,16 @@ def sample(text: str, line_start: str) -> float:
     return float(value)
 
 
+BYTES = 'routerd_kv_slot_bytes_total{{direction="{}",model="chat",runtime="text"}}'
+
+
+async def warm(node: RunningNode) -> dict[str, Any]:
+    """The node's ``warm`` counts (its ``/state``, as the site API answers it: the Models page)."""
+    response = await treq.get(node.url + "/router/v1/site/nodes/state?node_id=" + node.node.node_id)
+    assert response.code == 200
+    return dict((await response.json())["warm"])
+
+
 async def start(root: Path, servers: RealServers, tiny: TinyModels, keep: int) -> RunningNode:
     root.mkdir(parents=True, exist_ok=True)
     other = str(write_tiny_llama(root / "tiny-f16.gguf", f16=True))
@@ -77,11 +87,13 @@ async def interrupted(node: RunningNode) -> tuple[dict[str, Any], dict[str, Any]
 async def test_a_conversation_interrupted_by_a_swap_resumes_from_its_kept_slot_and_not_without(
         tmp_path: Path, real_servers: RealServers, tiny_models: TinyModels) -> None:
     """With slots kept the second turn after the swap finds its whole first turn cached (restored from the
-    file saved before the stop: counted in /metrics); without, it pays the whole prefix again."""
+    file saved before the stop: counted in /metrics and in the node state's ``warm``, the same
+    numbers); without, it pays the whole prefix again."""
     kept = await start(tmp_path / "kept", real_servers, tiny_models, keep=4)
     try:
         first, second = await interrupted(kept)
         text = await metrics(kept)
+        counts = await warm(kept)
     finally:
         await kept.stop()
     prefix = first["usage"]["prompt_tokens"]
@@ -90,6 +102,10 @@ async def test_a_conversation_interrupted_by_a_swap_resumes_from_its_kept_slot_a
     assert sample(text, 'routerd_kv_slots_saved_total{model="chat",runtime="text"}') == 1
     assert sample(text, 'routerd_kv_slots_restored_total{model="chat",runtime="text"}') == 1
     assert sample(text, 'routerd_kv_slot_bytes_total{direction="restored",model="chat",runtime="text"}') > 0
+    assert counts["chat"] == {
+        "swap_batch_served": 0, "swaps_avoided": 0, "kv_slots_saved": 1, "kv_slots_restored": 1,
+        "kv_bytes_saved": sample(text, BYTES.format("saved")),
+        "kv_bytes_restored": sample(text, BYTES.format("restored"))}
 
     plain = await start(tmp_path / "plain", real_servers, tiny_models, keep=0)
     try:

@@ -39,30 +39,41 @@ async def _metrics(node: RunningNode) -> dict[tuple[str, tuple[tuple[str, str], 
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
+def swap_config(swap_batch: int) -> dict[str, Any]:
+    """The node's config sections: ``scheduling.swap_batch`` and one request in the backend at a time."""
+    return {"scheduling": {"swap_batch": swap_batch}, "cluster": {"scheduling_backend_depth": 1}}
+
+
+async def send_trace(node: RunningNode) -> list[str]:
+    """Warm alpha, then send ``alpha bravo alpha alpha charlie`` in that order while the first runs;
+    the models in the order their answers ended."""
+    assert (await _chat(node, "alpha", 1))[0] == 200  # alpha loaded
+    queue = node.node.lending.queues["text"]
+    sent = []
+    for n, model in enumerate(("alpha", "bravo", "alpha", "alpha", "charlie")):
+        sent.append((model, defer.Deferred.fromCoroutine(_chat(node, model, 400 if n == 0 else 60))))
+        # each waits in the router queue (the first runs) before the next is sent: arrival order
+        await wait_until(lambda n=n: len(queue.admitted()) + len(queue.pending()) == n + 1)
+    ended = []
+    for model, d in sent:
+        code, at = await d
+        assert code == 200
+        ended.append((at, model))
+    return [model for _, model in sorted(ended)]
+
+
 async def _trace(root: Path, swap_batch: int) -> tuple[float, dict[str, Any], list[str]]:
     """Loads (ok) after warming alpha and sending the trace; the /metrics samples; the models in the
     order their answers ended."""
-    node = await start_standalone(root, MODELS, WEIGHTS, extra={
-        "scheduling": {"swap_batch": swap_batch}, "cluster": {"scheduling_backend_depth": 1}})
+    node = await start_standalone(root, MODELS, WEIGHTS, extra=swap_config(swap_batch))
     try:
-        assert (await _chat(node, "alpha", 1))[0] == 200  # alpha loaded
-        queue = node.node.lending.queues["text"]
-        sent = []
-        for n, model in enumerate(("alpha", "bravo", "alpha", "alpha", "charlie")):
-            sent.append((model, defer.Deferred.fromCoroutine(_chat(node, model, 400 if n == 0 else 60))))
-            # each waits in the router queue (the first runs) before the next is sent: arrival order
-            await wait_until(lambda n=n: len(queue.admitted()) + len(queue.pending()) == n + 1)
-        ended = []
-        for model, d in sent:
-            code, at = await d
-            assert code == 200
-            ended.append((at, model))
+        order = await send_trace(node)
         got = await _metrics(node)
     finally:
         await node.stop()
     loads = sum(v for (name, labels), v in got.items()
                 if name == "routerd_model_loads_total" and dict(labels).get("status") == "ok")
-    return loads, got, [model for _, model in sorted(ended)]
+    return loads, got, order
 
 
 @pytest_twisted.ensureDeferred

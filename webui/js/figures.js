@@ -14,6 +14,16 @@ export function count(value) {
   return Number.isInteger(n) ? String(n) : n.toFixed(1);
 }
 
+/** A size in bytes: B, KB, MB or GB (powers of 1000). */
+export function bytes(value) {
+  if (value === null || value === undefined) return "–";
+  const n = Number(value);
+  for (const [unit, size] of [["GB", 1e9], ["MB", 1e6], ["KB", 1e3]]) {
+    if (n >= size) return (n / size).toFixed(n >= 10 * size ? 0 : 1) + " " + unit;
+  }
+  return `${n} B`;
+}
+
 export function millis(value) {
   if (value === null || value === undefined) return "–";
   return value >= 1000 ? (value / 1000).toFixed(2) + " s" : Math.round(value) + " ms";

@@ -1,11 +1,12 @@
 // Models page: the merged inventory by public ID, with each replica's node, local ID, weights
-// (same as the first replica's or different), loaded state and load/unload actions; then the
-// split recipes (site recipes: one public model made of components on several nodes), listed,
+// (same as the first replica's or different), loaded state, load/unload actions and what kept it
+// warm since its node started (the master's affinity hits and misses, keys moved by the load bound,
+// choices by load; the node's switches avoided and KV slots kept); then the split recipes (site recipes: one public model made of components on several nodes), listed,
 // created from the models of the cluster (one component per lane) and deleted.
 
 import { del, get, post, query } from "./api.js";
 import { badge, h, replace, table } from "./dom.js";
-import { optional } from "./figures.js";
+import { bytes, optional } from "./figures.js";
 import { act, confirm, refreshNow, showError } from "./shell.js";
 
 const CAPS = ["llm", "multimodal", "embeddings", "image", "stt", "tts"];
@@ -48,6 +49,38 @@ function busyModels(states) {
   return busy;
 }
 
+// What kept each replica warm, from the same tallies /metrics reads: the master's replica choices
+// (site inventory replica_choices, by public ID and node) and each node's swap order and kept KV
+// slots (its /state warm, by local ID).  Only counts above 0 are said.
+function warmth(inventory, states) {
+  const choices = new Map();
+  for (const c of inventory.replica_choices || []) choices.set(`${c.public_id}/${c.node_id}`, c);
+  const warm = new Map();
+  for (const state of (states && states.states) || []) {
+    for (const [localId, w] of Object.entries(state.warm || {})) warm.set(`${state.node_id}/${localId}`, w);
+  }
+  return (record) => warmWords(choices.get(`${record.public_id}/${record.node_id}`) || {},
+    warm.get(`${record.node_id}/${record.local_id}`) || {});
+}
+
+function warmWords(c, w) {
+  const n = (v) => Number(v || 0);
+  const words = [];
+  if (n(c.affinity_hits) + n(c.affinity_misses) > 0) {
+    words.push(`affinity ${n(c.affinity_hits)} hit / ${n(c.affinity_misses)} miss`);
+  }
+  if (n(c.bound_moves) > 0) words.push(`${n(c.bound_moves)} moved by the load bound`);
+  if (n(c.least_loaded) > 0) words.push(`${n(c.least_loaded)} by load`);
+  if (n(w.swaps_avoided) + n(w.swap_batch_served) > 0) {
+    words.push(`${n(w.swaps_avoided)} swaps avoided (${n(w.swap_batch_served)} served first)`);
+  }
+  if (n(w.kv_slots_saved) + n(w.kv_slots_restored) > 0) {
+    words.push(`slots ${n(w.kv_slots_saved)} saved (${bytes(n(w.kv_bytes_saved))}) / ` +
+      `${n(w.kv_slots_restored)} restored (${bytes(n(w.kv_bytes_restored))})`);
+  }
+  return words;
+}
+
 function group(models) {
   const groups = new Map();
   for (const record of models) {
@@ -65,9 +98,11 @@ function caps(record) {
   return words.map((w) => badge(w, "cap"));
 }
 
-function modelCard(publicId, replicas, busy) {
+function modelCard(publicId, replicas, busy, warmOf) {
   const reference = replicas[0].model_hash;
-  const rows = replicas.map((r) => {
+  const warm = replicas.map(warmOf);
+  const showWarm = warm.some((words) => words.length > 0); // the column only where something was kept warm
+  const rows = replicas.map((r, i) => {
     const same = r.model_hash === reference;
     const doing = busy.get(`${r.node_id}/${r.local_id}`);
     return h("tr", { dataset: { nodeId: r.node_id, localId: r.local_id } },
@@ -86,11 +121,13 @@ function modelCard(publicId, replicas, busy) {
         ? h("button", { type: "button", className: "unload", disabled: Boolean(doing),
           onclick: (e) => loadOrUnload("unload", r, e.currentTarget) }, "Unload")
         : h("button", { type: "button", className: "load", disabled: r.disabled || !r.available || Boolean(doing),
-          onclick: (e) => loadOrUnload("load", r, e.currentTarget) }, doing === "loading…" ? "Loading…" : "Load")));
+          onclick: (e) => loadOrUnload("load", r, e.currentTarget) }, doing === "loading…" ? "Loading…" : "Load")),
+      showWarm ? h("td", { className: "warm" }, warm[i].join(" · ")) : null);
   });
   return h("article", { className: "card model-card", dataset: { publicId, key: "model/" + publicId } },
     h("header", {}, h("h2", {}, publicId), caps(replicas[0])),
-    table(["node", "local ID", "weights", "public image ID", "state", ""], rows, { className: "replicas" }));
+    table(["node", "local ID", "weights", "public image ID", "state", "", ...(showWarm ? ["kept warm"] : [])], rows,
+      { className: "replicas" }));
 }
 
 // -- recipes -------------------------------------------------------------------------------------
@@ -215,5 +252,6 @@ export async function refresh(ctx) {
     return;
   }
   const busy = busyModels(states);
-  replace(ctx.body, groups.map(([id, replicas]) => modelCard(id, replicas, busy)));
+  const warmOf = warmth(inventory, states);
+  replace(ctx.body, groups.map(([id, replicas]) => modelCard(id, replicas, busy, warmOf)));
 }
