@@ -124,7 +124,3 @@ def require_method(method: str, allowed: str, path: str, reply: Reply) -> None:
 def require_post(method: str, path: str, reply: Reply) -> None:
     """:func:`require_method` for POST, what most lean routes answer."""
     require_method(method, "POST", path, reply)
-
-
-def master_only() -> HTTPError:
-    return HTTPError(404, "site routes are served by the master only", "not_found", "not_found")
