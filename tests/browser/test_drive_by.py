@@ -13,11 +13,11 @@ from typing import Any
 import attrs
 import pytest
 import pytest_twisted
-from twisted.internet import reactor, threads
+from twisted.internet import reactor
 from twisted.logger import globalLogPublisher
 from twisted.web import server, static
 
-from tests.browser.webui import Browser, browser_missing, start_chromium
+from tests.browser.webui import Browser, browsing
 from tests.integration.nodes import FAST_TEXT, RunningNode, free_port, node_config, start_node, write_models
 
 pytestmark = pytest.mark.slow
@@ -50,9 +50,6 @@ class Scene:
 
 @pytest_twisted.async_yield_fixture
 async def scene(tmp_path: Path) -> AsyncIterator[Scene]:
-    missing = browser_missing()
-    if missing:
-        pytest.fail(missing)  # CI installs them (README test command); never skipped
     write_models(tmp_path, {"chat": {"model": "../weights/chat.sim.json"}},
                  {"chat": FAST_TEXT, "ok": FAST_TEXT})
     node = await start_node(node_config(tmp_path, {
@@ -71,17 +68,14 @@ async def scene(tmp_path: Path) -> AsyncIterator[Scene]:
             seen.append((str(event.get("path")), int(event.get("status", 0))))
 
     globalLogPublisher.addObserver(observe)
-    driver = await threads.deferToThread(start_chromium)
-    # localhost, not 127.0.0.1: another site, as a page on the web would be
-    running = Scene(node, Browser(driver, node.url), f"http://localhost:{evil.getHost().port}/index.html",
-                    tmp_path / "models", seen)
     try:
-        yield running
+        async with browsing(node) as browser:  # the browser quits and the node stops on the way out
+            # localhost, not 127.0.0.1: another site, as a page on the web would be
+            yield Scene(node, browser, f"http://localhost:{evil.getHost().port}/index.html",
+                        tmp_path / "models", seen)
     finally:
         globalLogPublisher.removeObserver(observe)
-        await running.browser.do(driver.quit)
         await evil.stopListening()
-        await node.stop()
 
 
 def visit_the_evil_page(b: Browser, url: str) -> None:
