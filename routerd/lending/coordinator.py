@@ -291,7 +291,8 @@ class Coordinator(MultiService):
         out = Outbound(url=helper.node_url.rstrip("/") + INFERENCE_PREFIX + relay.path, body=body,
                        content_type=call.content_type, request_id=call.request_id,
                        headers=(*borrowed_headers(borrowed), *record_headers(call)),
-                       rewrite_to=rewrite_to, returns_raise=returns_raise, on_answer=answering)
+                       rewrite_to=rewrite_to, returns_raise=returns_raise, on_answer=answering,
+                       trace=call.trace)
         reply.set_header(b"x-routerd-lent-to", lent_to)
         try:
             _code, result = await self.stall.send(out_to, self.forwarder.send(reply, out))
