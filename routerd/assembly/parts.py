@@ -169,10 +169,11 @@ def build_tracer(settings: TracingConfig, node_id: str) -> Tracer:
     """The node's tracer: the OpenTelemetry SDK's when ``tracing.enabled``, else the no-op."""
     if not settings.enabled:
         return NO_TRACER
-    from routerd.tracing.otel import OtelTracer
+    from routerd.tracing.otel import OtelTracer, otlp_provider
 
-    return OtelTracer(endpoint=settings.endpoint, service_name=settings.service_name, node_id=node_id,
-                      sampling_ratio=settings.sampling_ratio, headers=dict(settings.headers))
+    return OtelTracer(otlp_provider(endpoint=settings.endpoint, service_name=settings.service_name,
+                                    node_id=node_id, sampling_ratio=settings.sampling_ratio,
+                                    headers=dict(settings.headers)))
 
 
 def build_common(p: NodeParts, config: Config, reactor: Any, *, clients: NodeClients, launcher: Any,

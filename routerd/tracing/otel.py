@@ -59,19 +59,25 @@ class OtelSpan:
         return tuple((name.encode("latin-1"), value.encode("latin-1")) for name, value in carrier.items())
 
 
-class OtelTracer:
-    """A :class:`~routerd.tracing.Tracer` with its own SDK provider (the global one is left alone)."""
+def otlp_provider(*, endpoint: str, service_name: str, node_id: str, sampling_ratio: float,
+                  headers: Mapping[str, str]) -> TracerProvider:
+    """The node's own SDK provider (the global one is left alone): a new trace is kept with
+    ``sampling_ratio``, a caller's follows its ``traceparent``; ended spans are batched to OTLP/HTTP."""
+    resource = Resource.create({"service.name": service_name, "service.instance.id": node_id})
+    provider = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(sampling_ratio)))
+    exporter = OTLPSpanExporter(endpoint=endpoint, headers=dict(headers), timeout=EXPORT_TIMEOUT)
+    provider.add_span_processor(BatchSpanProcessor(
+        exporter, max_queue_size=MAX_QUEUE, max_export_batch_size=MAX_BATCH,
+        schedule_delay_millis=SCHEDULE_DELAY_MS, export_timeout_millis=int(EXPORT_TIMEOUT * 1000)))
+    return provider
 
-    def __init__(self, *, endpoint: str, service_name: str, node_id: str, sampling_ratio: float,
-                 headers: Mapping[str, str]) -> None:
-        resource = Resource.create({"service.name": service_name, "service.instance.id": node_id})
-        sampler = ParentBased(TraceIdRatioBased(sampling_ratio))
-        self.provider = TracerProvider(resource=resource, sampler=sampler)
-        exporter = OTLPSpanExporter(endpoint=endpoint, headers=dict(headers), timeout=EXPORT_TIMEOUT)
-        self.provider.add_span_processor(BatchSpanProcessor(
-            exporter, max_queue_size=MAX_QUEUE, max_export_batch_size=MAX_BATCH,
-            schedule_delay_millis=SCHEDULE_DELAY_MS, export_timeout_millis=int(EXPORT_TIMEOUT * 1000)))
-        self.tracer = self.provider.get_tracer("routerd")
+
+class OtelTracer:
+    """A :class:`~routerd.tracing.Tracer` over an SDK provider (:func:`otlp_provider`'s)."""
+
+    def __init__(self, provider: TracerProvider) -> None:
+        self.provider = provider
+        self.tracer = provider.get_tracer("routerd")
 
     def request(self, name: str, traceparent: str, attributes: Attributes | None = None) -> Span:
         context = _PROPAGATOR.extract({TRACEPARENT: traceparent}) if traceparent else None
