@@ -27,7 +27,7 @@ from twisted.web.iweb import IRequest
 from twisted.web.server import Site
 
 from tests.integration.lending_support import JOB, LENDING, Trio, chat, start_trio, text_models, warm_and_link
-from tests.integration.nodes import TOKEN, wait_until
+from tests.integration.nodes import TOKEN, free_port, start_standalone, wait_until
 
 KEY = "sk-tracing-test-key-0123456789"
 COLLECTOR_SECRET = "collector-secret-value"
@@ -200,3 +200,20 @@ async def test_a_lent_request_is_one_trace_across_master_owner_relay_and_helper(
     for secret in (KEY, TOKEN, COLLECTOR_SECRET, "Bearer"):
         assert secret not in everything
     assert receiver.auth == {COLLECTOR_SECRET.encode()}, "the configured headers go with each export"
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_dead_collector_never_fails_or_holds_a_request(tmp_path: Path) -> None:
+    """Nothing listens at the endpoint: every request is answered as without tracing (the spans wait
+    in the SDK's bounded queue, exported off the request path, and are dropped)."""
+    dead = f"http://127.0.0.1:{free_port()}/v1/traces"
+    models, weights = {"alpha": {"model": "../weights/alpha.sim.json", "contextsize": 4096}}, {"alpha": JOB}
+    node = await start_standalone(tmp_path, models, weights, {"tracing": {"enabled": True, "endpoint": dead}})
+    try:
+        responses = await defer.gatherResults(
+            [defer.Deferred.fromCoroutine(_chat(node.url, _traceparent()[0])) for _ in range(20)])
+        assert [r.code for r in responses] == [200] * 20
+        for response in responses:
+            assert json.loads(await response.content())["model"] == "alpha"
+    finally:
+        await node.stop()
