@@ -43,7 +43,7 @@ from routerd.routing.call import (
     request_class,
     sent_public_model,
 )
-from routerd.routing.choice import RoutingView, Steer, choose, needs_statuses
+from routerd.routing.choice import RoutingView, Steer, needs_statuses
 from routerd.routing.classify import Route, wants_stream
 from routerd.routing.forward import Forwarder
 from routerd.routing.guardians import GuardianSet
@@ -204,7 +204,7 @@ class InferenceFront:
     async def _scheduled(self, handling: Handling, call: Call, view: RoutingView) -> bytes:
         """A selector-less transcription on a master: the nodes' runtime statuses, then the choice."""
         assert self.master is not None
-        target = choose(call, view, await self.master.statuses())
+        target = traced_choice(call, view, await self.master.statuses())
         if target.label != "-":
             call.public_model = target.label
         return handling.routed(await self.runner.serve(call, target, None), target.label)

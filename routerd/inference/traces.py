@@ -4,12 +4,15 @@ calls these only when tracing is on (a call's span is otherwise the no-op)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from routerd.inference.ending import Handling
 from routerd.lending.offload import Borrowed
 from routerd.routing.call import Call, Incoming
 from routerd.routing.choice import Forward, Guardian, Local, Refuse, RoutingView, Target, choose
 from routerd.routing.classify import Route
 from routerd.tracing import NO_SPAN, TRACEPARENT, Span, Tracer
+from routerd.wire.status import RuntimeStatus
 
 #: The span names (contract §2 "Tracing" table).
 REQUEST_SPAN = "routerd.request"
@@ -21,7 +24,7 @@ def request_span(tracer: Tracer, incoming: Incoming, route: Route, request_id: s
     """The span of one request this node got, a child of the caller's ``traceparent`` if it sent one."""
     span = tracer.request(REQUEST_SPAN, incoming.header(TRACEPARENT), {
         "routerd.node_id": node_id, "routerd.request_id": request_id, "routerd.route": route.kind,
-        "http.request.method": "POST", "url.path": incoming.path})
+        "url.path": incoming.path})
     if incoming.key_name:
         span.set("routerd.key_name", incoming.key_name)  # the key's name, never the key
     if borrowed is not None:
@@ -52,14 +55,15 @@ def end_request_span(handling: Handling, now: float) -> None:
         span.end("refused before routing")
 
 
-def traced_choice(call: Call, view: RoutingView) -> Target:
+def traced_choice(call: Call, view: RoutingView,
+                  statuses: Mapping[str, RuntimeStatus] | None = None) -> Target:
     """:func:`~routerd.routing.choice.choose`, inside a span that says what it chose and why."""
     trace = call.trace
     if trace is NO_SPAN:
-        return choose(call, view)
+        return choose(call, view, statuses)
     span = trace.child(CHOICE_SPAN)
     try:
-        target = choose(call, view)
+        target = choose(call, view, statuses)
     except Exception as exc:
         span.end(str(exc))
         raise
