@@ -51,8 +51,9 @@ def end_request_span(handling: Handling, now: float) -> None:
         if call.serving_since is not None and call.outcome.status == "ok":
             span.set("routerd.measured_s", max(0.0, now - call.serving_since))
         span.end("" if outcome.http_status < 500 else outcome.status)
-    else:
-        span.end("refused before routing")
+    else:  # refused before it was routed (its body or selector): the answer says why
+        span.set("routerd.status", "refused")
+        span.end()
 
 
 def traced_choice(call: Call, view: RoutingView,

@@ -74,3 +74,8 @@ class _NoTracer:
 
 NO_SPAN: Span = _NoSpan()
 NO_TRACER: Tracer = _NoTracer()
+
+
+def header_fields(span: Span) -> dict[str, str]:
+    """``span``'s trace-context headers as a request's header map (an in-process hand-over)."""
+    return {name.decode("latin-1"): value.decode("latin-1") for name, value in span.headers()}

@@ -27,7 +27,15 @@ from twisted.web.iweb import IRequest
 from twisted.web.server import Site
 
 from tests.integration.lending_support import JOB, LENDING, Trio, chat, start_trio, text_models, warm_and_link
-from tests.integration.nodes import TOKEN, free_port, start_standalone, wait_until
+from tests.integration.nodes import (
+    TOKEN,
+    free_port,
+    plan_cluster,
+    start_node,
+    start_standalone,
+    wait_until,
+    write_models,
+)
 
 KEY = "sk-tracing-test-key-0123456789"
 COLLECTOR_SECRET = "collector-secret-value"
@@ -217,3 +225,58 @@ async def test_a_dead_collector_never_fails_or_holds_a_request(tmp_path: Path) -
             assert json.loads(await response.content())["model"] == "alpha"
     finally:
         await node.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_when_the_master_is_the_helper_its_in_process_borrowed_request_stays_in_the_trace(
+        tmp_path: Path) -> None:
+    """The master relays a lent request to itself without HTTP: the borrowed request's span is still
+    the relay span's child, in the client's trace."""
+    receiver = Receiver()
+    tracing = {"tracing": {"enabled": True, "endpoint": receiver.start()}}
+    plan = plan_cluster(tmp_path, ["owner"])
+    write_models(plan.root / "master", {"gamma": {"model": "../weights/gamma.sim.json", "contextsize": 4096}},
+                 {"gamma": JOB})
+    write_models(plan.root / "owner", {"alpha": {"model": "../weights/alpha.sim.json", "contextsize": 4096}},
+                 {"alpha": JOB})
+    master = await start_node(plan.master_config(LENDING, sections=tracing))
+    owner = await start_node(plan.slave_config("owner", extra_cluster=LENDING, sections=tracing))
+    try:
+        registry = master.node.master.registry  # type: ignore[union-attr]
+        await wait_until(lambda: registry.node("owner") is not None)
+        for model in ("alpha", "gamma"):
+            for _ in range(3):
+                response = await treq.post(master.url + "/v1/chat/completions", json=chat(model))
+                assert response.code == 200
+                await response.content()
+        await owner.node._refit()
+        await master.node._refit()
+        response = await treq.post(master.url + "/router/v1/site/text-routing-groups", json={
+            "anchor": {"node_id": "owner", "model_id": "alpha"},
+            "lends_to": [{"node_id": "master", "model_id": "gamma"}],
+            "acknowledge_different_weights": True})
+        assert response.code == 200, await response.content()
+        await wait_until(lambda: owner.node.lending.queues["text"].is_owner("alpha"))
+        sent = [_traceparent() for _ in range(8)]
+        responses = await defer.gatherResults(
+            [defer.Deferred.fromCoroutine(_chat(master.url, parent)) for parent, _, _ in sent])
+        assert [r.code for r in responses] == [200] * 8
+        lent = [ids for ids, r in zip(sent, responses, strict=True)
+                if r.headers.getRawHeaders(b"x-routerd-lent-to") == [b"master/gamma"]]
+        assert lent, "some of the backlog went to the master"
+        _parent, trace_id, client_span = lent[0]
+        await wait_until(lambda: any(s.name == "routerd.backend_request" and s.node == "master"
+                                     for s in receiver.trace(trace_id)), timeout=15.0)
+        spans = receiver.trace(trace_id)
+        first = _one(spans, "master", "routerd.request", client_span)
+        o_request = _one(spans, "owner", "routerd.request", _one(spans, "master", "routerd.forward", first))
+        o_forward = _one(spans, "owner", "routerd.forward", _one(spans, "owner", "routerd.lend", o_request))
+        relay = _one(spans, "master", "routerd.relay", o_forward)
+        borrowed = _one(spans, "master", "routerd.request", relay)
+        assert borrowed.attributes["routerd.lent_from"] == "owner/alpha"
+        _one(spans, "master", "routerd.backend_request", borrowed)
+    finally:
+        await owner.stop()
+        await master.stop()
+        assert receiver.port is not None
+        await receiver.port.stopListening()
