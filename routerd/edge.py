@@ -66,7 +66,7 @@ def build_apis(node: Node) -> list[Any]:
         JobsAPI(node.jobs),
         NodeAPI(site=site, documents=node.documents, admin=node.admin),
         AssetsAPI(site=site, assets=assets),
-        OffloadAPI(coordinator=node.coordinator, lending=node.lending),
+        OffloadAPI(coordinator=node.coordinator, lending=node.lending, tracer=node.tracer),
         PushAPI(site=site, pushed=PushedState(node.lending, store=lambda: node.store)),
         DecisionsAPI(site=site, reports=reports),
         AnalyticsAPI(site=site, analytics=node.analytics),

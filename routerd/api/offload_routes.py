@@ -17,6 +17,7 @@ from routerd.api.jsonio import json_reply, json_response, parse_json_body
 from routerd.api.routes import Routes
 from routerd.errors import HTTPError
 from routerd.lending.coordinator import Coordinator
+from routerd.lending.lend_trace import relay_span
 from routerd.lending.offload import RelayRequest, offload_returned, relay_from_headers
 from routerd.lending.service import LendingService
 from routerd.paths import BORROWED_PATH, EVENT_PATH, GRANT_PATH, RELAY_PATH
@@ -25,15 +26,18 @@ from routerd.routing.classify import classify
 from routerd.routing.forward import CameBack
 from routerd.routing.selector import SelectorError, parse_json_object
 from routerd.site.service import not_master
+from routerd.tracing import NO_TRACER, TRACEPARENT, Tracer
 from routerd.wire.lending import LANES, TRIGGERS, Lease, from_json, to_json
 
 
 class OffloadAPI:
     routes = Routes()
 
-    def __init__(self, *, coordinator: Coordinator | None, lending: LendingService) -> None:
+    def __init__(self, *, coordinator: Coordinator | None, lending: LendingService,
+                 tracer: Tracer = NO_TRACER) -> None:
         self.coordinator = coordinator
         self.lending = lending
+        self.tracer = tracer
 
     @routes.lean(EVENT_PATH, methods=["POST"], auth="cluster")
     def event(self, method: str, path: str, facts: Incoming, reply: Reply) -> Deferred[bytes]:
@@ -95,11 +99,19 @@ class OffloadAPI:
                     started=time.time(), selector=None, query=facts.query, key_name=facts.key_name)
         # passed on to the helper, for its analytics row
         call.public_model = sent_public_model(facts.header(PUBLIC_MODEL_HEADER))
+        if self.tracer is not NO_TRACER:
+            call.trace = relay_span(self.tracer, facts.header(TRACEPARENT), relay, call.request_id)
         return ensureDeferred(self._relay(self.coordinator, reply, relay, call))
 
     @staticmethod
     async def _relay(coordinator: Coordinator, reply: Reply, relay: RelayRequest, call: Call) -> bytes:
         try:
-            return await coordinator.relay(reply, relay, call, rewrite_to=None, returns_raise=False)
+            answer = await coordinator.relay(reply, relay, call, rewrite_to=None, returns_raise=False)
         except CameBack as exc:
+            call.trace.end("returned")
             raise offload_returned(str(exc)) from None
+        except BaseException as exc:
+            call.trace.end(exc.__class__.__name__)
+            raise
+        call.trace.end()
+        return answer

@@ -36,7 +36,12 @@ def service_tree(p: NodeParts) -> OrderedServices:
         p.decisions.start(p.store)
 
     services = OrderedServices()  # type: ignore[no-untyped-call]
-    for child in (HookService("connection pool", on_stop=p.clients.close),
+    def stop_tracing() -> Any:
+        return p.run_in_thread(p.tracer.shutdown)  # its last export waits off the reactor thread
+
+    # the tracer stops last: every span has ended by then
+    for child in (HookService("tracing", on_stop=stop_tracing),
+                  HookService("connection pool", on_stop=p.clients.close),
                   HookService("router database", on_stop=store_closer(p)),
                   # analytics' buffered rows are written before the store closes
                   HookService("analytics", on_stop=p.analytics.flush),

@@ -44,7 +44,7 @@ from routerd.cluster.auth import AuthPolicy
 from routerd.cluster.master import MasterAgent
 from routerd.cluster.slave import RegistrationRefused, SlaveAgent
 from routerd.cluster.steering import ReplicaSteering
-from routerd.config.schema import Config
+from routerd.config.schema import Config, TracingConfig
 from routerd.inference.admin import ModelAdmin
 from routerd.inference.analytics import AnalyticsRecorder
 from routerd.inference.bench import BenchBook, BenchRunner
@@ -67,6 +67,7 @@ from routerd.routing.relay import Timeouts
 from routerd.services import IntervalService
 from routerd.store.store import Store
 from routerd.telemetry.collector import Telemetry
+from routerd.tracing import NO_TRACER, Tracer
 from routerd.wire.records import ModelRecord, Snapshot
 from routerd.wire.status import RuntimeStatus
 
@@ -124,6 +125,8 @@ class NodeParts:
     assets: AssetService
     jobs: VideoJobs
     front: InferenceFront
+    #: Request traces (``tracing`` section; the no-op when off).
+    tracer: Tracer
     _serve_borrowed: ServeBorrowed
     coordinator: Coordinator | None
     admin: ModelAdmin
@@ -162,6 +165,17 @@ def auth_policy(config: Config) -> AuthPolicy:
                             named_keys=auth.named_keys)
 
 
+def build_tracer(settings: TracingConfig, node_id: str) -> Tracer:
+    """The node's tracer: the OpenTelemetry SDK's when ``tracing.enabled``, else the no-op."""
+    if not settings.enabled:
+        return NO_TRACER
+    from routerd.tracing.otel import OtelTracer, otlp_provider
+
+    return OtelTracer(otlp_provider(endpoint=settings.endpoint, service_name=settings.service_name,
+                                    node_id=node_id, sampling_ratio=settings.sampling_ratio,
+                                    headers=dict(settings.headers)))
+
+
 def build_common(p: NodeParts, config: Config, reactor: Any, *, clients: NodeClients, launcher: Any,
                  port_allocator: Callable[[], int] | None,
                  open_store: Callable[[str], Awaitable[Store]] | None,
@@ -183,6 +197,7 @@ def build_common(p: NodeParts, config: Config, reactor: Any, *, clients: NodeCli
     p.started_at = reactor.seconds()
     p.phase = "starting"
     p.metrics = NodeMetrics()
+    p.tracer = build_tracer(config.tracing, p.node_id)
     p.analytics = AnalyticsRecorder(reactor, config.analytics, p.node_id, p.current_store.get)
     p._analytics_loop = IntervalService("analytics flush", p.analytics.tick, config.analytics.flush_interval,
                                         reactor)
@@ -260,7 +275,7 @@ def build_services(p: NodeParts, *, on_catalog: Callable[[Catalog], Awaitable[No
                              loaded_config=p.runtimes.loaded_config,
                              lending=p.lending, recipes=p.recipes, analytics=p.analytics,
                              limiter=KeyLimiter(p.keys.limits), max_form_parts=p.local_side.max_form_parts,
-                             steer=steering.steer if steering is not None else None)
+                             steer=steering.steer if steering is not None else None, tracer=p.tracer)
     p._serve_borrowed = borrowed_server(p.front)
     p.coordinator = None if p.master is None else master_coordinator(
         parts, p.lending, reactor, serve_borrowed=p._serve_borrowed,

@@ -36,6 +36,7 @@ from routerd.config.schema import (
     SchedulingConfig,
     ServerConfig,
 )
+from routerd.config.tracing import parse_tracing
 from routerd.families import DEFAULT_MODE, binary_sections, every_family, is_declared, modes_phrase
 from routerd.replica_modes import KEY_SOURCES, MODES
 
@@ -55,7 +56,7 @@ def _family_keys() -> dict[str, tuple[str, ...]]:
 def _sections() -> tuple[str, ...]:
     """Every section a config may have (the families' sections as the families declare them)."""
     return ("server", "auth", "models", "backend", *binary_sections(), "cluster", "limits", "queue",
-            "scheduling", "analytics", "routing")
+            "scheduling", "analytics", "routing", "tracing")
 
 
 class ConfigError(Exception):
@@ -263,6 +264,7 @@ def parse_config(
     reader.unknown(sch, "scheduling", ("swap_batch", "swap_max_wait"))
     analytics = _analytics(sections["analytics"], reader)
     routing = _routing(sections["routing"], reader)
+    tracing = parse_tracing(sections["tracing"], reader)
 
     if not _is_loopback_bind(server.bind) and not (auth.inference_keys or auth.admin_keys):
         errs.add("server.bind", f"{server.bind} is not a loopback address; configure auth.inference_keys "
@@ -273,7 +275,7 @@ def parse_config(
         raise ConfigError(errs.items)
     return Config(server=server, auth=auth, models=models, backend=backend, cluster=cluster,
                   limits=limits, queue=queue, scheduling=scheduling, analytics=analytics, routing=routing,
-                  source=source, **binaries)
+                  tracing=tracing, source=source, **binaries)
 
 
 def _routing(section: Mapping[str, Any], reader: Reader) -> RoutingConfig:

@@ -226,6 +226,20 @@ class AnalyticsConfig:
 
 
 @attrs.frozen
+class TracingConfig:
+    """Traces of every request (``routerd.tracing``); nothing is traced unless ``enabled``."""
+
+    enabled: bool = False
+    #: The collector's OTLP/HTTP traces URL (``…/v1/traces``).
+    endpoint: str = "http://127.0.0.1:4318/v1/traces"
+    service_name: str = "routerd"
+    #: The share of new traces kept (0 to 1); a trace a caller's ``traceparent`` samples is kept.
+    sampling_ratio: float = 1.0
+    #: Headers sent with each export (a collector's own credentials).
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@attrs.frozen
 class Config:
     server: ServerConfig = attrs.Factory(ServerConfig)
     auth: AuthConfig = attrs.Factory(AuthConfig)
@@ -242,4 +256,5 @@ class Config:
     scheduling: SchedulingConfig = attrs.Factory(SchedulingConfig)
     analytics: AnalyticsConfig = attrs.Factory(AnalyticsConfig)
     routing: RoutingConfig = attrs.Factory(RoutingConfig)
+    tracing: TracingConfig = attrs.Factory(TracingConfig)
     source: str = "<embedded default>"

@@ -22,6 +22,7 @@ from routerd.routing.classify import Route
 from routerd.routing.key_limits import KeyLimiter
 from routerd.routing.relay import StreamBroken
 from routerd.routing.upstream import upstream_gone
+from routerd.tracing import NO_SPAN, Span
 
 log = Logger(namespace="routerd.inference.front")
 
@@ -33,7 +34,7 @@ class Handling:
     the Deferred of what served it carries it)."""
 
     __slots__ = ("reply", "route", "request_id", "cluster_call", "in_flight", "started", "call",
-                 "limited", "timed", "model_label")
+                 "limited", "timed", "model_label", "trace")
 
     def __init__(self, reply: Reply, route: Route, request_id: str, cluster_call: bool,
                  in_flight: GaugeChild) -> None:
@@ -47,6 +48,7 @@ class Handling:
         self.limited = ""  # the key name the limiter counted this request against
         self.timed: FirstWrite | None = None
         self.model_label = "-"
+        self.trace: Span = NO_SPAN  # the request's span (routerd.inference.traces)
 
     def routed(self, answer: bytes, label: str) -> bytes:
         """A master's answer: the model label is the routed record's once it answered."""

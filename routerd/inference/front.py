@@ -28,6 +28,7 @@ from routerd.inference.memory import Trimmer
 from routerd.inference.recipes import RecipeRouter
 from routerd.inference.serving import TargetRunner
 from routerd.inference.timing import FirstWrite
+from routerd.inference.traces import end_request_span, request_span, traced_choice
 from routerd.lending.offload import Borrowed
 from routerd.lending.service import LendingService
 from routerd.metrics import NodeMetrics
@@ -42,13 +43,14 @@ from routerd.routing.call import (
     request_class,
     sent_public_model,
 )
-from routerd.routing.choice import RoutingView, Steer, choose, needs_statuses
+from routerd.routing.choice import RoutingView, Steer, needs_statuses
 from routerd.routing.classify import Route, wants_stream
 from routerd.routing.forward import Forwarder
 from routerd.routing.guardians import GuardianSet
 from routerd.routing.key_limits import KeyLimiter
 from routerd.routing.multipart import MAX_PARTS, MultipartError, TooManyParts
 from routerd.routing.selector import SelectorError, parse_json_object, select_model
+from routerd.tracing import NO_SPAN, NO_TRACER, Tracer
 
 log = Logger()
 
@@ -71,7 +73,9 @@ class InferenceFront:
                  forwarder: Forwarder | None = None, loaded_config: Callable[[Any], str | None],
                  lending: LendingService | None = None, recipes: RecipeRouter | None = None,
                  limiter: KeyLimiter | None = None, analytics: AnalyticsRecorder | None = None,
-                 max_form_parts: Callable[[], int] = lambda: MAX_PARTS, steer: Steer | None = None) -> None:
+                 max_form_parts: Callable[[], int] = lambda: MAX_PARTS, steer: Steer | None = None,
+                 tracer: Tracer = NO_TRACER) -> None:
+        self.tracer = tracer
         self.node_id = node_id
         self._node_header = node_id.encode()  # one copy, not one per request (held requests keep it)
         self.clock = clock
@@ -151,7 +155,10 @@ class InferenceFront:
         self.active_calls += 1
         self.trimmer.entered(self.active_calls)
         handling.started = self.clock.seconds()
+        tracer = self.tracer
         try:
+            if tracer is not NO_TRACER:
+                handling.trace = request_span(tracer, incoming, route, request_id, self.node_id, borrowed)
             answer = self._begin(handling, incoming, borrowed)
         except Exception:  # noqa: BLE001 - answered by the one end below
             answer = fail()
@@ -161,6 +168,7 @@ class InferenceFront:
         """The request's own part: its call, its target, and what serves it (its Deferred)."""
         reply, route = handling.reply, handling.route
         call = handling.call = self._call(incoming, reply, route, handling.request_id, handling.started)
+        call.trace = handling.trace
         if handling.cluster_call:
             _named_by_sender(call, incoming, borrowed)
         # The call holds what it needs of the request: the edge's header and query maps are not
@@ -177,7 +185,7 @@ class InferenceFront:
         call.restore_after_borrow = borrowed is not None and borrowed.restore
         view = self.own_view if handling.cluster_call else self.site_view
         if not view.routes:
-            target = choose(call, view)
+            target = traced_choice(call, view)
             handling.model_label = target.label
             if not call.public_model and target.label != "-":
                 call.public_model = target.label
@@ -187,7 +195,7 @@ class InferenceFront:
         if needs_statuses(call, view):
             return ensureDeferred(self._scheduled(handling, call, view))
         # a master labels the request with the record it routed to once that answered
-        target = choose(call, view)
+        target = traced_choice(call, view)
         if target.label != "-":
             call.public_model = target.label
         served = ensureDeferred(self.runner.serve(call, target, None))
@@ -196,7 +204,7 @@ class InferenceFront:
     async def _scheduled(self, handling: Handling, call: Call, view: RoutingView) -> bytes:
         """A selector-less transcription on a master: the nodes' runtime statuses, then the choice."""
         assert self.master is not None
-        target = choose(call, view, await self.master.statuses())
+        target = traced_choice(call, view, await self.master.statuses())
         if target.label != "-":
             call.public_model = target.label
         return handling.routed(await self.runner.serve(call, target, None), target.label)
@@ -206,6 +214,8 @@ class InferenceFront:
         try:
             return answer_outcome(handling, outcome)
         finally:
+            if handling.trace is not NO_SPAN:
+                end_request_span(handling, self.clock.seconds())
             self.active_calls -= 1
             self.trimmer.left(self.active_calls)
             self.books.close(handling)

@@ -29,6 +29,7 @@ from routerd.catalog.model import ModelConfig
 from routerd.clients.backend_headers import content_type_headers
 from routerd.counts import count_down
 from routerd.errors import HTTPError, StatusError, draining, queue_full
+from routerd.inference.backend_trace import backend_call, loading
 from routerd.inference.context_gate import ContextGate
 from routerd.inference.video import VideoJobs
 from routerd.lending.offload import OFFLOAD_RETURNED, offload_returned
@@ -113,8 +114,7 @@ class LocalInference:
 
     async def serve(self, call: Call, model: ModelConfig, public_id: str) -> bytes:
         """Serve ``call`` with ``model``; returns the final bytes (the caller finishes the request).
-        Its ``x-routerd-node`` is the front's, set on every request it handles: no forward that
-        came back (409) or image refusal before this wrote a header of another node."""
+        Its ``x-routerd-node`` is the front's (no returned forward nor refused image wrote another's)."""
         taken = False  # a video job the backend accepted: its end gives the runtime back (_job_ended)
         try:
             try:
@@ -135,7 +135,7 @@ class LocalInference:
                 if self.on_acquire is not None:
                     self.on_acquire(call, model)
                 held = self.runtimes.loaded_config(call.route.runtime)
-                lease = await self._lease_for(call, model)
+                lease = await loading(call.trace, self._lease_for(call, model), model, held)
                 entry.state = "running"
                 waiting = False
                 count_down(self.queued, model.local_id)
@@ -156,7 +156,8 @@ class LocalInference:
                             running.addCallback(self._job_ended, call, model, lease)
                         return answer
                     try:
-                        return await self._proxy(call, lease.base_url, plan, public_id, load_ns)
+                        proxied = self._proxy(call, lease.base_url, plan, public_id, load_ns)
+                        return await backend_call(call.trace, proxied)
                     except ConnectionRefusedError:
                         if not await outlived(lease, self.clock):
                             raise
@@ -348,8 +349,7 @@ class LocalInference:
         return True
 
     def _load_ns(self, kind: Any, model: ModelConfig) -> int:
-        """The load of ``model`` a request that found another config (or none) loaded waited for:
-        its slot's last load time, in nanoseconds (Ollama's ``load_duration``)."""
+        """The load of ``model`` a request that found another config loaded waited for (ns)."""
         for status in self.runtimes.status():
             if status.kind == kind and status.model_id == model.local_id and status.last_load_ms:
                 return int(status.last_load_ms) * 1_000_000

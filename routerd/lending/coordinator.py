@@ -37,6 +37,7 @@ from routerd.routing.forward import CameBack, Forwarder, Outbound, Unreachable, 
 from routerd.routing.guardians import GuardianSet
 from routerd.routing.selector import replace_model
 from routerd.services import IntervalService
+from routerd.tracing import header_fields
 from routerd.wire.lending import LANES, Endpoint, Lane, Lease, Trigger, lane_model_id, to_json
 from routerd.wire.records import text_ineligibility
 
@@ -281,7 +282,7 @@ class Coordinator(MultiService):
             incoming = Incoming(path=relay.path, body=body, content_type=call.content_type,
                                 query=call.query, key_name=call.key_name,
                                 headers={"x-routerd-request-id": call.request_id,
-                                         PUBLIC_MODEL_HEADER: call.public_model})
+                                         PUBLIC_MODEL_HEADER: call.public_model, **header_fields(call.trace)})
             return await self.stall.send(out_to, _awaited(self.serve_borrowed(reply, incoming, borrowed)))
         helper = self.master.registry.node(lease.helper_node_id)
         if helper is None or not helper.node_url:
@@ -291,7 +292,8 @@ class Coordinator(MultiService):
         out = Outbound(url=helper.node_url.rstrip("/") + INFERENCE_PREFIX + relay.path, body=body,
                        content_type=call.content_type, request_id=call.request_id,
                        headers=(*borrowed_headers(borrowed), *record_headers(call)),
-                       rewrite_to=rewrite_to, returns_raise=returns_raise, on_answer=answering)
+                       rewrite_to=rewrite_to, returns_raise=returns_raise, on_answer=answering,
+                       trace=call.trace)
         reply.set_header(b"x-routerd-lent-to", lent_to)
         try:
             _code, result = await self.stall.send(out_to, self.forwarder.send(reply, out))

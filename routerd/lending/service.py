@@ -31,6 +31,7 @@ from routerd.lending.arrival import WorkHints, entry_image, images_for_new_owner
 from routerd.lending.decisions import DecisionLog
 from routerd.lending.events import EventReports, HeldLease
 from routerd.lending.helper_side import HelperSide, SharedLanes, own_lane
+from routerd.lending.lend_trace import lent, queue_span
 from routerd.lending.links import LinkSet
 from routerd.lending.offload import Borrowed, Returned, offload_returned
 from routerd.lending.queue import Effects, LaneQueue
@@ -258,6 +259,7 @@ class LendingService:
 
     def run_ticket(self, held: WaitingRequest[Any], ticket: Ticket) -> Deferred[bytes | None]:
         """What a held request does once woken (``WaitingRequest``'s steward)."""
+        queue_span(held.call, ticket.kind, ticket.reason)
         if ticket.kind in ("returned", "refused"):
             if ticket.kind == "returned":
                 self.rows.helper("borrowed_returned", held.lane, held.call.request_id, ticket.reason)
@@ -320,7 +322,7 @@ class LendingService:
             assert ticket.lease is not None
             call.lent_to = f"{ticket.lease.helper_node_id}/{ticket.lease.helper_model_id}"
             try:
-                result = await self.lent_calls.lend(self.transport, call, ticket.lease, model_id)
+                result = await lent(self.lent_calls.lend, self.transport, call, ticket.lease, model_id)
             except Returned as exc:
                 call.lent_to = ""  # back here: it is served (or lent again) like any other
                 log.info("lent request {request_id} came back: {reason}", request_id=rid, reason=str(exc))

@@ -132,7 +132,7 @@ class ViaMaster:
                        content_type=call.content_type, request_id=call.request_id,
                        headers=(*relay_headers(relay), *record_headers(call)),
                        rewrite_to=call.selector or model_id, returns_raise=True,
-                       on_answer=answering)
+                       on_answer=answering, trace=call.trace)
         try:
             _code, result = await self.forwarder.send(call.reply, out)
         except (CameBack, Unreachable) as exc:

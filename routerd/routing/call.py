@@ -17,6 +17,7 @@ import attrs
 from routerd.config.keys import DEFAULT_CLASS, PRIORITY_CLASSES, PriorityClass, PriorityError, requested_class
 from routerd.errors import HTTPError
 from routerd.routing.classify import Route
+from routerd.tracing import NO_SPAN, Span
 
 #: What a master tells the node it forwards a request to: the name and class of the key that
 #: admitted it (read only on the cluster's paths, where the cluster token vouches for them).
@@ -138,6 +139,7 @@ class Call:
     forwarded_to: str = ""  # the node the master forwarded it to (that node records it)
     lent_to: str = ""  # "helper_node/helper_model" when this owner lent it away
     guardian: bool = False  # a guardian model answered it
+    trace: Span = NO_SPAN  # its span on this node (routerd.tracing; the no-op when tracing is off)
 
 
 @attrs.define

@@ -42,9 +42,12 @@ from routerd.routing.relay import (
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
 from routerd.routing.selector import replace_model
 from routerd.routing.work import usage_of_answer
+from routerd.tracing import NO_SPAN, Span
 from routerd.urls import AllowList
 from routerd.wire.records import ModelRecord
 
+#: The span of a request sent to another node (contract §2 "Tracing").
+FORWARD_SPAN = "routerd.forward"
 _PASSED_HEADERS = (b"x-routerd-node", b"x-routerd-lent-to", b"x-routerd-guardian", b"cache-control",
                    b"x-content-type-options")
 _STREAMING_TYPES = ("text/event-stream", "application/x-ndjson", "application/ndjson")
@@ -81,6 +84,8 @@ class Outbound:
     #: Called with the answer's content type and its last bytes (a stream's tail, or the whole body)
     #: once it ended: where its usage report is.
     on_end: Callable[[str, bytes], None] | None = attrs.field(default=None, eq=False)
+    #: The span of the request it is sent for: the send is its child, and carries its trace context.
+    trace: Span = attrs.field(default=NO_SPAN, eq=False)
 
 
 class Forwarder:
@@ -99,6 +104,20 @@ class Forwarder:
         """
         if not self.allowed.permits(out.url):
             raise Unreachable(f"{out.url} is not an allowed cluster target")
+        if out.trace is NO_SPAN:
+            return await self._send(reply, out)
+        span = out.trace.child(FORWARD_SPAN, {"url.full": out.url, "routerd.request_id": out.request_id})
+        out = attrs.evolve(out, headers=(*out.headers, *span.headers()))
+        try:
+            code, last = await self._send(reply, out)
+        except BaseException as exc:
+            span.end(exc.__class__.__name__)
+            raise
+        span.set("http.response.status_code", code)
+        span.end("" if code < 500 else f"http_{code}")
+        return code, last
+
+    async def _send(self, reply: Reply, out: Outbound) -> tuple[int, bytes]:
         headers = Headers({
             b"authorization": [b"Bearer " + self.token.encode()],
             b"content-type": [out.content_type.encode() or b"application/json"],
@@ -180,7 +199,7 @@ class Forwarder:
         text = call.route.runtime == "text"
         ends: list[tuple[str, bytes]] = []
         out = Outbound(url=url, body=body, content_type=call.content_type, request_id=call.request_id,
-                       headers=key_headers(call), rewrite_to=None if stt else public_id,
+                       headers=key_headers(call), rewrite_to=None if stt else public_id, trace=call.trace,
                        rewrite_errors=call.route.runtime != "image",
                        image_refusal_raises=image_refusal_raises,
                        on_end=(lambda ctype, last: ends.append((ctype, last))) if text else None)

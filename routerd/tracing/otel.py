@@ -1,0 +1,88 @@
+"""The OpenTelemetry SDK behind :mod:`routerd.tracing`: spans exported over OTLP/HTTP.
+
+Export runs off the request path: the SDK's :class:`BatchSpanProcessor` buffers ended spans in a
+bounded queue (:data:`MAX_QUEUE` spans; past it new ones are dropped, so a dead collector costs
+bounded memory) and its own thread sends them, each export bounded by :data:`EXPORT_TIMEOUT`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from routerd.tracing import TRACEPARENT, Attributes, Span, Value
+
+#: Ended spans buffered for export at most (then new ones are dropped, counted by the SDK's log).
+MAX_QUEUE = 4096
+#: Spans per export request, how often the buffer is sent (ms), and an export's bound (s).
+MAX_BATCH = 512
+SCHEDULE_DELAY_MS = 1000
+EXPORT_TIMEOUT = 5.0
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+class OtelSpan:
+    """A :class:`~routerd.tracing.Span` over an SDK span (its parent passed explicitly)."""
+
+    __slots__ = ("_span", "_tracer")
+
+    def __init__(self, tracer: trace.Tracer, span: trace.Span) -> None:
+        self._tracer = tracer
+        self._span = span
+
+    def child(self, name: str, attributes: Attributes | None = None, start: float | None = None) -> Span:
+        context = trace.set_span_in_context(self._span)
+        started = None if start is None else int(start * 1e9)
+        return OtelSpan(self._tracer, self._tracer.start_span(name, context=context, attributes=attributes,
+                                                              start_time=started))
+
+    def set(self, key: str, value: Value) -> None:
+        self._span.set_attribute(key, value)
+
+    def end(self, error: str = "") -> None:
+        if error:
+            self._span.set_status(Status(StatusCode.ERROR, error))
+        self._span.end()
+
+    def headers(self) -> tuple[tuple[bytes, bytes], ...]:
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(self._span))
+        return tuple((name.encode("latin-1"), value.encode("latin-1")) for name, value in carrier.items())
+
+
+def otlp_provider(*, endpoint: str, service_name: str, node_id: str, sampling_ratio: float,
+                  headers: Mapping[str, str]) -> TracerProvider:
+    """The node's own SDK provider (the global one is left alone): a new trace is kept with
+    ``sampling_ratio``, a caller's follows its ``traceparent``; ended spans are batched to OTLP/HTTP."""
+    resource = Resource.create({"service.name": service_name, "service.instance.id": node_id})
+    provider = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(sampling_ratio)))
+    exporter = OTLPSpanExporter(endpoint=endpoint, headers=dict(headers), timeout=EXPORT_TIMEOUT)
+    provider.add_span_processor(BatchSpanProcessor(
+        exporter, max_queue_size=MAX_QUEUE, max_export_batch_size=MAX_BATCH,
+        schedule_delay_millis=SCHEDULE_DELAY_MS, export_timeout_millis=int(EXPORT_TIMEOUT * 1000)))
+    return provider
+
+
+class OtelTracer:
+    """A :class:`~routerd.tracing.Tracer` over an SDK provider (:func:`otlp_provider`'s)."""
+
+    def __init__(self, provider: TracerProvider) -> None:
+        self.provider = provider
+        self.tracer = provider.get_tracer("routerd")
+
+    def request(self, name: str, traceparent: str, attributes: Attributes | None = None) -> Span:
+        context = _PROPAGATOR.extract({TRACEPARENT: traceparent}) if traceparent else None
+        return OtelSpan(self.tracer, self.tracer.start_span(name, context=context, kind=SpanKind.SERVER,
+                                                            attributes=attributes))
+
+    def shutdown(self) -> None:
+        self.provider.shutdown()
