@@ -265,8 +265,10 @@ async def test_when_the_master_is_the_helper_its_in_process_borrowed_request_sta
                 if r.headers.getRawHeaders(b"x-routerd-lent-to") == [b"master/gamma"]]
         assert lent, "some of the backlog went to the master"
         _parent, trace_id, client_span = lent[0]
-        await wait_until(lambda: any(s.name == "routerd.backend_request" and s.node == "master"
-                                     for s in receiver.trace(trace_id)), timeout=15.0)
+        # each node's batch exporter sends on its own second: wait for every node's part of the trace
+        wanted = {("master", "routerd.backend_request"), ("master", "routerd.relay"),
+                  ("owner", "routerd.request"), ("owner", "routerd.forward"), ("owner", "routerd.lend")}
+        await wait_until(lambda: wanted <= {(s.node, s.name) for s in receiver.trace(trace_id)}, timeout=15.0)
         spans = receiver.trace(trace_id)
         first = _one(spans, "master", "routerd.request", client_span)
         o_request = _one(spans, "owner", "routerd.request", _one(spans, "master", "routerd.forward", first))
