@@ -24,6 +24,9 @@ DECLARED = Declared(
     sections={"text": "llama", "image": "sdcpp", "stt": "whispercpp"},
     simulators={"llama": "llama-server", "sdcpp": "sd-server", "whispercpp": "whisper-server"},
     refuses=frozenset({"kobold_generate_stream"}),
+    # llama-server (b11434) speaks Anthropic's Messages (and count_tokens), OpenAI's Responses and
+    # rerank itself (rerank only when started with --reranking: a config's extra_args)
+    passes_through=frozenset({"messages", "count_tokens", "responses", "rerank"}),
     video=True,
     kv_slots=True,
 )
