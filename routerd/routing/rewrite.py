@@ -5,7 +5,8 @@ with ``feed(chunk) -> bytes`` and ``flush() -> bytes``.  Only the **top-level** 
 a JSON object is ever changed (or, in an object without one, the ``model`` of its ``message`` or
 ``response`` object: the first event of an Anthropic Messages stream, the Responses API's events),
 and it is changed by splicing the new string literal over the old one, so every other byte (spacing,
-number formatting, key order, escapes) stays as it was.  When nothing needs rewriting the output is byte-identical to the input.
+number formatting, key order, escapes) stays as it was.  When nothing needs rewriting the output is
+byte-identical to the input.
 
 * JSON (``application/json``, ``*+json``): buffered up to a cap, rewritten on ``flush``; past the
   cap the body passes through unchanged (logged).  A non-JSON body passes through unchanged.
