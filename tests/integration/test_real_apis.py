@@ -2,8 +2,8 @@
 Anthropic's Messages (and token counting), OpenAI's Responses and rerank itself: routerd passes each through
 with the model rewritten both ways, counts its tokens from the API's own usage, and keeps no Responses state.
 
-One node serves the module: ``tiny`` (the tiny GGUF) and ``ranker`` (the same GGUF started with
-``--reranking`` from its config's ``extra_args``, as a rerank model is configured).
+One node serves the module: ``tiny`` (the tiny GGUF) and ``ranker`` (the same GGUF with ``"reranking": true``
+in its config: routerd starts it with ``--reranking``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ MESSAGE_EVENTS = ["message_start", "content_block_start", "content_block_delta",
 async def node(tmp_path_factory: pytest.TempPathFactory, real_servers: RealServers,
                tiny_models: TinyModels) -> AsyncIterator[RunningNode]:
     models = {"tiny": {"model": tiny_models.tiny, "contextsize": 512},
-              "ranker": {"model": tiny_models.tiny, "contextsize": 512, "extra_args": ["--reranking"]}}
+              "ranker": {"model": tiny_models.tiny, "contextsize": 512, "reranking": True}}
     running = await start_node(real_node_config(tmp_path_factory.mktemp("real-apis"), real_servers, models))
     yield running
     await running.stop()

@@ -10,6 +10,8 @@ import json
 import attrs
 import pytest
 
+from routerd.backends.families.llama_sdcpp import text_argv
+from routerd.catalog.kcpps import config_from_mapping
 from routerd.errors import HTTPError, Saturated, error_answer, style_for_path
 from routerd.families import every_family
 from routerd.routing.classify import classify
@@ -203,3 +205,21 @@ def test_routes_are_frozen_values() -> None:
     assert route is not None
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         route.kind = "chat"  # type: ignore[misc]
+
+
+# -- a rerank model's config -----------------------------------------------------------------------
+
+
+def test_a_config_with_reranking_true_starts_llama_server_with_reranking_once() -> None:
+    ranker = config_from_mapping({"model": "/m/rank.gguf", "reranking": True}, "/c/ranker.kcpps",
+                                 "llama_sdcpp")
+    plain = config_from_mapping({"model": "/m/rank.gguf"}, "/c/plain.kcpps", "llama_sdcpp")
+    flagged = config_from_mapping({"model": "/m/rank.gguf", "reranking": True, "extra_args": ["--rerank"]},
+                                  "/c/flagged.kcpps", "llama_sdcpp")
+    assert ranker.reranking and not plain.reranking
+    assert text_argv(["llama-server"], [], ranker, 9000).count("--reranking") == 1
+    assert "--reranking" not in text_argv(["llama-server"], [], plain, 9000)
+    # its own flag kept, not doubled
+    assert "--reranking" not in text_argv(["llama-server"], [], flagged, 9000)
+    with pytest.raises(ValueError, match="reranking must be true or false"):
+        config_from_mapping({"model": "/m/rank.gguf", "reranking": "yes"}, "/c/bad.kcpps", "llama_sdcpp")
