@@ -19,7 +19,8 @@ from twisted.internet.threads import deferToThread
 
 from tests.integration.nodes import FAST_TEXT, RunningNode, node_config, start_node, write_models
 
-MODELS = {"talker": {"model": "../weights/talker.sim.json", "contextsize": 4096}}
+MODELS = {"talker": {"model": "../weights/talker.sim.json", "contextsize": 4096},
+          "ranker": {"model": "../weights/talker.sim.json", "reranking": True}}
 WEIGHTS = {"talker": FAST_TEXT}
 #: Every event type of a Messages stream the anthropic SDK parses for a text answer.
 MESSAGE_EVENTS = ["message_start", "content_block_start", "content_block_delta", "content_block_stop",
@@ -156,3 +157,31 @@ async def test_a_keys_tokens_per_minute_counts_a_messages_streams_input_and_outp
         assert await deferToThread(run) == [4, "rate_limit_error", 4, 4], used
     finally:
         await keyed.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_analytics_rows_name_each_api_and_count_its_own_usage(node: RunningNode) -> None:
+    """A Messages stream, a Responses stream and a rerank each leave a request row of their own route kind,
+    with the tokens their API's usage reported (a rerank on a config with "reranking": true runs)."""
+    def run() -> tuple[Any, Any]:
+        with claude(node.url).messages.stream(model="talker", max_tokens=3, messages=ASK) as stream:
+            message = stream.get_final_message()
+        client = openai.OpenAI(base_url=node.url + "/v1", api_key="unused", max_retries=0)
+        events = list(client.responses.create(model="talker", input="Say hello", max_output_tokens=2,
+                                              stream=True))
+        return message.usage, events[-1].response.usage
+
+    messages_usage, responses_usage = await deferToThread(run)
+    ranked = await treq.post(node.url + "/v1/rerank", json={"model": "ranker", "query": "a",
+                                                            "documents": ["a b", "c"]})
+    assert ranked.code == 200
+    rerank_usage = (await ranked.json())["usage"]
+    recent = await (await treq.get(node.url + "/router/v1/site/analytics/recent?limit=3")).json()
+    rows = {row["route"]: row for row in recent["requests"]}
+    assert (rows["messages"]["prompt_tokens"], rows["messages"]["completion_tokens"]) == (
+        messages_usage.input_tokens, 3)
+    assert (rows["responses"]["prompt_tokens"], rows["responses"]["completion_tokens"]) == (
+        responses_usage.input_tokens, 2)
+    assert (rows["rerank"]["prompt_tokens"], rows["rerank"]["model"]) == (rerank_usage["prompt_tokens"],
+                                                                          "ranker")
+    assert all(row["lane"] == "text" and row["status"] == "ok" for row in rows.values())
