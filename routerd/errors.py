@@ -3,7 +3,9 @@
 Every layer raises :class:`StatusError` (or a subclass) for a failure a caller must see; every
 answer to one is built by :func:`error_answer` (status, headers, envelope), whichever edge or handler
 writes it.  OpenAI-style paths answer ``{"error": {"message", "type", "code"}}``; Ollama paths
-(``/api/*`` apart from Kobold's ``/api/v1`` and ``/api/extra``) answer ``{"error": "..."}``.
+(``/api/*`` apart from Kobold's ``/api/v1`` and ``/api/extra``) answer ``{"error": "..."}``; Anthropic's
+Messages API (``/v1/messages`` and under it) answers ``{"type": "error", "error": {"type", "message",
+"code"}}`` with Anthropic's error type for the status (:data:`ANTHROPIC_TYPES`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,16 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-ErrorStyle = Literal["openai", "ollama"]
+ErrorStyle = Literal["openai", "ollama", "anthropic"]
+
+#: The paths of Anthropic's Messages API (and every path under it): their errors are Anthropic's.
+ANTHROPIC_PATH = "/v1/messages"
+
+#: Anthropic's error ``type`` for an HTTP status (its API's documented set); any other status is an
+#: ``api_error`` (5xx) or an ``invalid_request_error`` (4xx).
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                   404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                   500: "api_error", 503: "overloaded_error", 529: "overloaded_error"}
 
 
 class StatusError(Exception):
@@ -67,15 +78,32 @@ def queue_full(public_id: str, depth: int, limit: int) -> Saturated:
                           "retry later", "queue_full")
 
 
+def is_anthropic_path(path: str) -> bool:
+    """Whether ``path`` (without its query) is Anthropic's Messages API: ``/v1/messages`` or under it."""
+    return path == ANTHROPIC_PATH or path.startswith(ANTHROPIC_PATH + "/")
+
+
 def style_for_path(path: str) -> ErrorStyle:
+    if is_anthropic_path(path.split("?", 1)[0]):
+        return "anthropic"
     if path.startswith("/api/") and not path.startswith(("/api/v1/", "/api/extra/")):
         return "ollama"
     return "openai"
 
 
-def error_body(style: ErrorStyle, message: str, type_: str, code: str) -> bytes:
+def anthropic_type(status: int) -> str:
+    """Anthropic's error ``type`` for ``status``."""
+    return ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+
+
+def error_body(style: ErrorStyle, message: str, type_: str, code: str, status: int = 400) -> bytes:
+    """The envelope of an error in ``style``; ``status`` chooses Anthropic's error type (routerd's own
+    ``code`` is kept beside it, for a client that reads it)."""
     if style == "ollama":
         return json.dumps({"error": message}).encode()
+    if style == "anthropic":
+        return json.dumps({"type": "error", "error": {"type": anthropic_type(status), "message": message,
+                                                      "code": code}}).encode()
     return json.dumps({"error": {"message": message, "type": type_, "code": code}}).encode()
 
 
@@ -87,7 +115,7 @@ def error_answer(err: StatusError, style: ErrorStyle) -> tuple[int, tuple[tuple[
     """The answer to ``err`` in the error family ``style``: its status, its headers (the JSON
     content type, and ``Retry-After`` when the error says when to retry) and its envelope.  The one
     place both HTTP edges and every handler take an error's answer from."""
-    body = error_body(style, err.message, err.type, err.code)
+    body = error_body(style, err.message, err.type, err.code, err.status)
     if err.retry_after is None:
         return err.status, (_JSON,), body
     return err.status, (_JSON, (b"Retry-After", str(err.retry_after).encode())), body

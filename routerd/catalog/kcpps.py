@@ -252,12 +252,13 @@ def _backend_mode(raw: Mapping[str, Any], default: str) -> str:
     return value
 
 
-def _embeddings_flag(raw: Mapping[str, Any]) -> bool:
-    value = raw.get("embeddings")
+def _flag(raw: Mapping[str, Any], key: str) -> bool:
+    """A true/false key (``embeddings``, ``reranking``); absent or null is false."""
+    value = raw.get(key)
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise _Invalid("embeddings must be true or false")
+        raise _Invalid(f"{key} must be true or false")
     return value
 
 
@@ -298,7 +299,7 @@ def _build(raw: Mapping[str, Any], path: str, default_backend_mode: str) -> Mode
     max_seqs = _int_value(settings.get("max_number_sequences"), "vllm.settings.max_number_sequences", 1)
     extra_args = _extra_args(raw.get("extra_args"))
     replica_choice = _replica_choice(raw.get("router_replica_choice"))
-    embeddings_flag = _embeddings_flag(raw)
+    embeddings_flag = _flag(raw, "embeddings")
 
     portable = {key: _portable(raw, key) for key in PORTABLE_KEYS}
     has = {key: portable[key] is not None for key in PORTABLE_KEYS}
@@ -354,6 +355,7 @@ def _build(raw: Mapping[str, Any], path: str, default_backend_mode: str) -> Mode
         vllm_max_model_length=max_len,
         vllm_max_sequences=max_seqs,
         extra_args=extra_args,
+        reranking=_flag(raw, "reranking"),
         replica_choice=replica_choice,
         image_id=_image_id(local_id, sd_raw, portable["sdmodel"]),
         options=options,

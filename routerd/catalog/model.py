@@ -68,6 +68,8 @@ class ModelConfig:
     vllm_max_model_length: int | None = None
     vllm_max_sequences: int | None = None
     extra_args: tuple[str, ...] = ()
+    #: ``"reranking": true``: llama-server starts with ``--reranking`` (serves ``/v1/rerank``).
+    reranking: bool = False
     #: ``router_replica_choice``: how a master picks among this model's replicas (None: the site's).
     replica_choice: Mode | None = None
     image_id: str | None = None

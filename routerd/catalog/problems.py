@@ -18,7 +18,7 @@ from routerd.catalog.weight_kinds import kind_problem
 #: Every ``.kcpps`` key routerd reads (contract §3).  koboldcpp writes many more, so an unknown key is
 #: only reported when it is a near miss of one of these.
 KCPPS_KEYS: tuple[str, ...] = tuple(sorted(PATH_KEYS | {
-    "backend_mode", "contextsize", "parallel", "vllm", "extra_args", "embeddings"}))
+    "backend_mode", "contextsize", "parallel", "vllm", "extra_args", "embeddings", "reranking"}))
 #: How close an unknown key must be to a read key to count as a misspelling of it.
 NEAR_MISS = 0.8
 

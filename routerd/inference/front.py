@@ -50,6 +50,7 @@ from routerd.routing.guardians import GuardianSet
 from routerd.routing.key_limits import KeyLimiter
 from routerd.routing.multipart import MAX_PARTS, MultipartError, TooManyParts
 from routerd.routing.selector import SelectorError, parse_json_object, select_model
+from routerd.routing.server_state import refuse_server_state
 from routerd.tracing import NO_SPAN, NO_TRACER, Tracer
 
 log = Logger()
@@ -238,6 +239,7 @@ class InferenceFront:
             raise HTTPError(400, str(exc)) from None
         if result.model is None and route.model_required:
             raise HTTPError(400, "model is required")
+        refuse_server_state(route, parsed)
         stream = wants_stream(route, parsed) if parsed is not None else False
         # a request held in a lending queue is shaped for memory there (lending.waiting)
         return Call(reply=reply, route=route, path=incoming.path, body=body, content_type=content_type,

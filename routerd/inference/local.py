@@ -401,11 +401,11 @@ class LocalInference:
             converter = make_rewriter(ctype, lambda _old: public_id)
             reply.set_header(b"content-type", ctype.encode())
             reply.set_header(b"cache-control", b"no-cache")
-        tail = await relay(response, reply, converter.feed, converter.flush, stream_idle(self.timeouts))
-        usage = work.usage_from_tail(tail)
-        if usage is not None:
+        counts = work.StreamCounts(converter.feed, head=call.route.kind == "messages")
+        tail = await relay(response, reply, counts.feed, converter.flush, stream_idle(self.timeouts))
+        if (usage := counts.usage(tail)) is not None:
             call.outcome.work = (float(usage[0]), float(usage[1]))
-            call.outcome.cached_tokens = work.cached_tokens(tail)
+            call.outcome.cached_tokens = work.cached_tokens(counts.seen)
         return b""
 
     def _convert(self, call: Call, plan: BackendPlan, public_id: str, code: int, ctype: str,

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import attrs
 
 from routerd.catalog.model import RuntimeKind
+from routerd.errors import ErrorStyle, is_anthropic_path
 from routerd.lanes import Lane
 
 RouteKind = Literal[
@@ -34,10 +35,13 @@ RouteKind = Literal[
     "kobold_tts",
     "kobold_music",
     "llama_completion",
+    "messages",
+    "count_tokens",
+    "responses",
+    "rerank",
 ]
 # Lending lanes (lending spec §2.3).  STT and TTS requests are never lent: lane ``None``.
-Family = Literal["openai", "ollama", "sdapi", "sdcpp", "kobold", "llama"]
-ErrorStyle = Literal["openai", "ollama"]
+Family = Literal["openai", "ollama", "sdapi", "sdcpp", "kobold", "llama", "anthropic"]
 
 
 @attrs.frozen
@@ -123,6 +127,16 @@ _ROUTES: Mapping[str, Route] = {
     "/api/extra/music/generate": _route("kobold_music", "text", None, "kobold"),
     # llama-server native
     "/completion": _route("llama_completion", "text", "text", "llama", streamable=True),
+    # The APIs a backend speaks itself (its family's ``passes_through``; refused by a family that does
+    # not): Anthropic's Messages and token counting, OpenAI's Responses, and rerank (embeddings-side
+    # work on the text runtime, like /v1/embeddings).
+    "/v1/messages": _route("messages", "text", "text", "anthropic", required=True, streamable=True,
+                           error_style="anthropic"),
+    "/v1/messages/count_tokens": _route("count_tokens", "text", "text", "anthropic", required=True,
+                                        error_style="anthropic"),
+    "/v1/responses": _route("responses", "text", "text", "openai", required=True, streamable=True),
+    "/v1/rerank": _route("rerank", "text", "text", "openai", required=True),
+    "/rerank": _route("rerank", "text", "text", "llama", required=True),
 }
 
 INFERENCE_PATHS: frozenset[str] = frozenset(_ROUTES)
@@ -158,11 +172,14 @@ def allowed_methods(path: str) -> tuple[str, ...]:
 
 
 def error_style_for_path(path: str) -> ErrorStyle:
-    """Ollama error envelope (``{"error": "..."}``) for ``/api/*``; OpenAI style everywhere else.
+    """Ollama error envelope (``{"error": "..."}``) for ``/api/*``; Anthropic's for ``/v1/messages`` and
+    under it; OpenAI style everywhere else.
 
     ``/api/v1/*`` and ``/api/extra/*`` are Kobold's API and use the OpenAI style.
     """
     p = normalize_path(path)
+    if is_anthropic_path(p):
+        return "anthropic"
     if p == "/api" or p.startswith("/api/"):
         for kobold in ("/api/v1", "/api/extra"):
             if p == kobold or p.startswith(kobold + "/"):

@@ -41,7 +41,7 @@ from routerd.routing.relay import (
 )
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
 from routerd.routing.selector import replace_model
-from routerd.routing.work import usage_of_answer
+from routerd.routing.work import StreamCounts, usage_of_answer
 from routerd.tracing import NO_SPAN, Span
 from routerd.urls import AllowList
 from routerd.wire.records import ModelRecord
@@ -86,6 +86,9 @@ class Outbound:
     on_end: Callable[[str, bytes], None] | None = attrs.field(default=None, eq=False)
     #: The span of the request it is sent for: the send is its child, and carries its trace context.
     trace: Span = attrs.field(default=NO_SPAN, eq=False)
+    #: A stream's first bytes are passed to ``on_end`` too (Anthropic's Messages: its input tokens are
+    #: in the first event, :class:`~routerd.routing.work.StreamCounts`).
+    keep_head: bool = False
 
 
 class Forwarder:
@@ -157,11 +160,13 @@ class Forwarder:
             if rewrite:
                 public = out.rewrite_to
                 converter = make_rewriter(ctype, lambda _old: public)
-                tail = await relay(response, reply, converter.feed, converter.flush, idle)
+                counts = StreamCounts(converter.feed, head=out.keep_head)
+                tail = await relay(response, reply, counts.feed, converter.flush, idle)
             else:
-                tail = await relay(response, reply, _same, _nothing, idle)
+                counts = StreamCounts(_same, head=out.keep_head)
+                tail = await relay(response, reply, counts.feed, _nothing, idle)
             if out.on_end is not None:
-                out.on_end(ctype, tail)
+                out.on_end(ctype, counts.ends(tail))
             return code, b""
         return self._whole(reply, response, code, ctype, await collect(response, idle), out)
 
@@ -201,7 +206,7 @@ class Forwarder:
         out = Outbound(url=url, body=body, content_type=call.content_type, request_id=call.request_id,
                        headers=key_headers(call), rewrite_to=None if stt else public_id, trace=call.trace,
                        rewrite_errors=call.route.runtime != "image",
-                       image_refusal_raises=image_refusal_raises,
+                       image_refusal_raises=image_refusal_raises, keep_head=call.route.kind == "messages",
                        on_end=(lambda ctype, last: ends.append((ctype, last))) if text else None)
         try:
             code, result = await self.send(call.reply, out)

@@ -13,6 +13,10 @@ the translations below serve the rest.
   pass through with the model rewritten to the local ID.
 * ``vllm``: OpenAI routes pass through (speech and transcription included); Kobold and
   llama-server native routes are 501 ``unsupported_backend``.
+
+Anthropic's Messages and token counting, OpenAI's Responses and rerank (:data:`NATIVE_APIS`) pass
+through to a family whose program speaks them (llama-server); any other family refuses them (501
+``unsupported_backend``): routerd does not translate them to chat completions.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ SECTIONS: Mapping[str, str] = {
     "image": "image", "sd_txt2img": "image", "sd_img2img": "image",
     "stt": "stt", "kobold_transcribe": "stt", "tts": "tts", "kobold_tts": "tts",
     "kobold_music": "music", "sd_vid_gen": "video",
+    # the APIs a backend speaks itself run on the model's text runtime and count as text work
+    "messages": "llm", "count_tokens": "llm", "responses": "llm", "rerank": "llm",
 }
 
 # Which capability a route needs from the model it names.
@@ -47,6 +53,11 @@ NEEDS: Mapping[str, str] = {
     "llm": "llm", "embeddings": "embeddings", "image": "image", "stt": "stt", "tts": "tts",
     "music": "music", "video": "image",
 }
+
+
+#: The route kinds of the APIs a backend serves itself, never translated: a family passes them through
+#: or refuses them.
+NATIVE_APIS = frozenset({"messages", "count_tokens", "responses", "rerank"})
 
 
 @attrs.frozen

@@ -2,9 +2,11 @@
 
 Works incrementally on a streamed body: ``make_rewriter(content_type, mapping)`` gives an object
 with ``feed(chunk) -> bytes`` and ``flush() -> bytes``.  Only the **top-level** ``model`` string of
-a JSON object is ever changed, and it is changed by splicing the new string literal over the old
-one, so every other byte (spacing, number formatting, key order, escapes) stays as it was.  When
-nothing needs rewriting the output is byte-identical to the input.
+a JSON object is ever changed (or, in an object without one, the ``model`` of its ``message`` or
+``response`` object: the first event of an Anthropic Messages stream, the Responses API's events),
+and it is changed by splicing the new string literal over the old one, so every other byte (spacing,
+number formatting, key order, escapes) stays as it was.  When nothing needs rewriting the output is
+byte-identical to the input.
 
 * JSON (``application/json``, ``*+json``): buffered up to a cap, rewritten on ``flush``; past the
   cap the body passes through unchanged (logged).  A non-JSON body passes through unchanged.
@@ -168,10 +170,16 @@ def rewrite_json_model(body: bytes, mapping: ModelMapping) -> bytes:
         parsed = json_loads_text(text)
     except (ValueError, RecursionError):  # incl. UnicodeDecodeError, JSONDecodeError
         return body
-    if not isinstance(parsed, dict) or "model" not in parsed:
+    if not isinstance(parsed, dict):
+        return body
+    if "model" in parsed:
+        found = _top_level_model_strings(text)
+    elif any(isinstance(parsed.get(key), dict) for key in CARRIERS):
+        found = _carried_model_strings(text)
+    else:
         return body
     edits: list[tuple[int, int, str]] = []
-    for start, end, old in _top_level_model_strings(text):
+    for start, end, old in found:
         new = mapping(old)
         if new is not None and new != old:
             edits.append((start, end, json.dumps(new)))
@@ -199,6 +207,22 @@ def _left_alone(body: bytes, mapping: ModelMapping) -> bool:
         if new is not None and new != value:
             return False
     return True
+
+
+#: The members of a stream event that carry the whole answer, its ``model`` included: Anthropic's
+#: ``message_start`` (``message``) and the Responses API's ``response.*`` events (``response``).
+CARRIERS = ("message", "response")
+
+
+def _carried_model_strings(text: str) -> list[tuple[int, int, str]]:
+    """Span and value of the string ``model`` of each :data:`CARRIERS` object of the object ``text``."""
+    members, _ = object_members(text)
+    out: list[tuple[int, int, str]] = []
+    for member in members:
+        if member.key in CARRIERS:
+            out += [(m.start, m.end, m.value) for m in nested_members(text, member)
+                    if m.key == "model" and isinstance(m.value, str)]
+    return out
 
 
 # A JSON string, escapes included (the unrolled form: no per-character alternation).

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from routerd.routing.audio import audio_duration
@@ -66,15 +66,22 @@ def vector_count(body: Mapping[str, Any] | None) -> int:
 
 def usage_from_json(payload: Mapping[str, Any]) -> tuple[int, int] | None:
     """(prompt, output) tokens of one answer or stream event: OpenAI ``usage`` (nested details
-    such as ``prompt_tokens_details`` allowed), else llama-server ``timings`` (``cache_n`` +
-    ``prompt_n``, ``predicted_n``), else llama ``/completion``'s ``tokens_evaluated``/``tokens_predicted``.
+    such as ``prompt_tokens_details`` allowed), Anthropic's Messages or OpenAI's Responses ``usage``
+    (``input_tokens``, ``output_tokens``; at the top, or in a stream event's ``message`` or ``response``),
+    else llama-server ``timings`` (``cache_n`` + ``prompt_n``, ``predicted_n``), else llama
+    ``/completion``'s ``tokens_evaluated``/``tokens_predicted``.
 
     The prompt is counted whole, the tokens the backend's prompt cache served included: ``timings``'
-    ``prompt_n`` leaves them out, ``usage.prompt_tokens`` does not, and a request is priced by an
-    estimate of its whole prompt (``lending.pricing``), so every sample must count the same way."""
-    usage = payload.get("usage")
-    if isinstance(usage, dict):  # decoded JSON: its objects are dicts
+    ``prompt_n`` leaves them out, ``usage.prompt_tokens`` does not, Anthropic's ``input_tokens`` leaves
+    out ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` (added here), the Responses API's
+    does not, and a request is priced by an estimate of its whole prompt (``lending.pricing``), so every
+    sample must count the same way.  A Messages stream's ``message_delta`` that reports only
+    ``output_tokens`` gives None here (its input is in ``message_start``: :func:`usage_from_tail`)."""
+    usage = _usage_object(payload)
+    if usage is not None:
         found = _counts(usage.get("prompt_tokens"), usage.get("completion_tokens", 0))
+        if found is None:
+            found = _counts(_input_tokens(usage), usage.get("output_tokens", 0))
         if found is not None:
             return found
     timings = payload.get("timings")
@@ -86,6 +93,41 @@ def usage_from_json(payload: Mapping[str, Any]) -> tuple[int, int] | None:
     return _counts(payload.get("tokens_evaluated"), payload.get("tokens_predicted"))
 
 
+def _usage_object(payload: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``usage`` object of an answer, or of the ``message`` (Anthropic's ``message_start``) or
+    ``response`` (the Responses API's ``response.completed``) a stream event carries."""
+    usage = payload.get("usage")
+    if isinstance(usage, dict):  # decoded JSON: its objects are dicts
+        return usage
+    for key in ("message", "response"):
+        inner = payload.get(key)
+        if isinstance(inner, dict) and isinstance(inner.get("usage"), dict):
+            found: dict[str, Any] = inner["usage"]
+            return found
+    return None
+
+
+def _input_tokens(usage: Mapping[str, Any]) -> int | None:
+    """``input_tokens`` with Anthropic's cache counts added (absent in the Responses API's usage)."""
+    given = usage.get("input_tokens")
+    if type(given) is not int:
+        return None
+    for key in ("cache_read_input_tokens", "cache_creation_input_tokens"):
+        extra = usage.get(key)
+        if type(extra) is int and extra > 0:
+            given += extra
+    return given
+
+
+def _output_only(payload: Mapping[str, Any]) -> int | None:
+    """The ``output_tokens`` of a usage that reports no input (Anthropic's ``message_delta``), or None."""
+    usage = payload.get("usage")
+    if not isinstance(usage, dict) or "input_tokens" in usage or "prompt_tokens" in usage:
+        return None
+    output = usage.get("output_tokens")
+    return output if type(output) is int and output >= 0 else None
+
+
 def _counts(prompt: object, output: object) -> tuple[int, int] | None:
     # decoded JSON: a number is exactly int or float, true and false exactly bool
     if type(prompt) is int and type(output) is int and prompt >= 0 and output >= 0:
@@ -93,13 +135,14 @@ def _counts(prompt: object, output: object) -> tuple[int, int] | None:
     return None
 
 
-_CACHED = re.compile(rb'"(?:cached_tokens|cache_n)"\s*:\s*([0-9]{1,12})')
+_CACHED = re.compile(rb'"(?:cached_tokens|cache_n|cache_read_input_tokens)"\s*:\s*([0-9]{1,12})')
 
 
 def cached_tokens(data: bytes) -> int:
     """The prompt tokens the backend's cache served, as the last report in an answer's bytes (a
     JSON body or a stream's tail) names them: OpenAI ``usage.prompt_tokens_details.cached_tokens``
-    or llama-server's ``timings.cache_n``; 0 when it names none."""
+    (the Responses API's ``input_tokens_details.cached_tokens``), Anthropic's
+    ``cache_read_input_tokens`` or llama-server's ``timings.cache_n``; 0 when it names none."""
     found = _CACHED.findall(data)
     return int(found[-1]) if found else 0
 
@@ -144,6 +187,7 @@ def usage_of_answer(content_type: str, data: bytes) -> tuple[int, int] | None:
 
 
 def _usage_in(tail: bytes) -> tuple[int, int] | None:
+    output: int | None = None  # a later event's output count (Anthropic's message_delta)
     for event in reversed(parse_events(tail)):
         if event.name == "error" or '"' not in event.data:
             continue
@@ -154,8 +198,45 @@ def _usage_in(tail: bytes) -> tuple[int, int] | None:
         if isinstance(data, dict):
             found = usage_from_json(data)
             if found is not None:
-                return found
+                return found if output is None else (found[0], output)
+            if output is None:
+                output = _output_only(data)
     return None
+
+
+#: How many first bytes of an Anthropic Messages stream are kept: its ``message_start`` event, the one
+#: that reports the input tokens (its ``message_delta`` at the end reports the output only).
+HEAD_KEEP = 4096
+
+
+class StreamCounts:
+    """What a relayed stream's token counts are read from: the tail the relay keeps, and for a
+    Messages stream (``head``) its first :data:`HEAD_KEEP` bytes as well.  ``feed`` is the converter's
+    own feed when no head is kept (nothing added per chunk)."""
+
+    def __init__(self, feed: Callable[[bytes], bytes], *, head: bool) -> None:
+        self._feed = feed
+        self._head: list[bytes] = []
+        self._kept = 0
+        self.feed: Callable[[bytes], bytes] = self._keep if head else feed
+        #: The bytes the counts were read from (after :meth:`usage`).
+        self.seen = b""
+
+    def _keep(self, chunk: bytes) -> bytes:
+        if self._kept < HEAD_KEEP:
+            self._head.append(chunk)
+            self._kept += len(chunk)
+        return self._feed(chunk)
+
+    def ends(self, tail: bytes) -> bytes:
+        """The bytes the counts of the stream whose last bytes are ``tail`` are read from (also
+        :attr:`seen`): the head kept, a blank line, the tail; the tail alone when no head is kept."""
+        self.seen = b"".join(self._head)[:HEAD_KEEP] + b"\n\n" + tail if self._head else tail
+        return self.seen
+
+    def usage(self, tail: bytes) -> tuple[int, int] | None:
+        """Token counts of the stream whose last bytes are ``tail`` (:func:`usage_from_tail`)."""
+        return usage_from_tail(self.ends(tail))
 
 
 def request_work(route: Route, parsed: Mapping[str, Any] | None, body: bytes,

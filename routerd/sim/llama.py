@@ -1,4 +1,5 @@
-"""A stand-in for llama.cpp's ``llama-server`` (OpenAI-compatible and native routes)."""
+"""A stand-in for llama.cpp's ``llama-server`` (OpenAI-compatible and native routes); its app and program
+are :mod:`routerd.sim.llama_app`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import uuid
 from collections.abc import Callable
 
 import attrs
-from klein import Klein
 from twisted.web.server import Request
 
 from routerd.sim.flags import Flag, below_floor
@@ -26,10 +26,8 @@ from routerd.sim.llama_info import (
     usage_body,
 )
 from routerd.sim.outputs import embedding_vector, generate_tokens
-from routerd.sim.program import Family
 from routerd.sim.prompts import chat_prompt, embedding_inputs, prompt_text
-from routerd.sim.routes import build_family_app, openai_error_page, routes
-from routerd.sim.runtime import Handler, SimRuntime, WeightsServer
+from routerd.sim.runtime import SimRuntime, WeightsServer
 from routerd.sim.timing import count_tokens, requested_max_tokens, text_seconds
 from routerd.sim.tokens import Vocabulary, apply_template_body
 from routerd.sim.web import (
@@ -44,7 +42,7 @@ from routerd.sim.web import (
 )
 from routerd.sim.weights import Weights
 
-__all__ = ["FLAGS", "PROGRAM", "LlamaOptions", "build_app", "chat_prompt", "options_from_args"]
+__all__ = ["FLAGS", "LlamaOptions", "LlamaServer", "chat_prompt", "options_from_args", "validate_args"]
 
 FLAGS: tuple[Flag, ...] = (
     Flag(("--host",), "host", str, "127.0.0.1", "address to listen on", "HOST"),
@@ -61,6 +59,7 @@ FLAGS: tuple[Flag, ...] = (
          "do not load the multimodal projector (image input is refused, as llama-server does)"),
     Flag(("--embedding", "--embeddings"), "embedding", bool, False, "serve /v1/embeddings"),
     Flag(("-a", "--alias"), "alias", str, None, "model name shown to clients", "NAME"),
+    Flag(("--rerank", "--reranking"), "reranking", bool, False, "serve /v1/rerank and /rerank"),
 )
 
 FINGERPRINT = "routerd-sim"
@@ -80,6 +79,7 @@ class LlamaOptions:
     llama_rules: bool = False
     kv_unified: bool = False
     metrics: bool = False
+    reranking: bool = False
 
     @property
     def model_name(self) -> str:
@@ -100,7 +100,7 @@ def options_from_args(ns: argparse.Namespace) -> LlamaOptions:
     return LlamaOptions(
         model_path=ns.model, ctx_size=ns.ctx_size, parallel=ns.parallel,
         mmproj=None if ns.no_mmproj else ns.mmproj, embedding=ns.embedding, alias=ns.alias,
-        llama_rules=True, kv_unified=ns.kv_unified, metrics=ns.metrics,
+        llama_rules=True, kv_unified=ns.kv_unified, metrics=ns.metrics, reranking=ns.reranking,
     )
 
 
@@ -420,49 +420,3 @@ class LlamaServer(WeightsServer):
             "object": "list", "model": self._model(body), "data": data,
             "usage": {"prompt_tokens": total, "total_tokens": total},
         })
-
-
-def _loading(request: Request) -> bytes:
-    return send_json(request, 503, openai_error(503, "Loading model", "unavailable_error"))
-
-
-def build_app(runtime: SimRuntime, options: LlamaOptions) -> Klein:
-    server = LlamaServer(runtime, options)
-    gets: dict[str, Handler] = {
-        "/health": server.health, "/v1/health": server.health,
-        "/v1/models": server.models, "/models": server.models,
-        "/props": server.props, "/slots": server.slots, "/metrics": server.metrics,
-    }
-    posts: dict[str, Handler] = {
-        "/v1/chat/completions": server.chat_completions,
-        "/chat/completions": server.chat_completions,
-        "/v1/completions": server.completions,
-        "/completions": server.completion,  # llama-server's native answer, not the OpenAI one
-        "/completion": server.completion,
-        "/v1/embeddings": server.embeddings, "/embeddings": server.embeddings,
-        "/embedding": server.embedding,
-    }
-    tokenizer: dict[str, Handler] = {
-        "/tokenize": server.tokenize, "/detokenize": server.detokenize,
-        "/apply-template": server.apply_template,
-    }
-    table = [*routes("GET", gets, work=False), *routes("POST", posts, work=True),
-             *routes("POST", tokenizer, work=False)]
-    return build_family_app(runtime, table, loading_reply=_loading, error_body=openai_error_page,
-                            error_page=_not_found)
-
-
-def _not_found(request: Request, status: int, message: str) -> bytes:
-    """llama-server answers a known path asked with the wrong method as it does an unknown one: 404."""
-    return send_json(request, 404, openai_error_page(404, "File Not Found"))
-
-
-def _build(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:
-    return build_app(runtime, options_from_args(ns))
-
-
-def _slots(ns: argparse.Namespace) -> int:
-    return AUTO_SLOTS if ns.parallel == AUTO_PARALLEL else int(ns.parallel)
-
-
-PROGRAM = Family("llama-server", "text", FLAGS, _build, _slots, validate_args)

@@ -49,6 +49,9 @@ TRAIN_CONTEXT = 2048
 CHAT = {"messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 4}
 IMAGE_CHAT = {"messages": [{"role": "user", "content": [
     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}
+MESSAGES = {"messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 4}
+RESPONSES = {"input": "Say hello", "max_output_tokens": 4}
+RERANK = {"query": "tiny", "documents": ["a tiny model", "a large one"]}
 #: More tokens than a 256-token slot holds, by either server's count (the simulator counts words).
 LONG_PROMPT = " ".join(["tiny"] * 300)
 
@@ -98,6 +101,31 @@ LLAMA_BATTERY: list[Check] = [
     }),
     Check("health with v1", Probe("GET", "/v1/health")),
     Check("image without a projector", Probe("POST", "/v1/chat/completions", IMAGE_CHAT)),
+    # the APIs llama-server speaks itself (routed by routerd as they are: routerd.routing.plan)
+    Check("messages", Probe("POST", "/v1/messages", MESSAGES)),
+    Check("messages with a system prompt and blocks", Probe("POST", "/v1/messages", {
+        **MESSAGES, "system": "Be brief.", "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Say hello"}]}]})),
+    Check("messages stream", Probe("POST", "/v1/messages", {**MESSAGES, "stream": True})),
+    Check("messages without messages", Probe("POST", "/v1/messages", {"max_tokens": 4})),
+    Check("count tokens", Probe("POST", "/v1/messages/count_tokens", {"messages": MESSAGES["messages"]})),
+    Check("count tokens without messages", Probe("POST", "/v1/messages/count_tokens", {})),
+    Check("responses", Probe("POST", "/v1/responses", RESPONSES)),
+    Check("responses with items and instructions", Probe("POST", "/v1/responses", {
+        **RESPONSES, "instructions": "Be brief.",
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "Say hello"}]}]})),
+    Check("responses stream", Probe("POST", "/v1/responses", {**RESPONSES, "stream": True})),
+    Check("responses without input", Probe("POST", "/v1/responses", {"max_output_tokens": 4})),
+    Check("responses continuing a stored one", Probe("POST", "/v1/responses", {
+        **RESPONSES, "previous_response_id": "resp_1"})),
+    Check("rerank without --reranking", Probe("POST", "/v1/rerank", RERANK)),
+]
+
+#: The rerank routes of a llama-server started with ``--reranking`` (scores are the model's: values differ).
+RERANK_BATTERY: list[Check] = [
+    Check("rerank", Probe("POST", "/v1/rerank", RERANK)),
+    Check("rerank without v1", Probe("POST", "/rerank", RERANK)),
+    Check("rerank top_n", Probe("POST", "/v1/rerank", {**RERANK, "top_n": 1})),
 ]
 
 EMBEDDINGS_BATTERY: list[Check] = [
@@ -185,6 +213,15 @@ def embedder(real_servers: RealServers, tiny_models: TinyModels, weights: Path,
 
 
 @pytest.fixture(scope="module")
+def reranker(real_servers: RealServers, tiny_models: TinyModels, weights: Path,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Running, Running]]:
+    """Started as a model config with ``--reranking`` in its ``extra_args`` starts it."""
+    yield from _pair([real_servers.llama, "-m", tiny_models.tiny, "--reranking", *CONTEXT, "-t", "1"],
+                     [*SIM, "llama-server", "-m", str(weights / "tiny.sim.json"), "--reranking", *CONTEXT],
+                     tmp_path_factory.mktemp("rerank"))
+
+
+@pytest.fixture(scope="module")
 def whisper(real_servers: RealServers, tiny_models: TinyModels, weights: Path,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Running, Running]]:
     yield from _pair([real_servers.whisper, "-m", tiny_models.whisper, "-t", "1"],
@@ -203,6 +240,12 @@ def assert_conforms(check: Check, pair: tuple[Running, Running]) -> tuple[Answer
 def test_the_simulated_llama_server_answers_each_request_as_the_real_one(
         check: Check, llama: tuple[Running, Running]) -> None:
     assert_conforms(check, llama)
+
+
+@pytest.mark.parametrize("check", RERANK_BATTERY, ids=lambda check: check.name)
+def test_the_simulated_reranker_answers_as_the_real_one(check: Check,
+                                                        reranker: tuple[Running, Running]) -> None:
+    assert_conforms(check, reranker)
 
 
 @pytest.mark.parametrize("check", EMBEDDINGS_BATTERY, ids=lambda check: check.name)

@@ -25,12 +25,14 @@ from routerd.errors import StatusError
 from routerd.routing.call import Incoming, Reply
 
 KEY = "inference-key-0123"
+#: The native APIs' paths, served as chat is (the parity rows send them through both edges).
+NATIVE_API_PATHS = ("/v1/messages", "/v1/messages/count_tokens", "/v1/responses", "/v1/rerank", "/rerank")
 ADMIN = "admin-key-0123456"
 
 
 class EdgeApi:
-    """``/v1/chat/completions`` and Ollama's ``/api/chat`` (a lean route answering at once) and
-    ``GET /health`` (Klein)."""
+    """``/v1/chat/completions``, Ollama's ``/api/chat`` and the native APIs' routes (Messages, token
+    counting, Responses, rerank: one lean route answering at once) and ``GET /health`` (Klein)."""
 
     routes = Routes()
 
@@ -44,7 +46,7 @@ class EdgeApi:
     def health(self, request: IRequest) -> bytes:
         return b'{"status":"ok"}'
 
-    @routes.lean(["/v1/chat/completions", "/api/chat"], methods=["POST"], auth="inference")
+    @routes.lean(["/v1/chat/completions", "/api/chat", *NATIVE_API_PATHS], methods=["POST"], auth="inference")
     def chat(self, method: str, path: str, facts: Incoming, reply: Reply) -> Deferred[bytes] | bytes:
         self.served.append(facts)
         if self.fail is not None:

@@ -1,6 +1,7 @@
 """One error writer for both edges: the same refused request gets the same answer — status,
 headers and body — from the lean channel and from twisted.web's channel, in its route's error
-family (OpenAI's envelope or Ollama's), with ``Retry-After`` where the refusal says when to retry."""
+family (OpenAI's envelope, Ollama's, or Anthropic's on the Messages API), with ``Retry-After`` where
+the refusal says when to retry."""
 
 from __future__ import annotations
 
@@ -49,6 +50,16 @@ CASES = [
      {"error": "a valid inference key is required"}, None),
     ("wrong-key-ollama", request(b"/api/chat", fields=(b"Host: node", b"Authorization: Bearer nope-000000")),
      {}, 401, {"error": "a valid inference key is required"}, None),
+    ("no-key-anthropic", request(b"/v1/messages", fields=(b"Host: node",)), {}, 401, {
+        "type": "error", "error": {"type": "authentication_error",
+                                   "message": "a valid inference key is required", "code": "unauthorized"}},
+     None),
+    ("draining-anthropic-count-tokens", request(b"/v1/messages/count_tokens"), {"phase": "draining"}, 503,
+     {"type": "error", "error": {"type": "overloaded_error", "message": "this node is draining; retry later",
+                                 "code": "draining"}}, b"1"),
+    ("no-key-responses", request(b"/v1/responses", fields=(b"Host: node",)), {}, 401, {"error": {
+        "message": "a valid inference key is required", "type": "unauthorized", "code": "unauthorized"}},
+     None),
 ]
 
 
@@ -77,6 +88,21 @@ HANDLER_ERRORS = [
      {"error": "this node is draining"}, b"1"),
     ("not-found-ollama", request(b"/api/chat"), HTTPError(404, "model 'm' not found", "not_found"),
      {"error": "model 'm' not found"}, None),
+    ("saturated-anthropic", request(b"/v1/messages"), Saturated(429, "model 'm' has 2 requests queued",
+                                                                "queue_full", 3),
+     {"type": "error", "error": {"type": "rate_limit_error", "message": "model 'm' has 2 requests queued",
+                                 "code": "queue_full"}}, b"3"),
+    ("unsupported-backend-anthropic", request(b"/v1/messages"),
+     HTTPError(501, "/v1/messages is not supported by the vllm backend family", "unsupported_backend"),
+     {"type": "error", "error": {"type": "api_error", "code": "unsupported_backend",
+                                 "message": "/v1/messages is not supported by the vllm backend family"}},
+     None),
+    ("state-refused-responses", request(b"/v1/responses"),
+     HTTPError(400, "store: true is not supported", "invalid_request_error", "unsupported_server_state"),
+     {"error": {"message": "store: true is not supported", "type": "invalid_request_error",
+                "code": "unsupported_server_state"}}, None),
+    ("not-found-rerank", request(b"/rerank"), HTTPError(404, "model 'm' was not found", "not_found"),
+     {"error": {"message": "model 'm' was not found", "type": "not_found", "code": "not_found"}}, None),
 ]
 
 

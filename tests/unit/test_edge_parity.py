@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 
 from routerd.config.schema import ServerConfig
-from tests.unit.edge_support import ADMIN, KEY, Edges, request
+from tests.unit.edge_support import ADMIN, KEY, NATIVE_API_PATHS, Edges, request
 
 AUTH = b"Authorization: Bearer " + KEY.encode()
 WRONG = b"Authorization: Bearer not-the-key-000"
 HOST = b"Host: node"
+NATIVE = [path.encode() for path in NATIVE_API_PATHS]
 
 #: (id, raw request, peer, Edges options, expected (status, code))
 ROWS: list[tuple[str, bytes, str, dict[str, Any], tuple[int, str]]] = [
@@ -78,6 +79,15 @@ ROWS: list[tuple[str, bytes, str, dict[str, Any], tuple[int, str]]] = [
      {"phase": "draining"}, (409, "offload_returned")),
     ("cluster-path-needs-the-cluster-token", request(path=b"/router/v1/node/inference/v1/chat/completions"),
      "127.0.0.1", {}, (401, "unauthorized")),
+    # the native APIs' routes: served, refused and limited by the same head rules as chat on both edges
+    *[(f"served-{p.decode().strip('/').replace('/', '-')}", request(path=p), "127.0.0.1", {}, (200, ""))
+      for p in NATIVE],
+    *[(f"no-key-{p.decode().strip('/').replace('/', '-')}", request(path=p, fields=(HOST,)), "127.0.0.1", {},
+       (401, "unauthorized")) for p in NATIVE],
+    *[(f"body-over-the-limit-{p.decode().strip('/').replace('/', '-')}", request(path=p, body=b"x" * 2000),
+       "127.0.0.1", {}, (413, "request_too_large")) for p in NATIVE],
+    ("cluster-path-of-messages-needs-the-cluster-token",
+     request(path=b"/router/v1/node/inference/v1/messages"), "127.0.0.1", {}, (401, "unauthorized")),
 ]
 
 

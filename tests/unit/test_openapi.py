@@ -53,17 +53,18 @@ def _error_refs(operation: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("path", sorted(openapi_document()["paths"]))
 def test_every_error_answer_is_the_envelope_of_its_path_family(path: str) -> None:
-    """4XX/5XX answers name the OpenAI envelope, or the Ollama one on Ollama paths; every operation
-    but /health (whose 503 is its own status document) describes its 4XX errors."""
+    """4XX/5XX answers name the OpenAI envelope, the Ollama one on Ollama paths, Anthropic's on the
+    Messages API's; every operation but /health (whose 503 is its own status document) describes its
+    4XX errors."""
     components = openapi_document()["components"]
-    want = "OllamaError" if style_for_path(path) == "ollama" else "Error"
+    want = {"ollama": "OllamaError", "anthropic": "AnthropicError"}.get(style_for_path(path), "Error")
     for method, operation in openapi_document()["paths"][path].items():
         errors = _error_refs(operation)
         assert "4XX" in errors, f"{method} {path} lists no 4XX answer"
         for code, answer in errors.items():
             assert answer == {"$ref": f"#/components/responses/{want}"}, (method, path, code)
     envelope = components["schemas"][want]
-    assert envelope["required"] == ["error"]
+    assert envelope["required"] == (["type", "error"] if want == "AnthropicError" else ["error"])
 
 
 def test_every_node_serves_the_document_as_json_without_a_key(tmp_path: Path) -> None:

@@ -42,6 +42,8 @@ DECLARED = Declared(
     single_process=True,
     settings=("no_model", "reload_timeout"),
     passes_through=KOBOLD_ROUTES | {"tts", "stt"},
+    # Messages, Responses and rerank: not held to KoboldCpp's answers by any test here (README)
+    refuses=frozenset({"messages", "count_tokens", "responses", "rerank"}),
 )
 _SECTION = DECLARED.sections["text"]
 

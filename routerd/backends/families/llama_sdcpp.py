@@ -24,6 +24,9 @@ DECLARED = Declared(
     sections={"text": "llama", "image": "sdcpp", "stt": "whispercpp"},
     simulators={"llama": "llama-server", "sdcpp": "sd-server", "whispercpp": "whisper-server"},
     refuses=frozenset({"kobold_generate_stream"}),
+    # llama-server (b11434) speaks Anthropic's Messages (and count_tokens), OpenAI's Responses and
+    # rerank itself (rerank only when started with --reranking: a config's extra_args)
+    passes_through=frozenset({"messages", "count_tokens", "responses", "rerank"}),
     video=True,
     kv_slots=True,
 )
@@ -63,7 +66,8 @@ def text_argv(cmd: Sequence[str], extra: Sequence[str], model: ModelConfig, port
     without ``parallel`` serves one request at a time, as routerd's queue and pricing count it: llama-server
     is given ``--parallel 1`` (its own default runs 4 slots at once) unless a flag already sets it.  It is
     started with ``--metrics`` (its Prometheus ``/metrics``: the rack telemetry reads its token rates at each
-    health poll) unless a flag already says so."""
+    health poll) unless a flag already says so, and with ``--reranking`` for a config with
+    ``"reranking": true``."""
     argv = [*cmd, "--host", HOST, "--port", str(port)]
     if model.text_model:
         argv += ["-m", model.text_model]
@@ -86,6 +90,8 @@ def text_argv(cmd: Sequence[str], extra: Sequence[str], model: ModelConfig, port
             # a generative GGUF states no pooling: llama-server would refuse /v1/embeddings
             # ("Pooling type 'none' is not OAI compatible"); mean pooling is what embeds its text
             argv += ["--pooling", "mean"]
+    if model.reranking and not _sets(own, "--rerank", "--reranking"):
+        argv.append("--reranking")  # the config's "reranking": true (llama-server then serves /v1/rerank)
     if not _sets([*cmd, *own], "--metrics"):
         argv.append("--metrics")
     return [*argv, *own]
