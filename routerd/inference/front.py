@@ -49,6 +49,7 @@ from routerd.routing.forward import Forwarder
 from routerd.routing.guardians import GuardianSet
 from routerd.routing.key_limits import KeyLimiter
 from routerd.routing.multipart import MAX_PARTS, MultipartError, TooManyParts
+from routerd.routing.native_bodies import refuse_malformed
 from routerd.routing.selector import SelectorError, parse_json_object, select_model
 from routerd.routing.server_state import refuse_server_state
 from routerd.tracing import NO_SPAN, NO_TRACER, Tracer
@@ -240,6 +241,7 @@ class InferenceFront:
         if result.model is None and route.model_required:
             raise HTTPError(400, "model is required")
         refuse_server_state(route, parsed)
+        refuse_malformed(route, parsed)
         stream = wants_stream(route, parsed) if parsed is not None else False
         # a request held in a lending queue is shaped for memory there (lending.waiting)
         return Call(reply=reply, route=route, path=incoming.path, body=body, content_type=content_type,

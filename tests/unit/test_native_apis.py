@@ -15,6 +15,7 @@ from routerd.catalog.kcpps import config_from_mapping
 from routerd.errors import HTTPError, Saturated, error_answer, style_for_path
 from routerd.families import every_family
 from routerd.routing.classify import classify
+from routerd.routing.native_bodies import refuse_malformed
 from routerd.routing.plan import NATIVE_APIS, SECTIONS, plan_backend_call
 from routerd.routing.relay import TAIL_KEEP
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
@@ -122,6 +123,32 @@ def test_responses_state_is_refused_before_it_queues_and_store_false_passes() ->
     chat = classify("POST", "/v1/chat/completions")
     assert chat is not None
     refuse_server_state(chat, {"model": "m", "store": True})  # chat's store is not state routerd keeps
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/messages", {}), ("/v1/messages", {"messages": []}), ("/v1/messages", {"messages": [1]}),
+    ("/v1/messages/count_tokens", {"messages": "hi"}), ("/v1/responses", {}), ("/v1/responses", {"input": 3}),
+    ("/v1/rerank", {"query": "q"}), ("/rerank", {"documents": ["d"]}),
+])
+def test_a_native_api_body_without_its_main_field_is_refused_400_before_it_queues(
+        path: str, body: dict[str, object]) -> None:
+    """Found by the OpenAPI fuzz: ``POST /v1/messages {}`` reached llama-server (and the simulator),
+    which answers 500 "'messages' is required" — a client's mistake reported as a server fault."""
+    route = classify("POST", path)
+    assert route is not None
+    with pytest.raises(HTTPError) as refused:
+        refuse_malformed(route, {"model": "m", **body})
+    assert (refused.value.status, refused.value.code) == (400, "invalid_request_error")
+
+
+def test_a_native_api_body_with_its_main_field_passes_and_other_routes_are_not_judged() -> None:
+    for path, body in (("/v1/messages", {"messages": [{"role": "user", "content": "hi"}]}),
+                       ("/v1/messages/count_tokens", {"messages": [{"role": "user", "content": "hi"}]}),
+                       ("/v1/responses", {"input": "hi"}), ("/v1/responses", {"input": []}),
+                       ("/v1/rerank", {"query": "q", "documents": ["d"]}), ("/v1/chat/completions", {})):
+        route = classify("POST", path)
+        assert route is not None
+        refuse_malformed(route, {"model": "m", **body})
 
 
 # -- tokens from each API's own usage ------------------------------------------------------------
