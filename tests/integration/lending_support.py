@@ -17,6 +17,7 @@ import treq
 from tests.integration.nodes import (
     FAST_TEXT,
     Cluster,
+    RunningNode,
     knows,
     plan_cluster,
     slave,
@@ -99,6 +100,19 @@ async def warm_and_link(trio: Trio, owner: str = "alpha", helper: str = "beta", 
         await node.node._refit()
         assert node.node.lending.costs.models, "a cost fit from the warm-up samples"
     await link(trio, "text", owner, helper)
+
+
+async def lend_to_the_master(master: RunningNode, owner: RunningNode) -> None:
+    """After a warm-up of both models: a cost refit on both nodes, then the text link
+    ``owner/alpha -> master/gamma`` (the master is the helper), waited for until the owner runs it."""
+    await owner.node._refit()
+    await master.node._refit()
+    response = await treq.post(master.url + "/router/v1/site/text-routing-groups", json={
+        "anchor": {"node_id": "owner", "model_id": "alpha"},
+        "lends_to": [{"node_id": "master", "model_id": "gamma"}],
+        "acknowledge_different_weights": True})
+    assert response.code == 200, await response.content()
+    await wait_until(lambda: owner.node.lending.queues["text"].is_owner("alpha"))
 
 
 async def link(trio: Trio, lane: str, owner: str, helper: str) -> None:

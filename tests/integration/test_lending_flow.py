@@ -21,6 +21,7 @@ from tests.integration.lending_support import (
     Trio,
     ask_chat,
     chat,
+    lend_to_the_master,
     start_trio,
     text_models,
     warm_and_link,
@@ -203,14 +204,7 @@ async def test_when_the_master_is_the_helper_it_serves_lent_work_in_process(tmp_
             for _ in range(3):
                 code, _, _ = await ask_chat(master.url, model)
                 assert code == 200
-        await owner.node._refit()
-        await master.node._refit()
-        response = await treq.post(master.url + "/router/v1/site/text-routing-groups", json={
-            "anchor": {"node_id": "owner", "model_id": "alpha"},
-            "lends_to": [{"node_id": "master", "model_id": "gamma"}],
-            "acknowledge_different_weights": True})
-        assert response.code == 200, await response.content()
-        await wait_until(lambda: owner.node.lending.queues["text"].is_owner("alpha"))
+        await lend_to_the_master(master, owner)
         results = await defer.gatherResults(
             [defer.Deferred.fromCoroutine(ask_chat(master.url, "alpha")) for _ in range(8)])
         assert all(code == 200 for code, _, _ in results)

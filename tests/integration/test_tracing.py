@@ -26,7 +26,16 @@ from twisted.internet.interfaces import IListeningPort
 from twisted.web.iweb import IRequest
 from twisted.web.server import Site
 
-from tests.integration.lending_support import JOB, LENDING, Trio, chat, start_trio, text_models, warm_and_link
+from tests.integration.lending_support import (
+    JOB,
+    LENDING,
+    Trio,
+    chat,
+    lend_to_the_master,
+    start_trio,
+    text_models,
+    warm_and_link,
+)
 from tests.integration.nodes import (
     TOKEN,
     free_port,
@@ -249,14 +258,7 @@ async def test_when_the_master_is_the_helper_its_in_process_borrowed_request_sta
                 response = await treq.post(master.url + "/v1/chat/completions", json=chat(model))
                 assert response.code == 200
                 await response.content()
-        await owner.node._refit()
-        await master.node._refit()
-        response = await treq.post(master.url + "/router/v1/site/text-routing-groups", json={
-            "anchor": {"node_id": "owner", "model_id": "alpha"},
-            "lends_to": [{"node_id": "master", "model_id": "gamma"}],
-            "acknowledge_different_weights": True})
-        assert response.code == 200, await response.content()
-        await wait_until(lambda: owner.node.lending.queues["text"].is_owner("alpha"))
+        await lend_to_the_master(master, owner)
         sent = [_traceparent() for _ in range(8)]
         responses = await defer.gatherResults(
             [defer.Deferred.fromCoroutine(_chat(master.url, parent)) for parent, _, _ in sent])
