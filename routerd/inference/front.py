@@ -69,6 +69,12 @@ def _named_by_sender(call: Call, incoming: Incoming, borrowed: Borrowed | None) 
         call.lent_from = f"{borrowed.owner_node_id}/{borrowed.owner_model_id}"
 
 
+def _named_by_route(call: Call, label: str) -> None:
+    """The record a request was routed to names it in analytics, unless its sender already did."""
+    if label != "-" and not call.public_model:
+        call.public_model = label
+
+
 class InferenceFront:
     def __init__(self, *, node_id: str, clock: IReactorTime, catalog: Callable[[], Catalog],
                  local: LocalInference, metrics: NodeMetrics, master: MasterAgent | None = None,
@@ -189,8 +195,7 @@ class InferenceFront:
         if not view.routes:
             target = traced_choice(call, view)
             handling.model_label = target.label
-            if not call.public_model and target.label != "-":
-                call.public_model = target.label
+            _named_by_route(call, target.label)
             served = self.runner.serve(call, target, borrowed)
             # a lending queue's Deferred as it is; a coroutine (straight to the backend) wrapped
             return served if isinstance(served, Deferred) else Deferred.fromCoroutine(served)
@@ -198,8 +203,7 @@ class InferenceFront:
             return ensureDeferred(self._scheduled(handling, call, view))
         # a master labels the request with the record it routed to once that answered
         target = traced_choice(call, view)
-        if target.label != "-":
-            call.public_model = target.label
+        _named_by_route(call, target.label)
         served = ensureDeferred(self.runner.serve(call, target, None))
         return served.addCallback(handling.routed, target.label)
 
@@ -207,8 +211,7 @@ class InferenceFront:
         """A selector-less transcription on a master: the nodes' runtime statuses, then the choice."""
         assert self.master is not None
         target = traced_choice(call, view, await self.master.statuses())
-        if target.label != "-":
-            call.public_model = target.label
+        _named_by_route(call, target.label)
         return handling.routed(await self.runner.serve(call, target, None), target.label)
 
     def _end(self, outcome: Outcome, handling: Handling) -> Outcome:
