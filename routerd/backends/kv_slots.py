@@ -17,8 +17,9 @@ weight hash (``ModelConfig.model_hash``) and the session's: a different file nev
 What the keeper does:
 
 * every request a keeping family's single-slot text model serves (``parallel`` 1: slot 0 holds the last
-  prompt) tells it the request's session (:func:`routerd.routing.session_key.session_key`); the process
-  (by port) remembers the last one;
+  prompt) tells it the request's session (:meth:`SlotKeeper.session_of`: the key
+  ``routing.affinity_key`` names, the one replica choice steers by, so a session the master keeps on
+  this node is the session whose slot is kept); the process (by port) remembers the last one;
 * before the runtime stops that process (a swap to another model, an unload: the slot's
   ``before_stop`` hook, called once its users are gone), slot 0 is saved as that session's file;
 * the saved slots are bounded by count and bytes (``n_written``), the oldest dropped (its file
@@ -47,6 +48,9 @@ from twisted.logger import Logger
 from routerd.catalog.model import ModelConfig
 from routerd.config.schema import Config
 from routerd.families import keeps_kv_slots
+from routerd.replica_modes import KeySource
+from routerd.routing.call import Call
+from routerd.routing.session_key import session_key
 
 __all__ = ["KeptSlot", "SlotKeeper", "SlotPoster", "keeps_slots", "kv_slot_keeper", "slot_file_name"]
 
@@ -117,8 +121,10 @@ class SlotKeeper:
 
     def __init__(self, http: SlotPoster, folder: str, *, keep_count: int, keep_bytes: int,
                  clock: Callable[[], float], timeout_s: float = SLOT_CALL_TIMEOUT_S,
-                 remove: Callable[[str], None] = _remove) -> None:
+                 remove: Callable[[str], None] = _remove, key_source: KeySource = "auto") -> None:
         self.http = http
+        #: Where a request's session comes from (``routing.affinity_key``).
+        self.key_source: KeySource = key_source
         self.folder = folder
         self.keep_count = keep_count
         self.keep_bytes = keep_bytes
@@ -146,6 +152,10 @@ class SlotKeeper:
         return tally
 
     # -- a request -------------------------------------------------------------------------------
+
+    def session_of(self, call: Call) -> str | None:
+        """``call``'s session as replica choice keys it (``routing.affinity_key``), or None."""
+        return session_key(call, self.key_source)
 
     async def before_request(self, port: int, model: ModelConfig, session: str | None) -> None:
         """Before a request of ``session`` runs on the process at ``port``: restore its saved slot if
@@ -277,4 +287,4 @@ def kv_slot_keeper(config: Config, http: SlotPoster, clock: Any) -> SlotKeeper |
         if name.endswith(".bin"):
             _remove(os.path.join(folder, name))
     return SlotKeeper(http, folder, keep_count=models.slot_keep_count, keep_bytes=models.slot_keep_bytes,
-                      clock=clock.seconds)
+                      clock=clock.seconds, key_source=config.routing.affinity_key)

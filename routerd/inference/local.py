@@ -51,7 +51,6 @@ from routerd.routing.relay import (
     stream_idle,
 )
 from routerd.routing.rewrite import make_rewriter, rewrite_json_model
-from routerd.routing.session_key import session_key
 from routerd.store.samples import RequestSample
 from routerd.wire.lending import section_key
 
@@ -147,7 +146,7 @@ class LocalInference:
                     if self.context_gate is not None:
                         await self.context_gate.check(call, model, lease.base_url, public_id)
                     if self.kv_slots is not None and call.route.runtime == "text":
-                        await self.kv_slots.before_request(lease.port, model, session_key(call, "auto"))
+                        await self.kv_slots.before_request(lease.port, model, self.kv_slots.session_of(call))
                     if plan.answer_format == "job":
                         answer, running = await self._submit_job(call, lease.base_url, plan, public_id)
                         if running is not None:

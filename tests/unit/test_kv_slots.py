@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 from treq.testing import StubTreq
 from twisted.internet.defer import Deferred, fail
 from twisted.internet.task import Clock
@@ -28,6 +29,8 @@ from routerd.backends.testing import FakeBackendHTTP, FakeLauncher, PortCounter
 from routerd.catalog.model import Capabilities, ModelConfig
 from routerd.config.load import parse_config
 from routerd.metrics import NodeMetrics
+from routerd.routing.call import Call
+from routerd.routing.classify import classify
 
 FOLDER = "/data/kv-slots"
 H1, H2 = "1" * 64, "2" * 64
@@ -379,3 +382,37 @@ def test_the_node_keeper_has_its_folder_under_the_store_dir_emptied_of_a_previou
     assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
     off = parse_config({"models": {"config_dir": str(tmp_path)}}, base_dir=str(tmp_path), env={})
     assert kv_slot_keeper(off, Refusing(), Clock()) is None
+
+
+def _chat_call(*, session: str = "", user: str | None = None, system: str = "be brief") -> Call:
+    route = classify("POST", "/v1/chat/completions")
+    assert route is not None
+    parsed: dict[str, Any] = {"model": "chat", "messages": [{"role": "system", "content": system},
+                                                          {"role": "user", "content": "hi"}]}
+    if user is not None:
+        parsed["user"] = user
+    return Call(reply=None, route=route, path="/v1/chat/completions",  # type: ignore[arg-type]
+                body=json.dumps(parsed).encode(), content_type="application/json", parsed=parsed,
+                stream=False, request_id="r1", started=0.0, selector="chat", session=session)
+
+
+@pytest.mark.parametrize("source", ["header", "user", "prompt", "auto"])
+def test_the_node_keeper_keys_a_slot_by_the_session_replica_choice_steers_by(
+        tmp_path: Path, source: str) -> None:
+    """``routing.affinity_key`` names one session for both: a keeper on ``user`` keys two chats of
+    one user (other headers, other prompts) alike, and a keeper on ``header`` ignores the user."""
+    data = {"models": {"config_dir": str(tmp_path), "slot_keep_count": 2},
+            "cluster": {"store_dir": str(tmp_path / "store")}, "routing": {"affinity_key": source}}
+    keeper = kv_slot_keeper(parse_config(data, base_dir=str(tmp_path), env={}), Refusing(), Clock())
+    assert keeper is not None and keeper.key_source == source
+    first = _chat_call(session="s1", user="ann", system="be brief")
+    other_header = _chat_call(session="s2", user="ann", system="be brief")
+    other_user = _chat_call(session="s1", user="bob", system="be brief")
+    other_prompt = _chat_call(session="s1", user="ann", system="be long")
+    same = {name: keeper.session_of(first) == keeper.session_of(made)
+            for name, made in (("header", other_header), ("user", other_user), ("prompt", other_prompt))}
+    expected = {"header": {"header": False, "user": True, "prompt": True},
+                "user": {"header": True, "user": False, "prompt": True},
+                "prompt": {"header": True, "user": True, "prompt": False},
+                "auto": {"header": False, "user": True, "prompt": True}}[source]
+    assert same == expected
