@@ -69,7 +69,8 @@ template analysis reads as a tool call (and its ``tool_choice: "required"`` gram
 TOOLS_CHAT_TEMPLATE = (
     "{%- if tools %}{{- '<|im_start|>system\\n' }}"
     "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}"
-    "{{- '# Tools\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{{- '# Tools\\n\\nYou are provided with function signatures within <tools></tools> XML tags:"
+    "\\n<tools>' }}"
     "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
     "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments "
     "within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": "
