@@ -30,6 +30,7 @@ from routerd.sim.prompts import chat_prompt, embedding_inputs, prompt_text
 from routerd.sim.runtime import SimRuntime, WeightsServer
 from routerd.sim.timing import count_tokens, requested_max_tokens, text_seconds
 from routerd.sim.tokens import Vocabulary, apply_template_body
+from routerd.sim.tools import chat_tool_call
 from routerd.sim.web import (
     BadRequest,
     HttpError,
@@ -266,6 +267,10 @@ class LlamaServer(WeightsServer):
             ))
         hash_input = "\n".join([prompt, *(f"[image:{url}]" for url in images)])
         job = self._job(body, prompt, count_tokens(prompt), hash_input)
+        call = chat_tool_call(body, self.weights.label, hash_input)  # routerd.sim.tools: when and how
+        if call is not None:
+            job = attrs.evolve(job, tokens=call.pieces)
+        finish = "length" if call is None else "tool_calls"
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(self.rt.now())
 
@@ -280,8 +285,8 @@ class LlamaServer(WeightsServer):
             timings = await self._generate(job)
             return send_json(request, 200, envelope(
                 "chat.completion",
-                {"index": 0, "message": {"role": "assistant", "content": job.text},
-                 "finish_reason": "length"},
+                {"index": 0, "finish_reason": finish,
+                 "message": call.chat_message() if call else {"role": "assistant", "content": job.text}},
                 usage=usage, timings=timings,
             ))
         sse = SseStream(request)
@@ -295,16 +300,16 @@ class LlamaServer(WeightsServer):
         timings = await self._generate(
             job,
             on_first=lambda: delta({"role": "assistant", "content": None}),
-            on_token=lambda _i, token: delta({"content": token}),
+            on_token=lambda i, token: delta(call.chat_delta(i, token) if call else {"content": token}),
         )
         options = body.get("stream_options")
         if isinstance(options, dict) and options.get("include_usage") is True:
             # the usage comes in a chunk of its own, with no choices, after the one that finishes
-            delta({}, "length")
+            delta({}, finish)
             sse.send({**envelope("chat.completion.chunk", {}), "choices": [], "usage": usage,
                       "timings": timings})
         else:
-            delta({}, "length", timings=timings)
+            delta({}, finish, timings=timings)
         sse.done()
         return None
 

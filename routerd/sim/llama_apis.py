@@ -12,6 +12,10 @@ in llama-server b11434's shapes (``tests/integration/conformance.py`` holds them
 * ``POST /v1/rerank`` and ``/rerank``: 501 unless started with ``--reranking``; else ``results[{index,
   relevance_score}]`` with ``usage``.
 
+Tools: a request with ``tools`` may be answered with a tool call (``tool_use`` blocks, ``function_call``
+items), by :mod:`routerd.sim.tools`'s rule and in its shapes; tool results (``tool_result`` blocks,
+``function_call_output`` items) are read as prompt text.
+
 Each generation runs as the chat route's does (:meth:`LlamaServer._generate`: a slot, the model's timing).
 """
 
@@ -20,12 +24,15 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Callable
 
+import attrs
 from twisted.web.server import Request
 
-from routerd.sim.llama import LlamaServer
+from routerd.sim.llama import LlamaServer, _TextJob
 from routerd.sim.runtime import Handler
 from routerd.sim.timing import count_tokens, requested_max_tokens
+from routerd.sim.tools import ToolCall, messages_tool_call, responses_tool_call
 from routerd.sim.web import (
     HttpError,
     SseStream,
@@ -43,13 +50,19 @@ TEMPLATE_TOKENS = 4
 
 
 def _text_of(content: object, text_types: tuple[str, ...]) -> list[str]:
-    """The texts of a message's content: a string, or the parts of ``text_types`` (others skipped)."""
+    """The texts of a message's content: a string, or the parts of ``text_types`` and the texts of
+    ``tool_result`` blocks (others skipped)."""
     if isinstance(content, str):
         return [content]
     if not isinstance(content, list):
         return []
-    return [part["text"] for part in content if isinstance(part, dict)
-            and part.get("type") in text_types and isinstance(part.get("text"), str)]
+    texts: list[str] = []
+    for part in content:
+        if isinstance(part, dict) and part.get("type") == "tool_result":
+            texts += _text_of(part.get("content"), text_types)
+        elif isinstance(part, dict) and part.get("type") in text_types and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+    return texts
 
 
 def messages_prompt(body: dict[str, object]) -> str:
@@ -77,7 +90,8 @@ def responses_prompt(body: dict[str, object]) -> str:
     elif isinstance(given, list):
         for item in given:
             if isinstance(item, dict):
-                texts += _text_of(item.get("content"), ("input_text", "output_text", "text"))
+                content = item.get("content", item.get("output"))  # a function_call_output's "output"
+                texts += _text_of(content, ("input_text", "output_text", "text"))
     return "\n".join(texts)
 
 
@@ -104,13 +118,17 @@ class NativeApis:
         prompt = messages_prompt(body)
         job = self.server._job({**body, "max_tokens": requested_max_tokens(body)}, prompt,
                                count_tokens(prompt) + TEMPLATE_TOKENS, prompt)
+        call = messages_tool_call(body, self.server.weights.label, prompt)
+        if call is not None:
+            job = attrs.evolve(job, tokens=call.pieces)
+        stop = "max_tokens" if call is None else "tool_use"
         message_id = f"chatcmpl-{uuid.uuid4().hex}"
         head: dict[str, object] = {"id": message_id, "type": "message", "role": "assistant"}
         if not job.stream:
             await self.server._generate(job)
+            block = {"type": "text", "text": job.text} if call is None else call.tool_use_block()
             return send_json(request, 200, {
-                **head, "content": [{"type": "text", "text": job.text}], "model": job.model,
-                "stop_reason": "max_tokens", "stop_sequence": None,
+                **head, "content": [block], "model": job.model, "stop_reason": stop, "stop_sequence": None,
                 "usage": {"cache_read_input_tokens": 0, "input_tokens": job.prompt_tokens,
                           "output_tokens": len(job.tokens)}})
         sse = SseStream(request)
@@ -120,12 +138,18 @@ class NativeApis:
                 **head, "content": [], "model": job.model, "stop_reason": None, "stop_sequence": None,
                 "usage": {"cache_read_input_tokens": 0, "input_tokens": job.prompt_tokens,
                           "output_tokens": 0}}})
-            _named(sse, "content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
+            _named(sse, "content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}
+                                                if call is None else call.tool_use_start()})
+
+        def delta(token: str) -> dict[str, object]:
+            if call is None:
+                return {"type": "text_delta", "text": token}
+            return {"type": "input_json_delta", "partial_json": token}
 
         await self.server._generate(job, on_first=first, on_token=lambda _i, token: _named(
-            sse, "content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": token}}))
+            sse, "content_block_delta", {"index": 0, "delta": delta(token)}))
         _named(sse, "content_block_stop", {"index": 0})
-        _named(sse, "message_delta", {"delta": {"stop_reason": "max_tokens", "stop_sequence": None},
+        _named(sse, "message_delta", {"delta": {"stop_reason": stop, "stop_sequence": None},
                                       "usage": {"output_tokens": len(job.tokens)}})
         _named(sse, "message_stop", {})
         return None
@@ -138,6 +162,9 @@ class NativeApis:
         limit = body.get("max_output_tokens")
         job = self.server._job({**body, "max_tokens": limit if isinstance(limit, int) else -1}, prompt,
                                count_tokens(prompt) + TEMPLATE_TOKENS, prompt)
+        call = responses_tool_call(body, self.server.weights.label, prompt)
+        if call is not None:
+            job = attrs.evolve(job, tokens=call.pieces)
         response_id, item_id = f"resp_{uuid.uuid4().hex}", f"msg_{uuid.uuid4().hex}"
         created = int(self.server.rt.now())
 
@@ -155,10 +182,14 @@ class NativeApis:
                 "completed_at": int(self.server.rt.now()), "created_at": created, "id": response_id,
                 "model": job.model, "object": "response",
                 "output": [{"content": [part(job.text)], "id": item_id, "role": "assistant",
-                            "status": "completed", "type": "message"}],
+                            "status": "completed", "type": "message"} if call is None
+                           else call.function_call_item(done=True)],
                 "status": "completed", "usage": usage()})
         sse = SseStream(request)
         started: dict[str, object] = {"id": response_id, "object": "response", "status": "in_progress"}
+        if call is not None:
+            await self._stream_call(sse, job, call, started, created, usage)
+            return None
 
         def first() -> None:
             _named(sse, "response.created", {"response": started})
@@ -180,6 +211,24 @@ class NativeApis:
             "id": response_id, "object": "response", "created_at": created, "status": "completed",
             "model": job.model, "output": [item], "usage": usage()}, "timings": timings})
         return None
+
+    async def _stream_call(self, sse: SseStream, job: _TextJob, call: ToolCall, started: dict[str, object],
+                           created: int, usage: Callable[[], dict[str, object]]) -> None:
+        """A streamed Responses answer that is a tool call: its ``function_call`` item, its arguments'
+        deltas (no ``response.function_call_arguments.done``: llama-server sends none)."""
+
+        def first() -> None:
+            _named(sse, "response.created", {"response": started})
+            _named(sse, "response.in_progress", {"response": started})
+            _named(sse, "response.output_item.added", {"item": call.function_call_item(done=False)})
+
+        timings = await self.server._generate(job, on_first=first, on_token=lambda _i, token: _named(
+            sse, "response.function_call_arguments.delta", {"delta": token, "item_id": call.item_id}))
+        item = call.function_call_item(done=True)
+        _named(sse, "response.output_item.done", {"item": item})
+        _named(sse, "response.completed", {"response": {
+            **started, "created_at": created, "status": "completed", "model": job.model,
+            "output": [item], "usage": usage()}, "timings": timings})
 
     # -- rerank ----------------------------------------------------------------------------------
 

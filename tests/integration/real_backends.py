@@ -74,6 +74,7 @@ class TinyModels:
     wrong_architecture: str  # llama.cpp refuses it: unknown architecture
     whisper: str  # transcribes any audio of a second or more to WHISPER_ANSWER
     tone: str  # two seconds of a 16 kHz sine (a WAV file)
+    tools: str  # a template that knows tools; answers every chat with a get_weather call (tool_calls)
 
 
 def tiny_models_in(folder: Path) -> TinyModels:
@@ -87,6 +88,7 @@ def tiny_models_in(folder: Path) -> TinyModels:
         wrong_architecture=str(write_unloadable_gguf(folder / "wrong-arch.gguf", "wrong_architecture")),
         whisper=str(write_tiny_whisper(folder / "tiny-whisper.bin")),
         tone=str(write_tone_wav(folder / "tone.wav")),
+        tools=str(write_tiny_llama(folder / "tools.gguf", tools=True)),
     )
 
 

@@ -18,6 +18,11 @@ Departures left on purpose (values, not shapes, are what the servers differ in o
 * an unknown path asked while llama-server loads: 503 "Loading model" there, 404 from the simulator (which
   routes before it checks the load); routerd asks only the routes it knows;
 * headers other than Content-Type (llama-server's ``X-Accel-Buffering``, Content-Length vs chunked);
+* tool calls (:data:`TOOLS_BATTERY`, against the tool-calling tiny GGUF, whose template knows tools): the
+  arguments' values (the GGUF always calls ``get_weather`` with ``{"city": "Paris"}``, the simulator fills
+  the schema with its words) and when a call is made unforced (the GGUF always calls; the simulator only
+  when the user's text names the tool, :mod:`routerd.sim.tools`), so every row forces the call; both stream
+  the arguments in two pieces here;
 * whisper-server's ``verbose_json`` language detection (``detected_language``, ``language_probabilities``):
   meaningless for the English-only tiny model, filled in by the simulator with the requested language.
 """
@@ -121,6 +126,62 @@ LLAMA_BATTERY: list[Check] = [
     Check("rerank without --reranking", Probe("POST", "/v1/rerank", RERANK)),
 ]
 
+#: A tool with a required and an optional property (llama-server's grammar and the simulator both fill the
+#: required one only).
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+           "required": ["city"]}
+CHAT_TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                                "parameters": WEATHER}}]
+MESSAGES_TOOLS = [{"name": "get_weather", "description": "Weather of a city", "input_schema": WEATHER}]
+RESPONSES_TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather of a city",
+                    "parameters": WEATHER}]
+ASK_WEATHER = [{"role": "user", "content": "Weather in Paris?"}]
+TOOL_CHAT = {"messages": ASK_WEATHER, "tools": CHAT_TOOLS, "tool_choice": "required", "max_tokens": 64}
+TOOL_MESSAGES = {"messages": ASK_WEATHER, "tools": MESSAGES_TOOLS, "tool_choice": {"type": "any"},
+                 "max_tokens": 64}
+TOOL_RESPONSES = {"input": "Weather in Paris?", "tools": RESPONSES_TOOLS, "tool_choice": "required",
+                  "max_output_tokens": 64}
+#: What llama-server b11434 answers with tools (a template that knows them; otherwise it ignores ``tools``),
+#: observed on the tool-calling tiny GGUF and held here: chat ``tool_calls [{type, function {name,
+#: arguments: str}, id}]`` with ``content: ""`` and ``finish_reason: "tool_calls"``, streamed as a chunk
+#: naming the call then argument pieces; Messages ``tool_use`` blocks (``stop_reason: "tool_use"``; streamed
+#: ``content_block_start {type, id, name}`` with no ``input``, then ``input_json_delta``); Responses
+#: ``function_call`` items (``fc_…`` id, ``call_…`` call_id; streamed ``output_item.added``,
+#: ``function_call_arguments.delta`` and no ``….done``).  b11434 reads a chat ``tool_choice`` only as a
+#: string (an object is logged as the wrong type and taken as "auto"); Messages' ``{"type": "tool"}`` and
+#: Responses' ``{"type": "function"}`` are honoured.  Tool results (``role: tool``, ``tool_result``,
+#: ``function_call_output``) are accepted as input by both.
+TOOLS_BATTERY: list[Check] = [
+    Check("chat tool call", Probe("POST", "/v1/chat/completions", TOOL_CHAT)),
+    Check("chat tool call stream", Probe("POST", "/v1/chat/completions", {**TOOL_CHAT, "stream": True})),
+    Check("chat after a tool result", Probe("POST", "/v1/chat/completions", {**TOOL_CHAT, "messages": [
+        *ASK_WEATHER, {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]})),
+    Check("messages tool_use", Probe("POST", "/v1/messages", TOOL_MESSAGES)),
+    Check("messages named tool", Probe("POST", "/v1/messages", {
+        **TOOL_MESSAGES, "tool_choice": {"type": "tool", "name": "get_weather"}})),
+    Check("messages tool_use stream", Probe("POST", "/v1/messages", {**TOOL_MESSAGES, "stream": True})),
+    Check("messages after a tool_result", Probe("POST", "/v1/messages", {**TOOL_MESSAGES, "messages": [
+        *ASK_WEATHER,
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                                           "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                      "content": "sunny"}]}]})),
+    Check("responses function_call", Probe("POST", "/v1/responses", TOOL_RESPONSES)),
+    Check("responses named function", Probe("POST", "/v1/responses", {
+        **TOOL_RESPONSES, "tool_choice": {"type": "function", "name": "get_weather"}})),
+    Check("responses function_call stream", Probe("POST", "/v1/responses", {
+        **TOOL_RESPONSES, "stream": True})),
+    Check("responses after a function_call_output", Probe("POST", "/v1/responses", {
+        **TOOL_RESPONSES, "input": [
+        *ASK_WEATHER,
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+         "arguments": "{\"city\": \"Paris\"}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}]})),
+]
+
 #: The rerank routes of a llama-server started with ``--reranking`` (scores are the model's: values differ).
 RERANK_BATTERY: list[Check] = [
     Check("rerank", Probe("POST", "/v1/rerank", RERANK)),
@@ -222,6 +283,15 @@ def reranker(real_servers: RealServers, tiny_models: TinyModels, weights: Path,
 
 
 @pytest.fixture(scope="module")
+def tool_caller(real_servers: RealServers, tiny_models: TinyModels, weights: Path,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Running, Running]]:
+    """The tool-calling GGUF (its tools prompt is ~570 tokens: one slot of 2048)."""
+    yield from _pair([real_servers.llama, "-m", tiny_models.tools, "-c", "2048", "-np", "1", "-t", "1"],
+                     [*SIM, "llama-server", "-m", str(weights / "tiny.sim.json"), "-c", "2048", "-np", "1"],
+                     tmp_path_factory.mktemp("tools"))
+
+
+@pytest.fixture(scope="module")
 def whisper(real_servers: RealServers, tiny_models: TinyModels, weights: Path,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Running, Running]]:
     yield from _pair([real_servers.whisper, "-m", tiny_models.whisper, "-t", "1"],
@@ -240,6 +310,13 @@ def assert_conforms(check: Check, pair: tuple[Running, Running]) -> tuple[Answer
 def test_the_simulated_llama_server_answers_each_request_as_the_real_one(
         check: Check, llama: tuple[Running, Running]) -> None:
     assert_conforms(check, llama)
+
+
+@pytest.mark.parametrize("check", TOOLS_BATTERY, ids=lambda check: check.name)
+def test_the_simulated_llama_server_answers_tool_calls_as_the_real_one(
+        check: Check, tool_caller: tuple[Running, Running]) -> None:
+    real, sim = assert_conforms(check, tool_caller)
+    assert real.status == 200, real.body
 
 
 @pytest.mark.parametrize("check", RERANK_BATTERY, ids=lambda check: check.name)

@@ -55,6 +55,49 @@ CHAT_TEMPLATE = (
 )
 """ChatML: the template llama.cpp also recognises by its ``<|im_start|>`` marker."""
 
+TOOL_NAME = "get_weather"
+"""The one function the tool-calling variant (``write_tiny_llama(tools=True)``) calls."""
+
+TOOL_ARGUMENTS = '{"city": "Paris"}'
+"""The arguments it calls :data:`TOOL_NAME` with."""
+
+TOOL_CALL_PIECES: tuple[str, ...] = (
+    "<tool_call>\n", '{"name": "' + TOOL_NAME + '", "arguments": ', TOOL_ARGUMENTS, "}\n</tool_call>")
+"""The tool-calling variant's answer, as four tokens of its own: a Hermes/Qwen-style call, which llama.cpp's
+template analysis reads as a tool call (and its ``tool_choice: "required"`` grammar lets through)."""
+
+TOOLS_CHAT_TEMPLATE = (
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n\\nYou are provided with function signatures within <tools></tools> XML tags:"
+    "\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments "
+    "within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'user' or (message.role == 'system' and not loop.first)"
+    " or (message.role == 'assistant' and not message.tool_calls) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'assistant' %}{{- '<|im_start|>assistant' }}"
+    "{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}"
+    "{%- for tool_call in message.tool_calls %}"
+    "{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}"
+    "{{- '\\n<tool_call>\\n{\"name\": \"' + tool_call.name + '\", \"arguments\": ' }}"
+    "{{- tool_call.arguments | tojson }}{{- '}\\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+"""ChatML that knows tools (Qwen 2.5's way): the tools listed in a system turn, an assistant's calls as
+``<tool_call>`` JSON, tool results as ``<tool_response>`` in a user turn; without tools it renders as
+:data:`CHAT_TEMPLATE` does."""
+
 SPACE_MARK = "▁"
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
 CONTEXT_LENGTH = 2048
@@ -65,8 +108,9 @@ TINY_SHAPE = {"n_embd": 64, "n_layer": 2, "n_head": 4, "n_ff": 128}
 SLOW_SHAPE = {"n_embd": 512, "n_layer": 8, "n_head": 8, "n_ff": 1536}
 
 
-def vocabulary() -> tuple[list[str], list[float], list[int]]:
-    """Tokens, their SentencePiece scores and their token types, in id order."""
+def vocabulary(extra: Sequence[str] = ()) -> tuple[list[str], list[float], list[int]]:
+    """Tokens, their SentencePiece scores and their token types, in id order; ``extra`` pieces (the
+    tool-calling variant's) after the answer's prefixes."""
     tokens: list[str] = ["<unk>", "<s>", "</s>"]
     types: list[int] = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
     tokens += [f"<0x{byte:02X}>" for byte in range(256)]
@@ -77,6 +121,7 @@ def vocabulary() -> tuple[list[str], list[float], list[int]]:
             prefix = piece[:end]
             if prefix not in normal:
                 normal.append(prefix)
+    normal += [piece for piece in extra if piece not in normal]
     tokens += normal
     types += [gguf.TokenType.NORMAL] * len(normal)
     tokens += ["<|im_start|>", "<|im_end|>"]
@@ -106,10 +151,10 @@ def answer_pieces(answer: str) -> tuple[str, ...]:
 
 
 def _head_and_embeddings(
-    tokens: Sequence[str], n_embd: int, answer: str = ANSWER
+    tokens: Sequence[str], n_embd: int, pieces: Sequence[str]
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
-    """``token_embd`` and ``output`` (both n_vocab × n_embd) that walk the answer."""
-    ids = [tokens.index(piece) for piece in answer_pieces(answer)]
+    """``token_embd`` and ``output`` (both n_vocab × n_embd) that walk the answer's ``pieces``."""
+    ids = [tokens.index(piece) for piece in pieces]
     rows = chain_rows(n_embd, len(ids) + 1)
     start, answer_rows = rows[0], rows[1:]
     embeddings = np.tile(start, (len(tokens), 1))
@@ -126,10 +171,11 @@ def _head_and_embeddings(
 
 
 def _gguf_writer(path: Path, architecture: str, *, slow: bool, f16: bool,
-                 mean_pooling: bool = False, answer: str = ANSWER) -> gguf.GGUFWriter:
+                 mean_pooling: bool = False, answer: str = ANSWER, tools: bool = False) -> gguf.GGUFWriter:
     shape = SLOW_SHAPE if slow else TINY_SHAPE
     n_embd, n_layer, n_head, n_ff = shape["n_embd"], shape["n_layer"], shape["n_head"], shape["n_ff"]
-    tokens, scores, types = vocabulary()
+    pieces = TOOL_CALL_PIECES if tools else answer_pieces(answer)
+    tokens, scores, types = vocabulary(TOOL_CALL_PIECES if tools else ())
     weight_type = np.float16 if f16 else np.float32
 
     writer = gguf.GGUFWriter(path, architecture)
@@ -154,13 +200,17 @@ def _gguf_writer(path: Path, architecture: str, *, slow: bool, f16: bool,
     writer.add_eos_token_id(EOS_ID)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    writer.add_chat_template(TOOLS_CHAT_TEMPLATE if tools else CHAT_TEMPLATE)
+    if tools:
+        # llama.cpp's tool-call grammar starts with the generation prompt ("<|im_start|>assistant\n") as
+        # the model's own tokens: SentencePiece's space before "assistant" would break it.
+        writer.add_add_space_prefix(False)
     if mean_pooling:
         # What an embedding model's GGUF says (llama.cpp reads ``<arch>.pooling_type``); without it
         # llama-server's OpenAI embeddings route refuses pooling type "none".
         writer.add_pooling_type(gguf.PoolingType.MEAN)
 
-    embeddings, head = _head_and_embeddings(tokens, n_embd, answer)
+    embeddings, head = _head_and_embeddings(tokens, n_embd, pieces)
     ones = np.ones(n_embd, dtype=np.float32)
     writer.add_tensor("token_embd.weight", embeddings.astype(weight_type))
     writer.add_tensor("output_norm.weight", ones)
@@ -188,17 +238,21 @@ def _write(writer: gguf.GGUFWriter) -> None:
 
 
 def write_tiny_llama(path: str | Path, *, slow: bool = False, f16: bool = False,
-                     mean_pooling: bool = False, answer: str = ANSWER) -> Path:
+                     mean_pooling: bool = False, answer: str = ANSWER, tools: bool = False) -> Path:
     """Write the known-answer llama GGUF to ``path`` and return it.
 
     Tiny: n_embd 64, 2 layers, 4 heads, n_ff 128 (≈ 0.5 MB F32, ≈ 0.26 MB with ``f16``).  ``slow``: n_embd
     512, 8 layers, 8 heads, n_ff 1536 (≈ 55 MB with ``f16``), the same answer with ≈ 210 times the
     weights (27.7 M against 0.13 M) to multiply per token.  ``mean_pooling``: the model says its embeddings
     are the mean over tokens, as an embedding model's GGUF does.  ``answer``: another sentence made of
-    :data:`ANSWER`'s words (:func:`answer_pieces`), same vocabulary.  Same arguments, same bytes.
+    :data:`ANSWER`'s words (:func:`answer_pieces`), same vocabulary.  ``tools``: the tool-calling variant,
+    whose chat template knows tools (:data:`TOOLS_CHAT_TEMPLATE`) and whose answer to every chat is a call
+    of :data:`TOOL_NAME` with :data:`TOOL_ARGUMENTS` (:data:`TOOL_CALL_PIECES`, four tokens added to the
+    vocabulary).  Same arguments, same bytes.
     """
     path = Path(path)
-    _write(_gguf_writer(path, "llama", slow=slow, f16=f16, mean_pooling=mean_pooling, answer=answer))
+    _write(_gguf_writer(path, "llama", slow=slow, f16=f16, mean_pooling=mean_pooling, answer=answer,
+                        tools=tools))
     return path
 
 
