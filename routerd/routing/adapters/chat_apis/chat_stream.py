@@ -1,0 +1,134 @@
+"""The reader of a streamed chat completions answer, in the pieces a translated stream is made of.
+
+:class:`ChatStream` takes the backend's SSE bytes split anywhere and gives, per chunk, what happened in
+the answer: text added (:class:`Text`), a tool call begun (:class:`ToolStart`) or its arguments grown
+(:class:`ToolArguments`), the answer finished (:class:`Finished`, with its ``finish_reason`` and, when
+the backend names it, the stop string matched), or the backend failing (:class:`Failed`).  The usage
+(``stream_options.include_usage``'s last chunk) is kept in :attr:`ChatStream.usage`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from routerd.jsonvalues import json_int
+from routerd.routing.adapters.ollama._common import _first_choice
+from routerd.routing.adapters.ollama.responses import error_message_from_body
+from routerd.routing.sse import Event, EventParser
+
+
+@attrs.frozen
+class Text:
+    text: str
+
+
+@attrs.frozen
+class ToolStart:
+    index: int
+    id: str
+    name: str
+
+
+@attrs.frozen
+class ToolArguments:
+    index: int
+    delta: str
+
+
+@attrs.frozen
+class Finished:
+    reason: str
+    #: The stop string the backend says it stopped at (vLLM's ``stop_reason``), if it says.
+    matched: str | None = None
+
+
+@attrs.frozen
+class Failed:
+    message: str
+
+
+Piece = Text | ToolStart | ToolArguments | Finished | Failed
+
+
+def matched_stop(choice: Mapping[str, Any]) -> str | None:
+    """The stop string a choice says it stopped at: vLLM's ``stop_reason`` when it is a string."""
+    value = choice.get("stop_reason")
+    return value if isinstance(value, str) and value else None
+
+
+class ChatStream:
+    """Incremental: :meth:`feed` takes bytes, :meth:`end` is told the body ended; each returns pieces.
+    :attr:`done` is set at ``data: [DONE]`` (the answer, its usage included, is complete)."""
+
+    def __init__(self) -> None:
+        self._events = EventParser()
+        self._tools: dict[int, str] = {}  # a tool call's index -> its id
+        self.usage: Mapping[str, Any] | None = None
+        self.done = False
+
+    def feed(self, chunk: bytes) -> list[Piece]:
+        pieces: list[Piece] = []
+        for event in self._events.feed(chunk):
+            pieces += self._event(event)
+        return pieces
+
+    def end(self) -> list[Piece]:
+        last = self._events.end()
+        return self._event(last) if last is not None else []
+
+    def _event(self, event: Event) -> list[Piece]:
+        if self.done:
+            return []
+        if event.name == "error":
+            return [Failed(error_message_from_body(500, event.data.encode("utf-8")))]
+        if event.data.strip() == "[DONE]":
+            self.done = True
+            return []
+        try:
+            payload = json.loads(event.data)
+        except ValueError:
+            return []
+        if not isinstance(payload, Mapping):
+            return []
+        if payload.get("error"):
+            return [Failed(error_message_from_body(500, event.data.encode("utf-8")))]
+        if isinstance(payload.get("usage"), Mapping):
+            self.usage = payload["usage"]
+        return self._choice(_first_choice(payload))
+
+    def _choice(self, choice: Mapping[str, Any]) -> list[Piece]:
+        pieces: list[Piece] = []
+        delta = choice.get("delta")
+        if isinstance(delta, Mapping):
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                pieces.append(Text(content))
+            calls = delta.get("tool_calls")
+            if isinstance(calls, list):
+                for n, call in enumerate(calls):
+                    if isinstance(call, Mapping):
+                        pieces += self._tool(n, call)
+        finish = choice.get("finish_reason")
+        if isinstance(finish, str) and finish:
+            pieces.append(Finished(finish, matched_stop(choice)))
+        return pieces
+
+    def _tool(self, n: int, call: Mapping[str, Any]) -> list[Piece]:
+        index = json_int(call.get("index"))
+        index = n if index is None else index
+        function = call.get("function")
+        function = function if isinstance(function, Mapping) else {}
+        pieces: list[Piece] = []
+        if index not in self._tools:
+            given = call.get("id")
+            self._tools[index] = given if isinstance(given, str) and given else f"call_{index}"
+            name = function.get("name")
+            pieces.append(ToolStart(index, self._tools[index], name if isinstance(name, str) else ""))
+        arguments = function.get("arguments")
+        if isinstance(arguments, str) and arguments:
+            pieces.append(ToolArguments(index, arguments))
+        return pieces
