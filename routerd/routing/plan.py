@@ -155,10 +155,10 @@ def _translated(kind: str, path: str, parsed: Mapping[str, Any], local_id: str, 
     """A Messages, Responses or count-tokens request for a family that does not speak it: as chat
     completions (a stream asks for its usage), or as its tokenizer's request."""
     if kind == "messages":
-        return BackendPlan(anthropic.CHAT_PATH, _json(anthropic.messages_to_chat(parsed, local_id, stream)),
+        return BackendPlan(ollama.CHAT_PATH, _json(anthropic.messages_to_chat(parsed, local_id, stream)),
                            "application/json", "anthropic", stream)
     if kind == "responses":
-        return BackendPlan(anthropic.CHAT_PATH, _json(responses.responses_to_chat(parsed, local_id, stream)),
+        return BackendPlan(ollama.CHAT_PATH, _json(responses.responses_to_chat(parsed, local_id, stream)),
                            "application/json", "responses", stream)
     if kind == "count_tokens" and token_count_path:
         return BackendPlan(token_count_path, _json(anthropic.count_tokens_request(parsed)),

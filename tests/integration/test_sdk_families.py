@@ -21,6 +21,7 @@ import treq
 from twisted.internet.threads import deferToThread
 
 from tests.integration.nodes import FAST_TEXT, SIM, RunningNode, node_config, start_node, write_models
+from tests.integration.test_sdk_apis import claude, streams_under_limits
 
 FAMILIES = {
     "kobold": (
@@ -54,10 +55,6 @@ async def node(request: Any, tmp_path: Path) -> AsyncIterator[RunningNode]:
     running = await family_node(tmp_path, request.param)
     yield running
     await running.stop()
-
-
-def claude(url: str, key: str = "unused") -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
 
 
 @pytest_twisted.ensureDeferred
@@ -135,21 +132,9 @@ async def test_kobold_translated_messages_stream_is_charged_once_from_its_chat_u
     ]
     keyed = await family_node(tmp_path / "keyed", "kobold", {"auth": {"inference_keys": keys}})
     try:
-
-        def run() -> list[Any]:
-            outcomes: list[Any] = []
-            for key in keys:
-                client = claude(keyed.url, str(key["key"]))
-                for _ in range(2):
-                    try:
-                        with client.messages.stream(model="talker", max_tokens=4, messages=ASK) as stream:
-                            outcomes.append(stream.get_final_message().usage.output_tokens)
-                    except anthropic.RateLimitError as limited:
-                        assert isinstance(limited.body, dict)
-                        outcomes.append(limited.body["error"]["type"])
-            return outcomes
-
-        assert await deferToThread(run) == [4, "rate_limit_error", 4, 4], used
+        assert await deferToThread(streams_under_limits, keyed.url, keys) == [4, "rate_limit_error", 4, 4], (
+            used
+        )
     finally:
         await keyed.stop()
 

@@ -9,7 +9,8 @@ client's API (README "APIs" says per family what is translated and what is lost)
 * :mod:`.anthropic_stream`: a streamed chat answer -> Anthropic's named events;
 * :mod:`.responses`: a Responses request -> a chat request, a chat answer -> a Response object;
 * :mod:`.responses_stream`: a streamed chat answer -> the Responses API's named events;
-* :mod:`.chat_stream`: the one reader of a streamed chat answer both stream converters use.
+* :mod:`.chat`: the chat side both share (tools, sampling fields, the stream setting, reading an answer);
+* :mod:`.chat_stream`: the one reader of a streamed chat answer, and the converter both streams build on.
 
 Everything here is pure: no I/O, no reactor; ids and times are passed in.
 """

@@ -26,11 +26,9 @@ from typing import Any
 from routerd.errors import error_body
 from routerd.jsonvalues import json_int
 from routerd.routing.adapters import AdapterError, JSONObject
-from routerd.routing.adapters.chat_apis.chat_stream import matched_stop
-from routerd.routing.adapters.ollama._common import _arguments, _first_choice, _text
+from routerd.routing.adapters.chat_apis.chat import chat_request, chat_tools, read_answer, tokens
+from routerd.routing.adapters.ollama._common import _arguments
 from routerd.routing.adapters.ollama.responses import error_message_from_body
-
-CHAT_PATH = "/v1/chat/completions"
 
 #: ``finish_reason`` -> ``stop_reason``.
 STOP_REASONS: Mapping[str, str] = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
@@ -140,20 +138,16 @@ def chat_messages(body: Mapping[str, Any]) -> list[JSONObject]:
     return out
 
 
-def _tools(tools: object) -> list[JSONObject]:
-    if not isinstance(tools, list):
-        raise AdapterError("tools must be a list")
-    out: list[JSONObject] = []
-    for tool in tools:
-        if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str):
-            raise AdapterError("each tool needs a name")
-        if tool.get("type") not in (None, "custom"):
-            raise AdapterError(f"the {tool.get('type')!r} server tool cannot be sent to this backend")
-        function: JSONObject = {"name": tool["name"], "parameters": tool.get("input_schema") or {}}
-        if isinstance(tool.get("description"), str):
-            function["description"] = tool["description"]
-        out.append({"type": "function", "function": function})
-    return out
+def _function(tool: Mapping[str, Any]) -> JSONObject:
+    """A Messages tool (``name``, ``description``, ``input_schema``) as a chat function."""
+    if not isinstance(tool.get("name"), str):
+        raise AdapterError("each tool needs a name")
+    if tool.get("type") not in (None, "custom"):
+        raise AdapterError(f"the {tool.get('type')!r} server tool cannot be sent to this backend")
+    function: JSONObject = {"name": tool["name"], "parameters": tool.get("input_schema") or {}}
+    if isinstance(tool.get("description"), str):
+        function["description"] = tool["description"]
+    return function
 
 
 def _tool_choice(choice: Mapping[str, Any], out: JSONObject) -> None:
@@ -170,23 +164,17 @@ def _tool_choice(choice: Mapping[str, Any], out: JSONObject) -> None:
 
 def messages_to_chat(body: Mapping[str, Any], model: str, stream: bool) -> JSONObject:
     """A Messages request as a chat completions request for ``model`` (a stream asks for its usage)."""
-    out: JSONObject = {"model": model, "messages": chat_messages(body)}
-    for key in _SAMPLING:
-        if body.get(key) is not None:
-            out[key] = body[key]
+    out = chat_request(model, chat_messages(body), body, _SAMPLING, stream)
     stops = body.get("stop_sequences")
     if stops is not None:
         if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
             raise AdapterError("stop_sequences must be a list of strings")
         out["stop"] = list(stops)
     if body.get("tools") is not None:
-        out["tools"] = _tools(body["tools"])
+        out["tools"] = chat_tools(body["tools"], _function)
     choice = body.get("tool_choice")
     if isinstance(choice, Mapping):
         _tool_choice(choice, out)
-    if stream:
-        out["stream"] = True
-        out["stream_options"] = {"include_usage": True}
     return out
 
 
@@ -199,13 +187,9 @@ def stop_reason(finish: object, matched: str | None, stops: Sequence[str]) -> tu
 
 def usage(chat_usage: object) -> JSONObject:
     """A chat ``usage`` as Anthropic's: the cached prompt tokens apart from ``input_tokens``."""
-    given = chat_usage if isinstance(chat_usage, Mapping) else {}
-    prompt = json_int(given.get("prompt_tokens")) or 0
-    details = given.get("prompt_tokens_details")
-    cached = json_int(details.get("cached_tokens")) if isinstance(details, Mapping) else None
-    cached = min(max(cached or 0, 0), prompt)
-    return {"input_tokens": prompt - cached, "cache_read_input_tokens": cached,
-            "cache_creation_input_tokens": 0, "output_tokens": json_int(given.get("completion_tokens")) or 0}
+    counts = tokens(chat_usage)
+    return {"input_tokens": counts.prompt - counts.cached, "cache_read_input_tokens": counts.cached,
+            "cache_creation_input_tokens": 0, "output_tokens": counts.output}
 
 
 def stops_of(request: Mapping[str, Any] | None) -> tuple[str, ...]:
@@ -222,24 +206,13 @@ def tool_input(arguments: object) -> JSONObject:
 def chat_to_messages(chat: Mapping[str, Any], model: str, message_id: str,
                      stops: Sequence[str] = ()) -> JSONObject:
     """A chat completions answer as a Messages answer named ``model`` (the client's ID)."""
-    choice = _first_choice(chat)
-    message = choice.get("message")
-    message = message if isinstance(message, Mapping) else {}
-    content: list[JSONObject] = []
-    text = _text(message.get("content"))
-    if text:
-        content.append({"type": "text", "text": text})
-    calls = message.get("tool_calls")
-    for n, call in enumerate(calls if isinstance(calls, list) else []):
-        function = call.get("function") if isinstance(call, Mapping) else None
-        if isinstance(function, Mapping):
-            given = call.get("id")
-            call_id = given if isinstance(given, str) and given else f"call_{n}"
-            content.append({"type": "tool_use", "id": call_id, "name": str(function.get("name", "")),
-                            "input": tool_input(function.get("arguments"))})
-    reason, sequence = stop_reason(choice.get("finish_reason"), matched_stop(choice), stops)
+    answer = read_answer(chat)
+    content: list[JSONObject] = [{"type": "text", "text": answer.text}] if answer.text else []
+    content += [{"type": "tool_use", "id": call.id, "name": call.name, "input": tool_input(call.arguments)}
+                for call in answer.calls]
+    reason, sequence = stop_reason(answer.finish, answer.matched, stops)
     return {"id": message_id, "type": "message", "role": "assistant", "model": model, "content": content,
-            "stop_reason": reason, "stop_sequence": sequence, "usage": usage(chat.get("usage"))}
+            "stop_reason": reason, "stop_sequence": sequence, "usage": usage(answer.usage)}
 
 
 def error_to_anthropic(status: int, body: bytes) -> bytes:
@@ -265,7 +238,7 @@ def count_tokens_text(body: Mapping[str, Any]) -> str:
         for call in message.get("tool_calls", ()):
             lines.append(call["function"]["name"] + " " + call["function"]["arguments"])
     if body.get("tools") is not None:
-        lines += [json.dumps(tool, separators=(",", ":")) for tool in _tools(body["tools"])]
+        lines += [json.dumps(tool, separators=(",", ":")) for tool in chat_tools(body["tools"], _function)]
     return "\n".join(line for line in lines if line)
 
 

@@ -16,13 +16,11 @@ from collections.abc import Sequence
 from routerd.routing.adapters import JSONObject
 from routerd.routing.adapters.chat_apis.anthropic import stop_reason, usage
 from routerd.routing.adapters.chat_apis.chat_stream import (
-    ChatStream,
-    Failed,
     Finished,
-    Piece,
     Text,
     ToolArguments,
     ToolStart,
+    TranslatedStream,
 )
 
 
@@ -32,38 +30,18 @@ def event(name: str, data: JSONObject) -> bytes:
         {"type": name, **data}, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n\n"
 
 
-class MessagesStream:
+class MessagesStream(TranslatedStream):
     """Incremental converter with the relay's ``feed``/``flush``; ``model`` is the client's ID."""
 
     def __init__(self, model: str, message_id: str, stops: Sequence[str] = ()) -> None:
+        super().__init__()
         self._model = model
         self._id = message_id
         self._stops = tuple(stops)
-        self._chat = ChatStream()
         self._started = False
-        self._ended = False
         self._blocks = 0  # blocks opened so far
         self._open: tuple[str, int] | None = None  # ("text" | tool index, block index) of the open block
         self._tool_blocks: dict[int, int] = {}  # a tool call's index -> its block's index
-        self._finish: Finished | None = None
-
-    def feed(self, chunk: bytes) -> bytes:
-        if self._ended:
-            return b""
-        out = self._pieces(self._chat.feed(chunk))
-        if self._chat.done and not self._ended:
-            out += self._end()
-        return out
-
-    def flush(self) -> bytes:
-        if self._ended:
-            return b""
-        out = self._pieces(self._chat.end())
-        if self._ended:
-            return out
-        if self._finish is None:
-            return out + self._fail("the backend's stream ended before the answer was complete")
-        return out + self._end()
 
     def _start(self) -> bytes:
         if self._started:
@@ -73,31 +51,22 @@ class MessagesStream:
             "id": self._id, "type": "message", "role": "assistant", "model": self._model, "content": [],
             "stop_reason": None, "stop_sequence": None, "usage": usage(None)}})
 
-    def _pieces(self, pieces: list[Piece]) -> bytes:
-        out = bytearray()
-        for piece in pieces:
-            if self._ended:
-                break
-            if isinstance(piece, Failed):
-                out += self._fail(piece.message)
-                continue
-            out += self._start()
-            if isinstance(piece, Text):
-                if self._open is None or self._open[0] != "text":
-                    out += self._open_block({"type": "text", "text": ""}, "text")
-                out += self._delta({"type": "text_delta", "text": piece.text})
-            elif isinstance(piece, ToolStart):
-                out += self._open_block({"type": "tool_use", "id": piece.id, "name": piece.name, "input": {}},
-                                        str(piece.index))
-                self._tool_blocks[piece.index] = self._blocks - 1
-            elif isinstance(piece, ToolArguments):
-                block = self._tool_blocks.get(piece.index)
-                if block is not None:
-                    out += event("content_block_delta", {"index": block, "delta": {
-                        "type": "input_json_delta", "partial_json": piece.delta}})
-            elif isinstance(piece, Finished):
-                self._finish = piece
-        return bytes(out)
+    def _piece(self, piece: Text | ToolStart | ToolArguments) -> bytes:
+        if isinstance(piece, Text):
+            out = b""
+            if self._open is None or self._open[0] != "text":
+                out = self._open_block({"type": "text", "text": ""}, "text")
+            return out + self._delta({"type": "text_delta", "text": piece.text})
+        if isinstance(piece, ToolStart):
+            out = self._open_block({"type": "tool_use", "id": piece.id, "name": piece.name, "input": {}},
+                                   str(piece.index))
+            self._tool_blocks[piece.index] = self._blocks - 1
+            return out
+        block = self._tool_blocks.get(piece.index)
+        if block is None:
+            return b""
+        return event("content_block_delta", {"index": block, "delta": {
+            "type": "input_json_delta", "partial_json": piece.delta}})
 
     def _open_block(self, block: JSONObject, key: str) -> bytes:
         out = self._close_block()

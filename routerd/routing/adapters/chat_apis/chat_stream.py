@@ -5,11 +5,13 @@ the answer: text added (:class:`Text`), a tool call begun (:class:`ToolStart`) o
 (:class:`ToolArguments`), the answer finished (:class:`Finished`, with its ``finish_reason`` and, when
 the backend names it, the stop string matched), or the backend failing (:class:`Failed`).  The usage
 (``stream_options.include_usage``'s last chunk) is kept in :attr:`ChatStream.usage`.
+:class:`TranslatedStream` is the relay's converter over it: what each piece becomes is its subclass's.
 """
 
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
@@ -132,3 +134,62 @@ class ChatStream:
         if isinstance(arguments, str) and arguments:
             pieces.append(ToolArguments(index, arguments))
         return pieces
+
+
+class TranslatedStream(ABC):
+    """A streamed chat answer converted as it arrives, with the relay's ``feed``/``flush``: the stream ends
+    at ``data: [DONE]`` (:meth:`_end`), at a backend error (:meth:`_fail`), or at the end of the body
+    (:meth:`_end` when the answer finished, else :meth:`_fail`).  A subclass's :meth:`_end` and :meth:`_fail`
+    set ``_ended``."""
+
+    def __init__(self) -> None:
+        self._chat = ChatStream()
+        self._ended = False
+        self._finish: Finished | None = None
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self._ended:
+            return b""
+        out = self._pieces(self._chat.feed(chunk))
+        if self._chat.done and not self._ended:
+            out += self._end()
+        return out
+
+    def flush(self) -> bytes:
+        if self._ended:
+            return b""
+        out = self._pieces(self._chat.end())
+        if self._ended:
+            return out
+        if self._finish is None:
+            return out + self._fail("the backend's stream ended before the answer was complete")
+        return out + self._end()
+
+    def _pieces(self, pieces: list[Piece]) -> bytes:
+        out = bytearray()
+        for piece in pieces:
+            if self._ended:
+                break
+            if isinstance(piece, Failed):
+                out += self._fail(piece.message)
+            elif isinstance(piece, Finished):
+                self._finish = piece
+            else:
+                out += self._start() + self._piece(piece)
+        return bytes(out)
+
+    @abstractmethod
+    def _start(self) -> bytes:
+        """The stream's first events (once; nothing after)."""
+
+    @abstractmethod
+    def _piece(self, piece: Text | ToolStart | ToolArguments) -> bytes:
+        """The events of one piece of the answer."""
+
+    @abstractmethod
+    def _end(self) -> bytes:
+        """The last events of a finished answer."""
+
+    @abstractmethod
+    def _fail(self, message: str) -> bytes:
+        """The event ending a failed stream."""

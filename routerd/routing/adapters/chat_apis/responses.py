@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from routerd.jsonvalues import json_int
 from routerd.routing.adapters import AdapterError, JSONObject
-from routerd.routing.adapters.ollama._common import _first_choice, _text
+from routerd.routing.adapters.chat_apis.chat import chat_request, chat_tools, read_answer, tokens
+from routerd.routing.adapters.ollama._common import _text
 
 #: The sampling fields a Responses request and a chat request share.
 _SAMPLING = ("temperature", "top_p", "parallel_tool_calls")
@@ -94,21 +94,16 @@ def chat_messages(body: Mapping[str, Any]) -> list[JSONObject]:
     return out
 
 
-def _tools(tools: object) -> list[JSONObject]:
-    if not isinstance(tools, list):
-        raise AdapterError("tools must be a list")
-    out: list[JSONObject] = []
-    for tool in tools:
-        if not isinstance(tool, Mapping) or tool.get("type") != "function" \
-                or not isinstance(tool.get("name"), str):
-            kind = tool.get("type") if isinstance(tool, Mapping) else None
-            raise AdapterError(f"only function tools (with a name) can be sent to this backend, not {kind!r}")
-        function: JSONObject = {"name": tool["name"], "parameters": tool.get("parameters") or {}}
-        for key in ("description", "strict"):
-            if tool.get(key) is not None:
-                function[key] = tool[key]
-        out.append({"type": "function", "function": function})
-    return out
+def _function(tool: Mapping[str, Any]) -> JSONObject:
+    """A Responses ``function`` tool (``name``, ``description``, ``parameters``, ``strict``) as chat's."""
+    if tool.get("type") != "function" or not isinstance(tool.get("name"), str):
+        raise AdapterError(f"only function tools (with a name) can be sent to this backend, "
+                           f"not {tool.get('type')!r}")
+    function: JSONObject = {"name": tool["name"], "parameters": tool.get("parameters") or {}}
+    for key in ("description", "strict"):
+        if tool.get(key) is not None:
+            function[key] = tool[key]
+    return function
 
 
 def _response_format(text: object) -> JSONObject | None:
@@ -125,14 +120,11 @@ def _response_format(text: object) -> JSONObject | None:
 
 def responses_to_chat(body: Mapping[str, Any], model: str, stream: bool) -> JSONObject:
     """A Responses request as a chat completions request for ``model`` (a stream asks for its usage)."""
-    out: JSONObject = {"model": model, "messages": chat_messages(body)}
-    for key in _SAMPLING:
-        if body.get(key) is not None:
-            out[key] = body[key]
+    out = chat_request(model, chat_messages(body), body, _SAMPLING, stream)
     if body.get("max_output_tokens") is not None:
         out["max_tokens"] = body["max_output_tokens"]
     if body.get("tools") is not None:
-        out["tools"] = _tools(body["tools"])
+        out["tools"] = chat_tools(body["tools"], _function)
     choice = body.get("tool_choice")
     if isinstance(choice, str):
         out["tool_choice"] = choice
@@ -143,22 +135,15 @@ def responses_to_chat(body: Mapping[str, Any], model: str, stream: bool) -> JSON
     form = _response_format(body.get("text"))
     if form is not None:
         out["response_format"] = form
-    if stream:
-        out["stream"] = True
-        out["stream_options"] = {"include_usage": True}
     return out
 
 
 def usage(chat_usage: object) -> JSONObject:
     """A chat ``usage`` as the Responses API's."""
-    given = chat_usage if isinstance(chat_usage, Mapping) else {}
-    prompt = json_int(given.get("prompt_tokens")) or 0
-    output = json_int(given.get("completion_tokens")) or 0
-    details = given.get("prompt_tokens_details")
-    cached = json_int(details.get("cached_tokens")) if isinstance(details, Mapping) else None
-    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached or 0},
-            "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": prompt + output}
+    counts = tokens(chat_usage)
+    return {"input_tokens": counts.prompt, "input_tokens_details": {"cached_tokens": counts.cached},
+            "output_tokens": counts.output, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": counts.prompt + counts.output}
 
 
 def status_of(finish: object) -> tuple[str, JSONObject | None]:
@@ -201,22 +186,10 @@ def response_object(response_id: str, model: str, created: int, request: Mapping
 def chat_to_response(chat: Mapping[str, Any], model: str, response_id: str, created: int,
                      request: Mapping[str, Any] | None = None) -> JSONObject:
     """A chat completions answer as a Response object named ``model`` (the client's ID)."""
-    choice = _first_choice(chat)
-    message = choice.get("message")
-    message = message if isinstance(message, Mapping) else {}
+    answer = read_answer(chat)
     output: list[JSONObject] = []
-    text = _text(message.get("content"))
-    if text or not message.get("tool_calls"):
-        output.append(message_item(f"msg_{response_id.removeprefix('resp_')}", text))
-    calls = message.get("tool_calls")
-    for n, call in enumerate(calls if isinstance(calls, list) else []):
-        function = call.get("function") if isinstance(call, Mapping) else None
-        if isinstance(function, Mapping):
-            given = call.get("id")
-            call_id = given if isinstance(given, str) and given else f"call_{n}"
-            arguments = function.get("arguments")
-            output.append(call_item(f"fc_{call_id}", call_id, str(function.get("name", "")),
-                                    arguments if isinstance(arguments, str) else "{}"))
-    status, incomplete = status_of(choice.get("finish_reason"))
-    return response_object(response_id, model, created, request, output, status, incomplete,
-                           chat.get("usage"))
+    if answer.text or not answer.calls:
+        output.append(message_item(f"msg_{response_id.removeprefix('resp_')}", answer.text))
+    output += [call_item(f"fc_{call.id}", call.id, call.name, call.arguments) for call in answer.calls]
+    status, incomplete = status_of(answer.finish)
+    return response_object(response_id, model, created, request, output, status, incomplete, answer.usage)

@@ -19,53 +19,31 @@ from typing import Any
 
 from routerd.routing.adapters import JSONObject
 from routerd.routing.adapters.chat_apis.chat_stream import (
-    ChatStream,
-    Failed,
     Finished,
-    Piece,
     Text,
     ToolArguments,
     ToolStart,
+    TranslatedStream,
 )
 from routerd.routing.adapters.chat_apis.responses import call_item, message_item, response_object, status_of
 
 
-class ResponsesStream:
+class ResponsesStream(TranslatedStream):
     """Incremental converter with the relay's ``feed``/``flush``; ``model`` is the client's ID."""
 
     def __init__(self, model: str, response_id: str, created: int,
                  request: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
         self._model = model
         self._id = response_id
         self._created = created
         self._request = request
-        self._chat = ChatStream()
         self._sequence = 0
         self._started = False
-        self._ended = False
         self._output: list[JSONObject] = []  # the items done, in order
         self._open: JSONObject | None = None  # the item under way
         self._text: list[str] = []
         self._tool_items: dict[int, JSONObject] = {}
-        self._finish: Finished | None = None
-
-    def feed(self, chunk: bytes) -> bytes:
-        if self._ended:
-            return b""
-        out = self._pieces(self._chat.feed(chunk))
-        if self._chat.done and not self._ended:
-            out += self._end()
-        return out
-
-    def flush(self) -> bytes:
-        if self._ended:
-            return b""
-        out = self._pieces(self._chat.end())
-        if self._ended:
-            return out
-        if self._finish is None:
-            return out + self._fail("the backend's stream ended before the answer was complete")
-        return out + self._end()
 
     def _event(self, name: str, data: JSONObject) -> bytes:
         payload = {"type": name, "sequence_number": self._sequence, **data}
@@ -84,33 +62,21 @@ class ResponsesStream:
         return (self._event("response.created", {"response": self._response("in_progress")})
                 + self._event("response.in_progress", {"response": self._response("in_progress")}))
 
-    def _pieces(self, pieces: list[Piece]) -> bytes:
-        out = bytearray()
-        for piece in pieces:
-            if self._ended:
-                break
-            if isinstance(piece, Failed):
-                out += self._fail(piece.message)
-                continue
-            out += self._start()
-            if isinstance(piece, Text):
-                out += self._text_delta(piece.text)
-            elif isinstance(piece, ToolStart):
-                out += self._close()
-                item = call_item(f"fc_{piece.id}", piece.id, piece.name, "", "in_progress")
-                self._open = self._tool_items[piece.index] = item
-                out += self._event("response.output_item.added", {"output_index": len(self._output),
-                                                                  "item": item})
-            elif isinstance(piece, ToolArguments):
-                growing = self._tool_items.get(piece.index)
-                if growing is not None:
-                    growing["arguments"] += piece.delta
-                    out += self._event("response.function_call_arguments.delta", {
-                        "item_id": growing["id"], "output_index": self._index_of(growing),
-                        "delta": piece.delta})
-            elif isinstance(piece, Finished):
-                self._finish = piece
-        return bytes(out)
+    def _piece(self, piece: Text | ToolStart | ToolArguments) -> bytes:
+        if isinstance(piece, Text):
+            return self._text_delta(piece.text)
+        if isinstance(piece, ToolStart):
+            out = self._close()
+            item = call_item(f"fc_{piece.id}", piece.id, piece.name, "", "in_progress")
+            self._open = self._tool_items[piece.index] = item
+            return out + self._event("response.output_item.added", {"output_index": len(self._output),
+                                                                    "item": item})
+        growing = self._tool_items.get(piece.index)
+        if growing is None:
+            return b""
+        growing["arguments"] += piece.delta
+        return self._event("response.function_call_arguments.delta", {
+            "item_id": growing["id"], "output_index": self._index_of(growing), "delta": piece.delta})
 
     def _index_of(self, item: JSONObject) -> int:
         return len(self._output) if item is self._open else self._output.index(item)
