@@ -20,7 +20,19 @@ import pytest_twisted
 import treq
 from twisted.internet.threads import deferToThread
 
-from tests.integration.nodes import FAST_TEXT, SIM, RunningNode, node_config, start_node, write_models
+from routerd.routing.relay import TAIL_KEEP
+from tests.integration.nodes import (
+    FAST_TEXT,
+    SIM,
+    RunningNode,
+    all_healthy,
+    knows,
+    node_config,
+    plan_cluster,
+    start_cluster,
+    start_node,
+    write_models,
+)
 from tests.integration.test_sdk_apis import claude, streams_under_limits
 
 FAMILIES = {
@@ -173,3 +185,69 @@ async def test_kobold_refuses_rerank_501_and_a_bad_translated_request_is_an_anth
         await deferToThread(run)
     finally:
         await node.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_master_relaying_a_long_translated_kobold_stream_charges_its_whole_usage(
+    tmp_path: Path,
+) -> None:
+    """A Messages stream translated on a kobold slave and relayed by the master, far longer than the tail the
+    relay keeps: the master charges the key the chat answer's input and output (reported whole in the last
+    events), so a key whose limit is exactly one stream is full after one and a key one token over is not."""
+    output = 200
+    plan = plan_cluster(tmp_path, ["kob"])
+    models, sections = FAMILIES["kobold"]
+    write_models(plan.root / "kob", models, {"talker": {**FAST_TEXT, "gen_tokens_per_s": 2000}})
+    write_models(plan.root / "master", {}, {})
+    probe = {"name": "probe", "key": "sk-sdk-families-probe-0123456789"}
+    auth = {"auth": {"inference_keys": [probe]}}
+    cluster = await start_cluster(
+        plan,
+        plan.master_config(sections=auth),
+        {"kob": plan.slave_config("kob", sections={**sections, **auth})},
+        ready=lambda r: knows(r, kob="talker") and all_healthy(r),
+    )
+    try:
+        asked = await treq.post(
+            cluster.master.url + "/v1/messages",
+            json={"model": "talker", "max_tokens": 1, "messages": ASK},
+            headers={"authorization": "Bearer " + probe["key"]},
+        )
+        used = (await asked.json())["usage"]["input_tokens"] + output
+    finally:
+        await cluster.stop()
+    keys = [
+        {"name": name, "key": f"sk-sdk-families-{name}-0123456789", "limits": {"tokens_per_minute": limit}}
+        for name, limit in (("exact", used), ("over", used + 1))
+    ]
+    auth = {"auth": {"inference_keys": keys}}
+    cluster = await start_cluster(
+        plan,
+        plan.master_config(sections=auth),
+        {"kob": plan.slave_config("kob", sections={**sections, **auth})},
+        ready=lambda r: knows(r, kob="talker") and all_healthy(r),
+    )
+    try:
+
+        def run() -> list[object]:
+            outcomes: list[object] = []
+            for key in keys:
+                client = claude(cluster.master.url, str(key["key"]))
+                for _ in range(2):
+                    try:
+                        with client.messages.stream(
+                            model="talker", max_tokens=output, messages=ASK
+                        ) as stream:
+                            events = list(stream)
+                            final = stream.get_final_message()
+                    except anthropic.RateLimitError as limited:
+                        outcomes.append(limited.status_code)
+                        continue
+                    assert sum(1 for e in events if e.type == "content_block_delta") * 100 > 2 * TAIL_KEEP
+                    assert final.model == "talker" and final.usage.input_tokens + output == used
+                    outcomes.append(final.usage.output_tokens)
+            return outcomes
+
+        assert await deferToThread(run) == [output, 429, output, output]
+    finally:
+        await cluster.stop()
