@@ -332,3 +332,20 @@ def test_a_failing_or_cut_stream_ends_with_one_error_event(chunks: list[bytes]) 
     events = _events(convert(stream.feed, stream.flush, chunks))
     assert events[-1][0] == "error" and [name for name, _ in events].count("error") == 1
     assert "message_stop" not in [name for name, _ in events]
+
+
+def test_a_stream_without_a_usage_chunk_reports_one_output_token_a_delta_chunk() -> None:
+    """KoboldCpp v1.76 ignores ``stream_options.include_usage``: its stream carries one token a chunk and
+    no usage, so the output is counted from the chunks (the prompt unknown: 0)."""
+    stream = MessagesStream("public", "msg_r1")
+    chunks = [
+        chunk({"role": "assistant", "content": "a"}),
+        chunk({"content": " b"}),
+        chunk({"content": " c"}),
+        chunk({}, "length"),
+        b"data: [DONE]\n\n",
+    ]
+    delta = next(
+        data for name, data in _events(convert(stream.feed, stream.flush, chunks)) if name == "message_delta"
+    )
+    assert delta["usage"]["output_tokens"] == 3 and delta["usage"]["input_tokens"] == 0

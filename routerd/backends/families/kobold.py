@@ -18,7 +18,9 @@ The APIs clients speak besides chat (README "APIs"), checked in KoboldCpp's own 
 (``{"prompt", "special"}`` -> ``{"value", "ids"}``, the raw text, no chat template).  So routerd
 translates Anthropic's Messages and OpenAI's Responses to its ``/v1/chat/completions`` and back, counts a
 Messages request's tokens with ``/api/extra/tokencount`` on the request's text, and refuses rerank (no
-chat counterpart).
+chat counterpart).  Its chat answers report a fixed ``usage`` (100 and 100 tokens) and its streams
+none (no ``stream_options``), which a translated answer can only pass on (a stream's output counted a
+token a chunk).
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ class MessagesStream(TranslatedStream):
         finish = self._finish or Finished("stop")
         reason, sequence = stop_reason(finish.reason, finish.matched, self._stops)
         out += event("message_delta", {"delta": {"stop_reason": reason, "stop_sequence": sequence},
-                                       "usage": usage(self._chat.usage)})
+                                       "usage": usage(self._chat.reported_usage())})
         return out + event("message_stop", {})
 
     def _fail(self, message: str) -> bytes:

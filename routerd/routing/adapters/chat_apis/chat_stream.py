@@ -71,6 +71,9 @@ class ChatStream:
         self._tools: dict[int, str] = {}  # a tool call's index -> its id
         self.usage: Mapping[str, Any] | None = None
         self.done = False
+        #: Chunks that added text or arguments: a backend streaming one token a chunk (llama.cpp's
+        #: servers, KoboldCpp) wrote about as many tokens.
+        self.deltas = 0
 
     def feed(self, chunk: bytes) -> list[Piece]:
         pieces: list[Piece] = []
@@ -102,6 +105,13 @@ class ChatStream:
             self.usage = payload["usage"]
         return self._choice(_first_choice(payload))
 
+    def reported_usage(self) -> Mapping[str, Any]:
+        """The stream's ``usage``; when the backend sent none (KoboldCpp v1.76 ignores
+        ``stream_options``), its output estimated as one token a delta chunk, its prompt unknown (0)."""
+        if self.usage is not None:
+            return self.usage
+        return {"prompt_tokens": 0, "completion_tokens": self.deltas}
+
     def _choice(self, choice: Mapping[str, Any]) -> list[Piece]:
         pieces: list[Piece] = []
         delta = choice.get("delta")
@@ -114,6 +124,8 @@ class ChatStream:
                 for n, call in enumerate(calls):
                     if isinstance(call, Mapping):
                         pieces += self._tool(n, call)
+        if any(isinstance(piece, Text | ToolArguments) for piece in pieces):
+            self.deltas += 1
         finish = choice.get("finish_reason")
         if isinstance(finish, str) and finish:
             pieces.append(Finished(finish, matched_stop(choice)))

@@ -53,7 +53,7 @@ class ResponsesStream(TranslatedStream):
 
     def _response(self, status: str, incomplete: JSONObject | None = None) -> JSONObject:
         return response_object(self._id, self._model, self._created, self._request, list(self._output),
-                               status, incomplete, self._chat.usage)
+                               status, incomplete, self._chat.reported_usage())
 
     def _start(self) -> bytes:
         if self._started:
