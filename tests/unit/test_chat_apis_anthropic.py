@@ -349,3 +349,21 @@ def test_a_stream_without_a_usage_chunk_reports_one_output_token_a_delta_chunk()
         data for name, data in _events(convert(stream.feed, stream.flush, chunks)) if name == "message_delta"
     )
     assert delta["usage"]["output_tokens"] == 3 and delta["usage"]["input_tokens"] == 0
+
+
+def test_tools_without_a_tool_choice_ask_for_auto_as_koboldcpp_offers_tools_only_then() -> None:
+    body = {"max_tokens": 9, "tools": [WEATHER], "messages": [{"role": "user", "content": "Oslo?"}]}
+    assert anthropic.messages_to_chat(body, "m", stream=False)["tool_choice"] == "auto"
+    assert "tool_choice" not in anthropic.messages_to_chat({**body, "tools": None}, "m", stream=False)
+
+
+def test_a_koboldcpp_tool_call_with_object_arguments_that_finished_stop_is_a_tool_use() -> None:
+    """KoboldCpp v1.76 answers tool calls as the JSON its model wrote (``arguments`` an object) and
+    ``finish_reason`` ``stop``: the client still gets a ``tool_use`` block and ``stop_reason``
+    ``tool_use``."""
+    calls = [{"id": "x", "type": "function", "function": {"name": "weather", "arguments": {"city": "Oslo"}}}]
+    answer = anthropic.chat_to_messages(chat_answer(None, "stop", calls), "public", "msg_r1")
+    assert answer["stop_reason"] == "tool_use"
+    assert answer["content"] == [
+        {"type": "tool_use", "id": "x", "name": "weather", "input": {"city": "Oslo"}}
+    ]

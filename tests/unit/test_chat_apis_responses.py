@@ -215,3 +215,12 @@ def test_a_stream_cut_at_its_token_limit_ends_incomplete_and_a_failing_one_faile
     assert (
         events[-1]["type"] == "response.failed" and events[-1]["response"]["error"]["message"] == "slot died"
     )
+
+
+def test_function_call_arguments_an_object_in_the_chat_answer_are_json_text_in_the_response() -> None:
+    calls = [{"id": "x", "type": "function", "function": {"name": "weather", "arguments": {"city": "Oslo"}}}]
+    answer = responses.chat_to_response(chat_answer(None, "stop", calls), "public", "resp_r1", 0)
+    assert answer["output"] == [responses.call_item("fc_x", "x", "weather", '{"city": "Oslo"}')]
+    assert (
+        responses.responses_to_chat({"input": "hi", "tools": [WEATHER]}, "m", False)["tool_choice"] == "auto"
+    )

@@ -26,7 +26,7 @@ from typing import Any
 from routerd.errors import error_body
 from routerd.jsonvalues import json_int
 from routerd.routing.adapters import AdapterError, JSONObject
-from routerd.routing.adapters.chat_apis.chat import chat_request, chat_tools, read_answer, tokens
+from routerd.routing.adapters.chat_apis.chat import add_tools, chat_request, read_answer, tokens
 from routerd.routing.adapters.ollama._common import _arguments
 from routerd.routing.adapters.ollama.responses import error_message_from_body
 
@@ -171,18 +171,22 @@ def messages_to_chat(body: Mapping[str, Any], model: str, stream: bool) -> JSONO
             raise AdapterError("stop_sequences must be a list of strings")
         out["stop"] = list(stops)
     if body.get("tools") is not None:
-        out["tools"] = chat_tools(body["tools"], _function)
+        add_tools(out, body["tools"], _function)
     choice = body.get("tool_choice")
     if isinstance(choice, Mapping):
         _tool_choice(choice, out)
     return out
 
 
-def stop_reason(finish: object, matched: str | None, stops: Sequence[str]) -> tuple[str, str | None]:
-    """(``stop_reason``, ``stop_sequence``) for a chat ``finish_reason`` (and the stop string matched)."""
+def stop_reason(finish: object, matched: str | None, stops: Sequence[str],
+                called: bool = False) -> tuple[str, str | None]:
+    """(``stop_reason``, ``stop_sequence``) for a chat ``finish_reason`` (and the stop string matched); an
+    answer that ``called`` a tool but finished ``stop`` (KoboldCpp's) is ``tool_use`` too, which is what a
+    Messages client runs the tools on."""
     if finish == "stop" and matched is not None and matched in stops:
         return "stop_sequence", matched
-    return STOP_REASONS.get(finish if isinstance(finish, str) else "", "end_turn"), None
+    reason = STOP_REASONS.get(finish if isinstance(finish, str) else "", "end_turn")
+    return ("tool_use" if called and reason == "end_turn" else reason), None
 
 
 def usage(chat_usage: object) -> JSONObject:
@@ -210,7 +214,7 @@ def chat_to_messages(chat: Mapping[str, Any], model: str, message_id: str,
     content: list[JSONObject] = [{"type": "text", "text": answer.text}] if answer.text else []
     content += [{"type": "tool_use", "id": call.id, "name": call.name, "input": tool_input(call.arguments)}
                 for call in answer.calls]
-    reason, sequence = stop_reason(answer.finish, answer.matched, stops)
+    reason, sequence = stop_reason(answer.finish, answer.matched, stops, bool(answer.calls))
     return {"id": message_id, "type": "message", "role": "assistant", "model": model, "content": content,
             "stop_reason": reason, "stop_sequence": sequence, "usage": usage(answer.usage)}
 
@@ -238,7 +242,9 @@ def count_tokens_text(body: Mapping[str, Any]) -> str:
         for call in message.get("tool_calls", ()):
             lines.append(call["function"]["name"] + " " + call["function"]["arguments"])
     if body.get("tools") is not None:
-        lines += [json.dumps(tool, separators=(",", ":")) for tool in chat_tools(body["tools"], _function)]
+        listed: JSONObject = {}
+        add_tools(listed, body["tools"], _function)
+        lines += [json.dumps(tool, separators=(",", ":")) for tool in listed["tools"]]
     return "\n".join(line for line in lines if line)
 
 

@@ -89,7 +89,7 @@ class MessagesStream(TranslatedStream):
         out = self._start() + self._close_block()
         self._ended = True
         finish = self._finish or Finished("stop")
-        reason, sequence = stop_reason(finish.reason, finish.matched, self._stops)
+        reason, sequence = stop_reason(finish.reason, finish.matched, self._stops, bool(self._tool_blocks))
         out += event("message_delta", {"delta": {"stop_reason": reason, "stop_sequence": sequence},
                                        "usage": usage(self._chat.reported_usage())})
         return out + event("message_stop", {})

@@ -3,6 +3,7 @@ fields and its stream setting; a chat answer's text, tool calls and finish, and 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -14,13 +15,17 @@ from routerd.routing.adapters.chat_apis.chat_stream import matched_stop
 from routerd.routing.adapters.ollama._common import _first_choice, _text
 
 
-def chat_tools(tools: object, function: Callable[[Mapping[str, Any]], JSONObject]) -> list[JSONObject]:
-    """Chat's ``tools`` for an API's tool definitions, ``function`` giving each one's ``function`` object
-    (and refusing, :class:`AdapterError`, one a chat backend cannot take)."""
+def add_tools(out: JSONObject, tools: object, function: Callable[[Mapping[str, Any]], JSONObject]) -> None:
+    """Set a chat request's ``tools`` from an API's tool definitions, ``function`` giving each one's
+    ``function`` object (and refusing, :class:`AdapterError`, one a chat backend cannot take), and its
+    ``tool_choice`` to ``auto``, chat's default with tools, said outright: KoboldCpp offers the model the
+    tools only when a ``tool_choice`` is given (``koboldcpp.py`` v1.76).  The API's own choice overrides
+    it."""
     if not isinstance(tools, list):
         raise AdapterError("tools must be a list")
-    return [{"type": "function", "function": function(tool if isinstance(tool, Mapping) else {})}
-            for tool in tools]
+    out["tools"] = [{"type": "function", "function": function(tool if isinstance(tool, Mapping) else {})}
+                    for tool in tools]
+    out["tool_choice"] = "auto"
 
 
 def chat_request(model: str, messages: list[JSONObject], body: Mapping[str, Any], kept: tuple[str, ...],
@@ -88,9 +93,14 @@ def read_answer(chat: Mapping[str, Any]) -> ChatAnswer:
         function = call.get("function") if isinstance(call, Mapping) else None
         if isinstance(function, Mapping):
             named = call.get("id")
-            arguments = function.get("arguments")
             calls.append(ToolCall(named if isinstance(named, str) and named else f"call_{n}",
-                                  str(function.get("name", "")),
-                                  arguments if isinstance(arguments, str) else "{}"))
+                                  str(function.get("name", "")), _arguments_text(function.get("arguments"))))
     return ChatAnswer(_text(message.get("content")), tuple(calls), choice.get("finish_reason"),
                       matched_stop(choice), chat.get("usage"))
+
+
+def _arguments_text(arguments: object) -> str:
+    """A tool call's arguments as JSON text: as written, or an object (KoboldCpp v1.76 writes one) encoded."""
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments) if isinstance(arguments, Mapping) else "{}"

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from routerd.routing.adapters import AdapterError, JSONObject
-from routerd.routing.adapters.chat_apis.chat import chat_request, chat_tools, read_answer, tokens
+from routerd.routing.adapters.chat_apis.chat import add_tools, chat_request, read_answer, tokens
 from routerd.routing.adapters.ollama._common import _text
 
 #: The sampling fields a Responses request and a chat request share.
@@ -124,7 +124,7 @@ def responses_to_chat(body: Mapping[str, Any], model: str, stream: bool) -> JSON
     if body.get("max_output_tokens") is not None:
         out["max_tokens"] = body["max_output_tokens"]
     if body.get("tools") is not None:
-        out["tools"] = chat_tools(body["tools"], _function)
+        add_tools(out, body["tools"], _function)
     choice = body.get("tool_choice")
     if isinstance(choice, str):
         out["tool_choice"] = choice
