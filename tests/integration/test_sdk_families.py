@@ -199,14 +199,18 @@ async def test_a_master_relaying_a_long_translated_kobold_stream_charges_its_who
     models, sections = FAMILIES["kobold"]
     write_models(plan.root / "kob", models, {"talker": {**FAST_TEXT, "gen_tokens_per_s": 2000}})
     write_models(plan.root / "master", {}, {})
+
+    def cluster_with(keys: list[dict[str, Any]]) -> Any:
+        auth = {"auth": {"inference_keys": keys}}
+        return start_cluster(
+            plan,
+            plan.master_config(sections=auth),
+            {"kob": plan.slave_config("kob", sections={**sections, **auth})},
+            ready=lambda r: knows(r, kob="talker") and all_healthy(r),
+        )
+
     probe = {"name": "probe", "key": "sk-sdk-families-probe-0123456789"}
-    auth = {"auth": {"inference_keys": [probe]}}
-    cluster = await start_cluster(
-        plan,
-        plan.master_config(sections=auth),
-        {"kob": plan.slave_config("kob", sections={**sections, **auth})},
-        ready=lambda r: knows(r, kob="talker") and all_healthy(r),
-    )
+    cluster = await cluster_with([probe])
     try:
         asked = await treq.post(
             cluster.master.url + "/v1/messages",
@@ -220,13 +224,7 @@ async def test_a_master_relaying_a_long_translated_kobold_stream_charges_its_who
         {"name": name, "key": f"sk-sdk-families-{name}-0123456789", "limits": {"tokens_per_minute": limit}}
         for name, limit in (("exact", used), ("over", used + 1))
     ]
-    auth = {"auth": {"inference_keys": keys}}
-    cluster = await start_cluster(
-        plan,
-        plan.master_config(sections=auth),
-        {"kob": plan.slave_config("kob", sections={**sections, **auth})},
-        ready=lambda r: knows(r, kob="talker") and all_healthy(r),
-    )
+    cluster = await cluster_with(keys)
     try:
 
         def run() -> list[object]:
