@@ -5,9 +5,10 @@ A backend family is a way of running the inference programs (the node's ``backen
 (``routerd/backends/families/<name>.py``) and declares there, in its ``DECLARED``, its facts as a
 :class:`Declared`: its name, the config section naming the program of each runtime kind it serves,
 whether one process serves every lane, the keys its section holds besides ``binary_path`` and
-``extra_args``, the routes its programs serve as the client sent them and the routes they cannot
-serve, and the simulator (a ``routerd-sim`` program) standing in for each program.  The same module
-holds how the family runs (command lines, readiness probes, runtime slots) as its ``PLUGIN``.
+``extra_args``, the routes its programs serve as the client sent them, the routes routerd translates
+for them and the routes they cannot serve, and the simulator (a ``routerd-sim`` program) standing in
+for each program.  The same module holds how the family runs (command lines, readiness probes, runtime
+slots) as its ``PLUGIN``.
 
 Why the registry finds the families instead of listing them: adding a family is then its module
 (plus its simulator) and nothing else; no list here, in the config, the catalog or the API
@@ -80,6 +81,12 @@ class Declared:
     passes_through: frozenset[str] = frozenset()
     #: Route kinds the family cannot serve (answered 501 ``unsupported_backend``).
     refuses: frozenset[str] = frozenset()
+    #: Route kinds of the APIs its programs do not speak that routerd translates to and from chat
+    #: completions (``routerd.routing.adapters.anthropic``, ``.responses``; README "APIs").
+    translates: frozenset[str] = frozenset()
+    #: The path of its text program's token-counting route taking raw text (``{"prompt"}``, answering
+    #: ``{"value"}`` or ``{"count"}``): a translated ``count_tokens`` is counted there; "" for none.
+    token_count_path: str = ""
     #: Whether it serves ``sd_vid_gen`` video jobs.
     video: bool = False
     #: The context window a config states is its ``vllm.settings.max_model_length`` first (the flag

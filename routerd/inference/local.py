@@ -10,8 +10,7 @@ decided before (``inference.front``).
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 import attrs
@@ -29,13 +28,14 @@ from routerd.catalog.model import ModelConfig
 from routerd.clients.backend_headers import content_type_headers
 from routerd.counts import count_down
 from routerd.errors import HTTPError, StatusError, draining, queue_full
+from routerd.inference.answers import convert_answer, loads_answer, translated_stream
 from routerd.inference.backend_trace import backend_call, loading
 from routerd.inference.context_gate import ContextGate
 from routerd.inference.video import VideoJobs
 from routerd.lending.offload import OFFLOAD_RETURNED, offload_returned
 from routerd.routing import work
-from routerd.routing.adapters import AdapterError, kobold, ollama, whisper
-from routerd.routing.body import BytesProducer, json_loads
+from routerd.routing.adapters import AdapterError, ollama
+from routerd.routing.body import BytesProducer
 from routerd.routing.call import ActiveRequest, Call
 from routerd.routing.guardians import REFUSAL_STATUSES, ImageRefused, refusal_message
 from routerd.routing.multipart import MultipartError
@@ -50,7 +50,7 @@ from routerd.routing.relay import (
     response_header,
     stream_idle,
 )
-from routerd.routing.rewrite import make_rewriter, rewrite_json_model
+from routerd.routing.rewrite import make_rewriter
 from routerd.store.samples import RequestSample
 from routerd.wire.lending import section_key
 
@@ -275,7 +275,7 @@ class LocalInference:
             call.reply.set_status(code)
             if ollama_style:
                 if 200 <= code < 300:
-                    data = _loads(raw)
+                    data = loads_answer(raw)
                     named = data.get("model")
                     out = ollama.openai_embeddings_to_ollama_embed(
                         data, named if isinstance(named, str) else "")
@@ -379,7 +379,8 @@ class LocalInference:
             return await self._stream(call, response, plan, public_id, ctype, load_ns)
         if raw is None:
             raw = await collect(response, stream_idle(self.timeouts))
-        converted_type, converted = self._convert(call, plan, public_id, code, ctype, raw, load_ns)
+        now = self.clock.seconds()
+        converted_type, converted = convert_answer(call, plan, public_id, code, ctype, raw, now, load_ns)
         if not 200 <= code < 300:  # the backend's own reason, for the request log
             call.outcome.reason = ollama.error_message_from_body(code, raw)[:500]
         elif len(call.outcome.work) == 2 and call.route.runtime == "text":
@@ -390,69 +391,30 @@ class LocalInference:
     async def _stream(self, call: Call, response: Any, plan: BackendPlan, public_id: str,
                       ctype: str, load_ns: int) -> bytes:
         reply = call.reply
+        translating = translated_stream(plan, call, public_id, self.clock.seconds())
         if plan.answer_format in ("ollama_chat", "ollama_generate"):
             mode: Literal["chat", "generate"] = "chat" if plan.answer_format == "ollama_chat" else "generate"
             converter: Any = ollama.SSEToNDJSON(mode, public_id, self.clock.seconds, started=call.started,
                                                 load_ns=load_ns)
             reply.set_header(b"content-type", b"application/x-ndjson")
             reply.set_header(b"x-content-type-options", b"nosniff")
+        elif translating is not None:  # Messages or Responses over chat: the client's API's events
+            converter = translating
+            reply.set_header(b"content-type", b"text/event-stream")
+            reply.set_header(b"cache-control", b"no-cache")
         else:
             converter = make_rewriter(ctype, lambda _old: public_id)
             reply.set_header(b"content-type", ctype.encode())
             reply.set_header(b"cache-control", b"no-cache")
-        counts = work.StreamCounts(converter.feed, head=call.route.kind == "messages")
+        # a Messages stream passed through reports its input tokens in its first event; a translated
+        # one is read as the chat stream it was (the relay keeps the backend's bytes)
+        head = call.route.kind == "messages" and translating is None
+        counts = work.StreamCounts(converter.feed, head=head)
         tail = await relay(response, reply, counts.feed, converter.flush, stream_idle(self.timeouts))
         if (usage := counts.usage(tail)) is not None:
             call.outcome.work = (float(usage[0]), float(usage[1]))
             call.outcome.cached_tokens = work.cached_tokens(counts.seen)
         return b""
-
-    def _convert(self, call: Call, plan: BackendPlan, public_id: str, code: int, ctype: str,
-                 raw: bytes, load_ns: int = 0) -> tuple[str, bytes]:
-        ok = 200 <= code < 300
-        if plan.answer_format == "whisper":
-            if not ok:
-                return "application/json", whisper.whisper_error_to_openai(code, raw)
-            try:
-                return whisper.whisper_to_openai(raw, plan.response_format)
-            except whisper.WhisperError as exc:
-                raise HTTPError(502, f"speech-to-text backend failed: {exc}",
-                                "backend_error", "backend_error") from None
-        if plan.answer_format.startswith("ollama"):
-            if not ok:
-                return "application/json", ollama.openai_error_to_ollama(code, raw)
-            data = _loads(raw)
-            self._usage(call, data)
-            # Ollama's durations: the request's whole time here, and the load it waited for
-            total_ns = max(0, int((self.clock.seconds() - call.started) * 1e9))
-            if plan.answer_format == "ollama_chat":
-                out = ollama.openai_chat_to_ollama(data, public_id, _iso_now(), total_ns, load_ns)
-            elif plan.answer_format == "ollama_generate":
-                out = ollama.openai_completion_to_ollama_generate(data, public_id, _iso_now(), total_ns,
-                                                                  load_ns)
-            else:
-                out = ollama.openai_embeddings_to_ollama_embed(data, public_id, total_ns, load_ns)
-            return "application/json", json.dumps(out).encode()
-        if plan.answer_format == "kobold" and ok:
-            data = _loads(raw)
-            self._usage(call, data)
-            return "application/json", json.dumps(kobold.llama_completion_to_kobold(data)).encode()
-        if ctype.startswith("application/json"):
-            if ok and SECTIONS[call.route.kind] == "llm":
-                try:
-                    parsed = json_loads(raw)
-                except ValueError:
-                    parsed = None
-                if isinstance(parsed, dict):
-                    self._usage(call, parsed)
-            return ctype, rewrite_json_model(raw, lambda _old: public_id)
-        return ctype, raw
-
-    @staticmethod
-    def _usage(call: Call, data: Mapping[str, Any]) -> None:
-        usage = work.usage_from_json(data)
-        if usage is not None:
-            call.outcome.work = (float(usage[0]), float(usage[1]))
 
     def own_busy(self) -> bool:
         """Whether any of this node's own (not borrowed) requests is in a backend."""
@@ -480,20 +442,6 @@ class LocalInference:
 
 #: A video job's final status as its request's outcome (metrics and sample status).
 _JOB_OUTCOMES = {"completed": "ok", "failed": "job_failed", "cancelled": "cancelled"}
-
-
-def _loads(raw: bytes) -> dict[str, Any]:
-    try:
-        data = json_loads(raw)
-    except ValueError:
-        raise HTTPError(502, "backend answered with invalid JSON", "backend_error", "backend_error") from None
-    if not isinstance(data, dict):
-        raise HTTPError(502, "backend answered with unexpected JSON", "backend_error", "backend_error")
-    return data
-
-
-def _iso_now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z"
 
 
 __all__ = ["LocalInference"]

@@ -10,13 +10,17 @@ the translations below serve the rest.
   form or Kobold's base64 JSON) becomes whisper-server ``/inference``; speech and Kobold music are
   501 ``unsupported_backend``.
 * ``kobold``: KoboldCpp serves every route itself (OpenAI, Kobold, speech, music), so requests
-  pass through with the model rewritten to the local ID.
-* ``vllm``: OpenAI routes pass through (speech and transcription included); Kobold and
+  pass through with the model rewritten to the local ID; Anthropic's Messages and OpenAI's Responses,
+  which it does not speak, are translated to its chat completions.
+* ``vllm``: OpenAI routes pass through (speech and transcription included), and so do Messages,
+  Responses and rerank; Kobold and
   llama-server native routes are 501 ``unsupported_backend``.
 
 Anthropic's Messages and token counting, OpenAI's Responses and rerank (:data:`NATIVE_APIS`) pass
-through to a family whose program speaks them (llama-server); any other family refuses them (501
-``unsupported_backend``): routerd does not translate them to chat completions.
+through to a family whose program speaks them (llama-server, vLLM); a family that declares it
+``translates`` one gets it as a chat completions request (``adapters.chat_apis``; token counting as its
+``token_count_path`` request), answered back in the client's API (``anthropic``, ``responses``,
+``token_count``); any other family refuses them (501 ``unsupported_backend``).
 """
 
 from __future__ import annotations
@@ -32,10 +36,12 @@ import attrs
 from routerd.errors import HTTPError
 from routerd.families import DEFAULT_MODE, declared
 from routerd.routing.adapters import kobold, ollama, whisper
+from routerd.routing.adapters.chat_apis import anthropic, responses
 from routerd.routing.classify import Route
 from routerd.routing.multipart import Part, build_form, make_boundary, parse_form
 
-AnswerFormat = Literal["openai", "ollama_chat", "ollama_generate", "ollama_embed", "kobold", "whisper", "job"]
+AnswerFormat = Literal["openai", "ollama_chat", "ollama_generate", "ollama_embed", "kobold", "whisper", "job",
+                       "anthropic", "responses", "token_count"]
 
 SECTIONS: Mapping[str, str] = {
     "chat": "llm", "completion": "llm", "ollama_chat": "llm", "ollama_generate": "llm",
@@ -55,8 +61,8 @@ NEEDS: Mapping[str, str] = {
 }
 
 
-#: The route kinds of the APIs a backend serves itself, never translated: a family passes them through
-#: or refuses them.
+#: The route kinds of the APIs a backend may serve itself: a family passes them through, translates
+#: them (to chat completions) or refuses them.
 NATIVE_APIS = frozenset({"messages", "count_tokens", "responses", "rerank"})
 
 
@@ -103,6 +109,8 @@ def plan_backend_call(route: Route, path: str, parsed: Mapping[str, Any] | None,
         return BackendPlan(path, raw, "application/json", "job", False)
     if kind in facts.passes_through:
         return _pass_through(path, parsed, raw, content_type, local_id, stream)
+    if kind in facts.translates:
+        return _translated(kind, path, parsed or {}, local_id, stream, facts.token_count_path, family)
     if kind in ("tts", "kobold_tts"):
         raise HTTPError(501, "audio route is not supported by the selected split backend config",
                         "unsupported_backend", "unsupported_backend")
@@ -140,6 +148,23 @@ def _pass_through(path: str, parsed: Mapping[str, Any] | None, raw: bytes, conte
     if parsed is None or parsed.get("model") in (None, local_id):
         return BackendPlan(path, raw, content_type or "application/json", "openai", stream)
     return BackendPlan(path, _json({**parsed, "model": local_id}), "application/json", "openai", stream)
+
+
+def _translated(kind: str, path: str, parsed: Mapping[str, Any], local_id: str, stream: bool,
+                token_count_path: str, family: str) -> BackendPlan:
+    """A Messages, Responses or count-tokens request for a family that does not speak it: as chat
+    completions (a stream asks for its usage), or as its tokenizer's request."""
+    if kind == "messages":
+        return BackendPlan(ollama.CHAT_PATH, _json(anthropic.messages_to_chat(parsed, local_id, stream)),
+                           "application/json", "anthropic", stream)
+    if kind == "responses":
+        return BackendPlan(ollama.CHAT_PATH, _json(responses.responses_to_chat(parsed, local_id, stream)),
+                           "application/json", "responses", stream)
+    if kind == "count_tokens" and token_count_path:
+        return BackendPlan(token_count_path, _json(anthropic.count_tokens_request(parsed)),
+                           "application/json", "token_count", False)
+    raise HTTPError(501, f"{path} cannot be translated for the {family} backend family",
+                    "unsupported_backend", "unsupported_backend")
 
 
 def _plan_kobold_transcribe(parsed: Mapping[str, Any] | None, raw: bytes) -> BackendPlan:

@@ -4,7 +4,9 @@ switched between configs with ``POST /api/admin/reload_config`` (reference clust
 Weights come from a ``.kcpps`` config (``--config``) or the per-lane flags (``--model``,
 ``--sdmodel``, ``--ttsmodel``, ``--whispermodel``, ``--embeddingsmodel``, ``--musicllm``,
 ``--musicdiffusion``); ``--nomodel`` starts with nothing loaded.  ``GET /api/extra/version``
-reports which lanes the loaded config serves.  What a config loads is read by
+reports which lanes the loaded config serves; ``POST /api/extra/tokencount`` counts a raw text's tokens
+(``{"prompt", "special"}`` -> ``{"value", "ids"}``, as KoboldCpp's handler does; it serves no Messages,
+Responses nor rerank route).  What a config loads is read by
 :mod:`routerd.sim.kobold_models`; this module holds the server and its routes.
 """
 
@@ -33,6 +35,7 @@ from routerd.sim.routes import build_family_app, openai_error_page, routes
 from routerd.sim.runtime import Handler, SimRuntime
 from routerd.sim.sd import SdOptions, SdServer
 from routerd.sim.timing import count_tokens, stt_seconds
+from routerd.sim.tokens import SPECIAL
 from routerd.sim.wav import wav_duration
 from routerd.sim.web import (
     BadRequest,
@@ -237,6 +240,22 @@ class KoboldServer:
                   .encode() + b"\n\n")
         return None
 
+    async def tokencount(self, request: Request) -> bytes:
+        """KoboldCpp's token count of a raw text (no chat template); ``special`` (default true) adds
+        the BOS token; a body it cannot read answers 400 ``{"value": -1}``."""
+        try:
+            body = read_json(request)
+        except BadRequest:
+            return send_json(request, 400, {"value": -1})
+        prompt = body.get("prompt", "")
+        if not isinstance(prompt, str):
+            return send_json(request, 400, {"value": -1})
+        self._lane("text")
+        ids = [token for token, _piece in self.text.vocabulary.tokenize(prompt)]
+        if body.get("special", True) is not False:
+            ids.insert(0, SPECIAL.index("<s>"))
+        return send_json(request, 200, {"value": len(ids), "ids": ids})
+
     async def _transcribe(self, audio: bytes) -> str:
         try:
             duration = wav_duration(audio)
@@ -358,6 +377,7 @@ def build_app(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:
     posts: dict[str, Handler] = {
         "/api/v1/generate": server.generate,
         "/api/extra/generate/stream": server.generate_stream,
+        "/api/extra/tokencount": server.tokencount,
         "/v1/chat/completions": lambda r: server.text.chat_completions(r),
         "/v1/completions": lambda r: server.text.completions(r),
         "/v1/embeddings": lambda r: server.embed.embeddings(r),

@@ -6,12 +6,19 @@ One process serves one model under its served name: generation (``/v1/chat/compl
 weights).  ``--max-num-seqs`` requests run at once, the rest wait; a request longer than
 ``--max-model-len`` is refused with vLLM's 400.  ``GET /health`` answers 200 with an empty body
 once the model is loaded.
+
+Like vLLM (``vllm/entrypoints/anthropic``, ``…/openai/responses``, ``…/pooling/score``), it also serves
+Anthropic's ``/v1/messages`` and ``/v1/messages/count_tokens``, OpenAI's ``/v1/responses`` (a text model)
+and ``/rerank``, ``/v1/rerank``, ``/v2/rerank`` (a pooling model), in the simulated llama-server's shapes
+(:mod:`routerd.sim.llama_apis`: the same APIs' objects; the ids and the refusals' wording are
+llama-server's).
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 from klein import Klein
@@ -19,6 +26,7 @@ from twisted.web.server import Request
 
 from routerd.sim.flags import Flag, below_floor
 from routerd.sim.llama import LlamaOptions, LlamaServer
+from routerd.sim.llama_apis import api_routes
 from routerd.sim.outputs import speech_seconds, speech_wav, transcript
 from routerd.sim.program import Family
 from routerd.sim.routes import build_family_app, routes
@@ -140,6 +148,20 @@ class VllmServer(LlamaServer):
                          "BadRequestError")
         return await super().embeddings(request)
 
+    def api_routes(self) -> dict[str, Handler]:
+        """Messages, token counting and Responses (a text model), rerank (a pooling model)."""
+        apis = api_routes(self, reranking=self.pooling)
+
+        def text_only(handler: Handler, what: str) -> Handler:
+            def checked(request: Request) -> Any:
+                self._need_kind("text", what)
+                return handler(request)
+            return checked
+
+        return {**{path: text_only(handler, f"the {path} API") for path, handler in apis.items()
+                   if "rerank" not in path},
+                "/rerank": apis["/rerank"], "/v1/rerank": apis["/v1/rerank"], "/v2/rerank": apis["/rerank"]}
+
     async def speech(self, request: Request) -> bytes:
         self._need_kind("tts", "the Speech API")
         try:
@@ -190,6 +212,7 @@ def build_app(runtime: SimRuntime, ns: argparse.Namespace) -> Klein:
         "/v1/embeddings": server.embeddings,
         "/v1/audio/speech": server.speech,
         "/v1/audio/transcriptions": server.transcriptions,
+        **server.api_routes(),
     }
     table = [*routes("GET", gets, work=False), *routes("POST", posts, work=True)]
     return build_family_app(runtime, table, loading_reply=_loading, error_body=_error_page)

@@ -126,6 +126,22 @@ async def test_openai_sdk_gets_a_clear_400_for_the_responses_server_state(node: 
     await deferToThread(run)
 
 
+def streams_under_limits(url: str, keys: list[dict[str, Any]]) -> list[Any]:
+    """Two 4-token Messages streams of ``talker`` with each key in turn: each one's output tokens, or the
+    Anthropic error type it was refused with."""
+    outcomes: list[Any] = []
+    for key in keys:
+        client = claude(url, str(key["key"]))
+        for _ in range(2):
+            try:
+                with client.messages.stream(model="talker", max_tokens=4, messages=ASK) as stream:
+                    outcomes.append(stream.get_final_message().usage.output_tokens)
+            except anthropic.RateLimitError as limited:
+                assert isinstance(limited.body, dict)
+                outcomes.append(limited.body["error"]["type"])
+    return outcomes
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_keys_tokens_per_minute_counts_a_messages_streams_input_and_output(
         node: RunningNode, tmp_path: Path) -> None:
@@ -141,20 +157,8 @@ async def test_a_keys_tokens_per_minute_counts_a_messages_streams_input_and_outp
     write_models(root, MODELS, WEIGHTS)
     keyed = await start_node(node_config(root, {"auth": {"inference_keys": keys}}))
     try:
-        def run() -> list[Any]:
-            outcomes: list[Any] = []
-            for key in keys:
-                client = claude(keyed.url, str(key["key"]))
-                for _ in range(2):
-                    try:
-                        with client.messages.stream(model="talker", max_tokens=4, messages=ASK) as stream:
-                            outcomes.append(stream.get_final_message().usage.output_tokens)
-                    except anthropic.RateLimitError as limited:
-                        assert isinstance(limited.body, dict)
-                        outcomes.append(limited.body["error"]["type"])
-            return outcomes
-
-        assert await deferToThread(run) == [4, "rate_limit_error", 4, 4], used
+        outcomes = await deferToThread(streams_under_limits, keyed.url, keys)
+        assert outcomes == [4, "rate_limit_error", 4, 4], used
     finally:
         await keyed.stop()
 

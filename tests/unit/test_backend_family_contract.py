@@ -191,6 +191,7 @@ def test_its_request_planning_keeps_to_its_declared_routes(plugin: FamilyPlugin)
     route_kinds = {route.kind for _, route in _routes()}
     assert facts.passes_through <= route_kinds and facts.refuses <= route_kinds
     assert not facts.passes_through & facts.refuses
+    assert facts.translates <= route_kinds and not facts.translates & (facts.passes_through | facts.refuses)
     for path, route in _routes():
         if route.kind in facts.refuses or route.runtime not in facts.kinds:
             with pytest.raises(HTTPError) as refused:
@@ -199,6 +200,8 @@ def test_its_request_planning_keeps_to_its_declared_routes(plugin: FamilyPlugin)
         elif route.kind in facts.passes_through:
             assert route.runtime in facts.kinds
             assert _plan(route, path, plugin.name).path == path
+        elif route.kind in facts.translates:  # answered in the client's API, not passed through
+            assert _plan(route, path, plugin.name).answer_format in ("anthropic", "responses", "token_count")
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)

@@ -62,32 +62,38 @@ def test_each_native_api_route_queues_lends_and_counts_as_chat_does(path: str, k
     assert route.error_style == ("anthropic" if path.startswith("/v1/messages") else "openai")
 
 
-def test_every_family_either_passes_each_native_api_through_or_refuses_it() -> None:
+def test_every_family_passes_through_translates_or_refuses_each_native_api_and_only_one() -> None:
     for family in every_family():
         for kind in NATIVE_APIS:
-            assert (kind in family.passes_through) != (kind in family.refuses), (family.name, kind)
-    assert {f.name for f in every_family() if NATIVE_APIS <= f.passes_through} == {"llama_sdcpp"}
+            ways = [kind in family.passes_through, kind in family.translates, kind in family.refuses]
+            assert ways.count(True) == 1, (family.name, kind)
+    # llama-server and vLLM speak every one of them (their sources, README "APIs"); KoboldCpp none
+    assert {f.name for f in every_family() if NATIVE_APIS <= f.passes_through} == {"llama_sdcpp", "vllm"}
+    kobold = next(f for f in every_family() if f.name == "kobold")
+    assert kobold.translates == {"messages", "count_tokens", "responses"} and kobold.refuses >= {"rerank"}
+    assert kobold.token_count_path == "/api/extra/tokencount"
 
 
+@pytest.mark.parametrize("family", ["llama_sdcpp", "vllm"])
 @pytest.mark.parametrize("path", sorted(PATHS))
-def test_llama_sdcpp_gets_the_request_on_its_own_path_with_the_local_model(path: str) -> None:
+def test_a_family_that_speaks_the_api_gets_it_on_its_own_path_with_the_local_model(path: str,
+                                                                                   family: str) -> None:
     route = classify("POST", path)
     assert route is not None
     body = {"model": "public", "messages": [{"role": "user", "content": "hi"}], "stream": True}
     plan = plan_backend_call(route, path, body, json.dumps(body).encode(), "application/json", "local-7",
-                             True, "llama_sdcpp")
+                             True, family)
     assert plan.path == path and plan.answer_format == "openai" and plan.stream
     assert json.loads(plan.body) == {**body, "model": "local-7"}
 
 
-@pytest.mark.parametrize("family", ["kobold", "vllm"])
-@pytest.mark.parametrize("path", sorted(PATHS))
-def test_a_family_that_does_not_speak_an_api_refuses_it_with_501(path: str, family: str) -> None:
+@pytest.mark.parametrize("path", ["/v1/rerank", "/rerank"])
+def test_kobold_refuses_rerank_with_501_as_it_has_no_chat_counterpart(path: str) -> None:
     route = classify("POST", path)
     assert route is not None
     with pytest.raises(HTTPError) as refused:
-        plan_backend_call(route, path, {"model": "m"}, b'{"model":"m"}', "application/json", "m", False,
-                          family)
+        plan_backend_call(route, path, {"model": "m", "query": "q", "documents": ["d"]},
+                          b'{"model":"m"}', "application/json", "m", False, "kobold")
     assert (refused.value.status, refused.value.code) == (501, "unsupported_backend")
 
 

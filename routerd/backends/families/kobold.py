@@ -11,6 +11,16 @@ music (reference cluster.md §7.1, §7.2).
   way at boot.
 
 Its declared facts are its ``DECLARED`` (read by :mod:`routerd.families`).
+
+The APIs clients speak besides chat (README "APIs"), checked in KoboldCpp's own source
+(``koboldcpp.py`` at v1.76, commit 94a5a27b, the newest snapshot at hand): its HTTP handler serves no
+``/v1/messages``, ``/v1/responses`` nor rerank route, and counts tokens at ``POST /api/extra/tokencount``
+(``{"prompt", "special"}`` -> ``{"value", "ids"}``, the raw text, no chat template).  So routerd
+translates Anthropic's Messages and OpenAI's Responses to its ``/v1/chat/completions`` and back, counts a
+Messages request's tokens with ``/api/extra/tokencount`` on the request's text, and refuses rerank (no
+chat counterpart).  Its chat answers report a fixed ``usage`` (100 and 100 tokens) and its streams
+none (no ``stream_options``), which a translated answer can only pass on (a stream's output counted a
+token a chunk).
 """
 
 from __future__ import annotations
@@ -42,8 +52,11 @@ DECLARED = Declared(
     single_process=True,
     settings=("no_model", "reload_timeout"),
     passes_through=KOBOLD_ROUTES | {"tts", "stt"},
-    # Messages, Responses and rerank: not held to KoboldCpp's answers by any test here (README)
-    refuses=frozenset({"messages", "count_tokens", "responses", "rerank"}),
+    # KoboldCpp speaks none of these (module docstring): Messages, token counting and Responses are
+    # translated to chat completions (and /api/extra/tokencount), rerank has no counterpart
+    translates=frozenset({"messages", "count_tokens", "responses"}),
+    refuses=frozenset({"rerank"}),
+    token_count_path="/api/extra/tokencount",
 )
 _SECTION = DECLARED.sections["text"]
 

@@ -7,6 +7,14 @@ are appended as given.  The process serves the model under its local ID
 (``--served-model-name``), the name routerd writes into every request it forwards.
 
 Its declared facts are its ``DECLARED`` (read by :mod:`routerd.families`).
+
+The APIs clients speak besides chat (README "APIs"), checked in vLLM's own source (main, commits
+01540b75 and 055e47c2): ``vllm/entrypoints/anthropic/api_router.py`` serves ``POST /v1/messages`` and
+``POST /v1/messages/count_tokens``, ``vllm/frontend/entrypoints/openai/responses/api_router.py``
+``POST /v1/responses`` (with its own store behind ``GET /v1/responses/{id}``, which routerd does not
+route), ``vllm/entrypoints/pooling/score/api_router.py`` ``POST /rerank``, ``/v1/rerank`` and
+``/v2/rerank`` (a pooling, score-capable model only), and ``vllm/entrypoints/serve/tokenize`` ``POST
+/tokenize``.  So every one of them passes through: routerd translates nothing for vLLM.
 """
 
 from __future__ import annotations
@@ -27,12 +35,11 @@ DECLARED = Declared(
     "vllm",
     sections={"text": "vllm", "stt": "vllm"},
     simulators={"vllm": "vllm"},
-    passes_through=frozenset({"tts", "stt"}),
-    # KoboldCpp's own API, llama-server's completion and every image route; Messages, Responses and
-    # rerank too: vLLM serves them itself, but no test here holds routerd to its shapes yet (README)
+    # vLLM serves Anthropic's Messages (and token counting), OpenAI's Responses and rerank itself
+    passes_through=frozenset({"tts", "stt", "messages", "count_tokens", "responses", "rerank"}),
+    # KoboldCpp's own API, llama-server's completion and every image route
     refuses=frozenset({"kobold_tts", "kobold_generate", "kobold_generate_stream", "kobold_transcribe",
-                       "kobold_music", "llama_completion", "image", "sd_txt2img", "sd_img2img",
-                       "messages", "count_tokens", "responses", "rerank"}),
+                       "kobold_music", "llama_completion", "image", "sd_txt2img", "sd_img2img"}),
     context_from_settings=True,
 )
 
