@@ -33,6 +33,7 @@ from tests.integration.nodes import (
     start_node,
     write_models,
 )
+from tests.integration.sdk_tools import RESULT, messages_tool_flow, responses_tool_flow
 from tests.integration.test_sdk_apis import claude, streams_under_limits
 
 FAMILIES = {
@@ -249,3 +250,25 @@ async def test_a_master_relaying_a_long_translated_kobold_stream_charges_its_who
         assert await deferToThread(run) == [output, 429, output, output]
     finally:
         await cluster.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_anthropic_sdk_tool_use_stream_and_tool_result_on_kobold_and_vllm(node: RunningNode) -> None:
+    """Tool calls in Messages: translated to KoboldCpp's chat ``tool_calls`` and back (``tool_use`` blocks,
+    ``input_json_delta`` events, ``stop_reason: tool_use``, a ``tool_result`` read as the next turn's
+    prompt), passed through to vLLM; the same SDK flow as against llama-server."""
+    client = anthropic.Anthropic(base_url=node.url, api_key="unused", max_retries=0)
+    turns = await deferToThread(messages_tool_flow, client, "talker")
+    assert turns.second_input >= turns.first_input + len(RESULT.split())
+    assert turns.second.content[0].type == "text"
+
+
+@pytest_twisted.ensureDeferred
+async def test_openai_sdk_responses_function_call_stream_and_output_on_kobold_and_vllm(
+        node: RunningNode) -> None:
+    """Tool calls in Responses: ``function_call`` items and argument deltas translated from KoboldCpp's chat
+    ``tool_calls`` (passed through on vLLM), a ``function_call_output`` read as the next turn's prompt."""
+    client = openai.OpenAI(base_url=node.url + "/v1", api_key="unused", max_retries=0)
+    turns = await deferToThread(responses_tool_flow, client, "talker")
+    assert turns.second_input >= turns.first_input + len(RESULT.split())
+    assert turns.second.output[-1].type == "message" and turns.second.output_text
