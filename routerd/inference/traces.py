@@ -20,11 +20,12 @@ REQUEST_SPAN = "routerd.request"
 CHOICE_SPAN = "routerd.route_choice"
 
 
-def request_span(tracer: Tracer, incoming: Incoming, route: Route, request_id: str, node_id: str,
+def request_span(tracer: Tracer, incoming: Incoming, route: Route, request_id: str,
                  borrowed: Borrowed | None) -> Span:
     """The span of one request this node got, a child of the caller's ``traceparent`` if it sent one."""
-    attributes: dict[str, Value] = {"routerd.node_id": node_id, "routerd.request_id": request_id,
-                                    "routerd.route": route.kind, "url.path": incoming.path}
+    # the node is the exporter's resource (service.instance.id), not an attribute of each span
+    attributes: dict[str, Value] = {"routerd.request_id": request_id, "routerd.route": route.kind,
+                                    "url.path": incoming.path}
     if incoming.key_name:
         attributes["routerd.key_name"] = incoming.key_name  # the key's name, never the key
     if borrowed is not None:

@@ -189,6 +189,66 @@ async def _await(step: Awaitable[bytes]) -> bytes:
     return await step
 
 
+# -- the slot and load: a span only when they took time (contract §2 "tracing") ----------------------
+
+def _alpha() -> Any:
+    from routerd.catalog.model import Capabilities, ModelConfig
+
+    return ModelConfig(local_id="alpha", filename="alpha.kcpps", path="/m/alpha.kcpps", backend_mode="kobold",
+                       capabilities=Capabilities(llm=True), config_hash="h")
+
+
+def _load_steps(acquiring: Deferred[str], loaded: str | None) -> tuple[list[object], list[ReadableSpan], Any]:
+    tracer, exporter = memory_tracer()
+    request = tracer.request("routerd.request", "")
+    results: list[object] = []
+    Deferred.fromCoroutine(_await_str(loading(request, acquiring, _alpha(), loaded))).addBoth(results.append)
+    return results, [s for s in exporter.get_finished_spans() if s.name == "routerd.backend_load"], exporter
+
+
+async def _await_str(step: Awaitable[str]) -> str:
+    return await step
+
+
+def test_a_free_slot_with_its_model_loaded_waited_for_nothing_and_has_no_load_span() -> None:
+    acquired: Deferred[str] = Deferred()
+    acquired.callback("lease")
+    results, loads, _ = _load_steps(acquired, "alpha.kcpps")
+    assert results == ["lease"]
+    assert loads == []
+
+
+def test_a_slot_wait_has_a_load_span_ended_when_the_slot_is_had() -> None:
+    acquiring: Deferred[str] = Deferred()
+    results, loads, exporter = _load_steps(acquiring, "alpha.kcpps")
+    assert results == [] and loads == []  # still waiting: the span is open
+    acquiring.callback("lease")
+    assert results == ["lease"]
+    [load] = [s for s in exporter.get_finished_spans() if s.name == "routerd.backend_load"]
+    assert load.attributes == {"routerd.model_id": "alpha", "routerd.switch": False}
+
+
+def test_a_model_switch_has_a_load_span_even_when_the_runtime_was_had_at_once() -> None:
+    acquired: Deferred[str] = Deferred()
+    acquired.callback("lease")
+    results, loads, _ = _load_steps(acquired, "beta.kcpps")
+    assert results == ["lease"]
+    [load] = loads
+    assert load.attributes is not None and load.attributes["routerd.switch"] is True
+
+
+def test_a_slot_refused_at_once_has_a_load_span_saying_why() -> None:
+    results, loads, _ = _load_steps(Deferred.fromCoroutine(_refused()), "alpha.kcpps")
+    [failure] = results
+    assert failure.check(ConnectionRefusedError)  # type: ignore[attr-defined]
+    [load] = loads
+    assert not load.status.is_ok and load.status.description == "ConnectionRefusedError"
+
+
+async def _refused() -> str:
+    raise ConnectionRefusedError()
+
+
 def _model() -> Any:
     from routerd.catalog.model import ModelConfig
 
