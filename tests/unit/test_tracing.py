@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.web.resource import Resource
 from twisted.web.server import Request, Site
 
@@ -247,6 +247,32 @@ def test_a_slot_refused_at_once_has_a_load_span_saying_why() -> None:
 
 async def _refused() -> str:
     raise ConnectionRefusedError()
+
+
+def test_a_request_cancelled_while_its_slot_wait_is_traced_cancels_that_wait_and_ends_the_span() -> None:
+    """The traced wait is a Deferred over the acquisition: a client going away still cancels the
+    runtime's acquisition underneath (a drain or a take-back relies on it), and the span ends."""
+    cancelled: list[object] = []
+    acquiring: Deferred[str] = Deferred(canceller=cancelled.append)
+    tracer, exporter = memory_tracer()
+
+    async def serve() -> str:
+        request = tracer.request("routerd.request", "")
+        return await loading(request, _acquire(acquiring), _alpha(), "alpha.kcpps")
+
+    results: list[object] = []
+    served = Deferred.fromCoroutine(serve())
+    served.addBoth(results.append)
+    served.cancel()
+    [failure] = results
+    assert failure.check(CancelledError)  # type: ignore[attr-defined]
+    assert cancelled == [acquiring]
+    [load] = [s for s in exporter.get_finished_spans() if s.name == "routerd.backend_load"]
+    assert load.status.description == "CancelledError"
+
+
+async def _acquire(acquiring: Deferred[str]) -> str:
+    return await acquiring
 
 
 def _model() -> Any:
