@@ -1,7 +1,9 @@
 """Traces off against on (issue 34): CPU per request of routerd with ``tracing.enabled`` false and
 true at ``sampling_ratio: 1.0`` (``--ratio``), exporting every span to a live OTLP/HTTP sink (so the
 on side pays for building, batching, encoding and sending them; the SDK's export thread is in the
-node's process and its CPU counted).
+node's process and its CPU counted: each cell's CPU is read after the exporter's schedule delay,
+so the cell's last spans are exported inside it).  The sink counts the spans it took, printed per
+request the on node served: the work compared is the same load with every span exported.
 
 ``tracing.*`` applies at start, so each side is its own routerd process on the same zero-delay
 simulator model (``zero_cells``); the cells alternate between them, and rounds alternate which goes
@@ -24,34 +26,47 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from _harness import NodeProcess, client, free_port, run, run_load, tempdir, write_node
+from _harness import NodeProcess, client, cpu_seconds, free_port, run, run_load, tempdir, write_node
 from zero_cells import BODY, ZERO, measure_cell
 
+from routerd.tracing.otel import SCHEDULE_DELAY_MS
+
+#: Requests each node serves before the cells (counted in the on node's spans a request).
+WARM = 300
+#: After a cell, before its CPU is read: the batch exporter's schedule delay and its send, so the
+#: on node's export of the cell's last spans is counted in that cell.
+SETTLE = SCHEDULE_DELAY_MS / 1000 + 0.5
 MODELS = {"zero": {"model": "../weights/zero.sim.json", "contextsize": 4096, "parallel": 64}}
 
 
 #: The OTLP/HTTP sink, a process of its own (the benchmark's reactor blocks while ``wrk`` runs, and a
 #: collector that stalls would make the node drop spans instead of exporting them): it takes every
-#: export and answers ``GET /`` with the exports and bytes taken.
+#: export and answers ``GET /`` with the exports, bytes and spans taken.
 SINK = """
 import json, sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-taken = [0, 0]
+bodies = []
 class Sink(BaseHTTPRequestHandler):
     def log_message(self, *args): pass
     def do_POST(self):
-        taken[0] += 1
-        taken[1] += len(self.rfile.read(int(self.headers.get("content-length", 0))))
+        bodies.append(self.rfile.read(int(self.headers.get("content-length", 0))))
         self.send_response(200)
         self.send_header("content-type", "application/x-protobuf")
         self.send_header("content-length", "0")
         self.end_headers()
-    def do_GET(self):
-        body = json.dumps(taken).encode()
+    def do_GET(self):  # decoded only now, so the sink's CPU does not compete while cells run
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+        spans = 0
+        for raw in bodies:
+            got = ExportTraceServiceRequest()
+            got.ParseFromString(raw)
+            spans += sum(len(scope.spans) for rs in got.resource_spans for scope in rs.scope_spans)
+        body = json.dumps([len(bodies), sum(map(len, bodies)), spans]).encode()
         self.send_response(200)
         self.send_header("content-length", str(len(body)))
         self.end_headers()
@@ -100,8 +115,9 @@ def main() -> None:
 
         async def measure() -> None:
             for node in nodes.values():
-                await run_load(client(), node.url + "/v1/chat/completions", BODY, 8, 300)  # warm
+                await run_load(client(), node.url + "/v1/chat/completions", BODY, 8, WARM)
             names = list(nodes)
+            served = dict.fromkeys(names, WARM)
             print(f"load: {'wrk' if args.wrk else 'python client'}; {args.rounds} rounds; nodes {names}")
             print(f"{'cell':>6} {'rnd':>3} " + " ".join(f"{n + ' ms':>9}" for n in names)
                   + f" {'on÷off':>7} {'off2÷off':>8}" + (f" {'off÷base':>8}" if args.base else ""))
@@ -112,10 +128,12 @@ def main() -> None:
                     cpu: dict[str, float] = {}
                     for name in order:
                         node = nodes[name]
-                        cell = await measure_cell(client(), node.url + "/v1/chat/completions", conc, args,
-                                                  node.proc.pid)
-                        assert cell.cpu is not None
-                        cpu[name] = cell.cpu
+                        cpu0 = cpu_seconds(node.proc.pid)
+                        url = node.url + "/v1/chat/completions"
+                        cell = await measure_cell(client(), url, conc, args, None)
+                        time.sleep(SETTLE)  # the cell's last spans exported: the exporter's CPU counted
+                        cpu[name] = (cpu_seconds(node.proc.pid) - cpu0) / max(1, cell.count)
+                        served[name] += cell.count
                     row = {"on÷off": cpu["on"] / cpu["off"], "off2÷off": cpu["off2"] / cpu["off"]}
                     if args.base:
                         row["off÷base"] = cpu["off"] / cpu["base"]
@@ -128,8 +146,10 @@ def main() -> None:
             for (cell, key), values in ratios.items():
                 print(f"  {cell:>6} {key:>8}: {statistics.median(values):.3f} "
                       f"({min(values):.3f}-{max(values):.3f})")
-            exports, size = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{sink_port}/").read())
-            print(f"sink: {exports} exports, {size / 1e6:.1f} MB of spans")
+            time.sleep(SETTLE)
+            exports, size, spans = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{sink_port}/").read())
+            print(f"sink: {exports} exports, {spans} spans ({spans / served['on']:.2f} a request the on node "
+                  f"served), {size / max(1, spans):.0f} bytes a span")
 
         run(measure)
     finally:

@@ -166,7 +166,7 @@ class InferenceFront:
         tracer = self.tracer
         try:
             if tracer is not NO_TRACER:
-                handling.trace = request_span(tracer, incoming, route, request_id, self.node_id, borrowed)
+                handling.trace = request_span(tracer, incoming, route, request_id, borrowed)
             answer = self._begin(handling, incoming, borrowed)
         except Exception:  # noqa: BLE001 - answered by the one end below
             answer = fail()

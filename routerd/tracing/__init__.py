@@ -28,6 +28,9 @@ class Span(Protocol):
     def set(self, key: str, value: Value) -> None:
         """Record why: one attribute (a model, a reason, the node chosen …)."""
 
+    def update(self, attributes: Attributes) -> None:
+        """Record several attributes at once (one call into the SDK, not one a key)."""
+
     def end(self, error: str = "") -> None:
         """The step is over (``error``: why it failed)."""
 
@@ -53,6 +56,9 @@ class _NoSpan:
         return self
 
     def set(self, key: str, value: Value) -> None:
+        pass
+
+    def update(self, attributes: Attributes) -> None:
         pass
 
     def end(self, error: str = "") -> None:

@@ -48,6 +48,7 @@ from tests.integration.nodes import (
 
 KEY = "sk-tracing-test-key-0123456789"
 COLLECTOR_SECRET = "collector-secret-value"
+NODE = "local"  # a standalone node's ID
 
 
 @attrs.frozen
@@ -203,8 +204,9 @@ async def test_a_lent_request_is_one_trace_across_master_owner_relay_and_helper(
     assert h_request.attributes["routerd.lent_from"] == "owner/alpha"
     assert h_request.attributes["routerd.model_id"] == "beta"
     assert h_request.attributes["routerd.key_name"] == "team-a"
-    load = _one(spans, "helper", "routerd.backend_load", h_request)
-    assert load.attributes["routerd.model_id"] == "beta"
+    # its slot and load have a span only if they took time (beta loaded, its slot free: none)
+    for load in (s for s in spans if s.node == "helper" and s.name == "routerd.backend_load"):
+        assert load.parent_id == h_request.span_id and load.attributes["routerd.model_id"] == "beta"
     _one(spans, "helper", "routerd.backend_request", h_request)
     assert h_request.attributes["routerd.measured_s"] > 0
 
@@ -282,5 +284,58 @@ async def test_when_the_master_is_the_helper_its_in_process_borrowed_request_sta
     finally:
         await owner.stop()
         await master.stop()
+        assert receiver.port is not None
+        await receiver.port.stopListening()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_step_has_a_span_of_its_own_only_when_it_took_time_or_made_a_choice(tmp_path: Path) -> None:
+    """The rule (contract §2 "tracing"): a cold model's load has its span, a request that waited in
+    the queue its queue-wait span, a refusal its choice span; a request whose model was loaded, whose
+    slot was free and that named a model of the node's own catalog is the request's span and the
+    backend request's, its span saying ``routerd.target`` ``local``."""
+    receiver = Receiver()
+    tracing = {"tracing": {"enabled": True, "endpoint": receiver.start()}}
+    models = {"alpha": {"model": "../weights/alpha.sim.json", "contextsize": 4096, "parallel": 1}}
+    node = await start_standalone(tmp_path, models, {"alpha": JOB}, tracing)
+    try:
+        cold, cold_trace, _ = _traceparent()
+        assert (await _chat(node.url, cold)).code == 200  # the first request loads alpha
+        # one slot: the router queue admits the first two (one runs, one waits at the backend) and
+        # holds the others until a request ends
+        sent = [_traceparent() for _ in range(4)]
+        responses = await defer.gatherResults(
+            [defer.Deferred.fromCoroutine(_chat(node.url, parent)) for parent, _, _ in sent])
+        assert [r.code for r in responses] == [200] * 4
+        unknown, unknown_trace, _ = _traceparent()
+        refused = await treq.post(node.url + "/v1/chat/completions", json=chat("nowhere"),
+                                  headers={"traceparent": [unknown]})
+        assert refused.code == 404
+        traces = [cold_trace, *(trace_id for _, trace_id, _ in sent), unknown_trace]
+        await wait_until(lambda: all(any(s.name == "routerd.request" for s in receiver.trace(t))
+                                     for t in traces), timeout=15.0)
+
+        def names(trace_id: str) -> list[str]:
+            return sorted(s.name for s in receiver.trace(trace_id))
+
+        load = _one(receiver.trace(cold_trace), NODE, "routerd.backend_load")
+        assert load.attributes == {"routerd.model_id": "alpha", "routerd.switch": True}
+        assert names(cold_trace) == ["routerd.backend_load", "routerd.backend_request", "routerd.request"]
+        waited = [t for _, t, _ in sent if "routerd.queue_wait" in names(t)]
+        at_once = [t for _, t, _ in sent if t not in waited]
+        assert waited and at_once, [names(t) for _, t, _ in sent]
+        for trace_id in waited:
+            wait = _one(receiver.trace(trace_id), NODE, "routerd.queue_wait")
+            assert wait.attributes["routerd.verdict"] == "admit"
+        for trace_id in at_once:
+            assert names(trace_id) == ["routerd.backend_request", "routerd.request"]
+        for trace_id in (cold_trace, *at_once):
+            request = _one(receiver.trace(trace_id), NODE, "routerd.request")
+            assert request.attributes["routerd.target"] == "local"
+        choice = _one(receiver.trace(unknown_trace), NODE, "routerd.route_choice")
+        assert choice.attributes["routerd.target"] == "refuse"
+        assert "nowhere" in choice.attributes["routerd.reason"]
+    finally:
+        await node.stop()
         assert receiver.port is not None
         await receiver.port.stopListening()

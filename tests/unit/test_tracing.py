@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.web.resource import Resource
 from twisted.web.server import Request, Site
 
@@ -187,6 +187,92 @@ def test_a_failed_step_ends_its_span_as_an_error() -> None:
 
 async def _await(step: Awaitable[bytes]) -> bytes:
     return await step
+
+
+# -- the slot and load: a span only when they took time (contract §2 "tracing") ----------------------
+
+def _alpha() -> Any:
+    from routerd.catalog.model import Capabilities, ModelConfig
+
+    return ModelConfig(local_id="alpha", filename="alpha.kcpps", path="/m/alpha.kcpps", backend_mode="kobold",
+                       capabilities=Capabilities(llm=True), config_hash="h")
+
+
+def _load_steps(acquiring: Deferred[str], loaded: str | None) -> tuple[list[object], list[ReadableSpan], Any]:
+    tracer, exporter = memory_tracer()
+    request = tracer.request("routerd.request", "")
+    results: list[object] = []
+    Deferred.fromCoroutine(_await_str(loading(request, acquiring, _alpha(), loaded))).addBoth(results.append)
+    return results, [s for s in exporter.get_finished_spans() if s.name == "routerd.backend_load"], exporter
+
+
+async def _await_str(step: Awaitable[str]) -> str:
+    return await step
+
+
+def test_a_free_slot_with_its_model_loaded_waited_for_nothing_and_has_no_load_span() -> None:
+    acquired: Deferred[str] = Deferred()
+    acquired.callback("lease")
+    results, loads, _ = _load_steps(acquired, "alpha.kcpps")
+    assert results == ["lease"]
+    assert loads == []
+
+
+def test_a_slot_wait_has_a_load_span_ended_when_the_slot_is_had() -> None:
+    acquiring: Deferred[str] = Deferred()
+    results, loads, exporter = _load_steps(acquiring, "alpha.kcpps")
+    assert results == [] and loads == []  # still waiting: the span is open
+    acquiring.callback("lease")
+    assert results == ["lease"]
+    [load] = [s for s in exporter.get_finished_spans() if s.name == "routerd.backend_load"]
+    assert load.attributes == {"routerd.model_id": "alpha", "routerd.switch": False}
+
+
+def test_a_model_switch_has_a_load_span_even_when_the_runtime_was_had_at_once() -> None:
+    acquired: Deferred[str] = Deferred()
+    acquired.callback("lease")
+    results, loads, _ = _load_steps(acquired, "beta.kcpps")
+    assert results == ["lease"]
+    [load] = loads
+    assert load.attributes is not None and load.attributes["routerd.switch"] is True
+
+
+def test_a_slot_refused_at_once_has_a_load_span_saying_why() -> None:
+    results, loads, _ = _load_steps(Deferred.fromCoroutine(_refused()), "alpha.kcpps")
+    [failure] = results
+    assert failure.check(ConnectionRefusedError)  # type: ignore[attr-defined]
+    [load] = loads
+    assert not load.status.is_ok and load.status.description == "ConnectionRefusedError"
+
+
+async def _refused() -> str:
+    raise ConnectionRefusedError()
+
+
+def test_a_request_cancelled_while_its_slot_wait_is_traced_cancels_that_wait_and_ends_the_span() -> None:
+    """The traced wait is a Deferred over the acquisition: a client going away still cancels the
+    runtime's acquisition underneath (a drain or a take-back relies on it), and the span ends."""
+    cancelled: list[object] = []
+    acquiring: Deferred[str] = Deferred(canceller=cancelled.append)
+    tracer, exporter = memory_tracer()
+
+    async def serve() -> str:
+        request = tracer.request("routerd.request", "")
+        return await loading(request, _acquire(acquiring), _alpha(), "alpha.kcpps")
+
+    results: list[object] = []
+    served = Deferred.fromCoroutine(serve())
+    served.addBoth(results.append)
+    served.cancel()
+    [failure] = results
+    assert failure.check(CancelledError)  # type: ignore[attr-defined]
+    assert cancelled == [acquiring]
+    [load] = [s for s in exporter.get_finished_spans() if s.name == "routerd.backend_load"]
+    assert load.status.description == "CancelledError"
+
+
+async def _acquire(acquiring: Deferred[str]) -> str:
+    return await acquiring
 
 
 def _model() -> Any:
