@@ -16,6 +16,7 @@ from routerd.config.load import parse_config
 from routerd.config.schema import Config
 from routerd.node import Node
 from routerd.tap import NodeService
+from tests.ports import free_port
 
 SIM = [sys.executable, "-m", "routerd.sim"]
 
@@ -110,14 +111,6 @@ def sim_env() -> dict[str, str]:
 TOKEN = "integration-cluster-token-0123"
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @attrs.define
 class ClusterPlan:
     """Ports and configs for a master and its slaves on loopback."""
@@ -172,6 +165,8 @@ class ClusterPlan:
 
 
 def plan_cluster(root: Path, slaves: list[str]) -> ClusterPlan:
+    """Ports for a master and ``slaves``: outside the kernel's ephemeral range (``tests/ports.py``),
+    so a node stopped and started again finds its port still free."""
     return ClusterPlan(root, free_port(), {name: free_port() for name in slaves})
 
 

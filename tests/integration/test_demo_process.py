@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from tests.integration.processes import stop
-from tests.integration.test_cluster_processes import _free_run_of_three, _leftovers
+from tests.integration.test_cluster_processes import _leftovers
+from tests.ports import free_ports_in_a_row
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +38,7 @@ def _logs(run_dir: Path) -> str:
 
 
 def test_routerd_demo_lends_under_its_load_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
-    base = _free_run_of_three()
+    base = free_ports_in_a_row(3)
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-c", "from routerd.cli import console; console()", "demo", "--base-port", str(base),
