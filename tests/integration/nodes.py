@@ -79,7 +79,13 @@ async def start_node(config: Config) -> RunningNode:
     node = Node(config, reactor)
     service = NodeService(node, reactor)
     service.startService()
-    await service.ready
+    try:
+        await service.ready
+    except BaseException:
+        # A start that failed part-way (its store open, so its worker thread running; a backend
+        # started) is stopped: nothing it started may live on into the tests that run after it.
+        await service.stopService()
+        raise
     return RunningNode(node, service)
 
 
