@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,11 +25,8 @@ SIM = [sys.executable, "-m", "routerd.sim"]
 TWISTD = str(Path(sys.executable).parent / "twistd")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.ports import free_port as free_port  # noqa: E402  (ports no other socket takes: see there)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -24,6 +24,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from _harness import free_port
+
 GO_PROXY = """package main
 
 import (
@@ -86,11 +88,6 @@ class Missing(Exception):
     """The anchor cannot run here; the message says why."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def _wait_listening(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 20) -> None:
     end = time.monotonic() + timeout
@@ -115,7 +112,7 @@ def start_nginx(backend_url: str, root: Path) -> tuple[str, subprocess.Popen[byt
     if binary is None:
         raise Missing("nginx is not installed (no nginx on PATH nor /usr/sbin/nginx)")
     root.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = free_port()
     conf = root / "nginx.conf"
     conf.write_text(NGINX_CONF.format(root=root, backend=_host_port(backend_url), port=port))
     proc = subprocess.Popen([binary, "-p", str(root), "-c", str(conf)],
@@ -136,7 +133,7 @@ def start_go(backend_url: str, root: Path) -> tuple[str, subprocess.Popen[bytes]
                            capture_output=True, text=True)
     if build.returncode != 0:
         raise Missing(f"the Go proxy did not build: {build.stderr.strip()[:300]}")
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([str(root / "proxy"), str(port), backend_url],
                             env={**os.environ, "GOMAXPROCS": "1"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

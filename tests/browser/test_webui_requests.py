@@ -5,7 +5,6 @@ failed request with the backend's reason above the failed loads."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -53,7 +52,9 @@ def requests_page(b: Browser, ids: dict[str, str]) -> None:
     cell = f'tr[data-request-id="{ids["beta"]}"] td.rid'
     b.js("const r = document.createRange(); r.selectNodeContents(arguments[0]);"
          "getSelection().removeAllRanges(); getSelection().addRange(r);", b.one(cell))
-    time.sleep(4)
+    for _ in range(2):  # the second refresh began after the selection was made (app.js: every 1.5 s)
+        before = b.text("#status")
+        b.wait(lambda d, before=before: b.text("#status") not in (before, ""), 5, "the page refreshed")
     assert b.js("return getSelection().toString()") == ids["beta"]
     # filters: the failed ones, then one request by its ID
     b.select('select[name="status"]', "failed")

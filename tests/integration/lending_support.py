@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import treq
+from twisted.internet import defer
 
 from tests.integration.nodes import (
     FAST_TEXT,
@@ -91,11 +92,19 @@ async def ask_chat(url: str, model: str, content: str = "tell me a short story p
 async def warm_and_link(trio: Trio, owner: str = "alpha", helper: str = "beta", key: str = "") -> None:
     """Three requests to each text model, a cost refit on both slaves, then the text link
     ``owner/<owner> -> helper/<helper>`` (loads allowed), waited for until both slaves have it.
-    ``key``: the inference key the warm-up requests carry."""
-    for model in (owner, helper):
+    ``key``: the inference key the warm-up requests carry.
+
+    Each model's three go one after another (each request alone on its backend, as the samples the
+    fit reads should be); the two models, on two nodes, warm at the same time (with ~1 s jobs and a
+    slow load the warm-up was half of some lending tests' time)."""
+
+    async def warm(model: str) -> None:
         for _ in range(3):
             code, payload, _ = await ask_chat(trio.master.url, model, key=key)
             assert code == 200, (model, code, payload)
+
+    await defer.gatherResults([defer.Deferred.fromCoroutine(warm(model)) for model in (owner, helper)],
+                              consumeErrors=True)
     for node in (trio.owner, trio.helper):
         await node.node._refit()
         assert node.node.lending.costs.models, "a cost fit from the warm-up samples"

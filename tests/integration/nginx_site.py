@@ -22,7 +22,8 @@ from typing import Any
 
 from tests.integration.nodes import FAST_TEXT, SIM, write_models
 from tests.integration.processes import stop
-from tests.integration.test_twistd_e2e import _free_port, _wait_http
+from tests.integration.test_twistd_e2e import _wait_http
+from tests.ports import free_port
 
 ROOT = Path(__file__).parents[2]
 ROUTERD = str(Path(sys.executable).parent / "routerd")
@@ -106,7 +107,7 @@ def node_behind_nginx(tmp_path: Path, config: Mapping[str, Any]) -> Iterator[Ngi
     """A node (one simulated ``chat`` model) run with ``config`` (its ``server.bind`` set to a free
     loopback port) behind the shipped nginx site; yields once the site answers ``/health``."""
     assert NGINX is not None
-    port, tls_port, http_port = _free_port(), _free_port(), _free_port()
+    port, tls_port, http_port = free_port(), free_port(), free_port()
     write_models(tmp_path, {"chat": {"model": "../weights/chat.sim.json", "contextsize": 2048}},
                  {"chat": FAST_TEXT})
     cfg = tmp_path / "node.yaml"

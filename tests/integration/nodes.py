@@ -16,6 +16,7 @@ from routerd.config.load import parse_config
 from routerd.config.schema import Config
 from routerd.node import Node
 from routerd.tap import NodeService
+from tests.ports import free_port
 
 SIM = [sys.executable, "-m", "routerd.sim"]
 
@@ -78,7 +79,13 @@ async def start_node(config: Config) -> RunningNode:
     node = Node(config, reactor)
     service = NodeService(node, reactor)
     service.startService()
-    await service.ready
+    try:
+        await service.ready
+    except BaseException:
+        # A start that failed part-way (its store open, so its worker thread running; a backend
+        # started) is stopped: nothing it started may live on into the tests that run after it.
+        await service.stopService()
+        raise
     return RunningNode(node, service)
 
 
@@ -108,14 +115,6 @@ def sim_env() -> dict[str, str]:
 
 
 TOKEN = "integration-cluster-token-0123"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @attrs.define
@@ -172,6 +171,8 @@ class ClusterPlan:
 
 
 def plan_cluster(root: Path, slaves: list[str]) -> ClusterPlan:
+    """Ports for a master and ``slaves``: outside the kernel's ephemeral range (``tests/ports.py``),
+    so a node stopped and started again finds its port still free."""
     return ClusterPlan(root, free_port(), {name: free_port() for name in slaves})
 
 

@@ -13,7 +13,8 @@ import pytest
 
 from tests.integration.nodes import FAST_TEXT, SIM, write_models
 from tests.integration.processes import stop
-from tests.integration.test_twistd_e2e import _free_port, _request, _wait_http
+from tests.integration.test_twistd_e2e import _request, _wait_http
+from tests.ports import free_port
 
 ROUTERD = str(Path(sys.executable).parent / "routerd")
 pytestmark = pytest.mark.slow
@@ -28,7 +29,7 @@ def test_routerd_run_serves_and_the_api_subcommands_script_it(tmp_path: Path) ->
     """`routerd run --config` needs no twistd plugin discovery (editable installs); `routerd models`,
     `load`, `state`, `unload` reach the node named by ROUTERD_URL; `--json-log -` makes stdout JSON
     lines, with one access line per request, no factory noise and the WebUI's address once ready."""
-    port = _free_port()
+    port = free_port()
     write_models(tmp_path, {"warm": {"model": "../weights/warm.sim.json", "contextsize": 2048}},
                  {"warm": {**FAST_TEXT, "load_ms": 50}})
     cfg = tmp_path / "node.yaml"

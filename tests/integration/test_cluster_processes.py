@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import random
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +18,7 @@ import yaml
 
 from routerd.demo.configs import rewrite_ports
 from tests.integration.processes import stop
+from tests.ports import free_port, free_ports_in_a_row
 
 pytestmark = pytest.mark.slow
 
@@ -30,24 +29,6 @@ TWISTD = str(BIN / "twistd")
 EXAMPLE_PORTS = (8080, 8081, 8082)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _free_run_of_three() -> int:
-    """A base port with it and the next two free on 127.0.0.1."""
-    for _ in range(50):
-        base = random.randint(20000, 60000)
-        try:
-            with socket.socket() as a, socket.socket() as b, socket.socket() as c:
-                for sock, port in ((a, base), (b, base + 1), (c, base + 2)):
-                    sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-    raise AssertionError("no three consecutive free ports")
 
 
 def _copy_examples(tmp_path: Path, ports: dict[int, int] | None = None) -> Path:
@@ -107,7 +88,7 @@ def _leftovers(marker: Path) -> str:
 
 @pytest.fixture
 def master_and_slave_b(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    ports = {example: _free_port() for example in EXAMPLE_PORTS}
+    ports = {example: free_port() for example in EXAMPLE_PORTS}
     examples = _copy_examples(tmp_path, ports)
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -152,7 +133,7 @@ def test_example_master_and_slave_configs_form_a_cluster_that_routes_by_model(
 
 def test_routerd_cluster_starts_three_nodes_serves_and_stops_them_all_on_sigterm(tmp_path: Path) -> None:
     """One command: ready report, merged and suffixed IDs, a chat, and a clean SIGTERM stop."""
-    base = _free_run_of_three()
+    base = free_ports_in_a_row(3)
     examples = _copy_examples(tmp_path)
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
@@ -196,7 +177,7 @@ def test_routerd_cluster_starts_three_nodes_serves_and_stops_them_all_on_sigterm
 
 def test_routerd_cluster_exits_non_zero_and_shows_the_log_when_a_node_fails(tmp_path: Path) -> None:
     """A slave whose config does not validate: exit 1, its last log lines printed, nothing left running."""
-    base = _free_run_of_three()
+    base = free_ports_in_a_row(3)
     examples = _copy_examples(tmp_path)
     broken = examples / "slave-b.yaml"
     broken.write_text(broken.read_text().replace("role: slave", "role: slave\n  bogus_key: 1"))

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from tests.integration.processes import stop
-from tests.integration.test_cluster_processes import _free_run_of_three, _leftovers
+from tests.integration.test_cluster_processes import _leftovers
+from tests.ports import free_ports_in_a_row
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +38,7 @@ def _logs(run_dir: Path) -> str:
 
 
 def test_routerd_demo_lends_under_its_load_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
-    base = _free_run_of_three()
+    base = free_ports_in_a_row(3)
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-c", "from routerd.cli import console; console()", "demo", "--base-port", str(base),
@@ -62,7 +63,7 @@ def test_routerd_demo_lends_under_its_load_and_stops_cleanly_on_ctrl_c(tmp_path:
         while not lent and time.monotonic() < end:
             rows = get_json(master + "/router/v1/site/offload/decisions?kind=dispatch&outcome=lent&limit=50")
             lent = [r for r in rows["records"] if r.get("node_id") == "slave-b"]
-            time.sleep(1)
+            time.sleep(0.2)
         assert lent, "the owner lent part of a wave to its helper"
         assert get_json(master + "/router/v1/site/guardians")["guardians"]
         # analytics is on and written every 5 s: the charts' numbers move, lent work included
@@ -70,7 +71,7 @@ def test_routerd_demo_lends_under_its_load_and_stops_cleanly_on_ctrl_c(tmp_path:
         end = time.monotonic() + 30
         while not (totals.get("requests") and totals.get("lent")) and time.monotonic() < end:
             totals = get_json(master + "/router/v1/site/analytics?period=1h")["totals"]
-            time.sleep(1)
+            time.sleep(0.2)
         assert totals["requests"] > 0 and totals["lent"] > 0, totals
     finally:
         rest = stop(proc, signal.SIGINT, timeout=60, collect=True)

@@ -19,7 +19,8 @@ import pytest
 from tests.integration.nginx_site import NGINX, nginx_prefix, node_behind_nginx
 from tests.integration.nodes import FAST_TEXT, SIM, write_models
 from tests.integration.processes import stop
-from tests.integration.test_twistd_e2e import _free_port, _wait_http
+from tests.integration.test_twistd_e2e import _wait_http
+from tests.ports import free_port
 
 ROOT = Path(__file__).parents[2]
 ROUTERD = str(Path(sys.executable).parent / "routerd")
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.slow
 @pytest.mark.skipif(NGINX is None, reason="nginx is not installed (the README test command installs it)")
 def test_the_nginx_site_passes_nginx_t_and_streams_a_chat_chunk_by_chunk(tmp_path: Path) -> None:
     assert NGINX is not None
-    port, tls_port, http_port = _free_port(), _free_port(), _free_port()
+    port, tls_port, http_port = free_port(), free_port(), free_port()
     slow = {**FAST_TEXT, "load_ms": 50, "gen_tokens_per_s": 20}  # 20 tokens: one second
     write_models(tmp_path, {"chat": {"model": "../weights/chat.sim.json", "contextsize": 2048}},
                  {"chat": slow})
@@ -154,7 +155,7 @@ def test_the_systemd_unit_uses_readiness_credentials_and_the_config_exit_status(
 def test_a_node_notifies_systemd_once_it_listens_and_exits_78_on_a_config_error(tmp_path: Path) -> None:
     import socket
 
-    port = _free_port()
+    port = free_port()
     write_models(tmp_path, {"chat": {"model": "../weights/chat.sim.json"}}, {"chat": FAST_TEXT})
     cfg = tmp_path / "node.yaml"
     cfg.write_text(json.dumps({"server": {"bind": f"127.0.0.1:{port}"}, "models": {"config_dir": "models"},

@@ -5,7 +5,6 @@ machine, each runtime's model, queue and llama-server's own counters, and the ne
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,9 +28,11 @@ from tests.integration.nodes import (
 pytestmark = pytest.mark.slow
 
 
-@pytest_twisted.async_yield_fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    plan = plan_cluster(tmp_path, ["slave-a"])
+@pytest_twisted.async_yield_fixture(scope="module")
+async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cluster]:
+    """One cluster for the module: the metrics test loads nothing and only reads host gauges, so the
+    inventory test's counts of the slave's loads hold whichever of the two runs first."""
+    plan = plan_cluster(tmp_path_factory.mktemp("rack"), ["slave-a"])
     write_models(plan.root / "master", {"chat": sim_model("chat")}, {"chat": FAST_TEXT})
     write_models(plan.root / "slave-a", {
         "alpha": sim_model("alpha"), "beta": sim_model("beta"),

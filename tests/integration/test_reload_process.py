@@ -16,7 +16,8 @@ import pytest
 
 from tests.integration.nodes import FAST_TEXT, SIM, write_models
 from tests.integration.processes import stop
-from tests.integration.test_twistd_e2e import _free_port, _request, _wait_http
+from tests.integration.test_twistd_e2e import _request, _wait_http
+from tests.ports import free_port
 
 ROUTERD = str(Path(sys.executable).parent / "routerd")
 pytestmark = pytest.mark.slow
@@ -40,7 +41,7 @@ def test_sighup_adds_and_removes_models_while_a_request_runs(tmp_path: Path) -> 
     """SIGHUP rescans the models folder (a new config is served, a removed one answers 404) without
     ending the process or the request it is serving; the YAML's live keys apply and the others are
     named as needing a restart."""
-    port = _free_port()
+    port = free_port()
     slow = {**FAST_TEXT, "load_ms": 50, "gen_tokens_per_s": 25}  # 50 tokens: about 2 s
     write_models(tmp_path, {"slow": {"model": "../weights/slow.sim.json", "contextsize": 2048},
                             "doomed": {"model": "../weights/slow.sim.json"}}, {"slow": slow})

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -26,17 +25,13 @@ from twisted.python.failure import Failure
 from routerd.sim.multipart import encode_multipart
 from routerd.sim.wav import make_wav
 from routerd.sim.weights import write_weights
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 R: Any = reactor  # the global reactor (zope interfaces are opaque to mypy)
 
 pytestmark = pytest.mark.slow
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class SimProcess(ProcessProtocol):

@@ -18,15 +18,11 @@ import pytest
 
 from tests.integration.nodes import FAST_TEXT, SIM, write_models
 from tests.integration.processes import stop
+from tests.ports import free_port
 
 TWISTD = str(Path(sys.executable).parent / "twistd")
 pytestmark = pytest.mark.slow
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _request(url: str, body: Any = None, timeout: float = 30) -> tuple[int, Any]:
@@ -109,7 +105,7 @@ def _config(tmp_path: Path, port: int, startup: str) -> Path:
 
 
 def test_startup_model_is_loaded_before_the_listener_opens(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     cfg = _config(tmp_path, port, "warm")
     json_log = tmp_path / "events.jsonl"
     proc = subprocess.Popen([TWISTD, "-n", "--pidfile=", "routerd", "--config", str(cfg),
@@ -135,7 +131,7 @@ def test_startup_model_is_loaded_before_the_listener_opens(tmp_path: Path) -> No
 
 
 def test_a_startup_model_that_fails_to_load_stops_the_node_with_status_1(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     cfg = _config(tmp_path, port, "cold")
     result = subprocess.run([TWISTD, "-n", "--pidfile=", "routerd", "--config", str(cfg)], cwd=tmp_path,
                             capture_output=True, text=True, timeout=60)
