@@ -172,6 +172,33 @@ def test_a_callers_sampled_trace_is_kept_even_at_ratio_zero_and_a_new_one_is_not
     assert [span.name for span in exporter.get_finished_spans()] == ["routerd.request"]
 
 
+def test_an_unsampled_request_asks_the_sdk_nothing_for_its_steps_and_its_forward_says_unsampled() -> None:
+    """A request the sampler dropped: its steps are one object that records nothing (no ``start_span``
+    per step), and a forward tells the next node the trace is not sampled (its sampled flag off), so it
+    drops it too."""
+    tracer, exporter = memory_tracer(ratio=0.0)
+    request = tracer.request("routerd.request", "", {"routerd.model": "m"})
+    started: list[str] = []
+    sdk_start = tracer.tracer.start_span
+
+    def counting(name: str, *args: Any, **kwargs: Any) -> Any:
+        started.append(name)
+        return sdk_start(name, *args, **kwargs)
+
+    tracer.tracer.start_span = counting  # type: ignore[method-assign]
+    step = request.child("routerd.backend_request", {"routerd.backend": "b"})
+    assert step is request and started == []
+    echo = forward(request)
+    step.end()
+    request.end()
+    assert started == [] and exporter.get_finished_spans() == ()
+    (sent,) = echo.headers[b"traceparent"]
+    assert int(sent.rsplit(b"-", 1)[1], 16) & 1 == 0, sent  # the sampled flag is off
+    downstream, seen = memory_tracer(ratio=1.0)
+    downstream.request("routerd.request", sent.decode()).end()
+    assert seen.get_finished_spans() == ()
+
+
 def test_a_failed_step_ends_its_span_as_an_error() -> None:
     tracer, exporter = memory_tracer()
     request = tracer.request("routerd.request", "")
