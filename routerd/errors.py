@@ -107,6 +107,19 @@ def error_body(style: ErrorStyle, message: str, type_: str, code: str, status: i
     return json.dumps({"error": {"message": message, "type": type_, "code": code}}).encode()
 
 
+def stream_error(style: ErrorStyle, err: StatusError) -> bytes:
+    """The last bytes of a streamed answer that fails after it started (its status and headers have
+    gone out, so the error can only be said in the stream): ``err``'s envelope in ``style`` as one
+    NDJSON line (Ollama's streams; Ollama itself ends a failed stream so), else as one SSE ``error``
+    event (what OpenAI's and Anthropic's SDKs raise on), after a blank line that ends any event the
+    stream was in the middle of.  The answer's chunked body then ends as usual: the client reads an
+    error, not a connection that broke."""
+    body = error_body(style, err.message, err.type, err.code, err.status)
+    if style == "ollama":
+        return body + b"\n"
+    return b"\nevent: error\ndata: " + body + b"\n\n"
+
+
 #: The content type of every error envelope.
 _JSON = (b"content-type", b"application/json")
 

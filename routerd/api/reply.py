@@ -39,11 +39,6 @@ class RequestReply:
     def write(self, data: bytes) -> None:
         self._request.write(data)
 
-    def abort(self) -> None:
-        transport = getattr(getattr(self._request, "channel", None), "transport", None)
-        if transport is not None:
-            transport.abortConnection()
-
     def name_model(self, name: str) -> None:
         setattr(self._request, MODEL_ATTRIBUTE, name)
 

@@ -77,9 +77,6 @@ class BenchReply:
         self._started = True
         self.body += data
 
-    def abort(self) -> None:
-        self._started = True
-
     def name_model(self, name: str) -> None:
         pass
 

@@ -13,7 +13,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from routerd.errors import HTTPError, StatusError, error_answer
+from routerd.errors import HTTPError, StatusError, error_answer, stream_error
 from routerd.inference.analytics import AnalyticsRecorder, request_row
 from routerd.inference.timing import FirstWrite
 from routerd.metrics import GaugeChild, NodeMetrics
@@ -85,15 +85,20 @@ def _failed(reply: Reply, route: Route, call: Call | None, request_id: str, exc:
             call.outcome.status = exc.code
             call.outcome.http_status = exc.status
             call.outcome.reason = exc.message
+        if reply.started:
+            log.warn("error after the answer to {request_id} started: {reason}", request_id=request_id,
+                     reason=exc.message)
         return write_error(reply, route, exc)
     if isinstance(exc, StreamBroken):
+        # The upstream answer (a backend's, or another node's) ended before it was complete: a
+        # stream under way ends with an error event, a whole answer not yet written is a 502.
         if call is not None:
             call.outcome.status = "stream_broken"
             call.outcome.reason = str(exc)
         log.warn("answer to {request_id} broke off mid-stream: {reason}", request_id=request_id,
                  reason=str(exc))
-        reply.abort()
-        return b""
+        return write_error(reply, route, HTTPError(502, f"the answer broke off before it was complete: {exc}",
+                                                    "backend_error", "backend_error"))
     reason = upstream_gone(exc)
     if reason is not None:
         # An expected network event (the backend or node crashed, refused, reset): one line.
@@ -102,9 +107,6 @@ def _failed(reply: Reply, route: Route, call: Call | None, request_id: str, exc:
             call.outcome.reason = reason
         log.warn("upstream failed while answering {request_id}: {reason}", request_id=request_id,
                  reason=reason)
-        if reply.started:
-            reply.abort()
-            return b""
         return write_error(reply, route, HTTPError(502, f"the backend failed: {reason}",
                                                     "backend_error", "backend_error"))
     log.failure("request {request_id} failed", failure=Failure(exc), request_id=request_id)
@@ -116,12 +118,11 @@ def _failed(reply: Reply, route: Route, call: Call | None, request_id: str, exc:
 
 
 def write_error(reply: Reply, route: Route, err: StatusError) -> bytes:
-    """Status, headers and the error body of ``err`` in the route's style (or an abort, when the
-    answer already started)."""
+    """Status, headers and the error body of ``err`` in the route's style; once the answer has
+    started (a stream), the stream's last event says ``err`` instead (:func:`stream_error`) and the
+    answer ends as usual: a client is answered once, and never left with a connection that broke."""
     if reply.started:
-        log.warn("error after the answer started: {message}", message=err.message)
-        reply.abort()
-        return b""
+        return stream_error(route.error_style, err)
     status, headers, body = error_answer(err, route.error_style)  # the one error answer
     reply.set_status(status)
     for name, value in headers:

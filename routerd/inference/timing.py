@@ -33,9 +33,6 @@ class FirstWrite:
             self.first_write_at = self.clock.seconds()
         self.inner.write(data)
 
-    def abort(self) -> None:
-        self.inner.abort()
-
     def name_model(self, name: str) -> None:
         self.inner.name_model(name)
 

@@ -58,9 +58,6 @@ class Reply(Protocol):
 
     def write(self, data: bytes) -> None: ...
 
-    def abort(self) -> None:
-        """End a started answer so the client sees it incomplete (no clean end)."""
-
     def name_model(self, name: str) -> None:
         """The model the request named, for its access line (read once by routing)."""
 

@@ -221,6 +221,8 @@ class Forwarder:
                 raise StreamBroken(f"node {record.node_id!r}: {exc}") from None
             raise HTTPError(504, f"node {record.node_id!r} went silent mid-answer: {exc}",
                             "timeout", "node_timeout") from None
+        except StreamBroken as exc:  # the node's answer broke off (it died, or dropped the connection)
+            raise StreamBroken(f"node {record.node_id!r}: {exc}") from None
         call.outcome.http_status = code
         call.outcome.status = "ok" if 200 <= code < 300 else f"http_{code}"
         if ends and 200 <= code < 300:

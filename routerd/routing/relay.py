@@ -18,6 +18,7 @@ from twisted.web.client import ResponseDone
 from twisted.web.http import PotentialDataLoss
 
 from routerd.errors import HTTPError
+from routerd.routing.upstream import upstream_gone
 
 T = TypeVar("T")
 log = Logger()
@@ -222,7 +223,8 @@ class Relay(Protocol):
                 self.sink.write(out)
             self.done.callback(self.tail)
         else:
-            self.done.errback(StreamBroken(str(reason.value)))
+            gone = upstream_gone(reason.value) if reason.value is not None else None
+            self.done.errback(StreamBroken(gone or str(reason.value)))
 
     def abort(self) -> None:
         self._disarm()

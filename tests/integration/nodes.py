@@ -75,6 +75,16 @@ class RunningNode:
         await self.service.stopService()
 
 
+async def kill(running: RunningNode) -> None:
+    """The node dies as its peers see it: nothing listens any more and every open connection is
+    dropped with no answer (no drain, no goodbye).  Its :meth:`RunningNode.stop` still cleans up."""
+    port, running.service.port = running.service.port, None
+    await port.stopListening()
+    assert running.service.connections is not None
+    for channel in list(running.service.connections.protocols):
+        channel.abort()
+
+
 async def start_node(config: Config) -> RunningNode:
     node = Node(config, reactor)
     service = NodeService(node, reactor)

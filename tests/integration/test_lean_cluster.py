@@ -18,7 +18,7 @@ from twisted.internet import defer
 from routerd.api.channel import LeanChannel
 from routerd.clients.backend_http import BackendAgent
 from tests.integration.lending_support import JOB, Trio, ask_chat, start_trio, text_models, warm_and_link
-from tests.integration.nodes import RunningNode, wait_until
+from tests.integration.nodes import RunningNode, kill, wait_until
 
 
 @pytest_twisted.async_yield_fixture
@@ -86,16 +86,6 @@ async def test_a_grant_reaches_the_helper_over_the_lean_path(trio: Trio) -> None
     assert isinstance(control, BackendAgent) and control is not trio.master.node.clients.peer_agent
 
 
-async def _kill(running: RunningNode) -> None:
-    """The node dies as its peers see it: nothing listens any more and every open connection is
-    dropped with no answer (no drain, no goodbye)."""
-    port, running.service.port = running.service.port, None
-    await port.stopListening()
-    assert running.service.connections is not None
-    for channel in list(running.service.connections.protocols):
-        channel.abort()
-
-
 @pytest_twisted.ensureDeferred
 async def test_a_helper_killed_mid_relay_leaves_every_request_to_the_owner_and_loses_none(trio: Trio) -> None:
     """The helper dies while lent requests are in its hands (relayed, not yet answered): the
@@ -104,7 +94,7 @@ async def test_a_helper_killed_mid_relay_leaves_every_request_to_the_owner_and_l
     await warm_and_link(trio)
     burst = [defer.Deferred.fromCoroutine(ask_chat(trio.master.url, "alpha")) for _ in range(10)]
     await wait_until(lambda: trio.helper.node.lending.borrowed_requests() != [], timeout=3)
-    await _kill(trio.helper)
+    await kill(trio.helper)
     results = await defer.gatherResults(burst)
     assert [code for code, _, _ in results] == [200] * 10
     assert all(payload["model"] == "alpha" for _, payload, _ in results)

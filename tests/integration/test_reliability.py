@@ -3,6 +3,7 @@ slave is a 504, a stop drains (a live stream finishes, a hung request is cut at 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -16,6 +17,7 @@ import treq
 from twisted.internet import reactor, task
 from twisted.logger import LogLevel, globalLogPublisher
 
+from routerd.routing.sse import parse_events
 from routerd.tap import QUIET_S
 from tests.integration import nodes
 from tests.integration.nodes import FAST_TEXT, RunningNode, wait_until
@@ -297,6 +299,18 @@ def _whole_answer(received: bytes) -> bool:
     return bool(sep) and bool(length) and len(body) >= int(length[0])
 
 
+def _dechunked(body: bytes) -> bytes:
+    """A whole chunked body's data."""
+    out = b""
+    while True:
+        size_line, _, rest = body.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            return out
+        out += rest[:size]
+        body = rest[size + 2:]
+
+
 def _warnings_naming(events: list[dict[str, Any]], request_id: str) -> list[dict[str, Any]]:
     return [e for e in events if e.get("log_level") == LogLevel.warn and e.get("request_id") == request_id]
 
@@ -307,7 +321,8 @@ async def test_a_backend_killed_mid_answer_is_one_warning_and_one_answer_not_a_t
         node: RunningNode, events: list[dict[str, Any]], stream: bool) -> None:
     """A backend that dies mid-answer is an expected failure: one warning line with the request ID
     and the reason (never a critical traceback), and the client is answered once — a 502 JSON error
-    when nothing was sent yet, an aborted connection once a stream had started."""
+    when nothing was sent yet, and once a stream had started an SSE error event that ends it, then
+    the chunked body's last chunk (an aborted connection would read as a lost request)."""
     port = node.service.port.getHost().port
     client = await raw_post(port, "/v1/chat/completions", _chat(400, stream))  # a 2 s answer
     if stream:
@@ -318,18 +333,21 @@ async def test_a_backend_killed_mid_answer_is_one_warning_and_one_answer_not_a_t
     request_id = next(iter(node.node.local.active))
     pid = next(s.pid for s in node.node.runtimes.status() if s.pid is not None)
     os.kill(pid, signal.SIGKILL)
-    if stream:
-        await client.closed  # aborted
-    else:  # answered whole (the connection itself may stay open for the next request)
-        await wait_until(lambda: _whole_answer(client.received), timeout=10)
-        await task.deferLater(reactor, 0.1, lambda: None)  # room for a second answer, if one came
+    # answered whole (the connection itself may stay open for the next request)
+    await wait_until(lambda: _whole_answer(client.received) or client.closed.called, timeout=10)
+    await task.deferLater(reactor, 0.1, lambda: None)  # room for a second answer, if one came
     assert _critical(events) == []
     warned = _warnings_naming(events, request_id)
     assert len(warned) == 1, [e.get("log_format") for e in warned]
     assert warned[0].get("reason")
     if stream:
         assert client.status == 200
-        assert not client.received.endswith(b"0\r\n\r\n"), "an aborted stream has no last chunk"
+        assert _whole_answer(client.received), "a stream cut by its backend still ends with its last chunk"
+        assert not client.closed.called, "and its connection stays open"
+        body = _dechunked(client.received.partition(b"\r\n\r\n")[2])
+        events = parse_events(body)
+        assert events[-1].name == "error" and b"[DONE]" not in body, events[-2:]
+        assert json.loads(events[-1].data)["error"]["code"] == "backend_error"
     else:
         assert client.status == 502
         head, _, body = client.received.partition(b"\r\n\r\n")
