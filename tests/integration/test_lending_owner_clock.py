@@ -17,6 +17,7 @@ import treq
 from twisted.internet import defer, reactor, task
 
 from routerd.lending.cutoff import CutOffRule
+from routerd.lending.watch import HoldGate
 from tests.integration.lending_support import (
     JOB,
     Trio,
@@ -65,6 +66,7 @@ async def test_a_much_faster_helper_gets_requests_the_owner_holds_back_from_its_
             states.update(h["state"] for h in trio_.owner.node.lending.held_requests())
             await task.deferLater(reactor, 0.002, lambda: None)
 
+    refill_awaited = _refill_at_each_hold(trio_.owner.node.lending.holds)
     watching = defer.gatherResults([defer.Deferred.fromCoroutine(watch_summary()),
                                     defer.Deferred.fromCoroutine(watch_owner())])
     results = await defer.gatherResults(
@@ -77,11 +79,39 @@ async def test_a_much_faster_helper_gets_requests_the_owner_holds_back_from_its_
     row = rows[-1]
     assert row["reason"] == "helper_finishes_sooner" and row["kind"] == "dispatch"
     assert row["owner_job_ms"] > row["service_ms"] > 0 and row["keep_ms"] > 0
-    assert row["slots"] >= 1 and row["lent_out"] >= row["slots"]
+    # held only with every lent slot busy, a slot a lent answer just freed counting as busy while the
+    # master's answer to the owner's event (which lends into it) is on its way (hold condition 4):
+    # on a loaded machine that round trip is long enough for the last hold to fall in it
+    for held in rows:
+        assert held["slots"] >= 1, held
+        assert held["lent_out"] >= held["slots"] or refill_awaited.get(held["request_id"], False), held
     assert "held" in states, "the held lists show a held request"
     served_by_owner = [r for _, _, r in results if not r.headers.getRawHeaders(b"x-routerd-lent-to")]
     assert len(served_by_owner) < 10  # most of the backlog went to the 8x faster helper
     assert trio_.owner.node.lending.queues["text"].pending() == []
+
+
+def _refill_at_each_hold(gate: HoldGate) -> dict[str, bool]:
+    """Watch ``gate`` (an owner's hold checks): for each request it holds, whether the master's
+    answer to a queue event of its model was awaited when it was held (what its row cannot say)."""
+    read: list[bool] = []
+    at_hold: dict[str, bool] = {}
+    refilling, decisions = gate.refilling, gate.decisions
+    assert decisions is not None
+
+    def watched_refilling(lane: Any, model_id: str) -> bool:
+        read.append(refilling(lane, model_id))
+        return read[-1]
+
+    class Watched:
+        def record(self, kind: str, outcome: str, **fields: Any) -> None:
+            if outcome == "held_for_helper":  # written by the check that just read the refill state
+                at_hold[fields["request_id"]] = read[-1]
+            decisions.record(kind, outcome, **fields)
+
+    gate.refilling = watched_refilling
+    gate.decisions = Watched()
+    return at_hold
 
 
 async def _hang(node: Any) -> None:
