@@ -8,14 +8,17 @@ mid-generation, and the same happens when the node serving a stream dies)."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
+import openai
 import pytest
 import pytest_twisted
 import treq
-from twisted.internet import defer, reactor, task
+from twisted.internet import defer, reactor, task, threads
 
 from routerd.routing.sse import parse_events
 from tests.integration import nodes
@@ -25,6 +28,7 @@ MODELS = {"alpha": nodes.sim_model("alpha")}
 WEIGHTS = {"alpha": FAST_TEXT}
 #: 400 tokens at 200 tokens/s: a 2 s stream, cut well before its end
 LONG = 400
+ASK = [{"role": "user", "content": "tell me a long story"}]
 
 
 @pytest_twisted.async_yield_fixture
@@ -127,3 +131,39 @@ async def test_a_stream_whose_serving_slave_dies_mid_answer_ends_with_an_error_e
     body = await _read_whole(response)
     message = _ended_with_an_error("openai", body)
     assert "broke off" in message and "'slave-a'" in message, message
+
+
+def _read_sdk_stream(sdk: str, url: str, started: threading.Event) -> str:
+    """Stream a chat with the official SDK (in a worker thread); ``started`` is set at the first piece.
+    Returns the message of the error the SDK raised (it fails the test when none is raised)."""
+    if sdk == "openai":
+        chats = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        try:
+            stream = chats.chat.completions.create(model="alpha", messages=ASK, max_tokens=LONG, stream=True)
+            for _chunk in stream:
+                started.set()
+        except openai.APIError as exc:
+            return str(exc.message)
+    else:
+        messages = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
+        try:
+            with messages.messages.stream(model="alpha", max_tokens=LONG, messages=ASK) as stream:
+                for _event in stream:
+                    started.set()
+        except anthropic.APIError as exc:
+            return str(exc.message)
+    raise AssertionError(f"the {sdk} SDK read the cut stream as complete")
+
+
+@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
+@pytest_twisted.ensureDeferred
+async def test_the_official_sdks_raise_the_error_of_a_stream_cut_by_a_backend_crash(
+        cluster: Cluster, sdk: str) -> None:
+    """What a client makes of it: the OpenAI SDK (chat completions) and the Anthropic SDK (Messages)
+    raise their API error with routerd's message, not a connection error."""
+    started = threading.Event()
+    reading = threads.deferToThread(_read_sdk_stream, sdk, cluster.master.url, started)
+    assert await threads.deferToThread(started.wait, 10), "the stream started"
+    await _crash_backend(cluster)
+    message = await reading
+    assert "broke off" in message, message
