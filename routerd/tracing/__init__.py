@@ -47,8 +47,10 @@ class Tracer(Protocol):
         """Send what is still buffered (bounded by the exporter's timeout) and stop."""
 
 
-class _NoSpan:
-    """Tracing off: every step is this one object, and it records nothing."""
+class NoSpan:
+    """A span that records nothing, every step of it itself: tracing off (:data:`NO_SPAN`, which sends
+    no header either), or a request the sampler dropped (:mod:`routerd.tracing.otel`'s, whose
+    headers still say so)."""
 
     __slots__ = ()
 
@@ -78,7 +80,7 @@ class _NoTracer:
         pass
 
 
-NO_SPAN: Span = _NoSpan()
+NO_SPAN: Span = NoSpan()
 NO_TRACER: Tracer = _NoTracer()
 
 

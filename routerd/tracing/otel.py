@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from routerd.tracing import TRACEPARENT, Attributes, Span, Value
+from routerd.tracing import TRACEPARENT, Attributes, NoSpan, Span, Value
 
 #: Ended spans buffered for export at most (then new ones are dropped, counted by the SDK's log).
 MAX_QUEUE = 4096
@@ -71,7 +71,7 @@ class OtelSpan:
         return _trace_headers(self._as_parent())
 
 
-class _UnsampledSpan:
+class _UnsampledSpan(NoSpan):
     """A request the sampler did not keep: none of its steps is recorded, so they ask the SDK nothing
     (each child's ``start_span`` was a sampler call, two ids and a non-recording span — at
     ``sampling_ratio: 0.1`` unsampled requests cost on ÷ off 1.20 in ``benchmarks/tracing_ab.py``).
@@ -83,18 +83,6 @@ class _UnsampledSpan:
     def __init__(self, span: trace.Span) -> None:
         self._span = span
         self._headers: tuple[tuple[bytes, bytes], ...] | None = None
-
-    def child(self, name: str, attributes: Attributes | None = None, start: float | None = None) -> Span:
-        return self
-
-    def set(self, key: str, value: Value) -> None:
-        pass
-
-    def update(self, attributes: Attributes) -> None:
-        pass
-
-    def end(self, error: str = "") -> None:
-        pass
 
     def headers(self) -> tuple[tuple[bytes, bytes], ...]:
         if self._headers is None:
