@@ -82,7 +82,7 @@ class Declared:
     #: Route kinds the family cannot serve (answered 501 ``unsupported_backend``).
     refuses: frozenset[str] = frozenset()
     #: Route kinds of the APIs its programs do not speak that routerd translates to and from chat
-    #: completions (``routerd.routing.adapters.anthropic``, ``.responses``; README "APIs").
+    #: completions (``routerd.routing.adapters.chat_apis``; README "APIs").
     translates: frozenset[str] = frozenset()
     #: The path of its text program's token-counting route taking raw text (``{"prompt"}``, answering
     #: ``{"value"}`` or ``{"count"}``): a translated ``count_tokens`` is counted there; "" for none.
